@@ -1,0 +1,549 @@
+"""Benchmark of compiler/ (the routing index) against a trie and a naive scan.
+
+Run by hand, not in CI:
+
+    taskset -c 1 .venv/bin/python benchmarks/compiler_bench.py \
+        [--sizes 10000,100000,1000000] [--profiles devices,fanout] [--seed 1]
+
+For each profile (see workloads.py) and size N it builds three matchers over the
+same N subscriptions -- bitroute (compiler.RoutingIndex -> Snapshot -> Matcher),
+a plain Python trie (trie.py) and the naive scan (compiler.reference) -- checks
+on a sample that all three return the same deliveries (aborts if not), then
+measures:
+
+- build: seconds from subscription records to a usable matcher (bitroute:
+  RoutingIndex + upsert of every Subscription + snapshot(); trie: insert every
+  filter; naive: upsert every Subscription);
+- bytes/sub: serialised size / N (bitroute: Snapshot.to_bytes(); trie and
+  naive: pickle, highest protocol), and the time to load those bytes;
+- cold: per-topic time of match() on distinct topics drawn uniformly from the
+  topic space, one call each, on a fresh Matcher built from the loaded bytes
+  (its topic cache is empty, so every call is a miss); median and p99.
+  The naive scan is timed on as many of those topics as fit its time budget;
+- batch: publishes/s over batches of 10k Zipf publishes.  bitroute through
+  Matcher.match_frame (de-duplication within the batch, deliveries as Arrow
+  list<struct<subscriber, subscription_ids>>); the trie through
+  trie_match_frame (the same de-duplication and the same output built the same
+  way).  "first" is the first batch on a fresh matcher, "steady" all batches on
+  one matcher (bitroute's per-version topic cache may carry across batches;
+  the trie has no cache).  The naive scan is estimated from its cold mean
+  times the distinct topics per batch when running it would exceed its budget
+  (marked ~).
+
+Ratios are speed-ups of bitroute (>1 means bitroute is better).  Progress goes
+to stderr, the tables to stdout.  --cprofile DIR writes cProfile statistics
+of bitroute's cold loop and of one batch to DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import os
+import pickle
+import platform
+import pstats
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import trie as trie_mod  # noqa: E402
+import workloads  # noqa: E402
+
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:8.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# -- adapter to compiler/ ---------------------------------------------------
+
+
+class Bitroute:
+    """Thin adapter so a renamed API only needs changing here."""
+
+    def __init__(self) -> None:
+        import compiler
+        from compiler import Matcher, RoutingIndex, Snapshot, Subscription
+        from compiler.reference import ReferenceMatcher
+
+        self.compiler = compiler
+        self.Matcher, self.RoutingIndex = Matcher, RoutingIndex
+        self.Snapshot, self.Subscription = Snapshot, Subscription
+        self.ReferenceMatcher = ReferenceMatcher
+        self.Dialect = compiler.Dialect
+
+    def dialect(self, name: str):
+        D = self.Dialect
+        for attempt in (lambda: D(name), lambda: D[name.upper()], lambda: getattr(D, name.upper())):
+            try:
+                return attempt()
+            except Exception:
+                pass
+        raise SystemExit(f"cannot map dialect {name!r} onto {D!r}")
+
+
+def normalise(deliveries) -> dict[str, tuple[str, ...]]:
+    """bitroute deliveries / trie groups -> {subscriber: sorted ids}."""
+    if isinstance(deliveries, dict):
+        return {s: tuple(sorted(ids)) for s, ids in deliveries.items()}
+    out: dict[str, tuple[str, ...]] = {}
+    for d in deliveries:
+        if d.subscriber in out:
+            raise SystemExit(f"MISMATCH: subscriber {d.subscriber!r} delivered twice: {deliveries!r}")
+        out[d.subscriber] = tuple(sorted(d.subscription_ids))
+    return out
+
+
+def normalise_frame_row(value) -> dict[str, tuple[str, ...]]:
+    out = {}
+    if value is None:
+        return out
+    for item in value:
+        s = item["subscriber"]
+        if s in out:
+            raise SystemExit(f"MISMATCH: subscriber {s!r} twice in one frame row")
+        out[s] = tuple(sorted(item["subscription_ids"]))
+    return out
+
+
+# -- results ----------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    impl: str
+    build_s: float = float("nan")
+    bytes_per_sub: float = float("nan")
+    load_s: float = float("nan")
+    cold_median_us: float = float("nan")
+    cold_p99_us: float = float("nan")
+    cold_n: int = 0
+    first_pps: float = float("nan")
+    steady_pps: float = float("nan")
+    batch_note: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    profile: str
+    n: int
+    description: str
+    subscribers: int
+    matches_per_topic: str
+    deliveries_per_topic: str
+    distinct_per_batch: str
+    rows: dict[str, Row]
+
+
+def pctl(ns: list[int], q: float) -> float:
+    return float(np.percentile(np.asarray(ns, dtype=np.float64), q)) / 1000.0
+
+
+# -- one configuration ------------------------------------------------------
+
+
+def make_frame(exchange: str, topics: list[str], start: int) -> pd.DataFrame:
+    n = len(topics)
+    return pd.DataFrame(
+        {
+            "message_id": [f"publishes/0/{start + i}" for i in range(n)],
+            "exchange": [exchange] * n,
+            "routing_key": topics,
+            "headers": [None] * n,
+        }
+    )
+
+
+def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
+    seed = args.seed
+    log(f"{profile} N={n}: generating workload")
+    wl = workloads.PROFILES[profile](n, seed)
+    ex = wl.exchange
+    rows = {k: Row(k) for k in ("bitroute", "trie", "naive")}
+    rng = random.Random(f"topics/{profile}/{n}/{seed}")
+    nprng = np.random.default_rng([seed, n, sorted(workloads.PROFILES).index(profile)])
+
+    # ---- build: bitroute
+    log(f"{profile} N={n}: building bitroute index")
+    gc.collect()
+    Sub = br.Subscription
+    t = time.perf_counter()
+    index = br.RoutingIndex({ex: br.dialect(wl.dialect)})
+    upsert = index.upsert
+    for sid, subscriber, filt in wl.subs:
+        upsert(Sub(id=sid, exchange=ex, subscriber=subscriber, filter=filt))
+    snap = index.snapshot(1, {0: n})
+    rows["bitroute"].build_s = time.perf_counter() - t
+    log(f"  build {rows['bitroute'].build_s:.2f}s; serialising")
+    t = time.perf_counter()
+    blob = snap.to_bytes()
+    to_bytes_s = time.perf_counter() - t
+    rows["bitroute"].bytes_per_sub = len(blob) / n
+    gc.collect()
+    t = time.perf_counter()
+    loaded = br.Snapshot.from_bytes(blob)
+    rows["bitroute"].load_s = time.perf_counter() - t
+    rows["bitroute"].notes.append(f"to_bytes {to_bytes_s:.2f}s")
+    log(f"  {len(blob)} bytes ({len(blob) / n:.1f}/sub), to_bytes {to_bytes_s:.2f}s, from_bytes {rows['bitroute'].load_s:.2f}s")
+    del blob, index, snap
+
+    # ---- build: trie
+    log(f"{profile} N={n}: building trie")
+    gc.collect()
+    t = time.perf_counter()
+    tr = trie_mod.build_trie(wl.dialect, wl.subs)
+    rows["trie"].build_s = time.perf_counter() - t
+    t = time.perf_counter()
+    tblob = pickle.dumps(tr, protocol=pickle.HIGHEST_PROTOCOL)
+    rows["trie"].bytes_per_sub = len(tblob) / n
+    t = time.perf_counter()
+    tr_loaded = pickle.loads(tblob)
+    rows["trie"].load_s = time.perf_counter() - t
+    del tblob, tr_loaded
+    log(f"  build {rows['trie'].build_s:.2f}s, {rows['trie'].bytes_per_sub:.1f} bytes/sub pickled, load {rows['trie'].load_s:.2f}s")
+
+    # ---- build: naive
+    log(f"{profile} N={n}: building naive scan")
+    gc.collect()
+    t = time.perf_counter()
+    naive = br.ReferenceMatcher({ex: br.dialect(wl.dialect)})
+    nup = naive.upsert
+    for sid, subscriber, filt in wl.subs:
+        nup(Sub(id=sid, exchange=ex, subscriber=subscriber, filter=filt))
+    rows["naive"].build_s = time.perf_counter() - t
+    try:
+        nblob = pickle.dumps(naive, protocol=pickle.HIGHEST_PROTOCOL)
+        rows["naive"].bytes_per_sub = len(nblob) / n
+        t = time.perf_counter()
+        pickle.loads(nblob)
+        rows["naive"].load_s = time.perf_counter() - t
+        del nblob
+    except Exception as e:  # not picklable: say so
+        rows["naive"].notes.append(f"not picklable: {type(e).__name__}")
+    log(f"  build {rows['naive'].build_s:.2f}s")
+
+    # ---- topics
+    cold_topics = wl.distinct_topics(rng, args.cold_topics + 1)
+    warm_topic, cold_topics = cold_topics[0], cold_topics[1:]
+    nbatches = args.batches or (2 if profile == "fanout" and n >= 1_000_000 else 5)
+    batches = [make_frame(ex, wl.zipf_topics(nprng, args.batch_size), b * args.batch_size) for b in range(nbatches)]
+    distinct = [b["routing_key"].nunique() for b in batches]
+
+    # ---- verification: all three agree
+    log(f"{profile} N={n}: verifying bitroute == trie on {args.verify} topics, == naive on a sample")
+    m = br.Matcher(loaded)
+    vtopics = cold_topics[: args.verify // 2] + batches[0]["routing_key"].drop_duplicates().tolist()[: args.verify // 2]
+    vtopics += ["", "nosuch", "a.b.c.d.e.f.g.h", "site0", "site0/dev0", "$SYS/x/y"] if wl.dialect == "mqtt" else ["", "nosuch", "a..b", "w00"]
+    vtopics = [t for t in vtopics if t]  # an empty MQTT topic is invalid: checked elsewhere
+    match_counts, deliv_counts = [], []
+    for topic in vtopics:
+        got = normalise(m.match(ex, topic))
+        want = normalise(tr.match(topic))
+        if got != want:
+            diff = {s: (got.get(s), want.get(s)) for s in set(got) | set(want) if got.get(s) != want.get(s)}
+            raise SystemExit(f"MISMATCH bitroute vs trie on {topic!r}: {len(diff)} subscribers differ, e.g. {list(diff.items())[:5]}")
+        match_counts.append(sum(len(v) for v in want.values()))
+        deliv_counts.append(len(want))
+    naive_check = vtopics[: max(3, min(len(vtopics), int(args.naive_budget * 2e5 / n)))]
+    for topic in naive_check:
+        got = normalise(naive.match(ex, topic))
+        want = normalise(tr.match(topic))
+        if got != want:
+            diff = {s: (got.get(s), want.get(s)) for s in set(got) | set(want) if got.get(s) != want.get(s)}
+            raise SystemExit(f"MISMATCH naive vs trie on {topic!r}: {len(diff)} subscribers differ, e.g. {list(diff.items())[:5]}")
+    # the batch paths agree with match() row by row
+    vframe = batches[0].iloc[: args.verify].reset_index(drop=True)
+    got_frame = m.match_frame(vframe)
+    out_type = got_frame["deliveries"].dtype.pyarrow_dtype if hasattr(got_frame["deliveries"].dtype, "pyarrow_dtype") else None
+    want_frame = trie_mod.trie_match_frame(tr, vframe, out_type)
+    if list(got_frame["message_id"]) != list(vframe["message_id"]):
+        raise SystemExit("MISMATCH: match_frame message_id column is not the input's, in order")
+    for i, (a, b, err) in enumerate(zip(got_frame["deliveries"].tolist(), want_frame["deliveries"].tolist(), got_frame["error"].tolist())):
+        if err is not None and not (isinstance(err, float) and np.isnan(err)):
+            raise SystemExit(f"MISMATCH: match_frame error {err!r} on {vframe['routing_key'][i]!r}")
+        if normalise_frame_row(a) != normalise_frame_row(b):
+            raise SystemExit(f"MISMATCH match_frame vs trie frame on {vframe['routing_key'][i]!r}")
+    log(f"  agree on {len(vtopics)} topics (naive on {len(naive_check)}), and match_frame on {len(vframe)} publishes")
+    del m, got_frame, want_frame
+
+    def dist(xs):
+        return f"{np.mean(xs):.1f} (min {min(xs)}, median {int(np.median(xs))}, max {max(xs)})"
+
+    # ---- cold per-topic
+    log(f"{profile} N={n}: cold match, {len(cold_topics)} distinct topics")
+    pc = time.perf_counter_ns
+    gc.collect()
+    m = br.Matcher(loaded)
+    match = m.match
+    match(ex, warm_topic)
+    ns = []
+    for topic in cold_topics:
+        t = pc()
+        match(ex, topic)
+        ns.append(pc() - t)
+    rows["bitroute"].cold_median_us, rows["bitroute"].cold_p99_us, rows["bitroute"].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
+    del m, match
+    gc.collect()
+    tmatch = tr.match
+    tmatch(warm_topic)
+    ns = []
+    for topic in cold_topics:
+        t = pc()
+        tmatch(topic)
+        ns.append(pc() - t)
+    rows["trie"].cold_median_us, rows["trie"].cold_p99_us, rows["trie"].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
+    log(f"  bitroute median {rows['bitroute'].cold_median_us:.2f}us, trie {rows['trie'].cold_median_us:.2f}us; naive (budget {args.naive_budget:.0f}s)")
+    gc.collect()
+    nmatch = naive.match
+    nmatch(ex, warm_topic)
+    ns = []
+    deadline = time.perf_counter() + args.naive_budget
+    for topic in cold_topics:
+        t = pc()
+        nmatch(ex, topic)
+        ns.append(pc() - t)
+        if len(ns) >= 20 and time.perf_counter() > deadline:
+            break
+    rows["naive"].cold_median_us, rows["naive"].cold_p99_us, rows["naive"].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
+    naive_mean_s = float(np.mean(ns)) / 1e9
+    log(f"  naive median {rows['naive'].cold_median_us:.0f}us on {len(ns)} topics")
+
+    # ---- batches
+    total = sum(len(b) for b in batches)
+    log(f"{profile} N={n}: {len(batches)} batches of {args.batch_size} Zipf publishes ({dist(distinct)} distinct topics each)")
+    gc.collect()
+    m = br.Matcher(loaded)
+    times = []
+    for b in batches:
+        t = time.perf_counter()
+        m.match_frame(b)
+        times.append(time.perf_counter() - t)
+    rows["bitroute"].first_pps = len(batches[0]) / times[0]
+    rows["bitroute"].steady_pps = total / sum(times)
+    del m
+    gc.collect()
+    times = []
+    for b in batches:
+        t = time.perf_counter()
+        trie_mod.trie_match_frame(tr, b, out_type)
+        times.append(time.perf_counter() - t)
+    rows["trie"].first_pps = len(batches[0]) / times[0]
+    rows["trie"].steady_pps = total / sum(times)
+    log(f"  bitroute {rows['bitroute'].steady_pps:,.0f}/s, trie {rows['trie'].steady_pps:,.0f}/s")
+    est = distinct[0] * naive_mean_s
+    if est <= args.naive_budget:
+        gc.collect()
+        b = batches[0]
+        t = time.perf_counter()
+        seen = {}
+        for key in b["routing_key"].tolist():
+            if key not in seen:
+                seen[key] = nmatch(ex, key)
+        rows["naive"].first_pps = rows["naive"].steady_pps = len(b) / (time.perf_counter() - t)
+        rows["naive"].batch_note = "match() per distinct topic, 1 batch"
+    else:
+        rows["naive"].first_pps = rows["naive"].steady_pps = len(batches[0]) / est
+        rows["naive"].batch_note = "~ estimated: cold mean x distinct topics"
+
+    # ---- optional profiles
+    if args.cprofile:
+        os.makedirs(args.cprofile, exist_ok=True)
+        m = br.Matcher(loaded)
+        m.match(ex, warm_topic)
+        pr = cProfile.Profile()
+        pr.enable()
+        for topic in cold_topics:
+            m.match(ex, topic)
+        pr.disable()
+        dump_profile(pr, os.path.join(args.cprofile, f"{profile}-{n}-cold"))
+        m = br.Matcher(loaded)
+        pr = cProfile.Profile()
+        pr.enable()
+        m.match_frame(batches[0])
+        pr.disable()
+        dump_profile(pr, os.path.join(args.cprofile, f"{profile}-{n}-batch"))
+        del m
+
+    res = Result(
+        profile=profile,
+        n=n,
+        description=wl.description,
+        subscribers=wl.subscribers,
+        matches_per_topic=dist(match_counts),
+        deliveries_per_topic=dist(deliv_counts),
+        distinct_per_batch=dist(distinct),
+        rows=rows,
+    )
+    del naive, tr, loaded, batches, wl
+    gc.collect()
+    return res
+
+
+def dump_profile(pr: cProfile.Profile, path: str) -> None:
+    pr.dump_stats(path + ".prof")
+    s = io.StringIO()
+    st = pstats.Stats(pr, stream=s)
+    st.sort_stats("tottime").print_stats(25)
+    st.sort_stats("cumulative").print_stats(25)
+    with open(path + ".txt", "w") as f:
+        f.write(s.getvalue())
+    log(f"  profile written to {path}.txt")
+
+
+# -- reporting --------------------------------------------------------------
+
+
+def fmt_us(x: float) -> str:
+    if x != x:
+        return "n/a"
+    if x >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.2f}" if x < 100 else f"{x:.0f}"
+
+
+def fmt_num(x: float, unit: str = "") -> str:
+    if x != x:
+        return "n/a"
+    return f"{x:,.0f}{unit}"
+
+
+def ratio(a: float, b: float) -> str:
+    if a != a or b != b or b == 0:
+        return "n/a"
+    r = a / b
+    return f"{r:,.0f}x" if r >= 100 else f"{r:.2f}x"
+
+
+def print_result(r: Result) -> None:
+    print(f"\n### {r.profile}, N = {r.n:,}\n")
+    print(f"{r.description}.")
+    print(f"Subscribers {r.subscribers:,}; per topic (verification sample): {r.matches_per_topic} matched subscriptions, "
+          f"{r.deliveries_per_topic} deliveries; distinct topics per 10k batch: {r.distinct_per_batch}.\n")
+    print("| impl | build s | bytes/sub | load s | cold median us | cold p99 us | topics timed | batch first pub/s | batch steady pub/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in r.rows.values():
+        bn = " ~" if row.batch_note.startswith("~") else ""
+        print(
+            f"| {row.impl} | {row.build_s:.2f} | {row.bytes_per_sub:.1f} | {row.load_s:.2f} | {fmt_us(row.cold_median_us)} | "
+            f"{fmt_us(row.cold_p99_us)} | {row.cold_n} | {fmt_num(row.first_pps)}{bn} | {fmt_num(row.steady_pps)}{bn} |"
+        )
+    b, t, nv = r.rows["bitroute"], r.rows["trie"], r.rows["naive"]
+    print()
+    print("| bitroute vs | build | bytes/sub | cold median | cold p99 | batch first | batch steady |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for other in (t, nv):
+        print(
+            f"| {other.impl} | {ratio(other.build_s, b.build_s)} | {ratio(other.bytes_per_sub, b.bytes_per_sub)} | "
+            f"{ratio(other.cold_median_us, b.cold_median_us)} | {ratio(other.cold_p99_us, b.cold_p99_us)} | "
+            f"{ratio(b.first_pps, other.first_pps)} | {ratio(b.steady_pps, other.steady_pps)} |"
+        )
+    notes = [f"{row.impl}: {'; '.join(row.notes + ([row.batch_note] if row.batch_note else []))}" for row in r.rows.values() if row.notes or row.batch_note]
+    if notes:
+        print("\nNotes: " + ". ".join(notes) + ".")
+    sys.stdout.flush()
+
+
+def check_targets(results: list[Result]) -> None:
+    print("\n### Targets (issue 3)\n")
+    lines = []
+    for r in results:
+        b, t, nv = r.rows["bitroute"], r.rows["trie"], r.rows["naive"]
+        if r.profile == "devices" and r.n == 1_000_000:
+            checks = [
+                ("cold median <= 10 us", b.cold_median_us <= 10, f"{b.cold_median_us:.2f} us"),
+                ("cold median >= 2x trie", t.cold_median_us / b.cold_median_us >= 2, ratio(t.cold_median_us, b.cold_median_us)),
+                ("cold median >= 1000x naive", nv.cold_median_us / b.cold_median_us >= 1000, ratio(nv.cold_median_us, b.cold_median_us)),
+                ("batches of 10k Zipf >= 1M pub/s (steady)", b.steady_pps >= 1e6, f"{b.steady_pps:,.0f} pub/s"),
+                ("batches of 10k Zipf >= 1M pub/s (first batch, cold cache)", b.first_pps >= 1e6, f"{b.first_pps:,.0f} pub/s"),
+                ("snapshot <= 100 bytes/sub", b.bytes_per_sub <= 100, f"{b.bytes_per_sub:.1f} bytes"),
+                ("full build of 1M <= 10 s", b.build_s <= 10, f"{b.build_s:.2f} s"),
+            ]
+        elif r.profile == "fanout":
+            checks = [
+                ("cold median no slower than trie", b.cold_median_us <= t.cold_median_us, ratio(t.cold_median_us, b.cold_median_us)),
+                ("batch (subscriber rows) no slower than trie, first", b.first_pps >= t.first_pps, ratio(b.first_pps, t.first_pps)),
+                ("batch (subscriber rows) no slower than trie, steady", b.steady_pps >= t.steady_pps, ratio(b.steady_pps, t.steady_pps)),
+            ]
+        else:
+            continue
+        for name, ok, val in checks:
+            lines.append(f"| {r.profile} {r.n:,} | {name} | {val} | {'met' if ok else '**MISSED**'} |")
+    if lines:
+        print("| config | target | measured | |")
+        print("|---|---|---|---|")
+        print("\n".join(lines))
+    else:
+        print("(no configuration with a target in this run)")
+
+
+def machine() -> str:
+    import pyroaring
+
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except Exception:
+        cpu = platform.processor()
+    try:
+        commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "status", "--porcelain", "--", "compiler"],
+                               capture_output=True, text=True).stdout.strip()
+    except Exception:
+        commit, dirty = "?", ""
+    aff = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    return (f"{cpu}; nproc {os.cpu_count()}, this process pinned to CPUs {aff}; Python {platform.python_version()}, "
+            f"pyroaring {pyroaring.__version__}, pandas {pd.__version__}, pyarrow {__import__('pyarrow').__version__}, "
+            f"numpy {np.__version__}; commit {commit}{' (compiler/ modified)' if dirty else ''}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--profiles", default="devices,fanout")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cold-topics", type=int, default=2000, help="distinct topics timed cold (default 2000)")
+    p.add_argument("--batches", type=int, default=None,
+                   help="batches per configuration (default 5; 2 for fan-out at >= 1M, whose batches hold ~60M deliveries)")
+    p.add_argument("--batch-size", type=int, default=10_000)
+    p.add_argument("--verify", type=int, default=400, help="topics checked for agreement (default 400)")
+    p.add_argument("--naive-budget", type=float, default=20.0, help="seconds of naive scan per step (default 20)")
+    p.add_argument("--cprofile", metavar="DIR", help="also write cProfile stats of bitroute to DIR")
+    p.add_argument("--pin-cpu", type=int, help="pin this process to one CPU (like taskset -c)")
+    args = p.parse_args(argv)
+    if args.pin_cpu is not None:
+        os.sched_setaffinity(0, {args.pin_cpu})
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
+    profiles = [s.strip().replace("fan-out", "fanout") for s in args.profiles.split(",") if s.strip()]
+    for prof in profiles:
+        if prof not in workloads.PROFILES:
+            p.error(f"unknown profile {prof!r}; choose from {', '.join(workloads.PROFILES)}")
+    br = Bitroute()
+    print("## compiler benchmark\n")
+    print(f"Machine: {machine()}.\n")
+    print(f"Command: {' '.join([os.path.relpath(sys.argv[0])] + (argv if argv is not None else sys.argv[1:]))}\n")
+    results = []
+    for prof in profiles:
+        for n in sizes:
+            r = run_config(br, prof, n, args)
+            print_result(r)
+            results.append(r)
+    check_targets(results)
+    log("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
