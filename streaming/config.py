@@ -1,0 +1,316 @@
+"""The one configuration object, and the one place the environment is read.
+
+Precedence, highest first:
+
+1. command-line overrides (``--set section.key=value`` and verb flags such as
+   ``--bootstrap``), passed to :func:`load` as ``overrides``;
+2. environment variables ``BITROUTE_<SECTION>_<KEY>`` (``BITROUTE_KAFKA_BOOTSTRAP``);
+3. the TOML file given with ``--config FILE``, else ``conf/bitroute.toml``;
+4. the built-in defaults of the dataclasses below.
+
+Every value is validated before anything starts; a bad one raises
+:class:`ConfigError` whose message names the key (``kafka.partitions: expected
+an integer >= 1, got 'two'``). The result is frozen.
+
+Example::
+
+    >>> cfg = load(overrides={"kafka.bootstrap": "127.0.0.1:19092"}, environ={})
+    >>> cfg.kafka.bootstrap
+    '127.0.0.1:19092'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import conf
+
+ENV_PREFIX = "BITROUTE_"
+DIALECTS = ("amqp", "mqtt")
+_HOST_PORT = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
+_INTERVAL = re.compile(r"^\d+(\.\d+)?\s+(milliseconds?|seconds?|minutes?)$")
+_LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    publishes_topic: str = "bitroute.publishes"
+    subscriptions_topic: str = "bitroute.subscriptions"
+    rejected_topic: str = "bitroute.rejected"
+    deliveries_topic_prefix: str = "bitroute.deliveries."
+    partitions: int = 2
+    replication_factor: int = 1
+
+    def deliveries_topic(self, subscriber: str) -> str:
+        """The Kafka topic of one (already validated) subscriber."""
+        return self.deliveries_topic_prefix + subscriber
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    embedded: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9092
+    controller_port: int = 9093
+    data_dir: Path = Path(".bitroute/broker")
+
+
+@dataclass(frozen=True)
+class ExchangesConfig:
+    default: str = "amq.topic"
+    dialects: Mapping[str, str] = field(
+        default_factory=lambda: {"amq.topic": "amqp", "mqtt": "mqtt"}
+    )
+
+
+@dataclass(frozen=True)
+class DeltaConfig:
+    warehouse: str = ".bitroute/delta"
+
+    def table_path(self, table: str) -> str:
+        """Location of one audit table (deliveries, messages, subscriptions)."""
+        return f"{self.warehouse.rstrip('/')}/{table}"
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    checkpoint_dir: Path = Path(".bitroute/checkpoints")
+    trigger_interval: str = "1 second"
+    max_offsets_per_trigger: int = 100_000
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str = "local[*]"
+    app_name: str = "bitroute"
+    shuffle_partitions: int = 4
+    log_level: str = "WARN"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    exchanges: ExchangesConfig = field(default_factory=ExchangesConfig)
+    delta: DeltaConfig = field(default_factory=DeltaConfig)
+    streaming: StreamingConfig = field(default_factory=StreamingConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+
+
+_SECTION_TYPES = {
+    "kafka": KafkaConfig,
+    "broker": BrokerConfig,
+    "exchanges": ExchangesConfig,
+    "delta": DeltaConfig,
+    "streaming": StreamingConfig,
+    "spark": SparkConfig,
+}
+# Keys whose value is a table of free-form names (not settable from the environment).
+_TABLE_KEYS = {("exchanges", "dialects"), ("spark", "options")}
+
+
+def default_config_file() -> Path:
+    """The documented defaults shipped in ``conf/bitroute.toml``."""
+    return conf.path("bitroute.toml")
+
+
+def load(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the validated configuration from file, environment and overrides.
+
+    ``overrides`` maps dotted keys (``"kafka.bootstrap"``) to values (strings
+    are converted like environment values). ``environ`` defaults to
+    ``os.environ``. Raises :class:`ConfigError` naming the offending key.
+    """
+    path = Path(config_file) if config_file is not None else default_config_file()
+    raw = _read_toml(path)
+    layered: dict[str, dict[str, Any]] = {name: {} for name in _SECTION_TYPES}
+    for section, values in raw.items():
+        if section not in _SECTION_TYPES:
+            raise ConfigError(f"{section}: unknown section in {path}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{section}: expected a table in {path}")
+        for key, value in values.items():
+            _check_known(section, key)
+            layered[section][key] = value
+
+    env = os.environ if environ is None else environ
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        section, key = _env_key(name)
+        if section is None:
+            continue
+        layered[section][key] = value
+
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, _, key = dotted.partition(".")
+        if section not in _SECTION_TYPES or not key:
+            raise ConfigError(f"{dotted}: unknown configuration key")
+        _check_known(section, key)
+        layered[section][key] = value
+
+    sections = {name: _build_section(name, values) for name, values in layered.items()}
+    config = Config(**sections)
+    _validate(config)
+    return config
+
+
+def parse_set_flags(pairs: list[str] | None) -> dict[str, str]:
+    """Turn ``--set section.key=value`` flags into an overrides mapping."""
+    result: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"--set {pair!r}: expected section.key=value")
+        result[key.strip()] = value
+    return result
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _check_known(section: str, key: str) -> None:
+    names = {f.name for f in dataclasses.fields(_SECTION_TYPES[section])}
+    if key not in names:
+        raise ConfigError(f"{section}.{key}: unknown configuration key")
+
+
+def _env_key(name: str) -> tuple[str | None, str]:
+    """Map BITROUTE_KAFKA_BOOTSTRAP to ("kafka", "bootstrap"); unknown names are errors."""
+    rest = name[len(ENV_PREFIX):].lower()
+    for section in _SECTION_TYPES:
+        if rest.startswith(section + "_"):
+            key = rest[len(section) + 1:]
+            if (section, key) in _TABLE_KEYS:
+                raise ConfigError(f"{name}: {section}.{key} can only be set in the config file")
+            _check_known(section, key)
+            return section, key
+    # BITROUTE_HOME and the like are not configuration keys.
+    return None, ""
+
+
+def _build_section(section: str, values: Mapping[str, Any]) -> Any:
+    cls = _SECTION_TYPES[section]
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        kwargs[f.name] = _convert(f"{section}.{f.name}", f.type, values[f.name])
+    return cls(**kwargs)
+
+
+def _convert(key: str, type_name: Any, value: Any) -> Any:
+    """Convert a TOML or string value to the field's type, or raise ConfigError."""
+    kind = str(type_name)
+    if kind == "int":
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if kind == "Path":
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key}: expected a non-empty path, got {value!r}")
+        return Path(value)
+    if kind.startswith("Mapping"):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a table, got {value!r}")
+        return {str(k): str(v) if not isinstance(v, bool) else str(v).lower() for k, v in value.items()}
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _validate(config: Config) -> None:
+    def require(ok: bool, key: str, what: str, value: Any) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: expected {what}, got {value!r}")
+
+    kafka = config.kafka
+    servers = kafka.bootstrap.split(",")
+    require(all(_HOST_PORT.match(s.strip()) for s in servers), "kafka.bootstrap",
+            "host:port[,host:port...]", kafka.bootstrap)
+    for name in ("publishes_topic", "subscriptions_topic", "rejected_topic"):
+        value = getattr(kafka, name)
+        require(bool(_TOPIC_NAME.match(value)), f"kafka.{name}",
+                "a Kafka topic name ([A-Za-z0-9._-], 1..249 chars)", value)
+    require(bool(re.match(r"^[A-Za-z0-9._\-]{1,40}$", kafka.deliveries_topic_prefix)),
+            "kafka.deliveries_topic_prefix", "1..40 chars of [A-Za-z0-9._-]",
+            kafka.deliveries_topic_prefix)
+    require(kafka.partitions >= 1, "kafka.partitions", "an integer >= 1", kafka.partitions)
+    require(kafka.replication_factor >= 1, "kafka.replication_factor", "an integer >= 1",
+            kafka.replication_factor)
+
+    broker = config.broker
+    for name in ("port", "controller_port"):
+        value = getattr(broker, name)
+        require(0 < value < 65536, f"broker.{name}", "a port number 1..65535", value)
+    require(broker.port != broker.controller_port, "broker.controller_port",
+            "a port different from broker.port", broker.controller_port)
+    require(broker.host in ("127.0.0.1", "localhost", "::1"), "broker.host",
+            "a loopback address (the embedded broker never listens elsewhere)", broker.host)
+
+    exchanges = config.exchanges
+    require(bool(exchanges.dialects), "exchanges.dialects", "at least one exchange",
+            exchanges.dialects)
+    for name, dialect in exchanges.dialects.items():
+        require(dialect in DIALECTS, f"exchanges.dialects.{name}", "'amqp' or 'mqtt'", dialect)
+        require(bool(name) and len(name) <= 255, f"exchanges.dialects.{name}",
+                "an exchange name of 1..255 characters", name)
+    require(exchanges.default in exchanges.dialects, "exchanges.default",
+            f"one of the declared exchanges {sorted(exchanges.dialects)}", exchanges.default)
+
+    require(bool(config.delta.warehouse), "delta.warehouse", "a folder or URI",
+            config.delta.warehouse)
+
+    streaming = config.streaming
+    require(bool(_INTERVAL.match(streaming.trigger_interval)), "streaming.trigger_interval",
+            "an interval such as '1 second' or '500 milliseconds'", streaming.trigger_interval)
+    require(streaming.max_offsets_per_trigger >= 1, "streaming.max_offsets_per_trigger",
+            "an integer >= 1", streaming.max_offsets_per_trigger)
+
+    spark = config.spark
+    require(bool(spark.master), "spark.master", "a Spark master URL", spark.master)
+    require(spark.shuffle_partitions >= 1, "spark.shuffle_partitions", "an integer >= 1",
+            spark.shuffle_partitions)
+    require(spark.log_level in _LOG_LEVELS, "spark.log_level", " or ".join(_LOG_LEVELS),
+            spark.log_level)

@@ -1,0 +1,71 @@
+"""The SparkSession factory: Kafka connector, Delta Lake and Arrow, configured once.
+
+``spark_session(config)`` returns the active session when one exists (under
+``spark-submit`` the master and jars come from the submitter, and only the
+settings below that are not already set are added), else builds one on
+``spark.master`` (``local[*]`` by default) with the jars of ``conf/jvm.toml``
+resolved by :mod:`streaming.jvm` and handed to Spark as ``spark.jars``, so a
+cluster's executors receive them too.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from streaming import jvm
+from streaming.config import Config
+
+
+def session_settings(config: Config) -> dict[str, str]:
+    """Every Spark setting bitroute relies on, with ``spark.options`` applied last."""
+    settings = {
+        "spark.app.name": config.spark.app_name,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
+        "spark.default.parallelism": str(config.spark.shuffle_partitions),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Streaming queries run for days; keep only recent progress in memory.
+        "spark.sql.streaming.numRecentProgressUpdates": "20",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    }
+    if config.spark.master.startswith("local"):
+        # Local mode serves only this machine: keep the driver on loopback.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(config.spark.options)
+    return settings
+
+
+def spark_session(config: Config) -> SparkSession:
+    """Return the configured SparkSession (see module docstring)."""
+    active = SparkSession.getActiveSession()
+    settings = session_settings(config)
+    if active is not None:
+        for key, value in settings.items():
+            if key.startswith("spark.sql.") and active.conf.get(key, None) is None:
+                active.conf.set(key, value)
+        return active
+    builder = SparkSession.builder
+    if not _under_spark_submit():
+        builder = builder.master(config.spark.master)
+        builder = builder.config("spark.jars", ",".join(str(p) for p in jvm.jars("spark")))
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(config.spark.log_level)
+    return session
+
+
+def _under_spark_submit() -> bool:
+    """True when spark-submit launched this process: its master and --jars then rule.
+
+    spark-submit starts the JVM first and hands Python the gateway port in the
+    environment; a plain ``python`` run has no such variable.
+    """
+    return "PYSPARK_GATEWAY_PORT" in os.environ
