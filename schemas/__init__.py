@@ -1,0 +1,4 @@
+"""Record contracts: Kafka headers, changelog JSON fields and Delta table schemas.
+
+The one place that names every field and header: :mod:`schemas.records`.
+"""
