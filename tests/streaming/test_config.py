@@ -1,0 +1,74 @@
+"""Configuration precedence and validation (pure logic, no services)."""
+
+from pathlib import Path
+
+import pytest
+
+from streaming.config import ConfigError, default_config_file, load, parse_set_flags
+
+
+def test_packaged_file_declares_the_default_exchanges():
+    cfg = load(environ={})
+    assert dict(cfg.exchanges.dialects) == {"amq.topic": "amqp", "mqtt": "mqtt"}
+    assert cfg.exchanges.default == "amq.topic"
+    assert cfg.kafka.bootstrap == "127.0.0.1:9092"
+    assert default_config_file().name == "bitroute.toml"
+
+
+def test_precedence_flag_over_environment_over_file_over_default(tmp_path: Path):
+    file = tmp_path / "b.toml"
+    file.write_text('[kafka]\nbootstrap = "file:1"\npartitions = 3\n')
+    env = {"BITROUTE_KAFKA_BOOTSTRAP": "env:2"}
+
+    assert load(file, environ={}).kafka.bootstrap == "file:1"
+    assert load(file, environ=env).kafka.bootstrap == "env:2"
+    assert load(file, {"kafka.bootstrap": "flag:3"}, environ=env).kafka.bootstrap == "flag:3"
+    # A key absent everywhere keeps its built-in default.
+    assert load(file, environ=env).kafka.rejected_topic == "bitroute.rejected"
+    # The file still wins over the default for keys nothing else sets.
+    assert load(file, environ=env).kafka.partitions == 3
+
+
+def test_environment_values_are_converted_to_the_field_type():
+    cfg = load(environ={"BITROUTE_KAFKA_PARTITIONS": "6", "BITROUTE_BROKER_EMBEDDED": "false"})
+    assert cfg.kafka.partitions == 6
+    assert cfg.broker.embedded is False
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"kafka.partitions": "two"}, "kafka.partitions"),
+    ({"kafka.partitions": "0"}, "kafka.partitions"),
+    ({"kafka.bootstrap": "no-port"}, "kafka.bootstrap"),
+    ({"kafka.rejected_topic": "bad topic!"}, "kafka.rejected_topic"),
+    ({"exchanges.default": "nope"}, "exchanges.default"),
+    ({"broker.host": "0.0.0.0"}, "broker.host"),
+    ({"broker.port": "70000"}, "broker.port"),
+    ({"spark.log_level": "LOUD"}, "spark.log_level"),
+    ({"streaming.trigger_interval": "soon"}, "streaming.trigger_interval"),
+    ({"kafka.no_such_key": "1"}, "kafka.no_such_key"),
+])
+def test_bad_value_names_the_key(overrides, key):
+    with pytest.raises(ConfigError) as err:
+        load(overrides=overrides, environ={})
+    assert str(err.value).startswith(key)
+
+
+def test_bad_environment_key_and_bad_file_are_named(tmp_path: Path):
+    with pytest.raises(ConfigError, match="kafka.bootstrapp"):
+        load(environ={"BITROUTE_KAFKA_BOOTSTRAPP": "x:1"})
+    file = tmp_path / "bad.toml"
+    file.write_text("[exchanges.dialects]\nfoo = \"stomp\"\n")
+    with pytest.raises(ConfigError, match="exchanges.dialects.foo"):
+        load(file, environ={})
+    with pytest.raises(ConfigError, match="not found"):
+        load(tmp_path / "missing.toml", environ={})
+    (tmp_path / "broken.toml").write_text("[kafka\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(tmp_path / "broken.toml", environ={})
+
+
+def test_set_flags_parse_and_reject_malformed_pairs():
+    assert parse_set_flags(["kafka.bootstrap=h:1", "spark.master=local[1]"]) == {
+        "kafka.bootstrap": "h:1", "spark.master": "local[1]"}
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_set_flags(["bootstrap"])
