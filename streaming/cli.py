@@ -68,6 +68,12 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from streaming.router import serve
+
+    return serve(_config(args))
+
+
 def _match(args: argparse.Namespace) -> int:
     from compiler.offline import run_match
 
@@ -97,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
+    verb("run", _run, "run the router: a long-lived Spark streaming query (Ctrl-C stops "
+                      "after the current batch)")
     verb("version", _version, "print the versions of bitroute, pyspark and python")
     verb("jars", _jars, "resolve the JVM jars of conf/jvm.toml from Maven Central (cached)")
 

@@ -1,0 +1,61 @@
+"""Kafka topics the router owns: creating them, and naming the per-subscriber ones.
+
+``ensure_topics`` is idempotent: a topic that exists already is left as it is
+(its partitions and settings are not checked or changed). The subscription
+changelog is created compacted (``cleanup.policy=compact``) so that a key's
+latest value, or its tombstone, is what a restart rebuilds from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streaming.config import Config
+
+CREATE_TIMEOUT_S = 30.0
+COMPACTED = {"cleanup.policy": "compact"}
+
+
+class TopicError(RuntimeError):
+    """A topic could not be created; the message names it and Kafka's reason."""
+
+
+def admin_client(config: Config) -> AdminClient:
+    return AdminClient({"bootstrap.servers": config.kafka.bootstrap})
+
+
+def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str] | None = None,
+                  admin: AdminClient | None = None) -> list[str]:
+    """Create the topics of ``names`` that do not exist; return the ones created."""
+    admin = admin or admin_client(config)
+    wanted = sorted(set(names))
+    if not wanted:
+        return []
+    existing = set(admin.list_topics(timeout=CREATE_TIMEOUT_S).topics)
+    missing = [n for n in wanted if n not in existing]
+    if not missing:
+        return []
+    futures = admin.create_topics(
+        [NewTopic(n, config.kafka.partitions, config.kafka.replication_factor,
+                  config=dict(settings or {})) for n in missing],
+        operation_timeout=CREATE_TIMEOUT_S,
+    )
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=CREATE_TIMEOUT_S)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TopicError(f"cannot create topic {name!r}: {exc.args[0].str()}") from None
+    return sorted(created)
+
+
+def ensure_router_topics(config: Config, admin: AdminClient | None = None) -> None:
+    """The publishes and rejected topics, and the compacted subscription changelog."""
+    admin = admin or admin_client(config)
+    ensure_topics(config, [config.kafka.publishes_topic, config.kafka.rejected_topic], admin=admin)
+    ensure_topics(config, [config.kafka.subscriptions_topic], COMPACTED, admin=admin)
