@@ -1,13 +1,20 @@
 # Two entry points for a fresh machine (see README): `make run` and `make test`.
-# Everything they need is installed by them, into .venv and .cache/; a second
-# run finds it there and starts at once.
+# Everything they need is installed by them: Java and Maven from Debian's
+# packages if missing, Python packages into .venv, JVM jars into .cache/. A
+# second run finds it all there and starts at once.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install jars clean
+.PHONY: run test install jars prereqs clean
+
+# Java 17 runs Spark and the Kafka broker; Maven resolves conf/jvm.toml.
+prereqs:
+	@command -v java >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing Java 17 and Maven from Debian's packages"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null; }
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,14 +22,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: prereqs $(STAMP)
 
 # Resolve the JVM artifacts of conf/jvm.toml from Maven Central into .cache/jars.
-jars: $(STAMP)
+jars: install
 	$(BIN)/bitroute jars
 
+# The router on the embedded default: local Spark, the embedded Kafka broker
+# (started if it is not running), Delta tables under .bitroute/.
 run: jars
-	$(BIN)/bitroute broker start
 	$(BIN)/bitroute run
 
 test: jars
