@@ -1,0 +1,61 @@
+"""Conversions between the column types the index and snapshot use.
+
+Slot numbers are ``uint32``; string columns are Arrow ``string`` arrays
+(``int32`` offsets, nulls for free slots); sets of slots are roaring bitmaps.
+These helpers keep the conversions vectorised (no per-element Python work),
+which is what makes snapshots fast to build and load.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap, FrozenBitMap
+
+SLOT_DTYPE = np.dtype("<u4")
+"""Every slot column: little-endian uint32, the same in memory and on disk."""
+
+
+def slot_array(values: "np.ndarray | array | list[int]") -> np.ndarray:
+    """A read-only ``uint32`` numpy copy of ``values``."""
+    if isinstance(values, array):
+        out = np.frombuffer(values.tobytes(), dtype=np.uint32).astype(SLOT_DTYPE, copy=False)
+    else:
+        out = np.array(values, dtype=SLOT_DTYPE)
+    out.flags.writeable = False
+    return out
+
+
+def bitmap_of(slots: np.ndarray) -> FrozenBitMap:
+    """The set of ``slots`` (any integer numpy array of values < 2**32)."""
+    packed = array("I")
+    packed.frombytes(np.ascontiguousarray(slots, dtype=np.uint32).tobytes())
+    return FrozenBitMap(packed)
+
+
+def mutable_bitmap_of(slots: np.ndarray) -> BitMap:
+    """Like :func:`bitmap_of`, mutable."""
+    packed = array("I")
+    packed.frombytes(np.ascontiguousarray(slots, dtype=np.uint32).tobytes())
+    return BitMap(packed)
+
+
+def bitmap_to_numpy(bitmap: BitMap | FrozenBitMap) -> np.ndarray:
+    """The members of ``bitmap``, ascending, as ``uint32``."""
+    return np.frombuffer(bitmap.to_array(), dtype=np.uint32)
+
+
+def string_column(values: list[str | None]) -> pa.StringArray:
+    """An Arrow string column from Python strings (``None`` = free slot)."""
+    return pa.array(values, type=pa.string())
+
+
+def live_slots(column: pa.StringArray) -> FrozenBitMap:
+    """The slots of ``column`` that hold a value."""
+    if column.null_count == 0:
+        return FrozenBitMap(range(len(column)))
+    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    return bitmap_of(np.flatnonzero(valid))

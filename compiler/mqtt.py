@@ -1,0 +1,138 @@
+"""MQTT 3.1.1 / 5.0 topic grammar.
+
+Topic names (topics)
+    1 to 65535 bytes of UTF-8, without U+0000 and without the wildcard
+    characters ``+`` and ``#``. Levels are separated by ``/``; empty levels
+    are levels (``/a`` has two levels, ``a/`` two, ``/`` two).
+
+Topic filters
+    1 to 65535 bytes of UTF-8 without U+0000. ``+`` matches exactly one
+    level; ``#`` matches the parent level and every descendant (``a/#``
+    matches ``a``, ``a/b`` and ``a/b/c``) and must be the last level. A
+    wildcard must occupy a whole level. A filter whose first level is a
+    wildcard does not match a topic starting with ``$`` (``#`` does not match
+    ``$SYS/x``; ``$SYS/#`` does).
+
+Shared subscriptions (MQTT 5)
+    ``$share/<group>/<filter>``: ``<group>`` is at least one character
+    without ``/``, ``+`` or ``#``; ``<filter>`` is a valid topic filter. Each
+    matching message goes to exactly one member of the group.
+
+Valid filters::
+
+    "a/b/+"   "a/+/c"   "a/#"   "a/b/#"   "#"   "+/b/c"   "+/+/+"   "+"   "/"
+    "/+"   "+/"   "//"   "sport/tennis/player1/#"   "$SYS/#"   "$SYS/+/x"
+    "a/*"   "$share/g/a/+"   "$share/g/#"   "$share/g/$SYS/#"   "$share"
+
+Invalid filters::
+
+    ""   "a/#/c"   "a+/b/c"   "a/b#"   "#/"   "##"   "a/++"   "a\\x00b"
+    "$share/g"   "$share/g/"   "$share//a"   "$share/g+/a"   "$share/#/a"
+    "$share/g/a/#/b"   a filter over 65535 UTF-8 bytes
+
+Valid, but not matching the topic ``a/b/c``::
+
+    "a/b"   "a/+"   "+/b"   "b/c/a"   "a/b/d"   "a/b/c/+"   "+/+"   "a/b/c/d/#"
+
+Invalid topics::
+
+    ""   "a/+"   "a/#"   "+"   "a\\x00b"   a topic over 65535 UTF-8 bytes
+"""
+
+from __future__ import annotations
+
+from .errors import FilterError, TopicError, quote
+from .pattern import FilterKind, ParsedFilter, classify
+
+SEPARATOR = "/"
+ONE = "+"
+MANY = "#"
+MAX_BYTES = 65535
+"""Longest topic name or topic filter, in UTF-8 bytes."""
+
+SHARE_PREFIX = "$share/"
+
+DOLLAR_RULE = True
+"""Topics starting with ``$`` are not matched by a filter whose first level is a wildcard."""
+
+_MAX_SAFE_CHARS = MAX_BYTES // 4
+
+
+def _check_text(text: str, what: str, error: type[Exception]) -> None:
+    if not text:
+        raise error(f"{what} must not be empty")
+    if "\x00" in text:
+        raise error(f"{what} must not contain U+0000: {quote(text)}")
+    if len(text) <= _MAX_SAFE_CHARS and text.isascii():
+        return
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise error(f"{what} is not valid UTF-8 text: {quote(text)}") from None
+    if size > MAX_BYTES:
+        raise error(f"{what} is {size} bytes, longer than {MAX_BYTES}: {quote(text)}")
+
+
+def _split_share(text: str) -> tuple[str | None, str]:
+    """Split ``$share/<group>/<filter>`` into group and filter (validated)."""
+    if not text.startswith(SHARE_PREFIX):
+        return None, text
+    group, slash, inner = text[len(SHARE_PREFIX):].partition(SEPARATOR)
+    if not slash:
+        raise FilterError(f"shared subscription needs '$share/<group>/<filter>': {quote(text)}")
+    if not group:
+        raise FilterError(f"shared subscription group must not be empty: {quote(text)}")
+    if "+" in group or "#" in group:
+        raise FilterError(f"shared subscription group must not contain '+' or '#': {quote(text)}")
+    if not inner:
+        raise FilterError(f"shared subscription needs a filter after the group: {quote(text)}")
+    return group, inner
+
+
+def parse_filter(text: str) -> ParsedFilter:
+    """Validate a topic filter and classify it; raises :class:`FilterError`."""
+    if type(text) is not str:
+        raise FilterError(f"topic filter must be a string, not {type(text).__name__}: {quote(text)}")
+    _check_text(text, "topic filter", FilterError)
+    group, inner = _split_share(text)
+    words = tuple(inner.split(SEPARATOR))
+    last = len(words) - 1
+    for i, word in enumerate(words):
+        if "#" in word:
+            if word != MANY:
+                raise FilterError(f"'#' must occupy a whole level: {quote(text)}")
+            if i != last:
+                raise FilterError(f"'#' must be the last level: {quote(text)}")
+        elif "+" in word and word != ONE:
+            raise FilterError(f"'+' must occupy a whole level: {quote(text)}")
+    kind, shape = classify(words, ONE, MANY)
+    # Only a trailing '#' passes validation, so MULTI cannot occur in MQTT.
+    assert kind is not FilterKind.MULTI
+    return ParsedFilter(text, words, group, kind, shape)
+
+
+def parse_topic(topic: str) -> list[str]:
+    """Validate a topic name and return its levels; raises :class:`TopicError`."""
+    if topic.__class__ is not str:
+        raise TopicError(f"topic must be a string, not {type(topic).__name__}: {quote(topic)}")
+    if "+" in topic or "#" in topic:
+        raise TopicError(f"topic must not contain the wildcards '+' or '#': {quote(topic)}")
+    _check_text(topic, "topic", TopicError)
+    return topic.split(SEPARATOR)
+
+
+def match_part(text: str) -> str:
+    """An already validated filter without its ``$share/<group>/`` prefix."""
+    if text.startswith(SHARE_PREFIX):
+        return text.split(SEPARATOR, 2)[2]
+    return text
+
+
+def filter_words(text: str) -> list[str]:
+    """The matching levels of an already validated topic filter."""
+    return match_part(text).split(SEPARATOR)
+
+
+def exact_key(text: str) -> str:
+    """The topic an already validated wildcard-free filter equals."""
+    return match_part(text)

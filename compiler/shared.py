@@ -1,0 +1,31 @@
+"""Member choice for MQTT shared subscriptions (``$share/<group>/<filter>``).
+
+A group is identified by (exchange, the full filter string, which names the
+group and the filter). Among the group's members whose subscription matched a
+message (header criteria included), exactly one receives it. The choice must
+be the same on every worker and on every replay of the message, so it is a
+pure function of the message id: a CRC-32 (stable across processes and
+Python versions, unlike the salted ``hash()``) of the group and the message id,
+modulo the number of members, indexing the members sorted by name. Including
+the group spreads a message's copies over different positions in different
+groups.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Sequence
+
+
+def group_key(exchange: str, filter_text: str) -> str:
+    """The identity of a shared-subscription group."""
+    return f"{exchange}\x00{filter_text}"
+
+
+def choose_member(group: str, message_id: str, members: Sequence[str]) -> str:
+    """The member of ``group`` that receives ``message_id``.
+
+    Precondition: ``members`` is non-empty, sorted and without duplicates.
+    """
+    digest = zlib.crc32(f"{group}\x00{message_id}".encode("utf-8", "surrogatepass"))
+    return members[digest % len(members)]
