@@ -10,8 +10,10 @@ that needs them, so ``bitroute --help`` and ``bitroute match`` start fast.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
@@ -19,7 +21,11 @@ from streaming.jvm import JvmResolutionError
 
 
 class CommandError(RuntimeError):
-    """A verb failed in a way the user can act on; printed as one line."""
+    """A verb failed in a way the user can act on; printed as one line, exit status 1."""
+
+
+class UsageError(CommandError):
+    """A verb's arguments are invalid (nothing was done); printed as one line, exit status 2."""
 
 
 def _config(args: argparse.Namespace, extra: dict[str, object] | None = None) -> Config:
@@ -80,7 +86,125 @@ def _match(args: argparse.Namespace) -> int:
     return run_match(args.dialect, args.subscriptions, args.topics, sys.stdout, sys.stderr)
 
 
+@contextmanager
+def _reported(invalid: type[Exception], failed: type[Exception]) -> Iterator[None]:
+    """Turn a module's errors into one-line command errors (invalid: 2, failed: 1)."""
+    try:
+        yield
+    except invalid as exc:
+        raise UsageError(str(exc)) from None
+    except failed as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _subscribe(args: argparse.Namespace) -> int:
+    from streaming import client
+
+    cfg = _config(args)
+    with _reported(client.InvalidRequest, client.ClientError):
+        criteria = client.parse_criteria(args.header or [])
+        if args.filter is None and not criteria:
+            raise client.InvalidRequest("--filter is required unless --header is given")
+        print(client.subscribe(cfg, args.exchange, args.subscriber,
+                               "#" if args.filter is None else args.filter,
+                               criteria, args.match, args.id))
+    return 0
+
+
+def _unsubscribe(args: argparse.Namespace) -> int:
+    from streaming import client
+
+    cfg = _config(args)
+    with _reported(client.InvalidRequest, client.ClientError):
+        client.unsubscribe(cfg, args.id)
+    print(args.id)
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from streaming import client
+
+    cfg = _config(args)
+    with _reported(client.InvalidRequest, client.ClientError):
+        headers = client.parse_headers(args.header or [])
+        payload = _payload(args)
+        print(client.publish(cfg, args.exchange or cfg.exchanges.default, args.routing_key,
+                             payload, headers))
+    return 0
+
+
+def _payload(args: argparse.Namespace) -> bytes:
+    if args.file is None:
+        return (args.payload or "").encode("utf-8")
+    if args.payload is not None:
+        raise UsageError("give the payload as an argument or with --file, not both")
+    if args.file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(args.file, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"--file {args.file}: {exc.strerror}") from None
+
+
+def _tail(args: argparse.Namespace) -> int:
+    from streaming import client
+
+    cfg = _config(args)
+
+    def started(topic: str, partitions: int) -> None:
+        where = "the beginning" if args.from_beginning else "now"
+        print(f"bitroute: tailing {topic} ({partitions} partitions) from {where}",
+              file=sys.stderr, flush=True)
+
+    with _reported(client.InvalidRequest, client.ClientError):
+        for delivery in client.tail(cfg, args.subscriber, args.from_beginning, args.max,
+                                    args.timeout, started):
+            print(delivery.to_json() if args.json else delivery.to_line(), flush=True)
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from streaming import audit
+
+    cfg = _config(args)
+    with _reported(audit.InvalidQuery, audit.AuditError):
+        query = audit.AuditQuery(
+            table=args.table, subscriber=args.subscriber, message_id=args.message_id,
+            since=None if args.since is None else audit.parse_time(args.since, "--since"),
+            until=None if args.until is None else audit.parse_time(args.until, "--until"),
+            as_of_version=args.as_of_version, state=args.state)
+        columns, rows = audit.run(cfg, query)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        print("\n".join(audit.render_table(columns, rows)))
+    return 0
+
+
 # --- parser ----------------------------------------------------------------------
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _version_number(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
@@ -117,6 +241,72 @@ def build_parser() -> argparse.ArgumentParser:
     match.add_argument("--dialect", required=True, choices=("amqp", "mqtt"))
     match.add_argument("--subscriptions", required=True, metavar="SUBS.jsonl")
     match.add_argument("--topics", required=True, metavar="TOPICS.jsonl")
+
+    subscribe = verb("subscribe", _subscribe,
+                     "add or replace a subscription: validate it as the router would, create "
+                     "the subscriber's delivery topic, write the change to the changelog and "
+                     "print the subscription id once Kafka acknowledged it")
+    subscribe.add_argument("--exchange", required=True, help="a declared exchange "
+                           "(exchanges.dialects); its dialect rules the filter")
+    subscribe.add_argument("--subscriber", required=True,
+                           help="who receives the deliveries: 1-200 of [A-Za-z0-9._-]")
+    subscribe.add_argument("--filter", help="topic filter (AMQP binding key or MQTT topic "
+                           "filter); default with --header: '#', every routing key")
+    subscribe.add_argument("--id", help="subscription id (default: a fresh uuid4 hex); "
+                           "an existing id is replaced")
+    subscribe.add_argument("--header", action="append", metavar="NAME[=VALUE]",
+                           help="header criterion: NAME=VALUE (equal) or NAME (present); "
+                                "repeatable")
+    subscribe.add_argument("--match", choices=("all", "any"), default="all",
+                           help="every header criterion must hold (all, default) or one (any)")
+
+    unsubscribe = verb("unsubscribe", _unsubscribe,
+                       "remove a subscription: write its tombstone to the changelog and print "
+                       "the id once Kafka acknowledged it")
+    unsubscribe.add_argument("id", metavar="ID", help="the subscription id")
+
+    publish = verb("publish", _publish,
+                   "publish one message and print its message id <topic>/<partition>/<offset> "
+                   "once Kafka acknowledged it")
+    publish.add_argument("--exchange", help="exchange header (default: exchanges.default)")
+    publish.add_argument("--routing-key", required=True,
+                         help="routing key / topic name (the router rejects a bad one)")
+    publish.add_argument("--header", action="append", metavar="NAME=VALUE",
+                         help="message header (repeatable)")
+    publish.add_argument("payload", nargs="?", metavar="PAYLOAD",
+                         help="payload text, sent as UTF-8 (default: empty)")
+    publish.add_argument("--file", metavar="F", help="send the bytes of file F ('-': stdin)")
+
+    tail = verb("tail", _tail,
+                "print a subscriber's deliveries as they arrive (one line each; --json: one "
+                "object per line with message_id, routing_key, headers, subscription_ids, "
+                "snapshot_version, payload, payload_encoding)")
+    tail.add_argument("subscriber", metavar="SUBSCRIBER")
+    tail.add_argument("--from-beginning", action="store_true",
+                      help="start at the oldest delivery kept (default: from now)")
+    tail.add_argument("--max", type=_count, metavar="N", help="stop after N deliveries")
+    tail.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                      help="stop when no delivery arrived for SECONDS (default: run until "
+                           "Ctrl-C)")
+    tail.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    audit = verb("audit", _audit,
+                 "query a Delta audit table (time column: routed_at, applied_at for "
+                 "subscriptions) and print an aligned table or JSON lines")
+    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions"))
+    audit.add_argument("--subscriber", metavar="S", help="rows of subscriber S "
+                       "(deliveries, subscriptions)")
+    audit.add_argument("--message-id", metavar="M", help="rows of message M "
+                       "(deliveries, messages)")
+    audit.add_argument("--since", metavar="T", help="rows at or after T (ISO-8601; UTC when "
+                       "no offset is given)")
+    audit.add_argument("--until", metavar="T", help="rows before T (ISO-8601)")
+    audit.add_argument("--as-of-version", type=_version_number, metavar="V",
+                       help="read the table as it was at Delta version V (time travel)")
+    audit.add_argument("--state", action="store_true",
+                       help="subscriptions: the subscriptions in force (latest change per id, "
+                            "removed ones left out) instead of every change")
+    audit.add_argument("--json", action="store_true", help="one JSON object per row")
     return parser
 
 
@@ -127,6 +317,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except ConfigError as exc:
         print(f"bitroute: error: configuration: {exc}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"bitroute: error: {exc}", file=sys.stderr)
         return 2
     except (CommandError, JvmResolutionError) as exc:
         print(f"bitroute: error: {exc}", file=sys.stderr)

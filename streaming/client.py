@@ -1,0 +1,386 @@
+"""The Kafka side of the command line: subscribe, unsubscribe, publish, tail.
+
+Every write waits for Kafka's acknowledgement (``acks=all``) before it returns,
+so a caller that saw :func:`subscribe` return and then :func:`publish` return
+has the router's happens-before guarantee: the subscription is applied to that
+publish. Nothing here routes or rejects on the router's behalf except
+:func:`subscribe`, which refuses a change the router would reject, using the
+compiler's own validation (:class:`compiler.RoutingIndex`) so the rules are the
+router's rules. Bad routing keys are left to the router, which rejects them
+with a reason.
+
+Errors are :class:`ClientError` (Kafka failed or timed out) and its subclass
+:class:`InvalidRequest` (the arguments are wrong; nothing was written).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from schemas.records import (
+    EXCHANGE_HEADER,
+    MESSAGE_ID_HEADER,
+    ROUTER_HEADERS,
+    SNAPSHOT_VERSION_HEADER,
+    SUBSCRIPTION_IDS_HEADER,
+    message_id,
+)
+from streaming.config import Config
+from streaming.topics import COMPACTED, TopicError, admin_client, ensure_topics
+
+ACK_TIMEOUT_S = 30.0
+"""How long a write waits for Kafka's acknowledgement before it is reported failed."""
+METADATA_TIMEOUT_S = 30.0
+POLL_INTERVAL_S = 0.2
+"""Longest single consumer poll: bounds how late ``--timeout`` and Ctrl-C are noticed."""
+
+# librdkafka logs connection trouble on its own; the verbs report failures as
+# one line, so its log goes to this logger, silent unless the caller configures it.
+_KAFKA_LOG = logging.getLogger("bitroute.kafka")
+_KAFKA_LOG.addHandler(logging.NullHandler())
+
+
+class ClientError(RuntimeError):
+    """A Kafka operation failed; the message says which and why."""
+
+
+class InvalidRequest(ClientError):
+    """The request is invalid (bad filter, unknown exchange, malformed header); nothing was written."""
+
+
+# --- subscriptions ---------------------------------------------------------------
+
+def parse_criteria(items: Sequence[str]) -> dict[str, str | None]:
+    """``["color=red", "urgent"]`` -> ``{"color": "red", "urgent": None}`` (``NAME`` alone is presence)."""
+    criteria: dict[str, str | None] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if name in criteria:
+            raise InvalidRequest(f"--header {item!r}: header {name!r} is given twice")
+        criteria[name] = value if sep else None
+    return criteria
+
+
+def subscription_record(config: Config, exchange: str, subscriber: str, filter_: str,
+                        criteria: dict[str, str | None] | None = None, match: str = "all",
+                        sub_id: str | None = None) -> tuple[bytes, bytes]:
+    """The validated changelog record ``(key, value)`` of one subscription.
+
+    ``sub_id`` defaults to a fresh uuid4 hex. ``criteria`` empty or ``None``
+    means no header criteria (the value then has no ``headers`` field).
+    Raises :class:`InvalidRequest` for whatever the router would reject.
+    """
+    from compiler import CompilerError, HeaderCriteria, RoutingIndex, Subscription
+
+    dialects = config.exchanges.dialects
+    if exchange not in dialects:
+        raise InvalidRequest(f"unknown exchange {exchange!r}: the configuration declares "
+                             f"{', '.join(sorted(dialects))} (exchanges.dialects)")
+    if sub_id is not None and not sub_id:
+        raise InvalidRequest("--id must not be empty")
+    try:
+        headers = HeaderCriteria(match, criteria) if criteria else None
+        record = Subscription(sub_id or uuid.uuid4().hex, exchange, subscriber, filter_,
+                              headers).to_changelog()
+        # The router's own checks, in the router's order: the record as it will
+        # be read back from the changelog, then the index (exchange, filter).
+        RoutingIndex(dialects).upsert(Subscription.from_changelog(*record))
+    except CompilerError as exc:
+        raise InvalidRequest(str(exc)) from None
+    return record
+
+
+def subscribe(config: Config, exchange: str, subscriber: str, filter_: str,
+              criteria: dict[str, str | None] | None = None, match: str = "all",
+              sub_id: str | None = None) -> str:
+    """Validate, create the subscriber's delivery topic if missing, write the change; return its id.
+
+    Returns once Kafka acknowledged the changelog record. The delivery topic is
+    created first, so the router can deliver from the first match on.
+    """
+    key, value = subscription_record(config, exchange, subscriber, filter_, criteria, match,
+                                     sub_id)
+    _ensure(config, [config.kafka.deliveries_topic(subscriber)])
+    _ensure(config, [config.kafka.subscriptions_topic], COMPACTED)
+    _produce(config, config.kafka.subscriptions_topic, key, value)
+    return key.decode("utf-8")
+
+
+def unsubscribe(config: Config, sub_id: str) -> None:
+    """Write the tombstone of ``sub_id`` to the changelog and wait for the acknowledgement.
+
+    Removing an id that was never subscribed is not an error: the router
+    records it as a no-op.
+    """
+    if not sub_id:
+        raise InvalidRequest("the subscription id must not be empty")
+    _ensure(config, [config.kafka.subscriptions_topic], COMPACTED)
+    _produce(config, config.kafka.subscriptions_topic, sub_id.encode("utf-8"), None)
+
+
+# --- publishes -------------------------------------------------------------------
+
+def parse_headers(items: Sequence[str]) -> list[tuple[str, bytes]]:
+    """``["color=red"]`` -> ``[("color", b"red")]``; names may repeat, as Kafka allows."""
+    headers = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidRequest(f"--header {item!r}: expected NAME=VALUE")
+        if name == EXCHANGE_HEADER:
+            raise InvalidRequest(f"--header {item!r}: give the exchange with --exchange")
+        if name in ROUTER_HEADERS:
+            raise InvalidRequest(f"--header {item!r}: {name!r} is set by the router")
+        headers.append((name, value.encode("utf-8")))
+    return headers
+
+
+def publish(config: Config, exchange: str, routing_key: str, payload: bytes,
+            headers: Sequence[tuple[str, bytes]] = ()) -> str:
+    """Produce one publish and return its message id ``<topic>/<partition>/<offset>``.
+
+    The record carries ``headers`` plus the exchange header. The exchange and
+    routing key are not checked here: the router rejects a bad one with a
+    reason (rejected topic and ``messages`` table) under this message id.
+    """
+    _ensure(config, [config.kafka.publishes_topic])
+    record = _produce(config, config.kafka.publishes_topic, routing_key.encode("utf-8"), payload,
+                      [*headers, (EXCHANGE_HEADER, exchange.encode("utf-8"))])
+    return message_id(record.topic(), record.partition(), record.offset())
+
+
+# --- deliveries ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Delivery:
+    """One record of a subscriber's delivery topic, decoded.
+
+    ``headers`` are the original publish's headers (the router's own are
+    taken out into the other fields; a repeated name keeps its last value;
+    values are decoded as UTF-8, undecodable bytes replaced by U+FFFD, a null
+    value is ``None``). A field the record lacks or carries malformed is ``None``.
+    """
+
+    message_id: str | None
+    routing_key: str | None
+    headers: dict[str, str | None]
+    subscription_ids: list[str] | None
+    snapshot_version: int | None
+    payload: bytes
+
+    @classmethod
+    def from_message(cls, message: Message) -> Delivery:
+        headers: dict[str, str | None] = {}
+        router: dict[str, str] = {}
+        for name, value in message.headers() or []:
+            text = None if value is None else value.decode("utf-8", errors="replace")
+            if name in ROUTER_HEADERS:
+                router[name] = text or ""
+            else:
+                headers[name] = text
+        key = message.key()
+        return cls(
+            message_id=router.get(MESSAGE_ID_HEADER),
+            routing_key=None if key is None else key.decode("utf-8", errors="replace"),
+            headers=headers,
+            subscription_ids=_json_strings(router.get(SUBSCRIPTION_IDS_HEADER)),
+            snapshot_version=_decimal(router.get(SNAPSHOT_VERSION_HEADER)),
+            payload=message.value() or b"",
+        )
+
+    def payload_text(self) -> tuple[str, str]:
+        """``(text, encoding)``: the payload as UTF-8 text when it decodes, else base64."""
+        try:
+            return self.payload.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            return base64.b64encode(self.payload).decode("ascii"), "base64"
+
+    def to_json(self) -> str:
+        """One JSON object: message_id, routing_key, headers, subscription_ids,
+        snapshot_version, payload, payload_encoding (``utf-8`` or ``base64``)."""
+        payload, encoding = self.payload_text()
+        return json.dumps({
+            "message_id": self.message_id,
+            "routing_key": self.routing_key,
+            "headers": self.headers,
+            "subscription_ids": self.subscription_ids,
+            "snapshot_version": self.snapshot_version,
+            "payload": payload,
+            "payload_encoding": encoding,
+        }, ensure_ascii=False)
+
+    def to_line(self) -> str:
+        """One human line: ``<message id> <routing key> subs=<ids> v<version> [name=value...] <payload>``.
+
+        Strings with spaces, quotes or control characters are JSON-quoted; a
+        payload that is not UTF-8 is shown as ``base64:<data>``.
+        """
+        payload, encoding = self.payload_text()
+        parts = [
+            self.message_id or "-",
+            _show(self.routing_key) if self.routing_key is not None else "-",
+            "subs=" + (",".join(map(_show, self.subscription_ids))
+                       if self.subscription_ids is not None else "-"),
+            f"v{self.snapshot_version}" if self.snapshot_version is not None else "v-",
+            *(f"{_show(n)}={_show(v) if v is not None else ''}" for n, v in self.headers.items()),
+            _show(payload) if encoding == "utf-8" else f"base64:{payload}",
+        ]
+        return " ".join(parts)
+
+
+def tail(config: Config, subscriber: str, from_beginning: bool = False,
+         max_records: int | None = None, timeout_s: float | None = None,
+         started: Callable[[str, int], None] = lambda topic, partitions: None) -> Iterator[Delivery]:
+    """Yield the deliveries of ``subscriber`` in arrival order per partition.
+
+    Reads the subscriber's delivery topic by explicit assignment (no consumer
+    group, no commits): from the start of every partition with
+    ``from_beginning``, else from the end as it is when the call starts (every
+    delivery Kafka acknowledges afterwards is yielded). Stops after
+    ``max_records``, or once no record arrived for ``timeout_s`` seconds;
+    with neither, runs until interrupted. ``started(topic, partitions)`` is
+    called once the assignment is made.
+    """
+    from compiler import CompilerError, validate_subscriber
+
+    try:
+        validate_subscriber(subscriber)
+    except CompilerError as exc:
+        raise InvalidRequest(str(exc)) from None
+    topic = config.kafka.deliveries_topic(subscriber)
+    consumer = Consumer({
+        "bootstrap.servers": config.kafka.bootstrap,
+        # Required by the client even though an assigned consumer joins no group.
+        "group.id": f"bitroute-tail-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "logger": _KAFKA_LOG,
+    })
+    try:
+        partitions = _partitions(consumer, topic, subscriber)
+        if from_beginning:
+            starts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
+        else:
+            starts = [TopicPartition(topic, p, _high_watermark(consumer, topic, p))
+                      for p in partitions]
+        consumer.assign(starts)
+        started(topic, len(partitions))
+        count = 0
+        last = time.monotonic()
+        while max_records is None or count < max_records:
+            wait = POLL_INTERVAL_S
+            if timeout_s is not None:
+                left = last + timeout_s - time.monotonic()
+                if left <= 0:
+                    return
+                wait = min(wait, left)
+            message = consumer.poll(wait)
+            if message is None:
+                continue
+            if message.error() is not None:
+                raise ClientError(f"reading {topic}: {message.error().str()}")
+            last = time.monotonic()
+            count += 1
+            yield Delivery.from_message(message)
+    except KafkaException as exc:
+        raise ClientError(f"reading {topic} from {config.kafka.bootstrap}: "
+                          f"{_reason(exc)}") from None
+    finally:
+        consumer.close()
+
+
+# --- Kafka plumbing --------------------------------------------------------------
+
+def _ensure(config: Config, names: list[str], settings: dict[str, str] | None = None) -> None:
+    try:
+        ensure_topics(config, names, settings, admin=admin_client(config))
+    except TopicError as exc:
+        raise ClientError(str(exc)) from None
+    except KafkaException as exc:
+        raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {_reason(exc)}") from None
+
+
+def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
+             headers: list[tuple[str, bytes]] | None = None) -> Message:
+    """Produce one record and return it as acknowledged (with its partition and offset)."""
+    producer = Producer({
+        "bootstrap.servers": config.kafka.bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "message.timeout.ms": int(ACK_TIMEOUT_S * 1000),
+        "logger": _KAFKA_LOG,
+    })
+    reports: list[tuple[KafkaError | None, Message]] = []
+    try:
+        producer.produce(topic, key=key, value=value, headers=headers,
+                         on_delivery=lambda err, msg: reports.append((err, msg)))
+    except (KafkaException, BufferError) as exc:
+        raise ClientError(f"cannot write to {topic}: {_reason(exc)}") from None
+    # The message timeout makes the delivery report arrive within ACK_TIMEOUT_S;
+    # the margin only covers the report's own delivery.
+    producer.flush(ACK_TIMEOUT_S + 5)
+    if not reports:
+        raise ClientError(f"no acknowledgement from Kafka at {config.kafka.bootstrap} "
+                          f"for {topic} within {ACK_TIMEOUT_S:g}s")
+    error, message = reports[0]
+    if error is not None:
+        raise ClientError(f"Kafka at {config.kafka.bootstrap} refused the write to {topic}: "
+                          f"{error.str()}")
+    return message
+
+
+def _partitions(consumer: Consumer, topic: str, subscriber: str) -> list[int]:
+    metadata = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise ClientError(f"no delivery topic {topic}: subscriber {subscriber!r} has no "
+                          f"subscription yet (bitroute subscribe creates it)")
+    return sorted(metadata.partitions)
+
+
+def _high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
+    _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                             timeout=METADATA_TIMEOUT_S)
+    return high
+
+
+def _reason(exc: BaseException) -> str:
+    first = exc.args[0] if exc.args else exc
+    return first.str() if isinstance(first, KafkaError) else str(first)
+
+
+def _json_strings(text: str | None) -> list[str] | None:
+    try:
+        value = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return value
+
+
+def _decimal(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isascii() and text.isdecimal() else None
+
+
+def _show(text: str) -> str:
+    """``text`` as is when it is one plain token, else JSON-quoted."""
+    if text and text.isprintable() and not any(c in text for c in ' "\\'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
