@@ -56,14 +56,15 @@ DELIVERIES_TYPE = pa.list_(
 """Arrow type of :meth:`Matcher.match_frame`'s ``deliveries`` column."""
 
 SORT_IN_PYTHON_MAX = 64
-"""Results up to this many subscriptions are ordered with Python's sort; larger
-ones through a per-matcher rank array (numpy), computed on first need."""
+"""Results up to this many subscriptions are sorted as a Python list, larger
+ones as a numpy array; both by a per-matcher rank of (subscriber, id)."""
+
+FILTER_TUPLE_MAX = 16
+"""A filter shared by up to this many subscriptions maps to a tuple of their
+slots; beyond, to a roaring bitmap (compact, and unions in C)."""
 
 PLAN_CACHE_MAX_LENGTHS = 512
 """Per exchange, lookup plans are memoised for at most this many topic lengths."""
-
-RESULT_OVERHEAD_BYTES = 320
-"""Estimated bytes of one cached topic result besides its slots and key text."""
 
 _HAS_CRITERIA = 1
 _HAS_SHARED = 2
@@ -78,27 +79,12 @@ class Delivery(NamedTuple):
     subscription_ids: tuple[str, ...]
 
 
-class _Result:
-    """The subscriptions a topic matches before per-message conditions.
-
-    ``slots``: subscription slots sorted by (subscriber, id); ``flags``: whether
-    some of them have header criteria / belong to a shared group; ``shared``:
-    the matched filter slots of shared groups.
-    """
-
-    __slots__ = ("slots", "flags", "shared")
-
-    def __init__(self, slots: array, flags: int, shared: tuple[int, ...]) -> None:
-        self.slots = slots
-        self.flags = flags
-        self.shared = shared
-
-
-_EMPTY_RESULT = _Result(array("I"), 0, ())
-
-
-def _result_bytes(key: tuple[str, str], result: _Result) -> int:
-    return RESULT_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + 4 * len(result.slots) + 8 * len(result.shared)
+# A topic's result before per-message conditions is the triple
+# (slots, flags, shared): subscription slots sorted by (subscriber, id), a
+# tuple (or, when large, an array('I')); whether some of them have header
+# criteria / belong to a shared group (_HAS_CRITERIA | _HAS_SHARED); and the
+# matched filter slots of shared groups. Plain tuples: this is the hot path.
+_EMPTY_RESULT: tuple = ((), 0, ())
 
 
 class _Plan(NamedTuple):
@@ -113,11 +99,12 @@ class _Plan(NamedTuple):
 class _Exchange:
     """The lookup tables of one exchange."""
 
-    __slots__ = ("name", "grammar", "dollar_rule", "exact", "shaped", "catch_alls", "automaton", "_plans")
+    __slots__ = ("name", "grammar", "parse_topic", "dollar_rule", "exact", "shaped", "catch_alls", "automaton", "_plans")
 
     def __init__(self, name: str, grammar: ModuleType) -> None:
         self.name = name
         self.grammar = grammar
+        self.parse_topic = grammar.parse_topic
         self.dollar_rule = grammar.DOLLAR_RULE
         self.exact: dict[str, int | tuple[int, ...]] = {}
         self.shaped: list[tuple[Shape, object, dict]] = []
@@ -188,13 +175,14 @@ class Matcher:
     """Matches publishes against one snapshot; see the module docstring.
 
     Thread-compatible, not thread-safe (the topic cache is unsynchronised).
-    ``cache_max_bytes`` bounds the topic cache (estimated bytes).
+    ``cache_max_bytes`` bounds the topic cache (estimated bytes, see
+    :mod:`compiler.cache`).
     """
 
     def __init__(self, snapshot: Snapshot, cache_max_bytes: int = MATCH_CACHE_MAX_BYTES) -> None:
         self._snapshot = snapshot
         t = snapshot.tables
-        self._cache: TopicCache[tuple[str, str], _Result] = TopicCache(cache_max_bytes, _result_bytes)
+        self._cache = TopicCache(cache_max_bytes)
 
         self._ids: list[str | None] = t.sub_ids.to_pylist()
         self._names: list[str | None] = t.subscriber_names.to_pylist()
@@ -204,10 +192,10 @@ class Matcher:
         self._sub_subscriber: list[int] = t.sub_subscriber.tolist()
         self._sub_filter: list[int] = t.sub_filter.tolist()
         self._rank: np.ndarray | None = None
+        self._rank_of_slot = None
 
         live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
-        n_filters = len(t.filter_text)
-        self._fsubs = self._filter_subscriptions(t.sub_filter, live, n_filters)
+        self._fsubs = _filter_subscriptions(t.sub_filter, live, len(t.filter_text))
 
         texts: list[str | None] = t.filter_text.to_pylist()
         self._filter_text = texts
@@ -273,14 +261,21 @@ class Matcher:
         not in the snapshot, :class:`~compiler.errors.TopicError` for a routing
         key invalid in the exchange's dialect, and
         :class:`~compiler.errors.HeaderError` for headers that are not a
-        mapping of string names. ``message_id`` picks the member of each
-        shared-subscription group.
+        mapping of string names to bytes, str or ``None``. ``message_id``
+        picks the member of each shared-subscription group.
         """
-        result = self._result(exchange, routing_key)
-        slots: Sequence[int] = result.slots
-        if result.flags:
-            relevant = self._relevant_headers(headers) if result.flags & _HAS_CRITERIA else {}
-            slots = self._conditioned(exchange, result, relevant, message_id)
+        try:
+            result = self._cache.get((exchange, routing_key))
+        except TypeError:  # an unhashable exchange or routing key: invalid below
+            result = None
+        if result is None:
+            result = self._lookup(exchange, routing_key)
+        slots, flags, shared = result
+        if flags:
+            if flags & _HAS_CRITERIA:
+                slots = self._criteria_filtered(slots, self._relevant_headers(headers))
+            if flags & _HAS_SHARED:
+                slots = self._shared(exchange, slots, shared, message_id)
         return self._deliveries(slots)
 
     def match_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
@@ -291,7 +286,8 @@ class Matcher:
         invalid UTF-8 is a rejection), and optionally ``headers``: per row
         ``None`` or a sequence of Kafka header entries, each a ``(key, value)``
         pair or a mapping with ``"key"`` and ``"value"``, the value bytes, str
-        or ``None``.
+        or ``None``. Headers are only read when some subscription of the
+        snapshot has header criteria.
 
         Output: one row per input row, in order, with ``message_id``;
         ``deliveries``, of pandas ``ArrowDtype(DELIVERIES_TYPE)``: the
@@ -305,55 +301,76 @@ class Matcher:
         Python object per delivery.
         """
         n = len(frame)
-        message_ids = frame["message_id"].tolist()
         exchanges = frame["exchange"].tolist()
         keys = frame["routing_key"].tolist()
-        headers = frame["headers"].tolist() if "headers" in frame.columns else None
-        criteria_names = self._criteria.names if self._criteria is not None else None
-
-        units: list[array] = [_EMPTY_RESULT.slots]
-        row_unit = np.zeros(n, dtype=np.int32)
         errors: list[str | None] = [None] * n
-        seen: dict[tuple, tuple] = {}
-        for i in range(n):
-            key = keys[i]
-            if key.__class__ is bytearray:
-                key = bytes(key)
-            relevant_key = _NO_HEADERS
-            if criteria_names is not None and headers is not None and headers[i] is not None:
-                try:
-                    relevant_key = _relevant_entries(headers[i], criteria_names)
-                except HeaderError as exc:
-                    errors[i] = str(exc)
-                    continue
-            dedup = (exchanges[i], key, relevant_key)
-            entry = seen.get(dedup)
-            if entry is None:
-                entry = self._frame_entry(exchanges[i], key, relevant_key, units)
-                seen[dedup] = entry
-            unit, error, result = entry
-            if unit >= 0:
-                row_unit[i] = unit
-                errors[i] = error
-            else:
-                units.append(array("I", self._shared(exchanges[i], result, message_ids[i] or "")))
-                row_unit[i] = len(units) - 1
+        if self._criteria is not None and "headers" in frame.columns:
+            relevant = self._frame_headers(frame["headers"].tolist(), errors)
+            rows = list(zip(exchanges, keys, relevant))
+        else:
+            rows = list(zip(exchanges, keys))
+        # Distinct rows, numbered in order of first appearance (C-level dedup).
+        distinct: dict[tuple, int] = {}
+        row_distinct = np.fromiter(
+            (distinct.setdefault(row, len(distinct)) for row in rows), dtype=np.int64, count=n
+        )
+        units: list[Sequence[int]] = [()]
+        distinct_unit = np.zeros(len(distinct), dtype=np.int64)
+        distinct_error: dict[int, str] = {}
+        per_message: dict[int, tuple] = {}
+        for j, row in enumerate(distinct):
+            unit, error, pending = self._frame_entry(row, units)
+            distinct_unit[j] = unit
+            if error is not None:
+                distinct_error[j] = error
+            if pending is not None:
+                per_message[j] = pending
+        row_unit = distinct_unit[row_distinct]
+        if distinct_error:
+            for i in np.flatnonzero(np.isin(row_distinct, list(distinct_error))).tolist():
+                if errors[i] is None:
+                    errors[i] = distinct_error[int(row_distinct[i])]
+        if per_message:
+            message_ids = frame["message_id"].tolist()
+            for i in np.flatnonzero(np.isin(row_distinct, list(per_message))).tolist():
+                if errors[i] is None:
+                    slots, shared = per_message[int(row_distinct[i])]
+                    units.append(self._shared(exchanges[i], slots, shared, message_ids[i] or ""))
+                    row_unit[i] = len(units) - 1
+        for i, error in enumerate(errors):
+            if error is not None:
+                row_unit[i] = 0
         deliveries = self._deliveries_array(units).take(pa.array(row_unit))
         return pd.DataFrame(
             {
-                "message_id": pd.Series(message_ids, dtype=object),
-                "deliveries": pd.Series(pd.arrays.ArrowExtensionArray(deliveries)),
-                "error": pd.Series(errors, dtype=object),
+                "message_id": frame["message_id"].to_numpy(dtype=object, copy=True),
+                "deliveries": pd.arrays.ArrowExtensionArray(deliveries),
+                "error": np.array(errors, dtype=object),
             }
         )
 
-    def _frame_entry(self, exchange: object, key: object, relevant_key: frozenset, units: list[array]) -> tuple:
-        """``(unit, error, result)`` for one distinct row of a frame.
+    def _frame_headers(self, headers: list, errors: list[str | None]) -> list[frozenset]:
+        """Per row, the relevant (name, value) header pairs; malformed headers set ``errors[i]``."""
+        names = self._criteria.names
+        out = []
+        for i, entries in enumerate(headers):
+            relevant = _NO_HEADERS
+            if entries is not None:
+                try:
+                    relevant = _relevant_entries(entries, names)
+                except HeaderError as exc:
+                    errors[i] = str(exc)
+            out.append(relevant)
+        return out
 
-        ``unit`` indexes ``units`` (appending to it), or is -1 when the row's
-        deliveries depend on its message id (shared groups): then ``result``
-        holds the header-filtered slots to choose from.
+    def _frame_entry(self, row: tuple, units: list[Sequence[int]]) -> tuple:
+        """``(unit, error, pending)`` for one distinct frame row.
+
+        ``unit`` indexes ``units`` (appended to as needed; unit 0 is empty).
+        ``pending`` is ``(slots, shared)`` when the deliveries also depend on
+        the message id (shared groups), else ``None``.
         """
+        exchange, key = row[0], row[1]
         try:
             if exchange is None:
                 raise UnknownExchangeError("missing exchange")
@@ -364,123 +381,118 @@ class Matcher:
                     key = key.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise TopicError(f"routing key is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-            result = self._result(exchange, key)
+            result = self._cache.get((exchange, key))
+            if result is None:
+                result = self._lookup(exchange, key)
         except TopicError as exc:
             return 0, str(exc), None
-        if not result.flags:
-            if result.slots:
-                units.append(result.slots)
-                return len(units) - 1, None, None
+        slots, flags, shared = result
+        if flags & _HAS_CRITERIA:
+            relevant: dict[str, list[str | None]] = {}
+            for name, value in row[2] if len(row) > 2 else ():
+                relevant.setdefault(name, []).append(value)
+            slots = self._criteria_filtered(slots, relevant)
+        if flags & _HAS_SHARED:
+            return 0, None, (slots, shared)
+        if not slots:
             return 0, None, None
-        relevant: dict[str, list[str | None]] = {}
-        for name, value in relevant_key:
-            relevant.setdefault(name, []).append(value)
-        slots = self._criteria_filtered(result, relevant)
-        if result.flags & _HAS_SHARED:
-            return -1, None, _Result(array("I", slots), result.flags, result.shared)
-        units.append(array("I", slots))
+        units.append(slots)
         return len(units) - 1, None, None
 
-    def _result(self, exchange: str, topic: str) -> _Result:
-        """The cached or computed topic result; raises TopicError/UnknownExchangeError."""
-        cache_key = (exchange, topic)
-        try:
-            cached = self._cache.get(cache_key)
-        except TypeError:  # an unhashable exchange or topic
-            cached = None
-        if cached is not None:
-            return cached
+    def _lookup(self, exchange: str, topic: str) -> tuple:
+        """Compute and cache the result triple of a topic not in the cache.
+
+        Raises UnknownExchangeError / TopicError for invalid input (not cached).
+        """
         table = self._exchanges.get(exchange) if exchange.__class__ is str else None
         if table is None:
             raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
-        words = table.grammar.parse_topic(topic)
-        fslots = table.filters(words, topic)
+        fslots = table.filters(table.parse_topic(topic), topic)
         if not fslots:
             result = _EMPTY_RESULT
         else:
-            result = self._build_result(fslots)
-        self._cache.put(cache_key, result)
+            fsubs = self._fsubs
+            slots: list[int] = []
+            large: list[FrozenBitMap] = []
+            for f in fslots:
+                subs = fsubs[f]
+                if subs.__class__ is int:
+                    slots.append(subs)
+                elif subs.__class__ is tuple:
+                    slots += subs
+                else:
+                    large.append(subs)
+            # Filter slots partition the subscriptions: no slot appears twice.
+            if large or len(slots) > SORT_IN_PYTHON_MAX:
+                ordered: Sequence[int] = self._order_large(slots, large)
+            else:
+                if len(slots) > 1:
+                    slots.sort(key=self._rank_of())
+                ordered = tuple(slots)
+            flags = 0
+            shared: tuple[int, ...] = ()
+            if self._special and not self._special.isdisjoint(fslots):
+                for f in fslots:
+                    flags |= self._flags.get(f, 0)
+                if flags & _HAS_SHARED:
+                    shared = tuple(f for f in fslots if self._flags.get(f, 0) & _HAS_SHARED)
+            result = (ordered, flags, shared)
+        self._cache.put((exchange, topic), result)
         return result
 
-    def _build_result(self, fslots: list[int]) -> _Result:
-        singles: list[int] = []
-        maps: list[FrozenBitMap] = []
-        fsubs = self._fsubs
-        for f in fslots:
-            subs = fsubs[f]
-            if subs.__class__ is int:
-                singles.append(subs)
-            else:
-                maps.append(subs)
-        # Filter slots partition the subscriptions, so the parts are disjoint.
-        total = len(singles) + sum(map(len, maps))
-        if total <= SORT_IN_PYTHON_MAX:
-            for subs in maps:
-                singles += subs
-            if total > 1:
-                names, subscriber, ids = self._names, self._sub_subscriber, self._ids
-                singles.sort(key=lambda s: (names[subscriber[s]], ids[s]))
-            slots = array("I", singles)
-        else:
-            parts = [np.array(singles, dtype=np.uint32)] + [np.frombuffer(m.to_array(), dtype=np.uint32) for m in maps]
-            merged = np.concatenate(parts)
-            ordered = merged[np.argsort(self._ranks()[merged], kind="stable")]
-            slots = array("I")
-            slots.frombytes(ordered.astype(np.uint32).tobytes())
-        flags = 0
-        shared: tuple[int, ...] = ()
-        if self._special and not self._special.isdisjoint(fslots):
-            for f in fslots:
-                flags |= self._flags.get(f, 0)
-            if flags & _HAS_SHARED:
-                shared = tuple(f for f in fslots if self._flags.get(f, 0) & _HAS_SHARED)
-        return _Result(slots, flags, shared)
+    def _order_large(self, slots: list[int], large: list[FrozenBitMap]) -> array:
+        """``slots`` and the members of ``large`` in (subscriber, id) order, vectorised."""
+        parts = [np.array(slots, dtype=np.uint32)] + [np.frombuffer(m.to_array(), dtype=np.uint32) for m in large]
+        merged = np.concatenate(parts)
+        self._rank_of()
+        ordered = merged[np.argsort(self._rank[merged])]
+        out = array("I")
+        out.frombytes(ordered.astype(np.uint32).tobytes())
+        return out
 
-    def _ranks(self) -> np.ndarray:
-        """``rank[slot]``: the slot's position in (subscriber, id) order."""
+    def _rank_of(self):
+        """``rank_of(slot)``: the slot's position in (subscriber, id) order.
+
+        Computed once per matcher, on first need, with one Arrow sort.
+        """
         if self._rank is None:
-            table = pa.table({"subscriber": self._names_arrow.take(pa.array(self._sub_subscriber_np)), "id": self._ids_arrow})
+            owners = self._names_arrow.take(pa.array(self._sub_subscriber_np))
+            table = pa.table({"subscriber": owners, "id": self._ids_arrow})
             order = pc.sort_indices(table, sort_keys=[("subscriber", "ascending"), ("id", "ascending")])
             rank = np.empty(len(order), dtype=np.int64)
             rank[order.to_numpy()] = np.arange(len(order))
             self._rank = rank
-        return self._rank
+            self._rank_of_slot = rank.tolist().__getitem__
+        return self._rank_of_slot
 
     def _relevant_headers(self, headers: Mapping[str, str | bytes | None] | None) -> dict[str, list[str | None]]:
+        """``headers`` reduced to the names some criterion mentions, values decoded."""
         if headers is None:
             return {}
         if not isinstance(headers, Mapping):
             raise HeaderError(f"headers must be a mapping of name to value, not {type(headers).__name__}")
-        names = self._criteria.names if self._criteria is not None else frozenset()
+        names = self._criteria.names
         relevant: dict[str, list[str | None]] = {}
         for name, value in headers.items():
             if type(name) is not str:
                 raise HeaderError(f"header name must be a string, not {quote(name)}")
+            value = _header_value(name, value)
             if name in names:
-                relevant[name] = [_header_value(name, value)]
+                relevant[name] = [value]
         return relevant
 
-    def _criteria_filtered(self, result: _Result, relevant: Mapping[str, Sequence[str | None]]) -> Sequence[int]:
-        if not result.flags & _HAS_CRITERIA:
-            return result.slots
+    def _criteria_filtered(self, slots: Sequence[int], relevant: Mapping[str, Sequence[str | None]]) -> list[int]:
+        """``slots`` without the subscriptions whose header criteria fail (order kept)."""
         with_criteria = self._criteria.with_criteria
         satisfied = self._criteria.satisfied(relevant)
-        return [s for s in result.slots if s not in with_criteria or s in satisfied]
+        return [s for s in slots if s not in with_criteria or s in satisfied]
 
-    def _conditioned(
-        self, exchange: str, result: _Result, relevant: Mapping[str, Sequence[str | None]], message_id: str
-    ) -> Sequence[int]:
-        slots = self._criteria_filtered(result, relevant)
-        if result.flags & _HAS_SHARED:
-            slots = self._shared(exchange, _Result(slots, result.flags, result.shared), message_id)
-        return slots
-
-    def _shared(self, exchange: str, result: _Result, message_id: str) -> list[int]:
-        """``result.slots`` without the subscriptions of shared-group members
-        that were not chosen for ``message_id``."""
-        slots = list(result.slots)
+    def _shared(self, exchange: str, slots: Sequence[int], shared: Sequence[int], message_id: str) -> list[int]:
+        """``slots`` without the subscriptions of shared-group members that were
+        not chosen for ``message_id`` (order kept)."""
         names, subscriber, sub_filter = self._names, self._sub_subscriber, self._sub_filter
-        for f in result.shared:
+        slots = list(slots)
+        for f in shared:
             members = sorted({names[subscriber[s]] for s in slots if sub_filter[s] == f})
             if len(members) > 1:
                 chosen = choose_member(group_key(exchange, self._filter_text[f]), message_id, members)
@@ -488,8 +500,13 @@ class Matcher:
         return slots
 
     def _deliveries(self, slots: Sequence[int]) -> list[Delivery]:
-        out: list[Delivery] = []
+        if not slots:
+            return []
         names, subscriber, ids = self._names, self._sub_subscriber, self._ids
+        if len(slots) == 1:
+            s = slots[0]
+            return [Delivery(names[subscriber[s]], (ids[s],))]
+        out: list[Delivery] = []
         current = -1
         group: list[str] = []
         for s in slots:
@@ -501,44 +518,48 @@ class Matcher:
                 group = [ids[s]]
             else:
                 group.append(ids[s])
-        if group:
-            out.append(Delivery(names[current], tuple(group)))
+        out.append(Delivery(names[current], tuple(group)))
         return out
 
-    def _deliveries_array(self, units: list[array]) -> pa.ListArray:
+    def _deliveries_array(self, units: list[Sequence[int]]) -> pa.ListArray:
         """``DELIVERIES_TYPE`` array with one entry per unit (slots in output order)."""
-        lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
+        flat = array("I")
         unit_offsets = np.zeros(len(units) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=unit_offsets[1:])
-        flat = np.frombuffer(b"".join(units), dtype=np.uint32)
-        owners = self._sub_subscriber_np[flat]
-        starts = np.ones(len(flat), dtype=bool)
+        for j, unit in enumerate(units):
+            flat.extend(unit)
+            unit_offsets[j + 1] = len(flat)
+        flat_np = np.frombuffer(flat, dtype=np.uint32)
+        owners = self._sub_subscriber_np[flat_np]
+        starts = np.ones(len(flat_np), dtype=bool)
         starts[1:] = owners[1:] != owners[:-1]
-        starts[unit_offsets[:-1][lengths > 0]] = True
+        nonempty = unit_offsets[:-1][unit_offsets[1:] > unit_offsets[:-1]]
+        starts[nonempty] = True
         group_starts = np.flatnonzero(starts)
-        group_offsets = np.append(group_starts, len(flat)).astype(np.int32)
-        ids = pa.ListArray.from_arrays(pa.array(group_offsets), self._ids_arrow.take(pa.array(flat)))
+        group_offsets = np.append(group_starts, len(flat_np)).astype(np.int32)
+        ids = pa.ListArray.from_arrays(pa.array(group_offsets), self._ids_arrow.take(pa.array(flat_np)))
         subscribers = self._names_arrow.take(pa.array(owners[group_starts]))
         groups = pa.StructArray.from_arrays([subscribers, ids], fields=list(DELIVERIES_TYPE.value_type))
         unit_groups = np.searchsorted(group_starts, unit_offsets).astype(np.int32)
         return pa.ListArray.from_arrays(pa.array(unit_groups), groups, type=DELIVERIES_TYPE)
 
-    @staticmethod
-    def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> list:
-        """``fsubs[filter slot]``: its only subscription slot, or a bitmap of several."""
-        filters = sub_filter[live]
-        order = np.argsort(filters, kind="stable")
-        by_filter = live[order]
-        counts = np.bincount(filters, minlength=n_filters)
-        starts = np.zeros(n_filters + 1, dtype=np.int64)
-        np.cumsum(counts, out=starts[1:])
-        single = np.full(n_filters, -1, dtype=np.int64)
-        ones = counts == 1
-        single[ones] = by_filter[starts[:-1][ones]]
-        fsubs: list = single.tolist()
-        for f in np.flatnonzero(counts > 1).tolist():
-            fsubs[f] = bitmap_of(by_filter[starts[f]:starts[f + 1]])
-        return fsubs
+
+def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> list:
+    """``fsubs[filter slot]``: its only subscription slot, a tuple of a few, or a
+    bitmap of many (-1: a free filter slot)."""
+    filters = sub_filter[live]
+    order = np.argsort(filters, kind="stable")
+    by_filter = live[order]
+    counts = np.bincount(filters, minlength=n_filters)
+    starts = np.zeros(n_filters + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    single = np.full(n_filters, -1, dtype=np.int64)
+    ones = counts == 1
+    single[ones] = by_filter[starts[:-1][ones]]
+    fsubs: list = single.tolist()
+    for f in np.flatnonzero(counts > 1).tolist():
+        members = by_filter[starts[f]:starts[f + 1]]
+        fsubs[f] = tuple(members.tolist()) if len(members) <= FILTER_TUPLE_MAX else bitmap_of(members)
+    return fsubs
 
 
 def _groups(exchanges: np.ndarray, codes: np.ndarray, texts: list[str | None]):

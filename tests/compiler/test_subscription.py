@@ -1,0 +1,56 @@
+"""Subscription records: the changelog form and subscriber names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compiler import HeaderCriteria, Subscription, SubscriptionError, validate_subscriber
+
+
+@pytest.mark.parametrize("name", ["a", "A-b_c.9", "x" * 200, "..a", "-"])
+def test_valid_subscriber_names(name):
+    assert validate_subscriber(name) == name
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "x" * 201, "a/b", "a b", "é", "a\n", None, 3])
+def test_invalid_subscriber_names(name):
+    with pytest.raises(SubscriptionError):
+        validate_subscriber(name)
+
+
+def test_from_changelog_parses_every_field():
+    value = {"exchange": "amq", "subscriber": "svc", "filter": "a.*", "headers": {"match": "any", "criteria": {"k": None}}}
+    sub = Subscription.from_changelog(b"id-1", json.dumps(value).encode())
+    assert sub == Subscription("id-1", "amq", "svc", "a.*", HeaderCriteria("any", {"k": None}))
+    assert Subscription.from_changelog(*sub.to_changelog()) == sub
+
+
+def test_from_changelog_accepts_str_and_null_headers():
+    sub = Subscription.from_changelog("id", '{"exchange": "e", "subscriber": "s", "filter": "#", "headers": null}')
+    assert sub.headers is None and sub.id == "id"
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        (b"", b"{}", "must not be empty"),
+        (b"\xff", b"{}", "record key) is not valid UTF-8"),
+        (b"k", None, "tombstone"),
+        (b"k", b"\xff", "value is not valid UTF-8"),
+        (b"k", b"{", "not JSON"),
+        (b"k", b"[]", "must be a JSON object"),
+        (b"k", b'{"subscriber": "s", "filter": "#"}', "missing field 'exchange'"),
+        (b"k", b'{"exchange": "e", "filter": "#"}', "missing field 'subscriber'"),
+        (b"k", b'{"exchange": "e", "subscriber": "s"}', "missing field 'filter'"),
+        (b"k", b'{"exchange": "e", "subscriber": "s", "filter": 1}', "field 'filter' must be a string"),
+        (b"k", b'{"exchange": "e", "subscriber": "s", "filter": "#", "x": 1}', "unknown fields x"),
+        (b"k", b'{"exchange": "e", "subscriber": "a/b", "filter": "#"}', "subscriber name"),
+        (b"k", b'{"exchange": "e", "subscriber": "s", "filter": "#", "headers": {"match": "x", "criteria": {}}}', "'all' or 'any'"),
+    ],
+)
+def test_from_changelog_names_the_problem(key, value, message):
+    with pytest.raises(SubscriptionError) as info:
+        Subscription.from_changelog(key, value)
+    assert message in str(info.value)
