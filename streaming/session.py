@@ -11,6 +11,7 @@ cluster's executors receive them too.
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark.sql import SparkSession
 
@@ -51,6 +52,10 @@ def spark_session(config: Config) -> SparkSession:
             if key.startswith("spark.sql.") and active.conf.get(key, None) is None:
                 active.conf.set(key, value)
         return active
+    # pyspark starts Python workers with $PYSPARK_PYTHON, else "python3" from PATH,
+    # which need not be this virtualenv's interpreter (the one with pandas,
+    # pyarrow and compiler/ installed). Executors of a cluster use the same path.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     if not _under_spark_submit():
         builder = builder.master(config.spark.master)
