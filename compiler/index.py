@@ -50,7 +50,8 @@ class RoutingIndex:
             if type(name) is not str or not name:
                 raise ValueError(f"exchange name must be a non-empty string, not {name!r}")
             self._exchanges[name] = parse_dialect(dialect)
-        self._exchange_code = {name: code for code, name in enumerate(self._exchanges)}
+        self._exchange_names = tuple(self._exchanges)
+        self._exchange_code = {name: code for code, name in enumerate(self._exchange_names)}
         self._grammars = [grammar_for(d) for d in self._exchanges.values()]
         self._last_version = -1
 
@@ -86,6 +87,15 @@ class RoutingIndex:
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self._slot_of
 
+    @property
+    def filter_count(self) -> int:
+        """Number of distinct (exchange, filter) pairs held, i.e. live filter slots."""
+        return sum(map(len, self._filter_slot))
+
+    def slot(self, sub_id: str) -> int | None:
+        """The subscription slot of ``sub_id`` (stable while it lives), or ``None``."""
+        return self._slot_of.get(sub_id)
+
     def get(self, sub_id: str) -> Subscription | None:
         """The live subscription with id ``sub_id``, or ``None``."""
         slot = self._slot_of.get(sub_id)
@@ -94,7 +104,7 @@ class RoutingIndex:
         fslot = self._sub_filter[slot]
         return Subscription(
             sub_id,
-            self._exchange_name(self._filter_exchange[fslot]),
+            self._exchange_names[self._filter_exchange[fslot]],
             self._subscriber_names[self._sub_subscriber[slot]],
             self._filter_text[fslot],
             self._criteria.get(slot),
@@ -191,7 +201,7 @@ class RoutingIndex:
         criteria_slots = sorted(self._criteria)
         criteria_ref = [sets.setdefault(self._criteria[slot], len(sets)) for slot in criteria_slots]
         tables = SnapshotTables(
-            exchange_names=tuple(self._exchanges),
+            exchange_names=self._exchange_names,
             shapes=tuple(self._shapes),
             sub_ids=string_column(self._ids),
             sub_filter=slot_array(self._sub_filter),
@@ -246,9 +256,6 @@ class RoutingIndex:
         index._shapes = list(t.shapes)
         index._shape_code = {shape: CODE_SHAPE_BASE + i for i, shape in enumerate(t.shapes)}
         return index
-
-    def _exchange_name(self, code: int) -> str:
-        return next(name for name, c in self._exchange_code.items() if c == code)
 
     def _new_filter(self, exchange: int, parsed: ParsedFilter) -> int:
         if parsed.kind is FilterKind.EXACT:

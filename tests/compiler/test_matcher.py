@@ -1,0 +1,180 @@
+"""Matcher: delivery grouping and order, shared subscriptions, the cache bound, match_frame."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from compiler import (
+    DELIVERIES_TYPE,
+    Delivery,
+    HeaderCriteria,
+    Matcher,
+    RoutingIndex,
+    Snapshot,
+    Subscription,
+    TopicError,
+    UnknownExchangeError,
+)
+from compiler.cache import ENTRY_OVERHEAD_BYTES, MATCH_CACHE_MAX_ENTRY_FRACTION
+from compiler.matcher import FILTER_TUPLE_MAX, SORT_IN_PYTHON_MAX
+
+EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
+
+
+def _matcher(subs, cache_max_bytes=None) -> Matcher:
+    index = RoutingIndex(EXCHANGES)
+    for sub in subs:
+        index.upsert(sub)
+    snap = index.snapshot(1, {})
+    return Matcher(snap) if cache_max_bytes is None else Matcher(snap, cache_max_bytes=cache_max_bytes)
+
+
+def test_one_delivery_per_subscriber_listing_every_matched_subscription(routing):
+    r = routing([
+        Subscription("z2", "amq", "zed", "a.*"),
+        Subscription("z1", "amq", "zed", "#"),
+        Subscription("z3", "amq", "zed", "a.b"),
+        Subscription("b1", "amq", "bob", "a.b"),
+        Subscription("a1", "amq", "al", "*.b"),
+        Subscription("n1", "amq", "nomatch", "c"),
+    ])
+    assert r.matcher.match("amq", "a.b") == [
+        Delivery("al", ("a1",)), Delivery("bob", ("b1",)), Delivery("zed", ("z1", "z2", "z3"))]
+
+
+@pytest.mark.parametrize("size", [2, FILTER_TUPLE_MAX + 1, SORT_IN_PYTHON_MAX + 1, 700])
+def test_deliveries_are_sorted_by_subscriber_then_id_at_every_result_size(size, routing):
+    subs = [Subscription(f"id{(i * 7919) % size:04d}", "amq", f"sub{(i * 31) % 13:02d}", "x.*" if i % 2 else "#")
+            for i in range(size)]
+    deliveries = routing(subs).matcher.match("amq", "x.y")
+    assert [d.subscriber for d in deliveries] == sorted({s.subscriber for s in subs})
+    assert all(list(d.subscription_ids) == sorted(d.subscription_ids) for d in deliveries)
+    assert sum(len(d.subscription_ids) for d in deliveries) == size
+
+
+def test_invalid_input_raises_typed_errors():
+    matcher = _matcher([Subscription("s", "amq", "c", "#")])
+    with pytest.raises(UnknownExchangeError, match="unknown exchange 'nope'"):
+        matcher.match("nope", "a")
+    with pytest.raises(TopicError, match="must not contain the wildcards"):
+        matcher.match("mq", "a/+")
+    with pytest.raises(TopicError, match="must be a string"):
+        matcher.match("amq", None)
+    with pytest.raises(UnknownExchangeError):
+        matcher.match(["amq"], "a")
+
+
+def _shared_subs():
+    return [Subscription(f"m{i}", "mq", f"member{i}", "$share/workers/jobs/+") for i in range(5)] + [
+        Subscription("other-group", "mq", "member0", "$share/auditors/jobs/#"),
+        Subscription("plain", "mq", "member1", "jobs/+"),
+    ]
+
+
+def test_shared_group_delivers_each_message_to_exactly_one_member(routing):
+    r = routing(_shared_subs())
+    chosen = Counter()
+    for n in range(400):
+        deliveries = r.matcher.match("mq", "jobs/42", message_id=f"jobs/0/{n}")
+        assert deliveries == r.reference.match("mq", "jobs/42", message_id=f"jobs/0/{n}")
+        workers = [i for d in deliveries for i in d.subscription_ids if i.startswith("m")]
+        assert len(workers) == 1
+        chosen[workers[0]] += 1
+        assert any("other-group" in d.subscription_ids for d in deliveries)
+        assert any("plain" in d.subscription_ids for d in deliveries)
+    assert set(chosen) == {f"m{i}" for i in range(5)} and min(chosen.values()) > 40
+
+
+def test_shared_choice_is_deterministic_across_matchers_and_reloads():
+    first = _matcher(_shared_subs())
+    reloaded = Matcher(Snapshot.from_bytes(first.snapshot.to_bytes()))
+    for n in range(50):
+        mid = f"t/1/{n}"
+        assert first.match("mq", "jobs/x", message_id=mid) == reloaded.match("mq", "jobs/x", message_id=mid)
+        assert first.match("mq", "jobs/x", message_id=mid) == first.match("mq", "jobs/x", message_id=mid)
+
+
+def test_shared_group_members_are_those_whose_criteria_hold(routing):
+    subs = [Subscription("red", "mq", "a", "$share/g/t", HeaderCriteria("all", {"c": "red"})),
+            Subscription("blue", "mq", "b", "$share/g/t", HeaderCriteria("all", {"c": "blue"}))]
+    r = routing(subs)
+    for n in range(20):
+        assert r.ids("mq", "t", {"c": "red"}, f"m{n}") == ["red"]
+        assert r.ids("mq", "t", {"c": "blue"}, f"m{n}") == ["blue"]
+
+
+def test_cache_is_bounded_by_bytes_and_evicts_oldest():
+    bound = MATCH_CACHE_MAX_ENTRY_FRACTION * (ENTRY_OVERHEAD_BYTES + 64)  # entries of ~420 bytes fit
+    matcher = _matcher([Subscription(f"s{i}", "amq", "c", f"t{i}.*") for i in range(100)], cache_max_bytes=bound)
+    for round_ in range(2):
+        for i in range(100):
+            assert matcher.match("amq", f"t{i}.x") == [Delivery("c", (f"s{i}",))]
+            assert matcher.cache.bytes <= bound
+    assert 0 < len(matcher.cache) < 100
+    assert matcher.cache.evictions >= 200 - len(matcher.cache)
+
+
+def test_cache_skips_a_result_too_big_for_its_share_of_the_bound():
+    subs = [Subscription(f"s{i}", "amq", f"c{i}", "#") for i in range(2000)]
+    matcher = _matcher(subs, cache_max_bytes=64 * 1024)
+    assert len(matcher.match("amq", "big")) == 2000
+    assert len(matcher.cache) == 0 and matcher.cache.bytes == 0
+
+
+def _frame(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["message_id", "exchange", "routing_key", "headers"])
+
+
+def test_match_frame_rejects_bad_rows_without_raising():
+    matcher = _matcher([Subscription("s1", "amq", "c", "#"), Subscription("s2", "mq", "d", "#")])
+    out = matcher.match_frame(_frame([
+        ("m0", "amq", b"a.b", None),
+        ("m1", "amq", b"\xffa", None),
+        ("m2", "nope", b"a", None),
+        ("m3", "amq", None, None),
+        ("m4", None, b"a", None),
+        ("m5", "mq", b"a/+", None),
+        ("m6", "mq", "a/b", None),
+        ("m7", "amq", b"a" * 256, None),
+    ]))
+    assert list(out.columns) == ["message_id", "deliveries", "error"]
+    assert out["deliveries"].dtype == pd.ArrowDtype(DELIVERIES_TYPE)
+    assert out["message_id"].tolist() == [f"m{i}" for i in range(8)]
+    errors = out["error"].tolist()
+    assert errors[0] is None and errors[6] is None
+    assert "not valid UTF-8" in errors[1]
+    assert errors[2] == "unknown exchange 'nope'"
+    assert errors[3] == "missing routing key"
+    assert errors[4] == "missing exchange"
+    assert "wildcards" in errors[5]
+    assert "longer than 255" in errors[7]
+    deliveries = out["deliveries"].tolist()
+    assert deliveries[0] == [{"subscriber": "c", "subscription_ids": ["s1"]}]
+    assert deliveries[6] == [{"subscriber": "d", "subscription_ids": ["s2"]}]
+    assert all(len(deliveries[i]) == 0 for i in (1, 2, 3, 4, 5, 7))
+
+
+def test_match_frame_equals_match_row_by_row_including_shared_choices():
+    subs = _shared_subs() + [
+        Subscription("h", "mq", "member3", "jobs/#", HeaderCriteria("any", {"k": "v"})),
+        Subscription("a", "amq", "member2", "x.#"),
+    ]
+    matcher = _matcher(subs)
+    rows = [(f"jobs/0/{n}", "mq", b"jobs/7", [("k", b"v")] if n % 3 else None) for n in range(30)]
+    rows += [(f"x/0/{n}", "amq", "x.y", None) for n in range(3)] + [("u", "mq", b"none", None)]
+    out = matcher.match_frame(_frame(rows))
+    for (mid, exchange, key, headers), got in zip(rows, out["deliveries"].tolist()):
+        topic = key.decode() if isinstance(key, bytes) else key
+        expected = matcher.match(exchange, topic, dict(headers or []), mid)
+        assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
+
+
+def test_match_frame_of_no_rows_and_without_headers_column():
+    matcher = _matcher([Subscription("s1", "amq", "c", "#")])
+    empty = matcher.match_frame(_frame([]))
+    assert len(empty) == 0 and empty["deliveries"].dtype == pd.ArrowDtype(DELIVERIES_TYPE)
+    out = matcher.match_frame(pd.DataFrame({"message_id": ["m"], "exchange": ["amq"], "routing_key": [b"k"]}))
+    assert out["deliveries"].tolist() == [[{"subscriber": "c", "subscription_ids": ["s1"]}]]
