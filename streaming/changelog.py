@@ -1,0 +1,382 @@
+"""Following the compacted subscription changelog in the driver.
+
+The changelog (``config.kafka.subscriptions_topic``) is keyed by
+subscription id; a value is ``{exchange, subscriber, filter, headers?}`` as
+JSON, a null value (tombstone) removes the subscription. The router's state
+is a function of the latest record per key, like the compacted topic itself,
+so a restart, or a rebuild after compaction, reaches the same state:
+
+- a valid value upserts the subscription;
+- a tombstone removes it (a tombstone for an unknown id is recorded and
+  changes nothing);
+- an invalid value (malformed JSON, invalid filter, unknown exchange, bad
+  subscriber name, bad header criteria, no key) is rejected with a reason:
+  it goes to the rejected topic and, as ``change = "rejected"``, to the
+  Delta ``subscriptions`` table. When it replaces a live subscription, that
+  subscription is removed and the row says ``change = "remove"`` with the
+  reason, because after compaction the invalid value is all the changelog
+  holds for that id.
+
+:meth:`Subscriptions.catch_up` reads every partition up to the end offsets
+fetched when it is called (the happens-before guarantee: a change Kafka
+acknowledged before the call is applied when it returns). A catch-up that
+read any record yields the next snapshot version, covering the offsets read.
+Before that version is returned, in this order: rejected records are in the
+rejected topic (at least once), each new subscriber's delivery topic exists,
+the version is persisted in the :class:`~streaming.snapshots.SnapshotStore`,
+and its changes are in Delta ``subscriptions`` (exactly once, keyed by the
+version). A restart resumes from the latest persisted version and re-appends
+its changes idempotently, so a crash at any point loses no change and no
+audit row.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+
+from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
+from schemas.records import (
+    CHANGE_REJECTED,
+    CHANGE_REMOVE,
+    CHANGE_UPSERT,
+    MESSAGE_ID_HEADER,
+    REASON_HEADER,
+    ROUTER_HEADERS,
+    SOURCE_HEADER,
+    SOURCE_SUBSCRIPTION,
+    message_id,
+)
+from streaming.config import Config
+from streaming.delta_sink import AuditTables
+from streaming.snapshots import SnapshotStore
+from streaming.topics import admin_client, ensure_topics
+
+CATCH_UP_TIMEOUT_S = 60.0
+"""A catch-up that cannot read the changelog to its end offsets in this time fails the batch."""
+POLL_MAX_RECORDS = 1000
+_POLL_TIMEOUT_S = 0.5
+_KAFKA_TIMEOUT_S = 30.0
+
+
+class ChangelogError(RuntimeError):
+    """The changelog could not be read, or a rejected change could not be reported."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changelog record as the router applied it (a row of Delta ``subscriptions``)."""
+
+    subscription_id: str
+    change: str
+    partition: int
+    offset: int
+    exchange: str | None = None
+    subscriber: str | None = None
+    filter: str | None = None
+    header_match: str | None = None
+    header_criteria: dict[str, str | None] | None = None
+    reason: str | None = None
+    changed_at_ms: int | None = None
+    applied_at_ms: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> Change:
+        return cls(**obj)
+
+    def row(self, version: int) -> tuple:
+        """The ``schemas.records.SUBSCRIPTIONS_TABLE`` row of this change in ``version``."""
+        return (self.subscription_id, self.change, self.exchange, self.subscriber, self.filter,
+                self.header_match, self.header_criteria, self.reason, version, self.partition,
+                self.offset, _timestamp(self.changed_at_ms), _timestamp(self.applied_at_ms))
+
+
+def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None,
+                 partition: int, offset: int, changed_at_ms: int | None = None) -> Change:
+    """Apply one changelog record to ``index``; never raises for a bad record."""
+    applied_at_ms = int(time.time() * 1000)
+    sub_id = "" if key is None else key.decode("utf-8", errors="replace")
+    where = {"partition": partition, "offset": offset, "changed_at_ms": changed_at_ms,
+             "applied_at_ms": applied_at_ms}
+    if value is None:
+        if key is None:
+            return Change(sub_id, CHANGE_REJECTED, reason="tombstone without a key", **where)
+        index.remove(sub_id)
+        return Change(sub_id, CHANGE_REMOVE, **where)
+    try:
+        sub = Subscription.from_changelog(key, value)
+        index.upsert(sub)
+    except CompilerError as exc:
+        seen = _fields_of(value)
+        if key is not None and index.remove(sub_id):
+            reason = (f"{exc} (the subscription {sub_id!r} is removed: this invalid value is "
+                      "its latest changelog record)")
+            return Change(sub_id, CHANGE_REMOVE, reason=reason, **seen, **where)
+        return Change(sub_id, CHANGE_REJECTED, reason=str(exc), **seen, **where)
+    criteria = sub.headers
+    return Change(sub.id, CHANGE_UPSERT, exchange=sub.exchange, subscriber=sub.subscriber,
+                  filter=sub.filter,
+                  header_match=None if criteria is None else criteria.match,
+                  header_criteria=None if criteria is None else dict(criteria.criteria),
+                  **where)
+
+
+class ChangelogReader:
+    """Reads the changelog's partitions from given offsets up to their current end.
+
+    No consumer group: partitions are assigned explicitly and nothing is
+    committed to Kafka; the position lives in the router's snapshots.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self._topic = config.kafka.subscriptions_topic
+        self._consumer = Consumer({
+            "bootstrap.servers": config.kafka.bootstrap,
+            # librdkafka insists on a group id; it is never joined or committed to.
+            "group.id": "bitroute-router-changelog",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        })
+
+    def end_offsets(self) -> dict[int, int]:
+        """Each partition's end offset (the next offset Kafka will assign), fetched now."""
+        metadata = self._consumer.list_topics(self._topic, timeout=_KAFKA_TIMEOUT_S)
+        topic = metadata.topics.get(self._topic)
+        if topic is None or topic.error is not None:
+            raise ChangelogError(f"changelog topic {self._topic!r} is not available: "
+                                 f"{topic.error if topic else 'no such topic'}")
+        ends = {}
+        for partition in sorted(topic.partitions):
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self._topic, partition), timeout=_KAFKA_TIMEOUT_S, cached=False)
+            ends[partition] = high
+        return ends
+
+    def read_to_end(self, offsets: Mapping[int, int], timeout: float = CATCH_UP_TIMEOUT_S
+                    ) -> tuple[list[Message], dict[int, int]]:
+        """Records from ``offsets`` (partition -> next offset; absent = from the
+        beginning) up to the end offsets fetched at call time, in offset order
+        per partition; and the new offsets (partition -> end offset)."""
+        ends = self.end_offsets()
+        for partition, end in ends.items():
+            if offsets.get(partition, 0) > end:
+                raise ChangelogError(
+                    f"changelog {self._topic!r} partition {partition} ends at {end} but the router "
+                    f"has read up to {offsets[partition]}: the topic was truncated or recreated; "
+                    "start the router with a fresh checkpoint folder")
+        todo = {p for p, end in ends.items() if offsets.get(p, 0) < end}
+        records: list[Message] = []
+        if todo:
+            self._consumer.assign([TopicPartition(self._topic, p, offsets.get(p, OFFSET_BEGINNING))
+                                   for p in sorted(todo)])
+            deadline = time.monotonic() + timeout
+            try:
+                while todo:
+                    if time.monotonic() > deadline:
+                        raise ChangelogError(
+                            f"changelog {self._topic!r} partitions {sorted(todo)} not read up to "
+                            f"their end offsets within {timeout:.0f}s")
+                    for message in self._consumer.consume(POLL_MAX_RECORDS, _POLL_TIMEOUT_S):
+                        partition = message.partition()
+                        if partition not in todo:
+                            continue
+                        error = message.error()
+                        if error is not None:
+                            if error.code() == KafkaError._PARTITION_EOF:
+                                if message.offset() >= ends[partition]:
+                                    todo.discard(partition)
+                            elif error.fatal():
+                                raise ChangelogError(f"reading changelog {self._topic!r}: {error.str()}")
+                            continue
+                        if message.offset() < ends[partition]:
+                            records.append(message)
+                        if message.offset() + 1 >= ends[partition]:
+                            todo.discard(partition)
+            finally:
+                self._consumer.unassign()
+        new_offsets = dict(offsets)
+        new_offsets.update(ends)
+        return records, new_offsets
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class Subscriptions:
+    """The routing index, its current snapshot version and the changelog position.
+
+    Build with :meth:`open`. Not thread-safe: the router calls it from one
+    batch at a time. Versions only grow; version 0 is the empty index.
+    """
+
+    def __init__(self, config: Config, store: SnapshotStore, audit: AuditTables,
+                 index: RoutingIndex, version: int, data: bytes, offsets: Mapping[int, int]) -> None:
+        self._config = config
+        self._store = store
+        self._audit = audit
+        self._index = index
+        self._version = version
+        self._data = data
+        self._offsets = dict(offsets)
+        self._reader = ChangelogReader(config)
+        self._producer = Producer({"bootstrap.servers": config.kafka.bootstrap,
+                                   "enable.idempotence": True})
+        self._admin = admin_client(config)
+        self._topics_ensured: set[str] = set()
+        self._unaudited: tuple[int, list[tuple]] | None = None
+
+    @classmethod
+    def open(cls, config: Config, store: SnapshotStore, audit: AuditTables) -> Subscriptions:
+        """Rebuild from the latest persisted version (plus nothing else yet: call
+        :meth:`catch_up` for the changelog after it), or from an empty index.
+
+        The latest version's changes are re-appended to Delta (a no-op when
+        they are there already). A version built for other exchanges than the
+        configured ones is not reused: the index is rebuilt from the whole
+        changelog as the next version.
+        """
+        exchanges = {name: Dialect(d) for name, d in config.exchanges.dialects.items()}
+        stored = store.latest()
+        if stored is not None:
+            snapshot = _reusable(stored.data, exchanges)
+            if snapshot is not None:
+                audit.append_subscriptions(
+                    stored.version, [Change.from_json(c).row(stored.version) for c in stored.changes])
+                return cls(config, store, audit, RoutingIndex.from_snapshot(snapshot),
+                           stored.version, stored.data, snapshot.offsets)
+        # From scratch: an empty index at offsets {} as a new version, so
+        # that the next catch-up reads the whole changelog.
+        version = 0 if stored is None else stored.version + 1
+        index = RoutingIndex(exchanges)
+        data = index.snapshot(version, {}).to_bytes()
+        store.save(version, data, [])
+        return cls(config, store, audit, index, version, data, {})
+
+    @property
+    def version(self) -> int:
+        """The current snapshot version."""
+        return self._version
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Changelog partition -> next offset covered by the current version."""
+        return dict(self._offsets)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def data(self, version: int) -> bytes:
+        """The snapshot bytes of ``version``: the current one, or a persisted one."""
+        if version == self._version:
+            return self._data
+        return self._store.load(version).data
+
+    def catch_up(self) -> int:
+        """Apply the changelog up to its current end offsets; return the current version."""
+        if self._unaudited is not None:
+            self._audit.append_subscriptions(*self._unaudited)
+            self._unaudited = None
+        records, offsets = self._reader.read_to_end(self._offsets)
+        if not records:
+            self._offsets = offsets
+            return self._version
+        try:
+            self._apply(records, offsets)
+        except BaseException:
+            # The index holds changes that were not committed: go back to the
+            # current version so that the next catch-up re-reads them.
+            self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._data))
+            raise
+        return self._version
+
+    def close(self) -> None:
+        self._reader.close()
+        self._producer.flush(_KAFKA_TIMEOUT_S)
+
+    def _apply(self, records: Sequence[Message], offsets: dict[int, int]) -> None:
+        """Apply ``records`` and commit the next version (see the module docstring)."""
+        changes = []
+        rejected = []
+        for message in records:
+            _, timestamp = message.timestamp()
+            change = apply_record(self._index, message.key(), message.value(), message.partition(),
+                                  message.offset(), timestamp if timestamp > 0 else None)
+            changes.append(change)
+            if change.reason is not None:
+                rejected.append((message, change.reason))
+        self._report_rejected(rejected)
+        subscribers = {c.subscriber for c in changes if c.change == CHANGE_UPSERT}
+        new = sorted(subscribers - self._topics_ensured)
+        ensure_topics(self._config, [self._config.kafka.deliveries_topic(s) for s in new],
+                      admin=self._admin)
+        self._topics_ensured.update(new)
+
+        version = self._version + 1
+        data = self._index.snapshot(version, offsets).to_bytes()
+        self._store.save(version, data, [c.to_json() for c in changes])
+        # Committed: from here the version stands, and a failed audit append
+        # is retried by the next catch-up (or by open() after a restart).
+        self._version, self._data, self._offsets = version, data, offsets
+        self._unaudited = (version, [c.row(version) for c in changes])
+        self._audit.append_subscriptions(*self._unaudited)
+        self._unaudited = None
+
+    def _report_rejected(self, rejected: Sequence[tuple[Message, str]]) -> None:
+        """Send each bad change to the rejected topic and wait for Kafka's acks."""
+        if not rejected:
+            return
+        failures: list[str] = []
+
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                failures.append(error.str())
+
+        for message, reason in rejected:
+            headers = [(k, v) for k, v in (message.headers() or []) if k not in ROUTER_HEADERS]
+            headers += [
+                (REASON_HEADER, reason.encode("utf-8")),
+                (SOURCE_HEADER, SOURCE_SUBSCRIPTION.encode()),
+                (MESSAGE_ID_HEADER, message_id(message.topic(), message.partition(),
+                                               message.offset()).encode()),
+            ]
+            self._producer.produce(self._config.kafka.rejected_topic, key=message.key(),
+                                   value=message.value(), headers=headers, on_delivery=delivered)
+        left = self._producer.flush(_KAFKA_TIMEOUT_S)
+        if left or failures:
+            raise ChangelogError(f"could not write {left or len(failures)} rejected subscription "
+                                 f"changes to {self._config.kafka.rejected_topic!r}: "
+                                 f"{failures[:1] or 'timed out'}")
+
+
+def _reusable(data: bytes, exchanges: Mapping[str, Dialect]) -> Snapshot | None:
+    """The persisted snapshot, unless it is unreadable by this build or made for other exchanges."""
+    try:
+        snapshot = Snapshot.from_bytes(data)
+    except SnapshotFormatError:
+        return None
+    return snapshot if dict(snapshot.exchanges) == dict(exchanges) else None
+
+
+def _fields_of(value: bytes) -> dict[str, str | None]:
+    """The string fields of a rejected value that parse, for the audit row; {} otherwise."""
+    try:
+        obj = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(obj, dict):
+        return {}
+    return {name: obj[name] for name in ("exchange", "subscriber", "filter")
+            if isinstance(obj.get(name), str)}
+
+
+def _timestamp(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)

@@ -1,0 +1,148 @@
+"""Matching one micro-batch of publishes against one snapshot version, in Spark.
+
+The driver ships a snapshot's bytes to the executors once per version with
+``SparkContext.broadcast`` (no shared file system needed) and keeps exactly
+one broadcast alive (:class:`SnapshotBroadcasts`); a released version's
+broadcast is destroyed, which also drops it from the Python workers.
+
+Each Python worker loads a version once: :func:`cached_matcher` keeps the
+:class:`compiler.Matcher` of the last :data:`MATCHERS_CACHED` broadcasts in a
+module-level cache (a reused worker serves many tasks), so the cost of
+``Snapshot.from_bytes`` and of building the matcher's tables is paid once per
+version per worker, not per task.
+
+``mapInPandas`` returns one row per publish (``schemas.records.MATCH_RESULT``):
+its message id, its deliveries as an Arrow-backed list column and its
+rejection reason. The fan-out to one row per (publish, subscriber) happens in
+the JVM (``explode``), because output, not matching, is the bottleneck on
+fan-out (see DESIGN.md, measured facts).
+
+The routed frame (:func:`route`) has the columns of :func:`publishes` plus
+``deliveries`` (array of ``{subscriber, subscription_ids}``, empty when
+unroutable or rejected) and ``error`` (null, or why the publish is rejected).
+A bad publish never fails the batch: the matcher turns it into a reason.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+import pandas as pd
+from pyspark import Broadcast, SparkContext
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from compiler import Matcher, Snapshot
+from schemas.records import EXCHANGE_HEADER, MATCH_RESULT
+from streaming.config import Config
+
+MATCHERS_CACHED = 2
+"""Matchers (snapshot versions) a Python worker keeps loaded: the current one
+and the previous, so the batch after a version change and a replay of the
+batch before it do not reload. A matcher holds its snapshot and a topic cache
+bounded by ``compiler.MATCH_CACHE_MAX_BYTES``."""
+
+_matchers: OrderedDict[int, Matcher] = OrderedDict()
+
+
+def cached_matcher(key: int, load: Callable[[], bytes]) -> Matcher:
+    """The worker's matcher for broadcast ``key``, built from ``load()`` on first use.
+
+    Least recently used matchers beyond :data:`MATCHERS_CACHED` are dropped.
+    ``key`` is a broadcast id, unique within a SparkContext, so two routers in
+    one application never share an entry.
+    """
+    matcher = _matchers.get(key)
+    if matcher is None:
+        matcher = Matcher(Snapshot.from_bytes(load()))
+        _matchers[key] = matcher
+        while len(_matchers) > MATCHERS_CACHED:
+            _matchers.popitem(last=False)
+    else:
+        _matchers.move_to_end(key)
+    return matcher
+
+
+def cached_versions() -> list[int]:
+    """Snapshot versions of the matchers this process holds, least recently used first."""
+    return [m.version for m in _matchers.values()]
+
+
+class MatchPartitions:
+    """The ``mapInPandas`` function of one snapshot broadcast.
+
+    A module-level class, so that it pickles by reference and the worker's
+    calls reach this module's cache rather than a pickled copy of it.
+    """
+
+    def __init__(self, broadcast: Broadcast, key: int) -> None:
+        self._broadcast = broadcast
+        self._key = key
+
+    def __call__(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        matcher = cached_matcher(self._key, lambda: self._broadcast.value)
+        for frame in frames:
+            yield matcher.match_frame(frame)
+
+
+class SnapshotBroadcasts:
+    """The driver's one live snapshot broadcast (not thread-safe; one batch at a time)."""
+
+    def __init__(self, context: SparkContext) -> None:
+        self._context = context
+        self._version: int | None = None
+        self._broadcast: Broadcast | None = None
+
+    def function(self, version: int, load: Callable[[], bytes]) -> MatchPartitions:
+        """The match function for ``version``, broadcasting ``load()`` unless it is live already.
+
+        The previous broadcast is destroyed: the batch that used it is over
+        (batches run one at a time), and a replay broadcasts again.
+        """
+        if self._version != version or self._broadcast is None:
+            broadcast = self._context.broadcast(load())
+            self.close()
+            self._version, self._broadcast = version, broadcast
+        return MatchPartitions(self._broadcast, self._broadcast.id)
+
+    def close(self) -> None:
+        """Destroy the live broadcast, if any."""
+        if self._broadcast is not None:
+            self._broadcast.destroy(blocking=False)
+        self._version, self._broadcast = None, None
+
+
+def publishes(batch: DataFrame, config: Config) -> DataFrame:
+    """A Kafka source frame as publishes: message_id, exchange, key, value, headers, published_at.
+
+    ``message_id`` is ``<topic>/<partition>/<offset>``; ``exchange`` is the
+    last ``exchange`` header's value (Kafka's convention: the last header of a
+    name wins), else ``config.exchanges.default``.
+    """
+    named = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(EXCHANGE_HEADER))
+    exchange = F.try_element_at(named, F.lit(-1)).getField("value").cast("string")
+    return batch.select(
+        F.format_string("%s/%d/%d", "topic", "partition", "offset").alias("message_id"),
+        F.coalesce(exchange, F.lit(config.exchanges.default)).alias("exchange"),
+        F.col("key"),
+        F.col("value"),
+        F.col("headers"),
+        F.col("timestamp").alias("published_at"),
+    )
+
+
+def route(publish_frame: DataFrame, function: MatchPartitions) -> DataFrame:
+    """``publish_frame`` with ``deliveries`` and ``error`` from matching each row once."""
+    matched = (publish_frame
+               .select("message_id", "exchange", F.col("key").alias("routing_key"), "headers")
+               .mapInPandas(function, MATCH_RESULT))
+    return publish_frame.join(matched, "message_id")
+
+
+def header_map(headers: Column) -> Column:
+    """Kafka headers as a map of name to UTF-8 value; for a repeated name the last entry wins."""
+    names = F.transform(headers, lambda h: h["key"])
+    last = F.filter(headers, lambda h, i: F.size(headers) - F.array_position(F.reverse(names), h["key"]) == i)
+    return F.map_from_entries(F.transform(
+        last, lambda h: F.struct(h["key"].alias("key"), h["value"].cast("string").alias("value"))))

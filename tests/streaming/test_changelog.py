@@ -1,0 +1,71 @@
+"""Applying changelog records to the index: upserts, tombstones, rejections (no Kafka needed).
+
+The index is a function of the latest record per key, as the compacted
+changelog is: an invalid value for a live id removes that subscription.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compiler import RoutingIndex
+from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
+from streaming.changelog import Change, apply_record
+
+
+@pytest.fixture
+def index() -> RoutingIndex:
+    return RoutingIndex({"amq.topic": "amqp", "mqtt": "mqtt"})
+
+
+def _value(**fields) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_an_upsert_is_applied_and_recorded_with_its_fields(index):
+    change = apply_record(index, b"s1", _value(
+        exchange="mqtt", subscriber="bob", filter="a/+",
+        headers={"match": "any", "criteria": {"x": "1", "y": None}}), 0, 7, 1_700_000_000_000)
+    assert "s1" in index
+    assert (change.subscription_id, change.change, change.exchange, change.subscriber,
+            change.filter, change.header_match, change.header_criteria, change.reason,
+            change.partition, change.offset) == (
+        "s1", CHANGE_UPSERT, "mqtt", "bob", "a/+", "any", {"x": "1", "y": None}, None, 0, 7)
+    assert Change.from_json(json.loads(json.dumps(change.to_json()))) == change
+    row = change.row(3)
+    assert row[8] == 3 and row[11].year == 2023
+
+
+def test_a_tombstone_removes_and_one_for_an_unknown_id_changes_nothing(index):
+    apply_record(index, b"s1", _value(exchange="amq.topic", subscriber="bob", filter="a.#"), 0, 0)
+    assert apply_record(index, b"s1", None, 0, 1).change == CHANGE_REMOVE
+    assert "s1" not in index
+    assert apply_record(index, b"nobody", None, 0, 2).change == CHANGE_REMOVE
+    assert len(index) == 0
+
+
+@pytest.mark.parametrize("key, value, reason", [
+    (b"j", b"{not json", "not JSON"),
+    (b"f", _value(exchange="mqtt", subscriber="bob", filter="a/#/b"), "a/#/b"),
+    (b"e", _value(exchange="nope", subscriber="bob", filter="a"), "unknown exchange"),
+    (b"s", _value(exchange="amq.topic", subscriber="no/slash", filter="a"), "subscriber"),
+    (None, _value(exchange="amq.topic", subscriber="bob", filter="a"), "key"),
+    (None, None, "tombstone without a key"),
+])
+def test_a_bad_change_is_rejected_with_a_reason(index, key, value, reason):
+    change = apply_record(index, key, value, 1, 4)
+    assert change.change == CHANGE_REJECTED
+    assert reason in change.reason
+    assert len(index) == 0
+
+
+def test_an_invalid_value_for_a_live_subscription_removes_it(index):
+    apply_record(index, b"s1", _value(exchange="mqtt", subscriber="bob", filter="a/+"), 0, 0)
+    change = apply_record(index, b"s1", _value(exchange="mqtt", subscriber="bob", filter="a/#/b"),
+                          0, 1)
+    assert change.change == CHANGE_REMOVE
+    assert "a/#/b" in change.reason and "removed" in change.reason
+    assert (change.exchange, change.subscriber, change.filter) == ("mqtt", "bob", "a/#/b")
+    assert "s1" not in index
