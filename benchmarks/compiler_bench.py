@@ -11,16 +11,21 @@ a plain Python trie (trie.py) and the naive scan (compiler.reference) -- checks
 on a sample that all three return the same deliveries (aborts if not), then
 measures:
 
-- build: seconds from subscription records to a usable matcher (bitroute:
-  RoutingIndex + upsert of every Subscription + snapshot(); trie: insert every
-  filter; naive: upsert every Subscription);
+- build: CPU seconds from subscription records to a usable matcher (bitroute:
+  RoutingIndex + upsert of every Subscription + snapshot() + Matcher(); trie:
+  insert every filter; naive: upsert every Subscription);
 - bytes/sub: serialised size / N (bitroute: Snapshot.to_bytes(); trie and
-  naive: pickle, highest protocol), and the time to load those bytes;
+  naive: pickle, highest protocol), and load: CPU seconds from those bytes to
+  a usable matcher (bitroute: Snapshot.from_bytes() + Matcher());
 - cold: per-topic time of match() on distinct topics drawn uniformly from the
   topic space, one call each, on a fresh Matcher built from the loaded bytes
-  (its topic cache is empty, so every call is a miss); median and p99.
-  The naive scan is timed on as many of those topics as fit its time budget;
-- batch: publishes/s over batches of 10k Zipf publishes.  bitroute through
+  (its topic cache is empty, so every call is a miss); median and p99 of
+  wall-clock time per call, bitroute and trie interleaved topic by topic so
+  that load from other processes hits both alike.  The naive scan is timed
+  on as many of those topics as fit its time budget (at least 3);
+- batch: publishes per CPU second of this process (pyarrow's threads
+  included) over batches of 10k Zipf publishes, alternating implementations
+  batch by batch.  bitroute through
   Matcher.match_frame (de-duplication within the batch, deliveries as Arrow
   list<struct<subscriber, subscription_ids>>); the trie through
   trie_match_frame (the same de-duplication and the same output built the same
@@ -61,6 +66,9 @@ import trie as trie_mod  # noqa: E402
 import workloads  # noqa: E402
 
 T0 = time.perf_counter()
+WARM = 20  # topics matched before the cold loop (not timed, not in the cold set)
+COMPILER_SOURCE = ""
+NAIVE_MIN_TOPICS = 3  # the naive scan is timed on at least this many topics
 
 
 def log(msg: str) -> None:
@@ -180,64 +188,75 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     log(f"{profile} N={n}: building bitroute index")
     gc.collect()
     Sub = br.Subscription
-    t = time.perf_counter()
+    t = time.process_time()
     index = br.RoutingIndex({ex: br.dialect(wl.dialect)})
     upsert = index.upsert
     for sid, subscriber, filt in wl.subs:
         upsert(Sub(id=sid, exchange=ex, subscriber=subscriber, filter=filt))
+    t_upsert = time.process_time() - t
+    t = time.process_time()
     snap = index.snapshot(1, {0: n})
-    rows["bitroute"].build_s = time.perf_counter() - t
-    log(f"  build {rows['bitroute'].build_s:.2f}s; serialising")
-    t = time.perf_counter()
+    t_snap = time.process_time() - t
+    t = time.process_time()
+    br.Matcher(snap)
+    t_matcher = time.process_time() - t
+    rows["bitroute"].build_s = t_upsert + t_snap + t_matcher
+    rows["bitroute"].notes.append(f"build = upserts {t_upsert:.2f}s + snapshot() {t_snap:.2f}s + Matcher() {t_matcher:.2f}s")
+    log(f"  build {rows['bitroute'].build_s:.2f}s (upserts {t_upsert:.2f}s, snapshot {t_snap:.2f}s, Matcher {t_matcher:.2f}s); serialising")
+    t = time.process_time()
     blob = snap.to_bytes()
-    to_bytes_s = time.perf_counter() - t
+    to_bytes_s = time.process_time() - t
     rows["bitroute"].bytes_per_sub = len(blob) / n
     gc.collect()
-    t = time.perf_counter()
+    t = time.process_time()
     loaded = br.Snapshot.from_bytes(blob)
-    rows["bitroute"].load_s = time.perf_counter() - t
-    rows["bitroute"].notes.append(f"to_bytes {to_bytes_s:.2f}s")
-    log(f"  {len(blob)} bytes ({len(blob) / n:.1f}/sub), to_bytes {to_bytes_s:.2f}s, from_bytes {rows['bitroute'].load_s:.2f}s")
+    t_from = time.process_time() - t
+    t = time.process_time()
+    br.Matcher(loaded)
+    t_m2 = time.process_time() - t
+    rows["bitroute"].load_s = t_from + t_m2
+    rows["bitroute"].notes.append(f"to_bytes() {to_bytes_s:.2f}s; load = from_bytes() {t_from:.2f}s + Matcher() {t_m2:.2f}s")
+    log(f"  {len(blob)} bytes ({len(blob) / n:.1f}/sub), to_bytes {to_bytes_s:.2f}s, from_bytes {t_from:.2f}s, Matcher {t_m2:.2f}s")
     del blob, index, snap
 
     # ---- build: trie
     log(f"{profile} N={n}: building trie")
     gc.collect()
-    t = time.perf_counter()
+    t = time.process_time()
     tr = trie_mod.build_trie(wl.dialect, wl.subs)
-    rows["trie"].build_s = time.perf_counter() - t
-    t = time.perf_counter()
+    rows["trie"].build_s = time.process_time() - t
+    t = time.process_time()
     tblob = pickle.dumps(tr, protocol=pickle.HIGHEST_PROTOCOL)
     rows["trie"].bytes_per_sub = len(tblob) / n
-    t = time.perf_counter()
+    t = time.process_time()
     tr_loaded = pickle.loads(tblob)
-    rows["trie"].load_s = time.perf_counter() - t
+    rows["trie"].load_s = time.process_time() - t
     del tblob, tr_loaded
     log(f"  build {rows['trie'].build_s:.2f}s, {rows['trie'].bytes_per_sub:.1f} bytes/sub pickled, load {rows['trie'].load_s:.2f}s")
 
     # ---- build: naive
     log(f"{profile} N={n}: building naive scan")
     gc.collect()
-    t = time.perf_counter()
+    t = time.process_time()
     naive = br.ReferenceMatcher({ex: br.dialect(wl.dialect)})
     nup = naive.upsert
     for sid, subscriber, filt in wl.subs:
         nup(Sub(id=sid, exchange=ex, subscriber=subscriber, filter=filt))
-    rows["naive"].build_s = time.perf_counter() - t
+    rows["naive"].build_s = time.process_time() - t
     try:
         nblob = pickle.dumps(naive, protocol=pickle.HIGHEST_PROTOCOL)
         rows["naive"].bytes_per_sub = len(nblob) / n
-        t = time.perf_counter()
+        t = time.process_time()
         pickle.loads(nblob)
-        rows["naive"].load_s = time.perf_counter() - t
+        rows["naive"].load_s = time.process_time() - t
         del nblob
     except Exception as e:  # not picklable: say so
         rows["naive"].notes.append(f"not picklable: {type(e).__name__}")
     log(f"  build {rows['naive'].build_s:.2f}s")
 
     # ---- topics
-    cold_topics = wl.distinct_topics(rng, args.cold_topics + 1)
-    warm_topic, cold_topics = cold_topics[0], cold_topics[1:]
+    cold_topics = wl.distinct_topics(rng, args.cold_topics + WARM)
+    warm_topics, cold_topics = cold_topics[:WARM], cold_topics[WARM:]
     nbatches = args.batches or (2 if profile == "fanout" and n >= 1_000_000 else 5)
     batches = [make_frame(ex, wl.zipf_topics(nprng, args.batch_size), b * args.batch_size) for b in range(nbatches)]
     distinct = [b["routing_key"].nunique() for b in batches]
@@ -267,7 +286,7 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     # the batch paths agree with match() row by row
     vframe = batches[0].iloc[: args.verify].reset_index(drop=True)
     got_frame = m.match_frame(vframe)
-    out_type = got_frame["deliveries"].dtype.pyarrow_dtype if hasattr(got_frame["deliveries"].dtype, "pyarrow_dtype") else None
+    out_type = got_frame["deliveries"].dtype.pyarrow_dtype
     want_frame = trie_mod.trie_match_frame(tr, vframe, out_type)
     if list(got_frame["message_id"]) != list(vframe["message_id"]):
         raise SystemExit("MISMATCH: match_frame message_id column is not the input's, in order")
@@ -282,77 +301,91 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     def dist(xs):
         return f"{np.mean(xs):.1f} (min {min(xs)}, median {int(np.median(xs))}, max {max(xs)})"
 
-    # ---- cold per-topic
+    # ---- cold per-topic: bitroute and trie interleaved topic by topic (the
+    # order alternating), so that load from other processes hits both alike
     log(f"{profile} N={n}: cold match, {len(cold_topics)} distinct topics")
     pc = time.perf_counter_ns
     gc.collect()
     m = br.Matcher(loaded)
     match = m.match
-    match(ex, warm_topic)
-    ns = []
-    for topic in cold_topics:
-        t = pc()
-        match(ex, topic)
-        ns.append(pc() - t)
-    rows["bitroute"].cold_median_us, rows["bitroute"].cold_p99_us, rows["bitroute"].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
-    del m, match
-    gc.collect()
     tmatch = tr.match
-    tmatch(warm_topic)
-    ns = []
-    for topic in cold_topics:
-        t = pc()
+    for topic in warm_topics:  # lazy per-matcher set-up, not the topic cache
+        match(ex, topic)
         tmatch(topic)
-        ns.append(pc() - t)
-    rows["trie"].cold_median_us, rows["trie"].cold_p99_us, rows["trie"].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
+    ns_b, ns_t = [], []
+    for k, topic in enumerate(cold_topics):
+        if k & 1:
+            t = pc()
+            match(ex, topic)
+            t1 = pc()
+            tmatch(topic)
+            t2 = pc()
+            ns_b.append(t1 - t)
+            ns_t.append(t2 - t1)
+        else:
+            t = pc()
+            tmatch(topic)
+            t1 = pc()
+            match(ex, topic)
+            t2 = pc()
+            ns_t.append(t1 - t)
+            ns_b.append(t2 - t1)
+    for impl, ns in (("bitroute", ns_b), ("trie", ns_t)):
+        rows[impl].cold_median_us, rows[impl].cold_p99_us, rows[impl].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
+    del m, match
     log(f"  bitroute median {rows['bitroute'].cold_median_us:.2f}us, trie {rows['trie'].cold_median_us:.2f}us; naive (budget {args.naive_budget:.0f}s)")
     gc.collect()
     nmatch = naive.match
-    nmatch(ex, warm_topic)
+    nmatch(ex, warm_topics[0])
     ns = []
     deadline = time.perf_counter() + args.naive_budget
     for topic in cold_topics:
         t = pc()
         nmatch(ex, topic)
         ns.append(pc() - t)
-        if len(ns) >= 20 and time.perf_counter() > deadline:
+        if len(ns) >= NAIVE_MIN_TOPICS and time.perf_counter() > deadline:
             break
     rows["naive"].cold_median_us, rows["naive"].cold_p99_us, rows["naive"].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
     naive_mean_s = float(np.mean(ns)) / 1e9
     log(f"  naive median {rows['naive'].cold_median_us:.0f}us on {len(ns)} topics")
 
-    # ---- batches
+    # ---- batches: CPU time of this process (pyarrow threads included), the
+    # two implementations alternating batch by batch
     total = sum(len(b) for b in batches)
     log(f"{profile} N={n}: {len(batches)} batches of {args.batch_size} Zipf publishes ({dist(distinct)} distinct topics each)")
+    cpu = time.process_time
     gc.collect()
     m = br.Matcher(loaded)
-    times = []
-    for b in batches:
-        t = time.perf_counter()
+    times_b, times_t = [], []
+    trie_budget_hit = False
+    for i, b in enumerate(batches):
+        t = cpu()
         m.match_frame(b)
-        times.append(time.perf_counter() - t)
-    rows["bitroute"].first_pps = len(batches[0]) / times[0]
-    rows["bitroute"].steady_pps = total / sum(times)
-    del m
-    gc.collect()
-    times = []
-    for b in batches:
-        t = time.perf_counter()
+        times_b.append(cpu() - t)
+        if trie_budget_hit:
+            continue
+        t = cpu()
         trie_mod.trie_match_frame(tr, b, out_type)
-        times.append(time.perf_counter() - t)
-    rows["trie"].first_pps = len(batches[0]) / times[0]
-    rows["trie"].steady_pps = total / sum(times)
+        times_t.append(cpu() - t)
+        if sum(times_t) > args.trie_batch_budget:
+            trie_budget_hit = i + 1 < len(batches)
+    del m
+    for impl, times in (("bitroute", times_b), ("trie", times_t)):
+        rows[impl].first_pps = args.batch_size / times[0]
+        rows[impl].steady_pps = args.batch_size * len(times) / sum(times)
+    if trie_budget_hit:
+        rows["trie"].batch_note = f"{len(times_t)} batch(es): over its {args.trie_batch_budget:.0f}s budget"
     log(f"  bitroute {rows['bitroute'].steady_pps:,.0f}/s, trie {rows['trie'].steady_pps:,.0f}/s")
     est = distinct[0] * naive_mean_s
     if est <= args.naive_budget:
         gc.collect()
         b = batches[0]
-        t = time.perf_counter()
+        t = cpu()
         seen = {}
         for key in b["routing_key"].tolist():
             if key not in seen:
                 seen[key] = nmatch(ex, key)
-        rows["naive"].first_pps = rows["naive"].steady_pps = len(b) / (time.perf_counter() - t)
+        rows["naive"].first_pps = rows["naive"].steady_pps = len(b) / (cpu() - t)
         rows["naive"].batch_note = "match() per distinct topic, 1 batch"
     else:
         rows["naive"].first_pps = rows["naive"].steady_pps = len(batches[0]) / est
@@ -362,7 +395,8 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     if args.cprofile:
         os.makedirs(args.cprofile, exist_ok=True)
         m = br.Matcher(loaded)
-        m.match(ex, warm_topic)
+        for topic in warm_topics:
+            m.match(ex, topic)
         pr = cProfile.Profile()
         pr.enable()
         for topic in cold_topics:
@@ -504,9 +538,11 @@ def machine() -> str:
     except Exception:
         commit, dirty = "?", ""
     aff = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    return (f"{cpu}; nproc {os.cpu_count()}, this process pinned to CPUs {aff}; Python {platform.python_version()}, "
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{cpu}; nproc {os.cpu_count()}, load average {load} at start, this process pinned to CPUs {aff}; Python {platform.python_version()}, "
             f"pyroaring {pyroaring.__version__}, pandas {pd.__version__}, pyarrow {__import__('pyarrow').__version__}, "
-            f"numpy {np.__version__}; commit {commit}{' (compiler/ modified)' if dirty else ''}")
+            f"numpy {np.__version__}; "
+            + (COMPILER_SOURCE or f"working tree at {commit}{' with compiler/ modified' if dirty else ''}"))
 
 
 def main(argv=None) -> int:
@@ -520,7 +556,12 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=10_000)
     p.add_argument("--verify", type=int, default=400, help="topics checked for agreement (default 400)")
     p.add_argument("--naive-budget", type=float, default=20.0, help="seconds of naive scan per step (default 20)")
+    p.add_argument("--trie-batch-budget", type=float, default=120.0,
+                   help="CPU seconds after which the trie runs no further batches (default 120)")
     p.add_argument("--cprofile", metavar="DIR", help="also write cProfile stats of bitroute to DIR")
+    p.add_argument("--compiler-ref", metavar="REF",
+                   help="benchmark compiler/ as committed at git REF (exported to a temporary directory), "
+                        "not the working tree")
     p.add_argument("--pin-cpu", type=int, help="pin this process to one CPU (like taskset -c)")
     args = p.parse_args(argv)
     if args.pin_cpu is not None:
@@ -530,7 +571,21 @@ def main(argv=None) -> int:
     for prof in profiles:
         if prof not in workloads.PROFILES:
             p.error(f"unknown profile {prof!r}; choose from {', '.join(workloads.PROFILES)}")
+    global COMPILER_SOURCE
+    if args.compiler_ref:
+        import tempfile
+
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        rev = subprocess.run(["git", "-C", repo, "rev-parse", "--short", args.compiler_ref],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        tmp = tempfile.mkdtemp(prefix=f"bitroute-compiler-{rev}-")
+        archive = subprocess.run(["git", "-C", repo, "archive", rev, "compiler"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        sys.path.insert(0, tmp)
+        COMPILER_SOURCE = f"compiler/ as committed at {rev}"
     br = Bitroute()
+    if not os.path.abspath(br.compiler.__file__).startswith(os.path.abspath(sys.path[0])) and args.compiler_ref:
+        raise SystemExit(f"compiler imported from {br.compiler.__file__}, not from {args.compiler_ref}")
     print("## compiler benchmark\n")
     print(f"Machine: {machine()}.\n")
     print(f"Command: {' '.join([os.path.relpath(sys.argv[0])] + (argv if argv is not None else sys.argv[1:]))}\n")
@@ -541,6 +596,7 @@ def main(argv=None) -> int:
             print_result(r)
             results.append(r)
     check_targets(results)
+    print(f"\nLoad average at the end: {'/'.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min).")
     log("done")
     return 0
 

@@ -1,0 +1,4 @@
+"""End-to-end benchmark: bitroute against RabbitMQ and Mosquitto on one machine.
+
+Run by hand, never in CI: ``benchmarks/e2e/run.sh`` (see docs/benchmarks.md).
+"""
