@@ -97,7 +97,9 @@ class _Plan(NamedTuple):
 
 
 class _Exchange:
-    """The lookup tables of one exchange."""
+    """The lookup tables of one exchange. Every table value, catch-all entry
+    and automaton label is a *hit code* (see :class:`Matcher`), or a tuple of
+    hit codes when several filters share a key (``#`` and ``#.#``)."""
 
     __slots__ = ("name", "grammar", "parse_topic", "dollar_rule", "exact", "shaped", "catch_alls", "automaton", "_plans")
 
@@ -112,8 +114,8 @@ class _Exchange:
         self.automaton: FilterAutomaton | None = None
         self._plans: dict[int, _Plan] = {}
 
-    def filters(self, words: list[str], topic: str) -> list[int]:
-        """Filter slots of this exchange matching the topic (validated, split into ``words``)."""
+    def hits(self, words: list[str], topic: str) -> list[int]:
+        """Hit codes of the filters matching the topic (validated, split into ``words``)."""
         out: list[int] = []
         hit = self.exact.get(topic)
         if hit is not None:
@@ -154,20 +156,20 @@ class _Exchange:
         return plan
 
 
-def _table(keys: list, fslots: list[int]) -> dict:
-    """``keys[i] -> fslots[i]``; a key held by several filter slots maps to their tuple."""
-    table = dict(zip(keys, fslots))
-    if len(table) == len(fslots):
+def _table(keys: list, codes: list[int]) -> dict:
+    """``keys[i] -> codes[i]``; a key held by several filters maps to a tuple of their codes."""
+    table = dict(zip(keys, codes))
+    if len(table) == len(codes):
         return table
     table = {}
-    for key, fslot in zip(keys, fslots):
+    for key, code in zip(keys, codes):
         prev = table.get(key)
         if prev is None:
-            table[key] = fslot
+            table[key] = code
         elif prev.__class__ is int:
-            table[key] = (prev, fslot)
+            table[key] = (prev, code)
         else:
-            table[key] = prev + (fslot,)
+            table[key] = prev + (code,)
     return table
 
 
@@ -177,6 +179,12 @@ class Matcher:
     Thread-compatible, not thread-safe (the topic cache is unsynchronised).
     ``cache_max_bytes`` bounds the topic cache (estimated bytes, see
     :mod:`compiler.cache`).
+
+    The lookup tables hold *hit codes*: a code ``h >= 0`` is the subscription
+    slot of a filter held by exactly one subscription, without header
+    criteria or shared group (the common case, resolved without further
+    lookups); ``h < 0`` stands for filter slot ``~h``, whose subscriptions and
+    conditions are looked up in ``_fsubs`` and ``_flags``.
     """
 
     def __init__(self, snapshot: Snapshot, cache_max_bytes: int = MATCH_CACHE_MAX_BYTES) -> None:
@@ -189,13 +197,18 @@ class Matcher:
         self._ids_arrow = t.sub_ids
         self._names_arrow = t.subscriber_names
         self._sub_subscriber_np = t.sub_subscriber
-        self._sub_subscriber: list[int] = t.sub_subscriber.tolist()
         self._sub_filter: list[int] = t.sub_filter.tolist()
         self._rank: np.ndarray | None = None
         self._rank_of_slot = None
 
         live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
-        self._fsubs = _filter_subscriptions(t.sub_filter, live, len(t.filter_text))
+        owners = np.zeros(len(self._ids), dtype=np.int64)
+        owners[live] = t.sub_subscriber[live]
+        names = self._names
+        self._owner: list[str | None] = [names[o] for o in owners.tolist()]
+        """Subscriber name per subscription slot: the same str object for the
+        same subscriber, so deliveries group by identity."""
+        self._fsubs, single = _filter_subscriptions(t.sub_filter, live, len(t.filter_text))
 
         texts: list[str | None] = t.filter_text.to_pylist()
         self._filter_text = texts
@@ -204,36 +217,42 @@ class Matcher:
         }
         exchange_list = [self._exchanges[name] for name in t.exchange_names]
         flags: dict[int, int] = {}
-        for exchange_code, code, fslots in _groups(t.filter_exchange, t.filter_code, texts):
-            exchange = exchange_list[exchange_code]
-            grammar = exchange.grammar
-            group_texts = [texts[f] for f in fslots]
-            if grammar.DOLLAR_RULE:
-                for f, text in zip(fslots, group_texts):
-                    if text.startswith(grammar.SHARE_PREFIX):
-                        flags[f] = _HAS_SHARED
-            if code == CODE_EXACT:
-                exchange.exact.update(_table([grammar.exact_key(x) for x in group_texts], fslots))
-            elif code == CODE_MULTI:
-                exchange.automaton = FilterAutomaton(
-                    ((grammar.filter_words(x), f) for f, x in zip(fslots, group_texts)), grammar.ONE, grammar.MANY
-                )
-            else:
-                shape = t.shapes[code - CODE_SHAPE_BASE]
-                if shape.catch_all:
-                    exchange.catch_alls.append((shape, tuple(fslots)))
-                else:
-                    getter = shape.key_getter()
-                    split = grammar.filter_words
-                    exchange.shaped.append((shape, getter, _table([getter(split(x)) for x in group_texts], fslots)))
-
         self._criteria: CriteriaIndex | None = None
         if len(t.criteria_slots):
             self._criteria = CriteriaIndex(t.criteria_slots, t.criteria_ref, t.criteria_sets)
             for f in np.unique(t.sub_filter[t.criteria_slots]).tolist():
-                flags[f] = flags.get(f, 0) | _HAS_CRITERIA
+                flags[f] = _HAS_CRITERIA
+        groups = list(_groups(t.filter_exchange, t.filter_code, texts))
+        for exchange_code, _, fslots in groups:
+            grammar = exchange_list[exchange_code].grammar
+            if grammar.DOLLAR_RULE:
+                for f in fslots:
+                    if texts[f].startswith(grammar.SHARE_PREFIX):
+                        flags[f] = flags.get(f, 0) | _HAS_SHARED
         self._flags = flags
-        self._special = frozenset(flags)
+        hit_code = np.where(single >= 0, single, ~np.arange(len(single)))
+        if flags:
+            special = np.fromiter(flags, dtype=np.int64, count=len(flags))
+            hit_code[special] = ~special
+        for exchange_code, code, fslots in groups:
+            exchange = exchange_list[exchange_code]
+            grammar = exchange.grammar
+            group_texts = [texts[f] for f in fslots]
+            codes = hit_code[fslots].tolist()
+            if code == CODE_EXACT:
+                exchange.exact.update(_table([grammar.exact_key(x) for x in group_texts], codes))
+            elif code == CODE_MULTI:
+                exchange.automaton = FilterAutomaton(
+                    zip(map(grammar.filter_words, group_texts), codes), grammar.ONE, grammar.MANY
+                )
+            else:
+                shape = t.shapes[code - CODE_SHAPE_BASE]
+                if shape.catch_all:
+                    exchange.catch_alls.append((shape, tuple(codes)))
+                else:
+                    getter = shape.key_getter()
+                    split = grammar.filter_words
+                    exchange.shaped.append((shape, getter, _table([getter(split(x)) for x in group_texts], codes)))
 
     @property
     def snapshot(self) -> Snapshot:
@@ -407,21 +426,30 @@ class Matcher:
         table = self._exchanges.get(exchange) if exchange.__class__ is str else None
         if table is None:
             raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
-        fslots = table.filters(table.parse_topic(topic), topic)
-        if not fslots:
+        hits = table.hits(table.parse_topic(topic), topic)
+        if not hits:
             result = _EMPTY_RESULT
         else:
-            fsubs = self._fsubs
             slots: list[int] = []
             large: list[FrozenBitMap] = []
-            for f in fslots:
-                subs = fsubs[f]
+            flags = 0
+            shared: tuple[int, ...] = ()
+            for hit in hits:
+                if hit >= 0:
+                    slots.append(hit)
+                    continue
+                fslot = ~hit
+                subs = self._fsubs[fslot]
                 if subs.__class__ is int:
                     slots.append(subs)
                 elif subs.__class__ is tuple:
                     slots += subs
                 else:
                     large.append(subs)
+                condition = self._flags.get(fslot, 0)
+                flags |= condition
+                if condition & _HAS_SHARED:
+                    shared += (fslot,)
             # Filter slots partition the subscriptions: no slot appears twice.
             if large or len(slots) > SORT_IN_PYTHON_MAX:
                 ordered: Sequence[int] = self._order_large(slots, large)
@@ -429,13 +457,6 @@ class Matcher:
                 if len(slots) > 1:
                     slots.sort(key=self._rank_of())
                 ordered = tuple(slots)
-            flags = 0
-            shared: tuple[int, ...] = ()
-            if self._special and not self._special.isdisjoint(fslots):
-                for f in fslots:
-                    flags |= self._flags.get(f, 0)
-                if flags & _HAS_SHARED:
-                    shared = tuple(f for f in fslots if self._flags.get(f, 0) & _HAS_SHARED)
             result = (ordered, flags, shared)
         self._cache.put((exchange, topic), result)
         return result
@@ -490,35 +511,35 @@ class Matcher:
     def _shared(self, exchange: str, slots: Sequence[int], shared: Sequence[int], message_id: str) -> list[int]:
         """``slots`` without the subscriptions of shared-group members that were
         not chosen for ``message_id`` (order kept)."""
-        names, subscriber, sub_filter = self._names, self._sub_subscriber, self._sub_filter
+        owner, sub_filter = self._owner, self._sub_filter
         slots = list(slots)
         for f in shared:
-            members = sorted({names[subscriber[s]] for s in slots if sub_filter[s] == f})
+            members = sorted({owner[s] for s in slots if sub_filter[s] == f})
             if len(members) > 1:
                 chosen = choose_member(group_key(exchange, self._filter_text[f]), message_id, members)
-                slots = [s for s in slots if sub_filter[s] != f or names[subscriber[s]] == chosen]
+                slots = [s for s in slots if sub_filter[s] != f or owner[s] == chosen]
         return slots
 
     def _deliveries(self, slots: Sequence[int]) -> list[Delivery]:
         if not slots:
             return []
-        names, subscriber, ids = self._names, self._sub_subscriber, self._ids
+        owner, ids = self._owner, self._ids
         if len(slots) == 1:
             s = slots[0]
-            return [Delivery(names[subscriber[s]], (ids[s],))]
+            return [Delivery(owner[s], (ids[s],))]
         out: list[Delivery] = []
-        current = -1
+        current = None
         group: list[str] = []
         for s in slots:
-            owner = subscriber[s]
-            if owner != current:
+            name = owner[s]
+            if name is not current:
                 if group:
-                    out.append(Delivery(names[current], tuple(group)))
-                current = owner
+                    out.append(Delivery(current, tuple(group)))
+                current = name
                 group = [ids[s]]
             else:
                 group.append(ids[s])
-        out.append(Delivery(names[current], tuple(group)))
+        out.append(Delivery(current, tuple(group)))
         return out
 
     def _deliveries_array(self, units: list[Sequence[int]]) -> pa.ListArray:
@@ -543,9 +564,10 @@ class Matcher:
         return pa.ListArray.from_arrays(pa.array(unit_groups), groups, type=DELIVERIES_TYPE)
 
 
-def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> list:
+def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> tuple[list, np.ndarray]:
     """``fsubs[filter slot]``: its only subscription slot, a tuple of a few, or a
-    bitmap of many (-1: a free filter slot)."""
+    bitmap of many (-1: a free filter slot); and, as a numpy array, the only
+    subscription slot of each filter that has exactly one (else -1)."""
     filters = sub_filter[live]
     order = np.argsort(filters, kind="stable")
     by_filter = live[order]
@@ -559,7 +581,7 @@ def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: i
     for f in np.flatnonzero(counts > 1).tolist():
         members = by_filter[starts[f]:starts[f + 1]]
         fsubs[f] = tuple(members.tolist()) if len(members) <= FILTER_TUPLE_MAX else bitmap_of(members)
-    return fsubs
+    return fsubs, single
 
 
 def _groups(exchanges: np.ndarray, codes: np.ndarray, texts: list[str | None]):

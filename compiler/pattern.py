@@ -99,15 +99,22 @@ def classify(words: list[str] | tuple[str, ...], one: str, many: str) -> tuple[F
     ``one`` and ``many`` are the dialect's wildcard words; any other word is a
     literal.
     """
-    n = len(words)
     if one not in words and many not in words:
         return FilterKind.EXACT, None
-    literals = [i for i, w in enumerate(words) if w != one and w != many]
-    hashes = [i for i, w in enumerate(words) if w == many]
-    if not hashes:
+    n = len(words)
+    literals: list[int] = []
+    first = last = -1
+    for i, word in enumerate(words):
+        if word == many:
+            if first < 0:
+                first = i
+            last = i
+        elif word != one:
+            literals.append(i)
+    if first < 0:
         return FilterKind.SHAPED, Shape(n, False, tuple(literals))
-    first, last = hashes[0], hashes[-1]
     if any(first < i < last for i in literals):
         return FilterKind.MULTI, None
+    hashes = words.count(many)
     positions = tuple(i if i < first else i - n for i in literals)
-    return FilterKind.SHAPED, Shape(n - len(hashes), True, positions)
+    return FilterKind.SHAPED, Shape(n - hashes, True, positions)
