@@ -3,7 +3,9 @@
 Precedence, highest first:
 
 1. command-line overrides (``--set section.key=value`` and verb flags such as
-   ``--bootstrap``), passed to :func:`load` as ``overrides``;
+   ``--port``), passed to :func:`load` as ``overrides``; an entry of a table
+   is set with ``--set spark.options.spark.executor.memory=2g`` or
+   ``--set exchanges.dialects.events=amqp``;
 2. environment variables ``BITROUTE_<SECTION>_<KEY>`` (``BITROUTE_KAFKA_BOOTSTRAP``);
 3. the TOML file given with ``--config FILE``, else ``conf/bitroute.toml``;
 4. the built-in defaults of the dataclasses below.
@@ -166,6 +168,13 @@ def load(
         section, _, key = dotted.partition(".")
         if section not in _SECTION_TYPES or not key:
             raise ConfigError(f"{dotted}: unknown configuration key")
+        table, _, name = key.partition(".")
+        if (section, table) in _TABLE_KEYS and name:
+            # "spark.options.spark.executor.memory=2g" sets one entry of a table.
+            entries = dict(layered[section].get(table, {}))
+            entries[name] = value
+            layered[section][table] = entries
+            continue
         _check_known(section, key)
         layered[section][key] = value
 

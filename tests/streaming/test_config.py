@@ -72,3 +72,13 @@ def test_set_flags_parse_and_reject_malformed_pairs():
         "kafka.bootstrap": "h:1", "spark.master": "local[1]"}
     with pytest.raises(ConfigError, match="section.key=value"):
         parse_set_flags(["bootstrap"])
+
+
+def test_set_flags_reach_entries_of_tables():
+    cfg = load(overrides={"spark.options.spark.executor.memory": "2g",
+                          "exchanges.dialects.events": "amqp"}, environ={})
+    assert cfg.spark.options == {"spark.executor.memory": "2g"}
+    assert cfg.exchanges.dialects["events"] == "amqp"
+    assert cfg.exchanges.dialects["mqtt"] == "mqtt"
+    with pytest.raises(ConfigError, match="exchanges.dialects.events"):
+        load(overrides={"exchanges.dialects.events": "stomp"}, environ={})
