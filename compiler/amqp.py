@@ -88,13 +88,3 @@ def parse_topic(key: str) -> list[str]:
     if len(key) > _MAX_SAFE_CHARS or not key.isascii():
         _check_size(key, "routing key", TopicError)
     return key.split(SEPARATOR) if key else []
-
-
-def filter_words(text: str) -> list[str]:
-    """The matching words of an already validated binding key."""
-    return text.split(SEPARATOR) if text else []
-
-
-def exact_key(text: str) -> str:
-    """The routing key an already validated wildcard-free binding key equals."""
-    return text

@@ -43,11 +43,6 @@ def mutable_bitmap_of(slots: np.ndarray) -> BitMap:
     return BitMap(packed)
 
 
-def bitmap_to_numpy(bitmap: BitMap | FrozenBitMap) -> np.ndarray:
-    """The members of ``bitmap``, ascending, as ``uint32``."""
-    return np.frombuffer(bitmap.to_array(), dtype=np.uint32)
-
-
 def string_column(values: list[str | None]) -> pa.StringArray:
     """An Arrow string column from Python strings (``None`` = free slot)."""
     return pa.array(values, type=pa.string())

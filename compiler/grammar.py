@@ -1,8 +1,9 @@
 """The grammar module of each dialect, behind one lookup.
 
 Both :mod:`compiler.amqp` and :mod:`compiler.mqtt` provide the same names:
-``SEPARATOR``, ``ONE``, ``MANY``, ``DOLLAR_RULE``, ``parse_filter(text)``,
-``parse_topic(topic)``, ``filter_words(text)`` and ``exact_key(text)``.
+``SEPARATOR``, ``ONE``, ``MANY``, ``DOLLAR_RULE``, ``parse_filter(text)`` and
+``parse_topic(topic)``; :mod:`compiler.mqtt` adds ``SHARE_PREFIX`` and
+``match_part(text)`` for shared subscriptions.
 """
 
 from __future__ import annotations

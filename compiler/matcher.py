@@ -12,9 +12,11 @@ of subscriptions:
 3. AMQP filters with several ``#`` runs through one automaton
    (:mod:`compiler.nfa`).
 
-Each hit is a filter slot; a filter slot maps to its single subscription slot,
-or to a roaring bitmap of them when several subscriptions share the filter.
-The topic's subscription slots are sorted once by (subscriber, id) and cached
+Each hit names a filter slot, which maps to its subscription slots (one, a
+tuple of a few, or a roaring bitmap when many subscriptions share the filter);
+the common single-subscription filter is stored as its subscription slot
+directly (see *hit codes* in :class:`Matcher`). The topic's subscription slots
+are sorted once by (subscriber, id) and cached
 per topic (:mod:`compiler.cache`); header criteria
 (:mod:`compiler.criteria_index`) and shared-subscription choices
 (:mod:`compiler.shared`) are applied per message on top of the cached result.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from types import ModuleType
 from typing import NamedTuple
 
@@ -69,6 +72,8 @@ PLAN_CACHE_MAX_LENGTHS = 512
 _HAS_CRITERIA = 1
 _HAS_SHARED = 2
 _NO_HEADERS: frozenset = frozenset()
+_MALFORMED = object()
+"""Stands for a frame row's unreadable headers: the row is rejected."""
 
 
 class Delivery(NamedTuple):
@@ -204,14 +209,12 @@ class Matcher:
         live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
         owners = np.zeros(len(self._ids), dtype=np.int64)
         owners[live] = t.sub_subscriber[live]
-        names = self._names
-        self._owner: list[str | None] = [names[o] for o in owners.tolist()]
+        self._owner: list[str | None] = list(map(self._names.__getitem__, owners.tolist()))
         """Subscriber name per subscription slot: the same str object for the
         same subscriber, so deliveries group by identity."""
         self._fsubs, single = _filter_subscriptions(t.sub_filter, live, len(t.filter_text))
+        self._filter_text = t.filter_text
 
-        texts: list[str | None] = t.filter_text.to_pylist()
-        self._filter_text = texts
         self._exchanges: dict[str, _Exchange] = {
             name: _Exchange(name, grammar_for(snapshot.exchanges[name])) for name in t.exchange_names
         }
@@ -222,37 +225,41 @@ class Matcher:
             self._criteria = CriteriaIndex(t.criteria_slots, t.criteria_ref, t.criteria_sets)
             for f in np.unique(t.sub_filter[t.criteria_slots]).tolist():
                 flags[f] = _HAS_CRITERIA
-        groups = list(_groups(t.filter_exchange, t.filter_code, texts))
-        for exchange_code, _, fslots in groups:
+        groups = []
+        for exchange_code, code, fslots in _groups(t.filter_exchange, t.filter_code, t.filter_text):
             grammar = exchange_list[exchange_code].grammar
+            texts = t.filter_text.take(pa.array(fslots)).to_pylist()
             if grammar.DOLLAR_RULE:
-                for f in fslots:
-                    if texts[f].startswith(grammar.SHARE_PREFIX):
+                shared = [f for f, x in zip(fslots, texts) if x.startswith(grammar.SHARE_PREFIX)]
+                if shared:
+                    for f in shared:
                         flags[f] = flags.get(f, 0) | _HAS_SHARED
+                    texts = [grammar.match_part(x) for x in texts]
+            groups.append((exchange_list[exchange_code], code, fslots, texts))
         self._flags = flags
         hit_code = np.where(single >= 0, single, ~np.arange(len(single)))
         if flags:
             special = np.fromiter(flags, dtype=np.int64, count=len(flags))
             hit_code[special] = ~special
-        for exchange_code, code, fslots in groups:
-            exchange = exchange_list[exchange_code]
+        for exchange, code, fslots, texts in groups:
             grammar = exchange.grammar
-            group_texts = [texts[f] for f in fslots]
             codes = hit_code[fslots].tolist()
+            # ``texts`` are the matching parts of the filters (no '$share/g/').
             if code == CODE_EXACT:
-                exchange.exact.update(_table([grammar.exact_key(x) for x in group_texts], codes))
-            elif code == CODE_MULTI:
+                exchange.exact.update(_table(texts, codes))
+                continue
+            split, separator = str.split, grammar.SEPARATOR
+            if code == CODE_MULTI:
                 exchange.automaton = FilterAutomaton(
-                    zip(map(grammar.filter_words, group_texts), codes), grammar.ONE, grammar.MANY
+                    zip((split(x, separator) for x in texts), codes), grammar.ONE, grammar.MANY
                 )
+                continue
+            shape = t.shapes[code - CODE_SHAPE_BASE]
+            if shape.catch_all:
+                exchange.catch_alls.append((shape, tuple(codes)))
             else:
-                shape = t.shapes[code - CODE_SHAPE_BASE]
-                if shape.catch_all:
-                    exchange.catch_alls.append((shape, tuple(codes)))
-                else:
-                    getter = shape.key_getter()
-                    split = grammar.filter_words
-                    exchange.shaped.append((shape, getter, _table([getter(split(x)) for x in group_texts], codes)))
+                getter = shape.key_getter()
+                exchange.shaped.append((shape, getter, _table([getter(split(x, separator)) for x in texts], codes)))
 
     @property
     def snapshot(self) -> Snapshot:
@@ -328,57 +335,55 @@ class Matcher:
             rows = list(zip(exchanges, keys, relevant))
         else:
             rows = list(zip(exchanges, keys))
-        # Distinct rows, numbered in order of first appearance (C-level dedup).
-        distinct: dict[tuple, int] = {}
-        row_distinct = np.fromiter(
-            (distinct.setdefault(row, len(distinct)) for row in rows), dtype=np.int64, count=n
-        )
+        # Distinct rows in order of first appearance, deduplicated in C.
+        distinct = {row: j for j, row in enumerate(dict.fromkeys(rows))}
+        row_distinct = np.fromiter(map(distinct.__getitem__, rows), dtype=np.int64, count=n)
         units: list[Sequence[int]] = [()]
         distinct_unit = np.zeros(len(distinct), dtype=np.int64)
         distinct_error: dict[int, str] = {}
         per_message: dict[int, tuple] = {}
         for j, row in enumerate(distinct):
             unit, error, pending = self._frame_entry(row, units)
-            distinct_unit[j] = unit
-            if error is not None:
+            if unit:
+                distinct_unit[j] = unit
+            elif error is not None:
                 distinct_error[j] = error
-            if pending is not None:
+            elif pending is not None:
                 per_message[j] = pending
         row_unit = distinct_unit[row_distinct]
         if distinct_error:
             for i in np.flatnonzero(np.isin(row_distinct, list(distinct_error))).tolist():
-                if errors[i] is None:
-                    errors[i] = distinct_error[int(row_distinct[i])]
+                errors[i] = errors[i] or distinct_error[row_distinct[i]]
         if per_message:
             message_ids = frame["message_id"].tolist()
             for i in np.flatnonzero(np.isin(row_distinct, list(per_message))).tolist():
                 if errors[i] is None:
-                    slots, shared = per_message[int(row_distinct[i])]
+                    slots, shared = per_message[row_distinct[i]]
                     units.append(self._shared(exchanges[i], slots, shared, message_ids[i] or ""))
                     row_unit[i] = len(units) - 1
-        for i, error in enumerate(errors):
-            if error is not None:
-                row_unit[i] = 0
         deliveries = self._deliveries_array(units).take(pa.array(row_unit))
         return pd.DataFrame(
             {
-                "message_id": frame["message_id"].to_numpy(dtype=object, copy=True),
-                "deliveries": pd.arrays.ArrowExtensionArray(deliveries),
-                "error": np.array(errors, dtype=object),
-            }
+                "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),
+                "deliveries": pd.Series(pd.arrays.ArrowExtensionArray(deliveries)),
+                "error": pd.Series(errors, dtype=object),
+            },
+            copy=False,
         )
 
-    def _frame_headers(self, headers: list, errors: list[str | None]) -> list[frozenset]:
-        """Per row, the relevant (name, value) header pairs; malformed headers set ``errors[i]``."""
+    def _frame_headers(self, headers: list, errors: list[str | None]) -> list[object]:
+        """Per row, the relevant (name, value) header pairs; a row with
+        malformed headers gets ``_MALFORMED`` and its reason in ``errors[i]``."""
         names = self._criteria.names
-        out = []
+        out: list[object] = []
         for i, entries in enumerate(headers):
-            relevant = _NO_HEADERS
+            relevant: object = _NO_HEADERS
             if entries is not None:
                 try:
                     relevant = _relevant_entries(entries, names)
                 except HeaderError as exc:
                     errors[i] = str(exc)
+                    relevant = _MALFORMED
             out.append(relevant)
         return out
 
@@ -390,6 +395,8 @@ class Matcher:
         the message id (shared groups), else ``None``.
         """
         exchange, key = row[0], row[1]
+        if len(row) > 2 and row[2] is _MALFORMED:
+            return 0, None, None
         try:
             if exchange is None:
                 raise UnknownExchangeError("missing exchange")
@@ -516,7 +523,7 @@ class Matcher:
         for f in shared:
             members = sorted({owner[s] for s in slots if sub_filter[s] == f})
             if len(members) > 1:
-                chosen = choose_member(group_key(exchange, self._filter_text[f]), message_id, members)
+                chosen = choose_member(group_key(exchange, self._filter_text[f].as_py()), message_id, members)
                 slots = [s for s in slots if sub_filter[s] != f or owner[s] == chosen]
         return slots
 
@@ -544,20 +551,17 @@ class Matcher:
 
     def _deliveries_array(self, units: list[Sequence[int]]) -> pa.ListArray:
         """``DELIVERIES_TYPE`` array with one entry per unit (slots in output order)."""
-        flat = array("I")
+        lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
         unit_offsets = np.zeros(len(units) + 1, dtype=np.int64)
-        for j, unit in enumerate(units):
-            flat.extend(unit)
-            unit_offsets[j + 1] = len(flat)
-        flat_np = np.frombuffer(flat, dtype=np.uint32)
-        owners = self._sub_subscriber_np[flat_np]
-        starts = np.ones(len(flat_np), dtype=bool)
+        np.cumsum(lengths, out=unit_offsets[1:])
+        flat = np.fromiter(chain.from_iterable(units), dtype=np.uint32, count=int(unit_offsets[-1]))
+        owners = self._sub_subscriber_np[flat]
+        starts = np.ones(len(flat), dtype=bool)
         starts[1:] = owners[1:] != owners[:-1]
-        nonempty = unit_offsets[:-1][unit_offsets[1:] > unit_offsets[:-1]]
-        starts[nonempty] = True
+        starts[unit_offsets[:-1][lengths > 0]] = True
         group_starts = np.flatnonzero(starts)
-        group_offsets = np.append(group_starts, len(flat_np)).astype(np.int32)
-        ids = pa.ListArray.from_arrays(pa.array(group_offsets), self._ids_arrow.take(pa.array(flat_np)))
+        group_offsets = np.append(group_starts, len(flat)).astype(np.int32)
+        ids = pa.ListArray.from_arrays(pa.array(group_offsets), self._ids_arrow.take(pa.array(flat)))
         subscribers = self._names_arrow.take(pa.array(owners[group_starts]))
         groups = pa.StructArray.from_arrays([subscribers, ids], fields=list(DELIVERIES_TYPE.value_type))
         unit_groups = np.searchsorted(group_starts, unit_offsets).astype(np.int32)
@@ -578,15 +582,20 @@ def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: i
     ones = counts == 1
     single[ones] = by_filter[starts[:-1][ones]]
     fsubs: list = single.tolist()
+    slots = by_filter.tolist()
+    bounds = starts.tolist()
     for f in np.flatnonzero(counts > 1).tolist():
-        members = by_filter[starts[f]:starts[f + 1]]
-        fsubs[f] = tuple(members.tolist()) if len(members) <= FILTER_TUPLE_MAX else bitmap_of(members)
+        start, end = bounds[f], bounds[f + 1]
+        if end - start <= FILTER_TUPLE_MAX:
+            fsubs[f] = tuple(slots[start:end])
+        else:
+            fsubs[f] = bitmap_of(by_filter[start:end])
     return fsubs, single
 
 
-def _groups(exchanges: np.ndarray, codes: np.ndarray, texts: list[str | None]):
-    """Live filter slots grouped by (exchange, filter code): yields ``(exchange, code, [fslot...])``."""
-    live = np.flatnonzero(np.fromiter((x is not None for x in texts), dtype=bool, count=len(texts)))
+def _groups(exchanges: np.ndarray, codes: np.ndarray, texts: pa.StringArray):
+    """Live filter slots grouped by (exchange, filter code): yields ``(exchange, code, fslots)``."""
+    live = np.flatnonzero(pc.is_valid(texts).to_numpy(zero_copy_only=False))
     keys = (exchanges[live].astype(np.uint64) << np.uint64(32)) | codes[live].astype(np.uint64)
     order = np.argsort(keys, kind="stable")
     keys, live = keys[order], live[order]
@@ -594,7 +603,7 @@ def _groups(exchanges: np.ndarray, codes: np.ndarray, texts: list[str | None]):
     for start, end in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(keys)]]).tolist()):
         if start < end:
             key = int(keys[start])
-            yield key >> 32, key & 0xFFFFFFFF, live[start:end].tolist()
+            yield key >> 32, key & 0xFFFFFFFF, live[start:end]
 
 
 def _header_value(name: str, value: object) -> str | None:

@@ -126,13 +126,3 @@ def match_part(text: str) -> str:
     if text.startswith(SHARE_PREFIX):
         return text.split(SEPARATOR, 2)[2]
     return text
-
-
-def filter_words(text: str) -> list[str]:
-    """The matching levels of an already validated topic filter."""
-    return match_part(text).split(SEPARATOR)
-
-
-def exact_key(text: str) -> str:
-    """The topic an already validated wildcard-free filter equals."""
-    return match_part(text)

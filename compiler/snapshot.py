@@ -60,7 +60,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import FrozenBitMap
 
-from .columns import SLOT_DTYPE, live_slots, slot_array
+from .columns import SLOT_DTYPE, live_slots
 from .dialect import Dialect
 from .errors import HeaderCriteriaError, SnapshotFormatError
 from .headers import HeaderCriteria
