@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Mapping, Sequence
+from functools import partial
 from itertools import chain
 from types import ModuleType
 from typing import NamedTuple
@@ -84,6 +85,9 @@ class Delivery(NamedTuple):
     subscription_ids: tuple[str, ...]
 
 
+_delivery = partial(tuple.__new__, Delivery)
+"""``Delivery`` from a (subscriber, ids) pair without the Python-level ``__new__``: hot path."""
+
 # A topic's result before per-message conditions is the triple
 # (slots, flags, shared): subscription slots sorted by (subscriber, id), a
 # tuple (or, when large, an array('I')); whether some of them have header
@@ -94,7 +98,8 @@ _EMPTY_RESULT: tuple = ((), 0, ())
 
 class _Plan(NamedTuple):
     """What to look up for a topic of one length: (key getter, table) pairs,
-    and the catch-all filter slots; ``dollar_*`` for MQTT topics starting with '$'."""
+    and the hit codes of the catch-all filters; ``dollar_lookups`` for MQTT
+    topics starting with '$' (which no catch-all matches)."""
 
     lookups: tuple
     catch_all: tuple[int, ...]
@@ -436,37 +441,43 @@ class Matcher:
         hits = table.hits(table.parse_topic(topic), topic)
         if not hits:
             result = _EMPTY_RESULT
+        elif len(hits) == 1 and hits[0] >= 0:
+            result = (tuple(hits), 0, ())
         else:
-            slots: list[int] = []
-            large: list[FrozenBitMap] = []
-            flags = 0
-            shared: tuple[int, ...] = ()
-            for hit in hits:
-                if hit >= 0:
-                    slots.append(hit)
-                    continue
-                fslot = ~hit
-                subs = self._fsubs[fslot]
-                if subs.__class__ is int:
-                    slots.append(subs)
-                elif subs.__class__ is tuple:
-                    slots += subs
-                else:
-                    large.append(subs)
-                condition = self._flags.get(fslot, 0)
-                flags |= condition
-                if condition & _HAS_SHARED:
-                    shared += (fslot,)
-            # Filter slots partition the subscriptions: no slot appears twice.
-            if large or len(slots) > SORT_IN_PYTHON_MAX:
-                ordered: Sequence[int] = self._order_large(slots, large)
-            else:
-                if len(slots) > 1:
-                    slots.sort(key=self._rank_of())
-                ordered = tuple(slots)
-            result = (ordered, flags, shared)
+            result = self._combine(hits)
         self._cache.put((exchange, topic), result)
         return result
+
+    def _combine(self, hits: list[int]) -> tuple:
+        """The result triple of several hit codes, or of one that needs expanding."""
+        slots: list[int] = []
+        large: list[FrozenBitMap] = []
+        flags = 0
+        shared: tuple[int, ...] = ()
+        for hit in hits:
+            if hit >= 0:
+                slots.append(hit)
+                continue
+            fslot = ~hit
+            subs = self._fsubs[fslot]
+            if subs.__class__ is int:
+                slots.append(subs)
+            elif subs.__class__ is tuple:
+                slots += subs
+            else:
+                large.append(subs)
+            condition = self._flags.get(fslot, 0)
+            flags |= condition
+            if condition & _HAS_SHARED:
+                shared += (fslot,)
+        # Filter slots partition the subscriptions: no slot appears twice.
+        if large or len(slots) > SORT_IN_PYTHON_MAX:
+            ordered: Sequence[int] = self._order_large(slots, large)
+        else:
+            if len(slots) > 1:
+                slots.sort(key=self._rank_of())
+            ordered = tuple(slots)
+        return ordered, flags, shared
 
     def _order_large(self, slots: list[int], large: list[FrozenBitMap]) -> array:
         """``slots`` and the members of ``large`` in (subscriber, id) order, vectorised."""
@@ -533,7 +544,7 @@ class Matcher:
         owner, ids = self._owner, self._ids
         if len(slots) == 1:
             s = slots[0]
-            return [Delivery(owner[s], (ids[s],))]
+            return [_delivery((owner[s], (ids[s],)))]
         out: list[Delivery] = []
         current = None
         group: list[str] = []
@@ -541,12 +552,12 @@ class Matcher:
             name = owner[s]
             if name is not current:
                 if group:
-                    out.append(Delivery(current, tuple(group)))
+                    out.append(_delivery((current, tuple(group))))
                 current = name
                 group = [ids[s]]
             else:
                 group.append(ids[s])
-        out.append(Delivery(current, tuple(group)))
+        out.append(_delivery((current, tuple(group))))
         return out
 
     def _deliveries_array(self, units: list[Sequence[int]]) -> pa.ListArray:
