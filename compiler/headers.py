@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Literal, Mapping
 
 from .errors import HeaderCriteriaError, quote
+from .text import is_utf8_text
 
 MATCH_MODES = ("all", "any")
 
@@ -58,11 +59,11 @@ class HeaderCriteria:
                 f"header criteria must be a mapping of name to value or null, not {type(self.criteria).__name__}"
             )
         for name, value in self.criteria.items():
-            if type(name) is not str or not name:
-                raise HeaderCriteriaError(f"header criterion name must be a non-empty string: {quote(name)}")
-            if value is not None and type(value) is not str:
+            if type(name) is not str or not name or not is_utf8_text(name):
+                raise HeaderCriteriaError(f"header criterion name must be a non-empty UTF-8 string: {quote(name)}")
+            if value is not None and (type(value) is not str or not is_utf8_text(value)):
                 raise HeaderCriteriaError(
-                    f"header criterion {quote(name)} must have a string value or null, not {type(value).__name__}"
+                    f"header criterion {quote(name)} must have a UTF-8 string value or null, not {quote(value)}"
                 )
         object.__setattr__(self, "criteria", MappingProxyType(dict(self.criteria)))
 

@@ -34,6 +34,7 @@ from .headers import HeaderCriteria
 from .pattern import FilterKind, ParsedFilter, Shape
 from .snapshot import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE, Snapshot, SnapshotTables
 from .subscription import Subscription, validate_subscriber
+from .text import is_utf8_text
 
 
 class RoutingIndex:
@@ -47,8 +48,8 @@ class RoutingIndex:
     def __init__(self, exchanges: Mapping[str, Dialect | str]) -> None:
         self._exchanges: dict[str, Dialect] = {}
         for name, dialect in exchanges.items():
-            if type(name) is not str or not name:
-                raise ValueError(f"exchange name must be a non-empty string, not {name!r}")
+            if type(name) is not str or not name or not is_utf8_text(name):
+                raise ValueError(f"exchange name must be a non-empty UTF-8 string, not {name!r}")
             self._exchanges[name] = parse_dialect(dialect)
         self._exchange_names = tuple(self._exchanges)
         self._exchange_code = {name: code for code, name in enumerate(self._exchange_names)}
@@ -121,8 +122,8 @@ class RoutingIndex:
         if not isinstance(sub, Subscription):
             raise SubscriptionError(f"expected a Subscription, not {type(sub).__name__}")
         sub_id = sub.id
-        if type(sub_id) is not str or not sub_id:
-            raise SubscriptionError(f"subscription id must be a non-empty string, not {quote(sub_id)}")
+        if type(sub_id) is not str or not sub_id or not is_utf8_text(sub_id):
+            raise SubscriptionError(f"subscription id must be a non-empty UTF-8 string, not {quote(sub_id)}")
         exchange = self._exchange_code.get(sub.exchange)
         if exchange is None:
             raise UnknownExchangeError(f"subscription {quote(sub_id)}: unknown exchange {quote(sub.exchange)}")

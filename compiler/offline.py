@@ -162,4 +162,6 @@ def _id_order(value: object) -> tuple[int, object]:
 
 
 def _dumps(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False)
+    # ASCII-escaped: a JSON string may carry a lone surrogate ("\udc80"),
+    # which a UTF-8 stream cannot encode.
+    return json.dumps(obj)

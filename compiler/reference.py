@@ -21,6 +21,7 @@ from .headers import HeaderCriteria
 from .matcher import Delivery
 from .shared import choose_member, group_key
 from .subscription import Subscription, validate_subscriber
+from .text import is_utf8_text
 
 
 def words_match(filter_words: tuple[str, ...], topic_words: tuple[str, ...], one: str, many: str) -> bool:
@@ -55,8 +56,8 @@ class ReferenceMatcher:
 
     def upsert(self, sub: Subscription) -> None:
         """Validate like :meth:`RoutingIndex.upsert` and store ``sub`` by id."""
-        if type(sub.id) is not str or not sub.id:
-            raise SubscriptionError(f"subscription id must be a non-empty string, not {quote(sub.id)}")
+        if type(sub.id) is not str or not sub.id or not is_utf8_text(sub.id):
+            raise SubscriptionError(f"subscription id must be a non-empty UTF-8 string, not {quote(sub.id)}")
         dialect = self._exchanges.get(sub.exchange)
         if dialect is None:
             raise UnknownExchangeError(f"subscription {quote(sub.id)}: unknown exchange {quote(sub.exchange)}")

@@ -40,7 +40,8 @@ def test_matches(criteria, headers, expected):
         ({"match": "some", "criteria": {}}, "'all' or 'any'"),
         ({"match": "all", "criteria": []}, "must be an object"),
         ({"match": "all", "criteria": {"a": 1}}, "string value or null"),
-        ({"match": "all", "criteria": {"": "x"}}, "non-empty string"),
+        ({"match": "all", "criteria": {"": "x"}}, "non-empty UTF-8 string"),
+        ({"match": "all", "criteria": {"a": "\udc80"}}, "UTF-8 string value"),
         ({"match": "all", "criteria": {}, "extra": 1}, "unknown fields extra"),
     ],
 )

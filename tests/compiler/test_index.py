@@ -82,7 +82,8 @@ def test_identical_filters_share_one_filter_slot():
         (Subscription("s", "mq", "c", "a/#/b"), FilterError, "'#' must be the last level: 'a/#/b'"),
         (Subscription("s", "amq", "c", "a" * 256), FilterError, "longer than 255"),
         (Subscription("s", "amq", "a b", "a"), SubscriptionError, "subscriber name"),
-        (Subscription("", "amq", "c", "a"), SubscriptionError, "non-empty string"),
+        (Subscription("", "amq", "c", "a"), SubscriptionError, "non-empty UTF-8 string"),
+        (Subscription("a\udc80", "amq", "c", "a"), SubscriptionError, "non-empty UTF-8 string"),
         (Subscription("s", "amq", "c", "a", {"match": "all"}), SubscriptionError, "HeaderCriteria"),
     ],
 )
@@ -115,7 +116,7 @@ def test_exchanges_are_isolated():
 def test_bad_exchange_configuration():
     with pytest.raises(ValueError, match="unknown dialect 'stomp'"):
         RoutingIndex({"x": "stomp"})
-    with pytest.raises(ValueError, match="non-empty string"):
+    with pytest.raises(ValueError, match="non-empty UTF-8 string"):
         RoutingIndex({"": "amqp"})
 
 

@@ -105,6 +105,14 @@ def test_missing_file_or_bad_dialect_exit_2(tmp_path):
     assert "unknown dialect 'stomp'" in err.getvalue()
 
 
+def test_ids_and_topics_round_trip_through_escapes(tmp_path):
+    subs = ['{"id": "\\udc80", "filter": "#"}', {"id": "ü", "filter": "ü.#"}]
+    code, out, err = _run(tmp_path, "amqp", subs, [{"topic": "ü.x"}, '{"topic": "\\udc80"}'])
+    assert (code, err) == (0, [])
+    assert out[0] == {"topic": "ü.x", "subscriptions": ["ü", "\udc80"]}
+    assert "not valid UTF-8" in out[1]["error"]
+
+
 def test_blank_lines_are_skipped(tmp_path):
     code, out, err = _run(tmp_path, "amqp", ["", {"id": "s", "filter": "#"}, "   "], ["", {"topic": "a"}, ""])
     assert (code, out, err) == (0, [{"topic": "a", "subscriptions": ["s"]}], [])
