@@ -1,0 +1,257 @@
+"""``python -m benchmarks.e2e``: the end-to-end table in one run.
+
+    python -m benchmarks.e2e [--profile devices] [--size 100k] [--first-route 1m]
+                             [--systems bitroute,rabbitmq,mosquitto] [--set section.key=value]...
+
+Everything listens on loopback and is started and stopped by this command;
+``benchmarks/e2e/run.sh`` installs the brokers and clients first. Run by hand,
+never in CI. Results go to stdout (the table) and ``<workdir>/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from benchmarks.e2e import bitroute_run, compare, workload
+
+MB = 1 << 20
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", choices=sorted(workload.PROFILES), default="devices")
+    ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--systems", default="bitroute,rabbitmq,mosquitto")
+    ap.add_argument("--first-route", choices=["none", *sorted(workload.SIZES)], default="1m",
+                    help="changelog size for the time-to-first-routed-publish phase")
+    ap.add_argument("--publishes", type=int, default=400_000,
+                    help="distinct publishes generated (the drivers cycle through them)")
+    ap.add_argument("--backlog", type=int, default=0,
+                    help="bitroute saturation backlog (default: 60 x max_offsets_per_trigger/10, "
+                         "at least 300k)")
+    ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--measure", type=float, default=20.0)
+    ap.add_argument("--publishers", type=int, default=2, help="bitroute load-driver processes")
+    ap.add_argument("--consumers", type=int, default=1, help="bitroute delivery-consumer processes")
+    ap.add_argument("--rabbit-threads", type=int, default=4)
+    ap.add_argument("--mqtt-clients", type=int, default=0,
+                    help="MQTT subscriber connections (default: one per subscriber)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="router configuration override (repeatable), as for bitroute run")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-e2e-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    n = workload.SIZES[args.size]
+    t = time.monotonic()
+    w = workload.generate(args.profile, n, args.seed, args.publishes)
+    files = workload.write_files(w, workdir / "workload")
+    matches, per_publish = workload.match_stats(w)
+    _log(f"workload {args.profile} {args.size}: {w.description}; {matches:.1f} matching "
+         f"subscriptions, {per_publish:.2f} deliveries per publish (generated in "
+         f"{time.monotonic() - t:.1f}s)")
+    results: dict = {"profile": args.profile, "size": args.size, "n": n, "seed": args.seed,
+                     "description": w.description, "matches_per_publish": matches,
+                     "deliveries_per_publish": per_publish, "sets": args.set,
+                     "machine": _machine()}
+    backlog = args.backlog or 300_000
+    try:
+        if "bitroute" in systems:
+            results["bitroute"] = asdict(bitroute_run.run(
+                workdir / "bitroute", w, args.set, backlog, args.warmup, args.measure,
+                args.publishers, args.consumers, _log))
+        if "rabbitmq" in systems:
+            results["rabbitmq"] = asdict(compare.rabbitmq(
+                workdir / "rabbitmq", files, per_publish, args.warmup, args.measure,
+                args.rabbit_threads, _log))
+        if "mosquitto" in systems:
+            results["mosquitto"] = asdict(compare.mosquitto(
+                workdir / "mosquitto", files, per_publish, args.warmup, args.measure,
+                args.mqtt_clients or len(w.subscribers), _log))
+        if args.first_route != "none" and "bitroute" in systems:
+            big = workload.generate(args.profile, workload.SIZES[args.first_route], args.seed, 1000)
+            results["first_route"] = asdict(bitroute_run.first_route(
+                workdir / "first-route", big, args.set, _log))
+    except KeyboardInterrupt:
+        _log("interrupted: everything started has been stopped")
+        return 130
+    finally:
+        (workdir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        _log(f"results in {workdir / 'results.json'}")
+    print(table(results))
+    if not args.keep and args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def _machine() -> str:
+    import os
+    import platform
+
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.platform()}"
+
+
+def _f(x: float, digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _lat(run: dict) -> str:
+    return f"{_f(run['p50_ms'], 1)} / {_f(run['p99_ms'], 1)}"
+
+
+def _busiest(cores: dict[str, float]) -> str:
+    if not cores:
+        return "-"
+    name, v = max(cores.items(), key=lambda kv: kv[1])
+    return f"{name} {v:.2f}"
+
+
+def table(r: dict) -> str:
+    cols = [s for s in ("bitroute", "rabbitmq", "mosquitto") if s in r]
+    rows: list[tuple[str, list[str]]] = []
+
+    def sustained(s: str) -> tuple[float, float]:
+        if s == "bitroute":
+            sat = r[s]["saturation"]
+            return sat["publishes_per_s"], sat["deliveries_per_s"]
+        return r[s]["sustained_publishes"], r[s]["sustained_deliveries"]
+
+    def at(s: str, key: str) -> dict:
+        return r[s][key]
+
+    rows.append(("sustained publishes/s", [_f(sustained(s)[0]) for s in cols]))
+    rows.append(("sustained deliveries/s", [_f(sustained(s)[1]) for s in cols]))
+    rows.append(("p50 / p99 ms at 50% rate", [_lat(at(s, "at50")) for s in cols]))
+    rows.append(("p50 / p99 ms at 90% rate", [_lat(at(s, "at90")) for s in cols]))
+    rows.append(("deliveries/s at 90% rate", [_f(at(s, "at90")["deliveries_per_s"]) for s in cols]))
+
+    def rss(s: str, role: str) -> str:
+        run = r[s]["saturation"] if s == "bitroute" else r[s]["full"]
+        v = run["peak_rss"].get(role)
+        return _f(v / MB) if v else "-"
+
+    rows.append(("broker RSS MB (peak, full speed)",
+                 [rss(s, "Kafka broker") if s == "bitroute" else rss(s, "broker") for s in cols]))
+
+    def busiest(s: str) -> str:
+        run = r[s]["saturation"] if s == "bitroute" else r[s]["full"]
+        return _busiest(run["max_core"])
+
+    rows.append(("busiest process at full speed (cores)", [busiest(s) for s in cols]))
+    if "bitroute" in r:
+        b = sustained("bitroute")[1]
+        for s in ("rabbitmq", "mosquitto"):
+            if s in r and sustained(s)[1]:
+                rows.append((f"bitroute/{s} deliveries/s", [f"{b / sustained(s)[1]:.2f}x"]
+                             + [""] * (len(cols) - 1)))
+    width = max(len(name) for name, _ in rows) + 2
+    cw = max(12, *(len(v) for _, vals in rows for v in vals)) + 2
+    out = [f"End to end: {r['profile']} {r['size']} ({r['n']:,} subscriptions, seed {r['seed']}, "
+           f"{r['deliveries_per_publish']:.2f} deliveries per publish); {r['machine']}",
+           f"router settings: {' '.join(r['sets']) or '(defaults)'}", "",
+           "".ljust(width) + "".join(c.rjust(cw) for c in cols)]
+    out += [name.ljust(width) + "".join(v.rjust(cw) for v in vals) for name, vals in rows]
+
+    if "bitroute" in r:
+        br = r["bitroute"]
+        sat = br["saturation"]
+        out += ["", "bitroute memory (peak RSS MB) and CPU (cores, average) while saturated:"]
+        for role, v in sat["peak_rss"].items():
+            out.append(f"  {role:<28}{_f(v / MB):>8} MB {sat['cores'].get(role, 0):>6.2f} cores"
+                       f" (busiest process {sat['max_core'].get(role, 0):.2f})")
+        batches = [b for b in sat["batches"] if b["rows"]]
+        full = [b for b in batches if b["rows"] >= 0.9 * max(x["rows"] for x in batches)][1:] \
+            if batches else []
+        if full:
+            keys = ("catch_up", "match", "kafka", "delta")
+            mean = {k: sum(b.get(k, 0.0) for b in full) / len(full) for k in keys}
+            total = sum(b["seconds"] for b in full) / len(full)
+            rows_ = sum(b["rows"] for b in full) / len(full)
+            out.append(f"bitroute per-batch split (mean of {len(full)} full batches of "
+                       f"{rows_:,.0f} publishes, {total:.2f}s): "
+                       + ", ".join(f"{k} {mean[k]:.2f}s ({100 * mean[k] / total:.0f}%)"
+                                   for k in keys))
+        out.append(f"bitroute start with {r['n']:,} subscriptions in the changelog: "
+                   f"changelog written in {br['changelog_write_s']:.1f}s, router open "
+                   f"{br['open_s']:.1f}s")
+        for key in ("at50", "at90"):
+            out.append(f"bitroute at {key[2:]}%: {br[key]['publishes_per_s']:,.0f} publishes/s, "
+                       f"all routed {br[key]['lag_after_s']:.1f}s after the last publish")
+    if "first_route" in r:
+        fr = r["first_route"]
+        out.append(f"bitroute first routed publish after a {fr['subscriptions']:,}-subscription "
+                   f"changelog: {fr['first_route_s']:.1f}s after Kafka acked it (written in "
+                   f"{fr['write_s']:.1f}s; router catch-up {fr['catch_up_s']:.1f}s, that batch "
+                   f"{fr['batch_s']:.1f}s); restart open {_f(fr['open_s_restart'], 1)}s")
+    for s in ("rabbitmq", "mosquitto"):
+        if s in r:
+            full = r[s]["full"]
+            out.append(f"{s} at full speed: {full['publishes_per_s']:,.0f} publishes/s offered, "
+                       f"{full['deliveries_per_s']:,.0f} deliveries/s; cores "
+                       + ", ".join(f"{k} {v:.2f}" for k, v in full["cores"].items())
+                       + (f"; bindings set up in {r[s]['setup_s']:.0f}s" if r[s]['setup_s'] else ""))
+    targets = _targets(r)
+    if targets:
+        out += ["", "targets (devices 100k, Delta audit on):"] + [f"  {t}" for t in targets]
+    return "\n".join(out)
+
+
+def _targets(r: dict) -> list[str]:
+    if "bitroute" not in r:
+        return []
+    out = []
+    b = r["bitroute"]["saturation"]["deliveries_per_s"]
+    if "mosquitto" in r:
+        m = r["mosquitto"]["sustained_deliveries"]
+        out.append(f"deliveries/s >= Mosquitto: {b:,.0f} vs {m:,.0f} -> "
+                   f"{'met' if b >= m else f'missed by {100 * (1 - b / m):.0f}%'}")
+    if "rabbitmq" in r:
+        q = 3 * r["rabbitmq"]["sustained_deliveries"]
+        out.append(f"deliveries/s >= 3x RabbitMQ: {b:,.0f} vs {q:,.0f} -> "
+                   f"{'met' if b >= q else f'missed by {100 * (1 - b / q):.0f}%'}")
+    p99 = r["bitroute"]["at50"]["p99_ms"]
+    out.append(f"p99 <= 2 s at 50% rate: {p99 / 1000:.2f}s -> "
+               f"{'met' if p99 <= 2000 else f'missed by {p99 / 1000 - 2:.2f}s'}")
+    if "first_route" in r:
+        s = r["first_route"]["first_route_s"]
+        out.append(f"{r['first_route']['subscriptions']:,} subscriptions routed within 60 s: "
+                   f"{s:.1f}s -> {'met' if s <= 60 else f'missed by {s - 60:.0f}s'}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

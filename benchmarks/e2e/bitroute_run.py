@@ -1,0 +1,389 @@
+"""The bitroute side of the benchmark: an embedded Kafka broker of its own on
+loopback ports, the router (``router_probe``, i.e. ``bitroute run`` with the
+per-batch split timed) in a child process, the changelog loader, the publish
+driver and the delivery consumer of :mod:`benchmarks.e2e.kafka_load`.
+
+Phases, all on one router:
+
+1. changelog: the workload's subscriptions are produced to the changelog
+   before the router starts; ``open_s`` is the router's start (rebuild from
+   the changelog, compile, snapshot) until its query runs.
+2. warm-up: a paced trickle, so that Python workers and the JIT are warm.
+3. saturation: a backlog of ``backlog`` publishes produced as fast as the
+   driver can; the router drains it with full batches. Sustained publishes/s
+   (the rate at which consumer lag stops growing) = publishes routed per
+   second of wall time over the full batches after the first; deliveries/s
+   alike. The delivery consumer confirms the deliveries arrive.
+4. latency at 50% and 90% of that rate: paced publishers, the consumer
+   records publish-to-delivery latency of the publishes in the window.
+
+:func:`first_route_1m` runs on a fresh broker and router: the router runs on
+an empty changelog with a trickle of publishes, 1M subscriptions are written
+to the changelog, and a probe publish is sent right after Kafka acked the last
+one; by the happens-before guarantee its routing uses all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+from benchmarks.e2e import kafka_load, procstat
+from benchmarks.e2e.workload import EXCHANGE, Workload
+from schemas.records import EXCHANGE_HEADER, SNAPSHOT_VERSION_HEADER
+from streaming.broker import EmbeddedBroker, free_port
+from streaming.config import Config, load, parse_set_flags
+from streaming.topics import ensure_router_topics
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTED_TIMEOUT_S = 900.0
+
+
+class RouterProcess:
+    """``python -m benchmarks.e2e.router_probe`` with its stdout parsed in a thread."""
+
+    def __init__(self, sets: list[str], log_path: Path) -> None:
+        self.sets = sets
+        self.log_path = log_path
+        self.probes: list[dict] = []
+        self.started: dict | None = None
+        self._events: queue.Queue = queue.Queue()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RouterProcess":
+        args = [sys.executable, "-m", "benchmarks.e2e.router_probe"]
+        for s in self.sets:
+            args += ["--set", s]
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=open(self.log_path, "ab"), text=True, env=env)
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc and self.proc.stdout
+        with open(self.log_path.with_suffix(".stdout"), "a") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                if line.startswith("PROBE "):
+                    self.probes.append(json.loads(line[6:]))
+                elif line.startswith("STARTED "):
+                    self.started = json.loads(line[8:])
+                    self._events.put("started")
+        self._events.put("exit")
+
+    def wait_started(self, timeout: float = STARTED_TIMEOUT_S) -> dict:
+        event = self._events.get(timeout=timeout)
+        if event != "started" or self.started is None:
+            raise RuntimeError(f"the router exited before its query started; see {self.log_path}")
+        return self.started
+
+    def routed(self) -> int:
+        return sum(p["rows"] for p in self.probes)
+
+    def wait_routed(self, total: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.routed() >= total:
+                return True
+            if self.proc and self.proc.poll() is not None:
+                raise RuntimeError(f"the router exited; see {self.log_path}")
+            time.sleep(0.2)
+        return False
+
+    def pids(self) -> dict[str, list[int]]:
+        """Role -> pids: the Python driver, the Spark JVM, the Python workers."""
+        if self.proc is None or self.proc.poll() is not None:
+            return {"driver": [], "jvm": [], "workers": []}
+        kids = procstat.children(self.proc.pid)
+        jvm = [p for p in kids if "java" in procstat.cmdline(p).split(" ")[0]]
+        workers = [p for p in kids if "pyspark" in procstat.cmdline(p) or
+                   ("python" in procstat.cmdline(p) and p not in jvm)]
+        return {"driver": [self.proc.pid], "jvm": jvm, "workers": workers}
+
+    def stop(self, timeout: float = 120) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in procstat.children(self.proc.pid):
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class Env:
+    """A broker and a router on loopback, in ``folder``."""
+
+    folder: Path
+    user_sets: list[str]
+    broker: EmbeddedBroker | None = None
+    config: Config | None = None
+    router: RouterProcess | None = None
+    sets: list[str] = field(default_factory=list)
+
+    def start_broker(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        port, cport = free_port(), free_port()
+        self.broker = EmbeddedBroker(self.folder / "kafka", "127.0.0.1", port, cport)
+        self.broker.start()
+        self.sets = [
+            f"kafka.bootstrap={self.broker.bootstrap}",
+            "broker.embedded=false",
+            f"delta.warehouse={self.folder / 'delta'}",
+            f"streaming.checkpoint_dir={self.folder / 'checkpoints'}",
+            *self.user_sets,
+        ]
+        self.config = load(None, parse_set_flags(self.sets), environ={})
+        ensure_router_topics(self.config)
+
+    def start_router(self) -> dict:
+        self.router = RouterProcess(self.sets, self.folder / "router.log").start()
+        return self.router.wait_started()
+
+    def delivery_topics(self, w: Workload) -> list[str]:
+        return [self.config.kafka.deliveries_topic(s) for s in w.subscribers]
+
+    def roles(self) -> dict:
+        r = self.router
+        return {
+            "router: Python driver": lambda: r.pids()["driver"],
+            "router: Spark JVM": lambda: r.pids()["jvm"],
+            "router: Python workers": lambda: r.pids()["workers"],
+            "Kafka broker": lambda: [self.broker.pid()] if self.broker.pid() else [],
+        }
+
+    def stop(self) -> None:
+        try:
+            if self.router:
+                self.router.stop()
+        finally:
+            if self.broker:
+                self.broker.stop()
+
+
+def _publish(env: Env, w: Workload, rate: float, duration: float, processes: int):
+    return kafka_load.start_publishers(env.config.kafka.bootstrap, env.config.kafka.publishes_topic,
+                                       EXCHANGE, w, rate, duration, processes)
+
+
+@dataclass
+class Phase:
+    publishes_per_s: float
+    deliveries_per_s: float
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    max_ms: float = float("nan")
+    lag_after_s: float = 0.0  # how long after the last publish the router had routed all
+    batches: list[dict] = field(default_factory=list)
+    cores: dict[str, float] = field(default_factory=dict)
+    max_core: dict[str, float] = field(default_factory=dict)
+    peak_rss: dict[str, int] = field(default_factory=dict)
+    consumer: dict = field(default_factory=dict)
+
+
+def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: int, log) -> Phase:
+    """Produce ``backlog`` publishes as fast as possible; measure the drain."""
+    r = env.router
+    routed0 = r.routed()
+    n_probes0 = len(r.probes)
+    # Producers: flat out until `backlog` are sent (duration bound from a generous rate).
+    consumer_procs, cout = kafka_load.start_consumers(
+        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.partitions,
+        (time.time(), time.time() + 3600), time.time() + 3600 * 2, consumers, idle=10)
+    sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
+        p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
+        p.pid for p in consumer_procs if p.is_alive()]})
+    procs, pout, start_at = kafka_load.start_publishers(
+        env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE,
+        _cycle(w, backlog), 0, 3600, publishers, count=backlog)
+    time.sleep(max(0.0, start_at - time.time()))
+    sampler.start()
+    pub = kafka_load.join_publishers(procs, pout, timeout=1800)
+    log(f"bitroute: backlog of {pub['sent']:,} publishes produced in {pub['seconds']:.1f}s "
+        f"({pub['sent'] / pub['seconds']:,.0f}/s)")
+    ok = r.wait_routed(routed0 + pub["sent"], timeout=1800)
+    sampler.stop()
+    if not ok:
+        log("bitroute: WARNING: the backlog was not drained in time")
+    for p in consumer_procs:
+        p.terminate()
+    batches = r.probes[n_probes0:]
+    # Full batches after the first one (the first also pays the trigger's start).
+    full = [b for b in batches if b["rows"] >= 0.9 * max(b["rows"] for b in batches)]
+    steady = full[1:] if len(full) > 2 else full
+    if len(steady) >= 2:
+        span = steady[-1]["end"] - steady[0]["end"]
+        rows = sum(b["rows"] for b in steady[1:])
+        dels = sum(b["deliveries"] for b in steady[1:])
+    else:
+        span = sum(b["seconds"] for b in steady)
+        rows = sum(b["rows"] for b in steady)
+        dels = sum(b["deliveries"] for b in steady)
+    span = max(span, 1e-9)
+    return Phase(rows / span, dels / span, batches=batches,
+                 cores={k: sampler.cores(k) for k in sampler.stats},
+                 max_core={k: v.max_core for k, v in sampler.stats.items()},
+                 peak_rss={k: v.peak_rss for k, v in sampler.stats.items()})
+
+
+def _cycle(w: Workload, n: int) -> Workload:
+    pubs = (w.publishes * (n // max(1, len(w.publishes)) + 1))[:n]
+    return Workload(w.profile, w.n, w.seed, w.subs, pubs, w.description)
+
+
+def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, publishers: int,
+           consumers: int, log) -> Phase:
+    r = env.router
+    routed0 = r.routed()
+    n_probes0 = len(r.probes)
+    start_at = time.time() + 10.0  # consumers assigned, publishers spawned
+    w0 = start_at + warmup
+    w1 = w0 + measure
+    consumer_procs, cout = kafka_load.start_consumers(
+        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.partitions,
+        (w0, w1), w1 + 120, consumers, idle=15)
+    procs, pout, start_at = kafka_load.start_publishers(
+        env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
+        warmup + measure + 0.5, publishers, start_at=start_at)
+    sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
+        p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
+        p.pid for p in consumer_procs if p.is_alive()]})
+    time.sleep(max(0.0, w0 - time.time()))
+    sampler.start()
+    time.sleep(max(0.0, w1 - time.time()))
+    sampler.stop()
+    pub = kafka_load.join_publishers(procs, pout, timeout=300)
+    t_last = time.time()
+    r.wait_routed(routed0 + pub["sent"], timeout=300)
+    lag_after = time.time() - t_last
+    cons = kafka_load.join_consumers(consumer_procs, cout, timeout=400)
+    batches = r.probes[n_probes0:]
+    return Phase(pub["sent"] / pub["seconds"], cons["window_arrivals"] / measure,
+                 cons["p50_ms"], cons["p99_ms"], cons["max_ms"], lag_after, batches,
+                 {k: sampler.cores(k) for k in sampler.stats},
+                 {k: v.max_core for k, v in sampler.stats.items()},
+                 {k: v.peak_rss for k, v in sampler.stats.items()}, cons)
+
+
+@dataclass
+class BitrouteResult:
+    changelog_write_s: float
+    open_s: float
+    saturation: Phase
+    at50: Phase
+    at90: Phase
+    sets: list[str]
+
+
+def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: float,
+        measure: float, publishers: int, consumers: int, log) -> BitrouteResult:
+    env = Env(folder, user_sets)
+    try:
+        env.start_broker()
+        log(f"bitroute: Kafka broker on {env.broker.bootstrap}; settings {' '.join(user_sets) or '(defaults)'}")
+        t0, t1 = kafka_load.load_changelog(env.config.kafka.bootstrap,
+                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
+        log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
+        started = env.start_router()
+        log(f"bitroute: router up with {started['subscriptions']:,} subscriptions "
+            f"(open {started['open_s']:.1f}s, {time.time() - t1:.1f}s after the changelog)")
+        warm = _paced(env, w, 2000, 2, 5, 1, 1, log)
+        log(f"bitroute: warm-up done (p50 {warm.p50_ms:.0f} ms)")
+        sat = _saturate(env, w, backlog, publishers, consumers, log)
+        log(f"bitroute: sustained {sat.publishes_per_s:,.0f} publishes/s, "
+            f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
+            + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
+        at50 = _paced(env, w, 0.5 * sat.publishes_per_s, warmup, measure, publishers, consumers, log)
+        log(f"bitroute: 50% -> p50 {at50.p50_ms:.0f} ms p99 {at50.p99_ms:.0f} ms, "
+            f"{at50.deliveries_per_s:,.0f} deliveries/s")
+        at90 = _paced(env, w, 0.9 * sat.publishes_per_s, warmup, measure, publishers, consumers, log)
+        log(f"bitroute: 90% -> p50 {at90.p50_ms:.0f} ms p99 {at90.p99_ms:.0f} ms, "
+            f"{at90.deliveries_per_s:,.0f} deliveries/s")
+        return BitrouteResult(t1 - t0, started["open_s"], sat, at50, at90, user_sets)
+    finally:
+        env.stop()
+
+
+@dataclass
+class FirstRoute:
+    subscriptions: int
+    write_s: float  # producing the changelog until Kafka acked the last record
+    first_route_s: float  # from that ack to the probe's delivery
+    catch_up_s: float  # the router's catch-up of that batch (compile + snapshot + audit)
+    batch_s: float
+    open_s_restart: float | None = None
+
+
+def first_route(folder: Path, w: Workload, user_sets: list[str], log,
+                timeout: float = 900.0) -> FirstRoute:
+    """Time from a large changelog being written to the first publish routed with it."""
+    env = Env(folder, user_sets)
+    try:
+        env.start_broker()
+        env.start_router()
+        bootstrap = env.config.kafka.bootstrap
+        # A probe that the last subscription of the workload matches.
+        sid, subscriber, filt = w.subs[-1]
+        probe_key = "/".join("x" if lvl in ("+", "#") else lvl for lvl in filt.split("/"))
+        topic = env.config.kafka.deliveries_topic(subscriber)
+        t0, t1 = kafka_load.load_changelog(bootstrap, env.config.kafka.subscriptions_topic, w,
+                                           EXCHANGE)
+        log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s; "
+            f"probing with {probe_key!r}")
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{time.time_ns()}",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 20})
+        deadline = time.time() + timeout
+        # The subscriber's topic is created when the router applies its subscription.
+        while time.time() < deadline:
+            md = consumer.list_topics(timeout=10)
+            if topic in md.topics:
+                break
+            producer.produce(env.config.kafka.publishes_topic, b"probe", probe_key.encode(),
+                             headers=[(EXCHANGE_HEADER, EXCHANGE.encode())])
+            producer.flush(10)
+            time.sleep(0.5)
+        producer.produce(env.config.kafka.publishes_topic, b"probe", probe_key.encode(),
+                         headers=[(EXCHANGE_HEADER, EXCHANGE.encode())])
+        producer.flush(30)
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(env.config.kafka.partitions)])
+        arrived = None
+        while time.time() < deadline and arrived is None:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                arrived = time.time()
+        consumer.close()
+        if arrived is None:
+            raise RuntimeError("the probe was not delivered in time")
+        batch = next((p for p in env.router.probes if p.get("catch_up", 0) > 1.0), None)
+        fr = FirstRoute(w.n, t1 - t0, arrived - t1, batch["catch_up"] if batch else float("nan"),
+                        batch["seconds"] if batch else float("nan"))
+        log(f"bitroute: first routed publish {fr.first_route_s:.1f}s after the changelog was "
+            f"acked (catch-up {fr.catch_up_s:.1f}s, batch {fr.batch_s:.1f}s)")
+        # A restart rebuilds from the persisted snapshot plus the changelog after it.
+        env.router.stop()
+        t = time.time()
+        started = env.start_router()
+        fr.open_s_restart = started["open_s"]
+        log(f"bitroute: restart with {started['subscriptions']:,} subscriptions: query up in "
+            f"{time.time() - t:.1f}s (open {started['open_s']:.1f}s)")
+        return fr
+    finally:
+        env.stop()
