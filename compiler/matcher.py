@@ -97,7 +97,8 @@ _EMPTY_RESULT: tuple = ((), 0, ())
 
 
 class _Plan(NamedTuple):
-    """What to look up for a topic of one length: (key getter, table) pairs,
+    """What to look up for a topic of one length: (key getter, joined, table)
+    triples (``joined``: the picked words are joined into the key),
     and the hit codes of the catch-all filters; ``dollar_lookups`` for MQTT
     topics starting with '$' (which no catch-all matches)."""
 
@@ -111,15 +112,22 @@ class _Exchange:
     and automaton label is a *hit code* (see :class:`Matcher`), or a tuple of
     hit codes when several filters share a key (``#`` and ``#.#``)."""
 
-    __slots__ = ("name", "grammar", "parse_topic", "dollar_rule", "exact", "shaped", "catch_alls", "automaton", "_plans")
+    __slots__ = (
+        "name", "grammar", "parse_topic", "dollar_rule", "join", "exact", "shaped", "catch_alls", "automaton", "_plans"
+    )
 
     def __init__(self, name: str, grammar: ModuleType) -> None:
         self.name = name
         self.grammar = grammar
         self.parse_topic = grammar.parse_topic
         self.dollar_rule = grammar.DOLLAR_RULE
+        self.join = grammar.SEPARATOR.join
         self.exact: dict[str, int | tuple[int, ...]] = {}
-        self.shaped: list[tuple[Shape, object, dict]] = []
+        self.shaped: list[tuple[Shape, dict]] = []
+        """Per shape, its table. The key of a topic or filter is its word at
+        the shape's one literal position, or its words at the literal
+        positions joined by the separator (which no word contains): always a
+        str, so the batch path can put the same keys in a pandas index."""
         self.catch_alls: list[tuple[Shape, tuple[int, ...]]] = []
         self.automaton: FilterAutomaton | None = None
         self._plans: dict[int, _Plan] = {}
@@ -141,8 +149,10 @@ class _Exchange:
         else:
             lookups = plan.lookups
             out += plan.catch_all
-        for getter, table in lookups:
-            hit = table.get(getter(words))
+        join = self.join
+        for getter, joined, table in lookups:
+            key = getter(words)
+            hit = table.get(join(key) if joined else key)
             if hit is not None:
                 if hit.__class__ is int:
                     out.append(hit)
@@ -153,10 +163,14 @@ class _Exchange:
         return out
 
     def _plan(self, length: int) -> _Plan:
-        lookups = tuple((getter, table) for shape, getter, table in self.shaped if shape.applies_to(length))
+        lookups = tuple(
+            (shape.key_getter(), len(shape.positions) > 1, table)
+            for shape, table in self.shaped
+            if shape.applies_to(length)
+        )
         dollar = tuple(
-            (getter, table)
-            for shape, getter, table in self.shaped
+            (shape.key_getter(), len(shape.positions) > 1, table)
+            for shape, table in self.shaped
             if shape.applies_to(length) and not shape.first_wild
         )
         catch_all = tuple(f for shape, fslots in self.catch_alls if shape.applies_to(length) for f in fslots)
@@ -264,7 +278,11 @@ class Matcher:
                 exchange.catch_alls.append((shape, tuple(codes)))
             else:
                 getter = shape.key_getter()
-                exchange.shaped.append((shape, getter, _table([getter(split(x, separator)) for x in texts], codes)))
+                if len(shape.positions) == 1:
+                    keys = [getter(split(x, separator)) for x in texts]
+                else:
+                    keys = [separator.join(getter(split(x, separator))) for x in texts]
+                exchange.shaped.append((shape, _table(keys, codes)))
 
     @property
     def snapshot(self) -> Snapshot:

@@ -66,13 +66,14 @@ class Shape(NamedTuple):
         """Whether the shape has no literal word: it matches by length alone."""
         return not self.positions
 
-    def key_getter(self) -> Callable[[list[str]], object]:
-        """The function extracting a topic's (or filter's) key for this shape.
+    def key_getter(self) -> Callable[[list[str]], str | tuple[str, ...]]:
+        """The function picking a topic's (or filter's) words at this shape's
+        literal positions: the word itself when there is one position, else
+        their tuple.
 
         Precondition: the shape is not a catch-all and the word list has a
-        length the shape applies to. The key is the single literal word when
-        the shape has one literal position, else the tuple of literal words;
-        filters and topics go through the same getter, so the two agree.
+        length the shape applies to. Filters and topics go through the same
+        getter, so the two agree.
         """
         return itemgetter(*self.positions)
 
