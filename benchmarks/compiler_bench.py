@@ -439,6 +439,49 @@ def dump_profile(pr: cProfile.Profile, path: str) -> None:
     log(f"  profile written to {path}.txt")
 
 
+def profile_only(br: Bitroute, profile: str, n: int, args) -> None:
+    """cProfile of bitroute alone (no trie, no naive scan): the build, the cold
+    loop, the first batch on a fresh matcher and a later batch on the same
+    matcher.  Writes DIR/<profile>-<n>-<step>.txt (top functions by own and
+    cumulative time) and .prof files for pstats/snakeviz."""
+    out = args.cprofile
+    os.makedirs(out, exist_ok=True)
+    wl = workloads.PROFILES[profile](n, args.seed)
+    ex = wl.exchange
+    Sub = br.Subscription
+    gc.collect()
+    pr = cProfile.Profile()
+    pr.enable()
+    index = br.RoutingIndex({ex: br.dialect(wl.dialect)})
+    for sid, subscriber, filt in wl.subs:
+        index.upsert(Sub(id=sid, exchange=ex, subscriber=subscriber, filter=filt))
+    snap = index.snapshot(1, {0: n})
+    br.Matcher(snap)
+    pr.disable()
+    dump_profile(pr, os.path.join(out, f"{profile}-{n}-build"))
+    del index
+    rng = random.Random(f"topics/{profile}/{n}/{args.seed}")
+    topics = wl.distinct_topics(rng, args.cold_topics + WARM)
+    nprng = np.random.default_rng([args.seed, n, sorted(workloads.PROFILES).index(profile)])
+    batches = [make_frame(ex, wl.zipf_topics(nprng, args.batch_size), b * args.batch_size) for b in range(2)]
+    m = br.Matcher(snap)
+    for topic in topics[:WARM]:
+        m.match(ex, topic)
+    pr = cProfile.Profile()
+    pr.enable()
+    for topic in topics[WARM:]:
+        m.match(ex, topic)
+    pr.disable()
+    dump_profile(pr, os.path.join(out, f"{profile}-{n}-cold"))
+    m = br.Matcher(snap)
+    for step, b in (("first-batch", batches[0]), ("second-batch", batches[1])):
+        pr = cProfile.Profile()
+        pr.enable()
+        m.match_frame(b)
+        pr.disable()
+        dump_profile(pr, os.path.join(out, f"{profile}-{n}-{step}"))
+
+
 # -- reporting --------------------------------------------------------------
 
 
@@ -561,6 +604,8 @@ def main(argv=None) -> int:
     p.add_argument("--trie-batch-budget", type=float, default=120.0,
                    help="CPU seconds after which the trie runs no further batches (default 120)")
     p.add_argument("--cprofile", metavar="DIR", help="also write cProfile stats of bitroute to DIR")
+    p.add_argument("--profile-only", action="store_true",
+                   help="with --cprofile: only profile bitroute (build, cold loop, two batches); no tables")
     p.add_argument("--compiler-ref", metavar="REF",
                    help="benchmark compiler/ as committed at git REF (exported to a temporary directory), "
                         "not the working tree")
@@ -584,7 +629,9 @@ def main(argv=None) -> int:
         archive = subprocess.run(["git", "-C", repo, "archive", rev, "compiler"], capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         sys.path.insert(0, tmp)
-        COMPILER_SOURCE = f"compiler/ as committed at {rev}"
+        last = subprocess.run(["git", "-C", repo, "log", "-1", "--format=%h", rev, "--", "compiler"],
+                              capture_output=True, text=True).stdout.strip()
+        COMPILER_SOURCE = f"compiler/ as committed at {rev} (last compiler/ commit {last})"
     br = Bitroute()
     if not os.path.abspath(br.compiler.__file__).startswith(os.path.abspath(sys.path[0])) and args.compiler_ref:
         raise SystemExit(f"compiler imported from {br.compiler.__file__}, not from {args.compiler_ref}")
@@ -592,6 +639,14 @@ def main(argv=None) -> int:
     print(f"Machine: {machine()}.\n")
     print(f"Command: {' '.join([os.path.relpath(sys.argv[0])] + (argv if argv is not None else sys.argv[1:]))}\n")
     results = []
+    if args.profile_only:
+        if not args.cprofile:
+            p.error("--profile-only needs --cprofile DIR")
+        for prof in profiles:
+            for n in sizes:
+                log(f"{prof} N={n}: profiling bitroute")
+                profile_only(br, prof, n, args)
+        return 0
     for prof in profiles:
         for n in sizes:
             r = run_config(br, prof, n, args)
