@@ -45,6 +45,7 @@ from pyroaring import FrozenBitMap
 
 from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
 from .columns import bitmap_of
+from .batch import BatchExchange, expand, invalid_topics
 from .criteria_index import CriteriaIndex
 from .errors import HeaderError, TopicError, UnknownExchangeError, quote
 from .grammar import grammar_for
@@ -53,6 +54,7 @@ from .nfa import FilterAutomaton
 from .pattern import Shape
 from .shared import choose_member, group_key
 from .snapshot import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE, Snapshot
+from .text import is_utf8_text
 
 DELIVERIES_TYPE = pa.list_(
     pa.struct([pa.field("subscriber", pa.string()), pa.field("subscription_ids", pa.list_(pa.string()))])
@@ -231,7 +233,10 @@ class Matcher:
         self._owner: list[str | None] = list(map(self._names.__getitem__, owners.tolist()))
         """Subscriber name per subscription slot: the same str object for the
         same subscriber, so deliveries group by identity."""
-        self._fsubs, single = _filter_subscriptions(t.sub_filter, live, len(t.filter_text))
+        self._fsubs, single, (self._fs_start, self._fs_count, self._fs_slots) = _filter_subscriptions(
+            t.sub_filter, live, len(t.filter_text)
+        )
+        self._batches: dict[str, BatchExchange] = {}
         self._filter_text = t.filter_text
 
         self._exchanges: dict[str, _Exchange] = {
@@ -257,9 +262,11 @@ class Matcher:
             groups.append((exchange_list[exchange_code], code, fslots, texts))
         self._flags = flags
         hit_code = np.where(single >= 0, single, ~np.arange(len(single)))
+        self._special_filter = np.zeros(len(single), dtype=bool)
         if flags:
             special = np.fromiter(flags, dtype=np.int64, count=len(flags))
             hit_code[special] = ~special
+            self._special_filter[special] = True
         for exchange, code, fslots, texts in groups:
             grammar = exchange.grammar
             codes = hit_code[fslots].tolist()
@@ -359,20 +366,51 @@ class Matcher:
         else:
             rows = list(zip(exchanges, keys))
         # Distinct rows in order of first appearance, deduplicated in C.
-        distinct = {row: j for j, row in enumerate(dict.fromkeys(rows))}
+        distinct_rows = list(dict.fromkeys(rows))
+        distinct = {row: j for j, row in enumerate(distinct_rows)}
         row_distinct = np.fromiter(map(distinct.__getitem__, rows), dtype=np.int64, count=n)
         units: list[Sequence[int]] = [()]
         distinct_unit = np.zeros(len(distinct), dtype=np.int64)
         distinct_error: dict[int, str] = {}
         per_message: dict[int, tuple] = {}
+
+        def finish(j: int, row: tuple, result: tuple) -> None:
+            slots, flags, shared = result
+            if flags & _HAS_CRITERIA:
+                relevant: dict[str, list[str | None]] = {}
+                for name, value in row[2] if len(row) > 2 else ():
+                    relevant.setdefault(name, []).append(value)
+                slots = self._criteria_filtered(slots, relevant)
+            if flags & _HAS_SHARED:
+                per_message[j] = (slots, shared)
+            elif slots:
+                units.append(slots)
+                distinct_unit[j] = len(units) - 1
+
+        # Rows whose topic is cached finish at once; the others are matched
+        # per exchange in one vectorised batch.
+        misses: dict[str, dict[str, list[int]]] = {}
         for j, row in enumerate(distinct):
-            unit, error, pending = self._frame_entry(row, units)
-            if unit:
-                distinct_unit[j] = unit
-            elif error is not None:
-                distinct_error[j] = error
-            elif pending is not None:
-                per_message[j] = pending
+            if len(row) > 2 and row[2] is _MALFORMED:
+                continue
+            try:
+                exchange, topic = self._frame_topic(row[0], row[1])
+            except TopicError as exc:
+                distinct_error[j] = str(exc)
+                continue
+            result = self._cache.get((exchange, topic))
+            if result is not None:
+                finish(j, row, result)
+            else:
+                misses.setdefault(exchange, {}).setdefault(topic, []).append(j)
+        for exchange, waiting in misses.items():
+            for topic, result in self._batch_results(exchange, list(waiting)):
+                if result.__class__ is str:
+                    for j in waiting[topic]:
+                        distinct_error[j] = result
+                else:
+                    for j in waiting[topic]:
+                        finish(j, distinct_rows[j], result)
         row_unit = distinct_unit[row_distinct]
         if distinct_error:
             for i in np.flatnonzero(np.isin(row_distinct, list(distinct_error))).tolist():
@@ -410,43 +448,81 @@ class Matcher:
             out.append(relevant)
         return out
 
-    def _frame_entry(self, row: tuple, units: list[Sequence[int]]) -> tuple:
-        """``(unit, error, pending)`` for one distinct frame row.
+    def _frame_topic(self, exchange: object, key: object) -> tuple[str, str]:
+        """The (exchange, topic) of a frame row; TopicError (or UnknownExchangeError)
+        when either is missing or unusable. The topic is not validated yet."""
+        if exchange is None:
+            raise UnknownExchangeError("missing exchange")
+        if exchange.__class__ is not str or exchange not in self._exchanges:
+            raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
+        if key is None:
+            raise TopicError("missing routing key")
+        if key.__class__ is bytes:
+            try:
+                return exchange, key.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TopicError(f"routing key is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        if key.__class__ is not str:
+            raise TopicError(f"routing key must be bytes or a string, not {type(key).__name__}")
+        if not is_utf8_text(key):
+            raise TopicError(f"routing key is not valid UTF-8 text: {quote(key)}")
+        return exchange, key
 
-        ``unit`` indexes ``units`` (appended to as needed; unit 0 is empty).
-        ``pending`` is ``(slots, shared)`` when the deliveries also depend on
-        the message id (shared groups), else ``None``.
-        """
-        exchange, key = row[0], row[1]
-        if len(row) > 2 and row[2] is _MALFORMED:
-            return 0, None, None
-        try:
-            if exchange is None:
-                raise UnknownExchangeError("missing exchange")
-            if key is None:
-                raise TopicError("missing routing key")
-            if key.__class__ is bytes:
+    def _batch_results(self, exchange: str, topics: list[str]) -> list[tuple[str, tuple | str]]:
+        """``(topic, result triple or rejection reason)`` for distinct uncached
+        topics of one exchange, matched together (see :mod:`compiler.batch`)
+        and cached. Topics whose filters carry conditions go through
+        :meth:`_lookup` instead."""
+        table = self._exchanges[exchange]
+        out: list[tuple[str, tuple | str]] = []
+        bad = set(invalid_topics(table.grammar, topics).tolist())
+        if bad:
+            for i in bad:
                 try:
-                    key = key.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise TopicError(f"routing key is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-            result = self._cache.get((exchange, key))
-            if result is None:
-                result = self._lookup(exchange, key)
-        except TopicError as exc:
-            return 0, str(exc), None
-        slots, flags, shared = result
-        if flags & _HAS_CRITERIA:
-            relevant: dict[str, list[str | None]] = {}
-            for name, value in row[2] if len(row) > 2 else ():
-                relevant.setdefault(name, []).append(value)
-            slots = self._criteria_filtered(slots, relevant)
-        if flags & _HAS_SHARED:
-            return 0, None, (slots, shared)
-        if not slots:
-            return 0, None, None
-        units.append(slots)
-        return len(units) - 1, None, None
+                    table.parse_topic(topics[i])
+                except TopicError as exc:
+                    out.append((topics[i], str(exc)))
+                else:  # the vectorised check is stricter than the grammar
+                    out.append((topics[i], self._lookup(exchange, topics[i])))
+            topics = [t for i, t in enumerate(topics) if i not in bad]
+        if not topics:
+            return out
+        batch = self._batches.get(exchange)
+        if batch is None:
+            batch = self._batches[exchange] = BatchExchange(
+                table.grammar, table.exact, table.shaped, table.catch_alls, table.automaton
+            )
+        owners, codes = batch.hits(topics)
+        direct = codes >= 0
+        conditioned = np.zeros(len(topics), dtype=bool)
+        parts = [(owners[direct], codes[direct])]
+        if not direct.all():
+            owners, fslots = owners[~direct], ~codes[~direct]
+            special = self._special_filter[fslots]
+            conditioned[owners[special]] = True
+            fslots, owners = fslots[~special], owners[~special]
+            parts.append(expand(owners, self._fs_start[fslots], self._fs_count[fslots], self._fs_slots))
+        owners = np.concatenate([p[0] for p in parts])
+        slots = np.concatenate([p[1] for p in parts])
+        order = np.lexsort((self._ranks()[slots], owners))
+        owners, slots = owners[order], slots[order]
+        bounds = np.searchsorted(owners, np.arange(len(topics) + 1)).tolist()
+        flat = slots.tolist()
+        put = self._cache.put
+        for k, topic in enumerate(topics):
+            if conditioned[k]:
+                out.append((topic, self._lookup(exchange, topic)))
+                continue
+            start, end = bounds[k], bounds[k + 1]
+            if start == end:
+                result = _EMPTY_RESULT
+            elif end - start <= SORT_IN_PYTHON_MAX:
+                result = (tuple(flat[start:end]), 0, ())
+            else:
+                result = (array("I", flat[start:end]), 0, ())
+            put((exchange, topic), result)
+            out.append((topic, result))
+        return out
 
     def _lookup(self, exchange: str, topic: str) -> tuple:
         """Compute and cache the result triple of a topic not in the cache.
@@ -501,11 +577,15 @@ class Matcher:
         """``slots`` and the members of ``large`` in (subscriber, id) order, vectorised."""
         parts = [np.array(slots, dtype=np.uint32)] + [np.frombuffer(m.to_array(), dtype=np.uint32) for m in large]
         merged = np.concatenate(parts)
-        self._rank_of()
-        ordered = merged[np.argsort(self._rank[merged])]
+        ordered = merged[np.argsort(self._ranks()[merged])]
         out = array("I")
         out.frombytes(ordered.astype(np.uint32).tobytes())
         return out
+
+    def _ranks(self) -> np.ndarray:
+        """``rank[slot]`` as a numpy array (see :meth:`_rank_of`)."""
+        self._rank_of()
+        return self._rank
 
     def _rank_of(self):
         """``rank_of(slot)``: the slot's position in (subscriber, id) order.
@@ -597,10 +677,12 @@ class Matcher:
         return pa.ListArray.from_arrays(pa.array(unit_groups), groups, type=DELIVERIES_TYPE)
 
 
-def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> tuple[list, np.ndarray]:
-    """``fsubs[filter slot]``: its only subscription slot, a tuple of a few, or a
-    bitmap of many (-1: a free filter slot); and, as a numpy array, the only
-    subscription slot of each filter that has exactly one (else -1)."""
+def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> tuple[list, np.ndarray, tuple]:
+    """The subscriptions of each filter slot, three ways: ``fsubs[filter]`` is
+    its only subscription slot, a tuple of a few, or a bitmap of many (-1: a
+    free filter slot); ``single[filter]`` the only slot (else -1), as numpy;
+    and CSR arrays ``(start, count, slots)`` with the filter's slots at
+    ``slots[start:start + count]``."""
     filters = sub_filter[live]
     order = np.argsort(filters, kind="stable")
     by_filter = live[order]
@@ -619,7 +701,7 @@ def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: i
             fsubs[f] = tuple(slots[start:end])
         else:
             fsubs[f] = bitmap_of(by_filter[start:end])
-    return fsubs, single
+    return fsubs, single, (starts[:-1], counts.astype(np.int64), by_filter.astype(np.int64))
 
 
 def _groups(exchanges: np.ndarray, codes: np.ndarray, texts: pa.StringArray):

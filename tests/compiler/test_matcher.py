@@ -178,3 +178,34 @@ def test_match_frame_of_no_rows_and_without_headers_column():
     assert len(empty) == 0 and empty["deliveries"].dtype == pd.ArrowDtype(DELIVERIES_TYPE)
     out = matcher.match_frame(pd.DataFrame({"message_id": ["m"], "exchange": ["amq"], "routing_key": [b"k"]}))
     assert out["deliveries"].tolist() == [[{"subscriber": "c", "subscription_ids": ["s1"]}]]
+
+
+def test_match_frame_batch_path_follows_every_rule():
+    """The vectorised path of match_frame (uncached topics) on each kind of filter."""
+    subs = [
+        Subscription("hash", "mq", "a", "#"),
+        Subscription("plus-x", "mq", "b", "+/x"),
+        Subscription("sys", "mq", "c", "$SYS/#"),
+        Subscription("exact", "mq", "d", "$SYS/x"),
+        Subscription("share1", "mq", "e", "$share/g/+/y"),
+        Subscription("share2", "mq", "f", "$share/g/+/y"),
+        Subscription("a-suffix", "amq", "g", "#.x.y"),
+        Subscription("a-mid", "amq", "h", "a.#.y"),
+        Subscription("a-multi", "amq", "i", "#.x.#"),
+        Subscription("a-empty", "amq", "j", ""),
+        Subscription("a-star", "amq", "k", "*.*"),
+    ] + [Subscription(f"many{i}", "amq", f"m{i % 3}", "a.x.y") for i in range(FILTER_TUPLE_MAX + 3)]
+    matcher = _matcher(subs)
+    rows = [("m0", "mq", b"$SYS/x", None), ("m1", "mq", b"q/x", None), ("m2", "amq", b"a.x.y", None),
+            ("m3", "amq", b"", None), ("m4", "amq", b"x.y", None), ("m5", "mq", b"r/y", None)]
+    out = matcher.match_frame(_frame(rows))
+    fresh = _matcher(subs)
+    for (mid, exchange, key, _), got in zip(rows, out["deliveries"].tolist()):
+        expected = fresh.match(exchange, key.decode(), None, mid)
+        assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
+    ids = [sorted(i for d in row for i in d["subscription_ids"]) for row in out["deliveries"].tolist()]
+    assert ids[0] == ["exact", "sys"]
+    assert ids[1] == ["hash", "plus-x"]
+    assert ids[3] == ["a-empty"]
+    assert ids[4] == ["a-multi", "a-star", "a-suffix"]
+    assert len(ids[5]) == 2 and ids[5][0] == "hash" and ids[5][1].startswith("share")

@@ -89,28 +89,46 @@ def test_mqtt_index_agrees_with_reference(subs, topics, headers, message_id):
     _check(subs, "mq", topics, headers, message_id)
 
 
-@SETTINGS
-@given(
-    subscriptions("mq", mqtt_filters),
-    st.lists(st.tuples(mqtt_topics, message_headers, st.sampled_from(["m1", "m2", "m3"])), max_size=12),
+frame_rows = st.lists(
+    st.one_of(
+        st.tuples(st.just("mq"), mqtt_topics | st.sampled_from(["a/+", "", "b/#"]), message_headers, st.sampled_from(["m1", "m2", "m3"])),
+        st.tuples(st.just("amq"), amqp_topics, message_headers, st.sampled_from(["m1", "m2"])),
+    ),
+    max_size=16,
 )
-def test_match_frame_agrees_with_match(subs, rows):
+
+
+@SETTINGS
+@given(subscriptions("mq", mqtt_filters), subscriptions("amq", amqp_filters), frame_rows, st.booleans())
+def test_match_frame_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
     index = RoutingIndex(EXCHANGES)
-    for sub in subs:
+    for sub in mqtt_subs + amqp_subs:
         try:
             index.upsert(sub)
         except CompilerError:
             pass
     matcher = Matcher(index.snapshot(1, {}))
     frame = pd.DataFrame({
-        "message_id": [mid for _, _, mid in rows],
-        "exchange": ["mq"] * len(rows),
-        "routing_key": [topic.encode() for topic, _, _ in rows],
-        "headers": [None if h is None else list(h.items()) for _, h, _ in rows],
+        "message_id": [mid for _, _, _, mid in rows],
+        "exchange": [exchange for exchange, _, _, _ in rows],
+        "routing_key": [topic.encode() for _, topic, _, _ in rows],
+        "headers": [None if h is None else list(h.items()) for _, _, h, _ in rows],
     })
+    if warm:  # half the topics come from the topic cache, half from the batch path
+        for exchange, topic, _, _ in rows[::2]:
+            try:
+                matcher.match(exchange, topic)
+            except CompilerError:
+                pass
     out = matcher.match_frame(frame)
-    for (topic, headers, mid), got in zip(rows, out["deliveries"].tolist()):
-        expected = matcher.match("mq", topic, headers, mid)
+    fresh = Matcher(index.snapshot(2, {}))
+    for (exchange, topic, headers, mid), got, error in zip(rows, out["deliveries"].tolist(), out["error"].tolist()):
+        try:
+            expected = fresh.match(exchange, topic, headers, mid)
+        except CompilerError as exc:
+            assert (list(got), error) == ([], str(exc))
+            continue
+        assert error is None
         assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
 
 
