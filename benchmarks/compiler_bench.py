@@ -496,6 +496,8 @@ def fmt_us(x: float) -> str:
 def fmt_num(x: float, unit: str = "") -> str:
     if x != x:
         return "n/a"
+    if x < 10:
+        return f"{x:.2g}{unit}"
     return f"{x:,.0f}{unit}"
 
 
