@@ -17,7 +17,8 @@ selects one table, optionally as of a Delta table version (time travel,
   ``as_of_version`` the state the table recorded at that Delta version; the
   ``subscriber`` filter applies after the reduction.
 
-Rows come back as JSON-ready dicts in the table's column order, timestamps as
+Rows come back ordered by :data:`ORDER_COLUMNS`, as JSON-ready dicts in the
+table's column order, timestamps as
 ISO-8601 strings in UTC (``2025-01-31T12:00:00.000000Z``), arrays as lists and
 maps as objects. The session is :func:`streaming.session.spark_session`'s: an
 active one is reused and never stopped here.
@@ -29,8 +30,10 @@ Errors are :class:`AuditError` (no table, no such version) and its subclass
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from schemas.records import AUDIT_TABLES, CHANGE_REJECTED, CHANGE_UPSERT
 from streaming.config import Config
@@ -42,9 +45,13 @@ ORDER_COLUMNS = {
     "messages": ("routed_at", "message_id"),
     "subscriptions": ("snapshot_version", "changelog_partition", "changelog_offset"),
 }
+"""Row order; message ids sort by topic, then partition and offset as numbers."""
 _FILTER_TABLES = {"subscriber": ("deliveries", "subscriptions"),
                   "message_id": ("deliveries", "messages")}
-_JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+"""A warehouse given as a URI (``hdfs://``, ``s3a://``, ``file:``) rather than a local path."""
+# UTC whatever the session's time zone, so the strings also sort chronologically.
+_JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timeZone": "UTC",
                  "ignoreNullFields": "false"}
 
 
@@ -105,15 +112,23 @@ def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, ob
 
     from streaming.session import spark_session
 
+    path = config.delta.table_path(query.table)
+    # A local table that is missing is reported before the JVM starts: fast,
+    # and without Spark's start-up log lines around the one-line error.
+    if not _URI.match(path) and not (Path(path) / "_delta_log").is_dir():
+        raise AuditError(_missing(path))
     spark = spark_session(config)
-    frame = _select(spark, config, query)
+    frame = _select(spark, path, query)
     columns = frame.columns
     try:
         lines = frame.select(F.to_json(F.struct(*[F.col(c) for c in columns]),
                                        _JSON_OPTIONS).alias("row")).collect()
     except AnalysisException as exc:
         raise AuditError(_first_line(exc)) from None
-    return columns, [json.loads(line.row) for line in lines]
+    rows = [json.loads(line.row) for line in lines]
+    rows.sort(key=lambda row: tuple(_order_value(row[c]) if c == "message_id" else row[c]
+                                    for c in ORDER_COLUMNS[query.table]))
+    return columns, rows
 
 
 def render_table(columns: list[str], rows: list[dict[str, object]]) -> list[str]:
@@ -132,15 +147,18 @@ def render_table(columns: list[str], rows: list[dict[str, object]]) -> list[str]
             f"({len(rows)} row{'' if len(rows) == 1 else 's'})"]
 
 
-def _select(spark, config: Config, query: AuditQuery):
+def _missing(path: str) -> str:
+    return f"no audit table at {path}: has the router run?"
+
+
+def _select(spark, path: str, query: AuditQuery):
     from delta.tables import DeltaTable
     from pyspark.errors import AnalysisException
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    path = config.delta.table_path(query.table)
     if not DeltaTable.isDeltaTable(spark, path):
-        raise AuditError(f"no audit table at {path}: has the router run?")
+        raise AuditError(_missing(path))
     reader = spark.read.format("delta")
     if query.as_of_version is not None:
         reader = reader.option("versionAsOf", query.as_of_version)
@@ -165,9 +183,17 @@ def _select(spark, config: Config, query: AuditQuery):
                  .drop("_rank"))
     if query.subscriber is not None:
         frame = frame.filter(F.col("subscriber") == query.subscriber)
-    # One sorted partition: a global orderBy would first run a sampling job to
-    # range-partition rows that all end up collected on the driver anyway.
-    return frame.repartition(1).sortWithinPartitions(*ORDER_COLUMNS[query.table])
+    # Not sorted here: every row is collected on the driver anyway, and a Spark
+    # sort would add a shuffle (and a sampling job) to each query.
+    return frame
+
+
+def _order_value(message_id: str) -> tuple[str, int, int]:
+    topic, _, position = message_id.rpartition("/")
+    topic, _, partition = topic.rpartition("/")
+    if partition.isdecimal() and position.isdecimal():
+        return topic, int(partition), int(position)
+    return message_id, -1, -1
 
 
 def _timestamp(moment: datetime):

@@ -154,7 +154,8 @@ def _tail(args: argparse.Namespace) -> int:
 
     def started(topic: str, partitions: int) -> None:
         where = "the beginning" if args.from_beginning else "now"
-        print(f"bitroute: tailing {topic} ({partitions} partitions) from {where}",
+        print(f"bitroute: tailing {topic} ({partitions} partition"
+              f"{'' if partitions == 1 else 's'}) from {where}",
               file=sys.stderr, flush=True)
 
     with _reported(client.InvalidRequest, client.ClientError):

@@ -28,7 +28,7 @@ def _iso(minutes: int) -> str:
 
 @pytest.fixture(scope="module")
 def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deliveries: m1 -> alice, bob; m2 -> alice. messages: m1, m2 routed, m3 rejected.
+    """deliveries: m1 -> alice, bob; m2 -> alice. messages: m1, m2 routed, m10 rejected.
     subscriptions: Delta version 0 adds a1, b1, b2; version 1 removes b1 and rejects x."""
     root = tmp_path_factory.mktemp("warehouse")
 
@@ -44,7 +44,7 @@ def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     write("messages", MESSAGES_TABLE, [
         ("p/0/1", "amq.topic", "a.b", "routed", 2, None, {"color": "red"}, 5, 2, 0, _at(0), _at(1)),
         ("p/0/2", "amq.topic", "a.c", "routed", 1, None, {}, 0, 2, 1, _at(4), _at(5)),
-        ("p/0/3", "nope", "a.d", "rejected", 0, "unknown exchange 'nope'", None, 3, 2, 1,
+        ("p/0/10", "nope", "a.d", "rejected", 0, "unknown exchange 'nope'", None, 3, 2, 1,
          _at(4), _at(5)),
     ])
     write("subscriptions", SUBSCRIPTIONS_TABLE, [
@@ -97,7 +97,7 @@ def test_what_subscriber_s_received_between_t1_and_t2(capsys, warehouse):
 
 
 def test_messages_show_their_outcome_and_null_fields(capsys, warehouse):
-    [row] = _json(capsys, warehouse, "messages", "--message-id", "p/0/3")
+    [row] = _json(capsys, warehouse, "messages", "--message-id", "p/0/10")
     assert row["outcome"] == "rejected"
     assert row["reason"] == "unknown exchange 'nope'"
     assert row["headers"] is None
@@ -111,6 +111,8 @@ def test_human_output_is_an_aligned_table(capsys, warehouse):
     assert header.split() == [f.name for f in MESSAGES_TABLE.fields]
     assert set(rule.replace(" ", "")) == {"-"}
     assert count == "(3 rows)"
+    # Message ids sort by number within a topic partition: p/0/2 before p/0/10.
+    assert [line.split()[0] for line in body] == ["p/0/1", "p/0/2", "p/0/10"]
     column = header.index("outcome")
     assert [line[column:].split()[0] for line in body] == ["routed", "routed", "rejected"]
     assert "color=red" in body[0]
