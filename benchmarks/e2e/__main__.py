@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import signal
 import sys
@@ -76,21 +77,21 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"profile": args.profile, "size": args.size, "n": n, "seed": args.seed,
                      "description": w.description, "matches_per_publish": matches,
                      "deliveries_per_publish": per_publish, "sets": args.set,
-                     "machine": _machine()}
+                     "machine": _machine(), "loadavg": {"start": os.getloadavg()}}
     backlog = args.backlog or 300_000
     try:
         if "bitroute" in systems:
             results["bitroute"] = asdict(bitroute_run.run(
                 workdir / "bitroute", w, args.set, backlog, args.warmup, args.measure,
                 args.publishers, args.consumers, _log))
-        if "rabbitmq" in systems:
-            results["rabbitmq"] = asdict(compare.rabbitmq(
-                workdir / "rabbitmq", files, per_publish, args.warmup, args.measure,
-                args.rabbit_threads, _log))
         if "mosquitto" in systems:
             results["mosquitto"] = asdict(compare.mosquitto(
                 workdir / "mosquitto", files, per_publish, args.warmup, args.measure,
                 args.mqtt_clients or len(w.subscribers), _log))
+        if "rabbitmq" in systems:
+            results["rabbitmq"] = asdict(compare.rabbitmq(
+                workdir / "rabbitmq", files, per_publish, args.warmup, args.measure,
+                args.rabbit_threads, _log))
         if args.first_route != "none" and "bitroute" in systems:
             big = workload.generate(args.profile, workload.SIZES[args.first_route], args.seed, 1000)
             results["first_route"] = asdict(bitroute_run.first_route(
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("interrupted: everything started has been stopped")
         return 130
     finally:
+        results["loadavg"]["end"] = os.getloadavg()
         (workdir / "results.json").write_text(json.dumps(results, indent=1, default=str))
         _log(f"results in {workdir / 'results.json'}")
     print(table(results))
@@ -180,8 +182,11 @@ def table(r: dict) -> str:
                              + [""] * (len(cols) - 1)))
     width = max(len(name) for name, _ in rows) + 2
     cw = max(12, *(len(v) for _, vals in rows for v in vals)) + 2
+    load = r.get("loadavg", {})
     out = [f"End to end: {r['profile']} {r['size']} ({r['n']:,} subscriptions, seed {r['seed']}, "
            f"{r['deliveries_per_publish']:.2f} deliveries per publish); {r['machine']}",
+           "load average (1 min) at start / end: "
+           + " / ".join(f"{load[k][0]:.1f}" for k in ("start", "end") if k in load),
            f"router settings: {' '.join(r['sets']) or '(defaults)'}", "",
            "".ljust(width) + "".join(c.rjust(cw) for c in cols)]
     out += [name.ljust(width) + "".join(v.rjust(cw) for v in vals) for name, vals in rows]
