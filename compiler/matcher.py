@@ -45,7 +45,7 @@ from pyroaring import FrozenBitMap
 
 from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
 from .columns import bitmap_of
-from .batch import BatchExchange, expand, invalid_topics
+from .batch import Units, collect_hits, expand
 from .criteria_index import CriteriaIndex
 from .errors import HeaderError, TopicError, UnknownExchangeError, quote
 from .grammar import grammar_for
@@ -236,7 +236,6 @@ class Matcher:
         self._fsubs, single, (self._fs_start, self._fs_count, self._fs_slots) = _filter_subscriptions(
             t.sub_filter, live, len(t.filter_text)
         )
-        self._batches: dict[str, BatchExchange] = {}
         self._filter_text = t.filter_text
 
         self._exchanges: dict[str, _Exchange] = {
@@ -367,50 +366,54 @@ class Matcher:
             rows = list(zip(exchanges, keys))
         # Distinct rows in order of first appearance, deduplicated in C.
         distinct_rows = list(dict.fromkeys(rows))
-        distinct = {row: j for j, row in enumerate(distinct_rows)}
-        row_distinct = np.fromiter(map(distinct.__getitem__, rows), dtype=np.int64, count=n)
-        units: list[Sequence[int]] = [()]
-        distinct_unit = np.zeros(len(distinct), dtype=np.int64)
+        position = {row: j for j, row in enumerate(distinct_rows)}
+        row_distinct = np.fromiter(map(position.__getitem__, rows), dtype=np.int64, count=n)
+
+        units = Units()
+        distinct_unit = np.zeros(len(distinct_rows), dtype=np.int64)
         distinct_error: dict[int, str] = {}
         per_message: dict[int, tuple] = {}
-
-        def finish(j: int, row: tuple, result: tuple) -> None:
-            slots, flags, shared = result
-            if flags & _HAS_CRITERIA:
-                relevant: dict[str, list[str | None]] = {}
-                for name, value in row[2] if len(row) > 2 else ():
-                    relevant.setdefault(name, []).append(value)
-                slots = self._criteria_filtered(slots, relevant)
-            if flags & _HAS_SHARED:
-                per_message[j] = (slots, shared)
-            elif slots:
-                units.append(slots)
-                distinct_unit[j] = len(units) - 1
-
-        # Rows whose topic is cached finish at once; the others are matched
-        # per exchange in one vectorised batch.
-        misses: dict[str, dict[str, list[int]]] = {}
-        for j, row in enumerate(distinct):
-            if len(row) > 2 and row[2] is _MALFORMED:
+        if len(rows) and len(rows[0]) == 2 and len(set(exchanges)) == 1:
+            groups = {exchanges[0]: list(range(len(distinct_rows)))}
+        else:
+            groups = {}
+            for j, row in enumerate(distinct_rows):
+                if len(row) == 2 or row[2] is not _MALFORMED:
+                    groups.setdefault(row[0], []).append(j)
+        for exchange, members in groups.items():
+            if exchange.__class__ is not str or exchange not in self._exchanges:
+                reason = "missing exchange" if exchange is None else f"unknown exchange {quote(exchange)}"
+                distinct_error.update(dict.fromkeys(members, reason))
                 continue
-            try:
-                exchange, topic = self._frame_topic(row[0], row[1])
-            except TopicError as exc:
-                distinct_error[j] = str(exc)
-                continue
-            result = self._cache.get((exchange, topic))
-            if result is not None:
-                finish(j, row, result)
-            else:
-                misses.setdefault(exchange, {}).setdefault(topic, []).append(j)
-        for exchange, waiting in misses.items():
-            for topic, result in self._batch_results(exchange, list(waiting)):
-                if result.__class__ is str:
-                    for j in waiting[topic]:
-                        distinct_error[j] = result
-                else:
-                    for j in waiting[topic]:
-                        finish(j, distinct_rows[j], result)
+            topics, key_errors = _decode_keys([distinct_rows[j][1] for j in members])
+            for i, reason in key_errors.items():
+                distinct_error[members[i]] = reason
+            # Rows of one topic differ by their relevant headers: number the
+            # distinct topics once.
+            numbers = {topic: t for t, topic in enumerate(dict.fromkeys(x for x in topics if x is not None))}
+            numbers[None] = -1
+            topic_of = np.fromiter(map(numbers.__getitem__, topics), dtype=np.int64, count=len(topics))
+            del numbers[None]
+            block, topic_errors, conditioned = self._batch_topics(exchange, list(numbers))
+            base = units.add_block(*block)
+            member_rows = np.array(members, dtype=np.int64)
+            valid = topic_of >= 0
+            distinct_unit[member_rows[valid]] = base + topic_of[valid]
+            if topic_errors or conditioned:
+                for i in np.flatnonzero(np.isin(topic_of, list(topic_errors) + list(conditioned))).tolist():
+                    j, topic = members[i], int(topic_of[i])
+                    if topic in topic_errors:
+                        distinct_error[j] = topic_errors[topic]
+                        continue
+                    row = distinct_rows[j]
+                    slots, flags, shared = conditioned[topic]
+                    if flags & _HAS_CRITERIA:
+                        slots = self._criteria_filtered(slots, _relevant_mapping(row[2] if len(row) > 2 else ()))
+                    if flags & _HAS_SHARED:
+                        per_message[j] = (slots, shared)
+                        distinct_unit[j] = 0
+                    else:
+                        distinct_unit[j] = units.add(slots)
         row_unit = distinct_unit[row_distinct]
         if distinct_error:
             for i in np.flatnonzero(np.isin(row_distinct, list(distinct_error))).tolist():
@@ -420,9 +423,15 @@ class Matcher:
             for i in np.flatnonzero(np.isin(row_distinct, list(per_message))).tolist():
                 if errors[i] is None:
                     slots, shared = per_message[row_distinct[i]]
-                    units.append(self._shared(exchanges[i], slots, shared, message_ids[i] or ""))
-                    row_unit[i] = len(units) - 1
-        deliveries = self._deliveries_array(units).take(pa.array(row_unit))
+                    row_unit[i] = units.add(self._shared(exchanges[i], slots, shared, message_ids[i] or ""))
+        flat, offsets = units.build()
+        # Lay the units out row by row in numpy, so Arrow builds the nested
+        # output once instead of taking nested lists per row.
+        row_lengths = (offsets[1:] - offsets[:-1])[row_unit]
+        _, row_flat = expand(row_unit, offsets[:-1][row_unit], row_lengths, flat)
+        row_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(row_lengths, out=row_offsets[1:])
+        deliveries = self._deliveries_array(row_flat, row_offsets)
         return pd.DataFrame(
             {
                 "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),
@@ -448,81 +457,37 @@ class Matcher:
             out.append(relevant)
         return out
 
-    def _frame_topic(self, exchange: object, key: object) -> tuple[str, str]:
-        """The (exchange, topic) of a frame row; TopicError (or UnknownExchangeError)
-        when either is missing or unusable. The topic is not validated yet."""
-        if exchange is None:
-            raise UnknownExchangeError("missing exchange")
-        if exchange.__class__ is not str or exchange not in self._exchanges:
-            raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
-        if key is None:
-            raise TopicError("missing routing key")
-        if key.__class__ is bytes:
-            try:
-                return exchange, key.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TopicError(f"routing key is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-        if key.__class__ is not str:
-            raise TopicError(f"routing key must be bytes or a string, not {type(key).__name__}")
-        if not is_utf8_text(key):
-            raise TopicError(f"routing key is not valid UTF-8 text: {quote(key)}")
-        return exchange, key
+    def _batch_topics(self, exchange: str, topics: list[str]) -> tuple[tuple, dict[int, str], dict[int, tuple]]:
+        """Match distinct topics of one exchange together (see :mod:`compiler.batch`).
 
-    def _batch_results(self, exchange: str, topics: list[str]) -> list[tuple[str, tuple | str]]:
-        """``(topic, result triple or rejection reason)`` for distinct uncached
-        topics of one exchange, matched together (see :mod:`compiler.batch`)
-        and cached. Topics whose filters carry conditions go through
-        :meth:`_lookup` instead."""
+        Returns ``((flat, offsets), errors, conditioned)``: topic ``t``'s
+        subscription slots, sorted by (subscriber, id), are
+        ``flat[offsets[t]:offsets[t + 1]]``; ``errors[t]`` is why topic ``t``
+        is invalid; ``conditioned[t]`` is the result triple of a topic that hit
+        a filter with header criteria or a shared group (its slots in ``flat``
+        are empty: the caller applies the per-message conditions).
+        """
         table = self._exchanges[exchange]
-        out: list[tuple[str, tuple | str]] = []
-        bad = set(invalid_topics(table.grammar, topics).tolist())
-        if bad:
-            for i in bad:
-                try:
-                    table.parse_topic(topics[i])
-                except TopicError as exc:
-                    out.append((topics[i], str(exc)))
-                else:  # the vectorised check is stricter than the grammar
-                    out.append((topics[i], self._lookup(exchange, topics[i])))
-            topics = [t for i, t in enumerate(topics) if i not in bad]
-        if not topics:
-            return out
-        batch = self._batches.get(exchange)
-        if batch is None:
-            batch = self._batches[exchange] = BatchExchange(
-                table.grammar, table.exact, table.shaped, table.catch_alls, table.automaton
-            )
-        owners, codes = batch.hits(topics)
+        owners, codes, errors = collect_hits(topics, table.parse_topic, table.hits)
         direct = codes >= 0
-        conditioned = np.zeros(len(topics), dtype=bool)
+        conditioned: dict[int, tuple] = {}
         parts = [(owners[direct], codes[direct])]
         if not direct.all():
             owners, fslots = owners[~direct], ~codes[~direct]
             special = self._special_filter[fslots]
-            conditioned[owners[special]] = True
+            if special.any():
+                for t in np.unique(owners[special]).tolist():
+                    conditioned[t] = self._lookup(exchange, topics[t])
             fslots, owners = fslots[~special], owners[~special]
             parts.append(expand(owners, self._fs_start[fslots], self._fs_count[fslots], self._fs_slots))
         owners = np.concatenate([p[0] for p in parts])
         slots = np.concatenate([p[1] for p in parts])
+        if conditioned:
+            keep = ~np.isin(owners, list(conditioned))
+            owners, slots = owners[keep], slots[keep]
         order = np.lexsort((self._ranks()[slots], owners))
-        owners, slots = owners[order], slots[order]
-        bounds = np.searchsorted(owners, np.arange(len(topics) + 1)).tolist()
-        flat = slots.tolist()
-        put = self._cache.put
-        for k, topic in enumerate(topics):
-            if conditioned[k]:
-                out.append((topic, self._lookup(exchange, topic)))
-                continue
-            start, end = bounds[k], bounds[k + 1]
-            if start == end:
-                result = _EMPTY_RESULT
-            elif end - start <= SORT_IN_PYTHON_MAX:
-                result = (tuple(flat[start:end]), 0, ())
-            else:
-                result = (array("I", flat[start:end]), 0, ())
-            put((exchange, topic), result)
-            out.append((topic, result))
-        return out
+        offsets = np.searchsorted(owners[order], np.arange(len(topics) + 1))
+        return (slots[order], offsets), errors, conditioned
 
     def _lookup(self, exchange: str, topic: str) -> tuple:
         """Compute and cache the result triple of a topic not in the cache.
@@ -658,12 +623,10 @@ class Matcher:
         out.append(_delivery((current, tuple(group))))
         return out
 
-    def _deliveries_array(self, units: list[Sequence[int]]) -> pa.ListArray:
-        """``DELIVERIES_TYPE`` array with one entry per unit (slots in output order)."""
-        lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
-        unit_offsets = np.zeros(len(units) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=unit_offsets[1:])
-        flat = np.fromiter(chain.from_iterable(units), dtype=np.uint32, count=int(unit_offsets[-1]))
+    def _deliveries_array(self, flat: np.ndarray, unit_offsets: np.ndarray) -> pa.ListArray:
+        """``DELIVERIES_TYPE`` array with one entry per unit: unit ``u``'s slots,
+        in output order, are ``flat[unit_offsets[u]:unit_offsets[u + 1]]``."""
+        lengths = np.diff(unit_offsets)
         owners = self._sub_subscriber_np[flat]
         starts = np.ones(len(flat), dtype=bool)
         starts[1:] = owners[1:] != owners[:-1]
@@ -675,6 +638,45 @@ class Matcher:
         groups = pa.StructArray.from_arrays([subscribers, ids], fields=list(DELIVERIES_TYPE.value_type))
         unit_groups = np.searchsorted(group_starts, unit_offsets).astype(np.int32)
         return pa.ListArray.from_arrays(pa.array(unit_groups), groups, type=DELIVERIES_TYPE)
+
+
+def _decode_keys(keys: list) -> tuple[list[str | None], dict[int, str]]:
+    """Routing keys as topics (``None`` where unusable) and why each unusable one is."""
+    try:
+        return [key.decode("utf-8") for key in keys], {}
+    except (AttributeError, UnicodeDecodeError):
+        pass  # not all valid bytes: key by key
+    topics: list[str | None] = []
+    errors: dict[int, str] = {}
+    for i, key in enumerate(keys):
+        try:
+            topics.append(_decode_key(key))
+        except TopicError as exc:
+            topics.append(None)
+            errors[i] = str(exc)
+    return topics, errors
+
+
+def _decode_key(key: object) -> str:
+    if key is None:
+        raise TopicError("missing routing key")
+    if key.__class__ is bytes:
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TopicError(f"routing key is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if key.__class__ is not str:
+        raise TopicError(f"routing key must be bytes or a string, not {type(key).__name__}")
+    if not is_utf8_text(key):
+        raise TopicError(f"routing key is not valid UTF-8 text: {quote(key)}")
+    return key
+
+
+def _relevant_mapping(pairs) -> dict[str, list[str | None]]:
+    relevant: dict[str, list[str | None]] = {}
+    for name, value in pairs:
+        relevant.setdefault(name, []).append(value)
+    return relevant
 
 
 def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> tuple[list, np.ndarray, tuple]:
