@@ -40,7 +40,7 @@ Matching is RabbitMQ's: ``#`` matches the empty routing key, ``*`` does not;
 from __future__ import annotations
 
 from .errors import FilterError, TopicError, quote
-from .pattern import ParsedFilter, classify
+from .pattern import FilterKind, ParsedFilter, classify
 
 SEPARATOR = "."
 ONE = "*"
@@ -77,6 +77,8 @@ def parse_filter(text: str) -> ParsedFilter:
         raise FilterError(f"binding key must be a string, not {type(text).__name__}: {quote(text)}")
     _check_size(text, "binding key", FilterError)
     words = tuple(split(text))
+    if ONE not in text and MANY not in text:
+        return ParsedFilter(text, words, None, FilterKind.EXACT, None)
     kind, shape = classify(words, ONE, MANY)
     return ParsedFilter(text, words, None, kind, shape)
 

@@ -217,6 +217,7 @@ class Matcher:
         self._snapshot = snapshot
         t = snapshot.tables
         self._cache = TopicCache(cache_max_bytes)
+        self._cache_get = self._cache.get
 
         self._ids: list[str | None] = t.sub_ids.to_pylist()
         self._names: list[str | None] = t.subscriber_names.to_pylist()
@@ -320,7 +321,7 @@ class Matcher:
         picks the member of each shared-subscription group.
         """
         try:
-            result = self._cache.get((exchange, routing_key))
+            result = self._cache_get((exchange, routing_key))
         except TypeError:  # an unhashable exchange or routing key: invalid below
             result = None
         if result is None:

@@ -96,6 +96,8 @@ def parse_filter(text: str) -> ParsedFilter:
     _check_text(text, "topic filter", FilterError)
     group, inner = _split_share(text)
     words = tuple(inner.split(SEPARATOR))
+    if "+" not in inner and "#" not in inner:
+        return ParsedFilter(text, words, group, FilterKind.EXACT, None)
     last = len(words) - 1
     for i, word in enumerate(words):
         if "#" in word:
@@ -117,7 +119,9 @@ def parse_topic(topic: str) -> list[str]:
         raise TopicError(f"topic must be a string, not {type(topic).__name__}: {quote(topic)}")
     if "+" in topic or "#" in topic:
         raise TopicError(f"topic must not contain the wildcards '+' or '#': {quote(topic)}")
-    _check_text(topic, "topic", TopicError)
+    # The common case inline (hot path); _check_text names the problem.
+    if not topic or "\x00" in topic or len(topic) > _MAX_SAFE_CHARS or not topic.isascii():
+        _check_text(topic, "topic", TopicError)
     return topic.split(SEPARATOR)
 
 
