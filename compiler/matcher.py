@@ -16,10 +16,17 @@ Each hit names a filter slot, which maps to its subscription slots (one, a
 tuple of a few, or a roaring bitmap when many subscriptions share the filter);
 the common single-subscription filter is stored as its subscription slot
 directly (see *hit codes* in :class:`Matcher`). The topic's subscription slots
-are sorted once by (subscriber, id) and cached
-per topic (:mod:`compiler.cache`); header criteria
+are sorted by (subscriber, id); header criteria
 (:mod:`compiler.criteria_index`) and shared-subscription choices
-(:mod:`compiler.shared`) are applied per message on top of the cached result.
+(:mod:`compiler.shared`) are applied per message on top of that.
+
+Two APIs: :meth:`Matcher.match` answers one message and caches each topic's
+result in a byte-bounded per-matcher cache (:mod:`compiler.cache`);
+:meth:`Matcher.match_frame` answers a pandas batch for ``mapInPandas``,
+matching its distinct topics together and building the Arrow output from
+flat numpy arrays (:mod:`compiler.batch`). The batch path does not read the
+topic cache: recomputing a batch's distinct topics costs about what turning
+cached Python results back into flat arrays would.
 
 Output contract (both APIs): one delivery per subscriber with at least one
 matching subscription, listing every matching subscription id of that
@@ -354,7 +361,8 @@ class Matcher:
 
         Rows with equal (exchange, routing key, relevant headers) are matched
         once; the Arrow output is assembled from flat slot arrays, without a
-        Python object per delivery.
+        Python object per delivery (benchmarks/compiler_bench.py, "batch",
+        measures this path).
         """
         n = len(frame)
         exchanges = frame["exchange"].tolist()
