@@ -14,8 +14,8 @@ exchange semantics):
 
 Kafka header values are bytes or null. A value that is not valid UTF-8 still
 makes its header present but never equals a value criterion. Kafka allows a
-header name to repeat: the name is present if any entry carries it, and
-``name=value`` holds if any entry with that name has that value.
+header name to repeat: as in Kafka's ``Headers.lastHeader``, the last entry of
+a name is the one criteria see.
 """
 
 from __future__ import annotations

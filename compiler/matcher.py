@@ -737,10 +737,12 @@ def _header_value(name: str, value: object) -> str | None:
 
 
 def _relevant_entries(entries: object, names: frozenset[str]) -> frozenset:
-    """The (name, decoded value) pairs of Kafka header ``entries`` whose name is in ``names``."""
+    """The (name, decoded value) pairs of Kafka header ``entries`` whose name
+    is in ``names``; of a repeated name, the last entry (Kafka's
+    ``lastHeader`` convention)."""
     if isinstance(entries, (str, bytes)) or not hasattr(entries, "__iter__"):
         raise HeaderError(f"headers must be a sequence of (key, value) entries, not {type(entries).__name__}")
-    out = []
+    out: dict[str, str | None] = {}
     for entry in entries:
         if isinstance(entry, Mapping):
             try:
@@ -754,5 +756,5 @@ def _relevant_entries(entries: object, names: frozenset[str]) -> frozenset:
         if type(name) is not str:
             raise HeaderError(f"header name must be a string, not {quote(name)}")
         if name in names:
-            out.append((name, _header_value(name, value)))
-    return frozenset(out) if out else _NO_HEADERS
+            out[name] = _header_value(name, value)
+    return frozenset(out.items()) if out else _NO_HEADERS
