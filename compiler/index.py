@@ -7,7 +7,7 @@ Three slot spaces, each a dense range of small integers with a free list:
 - a **filter slot** per distinct (exchange, filter string) with a live
   subscription: identical filters share one slot, so a million clients on one
   filter cost one table entry, and the matcher maps the slot to the
-  subscriptions holding it (a roaring bitmap, or a single slot).
+  subscriptions holding it (one slot, a tuple of a few, or a roaring bitmap).
 
 Invariants: a live subscription keeps its slot for as long as it lives
 (replacing it keeps the slot too); freed slots are reused lowest first, so the
@@ -40,9 +40,10 @@ from .text import is_utf8_text
 class RoutingIndex:
     """Subscriptions of a fixed set of exchanges, each with its dialect.
 
-    ``upsert``, ``remove`` and ``snapshot`` are incremental: their cost does
-    not depend on the number of other subscriptions (``snapshot`` copies the
-    columns, linear in the index size but with vectorised copies only).
+    ``upsert`` and ``remove`` are incremental: their cost does not depend on
+    the number of other subscriptions. ``snapshot`` is linear in the index
+    size, but converts whole columns at once (Arrow, numpy) rather than
+    building an object per subscription.
     """
 
     def __init__(self, exchanges: Mapping[str, Dialect | str]) -> None:
@@ -124,10 +125,10 @@ class RoutingIndex:
         sub_id = sub.id
         if type(sub_id) is not str or not sub_id or not is_utf8_text(sub_id):
             raise SubscriptionError(f"subscription id must be a non-empty UTF-8 string, not {quote(sub_id)}")
-        exchange = self._exchange_code.get(sub.exchange)
+        exchange = self._exchange_code.get(sub.exchange) if type(sub.exchange) is str else None
         if exchange is None:
             raise UnknownExchangeError(f"subscription {quote(sub_id)}: unknown exchange {quote(sub.exchange)}")
-        subscriber_slot = self._subscriber_slot.get(sub.subscriber)
+        subscriber_slot = self._subscriber_slot.get(sub.subscriber) if type(sub.subscriber) is str else None
         if subscriber_slot is None:
             try:
                 validate_subscriber(sub.subscriber)

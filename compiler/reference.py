@@ -58,7 +58,7 @@ class ReferenceMatcher:
         """Validate like :meth:`RoutingIndex.upsert` and store ``sub`` by id."""
         if type(sub.id) is not str or not sub.id or not is_utf8_text(sub.id):
             raise SubscriptionError(f"subscription id must be a non-empty UTF-8 string, not {quote(sub.id)}")
-        dialect = self._exchanges.get(sub.exchange)
+        dialect = self._exchanges.get(sub.exchange) if isinstance(sub.exchange, str) else None
         if dialect is None:
             raise UnknownExchangeError(f"subscription {quote(sub.id)}: unknown exchange {quote(sub.exchange)}")
         try:

@@ -85,6 +85,9 @@ def test_identical_filters_share_one_filter_slot():
         (Subscription("", "amq", "c", "a"), SubscriptionError, "non-empty UTF-8 string"),
         (Subscription("a\udc80", "amq", "c", "a"), SubscriptionError, "non-empty UTF-8 string"),
         (Subscription("s", "amq", "c", "a", {"match": "all"}), SubscriptionError, "HeaderCriteria"),
+        (Subscription("s", ["amq"], "c", "a"), UnknownExchangeError, "unknown exchange ['amq']"),
+        (Subscription("s", "amq", ["c"], "a"), SubscriptionError, "subscriber must be a string"),
+        (Subscription("s", "amq", "c", ["a"]), FilterError, "must be a string"),
     ],
 )
 def test_invalid_upsert_raises_and_leaves_the_index_unchanged(sub, error, message):
