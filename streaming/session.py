@@ -28,6 +28,10 @@ def session_settings(config: Config) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
         "spark.default.parallelism": str(config.spark.shuffle_partitions),
+        # Delta rebuilds a table's state from its log with this many tasks
+        # (default 50): the audit tables' logs are small, and 50 tasks per
+        # append dominated each micro-batch on 2 cores.
+        "spark.databricks.delta.snapshotPartitions": str(config.spark.shuffle_partitions),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # Streaming queries run for days; keep only recent progress in memory.
