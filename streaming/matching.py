@@ -25,6 +25,7 @@ A bad publish never fails the batch: the matcher turns it into a reason.
 
 from __future__ import annotations
 
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
@@ -43,15 +44,15 @@ and the previous, so the batch after a version change and a replay of the
 batch before it do not reload. A matcher holds its snapshot and a topic cache
 bounded by ``compiler.MATCH_CACHE_MAX_BYTES``."""
 
-_matchers: OrderedDict[int, Matcher] = OrderedDict()
+_matchers: OrderedDict[str, Matcher] = OrderedDict()
 
 
-def cached_matcher(key: int, load: Callable[[], bytes]) -> Matcher:
+def cached_matcher(key: str, load: Callable[[], bytes]) -> Matcher:
     """The worker's matcher for broadcast ``key``, built from ``load()`` on first use.
 
     Least recently used matchers beyond :data:`MATCHERS_CACHED` are dropped.
-    ``key`` is a broadcast id, unique within a SparkContext, so two routers in
-    one application never share an entry.
+    ``key`` names one broadcast (a random id drawn when it was made), so two
+    routers in one application never share an entry.
     """
     matcher = _matchers.get(key)
     if matcher is None:
@@ -76,7 +77,7 @@ class MatchPartitions:
     calls reach this module's cache rather than a pickled copy of it.
     """
 
-    def __init__(self, broadcast: Broadcast, key: int) -> None:
+    def __init__(self, broadcast: Broadcast, key: str) -> None:
         self._broadcast = broadcast
         self._key = key
 
@@ -93,6 +94,7 @@ class SnapshotBroadcasts:
         self._context = context
         self._version: int | None = None
         self._broadcast: Broadcast | None = None
+        self._key = ""
 
     def function(self, version: int, load: Callable[[], bytes]) -> MatchPartitions:
         """The match function for ``version``, broadcasting ``load()`` unless it is live already.
@@ -103,8 +105,8 @@ class SnapshotBroadcasts:
         if self._version != version or self._broadcast is None:
             broadcast = self._context.broadcast(load())
             self.close()
-            self._version, self._broadcast = version, broadcast
-        return MatchPartitions(self._broadcast, self._broadcast.id)
+            self._version, self._broadcast, self._key = version, broadcast, uuid.uuid4().hex
+        return MatchPartitions(self._broadcast, self._key)
 
     def close(self) -> None:
         """Destroy the live broadcast, if any."""

@@ -247,32 +247,37 @@ def serve(config: Config) -> int:
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         spark = spark_session(config)
-        router = Router(config, spark)
         try:
-            query = router.start()
-        except (TopicError, ChangelogError, SnapshotStoreError, KafkaException) as exc:
-            router.stop()
-            print(f"bitroute: error: cannot start the router: {_first_line(exc)}", file=sys.stderr)
-            return 1
-        _announce(router)
-        try:
-            while not stop_requested.is_set() and not query.awaitTermination(1):
-                pass
-        except StreamingQueryException as exc:
-            router.stop()
-            print(f"bitroute: error: the router's query failed: {_first_line(exc)}",
-                  file=sys.stderr)
-            return 1
-        if not stop_requested.is_set():
-            router.stop()
-            print("bitroute: error: the router's query was stopped from outside", file=sys.stderr)
-            return 1
-        router.stop_after_current_batch()
-        print("bitroute: stopped", flush=True)
-        return 0
+            return _route_until_stopped(Router(config, spark), stop_requested)
+        finally:
+            spark.stop()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _route_until_stopped(router: Router, stop_requested: threading.Event) -> int:
+    try:
+        query = router.start()
+    except (TopicError, ChangelogError, SnapshotStoreError, KafkaException) as exc:
+        router.stop()
+        print(f"bitroute: error: cannot start the router: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    _announce(router)
+    try:
+        while not stop_requested.is_set() and not query.awaitTermination(1):
+            pass
+    except StreamingQueryException as exc:
+        router.stop()
+        print(f"bitroute: error: the router's query failed: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    if not stop_requested.is_set():
+        router.stop()
+        print("bitroute: error: the router's query was stopped from outside", file=sys.stderr)
+        return 1
+    router.stop_after_current_batch()
+    print("bitroute: stopped", flush=True)
+    return 0
 
 
 def _announce(router: Router) -> None:

@@ -29,16 +29,16 @@ def test_a_broadcast_is_loaded_once_per_worker():
         loads.append(1)
         return _snapshot_bytes(1)
 
-    first = matching.cached_matcher(10, load)
-    assert matching.cached_matcher(10, load) is first
+    first = matching.cached_matcher("b1", load)
+    assert matching.cached_matcher("b1", load) is first
     assert len(loads) == 1
     assert first.match("amq.topic", "a.b")[0].subscriber == "bob"
 
 
 def test_the_cache_holds_at_most_MATCHERS_CACHED_least_recently_used_first():
-    keys = range(matching.MATCHERS_CACHED + 2)
-    for key in keys:
-        matching.cached_matcher(key, lambda key=key: _snapshot_bytes(key))
-        matching.cached_matcher(0, lambda: pytest.fail("version 0 must stay cached"))
+    versions = range(matching.MATCHERS_CACHED + 2)
+    for version in versions:
+        matching.cached_matcher(f"b{version}", lambda version=version: _snapshot_bytes(version))
+        matching.cached_matcher("b0", lambda: pytest.fail("b0 is in use and must stay cached"))
     assert len(matching._matchers) == matching.MATCHERS_CACHED
-    assert matching.cached_versions() == [keys[-1], 0]
+    assert matching.cached_versions() == [versions[-1], 0]
