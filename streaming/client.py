@@ -89,6 +89,7 @@ def subscription_record(config: Config, exchange: str, subscriber: str, filter_:
     from compiler import CompilerError, HeaderCriteria, RoutingIndex, Subscription
 
     dialects = config.exchanges.dialects
+    # The index rejects an unknown exchange too; checked here to name the declared ones.
     if exchange not in dialects:
         raise InvalidRequest(f"unknown exchange {exchange!r}: the configuration declares "
                              f"{', '.join(sorted(dialects))} (exchanges.dialects)")
