@@ -232,12 +232,12 @@ class Matcher:
         self._names_arrow = t.subscriber_names
         self._sub_subscriber_np = t.sub_subscriber
         self._sub_filter: list[int] = t.sub_filter.tolist()
-        self._rank: np.ndarray | None = None
         self._rank_of_slot = None
 
         live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
         owners = np.zeros(len(self._ids), dtype=np.int64)
         owners[live] = t.sub_subscriber[live]
+        self._rank = _slot_ranks(t.subscriber_names, owners, t.sub_ids)
         self._owner: list[str | None] = list(map(self._names.__getitem__, owners.tolist()))
         """Subscriber name per subscription slot: the same str object for the
         same subscriber, so deliveries group by identity."""
@@ -557,23 +557,14 @@ class Matcher:
         return out
 
     def _ranks(self) -> np.ndarray:
-        """``rank[slot]`` as a numpy array (see :meth:`_rank_of`)."""
-        self._rank_of()
+        """``rank[slot]``: the slot's position in (subscriber, id) order."""
         return self._rank
 
     def _rank_of(self):
-        """``rank_of(slot)``: the slot's position in (subscriber, id) order.
-
-        Computed once per matcher, on first need, with one Arrow sort.
-        """
-        if self._rank is None:
-            owners = self._names_arrow.take(pa.array(self._sub_subscriber_np))
-            table = pa.table({"subscriber": owners, "id": self._ids_arrow})
-            order = pc.sort_indices(table, sort_keys=[("subscriber", "ascending"), ("id", "ascending")])
-            rank = np.empty(len(order), dtype=np.int64)
-            rank[order.to_numpy()] = np.arange(len(order))
-            self._rank = rank
-            self._rank_of_slot = rank.tolist().__getitem__
+        """``rank_of(slot)`` as a fast Python callable (a list's ``__getitem__``),
+        made on first need: sorting a small list with it beats numpy."""
+        if self._rank_of_slot is None:
+            self._rank_of_slot = self._rank.tolist().__getitem__
         return self._rank_of_slot
 
     def _relevant_headers(self, headers: Mapping[str, str | bytes | None] | None) -> dict[str, list[str | None]]:
@@ -686,6 +677,20 @@ def _relevant_mapping(pairs) -> dict[str, list[str | None]]:
     for name, value in pairs:
         relevant.setdefault(name, []).append(value)
     return relevant
+
+
+def _slot_ranks(names: pa.StringArray, owners: np.ndarray, ids: pa.StringArray) -> np.ndarray:
+    """``rank[slot]``: the position of each subscription slot in (subscriber
+    name, id) order, the order of every delivery list. Subscriber names are
+    ranked first (there are few), so the big sort compares integers before
+    strings."""
+    name_rank = np.empty(len(names), dtype=np.int64)
+    name_rank[pc.sort_indices(names).to_numpy()] = np.arange(len(names))
+    table = pa.table({"owner": name_rank[owners] if len(names) else owners, "id": ids})
+    order = pc.sort_indices(table, sort_keys=[("owner", "ascending"), ("id", "ascending")]).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
 
 
 def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> tuple[list, np.ndarray, tuple]:
