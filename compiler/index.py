@@ -123,7 +123,7 @@ class RoutingIndex:
         if not isinstance(sub, Subscription):
             raise SubscriptionError(f"expected a Subscription, not {type(sub).__name__}")
         sub_id = sub.id
-        if type(sub_id) is not str or not sub_id or not is_utf8_text(sub_id):
+        if type(sub_id) is not str or not sub_id or not (sub_id.isascii() or is_utf8_text(sub_id)):
             raise SubscriptionError(f"subscription id must be a non-empty UTF-8 string, not {quote(sub_id)}")
         exchange = self._exchange_code.get(sub.exchange) if type(sub.exchange) is str else None
         if exchange is None:
@@ -176,7 +176,7 @@ class RoutingIndex:
         self._sub_subscriber[slot] = subscriber_slot
         if criteria is not None:
             self._criteria[slot] = criteria
-        else:
+        elif self._criteria:
             self._criteria.pop(slot, None)
 
     def remove(self, sub_id: str) -> bool:
