@@ -324,8 +324,9 @@ class Matcher:
         not in the snapshot, :class:`~compiler.errors.TopicError` for a routing
         key invalid in the exchange's dialect, and
         :class:`~compiler.errors.HeaderError` for headers that are not a
-        mapping of string names to bytes, str or ``None``. ``message_id``
-        picks the member of each shared-subscription group.
+        mapping of string names to bytes, str or ``None`` (headers are only
+        read when a matched subscription has header criteria).
+        ``message_id`` picks the member of each shared-subscription group.
         """
         try:
             result = self._cache_get((exchange, routing_key))
