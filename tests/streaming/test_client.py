@@ -133,7 +133,7 @@ def test_subscribe_with_header_criteria_only_uses_the_match_everything_filter(to
     (["--exchange", "mqtt", "--subscriber", "a b", "--filter", "a"],
      "subscriber name must be"),
     (["--exchange", "mqtt", "--subscriber", "a", "--filter", "a", "--header", "=x"],
-     "header criterion name must be a non-empty string"),
+     "header criterion name must be"),
     (["--exchange", "mqtt", "--subscriber", "a", "--filter", "a", "--header", "k",
       "--header", "k=v"],
      "header 'k' is given twice"),
