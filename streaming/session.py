@@ -39,7 +39,7 @@ def session_settings(config: Config) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
     }
-    if config.spark.master.startswith("local"):
+    if config.spark.master.startswith("local") and not _under_spark_submit():
         # Local mode serves only this machine: keep the driver on loopback.
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
