@@ -63,6 +63,8 @@ class AuditTables:
     def append_subscriptions(self, version: int, rows: Sequence[tuple]) -> None:
         """Append the changes that produced snapshot ``version`` (rows in
         ``SUBSCRIPTIONS_TABLE`` order), once: a second call for ``version`` adds nothing."""
+        if not rows:
+            return
         frame = self._spark.createDataFrame(list(rows), SUBSCRIPTIONS_TABLE)
         self._append(frame, "subscriptions", self._changelog_app, version)
 
