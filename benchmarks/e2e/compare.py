@@ -60,6 +60,10 @@ def run_once(binary: str, port: int, files: dict[str, Path], rate: float, warmup
              measure: float, consumer_args: list[str], roles: dict,
              payload: int = 64) -> RunResult:
     exe = str(BUILD / binary)
+    if binary == "amqp_bench":
+        # Queues keep what a full-speed run could not deliver: start empty.
+        subprocess.run([exe, "purge", "--port", str(port), "--subs", str(files["subs"])],
+                       capture_output=True, check=True, timeout=300)
     consumer = subprocess.Popen([exe, "consume", "--port", str(port), "--subs", str(files["subs"]),
                                  *consumer_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)

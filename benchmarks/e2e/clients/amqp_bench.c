@@ -4,6 +4,8 @@
  *       one topic exchange "bench", one queue per subscriber "q.<subscriber>",
  *       one binding per subscription (MQTT filter translated: / -> ., + -> *, # -> #);
  *       bindings are pipelined (nowait) and confirmed by one final round trip.
+ *   amqp_bench purge   --port P --subs subs.tsv
+ *       empty every queue (between runs: a full-speed run leaves a backlog).
  *   amqp_bench consume --port P --subs subs.tsv --threads T [--idle S]
  *       T connections, each consuming (no-ack) its share of the queues; prints READY
  *       on stderr once every basic.consume is confirmed, reads "window_start
@@ -125,6 +127,26 @@ static int do_setup(const char *subs_path) {
 /* Set by the main thread once every consumer is READY (read_window). */
 static volatile window_t shared_win = {1e18, 1e18};
 static volatile double shared_deadline = 1e18;
+
+/* Empty every queue: what a full-speed run left behind must not reach the next run. */
+static int do_purge(const char *subs_path) {
+  size_t n, nq;
+  char **lines = read_lines(subs_path, &n);
+  char **queues = subscribers_of(lines, n, &nq);
+  amqp_connection_state_t conn = open_conn();
+  char name[512];
+  uint64_t purged = 0;
+  for (size_t i = 0; i < nq; i++) {
+    snprintf(name, sizeof name, "q.%s", queues[i]);
+    amqp_queue_purge_ok_t *ok = amqp_queue_purge(conn, 1, amqp_cstring_bytes(name));
+    die_on_reply(amqp_get_rpc_reply(conn), "queue.purge");
+    purged += ok->message_count;
+  }
+  printf("{\"system\":\"rabbitmq\",\"role\":\"purge\",\"purged\":%llu}\n",
+         (unsigned long long)purged);
+  close_conn(conn);
+  return 0;
+}
 
 typedef struct {
   char **queues;
@@ -271,12 +293,13 @@ static int do_publish(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: amqp_bench setup|consume|publish [options]\n");
+    fprintf(stderr, "usage: amqp_bench setup|purge|consume|publish [options]\n");
     return 2;
   }
   host = arg_str(argc, argv, "--host", host);
   port = (int)arg_num(argc, argv, "--port", port);
   if (strcmp(argv[1], "setup") == 0) return do_setup(arg_str(argc, argv, "--subs", "subs.tsv"));
+  if (strcmp(argv[1], "purge") == 0) return do_purge(arg_str(argc, argv, "--subs", "subs.tsv"));
   if (strcmp(argv[1], "consume") == 0) return do_consume(argc, argv);
   if (strcmp(argv[1], "publish") == 0) return do_publish(argc, argv);
   fprintf(stderr, "amqp_bench: unknown mode %s\n", argv[1]);
