@@ -29,9 +29,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"
   if [ "$had_policy" -eq 0 ]; then $sudo_ rm -f "$policy"; fi
 fi
-# Whatever a package may have started anyway: the benchmark runs its own instances.
-$sudo_ service mosquitto stop >/dev/null 2>&1 || true
-$sudo_ service rabbitmq-server stop >/dev/null 2>&1 || true
+# No `service ... stop` here: the rabbitmq-server init script runs rabbitmqctl,
+# which starts a system epmd listening on every interface. The services were
+# never started (policy-rc.d above); the benchmark runs its own instances.
 
 mkdir -p "$build"
 cflags=(-O2 -Wall -Wextra -std=gnu11)
