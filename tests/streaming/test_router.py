@@ -141,7 +141,13 @@ def rows_for(spark, config: Config, name: str, column: str, values) -> list:
     return table(spark, config, name).where(f"{column} IN ({','.join(repr(v) for v in values)})").collect()
 
 
-# --- a running router shared by the routing tests ---------------------------------------
+# --- one running router, one round of traffic ------------------------------------------
+#
+# The router is started idle with an empty changelog; then every scenario below
+# writes its subscriptions, then its publishes, and one processAllAvailable routes
+# them all (a few micro-batches instead of a few per test). That every publish is
+# routed by subscriptions written after the router caught up at start is the
+# happens-before guarantee at work in every scenario.
 
 @pytest.fixture(scope="module")
 def router(base_config: Config, spark, tmp_path_factory: pytest.TempPathFactory) -> Router:
@@ -153,80 +159,181 @@ def router(base_config: Config, spark, tmp_path_factory: pytest.TempPathFactory)
         instance.stop()
 
 
-def test_amqp_and_mqtt_exchanges_route_side_by_side_and_stay_isolated(router: Router, spark):
-    cfg = router.config
-    alice, bob = unique("alice"), unique("bob")
-    subscribe(cfg, f"{alice}-amqp", "amq.topic", alice, "sensors.*.temp")
-    subscribe(cfg, f"{bob}-mqtt", "mqtt", bob, "sensors/+/temp")
-    subscribe(cfg, f"{alice}-mqtt", "mqtt", alice, "sensors/#")
-    amqp = publish(cfg, "sensors.k1.temp", b"21.5", "amq.topic", [("trace", b"t-1")])
-    mqtt = publish(cfg, "sensors/k1/temp", b"22.0", "mqtt")
-    # The MQTT-shaped key on the AMQP exchange is one word: isolation means no MQTT match.
-    crossed = publish(cfg, "sensors/k1/temp", b"x", "amq.topic")
-    default = publish(cfg, "sensors.k2.temp", b"23.1")  # no exchange header: amq.topic
-    router.process_all_available()
+@dataclasses.dataclass
+class Traffic:
+    """Names and message ids of the scenarios, filled in by the ``traffic`` fixture."""
 
+    names: dict[str, str] = dataclasses.field(default_factory=dict)
+    sent: dict[str, str] = dataclasses.field(default_factory=dict)
+    bad_changes: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    start_version: int = 0
+    batches: list = dataclasses.field(default_factory=list)
+    subscription_ids: list[str] = dataclasses.field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def traffic(router: Router) -> Traffic:
+    cfg = router.config
+    t = Traffic(start_version=router.subscriptions.version)
+    n = t.names
+    for name in ("alice", "bob", "carol", "eu", "us", "fay"):
+        n[name] = unique(name)
+
+    def sub(sub_id: str, *args, **kwargs) -> None:
+        subscribe(cfg, sub_id, *args, **kwargs)
+        t.subscription_ids.append(sub_id)
+
+    # Exchanges side by side.
+    sub(f"{n['alice']}-amqp", "amq.topic", n["alice"], "sensors.*.temp")
+    sub(f"{n['bob']}-mqtt", "mqtt", n["bob"], "sensors/+/temp")
+    sub(f"{n['alice']}-mqtt", "mqtt", n["alice"], "sensors/#")
+    # Header criteria.
+    sub(f"{n['eu']}-s", "amq.topic", n["eu"], "orders.#",
+        {"match": "all", "criteria": {"region": "eu", "priority": None}})
+    sub(f"{n['us']}-s", "amq.topic", n["us"], "orders.#",
+        {"match": "any", "criteria": {"region": "us", "vip": None}})
+    # Two matching subscriptions of one subscriber (and one that does not match).
+    sub(f"{n['carol']}-2", "amq.topic", n["carol"], "stock.#")
+    sub(f"{n['carol']}-1", "amq.topic", n["carol"], "stock.*")
+    sub(f"{n['carol']}-3", "amq.topic", n["carol"], "bonds.*")
+    # Bad changes next to a good one.
+    t.bad_changes = {
+        unique("bad-json"): b"{not json",
+        unique("bad-filter"): json.dumps({"exchange": "mqtt", "subscriber": n["fay"],
+                                          "filter": "a/#/b"}).encode(),
+        unique("bad-exchange"): json.dumps({"exchange": "nope", "subscriber": n["fay"],
+                                            "filter": "a"}).encode(),
+        unique("bad-subscriber"): json.dumps({"exchange": "amq.topic", "subscriber": "no/slash",
+                                              "filter": "a"}).encode(),
+    }
+    for sub_id, value in t.bad_changes.items():
+        _produce(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), value)
+        t.subscription_ids.append(sub_id)
+    sub(f"{n['fay']}-ok", "amq.topic", n["fay"], "good.key")
+
+    s = t.sent
+    s["amqp"] = publish(cfg, "sensors.k1.temp", b"21.5", "amq.topic", [("trace", b"t-1")])
+    s["mqtt"] = publish(cfg, "sensors/k1/temp", b"22.0", "mqtt")
+    # The MQTT-shaped key on the AMQP exchange is one word: isolation means no MQTT match.
+    s["crossed"] = publish(cfg, "sensors/k1/temp", b"x", "amq.topic")
+    s["default"] = publish(cfg, "sensors.k2.temp", b"23.1")  # no exchange header: amq.topic
+    s["eu_priority"] = publish(cfg, "orders.new", headers=[("region", b"eu"), ("priority", b"high")])
+    s["us"] = publish(cfg, "orders.new", headers=[("region", b"us")])
+    s["eu_only"] = publish(cfg, "orders.new", headers=[("region", b"eu")])
+    s["vip"] = publish(cfg, "orders.paid", headers=[("vip", b"")])
+    s["invoice"] = publish(cfg, "invoices.new", headers=[("region", b"us")])
+    s["stock"] = publish(cfg, "stock.acme")
+    s["unknown_exchange"] = publish(cfg, "good.key", exchange="nope")
+    s["invalid_topic"] = publish(cfg, "a/+/b", exchange="mqtt")
+    s["null_key"] = publish(cfg, None, exchange="amq.topic")
+    s["good"] = publish(cfg, "good.key")
+    reports_before = len(router.reports)
+    router.process_all_available()
+    t.batches = list(router.reports)[reports_before:]
+    return t
+
+
+def test_amqp_and_mqtt_exchanges_route_side_by_side_and_stay_isolated(
+        router: Router, traffic: Traffic, spark):
+    cfg, n, s = router.config, traffic.names, traffic.sent
+    alice, bob = n["alice"], n["bob"]
     to_alice = deliveries_of(cfg, alice)
-    to_bob = deliveries_of(cfg, bob)
-    assert set(to_alice) == {amqp, mqtt, default}
-    assert set(to_bob) == {mqtt}
-    first = to_alice[amqp]
+    assert set(to_alice) == {s["amqp"], s["mqtt"], s["default"]}
+    assert set(deliveries_of(cfg, bob)) == {s["mqtt"]}
+    first = to_alice[s["amqp"]]
     assert first["trace"] == "t-1" and first[EXCHANGE_HEADER] == "amq.topic"
     assert json.loads(first[SUBSCRIPTION_IDS_HEADER]) == [f"{alice}-amqp"]
-    assert int(first[SNAPSHOT_VERSION_HEADER]) >= 1
+    assert int(first[SNAPSHOT_VERSION_HEADER]) > traffic.start_version
     record = next(r for r in read_topic(cfg, cfg.kafka.deliveries_topic(alice))
-                  if headers_of(r)[MESSAGE_ID_HEADER] == amqp)
+                  if headers_of(r)[MESSAGE_ID_HEADER] == s["amqp"])
     assert (record.key(), record.value()) == (b"sensors.k1.temp", b"21.5")
 
-    messages = {r.message_id: r for r in rows_for(spark, cfg, "messages", "message_id",
-                                                   [amqp, mqtt, crossed, default])}
+    ids = [s["amqp"], s["mqtt"], s["crossed"], s["default"]]
+    messages = {r.message_id: r for r in rows_for(spark, cfg, "messages", "message_id", ids)}
     assert {m: (r.outcome, r.deliveries, r.exchange) for m, r in messages.items()} == {
-        amqp: (OUTCOME_ROUTED, 1, "amq.topic"), mqtt: (OUTCOME_ROUTED, 2, "mqtt"),
-        crossed: (OUTCOME_UNROUTABLE, 0, "amq.topic"), default: (OUTCOME_ROUTED, 1, "amq.topic")}
-    assert messages[amqp].headers == {"trace": "t-1", EXCHANGE_HEADER: "amq.topic"}
-    assert messages[amqp].payload_bytes == 4
-    deliveries = rows_for(spark, cfg, "deliveries", "message_id", [amqp, mqtt, default])
+        s["amqp"]: (OUTCOME_ROUTED, 1, "amq.topic"), s["mqtt"]: (OUTCOME_ROUTED, 2, "mqtt"),
+        s["crossed"]: (OUTCOME_UNROUTABLE, 0, "amq.topic"),
+        s["default"]: (OUTCOME_ROUTED, 1, "amq.topic")}
+    assert messages[s["amqp"]].headers == {"trace": "t-1", EXCHANGE_HEADER: "amq.topic"}
+    assert messages[s["amqp"]].payload_bytes == 4
+    deliveries = rows_for(spark, cfg, "deliveries", "message_id", ids)
     assert sorted((r.message_id, r.subscriber, r.delivery_topic) for r in deliveries) == sorted([
-        (amqp, alice, cfg.kafka.deliveries_topic(alice)),
-        (mqtt, alice, cfg.kafka.deliveries_topic(alice)),
-        (mqtt, bob, cfg.kafka.deliveries_topic(bob)),
-        (default, alice, cfg.kafka.deliveries_topic(alice))])
+        (s["amqp"], alice, cfg.kafka.deliveries_topic(alice)),
+        (s["mqtt"], alice, cfg.kafka.deliveries_topic(alice)),
+        (s["mqtt"], bob, cfg.kafka.deliveries_topic(bob)),
+        (s["default"], alice, cfg.kafka.deliveries_topic(alice))])
 
 
-def test_header_criteria_all_any_and_presence(router: Router):
-    cfg = router.config
-    eu, us = unique("eu-desk"), unique("us-desk")
-    subscribe(cfg, f"{eu}-s", "amq.topic", eu, "orders.#",
-              {"match": "all", "criteria": {"region": "eu", "priority": None}})
-    subscribe(cfg, f"{us}-s", "amq.topic", us, "orders.#",
-              {"match": "any", "criteria": {"region": "us", "vip": None}})
-    both = publish(cfg, "orders.new", headers=[("region", b"eu"), ("priority", b"high")])
-    region_us = publish(cfg, "orders.new", headers=[("region", b"us")])
-    no_priority = publish(cfg, "orders.new", headers=[("region", b"eu")])
-    vip = publish(cfg, "orders.paid", headers=[("vip", b"")])
-    other_topic = publish(cfg, "invoices.new", headers=[("region", b"us")])
-    router.process_all_available()
-
-    assert set(deliveries_of(cfg, eu)) == {both}
-    assert set(deliveries_of(cfg, us)) == {region_us, vip}
-    assert no_priority not in deliveries_of(cfg, eu) and other_topic not in deliveries_of(cfg, us)
+def test_header_criteria_all_any_and_presence(router: Router, traffic: Traffic):
+    cfg, n, s = router.config, traffic.names, traffic.sent
+    assert set(deliveries_of(cfg, n["eu"])) == {s["eu_priority"]}
+    assert set(deliveries_of(cfg, n["us"])) == {s["us"], s["vip"]}
 
 
 def test_a_subscriber_with_two_matching_subscriptions_gets_one_delivery_listing_both(
-        router: Router, spark):
-    cfg = router.config
-    carol = unique("carol")
-    subscribe(cfg, f"{carol}-2", "amq.topic", carol, "stock.#")
-    subscribe(cfg, f"{carol}-1", "amq.topic", carol, "stock.*")
-    subscribe(cfg, f"{carol}-3", "amq.topic", carol, "bonds.*")
-    sent = publish(cfg, "stock.acme")
-    router.process_all_available()
-
+        router: Router, traffic: Traffic, spark):
+    cfg, carol = router.config, traffic.names["carol"]
     records = read_topic(cfg, cfg.kafka.deliveries_topic(carol))
     assert len(records) == 1
     assert json.loads(headers_of(records[0])[SUBSCRIPTION_IDS_HEADER]) == [f"{carol}-1", f"{carol}-2"]
-    [row] = rows_for(spark, cfg, "deliveries", "message_id", [sent])
+    [row] = rows_for(spark, cfg, "deliveries", "message_id", [traffic.sent["stock"]])
     assert (row.subscriber, row.subscription_ids) == (carol, [f"{carol}-1", f"{carol}-2"])
+
+
+def test_every_subscription_change_is_audited_with_the_version_it_produced(
+        router: Router, traffic: Traffic, spark):
+    cfg, n = router.config, traffic.names
+    [change] = rows_for(spark, cfg, "subscriptions", "subscription_id", [f"{n['carol']}-1"])
+    assert (change.change, change.exchange, change.subscriber, change.filter) == (
+        CHANGE_UPSERT, "amq.topic", n["carol"], "stock.*")
+    [criteria] = rows_for(spark, cfg, "subscriptions", "subscription_id", [f"{n['eu']}-s"])
+    assert (criteria.header_match, criteria.header_criteria) == (
+        "all", {"region": "eu", "priority": None})
+    # The deliveries were made with a version that includes the change.
+    [delivery] = rows_for(spark, cfg, "deliveries", "message_id", [traffic.sent["stock"]])
+    assert traffic.start_version < change.snapshot_version <= delivery.snapshot_version
+
+
+def test_a_subscription_acked_before_a_publish_applies_to_it(
+        router: Router, traffic: Traffic, spark):
+    """Happens-before: every subscription was acknowledged before the first publish
+    was written, so every batch that read a publish matched with a version
+    covering all of them, including the very first one."""
+    cfg = router.config
+    versions = [r.snapshot_version for r in
+                rows_for(spark, cfg, "subscriptions", "subscription_id", traffic.subscription_ids)]
+    assert len(versions) == len(traffic.subscription_ids)
+    assert traffic.batches and traffic.batches[0].deliveries > 0
+    assert all(b.snapshot_version >= max(versions) for b in traffic.batches)
+    assert sum(b.rows for b in traffic.batches) == len(traffic.sent)
+
+
+def test_bad_publishes_and_bad_changes_are_rejected_while_routing_goes_on(
+        router: Router, traffic: Traffic, spark):
+    cfg, s = router.config, traffic.sent
+    bad_publishes = [s["unknown_exchange"], s["invalid_topic"], s["null_key"]]
+    assert set(deliveries_of(cfg, traffic.names["fay"])) == {s["good"]}
+    rejected = {headers_of(r)[MESSAGE_ID_HEADER]: (r, headers_of(r))
+                for r in read_topic(cfg, cfg.kafka.rejected_topic)}
+    for sent in bad_publishes:
+        record, headers = rejected[sent]
+        assert headers[SOURCE_HEADER] == SOURCE_PUBLISH and headers[REASON_HEADER]
+        assert record.value() == b"payload"
+    by_key = {r.key().decode(): h for r, h in rejected.values()
+              if h[SOURCE_HEADER] == SOURCE_SUBSCRIPTION}
+    assert set(by_key) == set(traffic.bad_changes)
+    assert all(h[REASON_HEADER] for h in by_key.values())
+
+    messages = {r.message_id: r for r in rows_for(
+        spark, cfg, "messages", "message_id", [*bad_publishes, s["good"]])}
+    assert messages[s["good"]].outcome == OUTCOME_ROUTED
+    for sent in bad_publishes:
+        assert messages[sent].outcome == OUTCOME_REJECTED and messages[sent].reason
+    assert "nope" in messages[s["unknown_exchange"]].reason
+    assert messages[s["null_key"]].routing_key is None
+    changes = rows_for(spark, cfg, "subscriptions", "subscription_id", list(traffic.bad_changes))
+    assert {c.subscription_id for c in changes} == set(traffic.bad_changes)
+    assert all(c.change == CHANGE_REJECTED and c.reason for c in changes)
 
 
 def test_unsubscribe_stops_deliveries(router: Router, spark):
@@ -247,65 +354,6 @@ def test_unsubscribe_stops_deliveries(router: Router, spark):
                      key=lambda r: r.snapshot_version)
     assert [c.change for c in changes] == [CHANGE_UPSERT, CHANGE_REMOVE]
     assert changes[0].snapshot_version < changes[1].snapshot_version
-
-
-def test_a_subscription_acked_before_a_publish_applies_to_it(router: Router, spark):
-    """Happens-before: the router is idle and caught up; the subscription and the
-    publish are written back to back; the batch that reads the publish routes it."""
-    cfg = router.config
-    router.process_all_available()
-    erin = unique("erin")
-    subscribe(cfg, f"{erin}-s", "amq.topic", erin, "news.#")
-    sent = publish(cfg, "news.sports")
-    router.process_all_available()
-
-    delivered = deliveries_of(cfg, erin)
-    assert set(delivered) == {sent}
-    [change] = rows_for(spark, cfg, "subscriptions", "subscription_id", [f"{erin}-s"])
-    assert int(delivered[sent][SNAPSHOT_VERSION_HEADER]) >= change.snapshot_version
-
-
-def test_bad_publishes_and_bad_changes_are_rejected_while_routing_goes_on(router: Router, spark):
-    cfg = router.config
-    fay = unique("fay")
-    bad_changes = {
-        unique("bad-json"): b"{not json",
-        unique("bad-filter"): json.dumps({"exchange": "mqtt", "subscriber": fay,
-                                          "filter": "a/#/b"}).encode(),
-        unique("bad-exchange"): json.dumps({"exchange": "nope", "subscriber": fay,
-                                            "filter": "a"}).encode(),
-        unique("bad-subscriber"): json.dumps({"exchange": "amq.topic", "subscriber": "no/slash",
-                                              "filter": "a"}).encode(),
-    }
-    for sub_id, value in bad_changes.items():
-        _produce(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), value)
-    subscribe(cfg, f"{fay}-ok", "amq.topic", fay, "good.key")
-    unknown_exchange = publish(cfg, "good.key", exchange="nope")
-    invalid_topic = publish(cfg, "a/+/b", exchange="mqtt")
-    null_key = publish(cfg, None, exchange="amq.topic")
-    good = publish(cfg, "good.key")
-    router.process_all_available()
-
-    assert set(deliveries_of(cfg, fay)) == {good}
-    rejected = {headers_of(r)[MESSAGE_ID_HEADER]: (r, headers_of(r))
-                for r in read_topic(cfg, cfg.kafka.rejected_topic)}
-    for sent in (unknown_exchange, invalid_topic, null_key):
-        record, headers = rejected[sent]
-        assert headers[SOURCE_HEADER] == SOURCE_PUBLISH and headers[REASON_HEADER]
-        assert record.value() == b"payload"
-    by_key = {r.key(): h for r, h in rejected.values() if h[SOURCE_HEADER] == SOURCE_SUBSCRIPTION}
-    assert {k.decode() for k in by_key} >= set(bad_changes)
-
-    messages = {r.message_id: r for r in rows_for(
-        spark, cfg, "messages", "message_id", [unknown_exchange, invalid_topic, null_key, good])}
-    assert messages[good].outcome == OUTCOME_ROUTED
-    for sent in (unknown_exchange, invalid_topic, null_key):
-        assert messages[sent].outcome == OUTCOME_REJECTED and messages[sent].reason
-    assert "nope" in messages[unknown_exchange].reason
-    assert messages[null_key].routing_key is None
-    changes = rows_for(spark, cfg, "subscriptions", "subscription_id", list(bad_changes))
-    assert {c.subscription_id for c in changes} == set(bad_changes)
-    assert all(c.change == CHANGE_REJECTED and c.reason for c in changes)
 
 
 # --- routers of their own ------------------------------------------------------------
