@@ -1,0 +1,260 @@
+"""`bitroute run` as a process: killed with SIGKILL and restarted, and on a Spark cluster.
+
+Both tests run the real command in a child process (its own SparkSession and
+JVM) against the session's broker, and check the outcome from outside: the
+delivery topics and the Delta audit tables.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyspark
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, message_id
+from streaming import client
+from streaming.broker import free_port
+from streaming.config import Config, load
+
+DEADLINE_S = 600.0
+BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries")
+
+
+class RouterProcess:
+    """A `bitroute run` child process whose stdout lines are collected as they come."""
+
+    def __init__(self, settings: dict[str, str], log: Path) -> None:
+        flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+        self._log = log.open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "streaming.cli", "run", *flags],
+            stdout=subprocess.PIPE, stderr=self._log, text=True, start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self._log.write(line)
+            self._log.flush()
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = DEADLINE_S) -> re.Match[str]:
+        """Wait for a stdout line matching ``pattern``; fail if the process exits first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                assert self.process.poll() is None, f"bitroute run exited: {self.seen[-5:]}"
+                continue
+            self.seen.append(line)
+            found = pattern.search(line)
+            if found:
+                return found
+        raise AssertionError(f"no line matching {pattern.pattern!r} within {timeout}s: "
+                             f"{self.seen[-5:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the router and everything it started (its Spark JVM and Python workers)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=60)
+
+    def terminate(self, timeout: float = 180.0) -> int:
+        """SIGTERM: the router stops after the current batch; return its exit status.
+
+        The lines printed until the exit are appended to :attr:`seen`.
+        """
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.kill()
+            self._drain()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                self.seen.append(self.lines.get(timeout=0.5))
+            except queue.Empty:
+                if self.process.stdout.closed or self.process.poll() is not None:
+                    break
+
+
+def _settings(base: Config, root: Path, **extra: str) -> dict[str, str]:
+    tag = uuid.uuid4().hex[:10]
+    return {
+        "kafka.bootstrap": base.kafka.bootstrap,
+        "kafka.publishes_topic": f"pub-{tag}",
+        "kafka.subscriptions_topic": f"subs-{tag}",
+        "kafka.rejected_topic": f"rej-{tag}",
+        "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
+        "broker.embedded": "false",
+        "delta.warehouse": str(root / "delta"),
+        "streaming.checkpoint_dir": str(root / "checkpoints"),
+        "streaming.trigger_interval": "200 milliseconds",
+        "spark.master": "local[2]",
+        "spark.shuffle_partitions": "2",
+        "spark.log_level": "ERROR",
+        **extra,
+    }
+
+
+def _publish(config: Config, keys: list[tuple[str, str]]) -> list[str]:
+    """Produce (exchange, routing key) publishes in one batch; return their message ids."""
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
+    ids: list[str] = []
+
+    def acked(err, record) -> None:
+        assert err is None, err
+        ids.append(message_id(record.topic(), record.partition(), record.offset()))
+
+    for exchange, key in keys:
+        producer.produce(config.kafka.publishes_topic, key=key.encode(), value=b"x",
+                         headers=[(EXCHANGE_HEADER, exchange.encode())], on_delivery=acked)
+    assert producer.flush(60) == 0
+    assert len(ids) == len(keys)
+    return ids
+
+
+def _delivered(config: Config, subscriber: str, expected: set[str],
+               timeout: float = DEADLINE_S) -> Counter[str]:
+    """Read the subscriber's topic from the start until every expected message id arrived."""
+    topic = config.kafka.deliveries_topic(subscriber)
+    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False})
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    seen: Counter[str] = Counter()
+    deadline = time.monotonic() + timeout
+    try:
+        while not expected <= set(seen) and time.monotonic() < deadline:
+            for record in consumer.consume(500, timeout=1.0):
+                if record.error() is None:
+                    seen[dict(record.headers())[MESSAGE_ID_HEADER].decode()] += 1
+    finally:
+        consumer.close()
+    missing = expected - set(seen)
+    assert not missing, f"{len(missing)} publishes never reached {subscriber}"
+    return seen
+
+
+def _audit_counts(spark, config: Config, table: str, columns: list[str]) -> Counter:
+    rows = spark.read.format("delta").load(config.delta.table_path(table)).select(*columns)
+    return Counter(tuple(row) for row in rows.collect())
+
+
+def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
+        base_config: Config, spark, tmp_path: Path):
+    settings = _settings(base_config, tmp_path, **{"streaming.max_offsets_per_trigger": "20"})
+    config = load(overrides=settings, environ={})
+    client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
+    client.subscribe(config, "amq.topic", "beta", "orders.*.paid", sub_id="b1")
+    keys = [("amq.topic", f"orders.{i % 7}.paid") for i in range(120)]
+
+    first = RouterProcess(settings, tmp_path / "router.log")
+    try:
+        first.wait_for(re.compile(r"snapshot v\d+ with 2 subscriptions"))
+        ids = _publish(config, keys)
+        # Kill in the middle of the stream: a batch of 20 is done, most are not.
+        first.wait_for(re.compile(r"^batch [1-9]\d*: "))
+    finally:
+        first.kill()
+
+    second = RouterProcess(settings, tmp_path / "router.log")
+    try:
+        second.wait_for(re.compile(r"Ctrl-C stops after the current batch"))
+        alpha = _delivered(config, "alpha", set(ids))
+        beta = _delivered(config, "beta", set(ids))
+    finally:
+        status = second.terminate()
+    assert status == 0
+    assert "bitroute: stopped" in second.seen
+    assert set(alpha) == set(beta) == set(ids)  # at least once, nothing lost
+
+    deliveries = _audit_counts(spark, config, "deliveries", ["message_id", "subscriber"])
+    assert set(deliveries) == {(m, s) for m in ids for s in ("alpha", "beta")}
+    assert set(deliveries.values()) == {1}, "a (message, subscriber) was audited twice"
+    messages = _audit_counts(spark, config, "messages", ["message_id", "outcome"])
+    assert messages == Counter({(m, "routed"): 1 for m in ids})
+
+
+@contextmanager
+def standalone_cluster(root: Path, workers: int = 2) -> Iterator[tuple[str, list[Path]]]:
+    """A Spark standalone master and ``workers`` one-core workers on loopback.
+
+    Started from the pyspark distribution's own ``spark-class``; yields the
+    master URL and the workers' work folders (one sub-folder per executor
+    launched there). Everything is stopped on exit.
+    """
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(root / "logs"))
+    port = free_port()
+    url = f"spark://127.0.0.1:{port}"
+    logs = (root / "cluster.log").open("a")
+    processes = [subprocess.Popen(
+        [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+         "--port", str(port), "--webui-port", str(free_port())],
+        env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True)]
+    work_dirs = [root / f"worker-{i}" for i in range(workers)]
+    for work_dir in work_dirs:
+        processes.append(subprocess.Popen(
+            [str(spark_class), "org.apache.spark.deploy.worker.Worker", url, "--host",
+             "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
+             "--work-dir", str(work_dir)],
+            env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True))
+    try:
+        yield url, work_dirs
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        logs.close()
+
+
+def test_the_router_routes_on_a_standalone_cluster_with_matching_on_executors(
+        base_config: Config, tmp_path: Path):
+    with standalone_cluster(tmp_path) as (master, work_dirs):
+        settings = _settings(base_config, tmp_path, **{
+            "spark.master": master,
+            "spark.options.spark.executor.memory": "512m",
+        })
+        config = load(overrides=settings, environ={})
+        client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
+        client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
+        router = RouterProcess(settings, tmp_path / "router.log")
+        try:
+            router.wait_for(re.compile(r"snapshot v\d+ with 2 subscriptions"))
+            ids = _publish(config, [("amq.topic", f"stock.s{i}.nyse") for i in range(20)]
+                           + [("mqtt", f"sensors/s{i}/temp") for i in range(20)]
+                           + [("amq.topic", "sensors.x.temp")])
+            gamma = _delivered(config, "gamma", set(ids[:20]))
+            delta = _delivered(config, "delta", set(ids[20:40]))
+        finally:
+            status = router.terminate()
+        assert status == 0
+        assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
+        # Matching ran in executors that the workers launched as separate processes.
+        executors = [d for w in work_dirs for d in w.glob("app-*/*") if d.is_dir()]
+        assert len(executors) >= 2, executors
