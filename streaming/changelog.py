@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
+import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
 from schemas.records import (
@@ -50,6 +51,7 @@ from schemas.records import (
     ROUTER_HEADERS,
     SOURCE_HEADER,
     SOURCE_SUBSCRIPTION,
+    SUBSCRIPTIONS_TABLE,
     message_id,
 )
 from streaming.config import Config
@@ -62,71 +64,80 @@ CATCH_UP_TIMEOUT_S = 60.0
 POLL_MAX_RECORDS = 1000
 _POLL_TIMEOUT_S = 0.5
 _KAFKA_TIMEOUT_S = 30.0
+_SUBSCRIPTIONS_ARROW = to_arrow_schema(SUBSCRIPTIONS_TABLE)
 
 
 class ChangelogError(RuntimeError):
     """The changelog could not be read, or a rejected change could not be reported."""
 
 
-@dataclass(frozen=True)
-class Change:
-    """One changelog record as the router applied it (a row of Delta ``subscriptions``)."""
+class Change(NamedTuple):
+    """One changelog record as the router applied it: a row of Delta ``subscriptions``
+    without its snapshot version, times as epoch milliseconds."""
 
     subscription_id: str
     change: str
-    partition: int
-    offset: int
-    exchange: str | None = None
-    subscriber: str | None = None
-    filter: str | None = None
-    header_match: str | None = None
-    header_criteria: dict[str, str | None] | None = None
-    reason: str | None = None
-    changed_at_ms: int | None = None
-    applied_at_ms: int = 0
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, obj: Mapping) -> Change:
-        return cls(**obj)
-
-    def row(self, version: int) -> tuple:
-        """The ``schemas.records.SUBSCRIPTIONS_TABLE`` row of this change in ``version``."""
-        return (self.subscription_id, self.change, self.exchange, self.subscriber, self.filter,
-                self.header_match, self.header_criteria, self.reason, version, self.partition,
-                self.offset, _timestamp(self.changed_at_ms), _timestamp(self.applied_at_ms))
+    exchange: str | None
+    subscriber: str | None
+    filter: str | None
+    header_match: str | None
+    header_criteria: dict[str, str | None] | None
+    reason: str | None
+    changelog_partition: int
+    changelog_offset: int
+    changed_at_ms: int | None
+    applied_at_ms: int
 
 
-def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None,
-                 partition: int, offset: int, changed_at_ms: int | None = None) -> Change:
+def changes_table(changes: Sequence[Change], version: int) -> pa.Table:
+    """``changes`` as the Arrow form of ``SUBSCRIPTIONS_TABLE``, all made by ``version``.
+
+    Columnar, so that the changes of a whole changelog (millions at a
+    first start) reach Spark without a Python object per cell.
+    """
+    columns = dict(zip(Change._fields, zip(*changes))) if changes else {
+        name: () for name in Change._fields}
+    arrays = []
+    for field in _SUBSCRIPTIONS_ARROW:
+        if field.name == "snapshot_version":
+            arrays.append(pa.array([version] * len(changes), field.type))
+        elif field.name in ("changed_at", "applied_at"):
+            millis = pa.array(columns[f"{field.name}_ms"], pa.timestamp("ms", tz="UTC"))
+            arrays.append(millis.cast(field.type))
+        else:
+            arrays.append(pa.array(columns[field.name], field.type))
+    return pa.Table.from_arrays(arrays, schema=_SUBSCRIPTIONS_ARROW)
+
+
+def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, partition: int,
+                 offset: int, changed_at_ms: int | None, applied_at_ms: int) -> Change:
     """Apply one changelog record to ``index``; never raises for a bad record."""
-    applied_at_ms = int(time.time() * 1000)
     sub_id = "" if key is None else key.decode("utf-8", errors="replace")
-    where = {"partition": partition, "offset": offset, "changed_at_ms": changed_at_ms,
-             "applied_at_ms": applied_at_ms}
+    where = (partition, offset, changed_at_ms, applied_at_ms)
     if value is None:
         if key is None:
-            return Change(sub_id, CHANGE_REJECTED, reason="tombstone without a key", **where)
+            return Change(sub_id, CHANGE_REJECTED, None, None, None, None, None,
+                          "tombstone without a key", *where)
         index.remove(sub_id)
-        return Change(sub_id, CHANGE_REMOVE, **where)
+        return Change(sub_id, CHANGE_REMOVE, None, None, None, None, None, None, *where)
     try:
         sub = Subscription.from_changelog(key, value)
         index.upsert(sub)
     except CompilerError as exc:
-        seen = _fields_of(value)
+        exchange, subscriber, filter_ = _fields_of(value)
         if key is not None and index.remove(sub_id):
             reason = (f"{exc} (the subscription {sub_id!r} is removed: this invalid value is "
                       "its latest changelog record)")
-            return Change(sub_id, CHANGE_REMOVE, reason=reason, **seen, **where)
-        return Change(sub_id, CHANGE_REJECTED, reason=str(exc), **seen, **where)
+            return Change(sub_id, CHANGE_REMOVE, exchange, subscriber, filter_, None, None,
+                          reason, *where)
+        return Change(sub_id, CHANGE_REJECTED, exchange, subscriber, filter_, None, None,
+                      str(exc), *where)
     criteria = sub.headers
-    return Change(sub.id, CHANGE_UPSERT, exchange=sub.exchange, subscriber=sub.subscriber,
-                  filter=sub.filter,
-                  header_match=None if criteria is None else criteria.match,
-                  header_criteria=None if criteria is None else dict(criteria.criteria),
-                  **where)
+    if criteria is None:
+        return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, None, None,
+                      None, *where)
+    return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, criteria.match,
+                  dict(criteria.criteria), None, *where)
 
 
 class ChangelogReader:
@@ -161,11 +172,11 @@ class ChangelogReader:
             ends[partition] = high
         return ends
 
-    def read_to_end(self, offsets: Mapping[int, int], timeout: float = CATCH_UP_TIMEOUT_S
-                    ) -> tuple[list[Message], dict[int, int]]:
-        """Records from ``offsets`` (partition -> next offset; absent = from the
-        beginning) up to the end offsets fetched at call time, in offset order
-        per partition; and the new offsets (partition -> end offset)."""
+    def read_to_end(self, offsets: Mapping[int, int], apply: Callable[[Message], None],
+                    timeout: float = CATCH_UP_TIMEOUT_S) -> dict[int, int]:
+        """Call ``apply`` on each record from ``offsets`` (partition -> next offset;
+        absent = from the beginning) up to the end offsets fetched at call time,
+        in offset order per partition; return the new offsets (partition -> end)."""
         ends = self.end_offsets()
         for partition, end in ends.items():
             if offsets.get(partition, 0) > end:
@@ -174,7 +185,6 @@ class ChangelogReader:
                     f"has read up to {offsets[partition]}: the topic was truncated or recreated; "
                     "start the router with a fresh checkpoint folder")
         todo = {p for p, end in ends.items() if offsets.get(p, 0) < end}
-        records: list[Message] = []
         if todo:
             self._consumer.assign([TopicPartition(self._topic, p, offsets.get(p, OFFSET_BEGINNING))
                                    for p in sorted(todo)])
@@ -198,14 +208,14 @@ class ChangelogReader:
                                 raise ChangelogError(f"reading changelog {self._topic!r}: {error.str()}")
                             continue
                         if message.offset() < ends[partition]:
-                            records.append(message)
+                            apply(message)
                         if message.offset() + 1 >= ends[partition]:
                             todo.discard(partition)
             finally:
                 self._consumer.unassign()
         new_offsets = dict(offsets)
         new_offsets.update(ends)
-        return records, new_offsets
+        return new_offsets
 
     def close(self) -> None:
         self._consumer.close()
@@ -232,7 +242,7 @@ class Subscriptions:
                                    "enable.idempotence": True})
         self._admin = admin_client(config)
         self._topics_ensured: set[str] = set()
-        self._unaudited: tuple[int, list[tuple]] | None = None
+        self._unaudited: tuple[int, pa.Table] | None = None
 
     @classmethod
     def open(cls, config: Config, store: SnapshotStore, audit: AuditTables) -> Subscriptions:
@@ -249,8 +259,8 @@ class Subscriptions:
         if stored is not None:
             snapshot = _reusable(stored.data, exchanges)
             if snapshot is not None:
-                audit.append_subscriptions(
-                    stored.version, [Change.from_json(c).row(stored.version) for c in stored.changes])
+                changes = [Change(*c) for c in stored.changes]
+                audit.append_subscriptions(stored.version, changes_table(changes, stored.version))
                 return cls(config, store, audit, RoutingIndex.from_snapshot(snapshot),
                            stored.version, stored.data, snapshot.offsets)
         # From scratch: an empty index at offsets {} as a new version, so
@@ -285,16 +295,30 @@ class Subscriptions:
         if self._unaudited is not None:
             self._audit.append_subscriptions(*self._unaudited)
             self._unaudited = None
-        records, offsets = self._reader.read_to_end(self._offsets)
-        if not records:
-            self._offsets = offsets
-            return self._version
+        changes: list[Change] = []
+        rejected: list[tuple[Message, str]] = []
+        applied_at_ms = int(time.time() * 1000)
+
+        def apply(message: Message) -> None:
+            _, timestamp = message.timestamp()
+            change = apply_record(self._index, message.key(), message.value(), message.partition(),
+                                  message.offset(), timestamp if timestamp > 0 else None,
+                                  applied_at_ms)
+            changes.append(change)
+            if change.reason is not None:
+                rejected.append((message, change.reason))
+
         try:
-            self._apply(records, offsets)
+            offsets = self._reader.read_to_end(self._offsets, apply)
+            if changes:
+                self._commit(changes, rejected, offsets)
+            else:
+                self._offsets = offsets
         except BaseException:
-            # The index holds changes that were not committed: go back to the
-            # current version so that the next catch-up re-reads them.
-            self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._data))
+            if changes:
+                # The index holds changes that were not committed: go back to
+                # the current version, so that the next catch-up re-reads them.
+                self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._data))
             raise
         return self._version
 
@@ -302,17 +326,9 @@ class Subscriptions:
         self._reader.close()
         self._producer.flush(_KAFKA_TIMEOUT_S)
 
-    def _apply(self, records: Sequence[Message], offsets: dict[int, int]) -> None:
-        """Apply ``records`` and commit the next version (see the module docstring)."""
-        changes = []
-        rejected = []
-        for message in records:
-            _, timestamp = message.timestamp()
-            change = apply_record(self._index, message.key(), message.value(), message.partition(),
-                                  message.offset(), timestamp if timestamp > 0 else None)
-            changes.append(change)
-            if change.reason is not None:
-                rejected.append((message, change.reason))
+    def _commit(self, changes: list[Change], rejected: list[tuple[Message, str]],
+                offsets: dict[int, int]) -> None:
+        """Commit the applied ``changes`` as the next version (see the module docstring)."""
         self._report_rejected(rejected)
         subscribers = {c.subscriber for c in changes if c.change == CHANGE_UPSERT}
         new = sorted(subscribers - self._topics_ensured)
@@ -322,11 +338,11 @@ class Subscriptions:
 
         version = self._version + 1
         data = self._index.snapshot(version, offsets).to_bytes()
-        self._store.save(version, data, [c.to_json() for c in changes])
+        self._store.save(version, data, changes)
         # Committed: from here the version stands, and a failed audit append
         # is retried by the next catch-up (or by open() after a restart).
         self._version, self._data, self._offsets = version, data, offsets
-        self._unaudited = (version, [c.row(version) for c in changes])
+        self._unaudited = (version, changes_table(changes, version))
         self._audit.append_subscriptions(*self._unaudited)
         self._unaudited = None
 
@@ -366,17 +382,13 @@ def _reusable(data: bytes, exchanges: Mapping[str, Dialect]) -> Snapshot | None:
     return snapshot if dict(snapshot.exchanges) == dict(exchanges) else None
 
 
-def _fields_of(value: bytes) -> dict[str, str | None]:
-    """The string fields of a rejected value that parse, for the audit row; {} otherwise."""
+def _fields_of(value: bytes) -> tuple[str | None, str | None, str | None]:
+    """Exchange, subscriber and filter of a rejected value, where they parse as strings."""
     try:
         obj = json.loads(value)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        return {}
+        obj = None
     if not isinstance(obj, dict):
-        return {}
-    return {name: obj[name] for name in ("exchange", "subscriber", "filter")
-            if isinstance(obj.get(name), str)}
-
-
-def _timestamp(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+        obj = {}
+    exchange, subscriber, filter_ = (obj.get(name) for name in ("exchange", "subscriber", "filter"))
+    return tuple(v if isinstance(v, str) else None for v in (exchange, subscriber, filter_))

@@ -21,8 +21,7 @@ Precondition: batch ids and versions handed to one router's appends increase.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -60,12 +59,12 @@ class AuditTables:
              .addColumns(schema)
              .execute())
 
-    def append_subscriptions(self, version: int, rows: Sequence[tuple]) -> None:
-        """Append the changes that produced snapshot ``version`` (rows in
-        ``SUBSCRIPTIONS_TABLE`` order), once: a second call for ``version`` adds nothing."""
-        if not rows:
+    def append_subscriptions(self, version: int, changes: pa.Table) -> None:
+        """Append the changes that produced snapshot ``version`` (an Arrow table
+        of ``SUBSCRIPTIONS_TABLE``), once: a second call for ``version`` adds nothing."""
+        if not changes.num_rows:
             return
-        frame = self._spark.createDataFrame(list(rows), SUBSCRIPTIONS_TABLE)
+        frame = self._spark.createDataFrame(changes, SUBSCRIPTIONS_TABLE)
         self._append(frame, "subscriptions", self._changelog_app, version)
 
     def append_deliveries(self, routed: DataFrame, version: int, batch_id: int) -> None:

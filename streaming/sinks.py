@@ -39,6 +39,16 @@ from streaming.config import Config
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 """The Kafka connector's header column type."""
 
+PRODUCER_OPTIONS = {
+    # A batch fans out to many small records over many delivery topic
+    # partitions: let the producer fill batches instead of sending each record
+    # alone (Kafka's defaults: linger 5 ms, 16 kB batches, no compression).
+    "kafka.linger.ms": "20",
+    "kafka.batch.size": str(256 * 1024),
+    "kafka.compression.type": "lz4",
+}
+"""Producer settings of the Spark Kafka sink (``kafka.``-prefixed Kafka producer configs)."""
+
 
 def kafka_records(routed: DataFrame, config: Config, version: int) -> DataFrame:
     """The records to write for a routed batch: topic, key, value, headers."""
@@ -74,6 +84,7 @@ def write_kafka(records: DataFrame, config: Config) -> None:
     """Write ``records`` (topic, key, value, headers) and wait until Kafka acknowledged them."""
     (records.write.format("kafka")
      .option("kafka.bootstrap.servers", config.kafka.bootstrap)
+     .options(**PRODUCER_OPTIONS)
      .save())
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,11 +45,11 @@ class SnapshotStoreError(RuntimeError):
 
 @dataclass(frozen=True)
 class StoredVersion:
-    """One persisted snapshot version: its bytes and the changes (JSON objects) that made it."""
+    """One persisted snapshot version: its bytes and the changes (JSON arrays) that made it."""
 
     version: int
     data: bytes
-    changes: list[dict]
+    changes: list[list]
 
 
 class SnapshotStore:
@@ -80,7 +81,7 @@ class SnapshotStore:
             _write_atomic(path, f"{uuid.uuid4().hex}\n".encode())
             return path.read_text().strip()
 
-    def save(self, version: int, data: bytes, changes: list[dict]) -> None:
+    def save(self, version: int, data: bytes, changes: Sequence[Sequence]) -> None:
         """Persist ``version`` (its changes first, then its bytes); overwrites nothing else."""
         _write_atomic(self._snapshots / f"{version}{_CHANGES_SUFFIX}",
                       json.dumps(changes, ensure_ascii=False).encode("utf-8"))

@@ -13,9 +13,9 @@ def test_versions_round_trip_with_their_changes(tmp_path: Path):
     store = SnapshotStore(tmp_path)
     assert store.latest() is None
     store.save(0, b"empty", [])
-    store.save(1, b"one", [{"subscription_id": "a"}])
+    store.save(1, b"one", [("a", "upsert")])
     latest = store.latest()
-    assert (latest.version, latest.data, latest.changes) == (1, b"one", [{"subscription_id": "a"}])
+    assert (latest.version, latest.data, latest.changes) == (1, b"one", [["a", "upsert"]])
     assert store.load(0).data == b"empty"
     with pytest.raises(SnapshotStoreError, match="version 7"):
         store.load(7)
