@@ -118,19 +118,26 @@ def _settings(base: Config, root: Path, **extra: str) -> dict[str, str]:
 
 
 def _publish(config: Config, keys: list[tuple[str, str]]) -> list[str]:
-    """Produce (exchange, routing key) publishes in one batch; return their message ids."""
+    """Produce (exchange, routing key) publishes in one batch; return their message ids.
+
+    The ids come back in the order of ``keys`` (acknowledgements arrive per
+    partition, not in that order).
+    """
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
-    ids: list[str] = []
+    ids: list[str | None] = [None] * len(keys)
 
-    def acked(err, record) -> None:
-        assert err is None, err
-        ids.append(message_id(record.topic(), record.partition(), record.offset()))
+    def acked_as(position: int):
+        def acked(err, record) -> None:
+            assert err is None, err
+            ids[position] = message_id(record.topic(), record.partition(), record.offset())
+        return acked
 
-    for exchange, key in keys:
+    for position, (exchange, key) in enumerate(keys):
         producer.produce(config.kafka.publishes_topic, key=key.encode(), value=b"x",
-                         headers=[(EXCHANGE_HEADER, exchange.encode())], on_delivery=acked)
+                         headers=[(EXCHANGE_HEADER, exchange.encode())],
+                         on_delivery=acked_as(position))
     assert producer.flush(60) == 0
-    assert len(ids) == len(keys)
+    assert None not in ids
     return ids
 
 
