@@ -181,7 +181,25 @@ def load(
     sections = {name: _build_section(name, values) for name, values in layered.items()}
     config = Config(**sections)
     _validate(config)
-    return config
+    return _absolute_paths(config)
+
+
+def _absolute_paths(config: Config) -> Config:
+    """Resolve relative local paths against the current directory, once, at load.
+
+    Spark and Delta misread a relative path such as ``.bitroute/delta`` (a
+    leading dot parses as a table name), and a child process may run elsewhere.
+    """
+    warehouse = config.delta.warehouse
+    if "://" not in warehouse and not warehouse.startswith("/"):
+        warehouse = str(Path(warehouse).absolute())
+    return dataclasses.replace(
+        config,
+        broker=dataclasses.replace(config.broker, data_dir=config.broker.data_dir.absolute()),
+        delta=dataclasses.replace(config.delta, warehouse=warehouse),
+        streaming=dataclasses.replace(
+            config.streaming, checkpoint_dir=config.streaming.checkpoint_dir.absolute()),
+    )
 
 
 def parse_set_flags(pairs: list[str] | None) -> dict[str, str]:

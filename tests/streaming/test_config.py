@@ -82,3 +82,12 @@ def test_set_flags_reach_entries_of_tables():
     assert cfg.exchanges.dialects["mqtt"] == "mqtt"
     with pytest.raises(ConfigError, match="exchanges.dialects.events"):
         load(overrides={"exchanges.dialects.events": "stomp"}, environ={})
+
+
+def test_relative_local_paths_are_resolved_against_the_current_directory(workdir: Path):
+    cfg = load(environ={})
+    assert cfg.delta.warehouse == str(workdir / ".bitroute" / "delta")
+    assert cfg.streaming.checkpoint_dir == workdir / ".bitroute" / "checkpoints"
+    assert cfg.broker.data_dir == workdir / ".bitroute" / "broker"
+    remote = load(overrides={"delta.warehouse": "s3a://bucket/audit"}, environ={})
+    assert remote.delta.warehouse == "s3a://bucket/audit"
