@@ -30,6 +30,7 @@ possible, Delta rows exactly once.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -220,7 +221,9 @@ def serve(config: Config) -> int:
 
     With ``broker.embedded`` the embedded broker is started first (or reused).
     A signal stops the query after the batch in progress has finished; the
-    exit status is 0 then, 1 when the query failed.
+    exit status is 0 then, 1 when the query failed. A second signal ends the
+    process at once (status 1), as a kill would: the interrupted batch is
+    replayed at the next start with its pinned version.
     """
     from streaming.broker import BrokerError, EmbeddedBroker
     from streaming.session import spark_session
@@ -239,9 +242,14 @@ def serve(config: Config) -> int:
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
-        if not stop_requested.is_set():
-            print(f"bitroute: {signal.Signals(signum).name}: stopping after the current batch",
-                  flush=True)
+        name = signal.Signals(signum).name
+        if stop_requested.is_set():
+            # Raising here could cut a py4j call in half; end the process the
+            # way a kill does, which the checkpoints and pins are made for.
+            print(f"bitroute: {name} again: exiting without waiting for the current batch",
+                  file=sys.stderr, flush=True)
+            os._exit(1)
+        print(f"bitroute: {name}: stopping after the current batch (again to stop now)", flush=True)
         stop_requested.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
