@@ -252,16 +252,17 @@ def serve(config: Config) -> int:
         print(f"bitroute: {name}: stopping after the current batch (again to stop now)", flush=True)
         stop_requested.set()
 
+    spark = spark_session(config)
+    # After the session: creating a SparkContext installs pyspark's own SIGINT
+    # handler, which cancels jobs through py4j from inside the signal and breaks
+    # the call the main thread is making.
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        spark = spark_session(config)
-        try:
-            return _route_until_stopped(Router(config, spark), stop_requested)
-        finally:
-            spark.stop()
+        return _route_until_stopped(Router(config, spark), stop_requested)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        spark.stop()
 
 
 def _route_until_stopped(router: Router, stop_requested: threading.Event) -> int:
