@@ -75,12 +75,12 @@ class RouterProcess:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=60)
 
-    def terminate(self, timeout: float = 180.0) -> int:
-        """SIGTERM: the router stops after the current batch; return its exit status.
-
-        The lines printed until the exit are appended to :attr:`seen`.
+    def terminate(self, signum: int = signal.SIGTERM, timeout: float = 180.0) -> int:
+        """SIGTERM (or SIGINT, as Ctrl-C sends): the router stops after the current
+        batch; return its exit status. The lines printed until the exit are
+        appended to :attr:`seen`.
         """
-        self.process.send_signal(signal.SIGTERM)
+        self.process.send_signal(signum)
         try:
             return self.process.wait(timeout=timeout)
         finally:
@@ -191,8 +191,9 @@ def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
         alpha = _delivered(config, "alpha", set(ids))
         beta = _delivered(config, "beta", set(ids))
     finally:
-        status = second.terminate()
+        status = second.terminate(signal.SIGINT)
     assert status == 0
+    assert "bitroute: SIGINT: stopping after the current batch (again to stop now)" in second.seen
     assert "bitroute: stopped" in second.seen
     assert set(alpha) == set(beta) == set(ids)  # at least once, nothing lost
 
