@@ -174,7 +174,9 @@ class Traffic:
 @pytest.fixture(scope="module")
 def traffic(router: Router) -> Traffic:
     cfg = router.config
+    router.process_all_available()
     t = Traffic(start_version=router.subscriptions.version)
+    reports_before = len(router.reports)  # the query runs: batches may start while we write
     n = t.names
     for name in ("alice", "bob", "carol", "eu", "us", "fay"):
         n[name] = unique(name)
@@ -227,7 +229,6 @@ def traffic(router: Router) -> Traffic:
     s["invalid_topic"] = publish(cfg, "a/+/b", exchange="mqtt")
     s["null_key"] = publish(cfg, None, exchange="amq.topic")
     s["good"] = publish(cfg, "good.key")
-    reports_before = len(router.reports)
     router.process_all_available()
     t.batches = list(router.reports)[reports_before:]
     return t
