@@ -8,6 +8,7 @@ latest value, or its tombstone, is what a restart rebuilds from.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
@@ -23,8 +24,13 @@ class TopicError(RuntimeError):
     """A topic could not be created; the message names it and Kafka's reason."""
 
 
+# librdkafka writes its own log lines to stderr unless given a logger; route
+# them to the same quiet logger as the client's producers and consumers.
+_KAFKA_LOG = logging.getLogger("bitroute.kafka")
+
+
 def admin_client(config: Config) -> AdminClient:
-    return AdminClient({"bootstrap.servers": config.kafka.bootstrap})
+    return AdminClient({"bootstrap.servers": config.kafka.bootstrap, "logger": _KAFKA_LOG})
 
 
 def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str] | None = None,
