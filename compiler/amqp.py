@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from .errors import FilterError, TopicError, quote
 from .pattern import FilterKind, ParsedFilter, classify
+from .text import check_utf8_size
 
 SEPARATOR = "."
 ONE = "*"
@@ -61,14 +62,7 @@ def split(text: str) -> list[str]:
 
 
 def _check_size(text: str, what: str, error: type[Exception]) -> None:
-    if len(text) <= _MAX_SAFE_CHARS and text.isascii():
-        return
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise error(f"{what} is not valid UTF-8 text: {quote(text)}") from None
-    if size > MAX_BYTES:
-        raise error(f"{what} is {size} bytes, longer than {MAX_BYTES}: {quote(text)}")
+    check_utf8_size(text, MAX_BYTES, what, error)
 
 
 def parse_filter(text: str) -> ParsedFilter:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from .errors import FilterError, TopicError, quote
 from .pattern import FilterKind, ParsedFilter, classify
+from .text import check_utf8_size
 
 SEPARATOR = "/"
 ONE = "+"
@@ -63,14 +64,7 @@ def _check_text(text: str, what: str, error: type[Exception]) -> None:
         raise error(f"{what} must not be empty")
     if "\x00" in text:
         raise error(f"{what} must not contain U+0000: {quote(text)}")
-    if len(text) <= _MAX_SAFE_CHARS and text.isascii():
-        return
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise error(f"{what} is not valid UTF-8 text: {quote(text)}") from None
-    if size > MAX_BYTES:
-        raise error(f"{what} is {size} bytes, longer than {MAX_BYTES}: {quote(text)}")
+    check_utf8_size(text, MAX_BYTES, what, error)
 
 
 def _split_share(text: str) -> tuple[str | None, str]:
