@@ -19,6 +19,10 @@ from streaming import jvm
 from streaming.config import Config
 
 
+LOCAL_DRIVER_MEMORY = "4g"
+"""Heap of the JVM bitroute launches for a ``local[...]`` master (``spark.options`` may override)."""
+
+
 def session_settings(config: Config) -> dict[str, str]:
     """Every Spark setting bitroute relies on, with ``spark.options`` applied last."""
     settings = {
@@ -43,6 +47,10 @@ def session_settings(config: Config) -> dict[str, str]:
         # Local mode serves only this machine: keep the driver on loopback.
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
+        # Local mode runs every task in the driver's JVM, which bitroute
+        # launches: Spark's default 1g heap spent most of a 775k-delivery
+        # batch in full GCs (docs/benchmarks.md, end to end).
+        settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
     settings.update(config.spark.options)
     return settings
 
