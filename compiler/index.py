@@ -90,6 +90,11 @@ class RoutingIndex:
         return sub_id in self._slot_of
 
     @property
+    def has_header_criteria(self) -> bool:
+        """Whether some live subscription has header criteria (else headers never matter)."""
+        return bool(self._criteria)
+
+    @property
     def filter_count(self) -> int:
         """Number of distinct (exchange, filter) pairs held, i.e. live filter slots."""
         return sum(map(len, self._filter_slot))

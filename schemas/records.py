@@ -70,13 +70,11 @@ def message_id(topic: str, partition: int, offset: int) -> str:
 
 
 # --- Spark schemas -------------------------------------------------------------
-#: Output of the matcher in mapInPandas: one row per publish.
+#: Output of the matcher in mapInPandas: one row per publish. ``deliveries`` is
+#: JSON text ``{"<subscriber>": ["<subscription id>", ...]}`` (see streaming.matching).
 MATCH_RESULT = StructType([
     StructField("message_id", StringType(), False),
-    StructField("deliveries", ArrayType(StructType([
-        StructField("subscriber", StringType(), False),
-        StructField("subscription_ids", ArrayType(StringType(), False), False),
-    ]), False), False),
+    StructField("deliveries", StringType(), False),
     StructField("error", StringType(), True),
 ])
 

@@ -284,6 +284,11 @@ class Subscriptions:
     def __len__(self) -> int:
         return len(self._index)
 
+    def reads_headers(self, version: int) -> bool:
+        """Whether matching against ``version`` needs the publishes' headers: the
+        current version knows; an older one is assumed to."""
+        return version != self._version or self._index.has_header_criteria
+
     def data(self, version: int) -> bytes:
         """The snapshot bytes of ``version``: the current one, or a persisted one."""
         if version == self._version:

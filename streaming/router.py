@@ -192,7 +192,7 @@ class Router:
         function = self._broadcasts.function(version, lambda: subscriptions.data(version))
 
         publishes = matching.publishes(batch, self.config).persist()
-        routed = matching.route(publishes, function).persist()
+        routed = matching.route(publishes, function, subscriptions.reads_headers(version)).persist()
         try:
             counts = routed.agg(
                 F.count(F.lit(1)).alias("rows"),
