@@ -46,6 +46,22 @@ def test_replace_keeps_the_slot_and_changes_routing():
     assert matcher.match("amq", "c.d", {"k": "v"})[0].subscriber == "carol"
 
 
+def test_has_header_criteria_follows_the_live_subscriptions():
+    index = RoutingIndex(EXCHANGES)
+    index.upsert(Subscription("s1", "amq", "alice", "a.*"))
+    assert not index.has_header_criteria
+    index.upsert(Subscription("s2", "amq", "bob", "b", HeaderCriteria("all", {"k": "v"})))
+    assert index.has_header_criteria
+    index.upsert(Subscription("s2", "amq", "bob", "b"))
+    assert not index.has_header_criteria
+    index.upsert(Subscription("s3", "mq", "carol", "c/#", HeaderCriteria("any", {"k": None})))
+    index.remove("s3")
+    assert not index.has_header_criteria
+    assert RoutingIndex.from_snapshot(index.snapshot(1, {})).has_header_criteria is False
+    index.upsert(Subscription("s4", "amq", "dave", "d", HeaderCriteria("all", {"k": "v"})))
+    assert RoutingIndex.from_snapshot(index.snapshot(2, {})).has_header_criteria is True
+
+
 def test_freed_slots_are_reused_lowest_first_and_live_slots_never_move():
     index = RoutingIndex(EXCHANGES)
     for i in range(6):
