@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publishes", type=int, default=400_000,
                     help="distinct publishes generated (the drivers cycle through them)")
     ap.add_argument("--backlog", type=int, default=0,
-                    help="bitroute saturation backlog (default: 60 x max_offsets_per_trigger/10, "
-                         "at least 300k)")
+                    help="bitroute saturation backlog in publishes (default 300,000; for fanout "
+                         "use far fewer, with a smaller streaming.max_offsets_per_trigger)")
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--measure", type=float, default=20.0)
     ap.add_argument("--publishers", type=int, default=2, help="bitroute load-driver processes")
