@@ -231,7 +231,10 @@ def table(r: dict) -> str:
                        + (f"; bindings set up in {r[s]['setup_s']:.0f}s" if r[s]['setup_s'] else ""))
     targets = _targets(r)
     if targets:
-        out += ["", "targets (devices 100k, Delta audit on):"] + [f"  {t}" for t in targets]
+        heading = ("targets (devices 100k, Delta audit on):"
+                   if (r["profile"], r["size"]) == ("devices", "100k")
+                   else "the issue's targets, set for devices 100k (for reference only):")
+        out += ["", heading] + [f"  {t}" for t in targets]
     return "\n".join(out)
 
 
