@@ -106,9 +106,11 @@ class RouterProcess:
         if self.proc is None or self.proc.poll() is not None:
             return {"driver": [], "jvm": [], "workers": []}
         kids = procstat.children(self.proc.pid)
-        jvm = [p for p in kids if "java" in procstat.cmdline(p).split(" ")[0]]
-        workers = [p for p in kids if "pyspark" in procstat.cmdline(p) or
-                   ("python" in procstat.cmdline(p) and p not in jvm)]
+        commands = {p: procstat.cmdline(p) for p in kids}
+        jvm = [p for p, command in commands.items() if "java" in command.split(" ")[0]]
+        # The JVM's class path names pyspark's folders too: only its non-JVM children are workers.
+        workers = [p for p, command in commands.items()
+                   if p not in jvm and ("pyspark" in command or "python" in command)]
         return {"driver": [self.proc.pid], "jvm": jvm, "workers": workers}
 
     def stop(self, timeout: float = 120) -> None:
