@@ -54,15 +54,16 @@ PRODUCER_OPTIONS = {
 
 def kafka_records(routed: DataFrame, config: Config, version: int) -> DataFrame:
     """The records to write for a routed batch: topic, key, value, headers."""
+    # The publish's own headers are filtered once per publish, before the fan-out.
     deliveries = (routed.where(F.col("error").isNull())
-                  .select("message_id", "key", "value", "headers",
+                  .select("message_id", "key", "value", _original_headers().alias("kept_headers"),
                           F.explode("deliveries").alias("d"))
                   .select(
                       F.concat(F.lit(config.kafka.deliveries_topic_prefix),
                                F.col("d.subscriber")).alias("topic"),
                       F.col("key"),
                       F.col("value"),
-                      F.concat(_original_headers(), F.array(
+                      F.concat(F.col("kept_headers"), F.array(
                           _header(MESSAGE_ID_HEADER, F.col("message_id")),
                           _header(SUBSCRIPTION_IDS_HEADER, F.to_json("d.subscription_ids")),
                           _header(SNAPSHOT_VERSION_HEADER, F.lit(str(version))),
