@@ -1,12 +1,14 @@
-"""`bitroute run` as a process: killed with SIGKILL and restarted, and on a Spark cluster.
+"""`bitroute run` as a process: as users start it (routes, prints progress, stops on
+SIGTERM), killed with SIGKILL and restarted, and on a Spark cluster.
 
-Both tests run the real command in a child process (its own SparkSession and
-JVM) against the session's broker, and check the outcome from outside: the
-delivery topics and the Delta audit tables.
+The tests run the real command in a child process (its own SparkSession and
+JVM) against the session's broker, and check the outcome from outside: its
+output, the delivery topics and the Delta audit tables.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -37,12 +39,12 @@ BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries")
 class RouterProcess:
     """A `bitroute run` child process whose stdout lines are collected as they come."""
 
-    def __init__(self, settings: dict[str, str], log: Path) -> None:
+    def __init__(self, settings: dict[str, str], log: Path, cwd: Path | None = None) -> None:
         flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
         self._log = log.open("a")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "streaming.cli", "run", *flags],
-            stdout=subprocess.PIPE, stderr=self._log, text=True, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=self._log, text=True, start_new_session=True, cwd=cwd,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -166,6 +168,26 @@ def _delivered(config: Config, subscriber: str, expected: set[str],
 def _audit_counts(spark, config: Config, table: str, columns: list[str]) -> Counter:
     rows = spark.read.format("delta").load(config.delta.table_path(table)).select(*columns)
     return Counter(tuple(row) for row in rows.collect())
+
+
+def test_bitroute_run_routes_prints_progress_and_stops_cleanly_on_sigterm(
+        base_config: Config, tmp_path: Path):
+    settings = _settings(base_config, tmp_path)
+    router = RouterProcess(settings, tmp_path / "router.log", cwd=tmp_path)
+    try:
+        router.wait_for(re.compile(r"Ctrl-C stops after the current batch"))
+        producer = Producer({"bootstrap.servers": base_config.kafka.bootstrap})
+        producer.produce(settings["kafka.subscriptions_topic"], key=b"s1", value=json.dumps(
+            {"exchange": "mqtt", "subscriber": "kim", "filter": "door/+"}).encode())
+        producer.produce(settings["kafka.publishes_topic"], key=b"door/front", value=b"open",
+                         headers=[("exchange", b"mqtt")])
+        assert producer.flush(30) == 0
+        progress = router.wait_for(re.compile(r"^batch .*")).group(0)
+        assert "1 publishes, 1 deliveries, 0 rejected, snapshot v" in progress
+    finally:
+        status = router.terminate(signal.SIGTERM)
+    assert status == 0, (tmp_path / "router.log").read_text()[-3000:]
+    assert "bitroute: stopped" in router.seen
 
 
 def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
