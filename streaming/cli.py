@@ -184,6 +184,76 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from streaming import status
+
+    report = status.router_status(_config(args))
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        print("\n".join(status.render(report)))
+    return 0 if report["running"] else 3
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from streaming import client, inspect
+
+    cfg = _config(args)
+    with _reported(client.InvalidRequest, client.ClientError):
+        headers = client.parse_headers(args.header or [])
+    exchange = args.exchange or cfg.exchanges.default
+    with _reported(inspect.RejectedPublish, inspect.InspectError):
+        state = inspect.load_state(cfg)
+        receivers = inspect.explain(state, exchange, args.routing_key, headers, args.message_id)
+    _warn_stale(state)
+    if args.json:
+        print(json.dumps({
+            "exchange": exchange, "routing_key": args.routing_key,
+            "headers": {name: value.decode("utf-8") for name, value in headers},
+            "message_id": args.message_id, **state.json_fields(),
+            "subscribers": [{"subscriber": r.subscriber, "certain": r.certain,
+                             "subscriptions": r.subscriptions} for r in receivers],
+        }, ensure_ascii=False))
+        return 0
+    from streaming.audit import render_table
+
+    names = [r.subscriber + ("" if r.certain else " (if chosen)") for r in receivers]
+    print(f"{exchange} {args.routing_key}: "
+          + (f"{len(names)} subscriber{'' if len(names) == 1 else 's'}: {', '.join(names)}"
+             if names else "no subscriber")
+          + f" ({state.describe()})")
+    if receivers:
+        columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
+                   "shared_group"]
+        print("\n".join(render_table(columns, [row for r in receivers for row in r.subscriptions])))
+    return 0
+
+
+def _subscriptions(args: argparse.Namespace) -> int:
+    from streaming import inspect
+
+    cfg = _config(args)
+    with _reported(inspect.RejectedPublish, inspect.InspectError):
+        state = inspect.load_state(cfg)
+    rows = inspect.subscriptions(state, args.subscriber, args.exchange)
+    _warn_stale(state)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return 0
+    from streaming.audit import render_table
+
+    print(state.describe())
+    print("\n".join(render_table(inspect.SUBSCRIPTION_COLUMNS, rows)))
+    return 0
+
+
+def _warn_stale(state) -> None:
+    if state.stale is not None:
+        print(f"bitroute: warning: answering from snapshot v{state.base_version} alone, "
+              f"newer subscription changes are not included: {state.stale}", file=sys.stderr)
+
+
 # --- parser ----------------------------------------------------------------------
 
 def _count(text: str) -> int:
@@ -308,6 +378,31 @@ def build_parser() -> argparse.ArgumentParser:
                        help="subscriptions: the subscriptions in force (latest change per id, "
                             "removed ones left out) instead of every change")
     audit.add_argument("--json", action="store_true", help="one JSON object per row")
+
+    status = verb("status", _status,
+                  "is a router running on this configuration, what did it last do, how far "
+                  "behind is it (exit status 0 when running, 3 when not)")
+    status.add_argument("--json", action="store_true", help="one JSON object")
+
+    explain = verb("explain", _explain,
+                   "who would receive this publish now: match it against the router's latest "
+                   "snapshot plus the newer changelog records (or the whole changelog when no "
+                   "router ran), without publishing anything")
+    explain.add_argument("--exchange", help="the publish's exchange (default: exchanges.default)")
+    explain.add_argument("--routing-key", required=True, help="routing key / topic name")
+    explain.add_argument("--header", action="append", metavar="NAME=VALUE",
+                         help="message header (repeatable; the last value of a name counts)")
+    explain.add_argument("--message-id", metavar="M",
+                         help="<topic>/<partition>/<offset>: pick each shared group's member as "
+                              "the router would for message M (default: list every member)")
+    explain.add_argument("--json", action="store_true", help="one JSON object")
+
+    subscriptions = verb("subscriptions", _subscriptions,
+                         "list the live subscriptions (the latest snapshot plus the newer "
+                         "changelog records; not the change history: see audit subscriptions)")
+    subscriptions.add_argument("--subscriber", metavar="S", help="only subscriber S's")
+    subscriptions.add_argument("--exchange", metavar="E", help="only exchange E's")
+    subscriptions.add_argument("--json", action="store_true", help="one JSON object per line")
     return parser
 
 

@@ -1,0 +1,324 @@
+"""The router's routing state as an operator asks about it: the live
+subscriptions (``bitroute subscriptions``) and who would receive a publish now
+(``bitroute explain``).
+
+:func:`load_state` builds the state the router would route the next publish
+with, from, in order:
+
+1. the latest snapshot the router persisted under
+   ``<streaming.checkpoint_dir>/router/snapshots/`` (the layout of
+   :mod:`streaming.snapshots`);
+2. the changelog records after that snapshot's offsets, applied with the
+   router's own :func:`streaming.changelog.apply_record`, so the answer is as
+   of now, not as of the router's last batch;
+3. without a snapshot (no router ever ran on this checkpoint folder), or with
+   one made for other exchanges than the configured ones (the router would
+   rebuild it too), the whole changelog.
+
+It writes nothing anywhere: nothing is published, nothing committed to Kafka
+(the changelog is read by explicit assignment, :class:`ChangelogReader`), and
+the snapshot folder is only read. (Not through ``SnapshotStore``, whose
+constructor creates folders and deletes temporary files: a running router's
+write in progress would lose its temporary file.)
+
+When Kafka does not answer within :data:`KAFKA_PROBE_TIMEOUT_S`, a persisted
+snapshot still answers, and :attr:`RoutingState.stale` says why it may be
+behind; without a snapshot the answer is an :class:`InspectError`.
+
+Matching is the router's :class:`compiler.Matcher` on that state, so a publish
+the router would reject (unknown exchange, routing key invalid in the
+exchange's dialect) is a :class:`RejectedPublish` with the router's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaException
+
+from compiler import (
+    Dialect,
+    HeaderError,
+    Matcher,
+    RoutingIndex,
+    Snapshot,
+    SnapshotFormatError,
+    TopicError,
+    UnknownExchangeError,
+)
+from compiler.grammar import grammar_for
+from streaming.config import Config
+
+KAFKA_PROBE_TIMEOUT_S = 2.0
+"""How long to wait for Kafka's metadata before answering from the snapshot alone."""
+SNAPSHOT_SUFFIX = ".snapshot"
+_KAFKA_LOG = logging.getLogger("bitroute.kafka")
+_KAFKA_LOG.addHandler(logging.NullHandler())
+"""librdkafka's own log (connection refused, ...): quiet, as in :mod:`streaming.client`."""
+_READ_ATTEMPTS = 5
+"""The latest snapshot can be pruned between listing and reading it (a newer one
+was saved meanwhile): list again, at most this many times."""
+
+SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "header_match",
+                        "header_criteria"]
+"""A listed subscription's fields: the names of the Delta ``subscriptions`` table."""
+
+
+class InspectError(RuntimeError):
+    """The routing state could not be read (no snapshot and no changelog, a bad file)."""
+
+
+class RejectedPublish(InspectError):
+    """The router would reject this publish; the message is the router's reason."""
+
+
+@dataclass(frozen=True)
+class RoutingState:
+    """The subscriptions the router would route the next publish with.
+
+    ``base_version`` is the persisted snapshot version the state starts from
+    (``None``: rebuilt from the whole changelog); ``changes_applied`` counts
+    the changelog records read after it; ``stale`` is why the changelog could
+    not be read (then the state is the snapshot's alone), else ``None``.
+    """
+
+    index: RoutingIndex
+    snapshot: Snapshot
+    base_version: int | None
+    changes_applied: int
+    stale: str | None
+
+    def describe(self) -> str:
+        """Where the state comes from, in a few words, for the text output."""
+        if self.base_version is None:
+            where = f"rebuilt from the changelog ({self.changes_applied} records)"
+        elif self.stale is None:
+            where = f"snapshot v{self.base_version} + {self.changes_applied} newer changelog records"
+        else:
+            where = f"snapshot v{self.base_version} only"
+        return where if self.stale is None else f"{where}; changelog not read: {self.stale}"
+
+    def json_fields(self) -> dict[str, object]:
+        return {"snapshot_version": self.base_version, "changes_after_snapshot": self.changes_applied,
+                "stale": self.stale}
+
+
+def snapshots_folder(config: Config) -> Path:
+    return Path(config.streaming.checkpoint_dir).absolute() / "router" / "snapshots"
+
+
+def latest_snapshot(config: Config) -> Snapshot | None:
+    """The latest snapshot the router persisted, or None when there is none. Reads only."""
+    folder = snapshots_folder(config)
+    for _ in range(_READ_ATTEMPTS):
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return None
+        stems = (name[:-len(SNAPSHOT_SUFFIX)] for name in names if name.endswith(SNAPSHOT_SUFFIX))
+        versions = sorted(int(stem) for stem in stems if stem.isdigit())
+        if not versions:
+            return None
+        path = folder / f"{versions[-1]}{SNAPSHOT_SUFFIX}"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue  # pruned after a newer version was saved: list again
+        try:
+            return Snapshot.from_bytes(data)
+        except SnapshotFormatError as exc:
+            raise InspectError(f"{path}: {exc}") from None
+    raise InspectError(f"{folder}: the latest snapshot kept disappearing while being read")
+
+
+def load_state(config: Config) -> RoutingState:
+    """The routing state now (see the module docstring); raises :class:`InspectError`."""
+    exchanges = {name: Dialect(d) for name, d in config.exchanges.dialects.items()}
+    snapshot = latest_snapshot(config)
+    if snapshot is not None and dict(snapshot.exchanges) != exchanges:
+        snapshot = None  # made for other exchanges: the router would rebuild it
+    problem = _changelog_problem(config)
+    if snapshot is not None:
+        index = RoutingIndex.from_snapshot(snapshot)
+        if problem is not None:
+            return RoutingState(index, snapshot, snapshot.version, 0, problem)
+        offsets, applied = _apply_changelog(config, index, snapshot.offsets)
+        if applied:
+            snapshot = index.snapshot(snapshot.version, offsets)
+        return RoutingState(index, snapshot, snapshot.version, applied, None)
+    if problem is not None:
+        raise InspectError(f"no router snapshot in {snapshots_folder(config)} and {problem}")
+    index = RoutingIndex(exchanges)
+    offsets, applied = _apply_changelog(config, index, {})
+    return RoutingState(index, index.snapshot(0, offsets), None, applied, None)
+
+
+def _changelog_problem(config: Config) -> str | None:
+    """Why the changelog cannot be read now (Kafka unreachable, topic missing), or None.
+
+    A consumer, not an admin client, asks: its metadata requests never create
+    the topic on a broker that auto-creates topics.
+    """
+    topic = config.kafka.subscriptions_topic
+    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap, "group.id": "bitroute-inspect",
+                         "enable.auto.commit": False, "logger": _KAFKA_LOG})
+    try:
+        metadata = consumer.list_topics(topic, timeout=KAFKA_PROBE_TIMEOUT_S)
+    except KafkaException as exc:
+        return (f"Kafka at {config.kafka.bootstrap} did not answer within "
+                f"{KAFKA_PROBE_TIMEOUT_S:g}s ({exc.args[0].str() if exc.args else exc})")
+    finally:
+        consumer.close()
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        return f"the changelog topic {topic!r} does not exist on {config.kafka.bootstrap}"
+    return None
+
+
+def _apply_changelog(config: Config, index: RoutingIndex, offsets: Mapping[int, int]
+                     ) -> tuple[dict[int, int], int]:
+    """Apply the changelog from ``offsets`` to its end to ``index``; (new offsets, records read)."""
+    from streaming.changelog import ChangelogError, ChangelogReader, apply_record
+
+    applied_at_ms = int(time.time() * 1000)
+    count = 0
+
+    def apply(message) -> None:
+        nonlocal count
+        _, timestamp = message.timestamp()
+        apply_record(index, message.key(), message.value(), message.partition(), message.offset(),
+                     timestamp if timestamp > 0 else None, applied_at_ms)
+        count += 1
+
+    reader = ChangelogReader(config)
+    try:
+        new_offsets = reader.read_to_end(offsets, apply)
+    except ChangelogError as exc:
+        raise InspectError(str(exc)) from None
+    except KafkaException as exc:
+        raise InspectError(f"reading the changelog {config.kafka.subscriptions_topic!r}: "
+                           f"{exc.args[0].str() if exc.args else exc}") from None
+    finally:
+        reader.close()
+    return new_offsets, count
+
+
+# --- subscriptions -----------------------------------------------------------------
+
+def subscriptions(state: RoutingState, subscriber: str | None = None, exchange: str | None = None
+                  ) -> list[dict[str, object]]:
+    """The live subscriptions (of ``subscriber``, of ``exchange`` when given), sorted by
+    exchange, subscriber and id; each a dict of :data:`SUBSCRIPTION_COLUMNS`.
+
+    Columnar until the rows are made, so a million subscriptions cost one
+    Arrow sort, not a million index lookups.
+    """
+    t = state.snapshot.tables
+    live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
+    filters = t.sub_filter[live]
+    table = pa.table({
+        "slot": pa.array(live),
+        "subscription_id": t.sub_ids.take(pa.array(live)),
+        "exchange": pa.DictionaryArray.from_arrays(
+            pa.array(t.filter_exchange[filters].astype(np.int32)),
+            pa.array(t.exchange_names, pa.string())).cast(pa.string()),
+        "subscriber": t.subscriber_names.take(pa.array(t.sub_subscriber[live])),
+        "filter": t.filter_text.take(pa.array(filters)),
+    })
+    if subscriber is not None:
+        table = table.filter(pc.equal(table["subscriber"], subscriber))
+    if exchange is not None:
+        table = table.filter(pc.equal(table["exchange"], exchange))
+    table = table.take(pc.sort_indices(table, sort_keys=[
+        ("exchange", "ascending"), ("subscriber", "ascending"), ("subscription_id", "ascending")]))
+    criteria = {int(slot): t.criteria_sets[ref]
+                for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())}
+    rows = []
+    for row in table.to_pylist():
+        found = criteria.get(row.pop("slot"))
+        row["header_match"] = None if found is None else found.match
+        row["header_criteria"] = None if found is None else dict(found.criteria)
+        rows.append(row)
+    return rows
+
+
+# --- explain -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Receiver:
+    """One subscriber a publish would reach, with its matching subscriptions (each a
+    dict of :data:`SUBSCRIPTION_COLUMNS` plus ``shared_group``).
+
+    ``certain`` is False when every one of them is a member of a shared group
+    and no message id was given: the subscriber receives the message only if
+    chosen (one member per group per message, chosen from the message id).
+    """
+
+    subscriber: str
+    certain: bool
+    subscriptions: list[dict[str, object]]
+
+
+def explain(state: RoutingState, exchange: str, routing_key: str,
+            headers: Sequence[tuple[str, bytes]] = (), message_id: str | None = None
+            ) -> list[Receiver]:
+    """Who would receive a publish of ``routing_key`` to ``exchange`` with ``headers``
+    (Kafka's convention: the last value of a repeated name counts), sorted by subscriber.
+
+    With ``message_id`` (``<topic>/<partition>/<offset>``), exactly the router's
+    deliveries for that message. Without, every subscription that matches,
+    shared-group members included (each marked with its group), since which
+    member gets the message depends on its id.
+
+    Raises :class:`RejectedPublish` for what the router would reject.
+    """
+    header_map = dict(headers)
+    try:
+        deliveries = Matcher(state.snapshot).match(exchange, routing_key, header_map,
+                                                   message_id or "")
+    except (UnknownExchangeError, TopicError, HeaderError) as exc:
+        raise RejectedPublish(f"the router would reject this publish: {exc}") from None
+    share_prefix = getattr(grammar_for(state.snapshot.exchanges[exchange]), "SHARE_PREFIX", None)
+    matched = {sub_id: state.index.get(sub_id) for d in deliveries for sub_id in d.subscription_ids}
+    if message_id is None and share_prefix is not None:
+        groups = {sub.filter: sub.id for sub in matched.values() if sub.filter.startswith(share_prefix)}
+        for member in groups.values():
+            for sub in _group_members(state, member):
+                if sub.headers is None or sub.headers.matches(header_map):
+                    matched.setdefault(sub.id, sub)
+    by_subscriber: dict[str, list] = {}
+    for sub in matched.values():
+        by_subscriber.setdefault(sub.subscriber, []).append(sub)
+    receivers = []
+    for name in sorted(by_subscriber):
+        rows = []
+        for sub in sorted(by_subscriber[name], key=lambda s: s.id):
+            shared = share_prefix is not None and sub.filter.startswith(share_prefix)
+            rows.append({
+                "subscription_id": sub.id, "exchange": sub.exchange, "subscriber": sub.subscriber,
+                "filter": sub.filter,
+                "header_match": None if sub.headers is None else sub.headers.match,
+                "header_criteria": None if sub.headers is None else dict(sub.headers.criteria),
+                "shared_group": sub.filter if shared else None,
+            })
+        certain = message_id is not None or any(r["shared_group"] is None for r in rows)
+        receivers.append(Receiver(name, certain, rows))
+    return receivers
+
+
+def _group_members(state: RoutingState, sub_id: str) -> list:
+    """Every live subscription holding the same (exchange, filter) as ``sub_id``:
+    the members of its shared group."""
+    t = state.snapshot.tables
+    fslot = t.sub_filter[state.index.slot(sub_id)]
+    slots = np.flatnonzero(t.sub_filter == fslot)
+    ids = t.sub_ids.take(pa.array(slots)).to_pylist()
+    return [state.index.get(i) for i in ids if i is not None]

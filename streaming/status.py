@@ -1,0 +1,276 @@
+"""Whether a router runs on a configuration and what it last did (``bitroute status``).
+
+Read only, from what the router leaves on disk and from Kafka's offsets; it
+never talks to the router itself, so it answers the same whether the router
+is up, stuck or gone:
+
+- ``<streaming.checkpoint_dir>/router.lock``: held by the running router for
+  its lifetime (:mod:`streaming.lock`); running = the lock is held.
+- ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
+  atomically after each one (``query_id``, ``run_id``, ``batch_id``,
+  ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
+  ``seconds``, ``stages``, ``finished_at``, ``subscriptions``,
+  ``audit_pending_batches``, ``audit_lag_seconds``).
+- ``<checkpoint_dir>/publishes/{offsets,commits}/<batch>``: Spark's
+  checkpoint. The offsets of the last committed batch are where routing
+  stands: input lag = the publishes topic's end offsets minus those (a
+  partition the checkpoint does not name yet counts from its earliest offset,
+  as the router's ``startingOffsets=earliest`` reads it).
+- the latest persisted snapshot (:func:`streaming.inspect.latest_snapshot`):
+  subscription and subscriber counts, and changelog lag = the changelog's end
+  offsets minus the snapshot's offsets.
+
+Kafka is asked with a deadline of :data:`KAFKA_BUDGET_S` in all; a broker that
+does not answer in time makes the lags unknown (``None``) and
+``kafka_error`` says why, the rest is still reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from streaming import lock
+from streaming.config import Config
+
+KAFKA_BUDGET_S = 1.0
+"""All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
+STATUS_FILE = "status.json"
+
+_KAFKA_LOG = logging.getLogger("bitroute.kafka")
+_KAFKA_LOG.addHandler(logging.NullHandler())
+
+
+class KafkaUnavailable(RuntimeError):
+    """Kafka did not answer within the budget."""
+
+
+def router_status(config: Config) -> dict[str, object]:
+    """The status as one JSON-ready dict (see the module docstring; ``None`` = unknown).
+
+    Keys: ``running``, ``router`` (the lock holder ``{pid, host, started_at}``
+    or None), ``last_batch`` (status.json as the router wrote it, or None),
+    ``input_lag`` and ``changelog_lag`` (``{topic, records, partitions}``,
+    ``records`` None when Kafka did not answer), ``committed_batch``,
+    ``snapshot_version``, ``subscriptions``, ``subscribers``,
+    ``kafka_error``, ``notes`` (why something is missing).
+    """
+    kafka = config.kafka
+    # Kafka's round trips overlap the local reads (librdkafka waits without the GIL).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bitroute-status") as pool:
+        asked = pool.submit(_watermarks, config, [kafka.publishes_topic, kafka.subscriptions_topic])
+        local = _local_state(config)
+        kafka_error = None
+        try:
+            ends = asked.result()
+        except KafkaUnavailable as exc:
+            kafka_error, ends = str(exc), {}
+    holder, last, committed_batch, committed, snapshot, notes = local
+    publishes_at = committed.get(kafka.publishes_topic, {}) if committed is not None else {}
+    changelog_at = dict(snapshot.offsets) if snapshot is not None else {}
+    subscribers = None
+    if snapshot is not None:
+        names = snapshot.tables.subscriber_names
+        subscribers = len(names) - names.null_count
+    return {
+        "running": holder is not None,
+        "router": holder,
+        "last_batch": last,
+        "committed_batch": committed_batch,
+        "input_lag": _lag(kafka.publishes_topic, ends, publishes_at, kafka_error),
+        "changelog_lag": _lag(kafka.subscriptions_topic, ends, changelog_at, kafka_error),
+        "snapshot_version": None if snapshot is None else snapshot.version,
+        "subscriptions": None if snapshot is None else len(snapshot),
+        "subscribers": subscribers,
+        "kafka_error": kafka_error,
+        "notes": notes,
+    }
+
+
+class _Local(NamedTuple):
+    """What status reads from the checkpoint folder."""
+
+    holder: dict | None
+    last: dict | None
+    committed_batch: int | None
+    committed: dict[str, dict[int, int]] | None
+    snapshot: object  # compiler.Snapshot | None (compiler is imported late: it is slow)
+    notes: list[str]
+
+
+def _local_state(config: Config) -> _Local:
+    from streaming.inspect import InspectError, latest_snapshot
+
+    checkpoints = Path(config.streaming.checkpoint_dir).absolute()
+    notes: list[str] = []
+    holder = lock.holder(checkpoints)
+    last = _read_json(checkpoints / "router" / STATUS_FILE, notes)
+    committed_batch, committed = _committed_offsets(checkpoints / "publishes", notes)
+    try:
+        snapshot = latest_snapshot(config)
+    except InspectError as exc:
+        notes.append(str(exc))
+        snapshot = None
+    if snapshot is None:
+        notes.append(f"no persisted snapshot in {checkpoints / 'router'}: the router has not run "
+                     "on this checkpoint folder")
+    return _Local(holder, last, committed_batch, committed, snapshot, notes)
+
+
+def render(status: Mapping[str, object], now: datetime | None = None) -> list[str]:
+    """``status`` as aligned ``name: value`` lines for people."""
+    now = now or datetime.now(timezone.utc)
+    router = status["router"]
+    if router is not None:
+        running = (f"running, pid {router.get('pid', '?')} on {router.get('host', '?')}, "
+                   f"since {router.get('started_at', '?')}")
+    else:
+        running = "NOT RUNNING"
+    last = status["last_batch"]
+    lines = [("router", running)]
+    if last is not None:
+        lines.append(("query", f"{last.get('query_id', '?')} (run {last.get('run_id', '?')})"))
+        stages = last.get("stages") or {}
+        split = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in stages.items())
+        lines.append(("last batch", (
+            f"{last.get('batch_id', '?')}: {last.get('publishes', '?')} publishes, "
+            f"{last.get('deliveries', '?')} deliveries, {last.get('rejected', '?')} rejected, "
+            f"snapshot v{last.get('snapshot_version', '?')}, {_seconds(last.get('seconds'))}"
+            + (f" ({split})" if split else "")
+            + f", finished {last.get('finished_at', '?')}{_ago(last.get('finished_at'), now)}")))
+    else:
+        lines.append(("last batch", "none recorded"))
+    lines.append(("input lag", _lag_text(status["input_lag"], "publishes not routed",
+                                         f"committed batch {status['committed_batch']}"
+                                         if status["committed_batch"] is not None
+                                         else "no committed batch")))
+    version = status["snapshot_version"]
+    lines.append(("changelog lag", _lag_text(status["changelog_lag"], "changes not applied",
+                                             f"snapshot v{version}" if version is not None
+                                             else "no snapshot")))
+    if status["subscriptions"] is not None:
+        lines.append(("subscriptions", f"{status['subscriptions']} live, {status['subscribers']} "
+                                       f"subscribers (snapshot v{version})"))
+    else:
+        lines.append(("subscriptions", "unknown (no snapshot)"))
+    if last is not None and "audit_pending_batches" in last:
+        lag = last.get("audit_lag_seconds")
+        lines.append(("audit", f"{last['audit_pending_batches']} batches pending"
+                               + ("" if lag is None else f", {_seconds(lag)} behind")))
+    if status["kafka_error"] is not None:
+        lines.append(("kafka", status["kafka_error"]))
+    lines += [("note", note) for note in status["notes"]]
+    width = max(len(name) for name, _ in lines) + 1
+    return [f"{name + ':':<{width}} {value}" for name, value in lines]
+
+
+# --- the pieces ----------------------------------------------------------------------
+
+def _read_json(path: Path, notes: list[str]) -> dict | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path} is unreadable: {exc}")
+        return None
+    if not isinstance(value, dict):
+        notes.append(f"{path} is not a JSON object")
+        return None
+    return value
+
+
+def _committed_offsets(query_checkpoint: Path, notes: list[str]
+                       ) -> tuple[int | None, dict[str, dict[int, int]] | None]:
+    """The last committed batch id and its end offsets per topic and partition
+    (Spark's offset log: a version line, a metadata line, one line per source)."""
+    try:
+        batches = [int(p.name) for p in (query_checkpoint / "commits").iterdir() if p.name.isdigit()]
+    except FileNotFoundError:
+        return None, None
+    if not batches:
+        return None, None
+    batch = max(batches)
+    path = query_checkpoint / "offsets" / str(batch)
+    try:
+        lines = path.read_text(encoding="utf-8").strip().splitlines()
+        sources = json.loads(lines[-1])
+        offsets = {topic: {int(p): int(o) for p, o in partitions.items()}
+                   for topic, partitions in sources.items()}
+    except (OSError, ValueError, IndexError, AttributeError) as exc:
+        notes.append(f"{path}: not a Spark offset log of the Kafka source ({exc})")
+        return batch, None
+    return batch, offsets
+
+
+def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
+    """Per topic that exists, per partition, its (earliest, end) offsets, within the budget."""
+    deadline = time.monotonic() + KAFKA_BUDGET_S
+    consumer = Consumer({
+        "bootstrap.servers": config.kafka.bootstrap,
+        "group.id": "bitroute-status",  # never joined nor committed to
+        "enable.auto.commit": False,
+        "socket.connection.setup.timeout.ms": int(KAFKA_BUDGET_S * 1000),
+        "logger": _KAFKA_LOG,
+    })
+    try:
+        out: dict[str, dict[int, tuple[int, int]]] = {}
+        for topic in topics:
+            metadata = consumer.list_topics(topic, timeout=_left(deadline))
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None:
+                continue
+            out[topic] = {}
+            for partition in sorted(found.partitions):
+                out[topic][partition] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=_left(deadline), cached=False)
+        return out
+    except KafkaException as exc:
+        reason = exc.args[0].str() if exc.args else str(exc)
+        raise KafkaUnavailable(f"Kafka at {config.kafka.bootstrap} did not answer within "
+                               f"{KAFKA_BUDGET_S:g}s: {reason}") from None
+    finally:
+        consumer.close()
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)
+
+
+def _lag(topic: str, ends: Mapping[str, Mapping[int, tuple[int, int]]],
+         position: Mapping[int, int], kafka_error: str | None) -> dict[str, object]:
+    """Records of ``topic`` after ``position`` (partition -> next offset read) per partition."""
+    if kafka_error is not None:
+        return {"topic": topic, "records": None, "partitions": None}
+    partitions = {p: max(end - max(position.get(p, low), low), 0)
+                  for p, (low, end) in ends.get(topic, {}).items()}
+    return {"topic": topic, "records": sum(partitions.values()),
+            "partitions": {str(p): n for p, n in partitions.items()}}
+
+
+def _lag_text(lag: Mapping[str, object], what: str, since: str) -> str:
+    if lag["records"] is None:
+        return f"unknown (Kafka did not answer; {since})"
+    return f"{lag['records']} {what} in {lag['topic']} ({since})"
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.2f}s" if isinstance(value, (int, float)) else "?"
+
+
+def _ago(text: object, now: datetime) -> str:
+    try:
+        then = datetime.fromisoformat(str(text))
+    except ValueError:
+        return ""
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return f" ({(now - then).total_seconds():.0f}s ago)"
