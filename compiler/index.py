@@ -31,8 +31,8 @@ from .dialect import Dialect
 from .errors import CompilerError, SubscriptionError, UnknownExchangeError, quote
 from .grammar import grammar_for, parse_dialect
 from .headers import HeaderCriteria
-from .pattern import FilterKind, ParsedFilter, Shape
-from .snapshot import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE, Snapshot, SnapshotTables
+from .pattern import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE, FilterKind, ParsedFilter, Shape
+from .snapshot import Snapshot, SnapshotTables
 from .subscription import Subscription, validate_subscriber
 from .text import is_utf8_text
 

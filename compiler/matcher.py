@@ -39,63 +39,36 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Mapping, Sequence
-from functools import partial
-from itertools import chain
-from types import ModuleType
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import FrozenBitMap
 
-from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
-from .columns import bitmap_of
 from .batch import Units, collect_hits, expand
+from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
 from .criteria_index import CriteriaIndex
-from .errors import HeaderError, TopicError, UnknownExchangeError, quote
+from .errors import TopicError, UnknownExchangeError, quote
+from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
 from .grammar import grammar_for
-from .headers import decode_header_value
-from .nfa import FilterAutomaton
-from .pattern import Shape
+from .output import DELIVERIES_TYPE, Delivery, deliveries, deliveries_array
+from .pattern import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE
 from .shared import choose_member, group_key
-from .snapshot import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE, Snapshot
-from .text import is_utf8_text
+from .snapshot import Snapshot
+from .tables import ExchangeTables, filter_groups, filter_subscriptions, slot_ranks
 
-DELIVERIES_TYPE = pa.list_(
-    pa.struct([pa.field("subscriber", pa.string()), pa.field("subscription_ids", pa.list_(pa.string()))])
-)
-"""Arrow type of :meth:`Matcher.match_frame`'s ``deliveries`` column."""
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["DELIVERIES_TYPE", "Delivery", "Matcher"]
 
 SORT_IN_PYTHON_MAX = 64
 """Results up to this many subscriptions are sorted as a Python list, larger
 ones as a numpy array; both by a per-matcher rank of (subscriber, id)."""
 
-FILTER_TUPLE_MAX = 16
-"""A filter shared by up to this many subscriptions maps to a tuple of their
-slots; beyond, to a roaring bitmap (compact, and unions in C)."""
-
-PLAN_CACHE_MAX_LENGTHS = 512
-"""Per exchange, lookup plans are memoised for at most this many topic lengths."""
-
 _HAS_CRITERIA = 1
 _HAS_SHARED = 2
-_NO_HEADERS: frozenset = frozenset()
-_MALFORMED = object()
-"""Stands for a frame row's unreadable headers: the row is rejected."""
-
-
-class Delivery(NamedTuple):
-    """One copy of a message for one subscriber, naming every subscription of
-    that subscriber that matched (sorted)."""
-
-    subscriber: str
-    subscription_ids: tuple[str, ...]
-
-
-_delivery = partial(tuple.__new__, Delivery)
-"""``Delivery`` from a (subscriber, ids) pair without the Python-level ``__new__``: hot path."""
 
 # A topic's result before per-message conditions is the triple
 # (slots, flags, shared): subscription slots sorted by (subscriber, id), a
@@ -103,107 +76,6 @@ _delivery = partial(tuple.__new__, Delivery)
 # criteria / belong to a shared group (_HAS_CRITERIA | _HAS_SHARED); and the
 # matched filter slots of shared groups. Plain tuples: this is the hot path.
 _EMPTY_RESULT: tuple = ((), 0, ())
-
-
-class _Plan(NamedTuple):
-    """What to look up for a topic of one length: (key getter, joined, table)
-    triples (``joined``: the picked words are joined into the key),
-    and the hit codes of the catch-all filters; ``dollar_lookups`` for MQTT
-    topics starting with '$' (which no catch-all matches)."""
-
-    lookups: tuple
-    catch_all: tuple[int, ...]
-    dollar_lookups: tuple
-
-
-class _Exchange:
-    """The lookup tables of one exchange. Every table value, catch-all entry
-    and automaton label is a *hit code* (see :class:`Matcher`), or a tuple of
-    hit codes when several filters share a key (``#`` and ``#.#``)."""
-
-    __slots__ = (
-        "name", "grammar", "parse_topic", "dollar_rule", "join", "exact", "shaped", "catch_alls", "automaton", "_plans"
-    )
-
-    def __init__(self, name: str, grammar: ModuleType) -> None:
-        self.name = name
-        self.grammar = grammar
-        self.parse_topic = grammar.parse_topic
-        self.dollar_rule = grammar.DOLLAR_RULE
-        self.join = grammar.SEPARATOR.join
-        self.exact: dict[str, int | tuple[int, ...]] = {}
-        self.shaped: list[tuple[Shape, dict]] = []
-        """Per shape, its table. The key of a topic or filter is its word at
-        the shape's one literal position, or its words at the literal
-        positions joined by the separator (which no word contains): always a
-        str, so the batch path can put the same keys in a pandas index."""
-        self.catch_alls: list[tuple[Shape, tuple[int, ...]]] = []
-        self.automaton: FilterAutomaton | None = None
-        self._plans: dict[int, _Plan] = {}
-
-    def hits(self, words: list[str], topic: str) -> list[int]:
-        """Hit codes of the filters matching the topic (validated, split into ``words``)."""
-        out: list[int] = []
-        hit = self.exact.get(topic)
-        if hit is not None:
-            if hit.__class__ is int:
-                out.append(hit)
-            else:
-                out += hit
-        plan = self._plans.get(len(words))
-        if plan is None:
-            plan = self._plan(len(words))
-        if self.dollar_rule and topic[0] == "$":
-            lookups = plan.dollar_lookups
-        else:
-            lookups = plan.lookups
-            out += plan.catch_all
-        join = self.join
-        for getter, joined, table in lookups:
-            key = getter(words)
-            hit = table.get(join(key) if joined else key)
-            if hit is not None:
-                if hit.__class__ is int:
-                    out.append(hit)
-                else:
-                    out += hit
-        if self.automaton is not None:
-            out += self.automaton.match(words)
-        return out
-
-    def _plan(self, length: int) -> _Plan:
-        lookups = tuple(
-            (shape.key_getter(), len(shape.positions) > 1, table)
-            for shape, table in self.shaped
-            if shape.applies_to(length)
-        )
-        dollar = tuple(
-            (shape.key_getter(), len(shape.positions) > 1, table)
-            for shape, table in self.shaped
-            if shape.applies_to(length) and not shape.first_wild
-        )
-        catch_all = tuple(f for shape, fslots in self.catch_alls if shape.applies_to(length) for f in fslots)
-        plan = _Plan(lookups, catch_all, dollar)
-        if len(self._plans) < PLAN_CACHE_MAX_LENGTHS:
-            self._plans[length] = plan
-        return plan
-
-
-def _table(keys: list, codes: list[int]) -> dict:
-    """``keys[i] -> codes[i]``; a key held by several filters maps to a tuple of their codes."""
-    table = dict(zip(keys, codes))
-    if len(table) == len(codes):
-        return table
-    table = {}
-    for key, code in zip(keys, codes):
-        prev = table.get(key)
-        if prev is None:
-            table[key] = code
-        elif prev.__class__ is int:
-            table[key] = (prev, code)
-        else:
-            table[key] = prev + (code,)
-    return table
 
 
 class Matcher:
@@ -237,17 +109,17 @@ class Matcher:
         live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
         owners = np.zeros(len(self._ids), dtype=np.int64)
         owners[live] = t.sub_subscriber[live]
-        self._rank = _slot_ranks(t.subscriber_names, owners, t.sub_ids)
+        self._rank = slot_ranks(t.subscriber_names, owners, t.sub_ids)
         self._owner: list[str | None] = list(map(self._names.__getitem__, owners.tolist()))
         """Subscriber name per subscription slot: the same str object for the
         same subscriber, so deliveries group by identity."""
-        self._fsubs, single, (self._fs_start, self._fs_count, self._fs_slots) = _filter_subscriptions(
+        self._fsubs, single, (self._fs_start, self._fs_count, self._fs_slots) = filter_subscriptions(
             t.sub_filter, live, len(t.filter_text)
         )
         self._filter_text = t.filter_text
 
-        self._exchanges: dict[str, _Exchange] = {
-            name: _Exchange(name, grammar_for(snapshot.exchanges[name])) for name in t.exchange_names
+        self._exchanges: dict[str, ExchangeTables] = {
+            name: ExchangeTables(name, grammar_for(snapshot.exchanges[name])) for name in t.exchange_names
         }
         exchange_list = [self._exchanges[name] for name in t.exchange_names]
         flags: dict[int, int] = {}
@@ -257,7 +129,7 @@ class Matcher:
             for f in np.unique(t.sub_filter[t.criteria_slots]).tolist():
                 flags[f] = _HAS_CRITERIA
         groups = []
-        for exchange_code, code, fslots in _groups(t.filter_exchange, t.filter_code, t.filter_text):
+        for exchange_code, code, fslots in filter_groups(t.filter_exchange, t.filter_code, t.filter_text):
             grammar = exchange_list[exchange_code].grammar
             texts = t.filter_text.take(pa.array(fslots)).to_pylist()
             if grammar.DOLLAR_RULE:
@@ -275,28 +147,14 @@ class Matcher:
             hit_code[special] = ~special
             self._special_filter[special] = True
         for exchange, code, fslots, texts in groups:
-            grammar = exchange.grammar
-            codes = hit_code[fslots].tolist()
             # ``texts`` are the matching parts of the filters (no '$share/g/').
+            codes = hit_code[fslots].tolist()
             if code == CODE_EXACT:
-                exchange.exact.update(_table(texts, codes))
-                continue
-            split, separator = str.split, grammar.SEPARATOR
-            if code == CODE_MULTI:
-                exchange.automaton = FilterAutomaton(
-                    zip((split(x, separator) for x in texts), codes), grammar.ONE, grammar.MANY
-                )
-                continue
-            shape = t.shapes[code - CODE_SHAPE_BASE]
-            if shape.catch_all:
-                exchange.catch_alls.append((shape, tuple(codes)))
+                exchange.add_exact(texts, codes)
+            elif code == CODE_MULTI:
+                exchange.add_multi(texts, codes)
             else:
-                getter = shape.key_getter()
-                if len(shape.positions) == 1:
-                    keys = [getter(split(x, separator)) for x in texts]
-                else:
-                    keys = [separator.join(getter(split(x, separator))) for x in texts]
-                exchange.shaped.append((shape, _table(keys, codes)))
+                exchange.add_shape(t.shapes[code - CODE_SHAPE_BASE], texts, codes)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -337,12 +195,12 @@ class Matcher:
         slots, flags, shared = result
         if flags:
             if flags & _HAS_CRITERIA:
-                slots = self._criteria_filtered(slots, self._relevant_headers(headers))
+                slots = self._criteria_filtered(slots, relevant_headers(headers, self._criteria.names))
             if flags & _HAS_SHARED:
                 slots = self._shared(exchange, slots, shared, message_id)
-        return self._deliveries(slots)
+        return deliveries(slots, self._owner, self._ids)
 
-    def match_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+    def match_frame(self, frame: "pd.DataFrame") -> "pd.DataFrame":
         """Match a batch of publishes, for ``mapInPandas``.
 
         Input columns: ``message_id`` (str), ``exchange`` (str),
@@ -365,12 +223,16 @@ class Matcher:
         Python object per delivery (benchmarks/compiler_bench.py, "batch",
         measures this path).
         """
+        # pandas is imported here, not at module level: ``bitroute match``
+        # and the Arrow entry points never need it (0.25 s of start-up).
+        import pandas as pd
+
         n = len(frame)
         exchanges = frame["exchange"].tolist()
         keys = frame["routing_key"].tolist()
         errors: list[str | None] = [None] * n
         if self._criteria is not None and "headers" in frame.columns:
-            relevant = self._frame_headers(frame["headers"].tolist(), errors)
+            relevant = frame_headers(frame["headers"].tolist(), self._criteria.names, errors)
             rows = list(zip(exchanges, keys, relevant))
         else:
             rows = list(zip(exchanges, keys))
@@ -388,14 +250,14 @@ class Matcher:
         else:
             groups = {}
             for j, row in enumerate(distinct_rows):
-                if len(row) == 2 or row[2] is not _MALFORMED:
+                if len(row) == 2 or row[2] is not MALFORMED:
                     groups.setdefault(row[0], []).append(j)
         for exchange, members in groups.items():
             if exchange.__class__ is not str or exchange not in self._exchanges:
                 reason = "missing exchange" if exchange is None else f"unknown exchange {quote(exchange)}"
                 distinct_error.update(dict.fromkeys(members, reason))
                 continue
-            topics, key_errors = _decode_keys([distinct_rows[j][1] for j in members])
+            topics, key_errors = decode_keys([distinct_rows[j][1] for j in members])
             for i, reason in key_errors.items():
                 distinct_error[members[i]] = reason
             # Rows of one topic differ by their relevant headers: number the
@@ -418,7 +280,7 @@ class Matcher:
                     row = distinct_rows[j]
                     slots, flags, shared = conditioned[topic]
                     if flags & _HAS_CRITERIA:
-                        slots = self._criteria_filtered(slots, _relevant_mapping(row[2] if len(row) > 2 else ()))
+                        slots = self._criteria_filtered(slots, relevant_mapping(row[2] if len(row) > 2 else ()))
                     if flags & _HAS_SHARED:
                         per_message[j] = (slots, shared)
                         distinct_unit[j] = 0
@@ -441,31 +303,15 @@ class Matcher:
         _, row_flat = expand(row_unit, offsets[:-1][row_unit], row_lengths, flat)
         row_offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(row_lengths, out=row_offsets[1:])
-        deliveries = self._deliveries_array(row_flat, row_offsets)
+        column = deliveries_array(row_flat, row_offsets, self._sub_subscriber_np, self._names_arrow, self._ids_arrow)
         return pd.DataFrame(
             {
                 "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),
-                "deliveries": pd.Series(pd.arrays.ArrowExtensionArray(deliveries)),
+                "deliveries": pd.Series(pd.arrays.ArrowExtensionArray(column)),
                 "error": pd.Series(errors, dtype=object),
             },
             copy=False,
         )
-
-    def _frame_headers(self, headers: list, errors: list[str | None]) -> list[object]:
-        """Per row, the relevant (name, value) header pairs; a row with
-        malformed headers gets ``_MALFORMED`` and its reason in ``errors[i]``."""
-        names = self._criteria.names
-        out: list[object] = []
-        for i, entries in enumerate(headers):
-            relevant: object = _NO_HEADERS
-            if entries is not None:
-                try:
-                    relevant = _relevant_entries(entries, names)
-                except HeaderError as exc:
-                    errors[i] = str(exc)
-                    relevant = _MALFORMED
-            out.append(relevant)
-        return out
 
     def _batch_topics(self, exchange: str, topics: list[str]) -> tuple[tuple, dict[int, str], dict[int, tuple]]:
         """Match distinct topics of one exchange together (see :mod:`compiler.batch`).
@@ -478,7 +324,7 @@ class Matcher:
         are empty: the caller applies the per-message conditions).
         """
         table = self._exchanges[exchange]
-        owners, codes, errors = collect_hits(topics, table.parse_topic, table.hits)
+        owners, codes, errors = collect_hits(table, topics)
         direct = codes >= 0
         conditioned: dict[int, tuple] = {}
         parts = [(owners[direct], codes[direct])]
@@ -568,22 +414,6 @@ class Matcher:
             self._rank_of_slot = self._rank.tolist().__getitem__
         return self._rank_of_slot
 
-    def _relevant_headers(self, headers: Mapping[str, str | bytes | None] | None) -> dict[str, list[str | None]]:
-        """``headers`` reduced to the names some criterion mentions, values decoded."""
-        if headers is None:
-            return {}
-        if not isinstance(headers, Mapping):
-            raise HeaderError(f"headers must be a mapping of name to value, not {type(headers).__name__}")
-        names = self._criteria.names
-        relevant: dict[str, list[str | None]] = {}
-        for name, value in headers.items():
-            if type(name) is not str:
-                raise HeaderError(f"header name must be a string, not {quote(name)}")
-            value = _header_value(name, value)
-            if name in names:
-                relevant[name] = [value]
-        return relevant
-
     def _criteria_filtered(self, slots: Sequence[int], relevant: Mapping[str, Sequence[str | None]]) -> list[int]:
         """``slots`` without the subscriptions whose header criteria fail (order kept)."""
         with_criteria = self._criteria.with_criteria
@@ -601,166 +431,3 @@ class Matcher:
                 chosen = choose_member(group_key(exchange, self._filter_text[f].as_py()), message_id, members)
                 slots = [s for s in slots if sub_filter[s] != f or owner[s] == chosen]
         return slots
-
-    def _deliveries(self, slots: Sequence[int]) -> list[Delivery]:
-        if not slots:
-            return []
-        owner, ids = self._owner, self._ids
-        if len(slots) == 1:
-            s = slots[0]
-            return [_delivery((owner[s], (ids[s],)))]
-        out: list[Delivery] = []
-        current = None
-        group: list[str] = []
-        for s in slots:
-            name = owner[s]
-            if name is not current:
-                if group:
-                    out.append(_delivery((current, tuple(group))))
-                current = name
-                group = [ids[s]]
-            else:
-                group.append(ids[s])
-        out.append(_delivery((current, tuple(group))))
-        return out
-
-    def _deliveries_array(self, flat: np.ndarray, unit_offsets: np.ndarray) -> pa.ListArray:
-        """``DELIVERIES_TYPE`` array with one entry per unit: unit ``u``'s slots,
-        in output order, are ``flat[unit_offsets[u]:unit_offsets[u + 1]]``."""
-        lengths = np.diff(unit_offsets)
-        owners = self._sub_subscriber_np[flat]
-        starts = np.ones(len(flat), dtype=bool)
-        starts[1:] = owners[1:] != owners[:-1]
-        starts[unit_offsets[:-1][lengths > 0]] = True
-        group_starts = np.flatnonzero(starts)
-        group_offsets = np.append(group_starts, len(flat)).astype(np.int32)
-        ids = pa.ListArray.from_arrays(pa.array(group_offsets), self._ids_arrow.take(pa.array(flat)))
-        subscribers = self._names_arrow.take(pa.array(owners[group_starts]))
-        groups = pa.StructArray.from_arrays([subscribers, ids], fields=list(DELIVERIES_TYPE.value_type))
-        unit_groups = np.searchsorted(group_starts, unit_offsets).astype(np.int32)
-        return pa.ListArray.from_arrays(pa.array(unit_groups), groups, type=DELIVERIES_TYPE)
-
-
-def _decode_keys(keys: list) -> tuple[list[str | None], dict[int, str]]:
-    """Routing keys as topics (``None`` where unusable) and why each unusable one is."""
-    try:
-        return [key.decode("utf-8") for key in keys], {}
-    except (AttributeError, UnicodeDecodeError):
-        pass  # not all valid bytes: key by key
-    topics: list[str | None] = []
-    errors: dict[int, str] = {}
-    for i, key in enumerate(keys):
-        try:
-            topics.append(_decode_key(key))
-        except TopicError as exc:
-            topics.append(None)
-            errors[i] = str(exc)
-    return topics, errors
-
-
-def _decode_key(key: object) -> str:
-    if key is None:
-        raise TopicError("missing routing key")
-    if key.__class__ is bytes:
-        try:
-            return key.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TopicError(f"routing key is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    if key.__class__ is not str:
-        raise TopicError(f"routing key must be bytes or a string, not {type(key).__name__}")
-    if not is_utf8_text(key):
-        raise TopicError(f"routing key is not valid UTF-8 text: {quote(key)}")
-    return key
-
-
-def _relevant_mapping(pairs) -> dict[str, list[str | None]]:
-    relevant: dict[str, list[str | None]] = {}
-    for name, value in pairs:
-        relevant.setdefault(name, []).append(value)
-    return relevant
-
-
-def _slot_ranks(names: pa.StringArray, owners: np.ndarray, ids: pa.StringArray) -> np.ndarray:
-    """``rank[slot]``: the position of each subscription slot in (subscriber
-    name, id) order, the order of every delivery list. Subscriber names are
-    ranked first (there are few), so the big sort compares integers before
-    strings."""
-    name_rank = np.empty(len(names), dtype=np.int64)
-    name_rank[pc.sort_indices(names).to_numpy()] = np.arange(len(names))
-    table = pa.table({"owner": name_rank[owners] if len(names) else owners, "id": ids})
-    order = pc.sort_indices(table, sort_keys=[("owner", "ascending"), ("id", "ascending")]).to_numpy()
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank
-
-
-def _filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: int) -> tuple[list, np.ndarray, tuple]:
-    """The subscriptions of each filter slot, three ways: ``fsubs[filter]`` is
-    its only subscription slot, a tuple of a few, or a bitmap of many (-1: a
-    free filter slot); ``single[filter]`` the only slot (else -1), as numpy;
-    and CSR arrays ``(start, count, slots)`` with the filter's slots at
-    ``slots[start:start + count]``."""
-    filters = sub_filter[live]
-    order = np.argsort(filters, kind="stable")
-    by_filter = live[order]
-    counts = np.bincount(filters, minlength=n_filters)
-    starts = np.zeros(n_filters + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    single = np.full(n_filters, -1, dtype=np.int64)
-    ones = counts == 1
-    single[ones] = by_filter[starts[:-1][ones]]
-    fsubs: list = single.tolist()
-    slots = by_filter.tolist()
-    bounds = starts.tolist()
-    for f in np.flatnonzero(counts > 1).tolist():
-        start, end = bounds[f], bounds[f + 1]
-        if end - start <= FILTER_TUPLE_MAX:
-            fsubs[f] = tuple(slots[start:end])
-        else:
-            fsubs[f] = bitmap_of(by_filter[start:end])
-    return fsubs, single, (starts[:-1], counts.astype(np.int64), by_filter.astype(np.int64))
-
-
-def _groups(exchanges: np.ndarray, codes: np.ndarray, texts: pa.StringArray):
-    """Live filter slots grouped by (exchange, filter code): yields ``(exchange, code, fslots)``."""
-    live = np.flatnonzero(pc.is_valid(texts).to_numpy(zero_copy_only=False))
-    keys = (exchanges[live].astype(np.uint64) << np.uint64(32)) | codes[live].astype(np.uint64)
-    order = np.argsort(keys, kind="stable")
-    keys, live = keys[order], live[order]
-    bounds = np.flatnonzero(np.diff(keys)) + 1
-    for start, end in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(keys)]]).tolist()):
-        if start < end:
-            key = int(keys[start])
-            yield key >> 32, key & 0xFFFFFFFF, live[start:end]
-
-
-def _header_value(name: str, value: object) -> str | None:
-    if value is None or value.__class__ is str:
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return decode_header_value(value)
-    raise HeaderError(f"header {quote(name)} must have a bytes, str or null value, not {type(value).__name__}")
-
-
-def _relevant_entries(entries: object, names: frozenset[str]) -> frozenset:
-    """The (name, decoded value) pairs of Kafka header ``entries`` whose name
-    is in ``names``; of a repeated name, the last entry (Kafka's
-    ``lastHeader`` convention)."""
-    if isinstance(entries, (str, bytes)) or not hasattr(entries, "__iter__"):
-        raise HeaderError(f"headers must be a sequence of (key, value) entries, not {type(entries).__name__}")
-    out: dict[str, str | None] = {}
-    for entry in entries:
-        if isinstance(entry, Mapping):
-            try:
-                name, value = entry["key"], entry["value"]
-            except KeyError:
-                raise HeaderError(f"header entry needs 'key' and 'value': {quote(entry)}") from None
-        elif isinstance(entry, (tuple, list)) and len(entry) == 2:
-            name, value = entry
-        else:
-            raise HeaderError(f"header entry must be a (key, value) pair or mapping: {quote(entry)}")
-        if type(name) is not str:
-            raise HeaderError(f"header name must be a string, not {quote(name)}")
-        if name in names:
-            out[name] = _header_value(name, value)
-    return frozenset(out.items()) if out else _NO_HEADERS

@@ -31,6 +31,14 @@ from operator import itemgetter
 from typing import Callable, NamedTuple
 
 
+CODE_EXACT = 0
+"""Filter code (snapshot ``filter_code``) of a wildcard-free filter."""
+CODE_MULTI = 1
+"""Filter code of a filter with several ``#`` runs."""
+CODE_SHAPE_BASE = 2
+"""Filter code of a shaped filter: ``CODE_SHAPE_BASE`` + its shape's index in the snapshot's shapes."""
+
+
 class FilterKind(IntEnum):
     """How the index finds a filter; see the module docstring."""
 

@@ -64,20 +64,12 @@ from .columns import SLOT_DTYPE, live_slots
 from .dialect import Dialect
 from .errors import HeaderCriteriaError, SnapshotFormatError
 from .headers import HeaderCriteria
-from .pattern import Shape
+from .pattern import CODE_SHAPE_BASE, Shape
 
 MAGIC = b"BRSNAP\r\n"
 FORMAT_VERSION = 1
 _PREFIX = struct.Struct("<8sHHII")
 _ALIGN = 8
-
-CODE_EXACT = 0
-"""``filter_code`` of a wildcard-free filter."""
-CODE_MULTI = 1
-"""``filter_code`` of a filter with several ``#`` runs."""
-CODE_SHAPE_BASE = 2
-"""``filter_code`` of a shaped filter is ``CODE_SHAPE_BASE + its index in shapes``."""
-
 
 @dataclass(frozen=True, eq=False)
 class SnapshotTables:

@@ -19,7 +19,8 @@ from compiler import (
     UnknownExchangeError,
 )
 from compiler.cache import ENTRY_OVERHEAD_BYTES, MATCH_CACHE_MAX_ENTRY_FRACTION
-from compiler.matcher import FILTER_TUPLE_MAX, SORT_IN_PYTHON_MAX
+from compiler.matcher import SORT_IN_PYTHON_MAX
+from compiler.tables import FILTER_TUPLE_MAX
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
 
