@@ -70,12 +70,23 @@ def message_id(topic: str, partition: int, offset: int) -> str:
 
 
 # --- Spark schemas -------------------------------------------------------------
-#: Output of the matcher in mapInPandas: one row per publish. ``deliveries`` is
-#: JSON text ``{"<subscriber>": ["<subscription id>", ...]}`` (see streaming.matching).
-MATCH_RESULT = StructType([
+#: Output of the routing tasks (``mapInArrow``, :mod:`streaming.routing`): one
+#: row per publish with what became of it. ``deliveries`` lists the deliveries
+#: Kafka acknowledged (empty when unroutable or rejected); ``reason`` is why a
+#: rejected publish was rejected. The audit rows are made from it.
+ROUTED_PUBLISH = StructType([
     StructField("message_id", StringType(), False),
-    StructField("deliveries", StringType(), False),
-    StructField("error", StringType(), True),
+    StructField("exchange", StringType(), True),
+    StructField("routing_key", StringType(), True),
+    StructField("outcome", StringType(), False),
+    StructField("reason", StringType(), True),
+    StructField("deliveries", ArrayType(StructType([
+        StructField("subscriber", StringType(), False),
+        StructField("subscription_ids", ArrayType(StringType(), False), False),
+    ]), False), False),
+    StructField("headers", MapType(StringType(), StringType(), True), True),
+    StructField("payload_bytes", IntegerType(), True),
+    StructField("published_at", TimestampType(), True),
 ])
 
 #: Delta table ``deliveries``: one row per (message, subscriber).

@@ -75,7 +75,7 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from streaming.router import serve
+    from streaming.run import serve
 
     return serve(_config(args))
 

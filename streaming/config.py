@@ -55,6 +55,8 @@ class KafkaConfig:
     deliveries_topic_prefix: str = "bitroute.deliveries."
     partitions: int = 2
     replication_factor: int = 1
+    min_insync_replicas: int = 0
+    max_delivery_bytes: int = 1_048_576
 
     def deliveries_topic(self, subscriber: str) -> str:
         """The Kafka topic of one (already validated) subscriber."""
@@ -306,6 +308,10 @@ def _validate(config: Config) -> None:
     require(kafka.partitions >= 1, "kafka.partitions", "an integer >= 1", kafka.partitions)
     require(kafka.replication_factor >= 1, "kafka.replication_factor", "an integer >= 1",
             kafka.replication_factor)
+    require(0 <= kafka.min_insync_replicas <= kafka.replication_factor, "kafka.min_insync_replicas",
+            "0 (the broker's default) or 1..kafka.replication_factor", kafka.min_insync_replicas)
+    require(1024 <= kafka.max_delivery_bytes <= 1 << 30, "kafka.max_delivery_bytes",
+            "an integer of bytes in 1024..1073741824", kafka.max_delivery_bytes)
 
     broker = config.broker
     for name in ("port", "controller_port"):

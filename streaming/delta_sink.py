@@ -1,122 +1,165 @@
 """The Delta audit tables: created if missing, appended exactly once per batch or version.
 
+Written with delta-rs (the ``deltalake`` package) from the driver: no Spark
+job, so a commit costs milliseconds where a Spark Delta write cost about a
+second per micro-batch (docs/benchmarks.md). The tables are ordinary Delta
+tables (protocol reader 1 / writer 2) that Spark, delta-rs and
+``bitroute audit`` all read.
+
 Tables (schemas in :mod:`schemas.records`) live at ``config.delta.table_path(name)``:
 
-- ``deliveries``: one row per (message, subscriber) routed;
+- ``deliveries``: one row per (message, subscriber) routed and acknowledged by Kafka;
 - ``messages``: one row per publish with its outcome (routed, unroutable,
   rejected + reason);
 - ``subscriptions``: one row per changelog record read, with the snapshot
   version it produced.
 
-Exactly once: every append is a Delta idempotent write, ``txnAppId`` +
-``txnVersion``. Delta records the highest ``txnVersion`` committed per
-``txnAppId`` in the table's log, atomically with the rows, and skips a write
-whose ``txnVersion`` is not above it. The publish tables use the micro-batch
-id as ``txnVersion``, the subscriptions table the snapshot version, under app
-ids derived from the router id (:meth:`streaming.snapshots.SnapshotStore.router_id`),
-so a replayed batch or a re-applied version adds no row, and a new router
-(a fresh checkpoint folder) is not mistaken for a replay of an old one.
-Precondition: batch ids and versions handed to one router's appends increase.
+Exactly once: every append is an idempotent write, a Delta application
+transaction (``txn`` action: app id + version) committed atomically with the
+rows. Before writing, :meth:`AuditTables._append` reads the highest version
+committed for its app id and skips a write whose version is not above it.
+The publish tables use the micro-batch id as the version, the subscriptions
+table the snapshot version, under app ids derived from the router id
+(:meth:`streaming.snapshots.SnapshotStore.router_id`), so a replayed batch or
+a re-applied version adds no row, and a new router (a fresh checkpoint
+folder) is not mistaken for a replay of an old one. The same ``txn`` actions
+are what Spark's ``txnAppId``/``txnVersion`` wrote in earlier versions, so
+tables written by them continue exactly where they were.
+
+Preconditions: batch ids and versions handed to one router's appends
+increase, and one process writes for a router id (the router lock).
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 
-from schemas.records import (
-    AUDIT_TABLES,
-    DELIVERIES_TABLE,
-    MESSAGES_TABLE,
-    OUTCOME_REJECTED,
-    OUTCOME_ROUTED,
-    OUTCOME_UNROUTABLE,
-    SUBSCRIPTIONS_TABLE,
-)
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from schemas.records import AUDIT_TABLES
 from streaming.config import Config
-from streaming.matching import header_map
+
+ARROW_SCHEMAS = {name: to_arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
+"""Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""
 
 
 class AuditTables:
-    """Appends to the three audit tables of ``config`` for the router ``router_id``."""
+    """Appends to the three audit tables of ``config`` for the router ``router_id``.
 
-    def __init__(self, spark: SparkSession, config: Config, router_id: str) -> None:
-        self._spark = spark
+    Thread-safe: the two publish tables are appended concurrently.
+    """
+
+    def __init__(self, config: Config, router_id: str) -> None:
         self._config = config
         self._publishes_app = f"bitroute-{router_id}-publishes"
         self._changelog_app = f"bitroute-{router_id}-changelog"
+        self._tables: dict[str, DeltaTable] = {}
+        self._lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-audit")
 
     def path(self, table: str) -> str:
         return self._config.delta.table_path(table)
 
     def ensure(self) -> None:
         """Create each missing table with its schema; existing tables are left as they are."""
-        for name, schema in AUDIT_TABLES.items():
-            (DeltaTable.createIfNotExists(self._spark)
-             .location(self.path(name))
-             .addColumns(schema)
-             .execute())
+        for name, schema in ARROW_SCHEMAS.items():
+            try:
+                table = DeltaTable(self.path(name))
+            except TableNotFoundError:
+                table = DeltaTable.create(self.path(name), schema=schema, mode="ignore")
+            self._tables[name] = table
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True)
 
     def append_subscriptions(self, version: int, changes: pa.Table) -> None:
         """Append the changes that produced snapshot ``version`` (an Arrow table
         of ``SUBSCRIPTIONS_TABLE``), once: a second call for ``version`` adds nothing."""
         if not changes.num_rows:
             return
-        frame = self._spark.createDataFrame(changes, SUBSCRIPTIONS_TABLE)
-        self._append(frame, "subscriptions", self._changelog_app, version)
+        self._append("subscriptions", changes, self._changelog_app, version)
 
-    def append_deliveries(self, routed: DataFrame, version: int, batch_id: int) -> None:
-        """One row per (routed publish, subscriber) of micro-batch ``batch_id``, once."""
-        prefix = self._config.kafka.deliveries_topic_prefix
-        rows = (routed.where(F.col("error").isNull())
-                .select("message_id", "exchange", "key", "published_at",
-                        F.explode("deliveries").alias("d"))
-                .select(
-                    F.col("message_id"),
-                    F.col("d.subscriber").alias("subscriber"),
-                    F.col("d.subscription_ids").alias("subscription_ids"),
-                    F.col("exchange"),
-                    F.col("key").cast("string").alias("routing_key"),
-                    F.concat(F.lit(prefix), F.col("d.subscriber")).alias("delivery_topic"),
-                    F.lit(version).cast("long").alias("snapshot_version"),
-                    F.lit(batch_id).cast("long").alias("batch_id"),
-                    F.col("published_at"),
-                    F.current_timestamp().alias("routed_at"),
-                ))
-        self._append(_conform(rows, DELIVERIES_TABLE), "deliveries", self._publishes_app, batch_id)
+    def append_batch(self, routed: pa.Table, version: int, batch_id: int,
+                     routed_at: datetime | None = None) -> None:
+        """The ``messages`` and ``deliveries`` rows of micro-batch ``batch_id``, once each.
 
-    def append_messages(self, routed: DataFrame, version: int, batch_id: int) -> None:
-        """One row per publish of micro-batch ``batch_id`` with its outcome, once."""
-        count = F.size("deliveries")
-        outcome = (F.when(F.col("error").isNotNull(), F.lit(OUTCOME_REJECTED))
-                   .when(count > 0, F.lit(OUTCOME_ROUTED))
-                   .otherwise(F.lit(OUTCOME_UNROUTABLE)))
-        rows = routed.select(
-            F.col("message_id"),
-            F.col("exchange"),
-            F.col("key").cast("string").alias("routing_key"),
-            outcome.alias("outcome"),
-            count.alias("deliveries"),
-            F.col("error").alias("reason"),
-            header_map(F.col("headers")).alias("headers"),
-            F.length("value").alias("payload_bytes"),
-            F.lit(version).cast("long").alias("snapshot_version"),
-            F.lit(batch_id).cast("long").alias("batch_id"),
-            F.col("published_at"),
-            F.current_timestamp().alias("routed_at"),
-        )
-        self._append(_conform(rows, MESSAGES_TABLE), "messages", self._publishes_app, batch_id)
+        ``routed`` holds the batch's ``ROUTED_PUBLISH`` rows; the two tables
+        are appended concurrently (each commit is mostly fixed cost).
+        """
+        routed_at = routed_at or datetime.now(timezone.utc)
+        futures = [
+            self._threads.submit(self._append, "messages", messages_rows(routed, version, batch_id, routed_at),
+                                 self._publishes_app, batch_id),
+            self._threads.submit(self._append, "deliveries",
+                                 deliveries_rows(routed, version, batch_id, routed_at,
+                                                 self._config.kafka.deliveries_topic_prefix),
+                                 self._publishes_app, batch_id),
+        ]
+        for future in futures:
+            future.result()
 
-    def _append(self, frame: DataFrame, table: str, app_id: str, txn_version: int) -> None:
-        (frame.write.format("delta").mode("append")
-         .option("txnAppId", app_id)
-         .option("txnVersion", str(txn_version))
-         .save(self.path(table)))
+    def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int) -> None:
+        table = self._table(name)
+        table.update_incremental()
+        committed = table.transaction_version(app_id)
+        if committed is not None and committed >= txn_version:
+            return  # a replay: these rows are in the table already
+        write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
+            app_transactions=[Transaction(app_id, txn_version)]))
+
+    def _table(self, name: str) -> DeltaTable:
+        with self._lock:
+            table = self._tables.get(name)
+            if table is None:
+                table = self._tables[name] = DeltaTable(self.path(name))
+            return table
 
 
-def _conform(frame: DataFrame, schema) -> DataFrame:
-    """``frame``'s columns cast to the table's types, in the table's order."""
-    columns: list[Column] = [F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields]
-    return frame.select(*columns)
+def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime) -> pa.Table:
+    """One ``messages`` row per publish of ``routed`` (``ROUTED_PUBLISH`` rows)."""
+    n = routed.num_rows
+    schema = ARROW_SCHEMAS["messages"]
+    columns = {
+        "message_id": routed["message_id"],
+        "exchange": routed["exchange"],
+        "routing_key": routed["routing_key"],
+        "outcome": routed["outcome"],
+        "deliveries": pc.list_value_length(routed["deliveries"]),
+        "reason": routed["reason"],
+        "headers": routed["headers"],
+        "payload_bytes": routed["payload_bytes"],
+        "snapshot_version": pa.array([version] * n, pa.int64()),
+        "batch_id": pa.array([batch_id] * n, pa.int64()),
+        "published_at": routed["published_at"],
+        "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
+    }
+    return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime,
+                    topic_prefix: str) -> pa.Table:
+    """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``."""
+    schema = ARROW_SCHEMAS["deliveries"]
+    lists = routed["deliveries"].combine_chunks()
+    owner = pc.list_parent_indices(lists)
+    subscriber, subscription_ids = lists.flatten().flatten()
+    n = len(owner)
+    columns = {
+        "message_id": routed["message_id"].take(owner),
+        "subscriber": subscriber,
+        "subscription_ids": subscription_ids,
+        "exchange": routed["exchange"].take(owner),
+        "routing_key": routed["routing_key"].take(owner),
+        "delivery_topic": pc.binary_join_element_wise(topic_prefix, subscriber, ""),
+        "snapshot_version": pa.array([version] * n, pa.int64()),
+        "batch_id": pa.array([batch_id] * n, pa.int64()),
+        "published_at": routed["published_at"].take(owner),
+        "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
+    }
+    return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)

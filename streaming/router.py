@@ -7,63 +7,82 @@ a. Pin. A batch id seen for the first time catches the subscription
    acknowledged before a publish of this batch is applied to it) and records
    ``batch id -> snapshot version`` durably before anything is written. A
    replayed batch id (after a crash) reuses its pinned version.
-b. Match. The batch is cached and matched with ``mapInPandas`` against the
-   pinned snapshot, broadcast once per version: one row per publish.
-c. Kafka. Deliveries to the per-subscriber topics and bad publishes to the
-   rejected topic, in one Kafka batch write: at least once.
-d. Delta. ``deliveries`` and ``messages`` rows, each an idempotent append
-   keyed by the batch id: exactly once. After Kafka, so the audit never
-   lists a delivery that was not written; the two tables are appended
-   concurrently (each commit is mostly fixed cost: a third of a small batch).
-e. One progress line on stdout.
+b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
+   each Python worker matches its publishes against the pinned snapshot
+   (broadcast once per version), produces every delivery and every rejected
+   publish to Kafka with librdkafka and waits for the acks, and returns one
+   row per publish with its outcome (:mod:`streaming.routing`). The rows come
+   back to the driver as Arrow. No record can fail this step (bad records are
+   rejected with a reason); a failure that is not about a record (Kafka
+   unreachable, a worker lost) is retried with backoff, reported on stderr at
+   most once per :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
+c. Audit. ``messages`` and ``deliveries`` rows appended to Delta with delta-rs,
+   each an idempotent append keyed by the batch id: exactly once. After
+   Kafka's acks, so the audit never lists a delivery Kafka did not take.
+d. Report. One progress line on stdout, and ``<checkpoint_dir>/router/status.json``
+   (:class:`BatchReport` as JSON, for ``bitroute status``).
 
-Message id = ``<topic>/<partition>/<offset>``; exchange = the ``exchange``
-header, else ``exchanges.default``. A bad publish (unknown exchange, routing
-key invalid in the exchange's dialect or null) is a row with a reason, never
-an error of the batch.
+Message id = ``<topic>/<partition>/<offset>``; exchange = the last
+``exchange`` header, else ``exchanges.default``.
 
 State: the Spark checkpoint in ``<checkpoint_dir>/publishes``, the router's
-snapshots and pins in ``<checkpoint_dir>/router`` (:mod:`streaming.snapshots`).
-A router killed at any point and restarted on the same folders replays the
-unfinished batch with its pinned version: no delivery lost, Kafka repeats
-possible, Delta rows exactly once.
+snapshots and pins in ``<checkpoint_dir>/router`` (:mod:`streaming.snapshots`),
+held by one router at a time (:mod:`streaming.lock`). A router killed at any
+point and restarted on the same folders replays the unfinished batch with its
+pinned version: no delivery lost, Kafka repeats possible, Delta rows exactly
+once.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import signal
 import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
-from confluent_kafka import KafkaException
-from pyspark.errors import StreamingQueryException
+import pyarrow as pa
+import pyarrow.compute as pc
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.util import inheritable_thread_target
 
-from streaming import matching, sinks
-from streaming.changelog import ChangelogError, Subscriptions
+from schemas.records import OUTCOME_REJECTED, ROUTED_PUBLISH
+from streaming.changelog import Subscriptions
 from streaming.config import Config
+from streaming.delivery import ProducerSettings
 from streaming.delta_sink import AuditTables
-from streaming.snapshots import SnapshotStore, SnapshotStoreError
-from streaming.topics import TopicError, ensure_router_topics
+from streaming.lock import RouterLock
+from streaming.matching import SnapshotBroadcasts
+from streaming.routing import RoutePartitions, RouteSettings
+from streaming.snapshots import SnapshotStore
+from streaming.topics import ensure_router_topics
 
 REPORTS_KEPT = 100
 """Progress reports of recent batches kept in memory (:attr:`Router.reports`)."""
 STOP_COMMIT_TIMEOUT_S = 30.0
 """On a stop request, how long to wait for Spark to commit the batch that just finished."""
+RETRY_BASE_S = 0.5
+RETRY_CAP_S = 30.0
+"""Backoff between attempts at a batch whose routing failed for a reason not about a record."""
+RETRY_REPORT_INTERVAL_S = 30.0
+"""A batch that keeps failing is reported at its first failure, then at most this often."""
+STATUS_FILE = "status.json"
+SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
+
+
+class RouterStopping(RuntimeError):
+    """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
 
 
 @dataclass(frozen=True)
 class BatchReport:
-    """What one micro-batch did."""
+    """What one micro-batch did, with the seconds of each stage."""
 
     batch_id: int
     rows: int
@@ -72,20 +91,23 @@ class BatchReport:
     snapshot_version: int
     seconds: float
     replayed: bool
+    stages: dict[str, float] = field(default_factory=dict)
+    attempts: int = 1
 
     def line(self) -> str:
         replay = " (replayed with its pinned version)" if self.replayed else ""
+        split = " ".join(f"{k} {v:.2f}s" for k, v in self.stages.items())
         return (f"batch {self.batch_id}: {self.rows} publishes, {self.deliveries} deliveries, "
                 f"{self.rejected} rejected, snapshot v{self.snapshot_version}, "
-                f"{self.seconds:.2f}s{replay}")
+                f"{self.seconds:.2f}s ({split}){replay}")
 
 
 class Router:
     """One router: ``start()``, then ``process_all_available()`` or wait, then ``stop()``.
 
-    ``open()`` (called by ``start()``) prepares everything but the query:
-    topics, audit tables, the rebuilt subscription index; tests drive
-    :meth:`process_batch` directly after it.
+    ``open()`` (called by ``start()``) takes the state folder's lock and
+    prepares everything but the query: topics, audit tables, the rebuilt
+    subscription index; tests drive :meth:`process_batch` directly after it.
     """
 
     def __init__(self, config: Config, spark: SparkSession) -> None:
@@ -93,45 +115,52 @@ class Router:
         self.spark = spark
         checkpoints = Path(config.streaming.checkpoint_dir).absolute()
         self.query_checkpoint = checkpoints / "publishes"
+        self.lock = RouterLock(checkpoints)
         self.store = SnapshotStore(checkpoints / "router")
         self.reports: deque[BatchReport] = deque(maxlen=REPORTS_KEPT)
         self.query: StreamingQuery | None = None
         self.subscriptions: Subscriptions | None = None
         self._audit: AuditTables | None = None
-        self._broadcasts = matching.SnapshotBroadcasts(spark.sparkContext)
+        self._broadcasts = SnapshotBroadcasts(spark.sparkContext)
         self._batch_done = threading.Condition()
         self._in_batch = False
-        self._audit_threads: ThreadPoolExecutor | None = None
+        self._stopping = threading.Event()
 
     def open(self) -> None:
-        """Create missing topics and tables, rebuild the index and catch up the changelog."""
+        """Lock the state folder, create missing topics and tables, rebuild the index and
+        catch up the changelog. Raises :class:`streaming.lock.RouterLockedError` when
+        another router holds the folder."""
         if self.subscriptions is not None:
             return
-        if self.store.has_pins() and not (self.query_checkpoint / "offsets").is_dir():
-            # Pins of batches of a checkpoint that is gone: the new query's
-            # batch ids start again at 0 and must not meet them.
-            self.store.forget_batches()
-        ensure_router_topics(self.config)
-        self._audit_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-audit")
-        self._audit = AuditTables(self.spark, self.config, self.store.router_id())
-        self._audit.ensure()
-        self.subscriptions = Subscriptions.open(self.config, self.store, self._audit)
-        self.subscriptions.catch_up()
+        self.lock.acquire()
+        try:
+            if self.store.has_pins() and not (self.query_checkpoint / "offsets").is_dir():
+                # Pins of batches of a checkpoint that is gone: the new query's
+                # batch ids start again at 0 and must not meet them.
+                self.store.forget_batches()
+            ensure_router_topics(self.config)
+            self._audit = AuditTables(self.config, self.store.router_id())
+            self._audit.ensure()
+            self.subscriptions = Subscriptions.open(self.config, self.store, self._audit)
+            self.subscriptions.catch_up()
+        except BaseException:
+            self.lock.release()
+            raise
 
     def start(self) -> StreamingQuery:
         """Open, then start the streaming query (it resumes from its checkpoint)."""
         self.open()
-        kafka = self.config.kafka
+        kafka, streaming = self.config.kafka, self.config.streaming
         source = (self.spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", kafka.bootstrap)
                   .option("subscribe", kafka.publishes_topic)
                   .option("startingOffsets", "earliest")
                   .option("includeHeaders", "true")
-                  .option("maxOffsetsPerTrigger", str(self.config.streaming.max_offsets_per_trigger))
+                  .option("maxOffsetsPerTrigger", str(streaming.max_offsets_per_trigger))
                   .load())
         self.query = (source.writeStream
                       .foreachBatch(self.process_batch)
-                      .trigger(processingTime=self.config.streaming.trigger_interval)
+                      .trigger(processingTime=streaming.trigger_interval)
                       .option("checkpointLocation", str(self.query_checkpoint))
                       .start())
         return self.query
@@ -142,19 +171,26 @@ class Router:
 
     def stop(self) -> None:
         """Stop the query (an unfinished batch is replayed at the next start) and release resources."""
+        self._stopping.set()
         try:
             if self.query is not None:
                 self.query.stop()
         finally:
             self._broadcasts.close()
-            if self._audit_threads is not None:
-                self._audit_threads.shutdown(wait=True)
+            if self._audit is not None:
+                self._audit.close()
             if self.subscriptions is not None:
                 self.subscriptions.close()
                 self.subscriptions = None
+            self.lock.release()
 
     def stop_after_current_batch(self) -> None:
-        """Wait for the batch in progress, if any, and for Spark to commit it; then stop."""
+        """Wait for the batch in progress, if any, and for Spark to commit it; then stop.
+
+        A batch waiting to retry a failure gives up at once (it is replayed at
+        the next start).
+        """
+        self._stopping.set()
         with self._batch_done:
             self._batch_done.wait_for(lambda: not self._in_batch)
             last = self.reports[-1].batch_id if self.reports else None
@@ -169,7 +205,7 @@ class Router:
         self.stop()
 
     def process_batch(self, batch: DataFrame, batch_id: int) -> BatchReport:
-        """The ``foreachBatch`` function: steps a-e of the module docstring."""
+        """The ``foreachBatch`` function: steps a-d of the module docstring."""
         with self._batch_done:
             self._in_batch = True
         try:
@@ -180,6 +216,20 @@ class Router:
                 self._batch_done.notify_all()
         return report
 
+    def route_function(self, version: int) -> RoutePartitions:
+        """The ``mapInArrow`` function that routes a batch against snapshot ``version``."""
+        subscriptions = self._require_open()
+        broadcast, key = self._broadcasts.broadcast(version, lambda: subscriptions.data(version))
+        kafka = self.config.kafka
+        return RoutePartitions(broadcast, key, RouteSettings(
+            default_exchange=self.config.exchanges.default,
+            deliveries_topic_prefix=kafka.deliveries_topic_prefix,
+            rejected_topic=kafka.rejected_topic,
+            snapshot_version=version,
+            with_headers=subscriptions.reads_headers(version),
+            producer=ProducerSettings(kafka.bootstrap, kafka.max_delivery_bytes),
+        ))
+
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
         subscriptions = self._require_open()
@@ -189,32 +239,73 @@ class Router:
             version = subscriptions.catch_up()
             self.store.pin(batch_id, version)
             self.store.prune()
-        function = self._broadcasts.function(version, lambda: subscriptions.data(version))
-
-        publishes = matching.publishes(batch, self.config).persist()
-        routed = matching.route(publishes, function, subscriptions.reads_headers(version)).persist()
-        try:
-            counts = routed.agg(
-                F.count(F.lit(1)).alias("rows"),
-                F.coalesce(F.sum(F.size("deliveries")), F.lit(0)).alias("deliveries"),
-                F.count("error").alias("rejected"),
-            ).first()
-            if counts["rows"]:
-                sinks.write_kafka(sinks.kafka_records(routed, self.config, version), self.config)
-                audits = [self._audit_threads.submit(inheritable_thread_target(self.spark)(append),
-                                                     routed, version, batch_id)
-                          for append in (self._audit.append_deliveries, self._audit.append_messages)]
-                wait(audits)  # both done before ``routed`` is released, even if one failed
-                for audit in audits:
-                    audit.result()
-        finally:
-            routed.unpersist()
-            publishes.unpersist()
-        report = BatchReport(batch_id, counts["rows"], counts["deliveries"], counts["rejected"],
-                             version, time.monotonic() - started, replayed)
+        caught_up = time.monotonic()
+        routed, attempts = self._route(batch, batch_id, version)
+        route_done = time.monotonic()
+        if routed.num_rows:
+            self._audit.append_batch(routed, version, batch_id)
+        audited = time.monotonic()
+        deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
+        rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+        report = BatchReport(batch_id, routed.num_rows, deliveries, rejected, version,
+                             audited - started, replayed,
+                             {"catch_up": caught_up - started, "route": route_done - caught_up,
+                              "audit": audited - route_done}, attempts)
         self.reports.append(report)
         print(report.line(), flush=True)
+        self._write_status(report)
         return report
+
+    def _route(self, batch: DataFrame, batch_id: int, version: int) -> tuple[pa.Table, int]:
+        """The batch's ``ROUTED_PUBLISH`` rows, retrying failures that are not about a record."""
+        function = self.route_function(version)
+        frame = batch.select(*SOURCE_COLUMNS).mapInArrow(function, ROUTED_PUBLISH)
+        attempt = 0
+        failing_since = last_report = 0.0
+        while True:
+            attempt += 1
+            try:
+                routed = frame.toArrow()
+            except (PySparkException, Py4JError) as exc:
+                if self._stopping.is_set():
+                    raise RouterStopping(f"batch {batch_id} left for a replay: the router is "
+                                         "stopping") from None
+                now = time.monotonic()
+                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
+                if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
+                    failing_since = failing_since or now
+                    print(f"bitroute: batch {batch_id}: routing failed (attempt {attempt}, failing "
+                          f"for {now - failing_since:.0f}s): {failure_summary(exc)}; retrying in "
+                          f"{delay:.1f}s", file=sys.stderr, flush=True)
+                    last_report = now
+                self._stopping.wait(delay)
+                continue
+            if attempt > 1:
+                print(f"bitroute: batch {batch_id}: routed after {attempt} attempts",
+                      file=sys.stderr, flush=True)
+            return routed, attempt
+
+    def _write_status(self, report: BatchReport) -> None:
+        query = self.query
+        status = {
+            "query_id": str(query.id) if query is not None else None,
+            "run_id": str(query.runId) if query is not None else None,
+            "batch_id": report.batch_id,
+            "publishes": report.rows,
+            "deliveries": report.deliveries,
+            "rejected": report.rejected,
+            "snapshot_version": report.snapshot_version,
+            "seconds": round(report.seconds, 4),
+            "stages": {k: round(v, 4) for k, v in report.stages.items()},
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "subscriptions": len(self.subscriptions) if self.subscriptions is not None else 0,
+            "audit_pending_batches": 0,
+            "audit_lag_seconds": 0.0,
+        }
+        path = self.store.root / STATUS_FILE
+        tmp = path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(status) + "\n")
+        os.replace(tmp, path)
 
     def _require_open(self) -> Subscriptions:
         if self.subscriptions is None:
@@ -227,95 +318,21 @@ class Router:
         return self.query
 
 
-def serve(config: Config) -> int:
-    """``bitroute run``: start the router and route until SIGINT or SIGTERM.
+def failure_summary(failure: object) -> str:
+    """One line out of a Spark/Python failure: the innermost error message worth reading.
 
-    With ``broker.embedded`` the embedded broker is started first (or reused).
-    A signal stops the query after the batch in progress has finished; the
-    exit status is 0 then, 1 when the query failed. A second signal ends the
-    process at once (status 1), as a kill would: the interrupted batch is
-    replayed at the next start with its pinned version.
+    Spark wraps a Python worker's exception in several layers of JVM text
+    (``[STREAM_FAILED] ... Python Proxy ... Traceback``); the last line of the
+    Python traceback, or else the first line of the message, says what failed.
     """
-    from streaming.broker import BrokerError, EmbeddedBroker
-    from streaming.session import spark_session
-
-    if config.broker.embedded:
-        broker = EmbeddedBroker.from_config(config.broker)
-        try:
-            broker.start()
-        except BrokerError as exc:
-            print(f"bitroute: error: {exc}", file=sys.stderr)
-            return 1
-        if broker.bootstrap != config.kafka.bootstrap:
-            print(f"bitroute: warning: the embedded broker listens on {broker.bootstrap} but "
-                  f"kafka.bootstrap is {config.kafka.bootstrap}", file=sys.stderr)
-
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, _frame: object) -> None:
-        name = signal.Signals(signum).name
-        if stop_requested.is_set():
-            # Raising here could cut a py4j call in half; end the process the
-            # way a kill does, which the checkpoints and pins are made for.
-            print(f"bitroute: {name} again: exiting without waiting for the current batch",
-                  file=sys.stderr, flush=True)
-            os._exit(1)
-        print(f"bitroute: {name}: stopping after the current batch (again to stop now)", flush=True)
-        stop_requested.set()
-
-    spark = spark_session(config)
-    # After the session: creating a SparkContext installs pyspark's own SIGINT
-    # handler, which cancels jobs through py4j from inside the signal and breaks
-    # the call the main thread is making.
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return _route_until_stopped(Router(config, spark), stop_requested)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        spark.stop()
-
-
-def _route_until_stopped(router: Router, stop_requested: threading.Event) -> int:
-    try:
-        query = router.start()
-    except (TopicError, ChangelogError, SnapshotStoreError, KafkaException) as exc:
-        router.stop()
-        print(f"bitroute: error: cannot start the router: {_first_line(exc)}", file=sys.stderr)
-        return 1
-    _announce(router)
-    try:
-        while not stop_requested.is_set() and not query.awaitTermination(1):
-            pass
-    except StreamingQueryException as exc:
-        router.stop()
-        print(f"bitroute: error: the router's query failed: {_first_line(exc)}", file=sys.stderr)
-        return 1
-    if not stop_requested.is_set():
-        router.stop()
-        print("bitroute: error: the router's query was stopped from outside", file=sys.stderr)
-        return 1
-    router.stop_after_current_batch()
-    print("bitroute: stopped", flush=True)
-    return 0
-
-
-def _announce(router: Router) -> None:
-    config = router.config
-    kafka = config.kafka
-    subscriptions = router.subscriptions
-    for line in (
-        f"reading publishes from {kafka.publishes_topic} and subscriptions from "
-        f"{kafka.subscriptions_topic} at {kafka.bootstrap}",
-        f"writing deliveries to {kafka.deliveries_topic_prefix}<subscriber>, rejected to "
-        f"{kafka.rejected_topic}",
-        f"audit tables in {config.delta.warehouse}, checkpoints in {config.streaming.checkpoint_dir}",
-        f"snapshot v{subscriptions.version} with {len(subscriptions)} subscriptions; "
-        "Ctrl-C stops after the current batch",
-    ):
-        print(f"bitroute: {line}", flush=True)
-
-
-def _first_line(failure: object) -> str:
-    text = str(failure) if failure is not None else "no reason given"
-    return text.strip().splitlines()[0] if text.strip() else "no reason given"
+    text = str(failure) if failure is not None else ""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "no reason given"
+    for line in reversed(lines):
+        # The raising line of a Python traceback: "SomeError: message".
+        head, sep, _ = line.partition(": ")
+        if sep and head.replace(".", "").replace("_", "").isalnum() and head[:1].isalpha() \
+                and (head.endswith(("Error", "Exception", "Unavailable", "Stopping"))):
+            return line[:500]
+    return lines[0][:500]

@@ -1,7 +1,9 @@
 """Kafka topics the router owns: creating them, and naming the per-subscriber ones.
 
 ``ensure_topics`` is idempotent: a topic that exists already is left as it is
-(its partitions and settings are not checked or changed). The subscription
+(its partitions and settings are not checked or changed). Topics are created
+with ``kafka.partitions``, ``kafka.replication_factor`` and, when set,
+``kafka.min_insync_replicas``. The subscription
 changelog is created compacted (``cleanup.policy=compact``) so that a key's
 latest value, or its tombstone, is what a restart rebuilds from.
 """
@@ -44,9 +46,12 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
     missing = [n for n in wanted if n not in existing]
     if not missing:
         return []
+    topic_config = dict(settings or {})
+    if config.kafka.min_insync_replicas:
+        topic_config.setdefault("min.insync.replicas", str(config.kafka.min_insync_replicas))
     futures = admin.create_topics(
         [NewTopic(n, config.kafka.partitions, config.kafka.replication_factor,
-                  config=dict(settings or {})) for n in missing],
+                  config=topic_config) for n in missing],
         operation_timeout=CREATE_TIMEOUT_S,
     )
     created = []

@@ -1,0 +1,109 @@
+"""One router per state folder: an exclusive lock on ``<checkpoint_dir>/router.lock``.
+
+Two routers on one checkpoint would run two streaming queries over the same
+offsets and pins. :class:`RouterLock` is an ``fcntl.flock`` held for the
+router's lifetime: the kernel drops it when the last process holding the
+open file ends, however it ends, so a crash cannot leave it stale. The file
+names its holder as one JSON object ``{"pid", "host", "started_at"}``
+(``started_at`` ISO-8601 UTC), which :func:`holder` reads and the refusal
+message quotes.
+
+The router hands the lock's file descriptor to its JVM watchdog
+(:mod:`streaming.watchdog`), so the folder stays locked until the Spark JVM
+of a killed router is gone too.
+
+A lock on a local path: the checkpoint folder must be on a local disk (or
+one where ``flock`` works across the processes that can reach it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+
+LOCK_FILE = "router.lock"
+
+
+class RouterLockedError(RuntimeError):
+    """Another process holds the router lock; the message names it."""
+
+
+def lock_path(checkpoint_dir: str | Path) -> Path:
+    return Path(checkpoint_dir).absolute() / LOCK_FILE
+
+
+def holder(checkpoint_dir: str | Path) -> dict | None:
+    """The holder ``{"pid", "host", "started_at"}`` while a router holds the lock, else None."""
+    path = lock_path(checkpoint_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+class RouterLock:
+    """The exclusive lock of one checkpoint folder; ``acquire()`` or raise, ``release()``."""
+
+    def __init__(self, checkpoint_dir: str | Path) -> None:
+        self.path = lock_path(checkpoint_dir)
+        self._fd: int | None = None
+
+    @property
+    def fd(self) -> int:
+        """The open, locked descriptor (to pass to a process that must keep the lock)."""
+        if self._fd is None:
+            raise RuntimeError("the router lock is not held")
+        return self._fd
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`RouterLockedError` naming the process that has it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = _read(fd) or {}
+            os.close(fd)
+            raise RouterLockedError(
+                f"another router holds {self.path.parent} (pid {other.get('pid', '?')} on "
+                f"{other.get('host', '?')}, since {other.get('started_at', '?')}): stop it "
+                "first, or give this one another streaming.checkpoint_dir") from None
+        me = {"pid": os.getpid(), "host": socket.gethostname(),
+              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RouterLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+
+def _read(fd: int) -> dict | None:
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", errors="replace").strip()
+        value = json.loads(text) if text else None
+    except (OSError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,316 @@
+"""Routing one micro-batch in the Python workers: match, validate, deliver, report.
+
+:class:`RoutePartitions` is the ``mapInArrow`` function of a batch. For each
+Arrow batch of Kafka source rows (:class:`streaming.kafka_records.PublishColumns`)
+a task, in one pass:
+
+1. reads the publishes: message id, exchange (last ``exchange`` header, else
+   the default; not UTF-8 = rejected), routing key, headers;
+2. matches them against the pinned snapshot (``Matcher.match_frame``), which
+   turns every bad field it reads into a reason, never an error;
+3. checks every delivery's size against ``kafka.max_delivery_bytes`` (the
+   broker would refuse a larger record, and would refuse it forever);
+4. produces each delivery to its subscriber's topic and each rejected publish
+   to the rejected topic, with the worker's librdkafka producer, and waits for
+   Kafka's acknowledgements (:mod:`streaming.delivery`);
+5. returns one row per publish (``schemas.records.ROUTED_PUBLISH``): its
+   outcome, reason and the deliveries Kafka acknowledged, for the audit.
+
+No single record can fail the task (the poison-pill rule): a delivery Kafka
+refuses for a reason of the record's own (too large, invalid) rejects its
+publish, with Kafka's reason, and the rest is routed; and should the batch
+still raise on something unforeseen, :func:`route_safely` splits it in halves
+until the record(s) responsible are alone, rejects them with the error as the
+reason and routes the others. Only :class:`~streaming.delivery.DeliveryUnavailable`
+(Kafka down, not about any record) fails the task: the router retries the
+batch with backoff, and never turns such a failure into rejections.
+
+Delivery semantics: a returned task has every listed delivery acknowledged
+by Kafka (at least once: a retried or replayed batch writes them again, with
+the same message id header).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import Broadcast
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from compiler import Matcher
+from schemas.records import (
+    MESSAGE_ID_HEADER,
+    OUTCOME_REJECTED,
+    OUTCOME_ROUTED,
+    OUTCOME_UNROUTABLE,
+    ROUTED_PUBLISH,
+    SNAPSHOT_VERSION_HEADER,
+    SOURCE_PUBLISH,
+    SUBSCRIPTION_IDS_HEADER,
+)
+from streaming.delivery import (
+    DeliveryProducer,
+    DeliveryUnavailable,
+    FailedRecord,
+    ProducerSettings,
+    cached_producer,
+)
+from streaming.kafka_records import (
+    HEADER_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    RECORD_OVERHEAD,
+    PublishColumns,
+    kept_headers,
+    record_size,
+    rejected_headers,
+    subscription_ids_json,
+    text,
+)
+from streaming.matching import cached_matcher
+
+ROUTED_ARROW = to_arrow_schema(ROUTED_PUBLISH)
+"""Arrow schema of the rows :class:`RoutePartitions` returns."""
+
+_ROUTER_HEADERS_SIZE = sum(len(n) + HEADER_OVERHEAD for n in
+                           (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RouteSettings:
+    """Everything a routing task needs besides the snapshot (picklable)."""
+
+    default_exchange: str
+    deliveries_topic_prefix: str
+    rejected_topic: str
+    snapshot_version: int
+    with_headers: bool
+    producer: ProducerSettings
+
+
+class RoutePartitions:
+    """The ``mapInArrow`` function of one batch: see the module docstring.
+
+    A module-level class, so that it pickles by reference and the worker's
+    calls reach the worker's matcher and producer caches.
+    """
+
+    def __init__(self, broadcast: Broadcast, key: str, settings: RouteSettings) -> None:
+        self._broadcast = broadcast
+        self._key = key
+        self.settings = settings
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        matcher = cached_matcher(self._key, lambda: self._broadcast.value)
+        producer = cached_producer(self.settings.producer)
+        for batch in batches:
+            yield route_safely(matcher, producer, batch, self.settings)
+
+
+def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
+                 settings: RouteSettings) -> pa.RecordBatch:
+    """:func:`route_batch`, bisecting around records that make it raise (see module docstring)."""
+    try:
+        return route_batch(matcher, producer, batch, settings)
+    except DeliveryUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the poison-pill net: any error of a record
+        if batch.num_rows <= 1:
+            return _unroutable_record(producer, batch, settings, exc)
+        half = batch.num_rows // 2
+        _log.warning("routing %d publishes raised %s; splitting the batch to find the record",
+                     batch.num_rows, type(exc).__name__)
+        return pa.concat_batches([route_safely(matcher, producer, batch.slice(0, half), settings),
+                                  route_safely(matcher, producer, batch.slice(half), settings)])
+
+
+def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
+                settings: RouteSettings) -> pa.RecordBatch:
+    """Route one Arrow batch of Kafka rows; return its ``ROUTED_ARROW`` rows."""
+    publishes = PublishColumns(batch, settings.default_exchange)
+    n = publishes.n
+    message_ids = publishes.message_ids.to_pylist()
+    keys = publishes.keys.to_pylist()
+    values = publishes.values.to_pylist()
+    header_lists = publishes.header_lists()
+
+    frame = {"message_id": message_ids, "exchange": publishes.exchanges, "routing_key": keys}
+    if settings.with_headers:
+        frame["headers"] = header_lists
+    matched = matcher.match_frame(pd.DataFrame(frame))
+    reasons: list[str | None] = matched["error"].tolist()
+    for row, reason in publishes.exchange_errors.items():
+        reasons[row] = reason
+    deliveries = _combined(pa.array(matched["deliveries"].array))
+
+    kept = [kept_headers(h) for h in header_lists]
+    entries = deliveries.flatten()
+    subscribers, subscription_ids = entries.flatten()
+    owner = pc.list_parent_indices(deliveries).to_numpy(zero_copy_only=False)
+    ids_json = subscription_ids_json(subscription_ids)
+    version = str(settings.snapshot_version).encode()
+    _reject_oversize(publishes, kept, owner, ids_json, len(version), reasons,
+                     settings.producer.max_record_bytes)
+
+    ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
+    send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
+    topics = pc.binary_join_element_wise(settings.deliveries_topic_prefix,
+                                         subscribers, "").take(send).to_pylist()
+    rows = owner[send].tolist()
+    ids_texts = ids_json.take(pa.array(send)).to_pylist()
+    mids = [m.encode() for m in message_ids]
+    producer.produce_many(
+        topics, [keys[r] for r in rows], [values[r] for r in rows],
+        [kept[r] + [(MESSAGE_ID_HEADER, mids[r]), (SUBSCRIPTION_IDS_HEADER, j),
+                    (SNAPSHOT_VERSION_HEADER, version)] for r, j in zip(rows, ids_texts)],
+        range(len(rows)))
+    refused: dict[int, str] = {}  # row -> why Kafka refused one of its deliveries
+    acked = ok[owner] if len(owner) else np.zeros(0, dtype=bool)
+    failed = producer.flush()
+    if failed:
+        refused, failed_sends = _refused_rows(producer, failed, topics, rows, keys, values, kept,
+                                              mids, ids_texts, version)
+        for row, reason in refused.items():
+            reasons[row] = reason
+        # A refused publish lists only the deliveries Kafka did acknowledge.
+        acked[send[sorted(failed_sends)]] = False
+    _report_rejected(producer, settings, reasons, keys, values, kept, message_ids)
+    return _routed_rows(publishes, reasons, deliveries, entries, owner, acked)
+
+
+def _combined(array: pa.Array) -> pa.ListArray:
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray, ids_json: pa.Array,
+                     version_bytes: int, reasons: list[str | None], limit: int) -> None:
+    """Reject every publish with a delivery larger than ``limit`` bytes (a record the broker refuses)."""
+    n = publishes.n
+    base = (RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD + _ROUTER_HEADERS_SIZE + version_bytes
+            + pc.fill_null(pc.binary_length(publishes.keys), 0).to_numpy()
+            + pc.fill_null(pc.binary_length(publishes.values), 0).to_numpy()
+            + pc.utf8_length(publishes.message_ids).to_numpy())
+    base = base + np.fromiter((sum(HEADER_OVERHEAD + len(k) + len(v or b"") for k, v in h) if h else 0
+                               for h in kept), dtype=np.int64, count=n)
+    largest = base.copy()
+    if len(owner):
+        per_delivery = base[owner] + pc.binary_length(ids_json).to_numpy()
+        np.maximum.at(largest, owner, per_delivery)
+    for row in np.flatnonzero(largest > limit).tolist():
+        if reasons[row] is None:
+            reasons[row] = (f"a delivery of this publish would be {int(largest[row]):,} bytes, more "
+                            f"than kafka.max_delivery_bytes ({limit:,}): the broker would refuse it")
+
+
+def _refused_rows(producer: DeliveryProducer, failed: list[FailedRecord], topics: list[str],
+                  rows: list[int], keys: list, values: list, kept: list, mids: list[bytes],
+                  ids_texts: list, version: bytes) -> tuple[dict[int, str], set[int]]:
+    """Map Kafka's record failures back to publish rows (row -> reason) and to the
+    indices of the failed deliveries.
+
+    Failures refused at ``produce`` time carry their delivery index. A failure
+    reported later names only topic, key and value: the deliveries that fit
+    are produced again one by one with a tag each (their repeats are allowed
+    duplicates), which tells exactly which ones Kafka refuses.
+    """
+    refused: dict[int, str] = {}
+    failed_sends: set[int] = set()
+    suspects: set[tuple[str, bytes | None, bytes | None]] = set()
+    for failure in failed:
+        if failure.tag is not None:
+            refused.setdefault(rows[failure.tag], _why(failure))
+            failed_sends.add(failure.tag)
+        else:
+            suspects.add((failure.topic, failure.key, failure.value))
+    if suspects:
+        for i, (topic, row) in enumerate(zip(topics, rows)):
+            if (topic, keys[row], values[row]) in suspects:
+                producer.produce_tagged(topic, keys[row], values[row],
+                                        kept[row] + [(MESSAGE_ID_HEADER, mids[row]),
+                                                     (SUBSCRIPTION_IDS_HEADER, ids_texts[i]),
+                                                     (SNAPSHOT_VERSION_HEADER, version)], i)
+        for failure in producer.flush():
+            if failure.tag is not None:
+                refused.setdefault(rows[failure.tag], _why(failure))
+                failed_sends.add(failure.tag)
+    return refused, failed_sends
+
+
+def _why(failure: FailedRecord) -> str:
+    return f"Kafka refused the delivery to {failure.topic}: {failure.reason}"
+
+
+def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reasons: list,
+                     keys: list, values: list, kept: list, message_ids: list[str]) -> None:
+    """Write every rejected publish to the rejected topic, whole if it fits, else without payload."""
+    rejected = [r for r, reason in enumerate(reasons) if reason is not None]
+    if not rejected:
+        return
+    limit = settings.producer.max_record_bytes
+    for row in rejected:
+        headers = rejected_headers(kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row])
+        value = values[row]
+        if record_size(keys[row], value, headers) > limit:
+            reasons[row] += " (the copy in the rejected topic has no payload: too large)"
+            headers = rejected_headers([], reasons[row], SOURCE_PUBLISH, message_ids[row])
+            value = None
+        producer.produce_tagged(settings.rejected_topic, keys[row], value, headers, row)
+    for failure in producer.flush():
+        if failure.tag is not None:
+            reasons[failure.tag] += f" (not written to {settings.rejected_topic}: {failure.reason})"
+
+
+def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,
+                 entries: pa.StructArray, owner: np.ndarray, acked: np.ndarray) -> pa.RecordBatch:
+    n = publishes.n
+    keep = np.flatnonzero(acked) if len(owner) else np.zeros(0, np.int64)
+    counts = np.bincount(owner[keep], minlength=n) if len(keep) else np.zeros(n, np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    acked_entries = entries.take(pa.array(keep, pa.int64()))
+    routed = pa.ListArray.from_arrays(pa.array(offsets), acked_entries)
+    reason_array = pa.array(reasons, pa.string())
+    outcome = np.where(np.array([r is not None for r in reasons], dtype=bool), OUTCOME_REJECTED,
+                       np.where(counts > 0, OUTCOME_ROUTED, OUTCOME_UNROUTABLE))
+    exchanges = pa.array(publishes.exchanges, pa.string())
+    columns = [publishes.message_ids, exchanges, text(publishes.keys), pa.array(outcome, pa.string()),
+               reason_array, routed, publishes.header_map(), publishes.payload_bytes(),
+               publishes.published_at]
+    return pa.RecordBatch.from_arrays(
+        [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW)], schema=ROUTED_ARROW)
+
+
+def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settings: RouteSettings,
+                       error: Exception) -> pa.RecordBatch:
+    """The row of a record that made routing raise on its own: rejected with the error as reason."""
+    last = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
+    where = f" at {last[0].name}" if last else ""
+    reason = f"routing this publish failed: {type(error).__name__}: {error}{where}"
+    _log.warning("rejecting one publish that failed routing: %s", reason)
+    columns = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+    message_id = (f"{columns['topic'][0].as_py()}/{columns['partition'][0].as_py()}/"
+                  f"{columns['offset'][0].as_py()}")
+    key = columns["key"][0].as_py()
+    try:
+        headers = kept_headers([(h["key"], h["value"]) for h in (columns["headers"][0].as_py() or [])])
+    except Exception:  # noqa: BLE001 - the headers may be what failed
+        headers = []
+    reasons = [reason]
+    _report_rejected(producer, settings, reasons, [key], [columns["value"][0].as_py()], [headers],
+                     [message_id])
+    empty = pa.array([[]], ROUTED_ARROW.field("deliveries").type)
+    key_text = None if key is None else key.decode("utf-8", "backslashreplace")
+    return pa.RecordBatch.from_arrays([
+        pa.array([message_id], pa.string()), pa.array([None], pa.string()),
+        pa.array([key_text], pa.string()), pa.array([OUTCOME_REJECTED]), pa.array(reasons),
+        empty, pa.array([None], ROUTED_ARROW.field("headers").type),
+        pa.array([len(columns["value"][0].as_py() or b"")], pa.int32()),
+        columns["timestamp"].slice(0, 1).cast(ROUTED_ARROW.field("published_at").type),
+    ], schema=ROUTED_ARROW)

@@ -1,0 +1,161 @@
+"""``bitroute run``: the router as a long-lived process.
+
+:func:`serve` starts the embedded broker when configured, takes the state
+folder's lock (:mod:`streaming.lock`: a second router on the same folders is
+refused with the other's pid), starts Spark and the JVM watchdog
+(:mod:`streaming.watchdog`: the JVM ends with this process, even after a
+SIGKILL), routes until SIGINT or SIGTERM and exits:
+
+- 0 after a signal: the batch in progress is finished first; a second signal
+  ends the process at once (status 1), as a kill would, and the interrupted
+  batch is replayed at the next start with its pinned version;
+- 1 when the router could not start or its query failed, with one line on
+  stderr saying what failed and what to do.
+
+The Kafka clients' own connection logs are kept off the terminal
+(:mod:`streaming.broker_watch` reports an outage in two lines instead).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from confluent_kafka import KafkaException
+from py4j.protocol import Py4JError
+from pyspark.errors import StreamingQueryException
+
+from streaming.changelog import ChangelogError
+from streaming.config import Config
+from streaming.lock import RouterLockedError
+from streaming.router import Router, failure_summary
+from streaming.snapshots import SnapshotStoreError
+from streaming.topics import TopicError
+
+_STARTUP_ERRORS = (TopicError, ChangelogError, SnapshotStoreError, KafkaException,
+                   RouterLockedError)
+
+
+def serve(config: Config) -> int:
+    """Route until stopped; see the module docstring for the exit statuses."""
+    from streaming.broker import BrokerError, EmbeddedBroker
+    from streaming.session import quiet_kafka_client_logs, spark_session
+    from streaming.watchdog import start_watchdog
+
+    if config.broker.embedded:
+        broker = EmbeddedBroker.from_config(config.broker)
+        try:
+            broker.start()
+        except BrokerError as exc:
+            print(f"bitroute: error: {exc}", file=sys.stderr)
+            return 1
+        if broker.bootstrap != config.kafka.bootstrap:
+            print(f"bitroute: warning: the embedded broker listens on {broker.bootstrap} but "
+                  f"kafka.bootstrap is {config.kafka.bootstrap}", file=sys.stderr)
+
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if stop_requested.is_set():
+            # Raising here could cut a py4j call in half; end the process the
+            # way a kill does, which the checkpoints and pins are made for.
+            print(f"bitroute: {name} again: exiting without waiting for the current batch",
+                  file=sys.stderr, flush=True)
+            os._exit(1)
+        print(f"bitroute: {name}: stopping after the current batch (again to stop now)", flush=True)
+        stop_requested.set()
+
+    # The lock is checked before Spark starts: a refused second router costs no JVM.
+    from streaming.lock import RouterLock
+
+    probe = RouterLock(config.streaming.checkpoint_dir)
+    try:
+        probe.acquire()
+    except RouterLockedError as exc:
+        print(f"bitroute: error: cannot start the router: {exc}", file=sys.stderr)
+        return 1
+    probe.release()
+
+    spark = spark_session(config)
+    quiet_kafka_client_logs(spark)
+    # After the session: creating a SparkContext installs pyspark's own SIGINT
+    # handler, which cancels jobs through py4j from inside the signal and breaks
+    # the call the main thread is making.
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    router = Router(config, spark)
+    try:
+        return _route_until_stopped(router, stop_requested, start_watchdog)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        try:
+            spark.stop()
+        except Py4JError:
+            pass  # the JVM is gone already
+
+
+def _route_until_stopped(router: Router, stop_requested: threading.Event, start_watchdog) -> int:
+    try:
+        router.open()
+        start_watchdog(_jvm_pid(router), router.lock.fd)
+        query = router.start()
+    except _STARTUP_ERRORS as exc:
+        router.stop()
+        print(f"bitroute: error: cannot start the router: {failure_summary(exc)}", file=sys.stderr)
+        return 1
+    _announce(router)
+    try:
+        while not stop_requested.is_set() and not query.awaitTermination(1):
+            pass
+    except StreamingQueryException as exc:
+        if stop_requested.is_set():
+            router.stop()
+            print("bitroute: stopped (the unfinished batch is replayed at the next start)", flush=True)
+            return 0
+        router.stop()
+        print(f"bitroute: error: the router's query failed: {_failure_line(router, exc)}",
+              file=sys.stderr)
+        return 1
+    except Py4JError:
+        print("bitroute: error: the Spark JVM ended unexpectedly; start the router again "
+              "(the unfinished batch is replayed)", file=sys.stderr)
+        return 1
+    if not stop_requested.is_set():
+        router.stop()
+        print("bitroute: error: the router's query was stopped from outside", file=sys.stderr)
+        return 1
+    router.stop_after_current_batch()
+    print("bitroute: stopped", flush=True)
+    return 0
+
+
+def _jvm_pid(router: Router) -> int:
+    return int(router.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def _failure_line(router: Router, failure: object) -> str:
+    """What failed, on which input if known, and what to do: one line."""
+    last = router.reports[-1] if router.reports else None
+    after = f"after batch {last.batch_id}" if last is not None else "before its first batch"
+    return (f"{failure_summary(failure)} ({after}; the checkpoint in "
+            f"{router.query_checkpoint} is intact: fix the cause and start the router again, "
+            "the unfinished batch is replayed)")
+
+
+def _announce(router: Router) -> None:
+    config = router.config
+    kafka = config.kafka
+    subscriptions = router.subscriptions
+    for line in (
+        f"reading publishes from {kafka.publishes_topic} and subscriptions from "
+        f"{kafka.subscriptions_topic} at {kafka.bootstrap}",
+        f"writing deliveries to {kafka.deliveries_topic_prefix}<subscriber>, rejected to "
+        f"{kafka.rejected_topic}",
+        f"audit tables in {config.delta.warehouse}, checkpoints in {config.streaming.checkpoint_dir}",
+        f"snapshot v{subscriptions.version} with {len(subscriptions)} subscriptions; "
+        "Ctrl-C stops after the current batch",
+    ):
+        print(f"bitroute: {line}", flush=True)
