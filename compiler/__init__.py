@@ -20,8 +20,6 @@ from .errors import (
 from .headers import HeaderCriteria
 from .index import RoutingIndex
 from .matcher import DELIVERIES_TYPE, Delivery, Matcher
-from .offline import run_match
-from .reference import ReferenceMatcher
 from .snapshot import Snapshot
 from .subscription import Subscription, validate_subscriber
 
@@ -36,7 +34,6 @@ __all__ = [
     "HeaderCriteriaError",
     "HeaderError",
     "Matcher",
-    "ReferenceMatcher",
     "RoutingIndex",
     "Snapshot",
     "SnapshotFormatError",
@@ -45,6 +42,5 @@ __all__ = [
     "TopicCache",
     "TopicError",
     "UnknownExchangeError",
-    "run_match",
     "validate_subscriber",
 ]

@@ -266,7 +266,7 @@ class Matcher:
             numbers[None] = -1
             topic_of = np.fromiter(map(numbers.__getitem__, topics), dtype=np.int64, count=len(topics))
             del numbers[None]
-            block, topic_errors, conditioned = self._batch_topics(exchange, list(numbers))
+            block, topic_errors, conditioned = self.match_topics(exchange, list(numbers))
             base = units.add_block(*block)
             member_rows = np.array(members, dtype=np.int64)
             valid = topic_of >= 0
@@ -313,15 +313,21 @@ class Matcher:
             copy=False,
         )
 
-    def _batch_topics(self, exchange: str, topics: list[str]) -> tuple[tuple, dict[int, str], dict[int, tuple]]:
-        """Match distinct topics of one exchange together (see :mod:`compiler.batch`).
+    def match_topics(
+        self, exchange: str, topics: list[str], rank: np.ndarray | None = None
+    ) -> tuple[tuple, dict[int, str], dict[int, tuple]]:
+        """Match distinct topics (str) of one known exchange together, before
+        per-message conditions: the batch entry point under
+        :meth:`match_frame` and ``bitroute match`` (see :mod:`compiler.batch`).
 
         Returns ``((flat, offsets), errors, conditioned)``: topic ``t``'s
-        subscription slots, sorted by (subscriber, id), are
-        ``flat[offsets[t]:offsets[t + 1]]``; ``errors[t]`` is why topic ``t``
-        is invalid; ``conditioned[t]`` is the result triple of a topic that hit
-        a filter with header criteria or a shared group (its slots in ``flat``
-        are empty: the caller applies the per-message conditions).
+        subscription slots, sorted by ``rank[slot]`` (default: (subscriber,
+        id) order, that of deliveries), are ``flat[offsets[t]:offsets[t + 1]]``;
+        ``errors[t]`` is why topic ``t`` is invalid; ``conditioned[t]`` is
+        the result triple of a topic that hit a filter with header criteria
+        or a shared group (its slots in ``flat`` are empty: the caller
+        applies the per-message conditions, e.g. through :meth:`match`).
+        Raises ``KeyError`` for an exchange not in the snapshot.
         """
         table = self._exchanges[exchange]
         owners, codes, errors = collect_hits(table, topics)
@@ -341,7 +347,8 @@ class Matcher:
         if conditioned:
             keep = ~np.isin(owners, list(conditioned))
             owners, slots = owners[keep], slots[keep]
-        order = np.lexsort((self._ranks()[slots], owners))
+        # One sort of (topic, rank) packed in an int64: ranks < 2**32.
+        order = np.argsort((owners << 32) | (self._rank if rank is None else rank)[slots])
         offsets = np.searchsorted(owners[order], np.arange(len(topics) + 1))
         return (slots[order], offsets), errors, conditioned
 

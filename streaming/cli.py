@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _match(args: argparse.Namespace) -> int:
-    from compiler.offline import run_match
+    from streaming.match_cli import run_match
 
     return run_match(args.dialect, args.subscriptions, args.topics, sys.stdout, sys.stderr)
 

@@ -10,7 +10,8 @@ from typing import Iterable
 
 import pytest
 
-from compiler import Matcher, ReferenceMatcher, RoutingIndex, Subscription
+from compiler import Matcher, RoutingIndex, Subscription
+from compiler.reference import ReferenceMatcher
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
 

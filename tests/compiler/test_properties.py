@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from compiler.reference import ReferenceMatcher
+
 from compiler import (
     CompilerError,
     HeaderCriteria,
     Matcher,
-    ReferenceMatcher,
     RoutingIndex,
     Snapshot,
     Subscription,
