@@ -50,6 +50,7 @@ import argparse
 import cProfile
 import gc
 import io
+import json
 import os
 import pickle
 import platform
@@ -428,6 +429,76 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     return res
 
 
+@dataclass
+class CliResult:
+    profile: str
+    n: int
+    topic_lines: int
+    output_bytes: int
+    bitroute_cpu: list[float]
+    trie_cpu: list[float]
+
+
+def run_cli(profile: str, n: int, args) -> CliResult:
+    """``bitroute match`` against ``python benchmarks/trie.py`` (same files,
+    same output, checked byte for byte): CPU seconds of each whole process
+    (user + system, from the kernel's accounting of the finished child),
+    the two alternating, ``--cli-runs`` times each."""
+    import resource
+    import tempfile
+
+    wl = workloads.PROFILES[profile](n, args.seed)
+    lines = args.cli_topics if not (profile == "fanout" and n >= 1_000_000) else args.cli_topics // 10
+    nprng = np.random.default_rng([args.seed, n, 7])
+    topics = wl.zipf_topics(nprng, lines)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory(prefix="bitroute-cli-") as tmp:
+        subs_path, topics_path = os.path.join(tmp, "subs.jsonl"), os.path.join(tmp, "topics.jsonl")
+        with open(subs_path, "w") as f:
+            for sid, subscriber, filt in wl.subs:
+                f.write(json.dumps({"id": sid, "filter": filt, "subscriber": subscriber}) + "\n")
+        with open(topics_path, "w") as f:
+            for topic in topics:
+                f.write(json.dumps({"topic": topic}) + "\n")
+        del wl, topics
+        common = ["--dialect", workloads_dialect(profile), "--subscriptions", subs_path, "--topics", topics_path]
+        commands = {
+            "bitroute": [os.path.join(root, ".venv", "bin", "bitroute"), "match", *common],
+            "trie": [sys.executable, os.path.join(root, "benchmarks", "trie.py"), *common],
+        }
+        outputs, times = {}, {"bitroute": [], "trie": []}
+        for run in range(args.cli_runs):
+            for impl in (("bitroute", "trie") if run % 2 == 0 else ("trie", "bitroute")):
+                out_path = os.path.join(tmp, f"{impl}.out")
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                with open(out_path, "wb") as out:
+                    subprocess.run(commands[impl], stdout=out, check=True, cwd=root)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                times[impl].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+                if impl not in outputs:
+                    with open(out_path, "rb") as out:
+                        outputs[impl] = out.read()
+                log(f"  cli {profile} {n}: {impl} {times[impl][-1]:.2f} CPU s")
+        if outputs["bitroute"] != outputs["trie"]:
+            raise SystemExit(f"MISMATCH: bitroute match and the trie script print different output ({profile}, {n})")
+    return CliResult(profile, n, lines, len(outputs["bitroute"]), times["bitroute"], times["trie"])
+
+
+def workloads_dialect(profile: str) -> str:
+    return {"devices": "mqtt", "fanout": "amqp"}[profile]
+
+
+def print_cli(results: list[CliResult]) -> None:
+    print("\n### bitroute match vs the trie script (JSON Lines in and out, whole process)\n")
+    print("| profile | N | topic lines | output MB | bitroute CPU s (median) | trie CPU s (median) | bitroute vs trie | target >= 3x |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in results:
+        b, t = float(np.median(r.bitroute_cpu)), float(np.median(r.trie_cpu))
+        print(f"| {r.profile} | {r.n:,} | {r.topic_lines:,} | {r.output_bytes / 1e6:.1f} | {b:.2f} | {t:.2f} | "
+              f"{ratio(t, b)} | {'met' if t / b >= 3 else '**MISSED**'} |")
+    sys.stdout.flush()
+
+
 def dump_profile(pr: cProfile.Profile, path: str) -> None:
     pr.dump_stats(path + ".prof")
     s = io.StringIO()
@@ -612,6 +683,11 @@ def main(argv=None) -> int:
                    help="benchmark compiler/ as committed at git REF (exported to a temporary directory), "
                         "not the working tree")
     p.add_argument("--pin-cpu", type=int, help="pin this process to one CPU (like taskset -c)")
+    p.add_argument("--cli", action="store_true", help="also compare bitroute match with the trie script")
+    p.add_argument("--cli-only", action="store_true", help="only the bitroute match comparison")
+    p.add_argument("--cli-topics", type=int, default=20_000,
+                   help="topic lines in the CLI comparison (default 20000; a tenth for fanout at >= 1M)")
+    p.add_argument("--cli-runs", type=int, default=3, help="runs of each command (default 3)")
     args = p.parse_args(argv)
     if args.pin_cpu is not None:
         os.sched_setaffinity(0, {args.pin_cpu})
@@ -641,6 +717,11 @@ def main(argv=None) -> int:
     print(f"Machine: {machine()}.\n")
     print(f"Command: {' '.join([os.path.relpath(sys.argv[0])] + (argv if argv is not None else sys.argv[1:]))}\n")
     results = []
+    if args.cli or args.cli_only:
+        cli_results = [run_cli(prof, n, args) for prof in profiles for n in sizes]
+        print_cli(cli_results)
+        if args.cli_only:
+            return 0
     if args.profile_only:
         if not args.cprofile:
             p.error("--profile-only needs --cprofile DIR")

@@ -262,3 +262,47 @@ def trie_match_frame(trie: TopicTrie, frame, out_type=None):
         },
         index=frame.index,
     )
+
+
+# -- the offline script: the same JSON Lines in and out as `bitroute match` ------
+
+def _id_order(value):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (0, value) if number else (1, value)
+
+
+def main(argv=None) -> int:
+    """``python benchmarks/trie.py --dialect D --subscriptions S --topics T``:
+    what ``bitroute match`` prints for files without headers, shared groups or
+    rejections, with a json.loads / trie / json.dumps per line."""
+    import argparse
+    import json
+    import sys
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--dialect", required=True, choices=("amqp", "mqtt"))
+    p.add_argument("--subscriptions", required=True)
+    p.add_argument("--topics", required=True)
+    args = p.parse_args(argv)
+    trie = TopicTrie(args.dialect)
+    given: dict[str, object] = {}
+    with open(args.subscriptions, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                key = json.dumps(record["id"])
+                given[key] = record["id"]
+                trie.add(key, record.get("subscriber") or key, record["filter"])
+    out = sys.stdout
+    with open(args.topics, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                topic = json.loads(line)["topic"]
+                ids = [given[key] for key in trie.match_ids(topic)]
+                ids.sort(key=_id_order)
+                out.write(json.dumps({"topic": topic, "subscriptions": ids}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

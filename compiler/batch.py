@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import bool_mask, numpy_of
 from .errors import TopicError
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -45,7 +46,7 @@ def collect_hits(table, topics: list[str]) -> tuple[np.ndarray, np.ndarray, dict
         return _EMPTY, _EMPTY, errors
     column = pa.array(topics, type=pa.string())
     parts = pc.split_pattern(column, table.separator)
-    offsets = parts.offsets.to_numpy().astype(np.int64)
+    offsets = numpy_of(parts.offsets).astype(np.int64)
     starts, ends = offsets[:-1], offsets[1:]
     values = parts.values
     lengths = ends - starts
@@ -64,7 +65,7 @@ def collect_hits(table, topics: list[str]) -> tuple[np.ndarray, np.ndarray, dict
     codes: list[np.ndarray] = []
     _gather(table.exact.get, topics, np.arange(n, dtype=np.int64), owners, codes)
     if table.dollar_rule:
-        group_key = lengths * 2 + pc.starts_with(column, "$").to_numpy(zero_copy_only=False)
+        group_key = lengths * 2 + bool_mask(pc.starts_with(column, "$"))
     else:
         group_key = lengths * 2
     order = np.argsort(group_key, kind="stable")

@@ -52,5 +52,37 @@ def live_slots(column: pa.StringArray) -> FrozenBitMap:
     """The slots of ``column`` that hold a value."""
     if column.null_count == 0:
         return FrozenBitMap(range(len(column)))
-    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    valid = bool_mask(pc.is_valid(column))
     return bitmap_of(np.flatnonzero(valid))
+
+
+def numpy_of(column: pa.Array) -> np.ndarray:
+    """A view of a null-free integer Arrow array as numpy. (Arrow's own
+    ``to_numpy`` imports pandas, 0.25 s that ``bitroute match`` does not
+    otherwise pay.)"""
+    dtype = _NUMPY_TYPES[column.type.id]
+    if column.null_count:
+        raise ValueError("numpy_of needs an array without nulls")
+    data = column.buffers()[1]
+    if data is None:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
+
+
+_NUMPY_TYPES = {
+    pa.type_for_alias(name).id: np.dtype(name) for name in ("int8", "uint8", "int32", "uint32", "int64", "uint64")
+}
+
+
+def bool_mask(column: pa.Array) -> np.ndarray:
+    """A boolean Arrow array as a numpy bool array, nulls as False."""
+    if column.null_count:
+        column = pc.fill_null(column, False)
+    return numpy_of(pc.cast(column, pa.uint8())).astype(bool)
+
+
+def object_array(column: pa.Array) -> np.ndarray:
+    """An Arrow array as a numpy object array of Python values (without pandas)."""
+    out = np.empty(len(column), dtype=object)
+    out[:] = column.to_pylist()
+    return out

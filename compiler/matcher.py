@@ -49,6 +49,7 @@ from pyroaring import FrozenBitMap
 from .batch import Units, collect_hits, expand
 from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
 from .criteria_index import CriteriaIndex
+from .columns import bool_mask
 from .errors import TopicError, UnknownExchangeError, quote
 from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
 from .grammar import grammar_for
@@ -106,7 +107,7 @@ class Matcher:
         self._sub_filter: list[int] = t.sub_filter.tolist()
         self._rank_of_slot = None
 
-        live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
+        live = np.flatnonzero(bool_mask(pc.is_valid(t.sub_ids)))
         owners = np.zeros(len(self._ids), dtype=np.int64)
         owners[live] = t.sub_subscriber[live]
         self._rank = slot_ranks(t.subscriber_names, owners, t.sub_ids)

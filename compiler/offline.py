@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import bool_mask, numpy_of, object_array
 from .errors import CompilerError, FilterError, HeaderCriteriaError, HeaderError, SubscriptionError, TopicError
 from .grammar import grammar_for, parse_dialect
 from .headers import HeaderCriteria
@@ -322,13 +323,12 @@ class _ColumnarSubscriptions:
         # Internal id = json.dumps(given id): also the id's output text.
         if string_ids:
             plain = _mask(pc.match_substring_regex(ids, _JSON_PLAIN))
-            id_text = pc.binary_join_element_wise('"', ids, '"', "").to_numpy(zero_copy_only=False)
-            id_text = np.asarray(id_text, dtype=object)
+            id_text = object_array(pc.binary_join_element_wise('"', ids, '"', ""))
             for i in np.flatnonzero(~plain).tolist():
                 id_text[i] = json.dumps(ids[i].as_py())
             bad_pre = _mask(pc.equal(pc.utf8_length(ids), 0))
         else:
-            id_text = np.asarray(pc.cast(ids, pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+            id_text = object_array(pc.cast(ids, pa.string()))
             bad_pre = np.zeros(n, dtype=bool)
 
         subscribers = table.column("subscriber").combine_chunks() if "subscriber" in table.column_names else None
@@ -381,14 +381,14 @@ class _ColumnarSubscriptions:
         # (Arrow sorts UTF-8 bytes, which is the same order).
         live_ids = ids.take(pa.array(live))
         self.rank = np.empty(len(live), dtype=np.int64)
-        self.rank[pc.sort_indices(live_ids).to_numpy()] = np.arange(len(live))
+        self.rank[numpy_of(pc.sort_indices(live_ids))] = np.arange(len(live))
 
     def given_id(self, sub_id: str) -> object:
         return json.loads(sub_id)
 
     def _subscriber_names(self, ids, subscribers, string_ids: bool, n: int) -> np.ndarray:
         """Per row, the subscriber name: given, or implicit from the id."""
-        implicit = np.asarray(pc.cast(ids, pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+        implicit = object_array(pc.cast(ids, pa.string()))
         if string_ids:
             # ids that are not valid names get the surrogate (rare: in Python)
             valid = _mask(pc.match_substring_regex(ids, r"^[A-Za-z0-9._-]{1,200}$")) & ~_mask(
@@ -398,7 +398,7 @@ class _ColumnarSubscriptions:
                 implicit[i] = _implicit_subscriber(implicit[i])
         if subscribers is None or pa.types.is_null(subscribers.type):
             return implicit
-        given = np.asarray(subscribers.to_numpy(zero_copy_only=False), dtype=object)
+        given = object_array(subscribers)
         missing = _mask(pc.is_null(subscribers))
         given[missing] = implicit[missing]
         return given
@@ -462,7 +462,7 @@ def _columnar_lines(subs, table: pa.Table) -> Iterator[str]:
 def _columnar_block(subs, topics: pa.StringArray, message_ids, start: int) -> str:
     n = len(topics)
     encoded = pc.dictionary_encode(topics, null_encoding="encode")
-    row_topic = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    row_topic = numpy_of(encoded.indices).astype(np.int64)
     distinct = encoded.dictionary
     has_null = distinct.null_count > 0
     texts = distinct.to_pylist()
@@ -509,7 +509,7 @@ def _concat(lines: pa.StringArray) -> str:
 
 
 def _mask(array) -> np.ndarray:
-    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=bool)
+    return bool_mask(array)
 
 
 def _encode(column) -> tuple[np.ndarray, list]:
@@ -517,7 +517,7 @@ def _encode(column) -> tuple[np.ndarray, list]:
     if isinstance(column, np.ndarray):
         column = pa.array(column, type=pa.string())
     encoded = pc.dictionary_encode(column)
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
+    return numpy_of(encoded.indices).astype(np.int64), encoded.dictionary.to_pylist()
 
 
 def _valid_subscriber(name: str) -> bool:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columns import bitmap_of
+from .columns import bitmap_of, bool_mask, numpy_of
 from .nfa import FilterAutomaton
 from .pattern import Shape
 
@@ -133,7 +133,7 @@ class ExchangeTables:
             odd = pc.or_(odd, pc.match_substring_regex(column, "^$|[+#\x00]"))
         else:
             odd = pc.or_(odd, pc.equal(column, ""))
-        return np.flatnonzero(odd.to_numpy(zero_copy_only=False)).tolist()
+        return np.flatnonzero(bool_mask(odd)).tolist()
 
     def add_exact(self, texts: list[str], codes: list[int]) -> None:
         self.exact.update(hash_table(texts, codes))
@@ -181,9 +181,9 @@ def slot_ranks(names: pa.StringArray, owners: np.ndarray, ids: pa.StringArray) -
     ranked first (there are few), so the big sort compares integers before
     strings."""
     name_rank = np.empty(len(names), dtype=np.int64)
-    name_rank[pc.sort_indices(names).to_numpy()] = np.arange(len(names))
+    name_rank[numpy_of(pc.sort_indices(names))] = np.arange(len(names))
     table = pa.table({"owner": name_rank[owners] if len(names) else owners, "id": ids})
-    order = pc.sort_indices(table, sort_keys=[("owner", "ascending"), ("id", "ascending")]).to_numpy()
+    order = numpy_of(pc.sort_indices(table, sort_keys=[("owner", "ascending"), ("id", "ascending")]))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     return rank
@@ -218,7 +218,7 @@ def filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: in
 
 def filter_groups(exchanges: np.ndarray, codes: np.ndarray, texts: pa.StringArray):
     """Live filter slots grouped by (exchange, filter code): yields ``(exchange, code, fslots)``."""
-    live = np.flatnonzero(pc.is_valid(texts).to_numpy(zero_copy_only=False))
+    live = np.flatnonzero(bool_mask(pc.is_valid(texts)))
     keys = (exchanges[live].astype(np.uint64) << np.uint64(32)) | codes[live].astype(np.uint64)
     order = np.argsort(keys, kind="stable")
     keys, live = keys[order], live[order]
