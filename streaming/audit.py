@@ -2,8 +2,8 @@
 
 The tables (``deliveries``, ``messages``, ``subscriptions``; schemas in
 :mod:`schemas.records`) live at ``config.delta.table_path(name)``. A query
-selects one table, optionally as of a Delta table version (time travel,
-``versionAsOf``), filters it and orders it:
+selects one table, optionally as of a Delta table version (time travel),
+filters it and orders it:
 
 - ``subscriber`` (deliveries, subscriptions) and ``message_id`` (deliveries,
   messages) are equality filters;
@@ -18,28 +18,40 @@ selects one table, optionally as of a Delta table version (time travel,
   ``subscriber`` filter applies after the reduction.
 
 Rows come back ordered by :data:`ORDER_COLUMNS`, as JSON-ready dicts in the
-table's column order, timestamps as
-ISO-8601 strings in UTC (``2025-01-31T12:00:00.000000Z``), arrays as lists and
-maps as objects. The session is :func:`streaming.session.spark_session`'s: an
-active one is reused and never stopped here.
+table's column order, timestamps as ISO-8601 strings in UTC
+(``2025-01-31T12:00:00.000000Z``), arrays as lists and maps as objects.
 
-Errors are :class:`AuditError` (no table, no such version) and its subclass
-:class:`InvalidQuery` (a filter that does not apply, a malformed timestamp).
+The tables are read with delta-rs (the ``deltalake`` package: its DataFusion
+SQL scan applies the filters), reduced and sorted with Arrow compute: no JVM
+and no Spark, so a query answers in about a second (docs/audit.md). Tables
+written by Spark (bitroute before delta-rs wrote them) and by delta-rs read
+the same.
+
+Errors are :class:`AuditError` (no table, no such version, a table delta-rs
+cannot read) and its subclass :class:`InvalidQuery` (a filter that does not
+apply, a malformed timestamp).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
-from schemas.records import AUDIT_TABLES, CHANGE_REJECTED, CHANGE_UPSERT
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError
+
 from streaming.config import Config
 
+# Named in schemas.records, which imports pyspark: the audit verb must start
+# without it. tests/streaming/test_audit.py checks that the two agree.
 TIME_COLUMNS = {"deliveries": "routed_at", "messages": "routed_at",
                 "subscriptions": "applied_at"}
+"""The time column of each audit table, bounded by ``since`` and ``until``."""
+CHANGE_UPSERT = "upsert"
+CHANGE_REJECTED = "rejected"
+
 ORDER_COLUMNS = {
     "deliveries": ("routed_at", "message_id", "subscriber"),
     "messages": ("routed_at", "message_id"),
@@ -48,15 +60,14 @@ ORDER_COLUMNS = {
 """Row order; message ids sort by topic, then partition and offset as numbers."""
 _FILTER_TABLES = {"subscriber": ("deliveries", "subscriptions"),
                   "message_id": ("deliveries", "messages")}
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-"""A warehouse given as a URI (``hdfs://``, ``s3a://``, ``file:``) rather than a local path."""
-# UTC whatever the session's time zone, so the strings also sort chronologically.
-_JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timeZone": "UTC",
-                 "ignoreNullFields": "false"}
+# <topic>/<partition>/<offset>; an id of another shape sorts as (id, -1, -1).
+_MESSAGE_ID = r"^(?P<topic>.*)/(?P<partition>[0-9]{1,18})/(?P<offset>[0-9]{1,18})$"
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+"""strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
 
 
 class AuditError(RuntimeError):
-    """An audit query cannot run: the table or the version is missing."""
+    """An audit query cannot run: the table or the version is missing, or unreadable."""
 
 
 class InvalidQuery(AuditError):
@@ -76,9 +87,9 @@ class AuditQuery:
     state: bool = False
 
     def __post_init__(self) -> None:
-        if self.table not in AUDIT_TABLES:
+        if self.table not in TIME_COLUMNS:
             raise InvalidQuery(f"unknown audit table {self.table!r}: expected one of "
-                               f"{', '.join(AUDIT_TABLES)}")
+                               f"{', '.join(TIME_COLUMNS)}")
         for name, tables in _FILTER_TABLES.items():
             if getattr(self, name) is not None and self.table not in tables:
                 flag = "--" + name.replace("_", "-")
@@ -107,28 +118,15 @@ def parse_time(text: str, flag: str) -> datetime:
 
 def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, object]]]:
     """The query's column names and rows (see module docstring)."""
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
-
-    from streaming.session import spark_session
-
     path = config.delta.table_path(query.table)
-    # A local table that is missing is reported before the JVM starts: fast,
-    # and without Spark's start-up log lines around the one-line error.
-    if not _URI.match(path) and not (Path(path) / "_delta_log").is_dir():
-        raise AuditError(_missing(path))
-    spark = spark_session(config)
-    frame = _select(spark, path, query)
-    columns = frame.columns
-    try:
-        lines = frame.select(F.to_json(F.struct(*[F.col(c) for c in columns]),
-                                       _JSON_OPTIONS).alias("row")).collect()
-    except AnalysisException as exc:
-        raise AuditError(_first_line(exc)) from None
-    rows = [json.loads(line.row) for line in lines]
-    rows.sort(key=lambda row: tuple(_order_value(row[c]) if c == "message_id" else row[c]
-                                    for c in ORDER_COLUMNS[query.table]))
-    return columns, rows
+    table = _read(path, query)
+    if query.state:
+        table = _in_force(table)
+        if query.subscriber is not None:
+            table = table.filter(pc.field("subscriber") == query.subscriber)
+    keys = _order_keys(table, query.table)
+    table = table.take(pc.sort_indices(keys, [(k, "ascending") for k in keys.column_names]))
+    return table.column_names, _json_rows(table)
 
 
 def render_table(columns: list[str], rows: list[dict[str, object]]) -> list[str]:
@@ -147,60 +145,113 @@ def render_table(columns: list[str], rows: list[dict[str, object]]) -> list[str]
             f"({len(rows)} row{'' if len(rows) == 1 else 's'})"]
 
 
-def _missing(path: str) -> str:
-    return f"no audit table at {path}: has the router run?"
+def _read(path: str, query: AuditQuery) -> pa.Table:
+    """The rows of the table at ``path`` (as of ``query.as_of_version``) that pass the
+    query's filters, but for ``subscriber`` under ``state``, which applies after the
+    reduction.
 
-
-def _select(spark, path: str, query: AuditQuery):
-    from delta.tables import DeltaTable
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        raise AuditError(_missing(path))
-    reader = spark.read.format("delta")
-    if query.as_of_version is not None:
-        reader = reader.option("versionAsOf", query.as_of_version)
+    delta-rs's own reader (DataFusion SQL) scans the table: it reads what Spark
+    writes as well (deletion vectors, column mapping, checkpoints), skips files
+    and row groups whose statistics rule the filters out, and returns the
+    table's Arrow types (strings as ``string``, not DataFusion's ``string_view``).
+    """
+    if not DeltaTable.is_deltatable(path):
+        raise AuditError(f"no audit table at {path}: has the router run?")
     try:
-        frame = reader.load(path)
-    except AnalysisException as exc:
+        delta = DeltaTable(path, version=query.as_of_version)
+    except DeltaError as exc:
+        if query.as_of_version is not None:
+            latest = DeltaTable(path).version()
+            if query.as_of_version > latest:
+                raise AuditError(f"{path}: no Delta version {query.as_of_version} "
+                                 f"(the latest is {latest})") from None
         raise AuditError(f"{path}: {_first_line(exc)}") from None
 
-    moment = F.col(TIME_COLUMNS[query.table])
+    time = TIME_COLUMNS[query.table]
+    conditions = []
     if query.since is not None:
-        frame = frame.filter(moment >= _timestamp(query.since))
+        conditions.append(f"{_name(time)} >= {_timestamp(query.since)}")
     if query.until is not None:
-        frame = frame.filter(moment < _timestamp(query.until))
+        conditions.append(f"{_name(time)} < {_timestamp(query.until)}")
     if query.message_id is not None:
-        frame = frame.filter(F.col("message_id") == query.message_id)
-    if query.state:
-        latest = Window.partitionBy("subscription_id").orderBy(
-            F.col("snapshot_version").desc(), F.col("changelog_offset").desc())
-        frame = (frame.filter(F.col("change") != CHANGE_REJECTED)
-                 .withColumn("_rank", F.row_number().over(latest))
-                 .filter((F.col("_rank") == 1) & (F.col("change") == CHANGE_UPSERT))
-                 .drop("_rank"))
-    if query.subscriber is not None:
-        frame = frame.filter(F.col("subscriber") == query.subscriber)
-    # Not sorted here: every row is collected on the driver anyway, and a Spark
-    # sort would add a shuffle (and a sampling job) to each query.
-    return frame
+        conditions.append(f"{_name('message_id')} = {_text(query.message_id)}")
+    if query.subscriber is not None and not query.state:
+        conditions.append(f"{_name('subscriber')} = {_text(query.subscriber)}")
+    sql = f"SELECT * FROM {_name(query.table)}"
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
+    try:
+        rows = pa.table(QueryBuilder().register(query.table, delta).execute(sql))
+    except DeltaError as exc:
+        raise AuditError(f"{path}: {_first_line(exc)}") from None
+    return rows.cast(pa.schema(delta.schema().to_arrow()))
 
 
-def _order_value(message_id: str) -> tuple[str, int, int]:
-    topic, _, position = message_id.rpartition("/")
-    topic, _, partition = topic.rpartition("/")
-    if partition.isdecimal() and position.isdecimal():
-        return topic, int(partition), int(position)
-    return message_id, -1, -1
+def _name(identifier: str) -> str:
+    """A column or table name in DataFusion SQL (unquoted names are lowercased)."""
+    return '"' + identifier.replace('"', '""') + '"'
 
 
-def _timestamp(moment: datetime):
-    from pyspark.sql import functions as F
+def _text(value: str) -> str:
+    """A string literal in DataFusion SQL: quotes doubled, backslashes are plain characters."""
+    return "'" + value.replace("'", "''") + "'"
 
-    # A string with an explicit offset reads the same whatever the session time zone.
-    return F.lit(moment.isoformat()).cast("timestamp")
+
+def _timestamp(moment: datetime) -> str:
+    """An aware datetime as a literal of Delta's timestamp type (microseconds, UTC): the
+    whole range of ``datetime`` fits, unlike DataFusion's nanosecond ``TIMESTAMP``."""
+    return f"""arrow_cast('{moment.isoformat()}', 'Timestamp(Microsecond, Some("UTC"))')"""
+
+
+def _in_force(changes: pa.Table) -> pa.Table:
+    """Per subscription id its latest applied change, when that is an upsert."""
+    applied = changes.filter(pc.field("change") != CHANGE_REJECTED)
+    applied = applied.take(pc.sort_indices(applied, [("subscription_id", "ascending"),
+                                                     ("snapshot_version", "descending"),
+                                                     ("changelog_offset", "descending")]))
+    ids = applied["subscription_id"].combine_chunks()
+    # The first row of each run of one id is its latest change.
+    first = pa.concat_arrays([pa.array([True] if len(ids) else [], pa.bool_()),
+                              pc.not_equal(ids[1:], ids[:-1])])
+    latest = applied.filter(first)
+    return latest.filter(pc.field("change") == CHANGE_UPSERT)
+
+
+def _order_keys(table: pa.Table, name: str) -> pa.Table:
+    """The sort keys of ``table``'s rows, most significant first: its order columns, a
+    message id as (topic, partition, offset) so that ``t/0/2`` comes before ``t/0/10``."""
+    keys = {}
+    for column in ORDER_COLUMNS[name]:
+        if column != "message_id":
+            keys[column] = table[column]
+            continue
+        ids = table[column]
+        parts = pc.extract_regex(ids, _MESSAGE_ID)
+        matched = pc.is_valid(parts)
+
+        def number(field: str) -> pa.ChunkedArray:
+            digits = pc.if_else(matched, pc.struct_field(parts, field), "-1")
+            return pc.cast(digits, pa.int64())
+
+        keys[column] = pc.if_else(matched, pc.struct_field(parts, "topic"), ids)
+        keys[f"{column}.partition"] = number("partition")
+        keys[f"{column}.offset"] = number("offset")
+    return pa.table(keys)
+
+
+def _json_rows(table: pa.Table) -> list[dict[str, object]]:
+    """``table``'s rows as dicts of JSON values (see module docstring)."""
+    columns = []
+    for column in table.columns:
+        kind = column.type
+        if pa.types.is_timestamp(kind):  # Delta's timestamp: microseconds, UTC
+            columns.append(pc.strftime(column, _TIME_FORMAT).to_pylist())
+        elif pa.types.is_map(kind):
+            columns.append([None if v is None else dict(v) for v in column.to_pylist()])
+        else:
+            columns.append(column.to_pylist())
+    names = table.column_names
+    return [dict(zip(names, values)) for values in zip(*columns)]
 
 
 def _cell(value: object) -> str:

@@ -1,21 +1,32 @@
-"""``bitroute audit`` on real Delta tables written with the schemas.records StructTypes.
+"""``bitroute audit`` on real Delta tables.
 
-The verb runs in-process on the session's SparkSession (the factory reuses the
-active session), against a warehouse of tables the fixture writes.
+The fixture tables are written as the router writes them, with delta-rs
+(``deltalake.write_deltalake``) from Arrow tables of the schemas.records
+StructTypes; one warehouse of the same rows written by Spark (as bitroute
+wrote them before) must read the same. The verb runs in-process, and as the
+installed ``bitroute`` command where its output or its imports are the point.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from schemas.records import DELIVERIES_TABLE, MESSAGES_TABLE, SUBSCRIPTIONS_TABLE
+from schemas import records
+from schemas.records import AUDIT_TABLES, MESSAGES_TABLE
+from streaming import audit
 from streaming.cli import main
 
 T0 = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
+BITROUTE = Path(sys.executable).with_name("bitroute")
 
 
 def _at(minutes: int) -> datetime:
@@ -26,37 +37,61 @@ def _iso(minutes: int) -> str:
     return _at(minutes).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
 
 
-@pytest.fixture(scope="module")
-def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deliveries: m1 -> alice, bob; m2 -> alice. messages: m1, m2 routed, m10 rejected.
-    subscriptions: Delta version 0 adds a1, b1, b2; version 1 removes b1 and rejects x."""
-    root = tmp_path_factory.mktemp("warehouse")
-
-    def write(name, schema, rows):
-        spark.createDataFrame(rows, schema).write.format("delta").mode("append").save(
-            str(root / name))
-
-    write("deliveries", DELIVERIES_TABLE, [
+# One list of rows per commit, per table, in the StructTypes' column order.
+# deliveries: m1 -> alice, bob; m2 -> alice. messages: m1, m2 routed, m10 rejected
+# (written before m2, routed at the same time: its place comes from its offset).
+# subscriptions: the first commit adds a1, b1, b2; the second removes b1 and rejects x.
+COMMITS = {
+    "deliveries": [[
         ("p/0/1", "alice", ["a1"], "amq.topic", "a.b", "dlv.alice", 2, 0, _at(0), _at(1)),
         ("p/0/1", "bob", ["b1", "b2"], "amq.topic", "a.b", "dlv.bob", 2, 0, _at(0), _at(1)),
         ("p/0/2", "alice", ["a1"], "amq.topic", "a.c", "dlv.alice", 2, 1, None, _at(5)),
-    ])
-    write("messages", MESSAGES_TABLE, [
+    ]],
+    "messages": [[
         ("p/0/1", "amq.topic", "a.b", "routed", 2, None, {"color": "red"}, 5, 2, 0, _at(0), _at(1)),
-        ("p/0/2", "amq.topic", "a.c", "routed", 1, None, {}, 0, 2, 1, _at(4), _at(5)),
         ("p/0/10", "nope", "a.d", "rejected", 0, "unknown exchange 'nope'", None, 3, 2, 1,
          _at(4), _at(5)),
-    ])
-    write("subscriptions", SUBSCRIPTIONS_TABLE, [
+        ("p/0/2", "amq.topic", "a.c", "routed", 1, None, {}, 0, 2, 1, _at(4), _at(5)),
+    ]],
+    "subscriptions": [[
         ("a1", "upsert", "amq.topic", "alice", "a.*", None, None, None, 1, 0, 0, _at(0), _at(0)),
         ("b1", "upsert", "amq.topic", "bob", "#", "any", {"k": None, "c": "red"}, None, 1, 1, 0,
          _at(0), _at(0)),
         ("b2", "upsert", "amq.topic", "bob", "a.b", None, None, None, 2, 1, 1, _at(1), _at(1)),
-    ])
-    write("subscriptions", SUBSCRIPTIONS_TABLE, [
+    ], [
         ("b1", "remove", None, None, None, None, None, None, 3, 1, 2, _at(2), _at(2)),
         ("x", "rejected", None, None, None, None, None, "bad JSON", 3, 0, 1, _at(2), _at(2)),
-    ])
+    ]],
+}
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tables as delta-rs writes them: subscriptions has Delta versions 0 and 1."""
+    root = tmp_path_factory.mktemp("warehouse")
+    for name, commits in COMMITS.items():
+        schema = to_arrow_schema(AUDIT_TABLES[name])
+        for rows in commits:
+            table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema)
+            write_deltalake(root / name, table, mode="append")
+    return root
+
+
+@pytest.fixture(scope="module")
+def spark_warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same rows as Spark wrote them: each table created empty (Delta version 0),
+    then one commit per list of rows; a checkpoint every second version, so that
+    subscriptions' version 2 is read from a Parquet checkpoint, not JSON commits."""
+    from delta.tables import DeltaTable
+
+    root = tmp_path_factory.mktemp("spark-warehouse")
+    for name, commits in COMMITS.items():
+        path = str(root / name)
+        (DeltaTable.createIfNotExists(spark).location(path).addColumns(AUDIT_TABLES[name])
+         .property("delta.checkpointInterval", "2").execute())
+        for rows in commits:
+            spark.createDataFrame(rows, AUDIT_TABLES[name]).write.format("delta").mode(
+                "append").save(path)
     return root
 
 
@@ -94,6 +129,14 @@ def test_what_subscriber_s_received_between_t1_and_t2(capsys, warehouse):
     # A timestamp without an offset is UTC; --since is inclusive.
     assert ids("--since", "2025-01-31T12:05:00") == ["p/0/2"]
     assert ids("--until", "2025-01-31T13:00:00+02:00") == []
+    # Bounds outside the nanosecond range (1677-2262) are fine: Delta times are microseconds.
+    assert ids("--since", "0001-01-01", "--until", "9999-12-31") == ["p/0/1", "p/0/2"]
+
+
+def test_filter_values_are_data_not_sql(capsys, warehouse):
+    for value in ["x' OR '1'='1", "alice' --", "a\\'", "'"]:
+        assert _json(capsys, warehouse, "deliveries", "--subscriber", value) == []
+        assert _json(capsys, warehouse, "messages", "--message-id", value) == []
 
 
 def test_messages_show_their_outcome_and_null_fields(capsys, warehouse):
@@ -131,12 +174,66 @@ def test_subscriptions_time_travel_and_state(capsys, warehouse):
                                                       ("b2", "upsert")]
     assert ids("--state", "--until", _iso(1)) == [("a1", "upsert"), ("b1", "upsert")]
     assert ids("--state", "--subscriber", "bob") == [("b2", "upsert")]
+    assert ids("--state", "--subscriber", "alice", "--until", _iso(0)) == []
     [b1] = _json(capsys, warehouse, "subscriptions", "--as-of-version", "0", "--subscriber",
                  "bob", "--until", _iso(1))
     assert (b1["header_match"], b1["header_criteria"]) == ("any", {"k": None, "c": "red"})
 
 
-def test_missing_table_is_one_line_error(capsys, spark, tmp_path):
+@pytest.mark.parametrize("args, spark_args", [
+    (["deliveries"], ["deliveries"]),
+    (["messages"], ["messages"]),
+    (["subscriptions"], ["subscriptions"]),
+    (["subscriptions", "--state"], ["subscriptions", "--state"]),
+    # Spark's version 0 is the empty table the router created.
+    (["subscriptions", "--as-of-version", "0"], ["subscriptions", "--as-of-version", "1"]),
+])
+def test_tables_written_by_spark_read_the_same(capsys, warehouse, spark_warehouse, args,
+                                               spark_args):
+    checkpoint = spark_warehouse / "subscriptions/_delta_log/00000000000000000002.checkpoint.parquet"
+    assert checkpoint.is_file()
+    expected = _json(capsys, warehouse, *args)
+    assert expected
+    assert _json(capsys, spark_warehouse, *spark_args) == expected
+
+
+def test_json_output_of_the_command_is_json_lines_only(warehouse, tmp_path):
+    """``bitroute audit ... --json | jq .`` works: every stdout line is a JSON object,
+    whatever reaches stderr, and the command leaves nothing in the current folder."""
+    result = subprocess.run(
+        [str(BITROUTE), "audit", "subscriptions", "--json",
+         "--set", f"delta.warehouse={warehouse}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["subscription_id"] for r in rows] == ["a1", "b1", "b2", "x", "b1"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_verb_imports_no_spark(warehouse):
+    script = (
+        "import sys\n"
+        "from streaming.cli import main\n"
+        f"code = main(['audit', 'messages', '--json', '--set', 'delta.warehouse={warehouse}'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'delta')),"
+        " file=sys.stderr)\n"
+        "sys.exit(code)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 3
+    assert result.stderr.splitlines() == ["[]"]
+
+
+def test_the_verb_names_tables_and_changes_as_the_schemas_do():
+    assert list(audit.TIME_COLUMNS) == list(AUDIT_TABLES)
+    assert (audit.CHANGE_UPSERT, audit.CHANGE_REJECTED) == (records.CHANGE_UPSERT,
+                                                            records.CHANGE_REJECTED)
+    for name, schema in AUDIT_TABLES.items():
+        assert {audit.TIME_COLUMNS[name], *audit.ORDER_COLUMNS[name]} <= set(schema.names)
+
+
+def test_missing_table_is_one_line_error(capsys, tmp_path):
     code, out, err = _audit(capsys, tmp_path / "empty", "deliveries")
     assert (code, out) == (1, "")
     assert err.splitlines() == [
@@ -144,7 +241,8 @@ def test_missing_table_is_one_line_error(capsys, spark, tmp_path):
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["subscriptions", "--as-of-version", "9"], 1, "9"),
+    (["subscriptions", "--as-of-version", "9"], 1, "subscriptions: no Delta version 9 (the "
+                                                   "latest is 1)"),
     (["messages", "--subscriber", "bob"], 2,
      "--subscriber does not apply to the messages table (it applies to deliveries and "
      "subscriptions)"),
