@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import metadata
+from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
 from streaming.jvm import JvmResolutionError
@@ -238,14 +239,22 @@ def _subscriptions(args: argparse.Namespace) -> int:
     rows = inspect.subscriptions(state, args.subscriber, args.exchange)
     _warn_stale(state)
     if args.json:
-        for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
+        _print_lines(map(json.JSONEncoder(ensure_ascii=False).encode, rows))
         return 0
     from streaming.audit import render_table
 
     print(state.describe())
     print("\n".join(render_table(inspect.SUBSCRIPTION_COLUMNS, rows)))
     return 0
+
+
+def _print_lines(lines: Iterable[str], block: int = 4096) -> None:
+    """Print ``lines`` a block at a time: one write per line is slow on an
+    unbuffered stdout (PYTHONUNBUFFERED), and a listing can have millions."""
+    lines = iter(lines)
+    while chunk := list(islice(lines, block)):
+        sys.stdout.write("\n".join(chunk) + "\n")
+    sys.stdout.flush()
 
 
 def _warn_stale(state) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from compiler import (
     Dialect,
+    HeaderCriteria,
     HeaderError,
     Matcher,
     RoutingIndex,
@@ -84,13 +85,14 @@ class RejectedPublish(InspectError):
 class RoutingState:
     """The subscriptions the router would route the next publish with.
 
-    ``base_version`` is the persisted snapshot version the state starts from
-    (``None``: rebuilt from the whole changelog); ``changes_applied`` counts
-    the changelog records read after it; ``stale`` is why the changelog could
-    not be read (then the state is the snapshot's alone), else ``None``.
+    ``snapshot`` holds them (the persisted one itself when the changelog had
+    nothing newer); ``base_version`` is the persisted snapshot version the
+    state starts from (``None``: rebuilt from the whole changelog);
+    ``changes_applied`` counts the changelog records read after it; ``stale``
+    is why the changelog could not be read (then the state is the snapshot's
+    alone), else ``None``.
     """
 
-    index: RoutingIndex
     snapshot: Snapshot
     base_version: int | None
     changes_applied: int
@@ -140,25 +142,31 @@ def latest_snapshot(config: Config) -> Snapshot | None:
 
 
 def load_state(config: Config) -> RoutingState:
-    """The routing state now (see the module docstring); raises :class:`InspectError`."""
+    """The routing state now (see the module docstring); raises :class:`InspectError`.
+
+    The index is rebuilt from a persisted snapshot only when the changelog has
+    newer records: at a million subscriptions that costs about a second.
+    """
     exchanges = {name: Dialect(d) for name, d in config.exchanges.dialects.items()}
     snapshot = latest_snapshot(config)
     if snapshot is not None and dict(snapshot.exchanges) != exchanges:
         snapshot = None  # made for other exchanges: the router would rebuild it
     problem = _changelog_problem(config)
     if snapshot is not None:
-        index = RoutingIndex.from_snapshot(snapshot)
         if problem is not None:
-            return RoutingState(index, snapshot, snapshot.version, 0, problem)
-        offsets, applied = _apply_changelog(config, index, snapshot.offsets)
+            return RoutingState(snapshot, snapshot.version, 0, problem)
+        base = snapshot
+        index, offsets, applied = _apply_changelog(
+            config, lambda: RoutingIndex.from_snapshot(base), base.offsets)
         if applied:
-            snapshot = index.snapshot(snapshot.version, offsets)
-        return RoutingState(index, snapshot, snapshot.version, applied, None)
+            snapshot = index.snapshot(base.version, offsets)
+        return RoutingState(snapshot, base.version, applied, None)
     if problem is not None:
         raise InspectError(f"no router snapshot in {snapshots_folder(config)} and {problem}")
-    index = RoutingIndex(exchanges)
-    offsets, applied = _apply_changelog(config, index, {})
-    return RoutingState(index, index.snapshot(0, offsets), None, applied, None)
+    index, offsets, applied = _apply_changelog(config, lambda: RoutingIndex(exchanges), {})
+    if index is None:
+        index = RoutingIndex(exchanges)
+    return RoutingState(index.snapshot(0, offsets), None, applied, None)
 
 
 def _changelog_problem(config: Config) -> str | None:
@@ -183,16 +191,20 @@ def _changelog_problem(config: Config) -> str | None:
     return None
 
 
-def _apply_changelog(config: Config, index: RoutingIndex, offsets: Mapping[int, int]
-                     ) -> tuple[dict[int, int], int]:
-    """Apply the changelog from ``offsets`` to its end to ``index``; (new offsets, records read)."""
+def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
+                     offsets: Mapping[int, int]) -> tuple[RoutingIndex | None, dict[int, int], int]:
+    """Apply the changelog from ``offsets`` to its end to the index ``make_index()``
+    makes at the first record; (that index or None, the new offsets, records read)."""
     from streaming.changelog import ChangelogError, ChangelogReader, apply_record
 
     applied_at_ms = int(time.time() * 1000)
+    index: RoutingIndex | None = None
     count = 0
 
     def apply(message) -> None:
-        nonlocal count
+        nonlocal index, count
+        if index is None:
+            index = make_index()
         _, timestamp = message.timestamp()
         apply_record(index, message.key(), message.value(), message.partition(), message.offset(),
                      timestamp if timestamp > 0 else None, applied_at_ms)
@@ -208,7 +220,7 @@ def _apply_changelog(config: Config, index: RoutingIndex, offsets: Mapping[int, 
                            f"{exc.args[0].str() if exc.args else exc}") from None
     finally:
         reader.close()
-    return new_offsets, count
+    return index, new_offsets, count
 
 
 # --- subscriptions -----------------------------------------------------------------
@@ -216,31 +228,48 @@ def _apply_changelog(config: Config, index: RoutingIndex, offsets: Mapping[int, 
 def subscriptions(state: RoutingState, subscriber: str | None = None, exchange: str | None = None
                   ) -> list[dict[str, object]]:
     """The live subscriptions (of ``subscriber``, of ``exchange`` when given), sorted by
-    exchange, subscriber and id; each a dict of :data:`SUBSCRIPTION_COLUMNS`.
-
-    Columnar until the rows are made, so a million subscriptions cost one
-    Arrow sort, not a million index lookups.
-    """
+    exchange, subscriber and id; each a dict of :data:`SUBSCRIPTION_COLUMNS`."""
     t = state.snapshot.tables
-    live = np.flatnonzero(pc.is_valid(t.sub_ids).to_numpy(zero_copy_only=False))
-    filters = t.sub_filter[live]
-    table = pa.table({
-        "slot": pa.array(live),
-        "subscription_id": t.sub_ids.take(pa.array(live)),
-        "exchange": pa.DictionaryArray.from_arrays(
-            pa.array(t.filter_exchange[filters].astype(np.int32)),
-            pa.array(t.exchange_names, pa.string())).cast(pa.string()),
-        "subscriber": t.subscriber_names.take(pa.array(t.sub_subscriber[live])),
-        "filter": t.filter_text.take(pa.array(filters)),
-    })
+    table = _table(state.snapshot, np.flatnonzero(_live(t)))
     if subscriber is not None:
         table = table.filter(pc.equal(table["subscriber"], subscriber))
     if exchange is not None:
         table = table.filter(pc.equal(table["exchange"], exchange))
     table = table.take(pc.sort_indices(table, sort_keys=[
         ("exchange", "ascending"), ("subscriber", "ascending"), ("subscription_id", "ascending")]))
-    criteria = {int(slot): t.criteria_sets[ref]
-                for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())}
+    return _rows(state.snapshot, table)
+
+
+def _live(tables) -> np.ndarray:
+    return pc.is_valid(tables.sub_ids).to_numpy(zero_copy_only=False)
+
+
+def _table(snapshot: Snapshot, slots: np.ndarray) -> pa.Table:
+    """Subscription slots ``slots`` (live ones) as columns: slot, id, exchange, subscriber,
+    filter. Columnar, so a million subscriptions cost a few Arrow kernels, not a
+    million lookups."""
+    t = snapshot.tables
+    filters = t.sub_filter[slots]
+    return pa.table({
+        "slot": pa.array(slots, pa.int64()),
+        "subscription_id": t.sub_ids.take(pa.array(slots, pa.int64())),
+        "exchange": pa.DictionaryArray.from_arrays(
+            pa.array(t.filter_exchange[filters].astype(np.int32)),
+            pa.array(t.exchange_names, pa.string())).cast(pa.string()),
+        "subscriber": t.subscriber_names.take(pa.array(t.sub_subscriber[slots], pa.int64())),
+        "filter": t.filter_text.take(pa.array(filters, pa.int64())),
+    })
+
+
+def _criteria(snapshot: Snapshot) -> dict[int, HeaderCriteria]:
+    t = snapshot.tables
+    return {int(slot): t.criteria_sets[ref]
+            for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())}
+
+
+def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, object]]:
+    """The rows of a :func:`_table`, as dicts of :data:`SUBSCRIPTION_COLUMNS`."""
+    criteria = _criteria(snapshot)
     rows = []
     for row in table.to_pylist():
         found = criteria.get(row.pop("slot"))
@@ -255,7 +284,7 @@ def subscriptions(state: RoutingState, subscriber: str | None = None, exchange: 
 @dataclass(frozen=True)
 class Receiver:
     """One subscriber a publish would reach, with its matching subscriptions (each a
-    dict of :data:`SUBSCRIPTION_COLUMNS` plus ``shared_group``).
+    dict of :data:`SUBSCRIPTION_COLUMNS` plus ``shared_group``), sorted by id.
 
     ``certain`` is False when every one of them is a member of a shared group
     and no message id was given: the subscriber receives the message only if
@@ -280,45 +309,35 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
 
     Raises :class:`RejectedPublish` for what the router would reject.
     """
+    snapshot = state.snapshot
     header_map = dict(headers)
     try:
-        deliveries = Matcher(state.snapshot).match(exchange, routing_key, header_map,
-                                                   message_id or "")
+        deliveries = Matcher(snapshot).match(exchange, routing_key, header_map, message_id or "")
     except (UnknownExchangeError, TopicError, HeaderError) as exc:
         raise RejectedPublish(f"the router would reject this publish: {exc}") from None
-    share_prefix = getattr(grammar_for(state.snapshot.exchanges[exchange]), "SHARE_PREFIX", None)
-    matched = {sub_id: state.index.get(sub_id) for d in deliveries for sub_id in d.subscription_ids}
-    if message_id is None and share_prefix is not None:
-        groups = {sub.filter: sub.id for sub in matched.values() if sub.filter.startswith(share_prefix)}
-        for member in groups.values():
-            for sub in _group_members(state, member):
-                if sub.headers is None or sub.headers.matches(header_map):
-                    matched.setdefault(sub.id, sub)
-    by_subscriber: dict[str, list] = {}
-    for sub in matched.values():
-        by_subscriber.setdefault(sub.subscriber, []).append(sub)
-    receivers = []
-    for name in sorted(by_subscriber):
-        rows = []
-        for sub in sorted(by_subscriber[name], key=lambda s: s.id):
-            shared = share_prefix is not None and sub.filter.startswith(share_prefix)
-            rows.append({
-                "subscription_id": sub.id, "exchange": sub.exchange, "subscriber": sub.subscriber,
-                "filter": sub.filter,
-                "header_match": None if sub.headers is None else sub.headers.match,
-                "header_criteria": None if sub.headers is None else dict(sub.headers.criteria),
-                "shared_group": sub.filter if shared else None,
-            })
-        certain = message_id is not None or any(r["shared_group"] is None for r in rows)
-        receivers.append(Receiver(name, certain, rows))
-    return receivers
-
-
-def _group_members(state: RoutingState, sub_id: str) -> list:
-    """Every live subscription holding the same (exchange, filter) as ``sub_id``:
-    the members of its shared group."""
-    t = state.snapshot.tables
-    fslot = t.sub_filter[state.index.slot(sub_id)]
-    slots = np.flatnonzero(t.sub_filter == fslot)
-    ids = t.sub_ids.take(pa.array(slots)).to_pylist()
-    return [state.index.get(i) for i in ids if i is not None]
+    t = snapshot.tables
+    ids = [sub_id for d in deliveries for sub_id in d.subscription_ids]
+    live = _live(t)
+    matched = live & pc.is_in(t.sub_ids, pa.array(ids, pa.string())).to_numpy(zero_copy_only=False)
+    share_prefix = getattr(grammar_for(snapshot.exchanges[exchange]), "SHARE_PREFIX", None)
+    shared = np.zeros(len(t.filter_text), dtype=bool)
+    if share_prefix is not None and len(t.filter_text):
+        shared = pc.starts_with(t.filter_text, share_prefix).to_numpy(zero_copy_only=False)
+    if message_id is None and shared.any():
+        # The other members of each matched group: same (exchange, filter), criteria holding.
+        groups = np.unique(t.sub_filter[matched][shared[t.sub_filter[matched]]])
+        criteria = _criteria(snapshot)
+        for slot in np.flatnonzero(live & np.isin(t.sub_filter, groups) & ~matched).tolist():
+            found = criteria.get(slot)
+            matched[slot] = found is None or found.matches(header_map)
+    slots = np.flatnonzero(matched)
+    table = _table(snapshot, slots)
+    table = table.take(pc.sort_indices(table, sort_keys=[("subscriber", "ascending"),
+                                                        ("subscription_id", "ascending")]))
+    receivers: dict[str, list[dict[str, object]]] = {}
+    for row in _rows(snapshot, table):
+        is_shared = share_prefix is not None and row["filter"].startswith(share_prefix)
+        row["shared_group"] = row["filter"] if is_shared else None
+        receivers.setdefault(row["subscriber"], []).append(row)
+    return [Receiver(name, message_id is not None or any(r["shared_group"] is None for r in rows),
+                     rows) for name, rows in receivers.items()]
