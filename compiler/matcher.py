@@ -132,9 +132,10 @@ class Matcher:
         groups = []
         for exchange_code, code, fslots in filter_groups(t.filter_exchange, t.filter_code, t.filter_text):
             grammar = exchange_list[exchange_code].grammar
-            texts = t.filter_text.take(pa.array(fslots)).to_pylist()
+            column = t.filter_text.take(pa.array(fslots))
+            texts = column.to_pylist()
             if grammar.DOLLAR_RULE:
-                shared = [f for f, x in zip(fslots, texts) if x.startswith(grammar.SHARE_PREFIX)]
+                shared = fslots[bool_mask(pc.starts_with(column, grammar.SHARE_PREFIX))].tolist()
                 if shared:
                     for f in shared:
                         flags[f] = flags.get(f, 0) | _HAS_SHARED
