@@ -34,6 +34,7 @@ apply, a malformed timestamp).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -62,6 +63,7 @@ _FILTER_TABLES = {"subscriber": ("deliveries", "subscriptions"),
                   "message_id": ("deliveries", "messages")}
 # <topic>/<partition>/<offset>; an id of another shape sorts as (id, -1, -1).
 _MESSAGE_ID = r"^(?P<topic>.*)/(?P<partition>[0-9]{1,18})/(?P<offset>[0-9]{1,18})$"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
 
@@ -155,7 +157,11 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
     and row groups whose statistics rule the filters out, and returns the
     table's Arrow types (strings as ``string``, not DataFusion's ``string_view``).
     """
-    if not DeltaTable.is_deltatable(path):
+    try:
+        found = DeltaTable.is_deltatable(path)
+    except OSError as exc:  # storage unreachable: a URI's host, credentials
+        raise AuditError(f"{path}: {_one_line(exc)}") from None
+    if not found:
         raise AuditError(f"no audit table at {path}: has the router run?")
     try:
         delta = DeltaTable(path, version=query.as_of_version)
@@ -165,7 +171,7 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
             if query.as_of_version > latest:
                 raise AuditError(f"{path}: no Delta version {query.as_of_version} "
                                  f"(the latest is {latest})") from None
-        raise AuditError(f"{path}: {_first_line(exc)}") from None
+        raise AuditError(f"{path}: {_one_line(exc)}") from None
 
     time = TIME_COLUMNS[query.table]
     conditions = []
@@ -182,8 +188,8 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
         sql += " WHERE " + " AND ".join(conditions)
     try:
         rows = pa.table(QueryBuilder().register(query.table, delta).execute(sql))
-    except DeltaError as exc:
-        raise AuditError(f"{path}: {_first_line(exc)}") from None
+    except (DeltaError, OSError) as exc:
+        raise AuditError(f"{path}: {_one_line(exc)}") from None
     return rows.cast(pa.schema(delta.schema().to_arrow()))
 
 
@@ -264,5 +270,7 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0]
+def _one_line(exc: BaseException) -> str:
+    """delta-rs's message, a chain of causes on indented ``↳`` lines in colour, as one line."""
+    lines = (line.strip().lstrip("↳").strip() for line in _ANSI.sub("", str(exc)).splitlines())
+    return ": ".join(line for line in lines if line) or type(exc).__name__

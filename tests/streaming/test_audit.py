@@ -23,6 +23,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from schemas import records
 from schemas.records import AUDIT_TABLES, MESSAGES_TABLE
 from streaming import audit
+from streaming.broker import free_port
 from streaming.cli import main
 
 T0 = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
@@ -95,7 +96,7 @@ def spark_warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _audit(capsys, warehouse: Path, *args: str) -> tuple[int, str, str]:
+def _audit(capsys, warehouse: Path | str, *args: str) -> tuple[int, str, str]:
     code = main(["audit", *args, "--set", f"delta.warehouse={warehouse}"])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
@@ -190,8 +191,8 @@ def test_subscriptions_time_travel_and_state(capsys, warehouse):
 ])
 def test_tables_written_by_spark_read_the_same(capsys, warehouse, spark_warehouse, args,
                                                spark_args):
-    checkpoint = spark_warehouse / "subscriptions/_delta_log/00000000000000000002.checkpoint.parquet"
-    assert checkpoint.is_file()
+    log = spark_warehouse / "subscriptions" / "_delta_log"
+    assert (log / "00000000000000000002.checkpoint.parquet").is_file()
     expected = _json(capsys, warehouse, *args)
     assert expected
     assert _json(capsys, spark_warehouse, *spark_args) == expected
@@ -238,6 +239,15 @@ def test_missing_table_is_one_line_error(capsys, tmp_path):
     assert (code, out) == (1, "")
     assert err.splitlines() == [
         f"bitroute: error: no audit table at {tmp_path / 'empty'}/deliveries: has the router run?"]
+
+
+def test_unreachable_storage_is_one_line_error(capsys):
+    warehouse = f"hdfs://127.0.0.1:{free_port()}/delta"
+    code, out, err = _audit(capsys, warehouse, "messages")
+    assert (code, out) == (1, "")
+    [line] = err.splitlines()
+    assert line.startswith(f"bitroute: error: {warehouse}/messages: ")
+    assert "Connection refused" in line and "\x1b" not in line
 
 
 @pytest.mark.parametrize("args, code, message", [
