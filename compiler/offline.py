@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -68,13 +69,13 @@ memory when each line names thousands of subscriptions."""
 READ_BLOCK_BYTES = 16 << 20
 """Arrow JSON reader block size (a line longer than this takes the record path)."""
 
-_NOT_COLUMNAR = (
-    b"\\u", b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9",
-    b"\n\n", b"\n ", b"\n\t", b"\xef\xbb\xbf",
-)
-"""Bytes after which Python's ``str.splitlines``/``strip``/``json`` and
-Arrow's reader may disagree: escapes (lone surrogates), other line breaks,
-blank or indented lines, a byte-order mark."""
+_NOT_COLUMNAR = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\\u", b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
+"""Byte strings after which Python's ``str.splitlines``/``json`` and Arrow's
+reader may disagree: other line breaks than ``\n``, escapes (lone
+surrogates). A multi-byte one is searched only when its first byte occurs."""
+
+_BLANK_OR_INDENTED = re.compile(rb"\n[\n \t]")
+"""A blank or indented line: Python skips or strips it, Arrow may not."""
 
 _JSON_PLAIN = r"^[ !#-\[\]-~]*$"
 """Strings that ``json.dumps`` writes as themselves between quotes."""
@@ -158,7 +159,9 @@ def _columnar_table(data: bytes, columns_ok) -> pa.Table | None:
     the record path must read it (see the module docstring)."""
     if not data:
         return None
-    if data[:1] in (b" ", b"\t", b"\n") or any(marker in data for marker in _NOT_COLUMNAR):
+    if data[:1] in (b" ", b"\t", b"\n", b"\xef"):  # indented, blank, or a byte-order mark
+        return None
+    if any(marker[:1] in data and marker in data for marker in _NOT_COLUMNAR) or _BLANK_OR_INDENTED.search(data):
         return None
     import pyarrow.json as pj  # only this path reads JSON with Arrow
 
