@@ -54,6 +54,7 @@ from schemas.records import (
     SUBSCRIPTIONS_TABLE,
     message_id,
 )
+from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
 from streaming.delta_sink import AuditTables
 from streaming.snapshots import SnapshotStore
@@ -147,9 +148,10 @@ class ChangelogReader:
     committed to Kafka; the position lives in the router's snapshots.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, client_settings: Mapping[str, object] | None = None) -> None:
         self._topic = config.kafka.subscriptions_topic
         self._consumer = Consumer({
+            **(client_settings or {"logger": KAFKA_LOG}),
             "bootstrap.servers": config.kafka.bootstrap,
             # librdkafka insists on a group id; it is never joined or committed to.
             "group.id": "bitroute-router-changelog",
@@ -229,7 +231,8 @@ class Subscriptions:
     """
 
     def __init__(self, config: Config, store: SnapshotStore, audit: AuditTables,
-                 index: RoutingIndex, version: int, data: bytes, offsets: Mapping[int, int]) -> None:
+                 index: RoutingIndex, version: int, data: bytes, offsets: Mapping[int, int],
+                 client_settings: Mapping[str, object] | None = None) -> None:
         self._config = config
         self._store = store
         self._audit = audit
@@ -237,15 +240,17 @@ class Subscriptions:
         self._version = version
         self._data = data
         self._offsets = dict(offsets)
-        self._reader = ChangelogReader(config)
-        self._producer = Producer({"bootstrap.servers": config.kafka.bootstrap,
+        settings = dict(client_settings or {"logger": KAFKA_LOG})
+        self._reader = ChangelogReader(config, settings)
+        self._producer = Producer({**settings, "bootstrap.servers": config.kafka.bootstrap,
                                    "enable.idempotence": True})
         self._admin = admin_client(config)
         self._topics_ensured: set[str] = set()
         self._unaudited: tuple[int, pa.Table] | None = None
 
     @classmethod
-    def open(cls, config: Config, store: SnapshotStore, audit: AuditTables) -> Subscriptions:
+    def open(cls, config: Config, store: SnapshotStore, audit: AuditTables,
+             client_settings: Mapping[str, object] | None = None) -> Subscriptions:
         """Rebuild from the latest persisted version (plus nothing else yet: call
         :meth:`catch_up` for the changelog after it), or from an empty index.
 
@@ -262,14 +267,14 @@ class Subscriptions:
                 changes = [Change(*c) for c in stored.changes]
                 audit.append_subscriptions(stored.version, changes_table(changes, stored.version))
                 return cls(config, store, audit, RoutingIndex.from_snapshot(snapshot),
-                           stored.version, stored.data, snapshot.offsets)
+                           stored.version, stored.data, snapshot.offsets, client_settings)
         # From scratch: an empty index at offsets {} as a new version, so
         # that the next catch-up reads the whole changelog.
         version = 0 if stored is None else stored.version + 1
         index = RoutingIndex(exchanges)
         data = index.snapshot(version, {}).to_bytes()
         store.save(version, data, [])
-        return cls(config, store, audit, index, version, data, {})
+        return cls(config, store, audit, index, version, data, {}, client_settings)
 
     @property
     def version(self) -> int:

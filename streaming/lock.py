@@ -22,10 +22,13 @@ import fcntl
 import json
 import os
 import socket
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 LOCK_FILE = "router.lock"
+LOCK_WAIT_S = 10.0
+"""How long a starting router waits for the lock before refusing to start."""
 
 
 class RouterLockedError(RuntimeError):
@@ -37,7 +40,8 @@ def lock_path(checkpoint_dir: str | Path) -> Path:
 
 
 def holder(checkpoint_dir: str | Path) -> dict | None:
-    """The holder ``{"pid", "host", "started_at"}`` while a router holds the lock, else None."""
+    """The holder ``{"pid", "host", "started_at"}`` while a router holds the lock (``{}``
+    for a moment while it starts), else None."""
     path = lock_path(checkpoint_dir)
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -47,7 +51,7 @@ def holder(checkpoint_dir: str | Path) -> dict | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _read(fd)
+            return _read(fd) or {}  # held; {} while its holder has not written its name yet
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
@@ -68,13 +72,21 @@ class RouterLock:
             raise RuntimeError("the router lock is not held")
         return self._fd
 
-    def acquire(self) -> None:
-        """Take the lock, or raise :class:`RouterLockedError` naming the process that has it."""
+    def acquire(self, wait_s: float = LOCK_WAIT_S) -> None:
+        """Take the lock, waiting up to ``wait_s`` for a holder that is ending (a killed
+        router's JVM takes a moment to go), else raise :class:`RouterLockedError`
+        naming the process that has it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
             other = _read(fd) or {}
             os.close(fd)
             raise RouterLockedError(

@@ -41,19 +41,23 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
-import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import KafkaException
+from deltalake.exceptions import DeltaError
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from schemas.records import OUTCOME_REJECTED, ROUTED_PUBLISH
-from streaming.changelog import Subscriptions
+from streaming.broker_watch import BrokerWatch
+from streaming.changelog import ChangelogError, Subscriptions
 from streaming.config import Config
 from streaming.delivery import ProducerSettings
 from streaming.delta_sink import AuditTables
@@ -72,7 +76,10 @@ RETRY_CAP_S = 30.0
 """Backoff between attempts at a batch whose routing failed for a reason not about a record."""
 RETRY_REPORT_INTERVAL_S = 30.0
 """A batch that keeps failing is reported at its first failure, then at most this often."""
+RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, KafkaException, DeltaError, OSError)
+"""Failures of a batch's steps that are retried (none of them is about a record)."""
 STATUS_FILE = "status.json"
+T = TypeVar("T")
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
 
@@ -125,6 +132,9 @@ class Router:
         self._batch_done = threading.Condition()
         self._in_batch = False
         self._stopping = threading.Event()
+        self.broker_watch = BrokerWatch(config.kafka.bootstrap)
+        self.on_report: Callable[[BatchReport], None] | None = None
+        """Called with each batch's report after it is printed (benchmarks, metrics)."""
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
@@ -141,7 +151,8 @@ class Router:
             ensure_router_topics(self.config)
             self._audit = AuditTables(self.config, self.store.router_id())
             self._audit.ensure()
-            self.subscriptions = Subscriptions.open(self.config, self.store, self._audit)
+            self.subscriptions = Subscriptions.open(self.config, self.store, self._audit,
+                                                    self.broker_watch.client_settings())
             self.subscriptions.catch_up()
         except BaseException:
             self.lock.release()
@@ -233,57 +244,70 @@ class Router:
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
         subscriptions = self._require_open()
+        attempts = [0]
         version = self.store.pinned(batch_id)
         replayed = version is not None
         if version is None:
-            version = subscriptions.catch_up()
+            version = self._retrying(batch_id, "the changelog catch-up", subscriptions.catch_up,
+                                     attempts)
             self.store.pin(batch_id, version)
             self.store.prune()
         caught_up = time.monotonic()
-        routed, attempts = self._route(batch, batch_id, version)
+        frame = batch.select(*SOURCE_COLUMNS).mapInArrow(self.route_function(version), ROUTED_PUBLISH)
+        routed = self._retrying(batch_id, "routing", frame.toArrow, attempts)
         route_done = time.monotonic()
         if routed.num_rows:
-            self._audit.append_batch(routed, version, batch_id)
+            self._retrying(batch_id, "the Delta audit append",
+                           lambda: self._audit.append_batch(routed, version, batch_id), attempts)
         audited = time.monotonic()
         deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
         rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
         report = BatchReport(batch_id, routed.num_rows, deliveries, rejected, version,
                              audited - started, replayed,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
-                              "audit": audited - route_done}, attempts)
+                              "audit": audited - route_done}, attempts[0])
         self.reports.append(report)
         print(report.line(), flush=True)
         self._write_status(report)
+        if self.on_report is not None:
+            self.on_report(report)
         return report
 
-    def _route(self, batch: DataFrame, batch_id: int, version: int) -> tuple[pa.Table, int]:
-        """The batch's ``ROUTED_PUBLISH`` rows, retrying failures that are not about a record."""
-        function = self.route_function(version)
-        frame = batch.select(*SOURCE_COLUMNS).mapInArrow(function, ROUTED_PUBLISH)
+    def _retrying(self, batch_id: int, stage: str, step: Callable[[], T], attempts: list[int]) -> T:
+        """``step()``, retried with backoff while it fails for a reason that is not about a record.
+
+        Record problems never get here (routing rejects them), so what does is
+        the cluster, the disk or a lost worker: the batch waits for them, and
+        says so on stderr at its first failure, then at most every
+        :data:`RETRY_REPORT_INTERVAL_S`, and once it succeeds. A stop request
+        ends the wait with :class:`RouterStopping` (the batch is replayed at
+        the next start).
+        """
         attempt = 0
         failing_since = last_report = 0.0
         while True:
             attempt += 1
+            attempts[0] += 1
             try:
-                routed = frame.toArrow()
-            except (PySparkException, Py4JError) as exc:
+                result = step()
+            except RETRIED_ERRORS as exc:
                 if self._stopping.is_set():
                     raise RouterStopping(f"batch {batch_id} left for a replay: the router is "
                                          "stopping") from None
                 now = time.monotonic()
+                failing_since = failing_since or now
                 delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
                 if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
-                    failing_since = failing_since or now
-                    print(f"bitroute: batch {batch_id}: routing failed (attempt {attempt}, failing "
-                          f"for {now - failing_since:.0f}s): {failure_summary(exc)}; retrying in "
-                          f"{delay:.1f}s", file=sys.stderr, flush=True)
+                    print(f"bitroute: batch {batch_id}: {stage} failed (attempt {attempt}, for "
+                          f"{now - failing_since:.0f}s): {failure_summary(exc)}; retrying",
+                          file=sys.stderr, flush=True)
                     last_report = now
                 self._stopping.wait(delay)
                 continue
             if attempt > 1:
-                print(f"bitroute: batch {batch_id}: routed after {attempt} attempts",
-                      file=sys.stderr, flush=True)
-            return routed, attempt
+                print(f"bitroute: batch {batch_id}: {stage} succeeded at attempt {attempt}, after "
+                      f"{time.monotonic() - failing_since:.0f}s", file=sys.stderr, flush=True)
+            return result
 
     def _write_status(self, report: BatchReport) -> None:
         query = self.query

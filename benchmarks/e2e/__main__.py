@@ -202,7 +202,7 @@ def table(r: dict) -> str:
         full = [b for b in batches if b["rows"] >= 0.9 * max(x["rows"] for x in batches)][1:] \
             if batches else []
         if full:
-            keys = ("catch_up", "match", "kafka", "delta")
+            keys = ("catch_up", "route", "audit")
             mean = {k: sum(b.get(k, 0.0) for b in full) / len(full) for k in keys}
             total = sum(b["seconds"] for b in full) / len(full)
             rows_ = sum(b["rows"] for b in full) / len(full)

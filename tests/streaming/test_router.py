@@ -63,7 +63,8 @@ def unique(name: str) -> str:
 def _produce(config: Config, topic: str, key: bytes | None, value: bytes | None,
              headers: list[tuple[str, bytes]] | None = None) -> str:
     """Produce one record, wait for the ack, return its message id."""
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
+    # Up to the broker's own limit (librdkafka's default stops at 1,000,000 bytes).
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "message.max.bytes": 2_000_000})
     acked = []
     producer.produce(topic, key=key, value=value, headers=headers or [],
                      on_delivery=lambda err, msg: acked.append((err, msg)))
@@ -71,6 +72,13 @@ def _produce(config: Config, topic: str, key: bytes | None, value: bytes | None,
     error, record = acked[0]
     assert error is None, error
     return message_id(record.topic(), record.partition(), record.offset())
+
+
+def _create_topic(config: Config, name: str, settings: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1, config=settings)])[name].result(KAFKA_TIMEOUT_S)
 
 
 def subscribe(config: Config, sub_id: str, exchange: str, subscriber: str, filter_: str,
@@ -124,7 +132,7 @@ def read_topic(config: Config, topic: str) -> list:
 
 
 def headers_of(record) -> dict[str, str]:
-    return {k: v.decode() for k, v in record.headers() or []}
+    return {k: v.decode("utf-8", "replace") for k, v in record.headers() or []}
 
 
 def deliveries_of(config: Config, subscriber: str) -> dict[str, dict[str, str]]:
@@ -178,7 +186,7 @@ def traffic(router: Router) -> Traffic:
     t = Traffic(start_version=router.subscriptions.version)
     reports_before = len(router.reports)  # the query runs: batches may start while we write
     n = t.names
-    for name in ("alice", "bob", "carol", "eu", "us", "fay"):
+    for name in ("alice", "bob", "carol", "eu", "us", "fay", "tiny", "wide"):
         n[name] = unique(name)
 
     def sub(sub_id: str, *args, **kwargs) -> None:
@@ -212,6 +220,10 @@ def traffic(router: Router) -> Traffic:
         _produce(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), value)
         t.subscription_ids.append(sub_id)
     sub(f"{n['fay']}-ok", "amq.topic", n["fay"], "good.key")
+    # Poison pills: a delivery topic whose broker limit is smaller than a publish.
+    _create_topic(cfg, cfg.kafka.deliveries_topic(n["tiny"]), {"max.message.bytes": "2000"})
+    sub(f"{n['tiny']}-s", "amq.topic", n["tiny"], "big.*")
+    sub(f"{n['wide']}-s", "amq.topic", n["wide"], "big.#")
 
     s = t.sent
     s["amqp"] = publish(cfg, "sensors.k1.temp", b"21.5", "amq.topic", [("trace", b"t-1")])
@@ -229,6 +241,14 @@ def traffic(router: Router) -> Traffic:
     s["invalid_topic"] = publish(cfg, "a/+/b", exchange="mqtt")
     s["null_key"] = publish(cfg, None, exchange="amq.topic")
     s["good"] = publish(cfg, "good.key")
+    # Poison pills, each of which once stopped the router for good.
+    s["exchange_not_utf8"] = _produce(cfg, cfg.kafka.publishes_topic, b"good.key", b"payload",
+                                      [(EXCHANGE_HEADER, b"\xff\xfe")])
+    s["oversize"] = publish(cfg, "good.key", b"x" * 1_048_480)
+    s["refused"] = publish(cfg, "big.one", b"y" * 3000)
+    s["fits"] = publish(cfg, "big.one", b"y" * 100)
+    s["binary_header"] = publish(cfg, "good.key", headers=[("blob", b"\xff\x00ok")])
+    s["after_pills"] = publish(cfg, "good.key")
     router.process_all_available()
     t.batches = list(router.reports)[reports_before:]
     return t
@@ -313,7 +333,8 @@ def test_bad_publishes_and_bad_changes_are_rejected_while_routing_goes_on(
         router: Router, traffic: Traffic, spark):
     cfg, s = router.config, traffic.sent
     bad_publishes = [s["unknown_exchange"], s["invalid_topic"], s["null_key"]]
-    assert set(deliveries_of(cfg, traffic.names["fay"])) == {s["good"]}
+    assert set(deliveries_of(cfg, traffic.names["fay"])) == {s["good"], s["binary_header"],
+                                                              s["after_pills"]}
     rejected = {headers_of(r)[MESSAGE_ID_HEADER]: (r, headers_of(r))
                 for r in read_topic(cfg, cfg.kafka.rejected_topic)}
     for sent in bad_publishes:
@@ -335,6 +356,47 @@ def test_bad_publishes_and_bad_changes_are_rejected_while_routing_goes_on(
     changes = rows_for(spark, cfg, "subscriptions", "subscription_id", list(traffic.bad_changes))
     assert {c.subscription_id for c in changes} == set(traffic.bad_changes)
     assert all(c.change == CHANGE_REJECTED and c.reason for c in changes)
+
+
+def test_poison_pills_are_rejected_with_a_reason_and_routing_goes_on(
+        router: Router, traffic: Traffic, spark):
+    """Records that once failed every batch for good: an exchange header that is not
+    UTF-8, a delivery larger than any broker takes, a delivery one topic's limit
+    refuses. Each is rejected with its reason; everything around them is routed."""
+    cfg, s, n = router.config, traffic.sent, traffic.names
+    pills = [s["exchange_not_utf8"], s["oversize"], s["refused"]]
+    messages = {r.message_id: r for r in rows_for(
+        spark, cfg, "messages", "message_id", [*pills, s["fits"], s["binary_header"], s["after_pills"]])}
+    assert all(messages[p].outcome == OUTCOME_REJECTED for p in pills)
+    assert "exchange header is not valid UTF-8" in messages[s["exchange_not_utf8"]].reason
+    assert "kafka.max_delivery_bytes" in messages[s["oversize"]].reason
+    refused = messages[s["refused"]]
+    assert f"refused the delivery to {cfg.kafka.deliveries_topic(n['tiny'])}" in refused.reason
+    assert "MSG_SIZE_TOO_LARGE" in refused.reason
+    # The other subscriber's copy of the refused publish was written, and is audited.
+    assert refused.deliveries == 1
+    assert set(deliveries_of(cfg, n["wide"])) == {s["refused"], s["fits"]}
+    assert set(deliveries_of(cfg, n["tiny"])) == {s["fits"]}
+    audited = {(r.message_id, r.subscriber) for r in rows_for(
+        spark, cfg, "deliveries", "message_id", [s["refused"], s["fits"]])}
+    assert audited == {(s["refused"], n["wide"]), (s["fits"], n["wide"]), (s["fits"], n["tiny"])}
+    assert messages[s["after_pills"]].outcome == OUTCOME_ROUTED
+    # A header that is not UTF-8 is no reason to reject: the audit shows its bytes escaped.
+    assert messages[s["binary_header"]].outcome == OUTCOME_ROUTED
+    assert messages[s["binary_header"]].headers["blob"] == "\\xff\x00ok"
+
+    rejected = {headers_of_bytes(r)[MESSAGE_ID_HEADER].decode(): r
+                for r in read_topic(cfg, cfg.kafka.rejected_topic)}
+    assert rejected[s["exchange_not_utf8"]].value() == b"payload"
+    assert (EXCHANGE_HEADER, b"\xff\xfe") in rejected[s["exchange_not_utf8"]].headers()
+    # Too large to copy whole: the rejected record keeps key and reason, not the payload.
+    assert rejected[s["oversize"]].value() is None
+    assert b"no payload" in headers_of_bytes(rejected[s["oversize"]])[REASON_HEADER]
+    assert rejected[s["refused"]].value() == b"y" * 3000
+
+
+def headers_of_bytes(record) -> dict[str, bytes]:
+    return dict(record.headers() or [])
 
 
 def test_unsubscribe_stops_deliveries(router: Router, spark):

@@ -190,6 +190,65 @@ def test_bitroute_run_routes_prints_progress_and_stops_cleanly_on_sigterm(
     assert "bitroute: stopped" in router.seen
 
 
+def _children(pid: int) -> set[int]:
+    """Every descendant of ``pid`` now (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_one_router_per_state_folder_and_its_jvm_ends_with_it(base_config: Config, tmp_path: Path):
+    """A second router on the same folders is refused, naming the first; the first one's
+    Spark JVM dies with its Python process killed alone (SIGKILL), and then the folder
+    is free for a new router."""
+    settings = _settings(base_config, tmp_path)
+    first = RouterProcess(settings, tmp_path / "router.log")
+    try:
+        first.wait_for(re.compile(r"Ctrl-C stops after the current batch"))
+        second = subprocess.run([sys.executable, "-m", "streaming.cli", "run",
+                                 *[a for k, v in settings.items() for a in ("--set", f"{k}={v}")]],
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1
+        assert f"another router holds {tmp_path / 'checkpoints'} (pid {first.process.pid}" in second.stderr
+        jvms = {p for p in _children(first.process.pid)
+                if "java" in (Path("/proc") / str(p) / "cmdline").read_bytes().split(b"\0")[0].decode()}
+        assert jvms, "the router's Spark JVM was not found among its children"
+        os.kill(first.process.pid, signal.SIGKILL)  # the Python process alone
+        first.process.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in jvms) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in jvms), "the Spark JVM outlived its killed router"
+    finally:
+        first.kill() if first.process.poll() is None else None
+    third = RouterProcess(settings, tmp_path / "router.log")
+    try:
+        third.wait_for(re.compile(r"Ctrl-C stops after the current batch"))
+    finally:
+        assert third.terminate() == 0
+
+
 def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
         base_config: Config, spark, tmp_path: Path):
     settings = _settings(base_config, tmp_path, **{"streaming.max_offsets_per_trigger": "20"})

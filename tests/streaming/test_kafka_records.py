@@ -1,0 +1,71 @@
+"""The Kafka record rules, no broker needed: reading publishes from Arrow batches as the
+Spark Kafka source hands them over, and the JSON of subscription ids."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streaming.kafka_records import PublishColumns, kept_headers, record_size, subscription_ids_json
+
+HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def source_batch(rows: list[tuple[bytes | None, bytes | None, list]]) -> pa.RecordBatch:
+    """A batch shaped like the Spark Kafka source's rows (topic p, partition 0)."""
+    n = len(rows)
+    return pa.RecordBatch.from_arrays([
+        pa.array(["p"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
+        pa.array([r[0] for r in rows], pa.binary()), pa.array([r[1] for r in rows], pa.binary()),
+        pa.array([[{"key": k, "value": v} for k, v in r[2]] for r in rows], HEADERS),
+        pa.array([datetime(2025, 1, 1, tzinfo=timezone.utc)] * n, pa.timestamp("us", tz="UTC")),
+    ], names=["topic", "partition", "offset", "key", "value", "headers", "timestamp"])
+
+
+def test_the_last_exchange_header_wins_and_a_missing_one_means_the_default():
+    batch = source_batch([(b"a", b"", []), (b"a", b"", [("exchange", b"x"), ("exchange", b"mqtt")]),
+                          (b"a", b"", [("other", b"1")])])
+    publishes = PublishColumns(batch, "amq.topic")
+    assert publishes.exchanges == ["amq.topic", "mqtt", "amq.topic"]
+    assert publishes.exchange_errors == {}
+    assert publishes.message_ids.to_pylist() == ["p/0/0", "p/0/1", "p/0/2"]
+
+
+def test_an_exchange_header_that_is_not_utf8_is_a_reason_not_an_error():
+    publishes = PublishColumns(source_batch([(b"a", b"", [("exchange", b"\xff\xfe")])]), "amq.topic")
+    assert publishes.exchanges == [None]
+    assert "not valid UTF-8" in publishes.exchange_errors[0]
+
+
+def test_the_audit_header_map_keeps_the_last_of_a_name_and_escapes_bytes_that_are_not_utf8():
+    batch = source_batch([(b"a", b"", [("k", b"1"), ("k", b"2"), ("bin", b"\xff")]), (b"b", b"", [])])
+    sliced = batch.slice(0, 2)
+    assert PublishColumns(sliced, "amq.topic").header_map().to_pylist() == [
+        [("k", "2"), ("bin", "\\xff")], []]
+
+
+def test_a_sliced_batch_reads_its_own_rows():
+    batch = source_batch([(b"a", b"1", [("exchange", b"mqtt")]), (b"b", b"2", [("h", b"v")])])
+    publishes = PublishColumns(batch.slice(1), "amq.topic")
+    assert publishes.exchanges == ["amq.topic"]
+    assert publishes.header_lists() == [[("h", b"v")]]
+    assert publishes.message_ids.to_pylist() == ["p/0/1"]
+
+
+def test_router_headers_are_not_copied_and_sizes_count_every_byte():
+    headers = [("bitroute.message_id", b"forged"), ("trace", b"t")]
+    assert kept_headers(headers) == [("trace", b"t")]
+    assert record_size(b"key", b"x" * 100, [("trace", b"t")]) >= 3 + 100 + 5 + 1
+
+
+@given(st.lists(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3), max_size=6),
+       st.integers(0, 3))
+def test_subscription_ids_json_is_each_list_in_order_even_from_a_sliced_column(ids, start):
+    """Any id text (quotes, backslashes, control characters, non-ASCII) survives, in order."""
+    column = pa.array(ids, pa.list_(pa.string())).slice(min(start, len(ids)))
+    texts = subscription_ids_json(column).to_pylist()
+    assert [json.loads(t) for t in texts] == ids[min(start, len(ids)):]

@@ -1,0 +1,91 @@
+"""A routing task on its own (no Spark), producing to the real broker: the poison-pill net
+that splits a batch around a record that makes routing raise, and the failures that are
+not about a record, which must fail the task instead of becoming rejections."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from compiler import Matcher, RoutingIndex, Snapshot, Subscription
+from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
+from streaming.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+from streaming.routing import RouteSettings, route_safely
+from test_kafka_records import source_batch
+
+
+class RaisesOn(Matcher):
+    """A real matcher that raises, as an unforeseen bug would, when a batch holds ``key``."""
+
+    def __init__(self, snapshot: Snapshot, key: bytes) -> None:
+        super().__init__(snapshot)
+        self.key = key
+
+    def match_frame(self, frame):
+        if self.key in frame["routing_key"].tolist():
+            raise ValueError("cannot digest this key")
+        return super().match_frame(frame)
+
+
+def _snapshot() -> Snapshot:
+    index = RoutingIndex({"amq.topic": "amqp"})
+    index.upsert(Subscription.from_changelog(
+        b"s1", b'{"exchange": "amq.topic", "subscriber": "ann", "filter": "a.*"}'))
+    return index.snapshot(1, {})
+
+
+def _settings(prefix: str, rejected: str, bootstrap: str, **producer) -> RouteSettings:
+    return RouteSettings("amq.topic", prefix, rejected, 1, False,
+                         ProducerSettings(bootstrap, 1_048_576, **producer))
+
+
+def _message_ids(bootstrap: str, topic: str) -> list[str]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
+    try:
+        high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        ids = []
+        while len(ids) < high:
+            message = consumer.poll(30)
+            assert message is not None and message.error() is None
+            ids.append(dict(message.headers())[MESSAGE_ID_HEADER].decode())
+        return ids
+    finally:
+        consumer.close()
+
+
+def test_a_record_that_makes_routing_raise_is_found_and_rejected_and_the_rest_is_routed(
+        kafka_bootstrap, new_topic):
+    rejected = new_topic()
+    prefix = f"{new_topic()}."  # a fresh prefix: the subscriber's topic is <prefix>ann
+    ann_topic = new_topic_named(kafka_bootstrap, f"{prefix}ann")
+    batch = source_batch([(b"a.1", b"v", []), (b"a.2", b"v", []), (b"boom", b"v", []),
+                          (b"a.3", b"v", []), (b"b.1", b"v", [])])
+    producer = DeliveryProducer(ProducerSettings(kafka_bootstrap, 1_048_576))
+    rows = route_safely(RaisesOn(_snapshot(), b"boom"), producer, batch,
+                        _settings(prefix, rejected, kafka_bootstrap)).to_pylist()
+
+    by_id = {r["message_id"]: r for r in rows}
+    assert [r["message_id"] for r in rows] == [f"p/0/{i}" for i in range(5)]
+    assert by_id["p/0/2"]["outcome"] == OUTCOME_REJECTED
+    assert "routing this publish failed: ValueError: cannot digest this key" in by_id["p/0/2"]["reason"]
+    assert [by_id[f"p/0/{i}"]["outcome"] for i in (0, 1, 3)] == [OUTCOME_ROUTED] * 3
+    assert by_id["p/0/4"]["outcome"] == OUTCOME_UNROUTABLE
+    assert sorted(set(_message_ids(kafka_bootstrap, ann_topic))) == ["p/0/0", "p/0/1", "p/0/3"]
+    assert _message_ids(kafka_bootstrap, rejected) == ["p/0/2"]
+
+
+def test_kafka_unreachable_fails_the_task_and_rejects_nothing():
+    producer = DeliveryProducer(ProducerSettings("127.0.0.1:1", 1_048_576, message_timeout_ms=1500))
+    batch = source_batch([(b"a.1", b"v", []), (b"bad key #", b"v", [("exchange", b"nope")])])
+    with pytest.raises(DeliveryUnavailable, match="did not acknowledge"):
+        route_safely(Matcher(_snapshot()), producer, batch,
+                     _settings("dlv.", "rejected", "127.0.0.1:1", message_timeout_ms=1500))
+
+
+def new_topic_named(bootstrap: str, name: str) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    return name
