@@ -230,16 +230,17 @@ def _refused_rows(producer: DeliveryProducer, failed: list[FailedRecord], topics
         else:
             suspects.add((failure.topic, failure.key, failure.value))
     if suspects:
+        # One at a time: Kafka refuses a whole record batch for one record in
+        # it, so suspects produced together could fail each other again.
         for i, (topic, row) in enumerate(zip(topics, rows)):
             if (topic, keys[row], values[row]) in suspects:
                 producer.produce_tagged(topic, keys[row], values[row],
                                         kept[row] + [(MESSAGE_ID_HEADER, mids[row]),
                                                      (SUBSCRIPTION_IDS_HEADER, ids_texts[i]),
                                                      (SNAPSHOT_VERSION_HEADER, version)], i)
-        for failure in producer.flush():
-            if failure.tag is not None:
-                refused.setdefault(rows[failure.tag], _why(failure))
-                failed_sends.add(failure.tag)
+                for failure in producer.flush():
+                    refused.setdefault(rows[failure.tag], _why(failure))
+                    failed_sends.add(failure.tag)
     return refused, failed_sends
 
 
