@@ -6,13 +6,21 @@ settings below that are not already set are added), else builds one on
 ``spark.master`` (``local[*]`` by default) with the jars of ``conf/jvm.toml``
 resolved by :mod:`streaming.jvm` and handed to Spark as ``spark.jars``, so a
 cluster's executors receive them too.
+
+A JVM that bitroute launches works in ``<streaming.checkpoint_dir>/spark/``
+(:func:`jvm_folder`), with Spark's SQL warehouse in ``warehouse/`` there: Spark
+4.0 puts each session's ``artifacts/`` in its JVM's working folder (no setting
+moves it), and nothing may land in the folder bitroute was started from.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from streaming import jvm
@@ -43,6 +51,8 @@ def session_settings(config: Config) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
     }
+    if not _under_spark_submit():
+        settings["spark.sql.warehouse.dir"] = str(jvm_folder(config) / "warehouse")
     if config.spark.master.startswith("local") and not _under_spark_submit():
         # Local mode serves only this machine: keep the driver on loopback.
         settings["spark.driver.host"] = "127.0.0.1"
@@ -68,15 +78,29 @@ def spark_session(config: Config) -> SparkSession:
     # which need not be this virtualenv's interpreter (the one with pandas,
     # pyarrow and compiler/ installed). Executors of a cluster use the same path.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder
-    if not _under_spark_submit():
-        builder = builder.master(config.spark.master)
-        builder = builder.config("spark.jars", ",".join(str(p) for p in jvm.jars("spark")))
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    if _under_spark_submit():
+        builder = SparkSession.builder
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+    else:
+        conf = (SparkConf().setMaster(config.spark.master)
+                .set("spark.jars", ",".join(str(p) for p in jvm.jars("spark")))
+                .setAll(settings.items()))
+        gateway = None
+        if SparkContext._gateway is None:  # else the JVM of a stopped session is reused
+            folder = jvm_folder(config)
+            folder.mkdir(parents=True, exist_ok=True)
+            # pyspark's own launch, but in the folder no Spark setting can choose.
+            gateway = launch_gateway(conf, popen_kwargs={"cwd": str(folder)})
+        session = SparkSession(SparkContext(conf=conf, gateway=gateway))
     session.sparkContext.setLogLevel(config.spark.log_level)
     return session
+
+
+def jvm_folder(config: Config) -> Path:
+    """The working folder of a JVM bitroute launches: ``<streaming.checkpoint_dir>/spark``."""
+    return Path(config.streaming.checkpoint_dir).absolute() / "spark"
 
 
 def _under_spark_submit() -> bool:

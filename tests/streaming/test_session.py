@@ -38,3 +38,19 @@ def test_session_has_the_configured_settings(spark):
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
     assert "DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions")
+
+
+def test_spark_works_in_the_state_folder_not_the_current_one(spark, base_config, workdir,
+                                                             tmp_path_factory):
+    """Spark 4.0 puts ``artifacts/`` in its JVM's working folder and ``spark-warehouse/``
+    in the current one: both belong under ``<streaming.checkpoint_dir>/spark``."""
+    state = base_config.streaming.checkpoint_dir / "spark"
+    spark.range(3).write.format("delta").save(str(tmp_path_factory.mktemp("delta") / "t"))
+    spark.sql("CREATE DATABASE bitroute_session_test")  # a database is a warehouse folder
+    try:
+        assert list(workdir.iterdir()) == []
+        assert spark.sparkContext._jvm.java.lang.System.getProperty("user.dir") == str(state)
+        assert [p.name[:6] for p in (state / "artifacts").iterdir()] == ["spark-"]
+        assert (state / "warehouse" / "bitroute_session_test.db").is_dir()
+    finally:
+        spark.sql("DROP DATABASE bitroute_session_test")
