@@ -92,7 +92,7 @@ class DeltaConfig:
 @dataclass(frozen=True)
 class StreamingConfig:
     checkpoint_dir: Path = Path(".bitroute/checkpoints")
-    trigger_interval: str = "1 second"
+    trigger_interval: str = "100 milliseconds"
     max_offsets_per_trigger: int = 100_000
 
 
