@@ -133,8 +133,8 @@ class Router:
         self._in_batch = False
         self._stopping = threading.Event()
         self.broker_watch = BrokerWatch(config.kafka.bootstrap)
-        self.on_report: Callable[[BatchReport], None] | None = None
-        """Called with each batch's report after it is printed (benchmarks, metrics)."""
+        self.report_listeners: list[Callable[[BatchReport], None]] = []
+        """Each is called with every batch's report after it is printed (benchmarks, metrics)."""
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
@@ -269,8 +269,8 @@ class Router:
         self.reports.append(report)
         print(report.line(), flush=True)
         self._write_status(report)
-        if self.on_report is not None:
-            self.on_report(report)
+        for listener in self.report_listeners:
+            listener(report)
         return report
 
     def _retrying(self, batch_id: int, stage: str, step: Callable[[], T], attempts: list[int]) -> T:

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(config)
     quiet_kafka_client_logs(spark)
     router = Router(config, spark)
-    router.on_report = _print_probe
+    router.report_listeners.append(_print_probe)
     t = time.time()
     query = router.start()
     print(f"STARTED {json.dumps({'open_s': time.time() - t, 'subscriptions': len(router.subscriptions), 'version': router.subscriptions.version})}",
