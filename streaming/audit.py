@@ -27,8 +27,8 @@ and no Spark, so a query answers in about a second (docs/audit.md). Tables
 written by Spark (bitroute before delta-rs wrote them) and by delta-rs read
 the same.
 
-Errors are :class:`AuditError` (no table, no such version, a table delta-rs
-cannot read) and its subclass :class:`InvalidQuery` (a filter that does not
+Errors are :class:`AuditError` (no table, no such version, storage that
+cannot be reached, a table delta-rs cannot read) and its subclass :class:`InvalidQuery` (a filter that does not
 apply, a malformed timestamp).
 """
 
