@@ -1,0 +1,123 @@
+"""``python -m benchmarks.reliability``: the fault campaign of issue 12, case by case.
+
+    python -m benchmarks.reliability {kills,broker-kills,cluster,fuzz,soak,all} [options]
+
+Each case starts its own Kafka (one embedded broker, or a 3-node KRaft cluster for
+``cluster``) and its own router (``bitroute run``) on free loopback ports, in a
+folder of its own under ``--workdir``, and stops everything it started, also when
+interrupted. It prints a table of checks and writes every figure to
+``--results`` (JSON). Exit status: 0 when every check passed, 1 when one failed or
+a case could not be carried out, 130 when interrupted.
+
+The defaults are the issue's sizes (1M publishes, 3,000 subscriptions, 10 router
+kills, 2 broker kills, 10,000 + 10,000 fuzzed records, a 30-minute soak); what was
+run on the 2-core machine, and why less, is in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from benchmarks.reliability.cases import CASES, Options, Result, dump
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def table(results: list[Result]) -> str:
+    lines = []
+    for r in results:
+        verdict = "PASS" if r.passed else "FAIL"
+        lines.append(f"\n## {r.case}: {verdict} ({r.seconds / 60:.1f} min)")
+        if r.error:
+            lines.append(f"error: {r.error}")
+        lines.append("| check | value | |")
+        lines.append("| --- | --- | --- |")
+        for c in r.checks:
+            mark = "" if c.ok is None else ("ok" if c.ok else "**FAIL**")
+            lines.append(f"| {c.name} | {c.value} | {mark} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = Options()
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.reliability", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("case", choices=[*CASES, "all"])
+    ap.add_argument("--publishes", type=int, default=d.publishes,
+                    help="good publishes of kills, broker-kills and cluster (default %(default)s)")
+    ap.add_argument("--subscriptions", type=int, default=d.subscriptions)
+    ap.add_argument("--subscribers", type=int, default=d.subscribers)
+    ap.add_argument("--kills", type=int, default=d.kills, help="router SIGKILLs (default %(default)s)")
+    ap.add_argument("--broker-kills", type=int, default=d.broker_kills)
+    ap.add_argument("--down", type=float, default=d.down_s,
+                    help="seconds a killed broker stays down (default %(default)s)")
+    ap.add_argument("--rate", type=float, default=d.rate,
+                    help="publishes/s in the kill cases (default: spread over the kills)")
+    ap.add_argument("--fuzz-publishes", type=int, default=d.fuzz_publishes)
+    ap.add_argument("--fuzz-changes", type=int, default=d.fuzz_changes)
+    ap.add_argument("--good-per-bad", type=float, default=d.good_per_bad)
+    ap.add_argument("--soak-minutes", type=float, default=d.soak_minutes)
+    ap.add_argument("--soak-rate", type=float, default=d.soak_rate,
+                    help="publishes/s (default: half the sustained rate, measured first)")
+    ap.add_argument("--soak-backlog", type=int, default=d.soak_backlog,
+                    help="publishes drained to measure the sustained rate")
+    ap.add_argument("--max-offsets", type=int, default=d.max_offsets,
+                    help="streaming.max_offsets_per_trigger of the router (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--timeout", type=float, default=d.timeout_s,
+                    help="bound of every wait, seconds (default %(default)s)")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="JSON results file (default <workdir>/results.json)")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    options = Options(args.publishes, args.subscriptions, args.subscribers, args.kills,
+                      args.broker_kills, args.down, args.fuzz_publishes, args.fuzz_changes,
+                      args.good_per_bad, args.soak_minutes, args.soak_rate, args.soak_backlog,
+                      args.max_offsets, args.rate, args.seed, args.timeout)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-reliability-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    results_path = args.results or workdir / "results.json"
+    command = "python -m benchmarks.reliability " + shlex.join(sys.argv[1:] if argv is None else argv)
+    names = list(CASES) if args.case == "all" else [args.case]
+    results: list[Result] = []
+    interrupted = False
+    for name in names:
+        t = time.monotonic()
+        print(f"[{time.strftime('%H:%M:%S')}] case {name} in {workdir / name}", flush=True)
+        try:
+            result = CASES[name](workdir / name, options)
+        except KeyboardInterrupt:
+            result = Result(name, error="interrupted")
+            interrupted = True
+        except Exception as exc:  # a case that could not run is a failed case, reported
+            traceback.print_exc()
+            result = Result(name, error=f"{type(exc).__name__}: {exc}")
+        result.seconds = time.monotonic() - t
+        results.append(result)
+        dump(results, results_path, options, command)
+        if interrupted:
+            break
+    print(table(results))
+    print(f"\nresults: {results_path}")
+    if not args.keep and args.workdir is None and all(r.passed for r in results):
+        for name in names:  # the brokers', routers' and tables' folders; results.json stays
+            shutil.rmtree(workdir / name, ignore_errors=True)
+    if interrupted:
+        return 130
+    return 0 if all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

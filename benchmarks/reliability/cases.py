@@ -1,0 +1,527 @@
+"""The campaign's cases. Each returns a :class:`Result`: named checks (a value and
+whether it passed, or ``None`` for a figure that is reported, not judged) and the
+raw figures for the JSON file.
+
+- :func:`kills`: SIGKILLs of the router at its kill points and at random moments.
+- :func:`broker_kills`: the single broker SIGKILLed and restarted during the run.
+- :func:`cluster`: a 3-broker KRaft cluster, one broker SIGKILLed mid-run and revived.
+- :func:`fuzz`: bad publishes and bad subscription changes mixed into good traffic.
+- :func:`soak`: a paced run at half the sustained rate, memory and folders sampled.
+
+Every case builds its own :class:`~.stage.Stage` in its own folder and tears it
+down, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.e2e import procstat
+from benchmarks.reliability import fuzz as fuzzing
+from benchmarks.reliability.faulty_router import POINTS, arm
+from benchmarks.reliability.kafka_io import CampaignError, lag, topic_names
+from benchmarks.reliability.ledger import Ledger
+from benchmarks.reliability.outputs import changes_by_kind
+from benchmarks.reliability.stage import Churn, Stage
+from benchmarks.reliability.workload import Workload
+
+
+@dataclass
+class Options:
+    """Sizes and durations; the defaults are the issue's (see docs/reliability.md)."""
+
+    publishes: int = 1_000_000
+    subscriptions: int = 3000
+    subscribers: int = 300
+    kills: int = 10
+    broker_kills: int = 2
+    down_s: float = 10.0
+    fuzz_publishes: int = 10_000
+    fuzz_changes: int = 10_000
+    good_per_bad: float = 1.0
+    soak_minutes: float = 30.0
+    soak_rate: float = 0.0  # publishes/s; 0 = half the sustained rate, measured first
+    soak_backlog: int = 200_000
+    max_offsets: int = 20_000
+    rate: float = 0.0  # publishes/s of the kill cases; 0 = spread over the case's kills
+    seed: int = 1
+    timeout_s: float = 7200.0
+    kill_plan: tuple[tuple[str, str], ...] = ()  # (point, target) in order; () = KILL_PLAN shuffled
+    kill_after_s: tuple[float, float] = (3.0, 15.0)  # random wait before each router kill
+    broker_kill_after_s: tuple[float, float] = (10.0, 25.0)  # random wait before a broker kill
+    bootstrap: str | None = None  # an existing Kafka (kills and fuzz only); None = start one
+
+
+@dataclass
+class Check:
+    name: str
+    value: object
+    ok: bool | None  # None: a figure, not a check
+
+
+@dataclass
+class Result:
+    case: str
+    checks: list[Check] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(c.ok is not False for c in self.checks)
+
+    def check(self, name: str, value: object, ok: bool | None) -> None:
+        self.checks.append(Check(name, value, ok))
+
+    def as_dict(self) -> dict:
+        return {"case": self.case, "passed": self.passed, "seconds": round(self.seconds, 1),
+                "error": self.error, "checks": [asdict(c) for c in self.checks],
+                "figures": self.figures}
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _delivery_checks(result: Result, s: dict, what: str = "publishes") -> None:
+    result.check(f"{what} acknowledged by Kafka (good / bad)", f"{s['good']:,} / {s['bad']:,}", None)
+    result.check("expected (publish, subscriber) pairs", f"{s['pairs']:,}", None)
+    result.check("pairs missing in Kafka", s["kafka_missing"], s["kafka_missing"] == 0)
+    result.check("duplicate deliveries in Kafka (at least once)", s["kafka_duplicates"], None)
+    result.check("unexpected deliveries (wrong subscriber, exchange, or a bad publish)",
+                 s["kafka_unexpected"], s["kafka_unexpected"] == 0)
+    result.check("pairs without a deliveries row", s["audit_missing"], s["audit_missing"] == 0)
+    result.check("pairs with more than one deliveries row", s["audit_repeated"],
+                 s["audit_repeated"] == 0)
+    result.check("deliveries rows of no expected pair", s["audit_unexpected"],
+                 s["audit_unexpected"] == 0)
+    result.check("publishes without a messages row", s["messages_missing"],
+                 s["messages_missing"] == 0)
+    result.check("publishes with more than one messages row", s["messages_repeated"],
+                 s["messages_repeated"] == 0)
+    result.check("messages rows with a wrong outcome or count", s["outcome_wrong"],
+                 s["outcome_wrong"] == 0)
+
+
+def _changelog_checks(result: Result, stage: Stage, rows: dict) -> None:
+    c = stage.changelog_checks(rows)
+    result.check("changelog records without a subscriptions row", c["changelog_without_row"],
+                 c["changelog_without_row"] == 0)
+    result.check("changelog records with more than one subscriptions row",
+                 c["changelog_repeated_rows"], c["changelog_repeated_rows"] == 0)
+    result.figures["changelog"] = c
+
+
+def _workload(o: Options) -> Workload:
+    w = Workload.generate(o.subscriptions, o.subscribers, o.seed)
+    wrong = w.check_oracle(200)
+    if wrong:
+        raise CampaignError(f"the workload's construction disagrees with the reference matcher "
+                            f"on {wrong} of 200 publishes")
+    return w
+
+
+def _subscribe(stage: Stage, w: Workload) -> None:
+    n = stage.write_changelog(("subscription", k, v) for k, v in w.changelog_records())
+    _log(f"{n:,} subscriptions of {len(w.subscribers)} subscribers on the changelog")
+
+
+# --- kills -------------------------------------------------------------------------------
+KILL_PLAN = (
+    ("audit", "group"), ("catch-up", "group"), ("random", "jvm"), ("mid-audit", "python"),
+    ("random", "group"), ("catch-up-read", "group"), ("after-audit", "group"),
+    ("random", "python"), ("audit", "python"), ("catch-up", "python"),
+)
+"""The kills, in plan order (then shuffled): every kill point, and random moments,
+with each target (``group``: router + JVM + workers; ``python``: the driver alone, its
+watchdog kills the JVM; ``jvm``: the Spark JVM alone)."""
+
+
+def kills(folder: Path, o: Options) -> Result:
+    """``o.kills`` SIGKILLs during an ``o.publishes`` run with subscription churn; the
+    harness restarts the router after each (that is the operator's one action)."""
+    result = Result("kills")
+    rng = random.Random(o.seed)
+    if o.kill_plan:
+        plan = list(o.kill_plan)
+    else:
+        plan = [KILL_PLAN[i % len(KILL_PLAN)] for i in range(o.kills)]
+        rng.shuffle(plan)
+    w = _workload(o)
+    with Stage(folder, 1, bootstrap=o.bootstrap) as stage:
+        stage.start(o.max_offsets)
+        _subscribe(stage, w)
+        stage.start_router()
+        ledger = Ledger(stage.config.kafka.publishes_topic, stage.config.kafka.deliveries_topic_prefix)
+        rate = o.rate or max(500.0, o.publishes / max(1, len(plan) * 30))
+        _log(f"publishing {o.publishes:,} at {rate:,.0f}/s; {len(plan)} kills planned")
+        publisher = stage.publish_good(w, ledger, o.publishes, rate, o.seed)
+        churn = Churn(stage, w, 1.0, o.seed).start()
+        done_kills = []
+        outlived = 0
+        for number, (point, target) in enumerate(plan, 1):
+            time.sleep(rng.uniform(*o.kill_after_s))
+            pending = lag(stage.config.kafka.bootstrap, stage.config.kafka.publishes_topic,
+                          Path(stage.settings["streaming.checkpoint_dir"]))
+            jvms = stage.router.pids()["jvm"]
+            fired = point
+            if point != "random":
+                arm(stage.router.faults, point, target)
+                if not stage.router.wait_fault(120):
+                    _log(f"kill {number}: point {point} not reached in 120s: killing now instead")
+                    fired = "random (point not reached)"
+                    stage.router.kill(target)
+            else:
+                stage.router.kill(target)
+            outlived += _jvm_outlived(jvms)
+            _log(f"kill {number}/{len(plan)}: {fired}, {target}; {pending:,} publishes pending")
+            done_kills.append({"point": fired, "target": target, "pending": pending,
+                               "at": time.time()})
+            stage.start_router()
+        publisher.join(o.timeout_s)
+        churn.stop()
+        routed_s = stage.wait_routed(o.timeout_s)
+        _log(f"all publishes routed {routed_s:.0f}s after the last kill's restart and publish")
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        s = ledger.summary()
+    result.check("kills (point, target)", ", ".join(f"{k['point']}/{k['target']}" for k in done_kills),
+                 len(done_kills) == len(plan))
+    result.check("kill points reached", sorted({k['point'] for k in done_kills} & set(POINTS)),
+                 None)
+    during = sum(1 for k in done_kills if k["pending"] > 0)
+    result.check("kills with publishes pending (during the run)", f"{during} of {len(done_kills)}",
+                 None)
+    result.check("Spark JVMs that outlived their killed router", outlived, outlived == 0)
+    result.check("publishes the load driver could not write", publisher.failed, None)
+    _delivery_checks(result, s)
+    _changelog_checks(result, stage, rows)
+    result.check("churn changes during the run", churn.count, None)
+    result.check("router exit status after SIGTERM", status, status == 0)
+    result.figures.update({"summary": s, "kills": done_kills, "rate": rate,
+                           "router_starts": stage.router.starts})
+    return result
+
+
+def _jvm_outlived(jvms: list[int], wait: float = 30.0) -> int:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        alive = [p for p in jvms if _alive(p)]
+        if not alive:
+            return 0
+        time.sleep(0.2)
+    return len([p for p in jvms if _alive(p)])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+# --- broker kills and the cluster --------------------------------------------------------
+def broker_kills(folder: Path, o: Options, brokers: int = 1) -> Result:
+    """The broker (or one of ``brokers``) SIGKILLed mid-run and started again, ``o.broker_kills``
+    times (once for a cluster); the router is never touched."""
+    name = "cluster" if brokers > 1 else "broker-kills"
+    result = Result(name)
+    rng = random.Random(o.seed + brokers)
+    w = _workload(o)
+    times = 1 if brokers > 1 else o.broker_kills
+    extra = ({"kafka.replication_factor": "3", "kafka.min_insync_replicas": "2"}
+             if brokers > 1 else {})
+    with Stage(folder, brokers, extra) as stage:
+        stage.start(o.max_offsets)
+        _subscribe(stage, w)
+        stage.start_router()
+        ledger = Ledger(stage.config.kafka.publishes_topic, stage.config.kafka.deliveries_topic_prefix)
+        rate = o.rate or max(500.0, o.publishes / ((times + 1) * 40))
+        _log(f"publishing {o.publishes:,} at {rate:,.0f}/s; {times} broker kill(s) planned")
+        publisher = stage.publish_good(w, ledger, o.publishes, rate, o.seed)
+        outages = []
+        for number in range(times):
+            time.sleep(rng.uniform(*o.broker_kill_after_s))
+            node = rng.randrange(brokers)
+            pending = lag(stage.config.kafka.bootstrap, stage.config.kafka.publishes_topic,
+                          Path(stage.settings["streaming.checkpoint_dir"]))
+            stage.kafka.kill(node)
+            _log(f"broker {node + 1} SIGKILLed ({pending:,} publishes pending); down {o.down_s:.0f}s")
+            time.sleep(o.down_s)
+            up = stage.kafka.revive(node)
+            _log(f"broker {node + 1} back after {up:.0f}s of start-up")
+            outages.append({"node": node + 1, "pending": pending, "down_s": o.down_s,
+                            "restart_s": round(up, 1)})
+        publisher.join(o.timeout_s)
+        routed_s = stage.wait_routed(o.timeout_s)
+        _log(f"all publishes routed {routed_s:.0f}s after the last publish")
+        alive = stage.router.alive()
+        replication = stage.replication() if brokers > 1 else None
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        s = ledger.summary()
+    result.check("broker SIGKILLs (node: seconds down + restart)",
+                 ", ".join(f"{x['node']}: {x['down_s']:.0f}+{x['restart_s']:.0f}s" for x in outages),
+                 len(outages) == times)
+    result.check("router restarts (operator actions)", stage.router.starts - 1,
+                 stage.router.starts == 1 and alive)
+    result.check("publishes the load driver could not write", publisher.failed,
+                 publisher.failed == 0)
+    _delivery_checks(result, s)
+    _changelog_checks(result, stage, rows)
+    if replication is not None:
+        result.check("router topics: least replicas / min.insync.replicas",
+                     f"{replication['min_replicas']} / {replication['min_insync']} "
+                     f"({replication['topics']} topics)",
+                     replication["min_replicas"] == 3 and replication["min_insync"] == 2)
+    result.check("router exit status after SIGTERM", status, status == 0)
+    result.figures.update({"summary": s, "outages": outages, "rate": rate,
+                           "replication": replication})
+    return result
+
+
+def cluster(folder: Path, o: Options) -> Result:
+    return broker_kills(folder, o, brokers=3)
+
+
+# --- fuzz --------------------------------------------------------------------------------
+def fuzz(folder: Path, o: Options) -> Result:
+    """``o.fuzz_publishes`` bad publishes and ``o.fuzz_changes`` bad changes mixed into good
+    traffic (``o.good_per_bad`` good publishes per bad one, a quarter of them hostile)."""
+    result = Result("fuzz")
+    rng = random.Random(o.seed)
+    w = _workload(o)
+    settings = {"kafka.max_delivery_bytes": str(fuzzing.MAX_DELIVERY_BYTES)}
+    with Stage(folder, 1, settings, bootstrap=o.bootstrap) as stage:
+        stage.start(o.max_offsets)
+        before = topic_names(stage.config.kafka.bootstrap)
+        # Half the bad changes before the router starts, mixed with the good ones; the
+        # other half while publishes flow.
+        bad_changes = [fuzzing.bad_change(rng, i) for i in range(o.fuzz_changes)]
+        first = bad_changes[: len(bad_changes) // 2]
+        good = [("subscription", k, v) for k, v in w.changelog_records()]
+        mixed = [(f"bad:{c}", k, v) for c, k, v in first] + good
+        rng.shuffle(mixed)
+        stage.write_changelog(mixed)
+        _log(f"{len(good):,} subscriptions and {len(first):,} bad changes on the changelog")
+        stage.start_router()
+        expected_nonempty = [p for p in w.publishes(2000, o.seed + 3) if w.expected(p)]
+        records, labels = [], []
+        n_good = int(o.fuzz_publishes * o.good_per_bad)
+        goods = iter(w.publishes(n_good, o.seed + 5))
+        kinds = ["bad"] * o.fuzz_publishes + ["good"] * n_good
+        rng.shuffle(kinds)
+        for kind in kinds:
+            if kind == "bad":
+                category, key, value, headers = fuzzing.bad_publish(rng, w, expected_nonempty)
+                records.append(((key, value, headers), None))
+                labels.append(f"bad:{category}")
+                continue
+            p = next(goods)
+            if rng.random() < 0.25:
+                category, key, value, headers = fuzzing.hostile_good_publish(rng, p)
+                expected = () if category == fuzzing.WILDCARD_AMQP_KEY else w.expected(p)
+                records.append(((key, value, headers), expected))
+                labels.append(f"good:{category}")
+            else:
+                records.append(((p.key().encode(), b"ok", p.headers()), w.expected(p)))
+                labels.append("good")
+        ledger = Ledger(stage.config.kafka.publishes_topic, stage.config.kafka.deliveries_topic_prefix)
+        categories: dict[str, str] = {}
+        publisher = stage.publish_records(records, ledger, 2000.0, categories, labels)
+        stage.write_changelog((f"bad:{c}", k, v) for c, k, v in bad_changes[len(first):])
+        publisher.join(o.timeout_s)
+        routed_s = stage.wait_routed(o.timeout_s)
+        _log(f"all publishes routed {routed_s:.0f}s after the last publish")
+        alive, starts = stage.router.alive(), stage.router.starts
+        after = topic_names(stage.config.kafka.bootstrap)
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        s = ledger.summary()
+        changelog = dict(stage.changelog)
+    prefix = stage.config.kafka.deliveries_topic_prefix
+    outside = sorted(t for t in after - before if not t.startswith(prefix))
+    # Bad changes: each in the rejected topic and in the subscriptions table, with a reason.
+    topic = stage.config.kafka.subscriptions_topic
+    per_category: dict[str, list[int]] = {}
+    for (partition, offset), what in changelog.items():
+        if not what.startswith("bad:"):
+            continue
+        mid = f"{topic}/{partition}/{offset}"
+        in_kafka = bool(rejected.subscriptions.get(mid))
+        found = rows.get((partition, offset), [])
+        in_audit = any(change == "rejected" and reason for change, reason, _ in found)
+        counts = per_category.setdefault(what[4:], [0, 0, 0])
+        counts[0] += 1
+        counts[1] += in_kafka
+        counts[2] += in_audit
+    good_changes = [p for p, what in changelog.items() if what == "subscription"]
+    good_applied = sum(1 for p in good_changes if any(c == "upsert" for c, _, _ in rows.get(p, [])))
+    bad_total = sum(c[0] for c in per_category.values())
+    result.check("bad subscription changes acknowledged by Kafka", bad_total,
+                 bad_total == o.fuzz_changes)
+    result.check("bad changes in bitroute.rejected with a reason",
+                 f"{sum(c[1] for c in per_category.values()):,} of {bad_total:,}",
+                 all(c[1] == c[0] for c in per_category.values()))
+    result.check("bad changes in the subscriptions table (rejected, with a reason)",
+                 f"{sum(c[2] for c in per_category.values()):,} of {bad_total:,}",
+                 all(c[2] == c[0] for c in per_category.values()))
+    result.check("good subscriptions applied (upsert rows)", f"{good_applied:,} of {len(good_changes):,}",
+                 good_applied == len(good_changes))
+    bad_ids = [mid for mid, label in categories.items() if label.startswith("bad")]
+    bad_in_kafka = sum(1 for mid in bad_ids if rejected.publishes.get(mid))
+    result.check("bad publishes in bitroute.rejected with a reason",
+                 f"{bad_in_kafka:,} of {len(bad_ids):,}", bad_in_kafka == len(bad_ids) == o.fuzz_publishes)
+    result.check("good publishes in bitroute.rejected", s["good_rejected_in_kafka"],
+                 s["good_rejected_in_kafka"] == 0)
+    _delivery_checks(result, s)
+    result.check("router stopped or restarted", f"alive={alive}, starts={starts}",
+                 alive and starts == 1)
+    result.check("topics created outside the delivery namespace", outside[:5] or 0, not outside)
+    result.check("router exit status after SIGTERM", status, status == 0)
+    publish_categories = _by_category(categories, ledger, rejected)
+    result.figures.update({"summary": s, "bad_changes_by_category": per_category,
+                           "publishes_by_category": publish_categories,
+                           "topics_outside_namespace": outside})
+    return result
+
+
+def _by_category(categories: dict[str, str], ledger: Ledger, rejected) -> dict:
+    out: dict[str, dict] = {}
+    for mid, label in categories.items():
+        entry = out.setdefault(label, {"published": 0, "rejected_in_kafka": 0})
+        entry["published"] += 1
+        entry["rejected_in_kafka"] += bool(rejected.publishes.get(mid))
+    return out
+
+
+# --- soak --------------------------------------------------------------------------------
+def soak(folder: Path, o: Options) -> Result:
+    """Half the sustained rate for ``o.soak_minutes``: memory of the driver, the JVM and
+    the Python workers, and the size of the state folders, sampled every 10 s."""
+    result = Result("soak")
+    w = _workload(o)
+    with Stage(folder, 1) as stage:
+        stage.start(o.max_offsets)
+        _subscribe(stage, w)
+        stage.start_router()
+        checkpoint = Path(stage.settings["streaming.checkpoint_dir"])
+        ledger = Ledger(stage.config.kafka.publishes_topic, stage.config.kafka.deliveries_topic_prefix)
+        sustained = None
+        if o.soak_rate:
+            rate = o.soak_rate
+        else:
+            t = time.monotonic()
+            publisher = stage.publish_good(w, ledger, o.soak_backlog, 0, o.seed + 11)
+            publisher.join(o.timeout_s)
+            stage.wait_routed(o.timeout_s)
+            sustained = o.soak_backlog / (time.monotonic() - t)
+            rate = sustained / 2
+            _log(f"sustained rate: {sustained:,.0f} publishes/s ({o.soak_backlog:,} in "
+                 f"{time.monotonic() - t:.0f}s); soaking at {rate:,.0f}/s")
+        n = int(rate * o.soak_minutes * 60)
+        publisher = stage.publish_good(w, ledger, n, rate, o.seed + 12)
+        samples = []
+        t0 = time.monotonic()
+        while not publisher.done.is_set() and stage.router.alive():
+            pids = stage.router.pids()
+            samples.append({"t": time.monotonic() - t0,
+                            **{f"{role}_mb": sum(procstat.rss_bytes(p) for p in ps) / 2**20
+                               for role, ps in pids.items()},
+                            **_folders(checkpoint)})
+            publisher.done.wait(10)
+        publisher.join(o.timeout_s)
+        stage.wait_routed(o.timeout_s)
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        s = ledger.summary()
+    result.check("sustained rate (publishes/s), soak rate", f"{sustained or 0:,.0f}, {rate:,.0f}", None)
+    result.check("soak duration (min), publishes", f"{o.soak_minutes:g}, {n:,}", None)
+    slopes = _slopes(samples)
+    for role in ("driver", "jvm", "workers"):
+        sl = slopes.get(f"{role}_mb")
+        if sl is None:
+            result.check(f"{role} RSS", "no samples", False)
+            continue
+        # Flat: the fitted growth over the second half is within 5% of the mean or 32 MB.
+        growth = sl["slope_per_min"] * sl["minutes"]
+        ok = growth <= max(32.0, 0.05 * sl["mean"])
+        result.check(f"{role} RSS slope, second half (MB/min; mean MB)",
+                     f"{sl['slope_per_min']:+.2f} ({sl['mean']:,.0f})", ok)
+    for folder_name in ("pins_files", "snapshot_files", "offsets_files", "commits_files"):
+        values = [x[folder_name] for x in samples]
+        if values:
+            half = values[len(values) // 2:]
+            result.check(f"{folder_name.replace('_', ' ')}: second half min..max (end)",
+                         f"{min(half)}..{max(half)} ({values[-1]})",
+                         max(half) <= _RETENTION[folder_name])
+    sizes = [x["checkpoint_mb"] for x in samples]
+    if sizes:
+        half = sizes[len(sizes) // 2:]
+        result.check("checkpoint folder MB: second half first -> last",
+                     f"{half[0]:.1f} -> {half[-1]:.1f}", half[-1] - half[0] <= 5.0)
+    _delivery_checks(result, s)
+    result.check("router exit status after SIGTERM", status, status == 0)
+    result.figures.update({"summary": s, "samples": samples, "slopes": slopes, "rate": rate,
+                           "sustained": sustained})
+    return result
+
+
+_RETENTION = {"pins_files": 16 + 2, "snapshot_files": 2 * (16 + 2),
+              "offsets_files": 100 + 5, "commits_files": 100 + 5}
+"""Upper bounds of the state folders' file counts: PINS_KEPT pins (and their snapshots,
+two files each, plus the latest), and Spark's spark.sql.streaming.minBatchesToRetain (100)."""
+
+
+def _folders(checkpoint: Path) -> dict:
+    def count(path: Path) -> int:
+        try:
+            return sum(1 for p in path.iterdir() if not p.name.startswith("."))
+        except FileNotFoundError:
+            return 0
+
+    total = 0
+    for p in checkpoint.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return {"checkpoint_mb": total / 2**20,
+            "pins_files": count(checkpoint / "router" / "pins"),
+            "snapshot_files": count(checkpoint / "router" / "snapshots"),
+            "offsets_files": count(checkpoint / "publishes" / "offsets"),
+            "commits_files": count(checkpoint / "publishes" / "commits")}
+
+
+def _slopes(samples: list[dict]) -> dict:
+    """Least-squares slope (per minute) of each numeric series over the second half."""
+    out = {}
+    half = samples[len(samples) // 2:]
+    if len(half) < 3:
+        return out
+    t = np.array([x["t"] for x in half]) / 60.0
+    for key in half[0]:
+        if key == "t":
+            continue
+        y = np.array([x[key] for x in half], dtype=float)
+        slope = float(np.polyfit(t, y, 1)[0])
+        out[key] = {"slope_per_min": slope, "mean": float(y.mean()), "minutes": float(t[-1] - t[0])}
+    return out
+
+
+CASES = {"kills": kills, "broker-kills": broker_kills, "cluster": cluster, "fuzz": fuzz,
+         "soak": soak}
+
+
+def dump(results: list[Result], path: Path, options: Options, command: str) -> None:
+    path.write_text(json.dumps({"command": command, "options": asdict(options),
+                                "results": [r.as_dict() for r in results]}, indent=1, default=str))

@@ -1,0 +1,126 @@
+"""``bitroute run`` with kill points: the real router, killed exactly where a crash hurts most.
+
+    python -m benchmarks.reliability.faulty_router --faults DIR [--set section.key=value]...
+
+runs ``streaming.cli main(["run", ...])`` unchanged, after wrapping a few of
+the router's own methods with a check of the file ``DIR/armed``. The file holds
+``<point> <target>``; the first time the router passes ``<point>`` while it
+exists, the wrapper deletes it, prints ``FAULT <point> <target>`` on stdout and
+sends SIGKILL to ``target``: ``group`` (the router's process group: the Python
+driver, its Spark JVM and the Python workers) or ``python`` (the driver alone;
+the router's watchdog then kills the JVM). Nothing else changes: with no file
+the wrappers only cost a ``stat``.
+
+Kill points (:data:`POINTS`), in the order a batch passes them:
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+POINTS = {
+    "catch-up-read": "the changelog read into the in-memory index, nothing of it persisted",
+    "catch-up": "a new snapshot version persisted, its subscriptions audit not appended, "
+                "the batch not pinned",
+    "audit": "the batch's deliveries written and acknowledged by Kafka, no audit row appended",
+    "mid-audit": "the messages table appended, the deliveries table maybe not",
+    "after-audit": "both audit tables appended, Spark's commit of the batch not written",
+}
+__doc__ += "".join(f"\n- ``{name}``: {what};" for name, what in POINTS.items())
+TARGETS = ("group", "python")
+ARMED = "armed"
+
+
+def arm(faults: Path, point: str, target: str = "group") -> None:
+    """Arm ``point``: the next time the router passes it, ``target`` is killed."""
+    if point not in POINTS or target not in TARGETS:
+        raise ValueError(f"unknown kill point or target: {point!r} {target!r}")
+    tmp = faults / f".{ARMED}.tmp"
+    tmp.write_text(f"{point} {target}\n")
+    os.replace(tmp, faults / ARMED)
+
+
+def disarm(faults: Path) -> None:
+    (faults / ARMED).unlink(missing_ok=True)
+
+
+def _install(faults: Path) -> None:
+    from streaming.changelog import ChangelogReader
+    from streaming.delta_sink import AuditTables
+    from streaming.snapshots import SnapshotStore
+
+    armed = faults / ARMED
+
+    def maybe_kill(point: str) -> None:
+        try:
+            wanted, target = armed.read_text().split()
+        except (FileNotFoundError, ValueError):
+            return
+        if wanted != point:
+            return
+        armed.unlink(missing_ok=True)
+        print(f"FAULT {point} {target}", flush=True)
+        if target == "python":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    read_to_end = ChangelogReader.read_to_end
+
+    def read_then_kill(self, offsets, apply, *args, **kwargs):
+        applied = [0]
+
+        def counting(message):
+            applied[0] += 1
+            apply(message)
+
+        result = read_to_end(self, offsets, counting, *args, **kwargs)
+        if applied[0]:
+            maybe_kill("catch-up-read")
+        return result
+
+    save = SnapshotStore.save
+
+    def save_then_kill(self, version, data, changes):
+        save(self, version, data, changes)
+        if changes:
+            maybe_kill("catch-up")
+
+    append_batch = AuditTables.append_batch
+
+    def kill_then_append(self, *args, **kwargs):
+        maybe_kill("audit")
+        append_batch(self, *args, **kwargs)
+        maybe_kill("after-audit")
+
+    append = AuditTables._append
+
+    def append_then_kill(self, name, *args, **kwargs):
+        append(self, name, *args, **kwargs)
+        if name == "messages":
+            maybe_kill("mid-audit")
+
+    ChangelogReader.read_to_end = read_then_kill
+    SnapshotStore.save = save_then_kill
+    AuditTables.append_batch = kill_then_append
+    AuditTables._append = append_then_kill
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 2 or argv[0] != "--faults":
+        print("usage: python -m benchmarks.reliability.faulty_router --faults DIR "
+              "[--set section.key=value]...", file=sys.stderr)
+        return 2
+    faults = Path(argv[1])
+    faults.mkdir(parents=True, exist_ok=True)
+    _install(faults)
+    from streaming.cli import main as bitroute
+
+    return bitroute(["run", *argv[2:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Kafka clients of the campaign: a paced publisher that learns each record's
+message id, readers of whole topics up to their end, and the router's progress.
+
+Every function is bounded in time; none hides a failure: a publish Kafka did
+not acknowledge is reported as such (and left out of the ledger), a read that
+does not reach the end offsets in time raises :class:`CampaignError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from schemas.records import message_id
+
+READ_BATCH = 5000
+_QUIET = logging.getLogger("bitroute.reliability.kafka")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+Record = tuple[bytes | None, bytes | None, list | None]
+"""(key, value, headers) of one record to produce."""
+
+
+class CampaignError(RuntimeError):
+    """A step of the campaign could not be carried out (not a failed check)."""
+
+
+def producer(bootstrap: str, **extra) -> Producer:
+    """An idempotent acks=all producer: a broker failover neither loses nor repeats a record."""
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                     "linger.ms": 20, "message.timeout.ms": 600_000, "logger": _QUIET,
+                     "queue.buffering.max.messages": 500_000, **extra})
+
+
+class Publisher:
+    """Produces records to one topic in a thread, at ``rate`` records/s (0: as fast as
+    Kafka takes them), and calls ``on_ack(index, message_id)`` for each acknowledged
+    one, ``on_error(index, error)`` for each that failed.
+
+    :meth:`join` waits until every record is acknowledged or failed.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, records: Iterable[Record], rate: float,
+                 on_ack: Callable[[int, str], None], on_error: Callable[[int, str], None],
+                 **producer_settings) -> None:
+        self.topic = topic
+        self.sent = 0
+        self.acked = 0
+        self.failed = 0
+        self.done = threading.Event()
+        self._records = records
+        self._rate = rate
+        self._on_ack, self._on_error = on_ack, on_error
+        self._producer = producer(bootstrap, **producer_settings)
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"publish-{topic}")
+
+    def start(self) -> "Publisher":
+        self._thread.start()
+        return self
+
+    def _callback(self, index: int):
+        def acked(err, record) -> None:
+            if err is not None:
+                self.failed += 1
+                self._on_error(index, str(err))
+            else:
+                self.acked += 1
+                self._on_ack(index, message_id(record.topic(), record.partition(), record.offset()))
+        return acked
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            for index, (key, value, headers) in enumerate(self._records):
+                if self._rate > 0:
+                    due = started + index / self._rate
+                    while time.monotonic() < due:
+                        self._producer.poll(min(0.05, max(0.0, due - time.monotonic())))
+                while True:
+                    try:
+                        self._producer.produce(self.topic, value=value, key=key, headers=headers,
+                                               on_delivery=self._callback(index))
+                        break
+                    except BufferError:
+                        self._producer.poll(0.1)
+                self.sent += 1
+                if index % 1000 == 0:
+                    self._producer.poll(0)
+            while self._producer.flush(1.0):
+                pass
+        finally:
+            self.done.set()
+
+    def join(self, timeout: float) -> None:
+        if not self.done.wait(timeout):
+            raise CampaignError(f"publishing to {self.topic} did not finish within {timeout:.0f}s "
+                                f"({self.acked:,} of {self.sent:,} acknowledged)")
+        self._thread.join(5)
+
+
+def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> end offset, for every partition of ``topics``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reliability-offsets",
+                         "logger": _QUIET})
+    try:
+        out = {}
+        metadata = consumer.list_topics(timeout=30)
+        for topic in topics:
+            described = metadata.topics.get(topic)
+            if described is None:
+                continue
+            for partition in described.partitions:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                         timeout=30, cached=False)
+                out[(topic, partition)] = high
+        return out
+    finally:
+        consumer.close()
+
+
+def read_topics(bootstrap: str, topics: Sequence[str], on_record: Callable, timeout: float) -> int:
+    """Call ``on_record(message)`` on every record of ``topics`` from the start up to the
+    end offsets fetched now; return how many were read. Raises CampaignError on timeout."""
+    ends = {tp: end for tp, end in end_offsets(bootstrap, topics).items() if end > 0}
+    if not ends:
+        return 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reliability-reader",
+                         "enable.auto.commit": False, "enable.partition.eof": False,
+                         "logger": _QUIET, "queued.max.messages.kbytes": 262_144})
+    todo = dict(ends)
+    read = 0
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.assign([TopicPartition(t, p, 0) for t, p in ends])
+        while todo:
+            if time.monotonic() > deadline:
+                raise CampaignError(f"{len(todo)} partitions not read to their end within "
+                                    f"{timeout:.0f}s, e.g. {sorted(todo)[:3]}")
+            for message in consumer.consume(READ_BATCH, 1.0):
+                if message.error() is not None:
+                    continue
+                tp = (message.topic(), message.partition())
+                end = todo.get(tp)
+                if end is None or message.offset() >= end:
+                    continue
+                on_record(message)
+                read += 1
+                if message.offset() + 1 >= end:
+                    del todo[tp]
+    finally:
+        consumer.close()
+    return read
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _QUIET})
+    return set(admin.list_topics(timeout=30).topics)
+
+
+def headers_of(message) -> dict[str, bytes | None]:
+    """A record's headers as a dict, the last of a name winning (Kafka's ``lastHeader``)."""
+    return dict(message.headers() or [])
+
+
+def committed_offsets(checkpoint_dir: Path) -> dict[int, int]:
+    """Partition -> next offset of the publishes topic that the router's query has
+    committed (its last ``commits/<n>`` and the ``offsets/<n>`` it closes)."""
+    root = Path(checkpoint_dir) / "publishes"
+    try:
+        batches = sorted(int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit())
+    except FileNotFoundError:
+        return {}
+    for batch in reversed(batches):
+        try:
+            lines = (root / "offsets" / str(batch)).read_text().splitlines()
+        except FileNotFoundError:
+            continue
+        for line in lines[2:]:
+            try:
+                offsets = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out = {}
+            for partitions in offsets.values():
+                out.update({int(p): int(o) for p, o in partitions.items()})
+            return out
+    return {}
+
+
+def wait_routed(bootstrap: str, topic: str, checkpoint_dir: Path, timeout: float,
+                alive: Callable[[], bool] = lambda: True) -> float:
+    """Wait until the router's query has committed every publish in ``topic`` now;
+    return the seconds it took. Raises CampaignError on timeout or when ``alive()``
+    turns false."""
+    started = time.monotonic()
+    ends = {p: o for (t, p), o in end_offsets(bootstrap, [topic]).items()}
+    while True:
+        done = committed_offsets(checkpoint_dir)
+        if all(done.get(p, 0) >= o for p, o in ends.items()):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            lag = sum(o - done.get(p, 0) for p, o in ends.items())
+            raise CampaignError(f"the router did not commit {lag:,} publishes within {timeout:.0f}s")
+        if not alive():
+            raise CampaignError("the router exited before it had routed every publish")
+        time.sleep(1.0)
+
+
+def lag(bootstrap: str, topic: str, checkpoint_dir: Path) -> int:
+    """Publishes in ``topic`` not yet committed by the router."""
+    done = committed_offsets(checkpoint_dir)
+    return sum(max(0, o - done.get(p, 0))
+               for (t, p), o in end_offsets(bootstrap, [topic]).items())

@@ -1,0 +1,266 @@
+"""One campaign run's world: Kafka (1 or 3 brokers), the router's settings, the
+subscriptions on the changelog, the router, publishing into a ledger, and the
+final read of every output.
+
+A :class:`Stage` is a context manager: leaving it (also on an exception or
+Ctrl-C) kills the router and stops every broker it started.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from benchmarks.reliability.cluster import Kafka
+from benchmarks.reliability.kafka_io import Publisher, Record, producer, wait_routed
+from benchmarks.reliability.ledger import Ledger
+from benchmarks.reliability.outputs import (
+    Rejections,
+    read_audit,
+    read_deliveries,
+    read_rejected,
+    repeated_subscription_rows,
+    subscription_rows,
+)
+from benchmarks.reliability.router import Router
+from benchmarks.reliability.workload import A_VALUES, B_VALUES, EXCHANGES, Publish, Workload
+from streaming.config import Config, load
+from streaming.topics import ensure_router_topics
+
+_EXCHANGE_LIST = sorted(EXCHANGES)
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def encode(p: Publish) -> int:
+    """A publish as one small int (the ledger of a million publishes stays an array)."""
+    return ((_EXCHANGE_LIST.index(p.exchange) * A_VALUES + p.a) * B_VALUES + p.b) * 2 + p.gold
+
+
+def decode(code: int) -> Publish:
+    code, gold = divmod(code, 2)
+    code, b = divmod(code, B_VALUES)
+    exchange, a = divmod(code, A_VALUES)
+    return Publish(_EXCHANGE_LIST[exchange], a, b, bool(gold))
+
+
+class Stage:
+    """Kafka + settings + router in ``folder`` for one case."""
+
+    def __init__(self, folder: Path, brokers: int = 1, settings: dict[str, str] | None = None,
+                 log: Callable[[str], None] | None = None, bootstrap: str | None = None) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.kafka = Kafka(self.folder, brokers) if bootstrap is None else None
+        self.bootstrap = bootstrap
+        self.extra = dict(settings or {})
+        self.log = log or _log
+        self.settings: dict[str, str] = {}
+        self.config: Config | None = None
+        self.router: Router | None = None
+        self.changelog: dict[tuple[int, int], str] = {}  # (partition, offset) -> what
+        self.changelog_failures = 0
+        self._changelog_producer = None
+        self._producer_lock = threading.Lock()
+
+    def __enter__(self) -> "Stage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            if self.router is not None:
+                self.router.close()
+        finally:
+            if self.kafka is not None:
+                self.kafka.stop()
+
+    # --- set up ------------------------------------------------------------------------
+    def start(self, max_offsets: int) -> None:
+        t = time.monotonic()
+        topics = {}
+        if self.kafka is not None:
+            bootstrap = self.kafka.start()
+            self.log(f"Kafka: {self.kafka.size} broker(s) at {bootstrap} "
+                     f"({time.monotonic() - t:.0f}s)")
+        else:
+            # A shared broker: topics of this run only.
+            bootstrap, tag = self.bootstrap, uuid.uuid4().hex[:10]
+            topics = {"kafka.publishes_topic": f"pub-{tag}", "kafka.subscriptions_topic": f"subs-{tag}",
+                      "kafka.rejected_topic": f"rej-{tag}",
+                      "kafka.deliveries_topic_prefix": f"dlv-{tag}."}
+        self.settings = {
+            **topics,
+            "kafka.bootstrap": bootstrap,
+            "broker.embedded": "false",
+            "exchanges.dialects.other": "amqp",
+            "delta.warehouse": str(self.folder / "delta"),
+            "streaming.checkpoint_dir": str(self.folder / "checkpoints"),
+            "streaming.max_offsets_per_trigger": str(max_offsets),
+            "spark.master": "local[2]",
+            "spark.shuffle_partitions": "2",
+            "spark.log_level": "ERROR",
+            **self.extra,
+        }
+        self.config = load(overrides=self.settings, environ={})
+        ensure_router_topics(self.config)
+        self.router = Router(self.settings, self.folder / "router")
+
+    def write_changelog(self, records: Iterable[tuple[str, bytes | None, bytes | None]]) -> int:
+        """Produce (what, key, value) changelog records; wait for every ack; return how many."""
+        with self._producer_lock:
+            if self._changelog_producer is None:
+                self._changelog_producer = producer(self.config.kafka.bootstrap)
+            p = self._changelog_producer
+        count = 0
+        for what, key, value in records:
+            def acked(err, msg, what=what) -> None:
+                if err is None:
+                    self.changelog[(msg.partition(), msg.offset())] = what
+                else:
+                    self.changelog_failures += 1
+            while True:
+                try:
+                    p.produce(self.config.kafka.subscriptions_topic, key=key, value=value,
+                              on_delivery=acked)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+            count += 1
+        if p.flush(300):
+            raise RuntimeError("the changelog was not acknowledged within 300s")
+        return count
+
+    def start_router(self) -> float:
+        seconds = self.router.start()
+        self.log(f"router up in {seconds:.0f}s (start {self.router.starts})")
+        return seconds
+
+    # --- traffic -------------------------------------------------------------------------
+    def publish_good(self, w: Workload, ledger: Ledger, n: int, rate: float, seed: int
+                     ) -> Publisher:
+        """Start publishing ``n`` good publishes of ``w`` at ``rate``/s into ``ledger``."""
+        codes = np.fromiter((encode(p) for p in w.publishes(n, seed)), dtype=np.int32, count=n)
+        failures: list[str] = []
+
+        def records():
+            for code in codes.tolist():
+                p = decode(code)
+                yield p.key().encode(), b"x" * 16, p.headers()
+
+        def ack(index: int, mid: str) -> None:
+            ledger.add(mid, w.expected(decode(int(codes[index]))))
+
+        return Publisher(self.config.kafka.bootstrap, self.config.kafka.publishes_topic,
+                         records(), rate, ack, lambda i, e: failures.append(e)).start()
+
+    def publish_records(self, records: list[tuple[Record, tuple[str, ...] | None]], ledger: Ledger,
+                        rate: float, categories: dict[str, str] | None = None,
+                        labels: list[str] | None = None) -> Publisher:
+        """Start publishing (record, expected) pairs (expected None = bad) into ``ledger``;
+        ``categories[mid] = labels[i]`` on each ack when given."""
+        def ack(index: int, mid: str) -> None:
+            ledger.add(mid, records[index][1])
+            if categories is not None and labels is not None:
+                categories[mid] = labels[index]
+
+        return Publisher(self.config.kafka.bootstrap, self.config.kafka.publishes_topic,
+                         (r for r, _ in records), rate, ack, lambda i, e: None,
+                         **{"message.max.bytes": 1_000_000}).start()
+
+    def wait_routed(self, timeout: float, alive: Callable[[], bool] | None = None) -> float:
+        return wait_routed(self.config.kafka.bootstrap, self.config.kafka.publishes_topic,
+                           Path(self.settings["streaming.checkpoint_dir"]), timeout,
+                           alive or self.router.alive)
+
+    # --- outputs -------------------------------------------------------------------------
+    def read_outputs(self, ledger: Ledger) -> tuple[Rejections, dict]:
+        """Every delivery topic, the rejected topic and the audit tables into ``ledger``;
+        return the rejections and the ``subscriptions`` rows by changelog position."""
+        ledger.seal()
+        t = time.monotonic()
+        read = read_deliveries(self.config, ledger)
+        rejected = read_rejected(self.config, ledger)
+        read_audit(self.config, ledger)
+        rows = subscription_rows(self.config)
+        self.log(f"outputs read: {read:,} delivery records, {len(rejected.publishes):,} + "
+                 f"{len(rejected.subscriptions):,} rejected, audit tables "
+                 f"({time.monotonic() - t:.0f}s)")
+        return rejected, rows
+
+    def changelog_checks(self, rows: dict) -> dict:
+        """Every acknowledged changelog record has exactly one ``subscriptions`` row."""
+        missing = sum(1 for position in self.changelog if position not in rows)
+        return {"changelog_records": len(self.changelog), "changelog_without_row": missing,
+                "changelog_repeated_rows": repeated_subscription_rows(rows)}
+
+    def replication(self) -> dict:
+        """Replicas and ``min.insync.replicas`` of the router's topics."""
+        admin = AdminClient({"bootstrap.servers": self.config.kafka.bootstrap})
+        k = self.config.kafka
+        topics = [t for t in admin.list_topics(timeout=30).topics.values()
+                  if t.topic in (k.publishes_topic, k.subscriptions_topic, k.rejected_topic)
+                  or t.topic.startswith(k.deliveries_topic_prefix)]
+        replicas = {t.topic: min(len(p.replicas) for p in t.partitions.values()) for t in topics}
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in replicas]
+        isr = {}
+        for resource, future in admin.describe_configs(resources).items():
+            entry = future.result(timeout=60).get("min.insync.replicas")
+            isr[resource.name] = int(entry.value) if entry is not None else None
+        return {"topics": len(replicas),
+                "min_replicas": min(replicas.values(), default=0),
+                "min_insync": min((v for v in isr.values() if v is not None), default=0),
+                "topics_not_rf": sorted(t for t, r in replicas.items()
+                                        if r != self.config.kafka.replication_factor)[:5]}
+
+
+class Churn:
+    """Subscription changes every ``interval`` seconds that change no expected delivery:
+    re-upserts of live subscriptions with their own value, and upserts and removals
+    of subscriptions on ``z.churn.<n>`` (a filter no publish matches). Each makes the
+    router's next catch-up commit a new snapshot version."""
+
+    def __init__(self, stage: Stage, w: Workload, interval: float, seed: int) -> None:
+        self.stage, self.w, self.interval = stage, w, interval
+        self.rng = random.Random(seed)
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="churn")
+
+    def start(self) -> "Churn":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        live: list[str] = []
+        while not self._stop.wait(self.interval):
+            records = []
+            sid, exchange, subscriber, filt, gold = self.rng.choice(self.w.subscriptions)
+            from benchmarks.reliability.workload import changelog_value
+            records.append(("churn re-upsert", sid.encode(),
+                            changelog_value(exchange, subscriber, filt, gold)))
+            if live and self.rng.random() < 0.4:
+                records.append(("churn remove", live.pop(self.rng.randrange(len(live))).encode(),
+                                None))
+            else:
+                name = f"churn-{self.count}"
+                live.append(name)
+                records.append(("churn add", name.encode(), changelog_value(
+                    "amq.topic", self.w.subscribers[0], f"z.churn.{self.count}")))
+            self.stage.write_changelog(records)
+            self.count += len(records)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)

@@ -1,0 +1,70 @@
+"""The short forms of the fault campaign (benchmarks/reliability, docs/reliability.md)
+through a real router (``bitroute run`` as a child), a real broker and real Delta tables.
+
+Each test runs one campaign case with small sizes and asserts on its checks: every
+check of the case must pass, and the figures that matter are asserted by name, so
+that a case that silently did less (no kill fired, nothing rejected) fails too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.reliability import cases
+from benchmarks.reliability.cases import Options, Result
+
+pytestmark = pytest.mark.integration
+
+
+def _failed(result: Result) -> str:
+    failed = [f"{c.name}: {c.value}" for c in result.checks if c.ok is False]
+    return f"error={result.error}; failed checks: {failed}"
+
+
+def _value(result: Result, name: str) -> object:
+    return next(c.value for c in result.checks if c.name == name)
+
+
+def test_fuzzed_bad_publishes_and_changes_are_rejected_and_good_traffic_is_delivered(
+        tmp_path: Path):
+    """200 bad publishes of every category and 200 bad subscription changes mixed into
+    good traffic, on a broker of its own (so that any topic created outside the delivery
+    namespace is seen): every bad record in bitroute.rejected and the audit with a
+    reason, every good pair delivered and audited once, the router never stopped."""
+    result = cases.fuzz(tmp_path, Options(
+        subscriptions=300, subscribers=30, fuzz_publishes=200, fuzz_changes=200,
+        max_offsets=200, timeout_s=100))
+    assert result.passed, _failed(result)
+    assert _value(result, "bad publishes in bitroute.rejected with a reason") == "200 of 200"
+    assert _value(result, "bad changes in bitroute.rejected with a reason") == "200 of 200"
+    categories = {k for k in result.figures["publishes_by_category"] if k.startswith("bad:")}
+    assert len(categories) >= 10, categories
+    assert len(result.figures["bad_changes_by_category"]) >= 14
+
+
+def test_router_sigkilled_at_its_kill_points_loses_nothing_and_audits_once(
+        tmp_path: Path, kafka_bootstrap: str):
+    """SIGKILL after Kafka acked a batch's deliveries but before its audit append, and
+    (the driver alone, its watchdog killing the JVM) right after a changelog catch-up
+    persisted a snapshot version: every pair is in Kafka, audited exactly once."""
+    result = cases.kills(tmp_path, Options(
+        publishes=3000, subscriptions=300, subscribers=30, rate=300.0, max_offsets=200,
+        kill_plan=(("audit", "group"), ("catch-up", "python")), kill_after_s=(1.0, 2.0),
+        bootstrap=kafka_bootstrap, timeout_s=100))
+    assert result.passed, _failed(result)
+    assert _value(result, "kills (point, target)") == "audit/group, catch-up/python"
+    assert result.figures["summary"]["pairs"] > 3000
+
+
+def test_broker_sigkilled_and_restarted_mid_run_loses_nothing_without_operator_action(
+        tmp_path: Path):
+    """The router's only broker SIGKILLed while publishes flow and started again 3 s
+    later: the router rides it out alone, nothing is lost, the audit is exact."""
+    result = cases.broker_kills(tmp_path, Options(
+        publishes=4000, subscriptions=300, subscribers=30, rate=400.0, max_offsets=500,
+        broker_kills=1, down_s=3.0, broker_kill_after_s=(3.0, 5.0), timeout_s=100))
+    assert result.passed, _failed(result)
+    assert _value(result, "router restarts (operator actions)") == 0
+    assert result.figures["outages"] and result.figures["outages"][0]["pending"] >= 0
