@@ -58,7 +58,7 @@ from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
 from streaming.delta_sink import AuditTables
 from streaming.snapshots import SnapshotStore
-from streaming.topics import admin_client, ensure_topics
+from streaming.topics import admin_client, ensure_delivery_topics
 
 CATCH_UP_TIMEOUT_S = 60.0
 """A catch-up that cannot read the changelog to its end offsets in this time fails the batch."""
@@ -342,8 +342,7 @@ class Subscriptions:
         self._report_rejected(rejected)
         subscribers = {c.subscriber for c in changes if c.change == CHANGE_UPSERT}
         new = sorted(subscribers - self._topics_ensured)
-        ensure_topics(self._config, [self._config.kafka.deliveries_topic(s) for s in new],
-                      admin=self._admin)
+        ensure_delivery_topics(self._config, new, admin=self._admin)
         self._topics_ensured.update(new)
 
         version = self._version + 1

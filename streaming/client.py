@@ -117,7 +117,7 @@ def subscribe(config: Config, exchange: str, subscriber: str, filter_: str,
     """
     key, value = subscription_record(config, exchange, subscriber, filter_, criteria, match,
                                      sub_id)
-    _ensure(config, [config.kafka.deliveries_topic(subscriber)])
+    _ensure(config, [config.kafka.deliveries_topic(subscriber)], delivery=True)
     _ensure(config, [config.kafka.subscriptions_topic], COMPACTED)
     _produce(config, config.kafka.subscriptions_topic, key, value)
     return key.decode("utf-8")
@@ -309,9 +309,11 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
 
 # --- Kafka plumbing --------------------------------------------------------------
 
-def _ensure(config: Config, names: list[str], settings: dict[str, str] | None = None) -> None:
+def _ensure(config: Config, names: list[str], settings: dict[str, str] | None = None,
+            delivery: bool = False) -> None:
     try:
-        ensure_topics(config, names, settings, admin=admin_client(config))
+        ensure_topics(config, names, settings, admin=admin_client(config),
+                      partitions=config.kafka.delivery_partitions if delivery else None)
     except TopicError as exc:
         raise ClientError(str(exc)) from None
     except KafkaException as exc:

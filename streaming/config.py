@@ -55,6 +55,7 @@ class KafkaConfig:
     deliveries_topic_prefix: str = "bitroute.deliveries."
     partitions: int = 2
     replication_factor: int = 1
+    delivery_partitions: int = 1
     min_insync_replicas: int = 0
     max_delivery_bytes: int = 1_048_576
 
@@ -306,6 +307,8 @@ def _validate(config: Config) -> None:
             "kafka.deliveries_topic_prefix", "1..40 chars of [A-Za-z0-9._-]",
             kafka.deliveries_topic_prefix)
     require(kafka.partitions >= 1, "kafka.partitions", "an integer >= 1", kafka.partitions)
+    require(kafka.delivery_partitions >= 1, "kafka.delivery_partitions", "an integer >= 1",
+            kafka.delivery_partitions)
     require(kafka.replication_factor >= 1, "kafka.replication_factor", "an integer >= 1",
             kafka.replication_factor)
     require(0 <= kafka.min_insync_replicas <= kafka.replication_factor, "kafka.min_insync_replicas",

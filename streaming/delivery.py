@@ -26,6 +26,7 @@ re-produces ambiguous ones with :meth:`DeliveryProducer.produce_tagged`.
 from __future__ import annotations
 
 import logging
+import zlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -68,11 +69,16 @@ class ProducerSettings:
     max_record_bytes: int
     linger_ms: int = 5
     message_timeout_ms: int = 60_000
+    shards: int = 8
 
     def librdkafka(self) -> dict[str, object]:
         return {
             "bootstrap.servers": self.bootstrap,
-            "enable.idempotence": True,  # acks=all, retries without duplicates or reordering
+            # acks=all, and retries neither repeat nor reorder a record. An
+            # idempotent producer has at most 5 requests in flight per broker and
+            # librdkafka sends one request per partition: the shards' connections
+            # (one each) are what keeps a batch's many partitions moving.
+            "enable.idempotence": True,
             "linger.ms": self.linger_ms,
             # A batch fans out to hundreds of thousands of records: queue them all.
             "queue.buffering.max.messages": 2_000_000,
@@ -106,24 +112,39 @@ class FailedRecord:
 class DeliveryProducer:
     """A worker's producer: produce many records, then :meth:`flush` for the verdict.
 
-    One delivery callback for the producer, not one per record: a per-record
-    callback object cost about 2 us of Python per record (docs/benchmarks.md).
+    One delivery callback per librdkafka producer, not one per record: a
+    per-record callback object cost about 2 us of Python per record. Records
+    are spread over :attr:`ProducerSettings.shards` librdkafka producers by
+    topic: librdkafka finds a topic by name in a list on every produce and
+    serves each partition with its own requests, so its cost per record grows
+    with the topics one producer writes to (11 us of CPU per record over 1,000
+    topics, 8 us with 16 producers of ~60 topics each; docs/benchmarks.md).
     """
 
     def __init__(self, settings: ProducerSettings) -> None:
         self.settings = settings
         self._failed: list[FailedRecord] = []
         self._other: list[str] = []
-        self._producer = Producer({**settings.librdkafka(), "on_delivery": self._delivered})
+        self._producers = [Producer({**settings.librdkafka(), "on_delivery": self._delivered})
+                           for _ in range(settings.shards)]
+        self._by_topic: dict[str, Producer] = {}
+
+    def _for(self, topic: str) -> Producer:
+        producer = self._by_topic.get(topic)
+        if producer is None:
+            producer = self._by_topic[topic] = self._producers[
+                zlib.crc32(topic.encode()) % len(self._producers)]
+        return producer
 
     def produce_many(self, topics: Iterable[str], keys: Iterable[bytes | None],
                      values: Iterable[bytes | None], headers: Iterable[Headers],
                      tags: Iterable[int]) -> None:
         """Queue one record per aligned item (the hot loop: one Python call per record)."""
-        produce = self._producer.produce
+        by_topic, shard = self._by_topic, self._for
         for topic, key, value, hdrs, tag in zip(topics, keys, values, headers, tags):
+            producer = by_topic.get(topic) or shard(topic)
             try:
-                produce(topic, value, key, headers=hdrs)
+                producer.produce(topic, value, key, headers=hdrs)
             except BufferError:  # the local queue is full: serve delivery reports, retry
                 self._produce_when_room(topic, key, value, hdrs, tag, None)
             except KafkaException as exc:
@@ -137,7 +158,7 @@ class DeliveryProducer:
                 self._report(error, topic, key, value, tag)
 
         try:
-            self._producer.produce(topic, value, key, headers=headers, on_delivery=delivered)
+            self._for(topic).produce(topic, value, key, headers=headers, on_delivery=delivered)
         except BufferError:
             self._produce_when_room(topic, key, value, headers, tag, delivered)
         except KafkaException as exc:
@@ -150,8 +171,9 @@ class DeliveryProducer:
         that is not about it (some records may be written: the caller's retry
         writes them again, which at-least-once allows).
         """
-        while self._producer.flush(FLUSH_POLL_S):
-            pass
+        for producer in self._producers:
+            while producer.flush(FLUSH_POLL_S):
+                pass
         failed, other = self._failed, self._other
         self._failed, self._other = [], []
         if other:
@@ -159,13 +181,14 @@ class DeliveryProducer:
         return failed
 
     def _produce_when_room(self, topic, key, value, headers, tag, callback) -> None:
+        producer = self._for(topic)
         while True:
-            self._producer.poll(QUEUE_FULL_WAIT_S)
+            producer.poll(QUEUE_FULL_WAIT_S)
             try:
                 if callback is None:
-                    self._producer.produce(topic, value, key, headers=headers)
+                    producer.produce(topic, value, key, headers=headers)
                 else:
-                    self._producer.produce(topic, value, key, headers=headers, on_delivery=callback)
+                    producer.produce(topic, value, key, headers=headers, on_delivery=callback)
                 return
             except BufferError:
                 continue

@@ -131,17 +131,37 @@ def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordB
                                   route_safely(matcher, producer, batch.slice(half), settings)])
 
 
-def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
-                settings: RouteSettings) -> pa.RecordBatch:
-    """Route one Arrow batch of Kafka rows; return its ``ROUTED_ARROW`` rows."""
+@dataclass
+class BatchPlan:
+    """What a batch's publishes become, decided before anything is written.
+
+    ``reasons[row]`` is why publish ``row`` is rejected (None: it is routed or
+    unroutable); ``deliveries`` are the matcher's, ``owner[i]`` the publish of
+    flattened delivery ``i``, ``send`` the deliveries to write (those of
+    publishes that are not rejected).
+    """
+
+    publishes: PublishColumns
+    reasons: list[str | None]
+    deliveries: pa.ListArray
+    entries: pa.StructArray
+    subscribers: pa.Array
+    owner: np.ndarray
+    ids_json: pa.Array
+    ok: np.ndarray
+    send: np.ndarray
+    header_lists: list
+    kept: list
+    version: bytes
+
+
+def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
+    """Match and validate one Arrow batch of Kafka rows: everything decided before writing."""
     publishes = PublishColumns(batch, settings.default_exchange)
     n = publishes.n
-    message_ids = publishes.message_ids.to_pylist()
-    keys = publishes.keys.to_pylist()
-    values = publishes.values.to_pylist()
     header_lists = publishes.header_lists()
-
-    frame = {"message_id": message_ids, "exchange": publishes.exchanges, "routing_key": keys}
+    frame = {"message_id": publishes.message_ids.to_pylist(), "exchange": publishes.exchanges,
+             "routing_key": publishes.keys.to_pylist()}
     if settings.with_headers:
         frame["headers"] = header_lists
     matched = matcher.match_frame(pd.DataFrame(frame))
@@ -158,21 +178,44 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     version = str(settings.snapshot_version).encode()
     _reject_oversize(publishes, kept, owner, ids_json, len(version), reasons,
                      settings.producer.max_record_bytes)
-
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
+    return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
+                     send, header_lists, kept, version)
+
+
+def _rejected_copy(key: bytes | None, value: bytes | None, kept: list, reasons: list, row: int,
+                   message_id: str, limit: int) -> tuple[bytes | None, list]:
+    """The value and headers of publish ``row``'s copy in the rejected topic: whole if it
+    fits ``limit``, else without payload or headers (and its reason says so)."""
+    headers = rejected_headers(kept, reasons[row], SOURCE_PUBLISH, message_id)
+    if record_size(key, value, headers) <= limit:
+        return value, headers
+    reasons[row] += " (the copy in the rejected topic has no payload: too large)"
+    return None, rejected_headers([], reasons[row], SOURCE_PUBLISH, message_id)
+
+
+def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
+                settings: RouteSettings) -> pa.RecordBatch:
+    """Route one Arrow batch of Kafka rows, producing with ``producer``; return its
+    ``ROUTED_ARROW`` rows (the deliveries listed are the ones Kafka acknowledged)."""
+    plan = plan_batch(matcher, batch, settings)
+    publishes, reasons, owner, send, kept, version = (
+        plan.publishes, plan.reasons, plan.owner, plan.send, plan.kept, plan.version)
+    message_ids = publishes.message_ids.to_pylist()
+    keys = publishes.keys.to_pylist()
+    values = publishes.values.to_pylist()
     topics = pc.binary_join_element_wise(settings.deliveries_topic_prefix,
-                                         subscribers, "").take(send).to_pylist()
+                                         plan.subscribers, "").take(send).to_pylist()
     rows = owner[send].tolist()
-    ids_texts = ids_json.take(pa.array(send)).to_pylist()
+    ids_texts = plan.ids_json.take(pa.array(send)).to_pylist()
     mids = [m.encode() for m in message_ids]
     producer.produce_many(
         topics, [keys[r] for r in rows], [values[r] for r in rows],
         [kept[r] + [(MESSAGE_ID_HEADER, mids[r]), (SUBSCRIPTION_IDS_HEADER, j),
                     (SNAPSHOT_VERSION_HEADER, version)] for r, j in zip(rows, ids_texts)],
         range(len(rows)))
-    refused: dict[int, str] = {}  # row -> why Kafka refused one of its deliveries
-    acked = ok[owner] if len(owner) else np.zeros(0, dtype=bool)
+    acked = plan.ok[owner] if len(owner) else np.zeros(0, dtype=bool)
     failed = producer.flush()
     if failed:
         refused, failed_sends = _refused_rows(producer, failed, topics, rows, keys, values, kept,
@@ -182,7 +225,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
         # A refused publish lists only the deliveries Kafka did acknowledge.
         acked[send[sorted(failed_sends)]] = False
     _report_rejected(producer, settings, reasons, keys, values, kept, message_ids)
-    return _routed_rows(publishes, reasons, deliveries, entries, owner, acked)
+    return _routed_rows(publishes, reasons, plan.deliveries, plan.entries, owner, acked)
 
 
 def _combined(array: pa.Array) -> pa.ListArray:
@@ -254,14 +297,9 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
     rejected = [r for r, reason in enumerate(reasons) if reason is not None]
     if not rejected:
         return
-    limit = settings.producer.max_record_bytes
     for row in rejected:
-        headers = rejected_headers(kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row])
-        value = values[row]
-        if record_size(keys[row], value, headers) > limit:
-            reasons[row] += " (the copy in the rejected topic has no payload: too large)"
-            headers = rejected_headers([], reasons[row], SOURCE_PUBLISH, message_ids[row])
-            value = None
+        value, headers = _rejected_copy(keys[row], values[row], kept[row], reasons, row,
+                                        message_ids[row], settings.producer.max_record_bytes)
         producer.produce_tagged(settings.rejected_topic, keys[row], value, headers, row)
     for failure in producer.flush():
         if failure.tag is not None:

@@ -23,10 +23,13 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+import conf
 from streaming import jvm
 from streaming.config import Config
 
 
+LOG4J2_CONFIG = Path(conf.__file__).parent / "spark-log4j2.properties"
+"""The Spark JVM's logging: to stderr, Kafka clients' reconnection warnings off."""
 LOCAL_DRIVER_MEMORY = "4g"
 """Heap of the JVM bitroute launches for a ``local[...]`` master (``spark.options`` may override)."""
 
@@ -49,7 +52,9 @@ def session_settings(config: Config) -> dict[str, str]:
         # Streaming queries run for days; keep only recent progress in memory.
         "spark.sql.streaming.numRecentProgressUpdates": "20",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+        # The JVM's log lines go to stderr (conf/spark-log4j2.properties): stdout
+        # is the router's progress and the verbs' --json output.
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
     }
     if not _under_spark_submit():
         settings["spark.sql.warehouse.dir"] = str(jvm_folder(config) / "warehouse")

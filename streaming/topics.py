@@ -36,8 +36,9 @@ def admin_client(config: Config) -> AdminClient:
 
 
 def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str] | None = None,
-                  admin: AdminClient | None = None) -> list[str]:
-    """Create the topics of ``names`` that do not exist; return the ones created."""
+                  admin: AdminClient | None = None, partitions: int | None = None) -> list[str]:
+    """Create the topics of ``names`` that do not exist (with ``partitions``, default
+    ``kafka.partitions``); return the ones created."""
     admin = admin or admin_client(config)
     wanted = sorted(set(names))
     if not wanted:
@@ -50,7 +51,7 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
     if config.kafka.min_insync_replicas:
         topic_config.setdefault("min.insync.replicas", str(config.kafka.min_insync_replicas))
     futures = admin.create_topics(
-        [NewTopic(n, config.kafka.partitions, config.kafka.replication_factor,
+        [NewTopic(n, partitions or config.kafka.partitions, config.kafka.replication_factor,
                   config=topic_config) for n in missing],
         operation_timeout=CREATE_TIMEOUT_S,
     )
@@ -70,3 +71,10 @@ def ensure_router_topics(config: Config, admin: AdminClient | None = None) -> No
     admin = admin or admin_client(config)
     ensure_topics(config, [config.kafka.publishes_topic, config.kafka.rejected_topic], admin=admin)
     ensure_topics(config, [config.kafka.subscriptions_topic], COMPACTED, admin=admin)
+
+
+def ensure_delivery_topics(config: Config, subscribers: Iterable[str],
+                           admin: AdminClient | None = None) -> list[str]:
+    """Each subscriber's delivery topic, with ``kafka.delivery_partitions`` partitions."""
+    return ensure_topics(config, [config.kafka.deliveries_topic(s) for s in subscribers],
+                         admin=admin, partitions=config.kafka.delivery_partitions)

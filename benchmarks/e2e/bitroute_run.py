@@ -207,7 +207,7 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
     n_probes0 = len(r.probes)
     # Producers: flat out until `backlog` are sent (duration bound from a generous rate).
     consumer_procs, cout = kafka_load.start_consumers(
-        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.partitions,
+        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.delivery_partitions,
         (time.time(), time.time() + 3600), time.time() + 3600 * 2, consumers, idle=10)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
         p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
@@ -259,7 +259,7 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
     w0 = start_at + warmup
     w1 = w0 + measure
     consumer_procs, cout = kafka_load.start_consumers(
-        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.partitions,
+        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.delivery_partitions,
         (w0, w1), w1 + 120, consumers, idle=15)
     procs, pout, start_at = kafka_load.start_publishers(
         env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
@@ -365,7 +365,7 @@ def first_route(folder: Path, w: Workload, user_sets: list[str], log,
         producer.produce(env.config.kafka.publishes_topic, b"probe", probe_key.encode(),
                          headers=[(EXCHANGE_HEADER, EXCHANGE.encode())])
         producer.flush(30)
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(env.config.kafka.partitions)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(env.config.kafka.delivery_partitions)])
         arrived = None
         while time.time() < deadline and arrived is None:
             m = consumer.poll(0.2)

@@ -188,6 +188,8 @@ def test_bitroute_run_routes_prints_progress_and_stops_cleanly_on_sigterm(
         status = router.terminate(signal.SIGTERM)
     assert status == 0, (tmp_path / "router.log").read_text()[-3000:]
     assert "bitroute: stopped" in router.seen
+    # stdout is the router's own lines only: Spark's and Kafka's logs go to stderr.
+    assert all(line.startswith(("bitroute: ", "batch ")) for line in router.seen), router.seen
 
 
 def _children(pid: int) -> set[int]:

@@ -1,0 +1,110 @@
+"""One routing task alone: ``streaming.routing.route_batch`` on a batch of the e2e workload,
+producing to a real broker, without Spark. Prints records/s and the CPU split.
+
+    python -m benchmarks.e2e.route_task [--size 100k] [--publishes 50000] [--profile devices]
+                                       [--cprofile FILE] [--headers]
+
+It starts an embedded broker of its own on free ports, creates the delivery
+topics, builds the snapshot from the workload's subscriptions, then times
+``route_batch`` on Arrow batches shaped like the Spark Kafka source's rows
+(wall and CPU seconds of this process; the broker runs beside it). This is
+the delivery producer "alone" of issue 10: compare its deliveries/s with the
+router's ``route`` stage in ``benchmarks/e2e/run.sh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from benchmarks.e2e import workload
+from compiler import RoutingIndex, Subscription
+from streaming.broker import EmbeddedBroker, free_port
+from streaming.delivery import DeliveryProducer, ProducerSettings
+from streaming.routing import RouteSettings, route_batch
+
+HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def source_batch(topics: list[str], first_offset: int) -> pa.RecordBatch:
+    n = len(topics)
+    now = datetime.now(timezone.utc)
+    headers = [[{"key": "exchange", "value": b"mqtt"},
+                {"key": "bench.published_ns", "value": str(time.time_ns()).encode()}]] * n
+    return pa.RecordBatch.from_arrays([
+        pa.array(["bitroute.publishes"] * n), pa.array([0] * n, pa.int32()),
+        pa.array(range(first_offset, first_offset + n), pa.int64()),
+        pa.array([t.encode() for t in topics], pa.binary()), pa.array([b"x" * 64] * n, pa.binary()),
+        pa.array(headers, HEADERS), pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+    ], names=["topic", "partition", "offset", "key", "value", "headers", "timestamp"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="route_task")
+    ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
+    ap.add_argument("--profile", choices=sorted(workload.PROFILES), default="devices")
+    ap.add_argument("--publishes", type=int, default=50_000)
+    ap.add_argument("--batches", type=int, default=3)
+    ap.add_argument("--cprofile", type=Path)
+    ap.add_argument("--partitions", type=int, default=2, help="partitions per delivery topic")
+    args = ap.parse_args(argv)
+
+    w = workload.generate(args.profile, workload.SIZES[args.size], 1, args.publishes * args.batches)
+    index = RoutingIndex({workload.EXCHANGE: "mqtt"})
+    for sub_id, subscriber, filt in w.subs:
+        index.upsert(Subscription.from_changelog(
+            sub_id, workload.changelog_value(workload.EXCHANGE, subscriber, filt)))
+    from compiler import Matcher
+
+    matcher = Matcher(index.snapshot(1, {}))
+    with tempfile.TemporaryDirectory() as folder:
+        broker = EmbeddedBroker(Path(folder), port=free_port(), controller_port=free_port())
+        broker.start()
+        try:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            names = [f"bitroute.deliveries.{s}" for s in w.subscribers] + ["bitroute.rejected"]
+            for future in admin.create_topics([NewTopic(n, args.partitions, 1) for n in names]).values():
+                future.result(60)
+            producer = DeliveryProducer(ProducerSettings(broker.bootstrap, 1_048_576))
+            settings = RouteSettings(workload.EXCHANGE, "bitroute.deliveries.", "bitroute.rejected",
+                                     1, False, producer.settings)
+            # Warm-up: the producer learns every topic's metadata.
+            route_batch(matcher, producer, source_batch(w.publishes[:2000], 0), settings)
+            profile = cProfile.Profile() if args.cprofile else None
+            results = []
+            for b in range(args.batches):
+                topics = w.publishes[b * args.publishes:(b + 1) * args.publishes]
+                batch = source_batch(topics, (b + 1) * args.publishes)
+                wall, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
+                if profile:
+                    profile.enable()
+                rows = route_batch(matcher, producer, batch, settings)
+                if profile:
+                    profile.disable()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                main = time.thread_time() - main
+                deliveries = sum(len(d) for d in rows.column("deliveries").to_pylist())
+                results.append({"publishes": len(topics), "deliveries": deliveries, "wall_s": wall,
+                                "cpu_s": cpu, "python_thread_cpu_s": main, "deliveries_per_s": deliveries / wall})
+                print(json.dumps(results[-1]), flush=True)
+            if profile:
+                profile.dump_stats(args.cprofile)
+        finally:
+            broker.stop()
+    best = max(r["deliveries_per_s"] for r in results)
+    print(f"route_task {args.profile} {args.size}: best {best:,.0f} deliveries/s "
+          f"({results[-1]['deliveries'] / results[-1]['publishes']:.2f} per publish)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
