@@ -27,6 +27,9 @@ KAFKA_LOG.propagate = False
 
 PROBE_INTERVAL_S = 1.0
 """While the cluster is unreachable, how often to check whether it answers again."""
+RECOVERY_GRACE_S = 5.0
+"""Connection errors this soon after a recovery are the outage's stragglers (librdkafka
+hands its queued errors out at the client's next poll), not a new outage."""
 _OUTAGE_ERRORS = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
                             KafkaError._RESOLVE})
 
@@ -39,6 +42,7 @@ class BrokerWatch:
         self._out = out
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        self._recovered_at = float("-inf")
         self._failures = 0
         self.outages = 0
 
@@ -56,6 +60,9 @@ class BrokerWatch:
         with self._lock:
             self._failures += 1
             if self._down_since is not None:
+                return
+            if time.monotonic() - self._recovered_at < RECOVERY_GRACE_S:
+                self._failures = 0
                 return
             self._down_since = time.monotonic()
             self.outages += 1
@@ -75,6 +82,7 @@ class BrokerWatch:
         with self._lock:
             since, failures = self._down_since, self._failures
             self._down_since, self._failures = None, 0
+            self._recovered_at = time.monotonic()
         self._print(f"bitroute: Kafka at {self.bootstrap} answers again after "
                     f"{time.monotonic() - since:.1f}s ({failures} failed connection attempts)")
 

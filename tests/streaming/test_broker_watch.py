@@ -1,0 +1,62 @@
+"""A Kafka outage is reported in two lines, not one per reconnection attempt: a real
+client pointed at a port where the broker is down, then started there."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer
+
+from streaming.broker import EmbeddedBroker, free_port
+from streaming.broker_watch import BrokerWatch
+from streaming.router import failure_summary
+
+
+def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path):
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    out = io.StringIO()
+    watch = BrokerWatch(bootstrap, out)
+    consumer = Consumer({**watch.client_settings(), "bootstrap.servers": bootstrap,
+                         "group.id": "watch", "reconnect.backoff.ms": 100,
+                         "reconnect.backoff.max.ms": 200})
+    try:
+        deadline = time.monotonic() + 20
+        while not watch.down and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert watch.down
+        for _ in range(10):  # two more seconds of failed attempts: no more lines
+            consumer.poll(0.2)
+        assert out.getvalue().count("\n") == 1
+        assert f"Kafka at {bootstrap} is unreachable" in out.getvalue()
+
+        broker = EmbeddedBroker(tmp_path / "kafka", port=port, controller_port=free_port())
+        broker.start()
+        try:
+            deadline = time.monotonic() + 60
+            while watch.down and time.monotonic() < deadline:
+                consumer.poll(0.2)
+        finally:
+            broker.stop()
+    finally:
+        consumer.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "answers again after" in lines[1] and "failed connection attempts" in lines[1]
+    assert watch.outages == 1
+
+
+def test_a_spark_failure_is_summed_up_in_its_python_error_line():
+    text = """An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
+  File "/x/pyspark/sql/utils.py", line 120, in call
+    raise e
+pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query [id = 1] terminated
+  File "/work/streaming/changelog.py", line 200, in read_to_end
+streaming.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but the router has read up to 9
+"""
+    assert failure_summary(text) == ("streaming.changelog.ChangelogError: changelog 'subs' partition 0 "
+                                     "ends at 3 but the router has read up to 9")
+    assert failure_summary("just one line\nand more") == "just one line"
+    assert failure_summary("") == "no reason given"
