@@ -21,21 +21,13 @@ subscription change, plus :data:`REASON_HEADER`, :data:`SOURCE_HEADER`
 
 Delta: ``deliveries`` (one row per message x subscriber), ``messages`` (one row
 per publish with its outcome), ``subscriptions`` (every applied change with the
-snapshot version it produced); columns below.
+snapshot version it produced); their columns are in :mod:`schemas.tables`.
+
+Plain names only, no Spark import: ``compiler/``, the client verbs and
+``bitroute audit`` import this module without starting pyspark.
 """
 
 from __future__ import annotations
-
-from pyspark.sql.types import (
-    ArrayType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 # --- Kafka headers -----------------------------------------------------------
 EXCHANGE_HEADER = "exchange"
@@ -69,75 +61,8 @@ def message_id(topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
 
 
-# --- Spark schemas -------------------------------------------------------------
-#: Output of the routing tasks (``mapInArrow``, :mod:`streaming.routing`): one
-#: row per publish with what became of it. ``deliveries`` lists the deliveries
-#: Kafka acknowledged (empty when unroutable or rejected); ``reason`` is why a
-#: rejected publish was rejected. The audit rows are made from it.
-ROUTED_PUBLISH = StructType([
-    StructField("message_id", StringType(), False),
-    StructField("exchange", StringType(), True),
-    StructField("routing_key", StringType(), True),
-    StructField("outcome", StringType(), False),
-    StructField("reason", StringType(), True),
-    StructField("deliveries", ArrayType(StructType([
-        StructField("subscriber", StringType(), False),
-        StructField("subscription_ids", ArrayType(StringType(), False), False),
-    ]), False), False),
-    StructField("headers", MapType(StringType(), StringType(), True), True),
-    StructField("payload_bytes", IntegerType(), True),
-    StructField("published_at", TimestampType(), True),
-])
-
-#: Delta table ``deliveries``: one row per (message, subscriber).
-DELIVERIES_TABLE = StructType([
-    StructField("message_id", StringType(), False),
-    StructField("subscriber", StringType(), False),
-    StructField("subscription_ids", ArrayType(StringType(), False), False),
-    StructField("exchange", StringType(), False),
-    StructField("routing_key", StringType(), False),
-    StructField("delivery_topic", StringType(), False),
-    StructField("snapshot_version", LongType(), False),
-    StructField("batch_id", LongType(), False),
-    StructField("published_at", TimestampType(), True),
-    StructField("routed_at", TimestampType(), False),
-])
-
-#: Delta table ``messages``: one row per publish with its outcome.
-MESSAGES_TABLE = StructType([
-    StructField("message_id", StringType(), False),
-    StructField("exchange", StringType(), True),
-    StructField("routing_key", StringType(), True),
-    StructField("outcome", StringType(), False),
-    StructField("deliveries", IntegerType(), False),
-    StructField("reason", StringType(), True),
-    StructField("headers", MapType(StringType(), StringType(), True), True),
-    StructField("payload_bytes", IntegerType(), True),
-    StructField("snapshot_version", LongType(), False),
-    StructField("batch_id", LongType(), False),
-    StructField("published_at", TimestampType(), True),
-    StructField("routed_at", TimestampType(), False),
-])
-
-#: Delta table ``subscriptions``: every change read from the changelog.
-SUBSCRIPTIONS_TABLE = StructType([
-    StructField("subscription_id", StringType(), False),
-    StructField("change", StringType(), False),
-    StructField("exchange", StringType(), True),
-    StructField("subscriber", StringType(), True),
-    StructField("filter", StringType(), True),
-    StructField("header_match", StringType(), True),
-    StructField("header_criteria", MapType(StringType(), StringType(), True), True),
-    StructField("reason", StringType(), True),
-    StructField("snapshot_version", LongType(), False),
-    StructField("changelog_partition", IntegerType(), False),
-    StructField("changelog_offset", LongType(), False),
-    StructField("changed_at", TimestampType(), True),
-    StructField("applied_at", TimestampType(), False),
-])
-
-AUDIT_TABLES = {
-    "deliveries": DELIVERIES_TABLE,
-    "messages": MESSAGES_TABLE,
-    "subscriptions": SUBSCRIPTIONS_TABLE,
-}
+# --- Delta tables --------------------------------------------------------------
+DELIVERIES = "deliveries"
+MESSAGES = "messages"
+SUBSCRIPTIONS = "subscriptions"
+AUDIT_TABLE_NAMES = (DELIVERIES, MESSAGES, SUBSCRIPTIONS)

@@ -43,15 +43,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
 
+from schemas.records import CHANGE_REJECTED, CHANGE_UPSERT, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.config import Config
 
-# Named in schemas.records, which imports pyspark: the audit verb must start
-# without it. tests/streaming/test_audit.py checks that the two agree.
-TIME_COLUMNS = {"deliveries": "routed_at", "messages": "routed_at",
-                "subscriptions": "applied_at"}
+TIME_COLUMNS = {DELIVERIES: "routed_at", MESSAGES: "routed_at", SUBSCRIPTIONS: "applied_at"}
 """The time column of each audit table, bounded by ``since`` and ``until``."""
-CHANGE_UPSERT = "upsert"
-CHANGE_REJECTED = "rejected"
 
 ORDER_COLUMNS = {
     "deliveries": ("routed_at", "message_id", "subscriber"),

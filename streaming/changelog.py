@@ -51,9 +51,9 @@ from schemas.records import (
     ROUTER_HEADERS,
     SOURCE_HEADER,
     SOURCE_SUBSCRIPTION,
-    SUBSCRIPTIONS_TABLE,
     message_id,
 )
+from schemas.tables import SUBSCRIPTIONS_TABLE
 from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
 from streaming.delta_sink import AuditTables

@@ -42,7 +42,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from schemas.records import AUDIT_TABLES
+from schemas.tables import AUDIT_TABLES
 from streaming.config import Config
 
 ARROW_SCHEMAS = {name: to_arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}

@@ -55,7 +55,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.records import OUTCOME_REJECTED, ROUTED_PUBLISH
+from schemas.records import OUTCOME_REJECTED
+from schemas.tables import ROUTED_PUBLISH
 from streaming.broker_watch import BrokerWatch
 from streaming.changelog import ChangelogError, Subscriptions
 from streaming.config import Config

@@ -50,11 +50,11 @@ from schemas.records import (
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
-    ROUTED_PUBLISH,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
     SUBSCRIPTION_IDS_HEADER,
 )
+from schemas.tables import ROUTED_PUBLISH
 from streaming.delivery import (
     DeliveryProducer,
     DeliveryUnavailable,

@@ -11,7 +11,8 @@ import json
 import pytest
 
 from compiler import RoutingIndex
-from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT, SUBSCRIPTIONS_TABLE
+from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
+from schemas.tables import SUBSCRIPTIONS_TABLE
 from streaming.changelog import Change, apply_record, changes_table
 
 APPLIED_AT_MS = 1_700_000_000_000
