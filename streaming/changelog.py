@@ -54,6 +54,7 @@ from schemas.records import (
     message_id,
 )
 from schemas.tables import SUBSCRIPTIONS_TABLE
+from streaming.errors import BitrouteError
 from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
 from streaming.delta_sink import AuditTables
@@ -68,7 +69,7 @@ _KAFKA_TIMEOUT_S = 30.0
 _SUBSCRIPTIONS_ARROW = to_arrow_schema(SUBSCRIPTIONS_TABLE)
 
 
-class ChangelogError(RuntimeError):
+class ChangelogError(BitrouteError):
     """The changelog could not be read, or a rejected change could not be reported."""
 
 
@@ -175,10 +176,19 @@ class ChangelogReader:
         return ends
 
     def read_to_end(self, offsets: Mapping[int, int], apply: Callable[[Message], None],
-                    timeout: float = CATCH_UP_TIMEOUT_S) -> dict[int, int]:
+                    timeout: float = CATCH_UP_TIMEOUT_S,
+                    progress: Callable[[int, int], None] | None = None) -> dict[int, int]:
         """Call ``apply`` on each record from ``offsets`` (partition -> next offset;
         absent = from the beginning) up to the end offsets fetched at call time,
-        in offset order per partition; return the new offsets (partition -> end)."""
+        in offset order per partition; return the new offsets (partition -> end).
+
+        ``progress(done, total)``, when given, is called in this thread with
+        the offsets covered so far and the offsets to cover in all (the end
+        offsets minus ``offsets``, a partition absent from ``offsets`` counting
+        from 0; compacted-away offsets count as covered): ``(0, total)`` before
+        reading, after each poll, and ``(total, total)`` once every partition
+        is at its end offset. An exception from it ends the catch-up.
+        """
         ends = self.end_offsets()
         for partition, end in ends.items():
             if offsets.get(partition, 0) > end:
@@ -187,6 +197,10 @@ class ChangelogReader:
                     f"has read up to {offsets[partition]}: the topic was truncated or recreated; "
                     "start the router with a fresh checkpoint folder")
         todo = {p for p, end in ends.items() if offsets.get(p, 0) < end}
+        position = {p: offsets.get(p, 0) for p in todo}
+        total = sum(ends[p] - position[p] for p in todo)
+        if progress is not None:
+            progress(0, total)
         if todo:
             self._consumer.assign([TopicPartition(self._topic, p, offsets.get(p, OFFSET_BEGINNING))
                                    for p in sorted(todo)])
@@ -206,15 +220,21 @@ class ChangelogReader:
                             if error.code() == KafkaError._PARTITION_EOF:
                                 if message.offset() >= ends[partition]:
                                     todo.discard(partition)
+                                    position[partition] = ends[partition]
                             elif error.fatal():
                                 raise ChangelogError(f"reading changelog {self._topic!r}: {error.str()}")
                             continue
                         if message.offset() < ends[partition]:
                             apply(message)
+                        position[partition] = min(message.offset() + 1, ends[partition])
                         if message.offset() + 1 >= ends[partition]:
                             todo.discard(partition)
+                    if progress is not None and todo:
+                        progress(sum(position[p] - offsets.get(p, 0) for p in position), total)
             finally:
                 self._consumer.unassign()
+        if progress is not None:
+            progress(total, total)
         new_offsets = dict(offsets)
         new_offsets.update(ends)
         return new_offsets
@@ -300,8 +320,11 @@ class Subscriptions:
             return self._data
         return self._store.load(version).data
 
-    def catch_up(self) -> int:
-        """Apply the changelog up to its current end offsets; return the current version."""
+    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Apply the changelog up to its current end offsets; return the current version.
+
+        ``progress`` is passed to :meth:`ChangelogReader.read_to_end`.
+        """
         if self._unaudited is not None:
             self._audit.append_subscriptions(*self._unaudited)
             self._unaudited = None
@@ -319,7 +342,7 @@ class Subscriptions:
                 rejected.append((message, change.reason))
 
         try:
-            offsets = self._reader.read_to_end(self._offsets, apply)
+            offsets = self._reader.read_to_end(self._offsets, apply, progress=progress)
             if changes:
                 self._commit(changes, rejected, offsets)
             else:

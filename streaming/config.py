@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import conf
+from streaming.errors import BitrouteError
 
 ENV_PREFIX = "BITROUTE_"
 DIALECTS = ("amqp", "mqtt")
@@ -42,7 +44,7 @@ _INTERVAL = re.compile(r"^\d+(\.\d+)?\s+(milliseconds?|seconds?|minutes?)$")
 _LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
 
 
-class ConfigError(ValueError):
+class ConfigError(BitrouteError, ValueError):
     """A configuration value is missing, unknown or invalid; the message names the key."""
 
 
@@ -107,6 +109,14 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The Prometheus endpoint of ``bitroute run`` (:mod:`streaming.metrics`): port 0 = off."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
@@ -114,6 +124,7 @@ class Config:
     delta: DeltaConfig = field(default_factory=DeltaConfig)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 _SECTION_TYPES = {
@@ -123,6 +134,7 @@ _SECTION_TYPES = {
     "delta": DeltaConfig,
     "streaming": StreamingConfig,
     "spark": SparkConfig,
+    "metrics": MetricsConfig,
 }
 # Keys whose value is a table of free-form names (not settable from the environment).
 _TABLE_KEYS = {("exchanges", "dialects"), ("spark", "options")}
@@ -350,3 +362,19 @@ def _validate(config: Config) -> None:
             spark.shuffle_partitions)
     require(spark.log_level in _LOG_LEVELS, "spark.log_level", " or ".join(_LOG_LEVELS),
             spark.log_level)
+
+    metrics = config.metrics
+    require(0 <= metrics.port < 65536, "metrics.port", "0 (off) or a port number 1..65535",
+            metrics.port)
+    require(_is_loopback(metrics.host), "metrics.host",
+            "a loopback address such as 127.0.0.1 or ::1 (the endpoint is never served elsewhere)",
+            metrics.host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -57,6 +57,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from schemas.records import OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH
+from streaming.errors import BitrouteError
 from streaming.broker_watch import BrokerWatch
 from streaming.changelog import ChangelogError, Subscriptions
 from streaming.config import Config
@@ -84,7 +85,7 @@ T = TypeVar("T")
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
 
-class RouterStopping(RuntimeError):
+class RouterStopping(BitrouteError):
     """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
 
 
@@ -136,6 +137,8 @@ class Router:
         self.broker_watch = BrokerWatch(config.kafka.bootstrap)
         self.report_listeners: list[Callable[[BatchReport], None]] = []
         """Each is called with every batch's report after it is printed (benchmarks, metrics)."""
+        self.catch_up_progress: Callable[[], Callable[[int, int], None]] | None = None
+        """Makes the progress callback of each changelog catch-up (``bitroute run``'s lines)."""
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
@@ -154,7 +157,7 @@ class Router:
             self._audit.ensure()
             self.subscriptions = Subscriptions.open(self.config, self.store, self._audit,
                                                     self.broker_watch.client_settings())
-            self.subscriptions.catch_up()
+            self.subscriptions.catch_up(self._catch_up_progress())
         except BaseException:
             self.lock.release()
             raise
@@ -249,7 +252,8 @@ class Router:
         version = self.store.pinned(batch_id)
         replayed = version is not None
         if version is None:
-            version = self._retrying(batch_id, "the changelog catch-up", subscriptions.catch_up,
+            version = self._retrying(batch_id, "the changelog catch-up",
+                                     lambda: subscriptions.catch_up(self._catch_up_progress()),
                                      attempts)
             self.store.pin(batch_id, version)
             self.store.prune()
@@ -273,6 +277,9 @@ class Router:
         for listener in self.report_listeners:
             listener(report)
         return report
+
+    def _catch_up_progress(self) -> Callable[[int, int], None] | None:
+        return self.catch_up_progress() if self.catch_up_progress is not None else None
 
     def _retrying(self, batch_id: int, stage: str, step: Callable[[], T], attempts: list[int]) -> T:
         """``step()``, retried with backoff while it fails for a reason that is not about a record.

@@ -13,7 +13,11 @@ SIGKILL), routes until SIGINT or SIGTERM and exits:
   stderr saying what failed and what to do.
 
 The Kafka clients' own connection logs are kept off the terminal
-(:mod:`streaming.broker_watch` reports an outage in two lines instead).
+(:mod:`streaming.broker_watch` reports an outage in two lines instead). A
+changelog catch-up longer than two seconds (at start, or after a bulk load of
+subscriptions) reports its progress on stderr. With ``metrics.port`` set, the
+Prometheus endpoint of :mod:`streaming.metrics` is bound before Spark starts (a
+port in use: status 1) and served until the process ends.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from pyspark.errors import StreamingQueryException
 from streaming.changelog import ChangelogError
 from streaming.config import Config
 from streaming.lock import RouterLockedError
+from streaming.metrics import CatchUpProgress, MetricsError, RouterMetrics
 from streaming.router import Router, failure_summary
 from streaming.snapshots import SnapshotStoreError
-from streaming.topics import TopicError
+from streaming.topics import TopicCreationError
 
-_STARTUP_ERRORS = (TopicError, ChangelogError, SnapshotStoreError, KafkaException,
+_STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
                    RouterLockedError)
 
 
@@ -79,25 +84,42 @@ def serve(config: Config) -> int:
         return 1
     probe.release()
 
-    spark = spark_session(config)
-    quiet_kafka_client_logs(spark)
-    # After the session: creating a SparkContext installs pyspark's own SIGINT
-    # handler, which cancels jobs through py4j from inside the signal and breaks
-    # the call the main thread is making.
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    router = Router(config, spark)
-    try:
-        return _route_until_stopped(router, stop_requested, start_watchdog)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    # Bound before Spark starts, like the lock: a port in use costs no JVM.
+    metrics = None
+    if config.metrics.port:
+        metrics = RouterMetrics(config.metrics)
         try:
-            spark.stop()
-        except Py4JError:
-            pass  # the JVM is gone already
+            metrics.start()
+        except MetricsError as exc:
+            print(f"bitroute: error: {exc} (metrics.port)", file=sys.stderr)
+            return 1
+    try:
+        spark = spark_session(config)
+        quiet_kafka_client_logs(spark)
+        # After the session: creating a SparkContext installs pyspark's own SIGINT
+        # handler, which cancels jobs through py4j from inside the signal and breaks
+        # the call the main thread is making.
+        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        router = Router(config, spark)
+        router.catch_up_progress = CatchUpProgress
+        if metrics is not None:
+            metrics.observe(router)
+        try:
+            return _route_until_stopped(router, stop_requested, start_watchdog, metrics)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            try:
+                spark.stop()
+            except Py4JError:
+                pass  # the JVM is gone already
+    finally:
+        if metrics is not None:
+            metrics.close()
 
 
-def _route_until_stopped(router: Router, stop_requested: threading.Event, start_watchdog) -> int:
+def _route_until_stopped(router: Router, stop_requested: threading.Event, start_watchdog,
+                         metrics: RouterMetrics | None) -> int:
     try:
         router.open()
         start_watchdog(_jvm_pid(router), router.lock.fd)
@@ -106,7 +128,9 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         router.stop()
         print(f"bitroute: error: cannot start the router: {failure_summary(exc)}", file=sys.stderr)
         return 1
-    _announce(router)
+    if metrics is not None:
+        metrics.router_started(router)
+    _announce(router, metrics)
     try:
         while not stop_requested.is_set() and not query.awaitTermination(1):
             pass
@@ -145,17 +169,20 @@ def _failure_line(router: Router, failure: object) -> str:
             "the unfinished batch is replayed)")
 
 
-def _announce(router: Router) -> None:
+def _announce(router: Router, metrics: RouterMetrics | None) -> None:
     config = router.config
     kafka = config.kafka
     subscriptions = router.subscriptions
-    for line in (
+    lines = [
         f"reading publishes from {kafka.publishes_topic} and subscriptions from "
         f"{kafka.subscriptions_topic} at {kafka.bootstrap}",
         f"writing deliveries to {kafka.deliveries_topic_prefix}<subscriber>, rejected to "
         f"{kafka.rejected_topic}",
         f"audit tables in {config.delta.warehouse}, checkpoints in {config.streaming.checkpoint_dir}",
-        f"snapshot v{subscriptions.version} with {len(subscriptions)} subscriptions; "
-        "Ctrl-C stops after the current batch",
-    ):
+    ]
+    if metrics is not None:
+        lines.append(f"metrics at {metrics.server.url}")
+    lines.append(f"snapshot v{subscriptions.version} with {len(subscriptions)} subscriptions; "
+                 "Ctrl-C stops after the current batch")
+    for line in lines:
         print(f"bitroute: {line}", flush=True)

@@ -85,3 +85,79 @@ def test_an_invalid_value_for_a_live_subscription_removes_it(index):
     assert "a/#/b" in change.reason and "removed" in change.reason
     assert (change.exchange, change.subscriber, change.filter) == ("mqtt", "bob", "a/#/b")
     assert "s1" not in index
+
+
+# --- progress of a catch-up, on the session's broker -------------------------------------
+
+def _changelog(base_config, new_topic, records: int):
+    """A config whose changelog is a fresh 2-partition topic holding ``records`` upserts."""
+    import dataclasses
+
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=2)
+    config = dataclasses.replace(
+        base_config, kafka=dataclasses.replace(base_config.kafka, subscriptions_topic=topic))
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 20})
+    for i in range(records):
+        producer.produce(topic, key=f"s{i}".encode(), partition=i % 2,
+                         value=_value(exchange="amq.topic", subscriber="bob", filter=f"a.{i}"))
+    assert producer.flush(60) == 0
+    return config
+
+
+def test_read_to_end_reports_progress_from_zero_to_the_offsets_it_covers(base_config, new_topic):
+    from streaming.changelog import POLL_MAX_RECORDS, ChangelogReader
+
+    records = 3 * POLL_MAX_RECORDS + 500
+    config = _changelog(base_config, new_topic, records)
+    reader = ChangelogReader(config)
+    try:
+        calls: list[tuple[int, int]] = []
+        applied: list[int] = []
+        offsets = reader.read_to_end({}, lambda m: applied.append(m.offset()),
+                                     progress=lambda done, total: calls.append((done, total)))
+        assert offsets == {0: records // 2, 1: records // 2}
+        assert len(applied) == records
+        assert calls[0] == (0, records) and calls[-1] == (records, records)
+        assert len(calls) >= 1 + records // POLL_MAX_RECORDS  # after each poll, not only at the ends
+        assert {total for _, total in calls} == {records}
+        dones = [done for done, _ in calls]
+        assert dones == sorted(dones), "progress went backwards"
+        assert all(0 <= done <= records for done in dones)
+
+        # From a position: only what is left counts; nothing left is (0, 0) twice.
+        calls.clear()
+        reader.read_to_end({0: 1000, 1: 1500}, lambda m: None,
+                           progress=lambda done, total: calls.append((done, total)))
+        left = records - 2500
+        assert calls[0] == (0, left) and calls[-1] == (left, left)
+        calls.clear()
+        reader.read_to_end(offsets, lambda m: None,
+                           progress=lambda done, total: calls.append((done, total)))
+        assert calls == [(0, 0), (0, 0)]
+    finally:
+        reader.close()
+
+
+def test_a_slow_catch_up_prints_progress_lines_and_its_total(base_config, new_topic):
+    import io
+
+    from streaming.changelog import ChangelogReader
+    from streaming.metrics import CatchUpProgress
+
+    records = 2500
+    config = _changelog(base_config, new_topic, records)
+    ticks = iter(range(0, 10_000, 3))  # each look at the clock is 3 s later
+    out = io.StringIO()
+    reader = ChangelogReader(config)
+    try:
+        reader.read_to_end({}, lambda m: None,
+                           progress=CatchUpProgress(out, clock=lambda: float(next(ticks))))
+    finally:
+        reader.close()
+    lines = out.getvalue().splitlines()
+    assert lines, "no progress printed"
+    assert all(line.startswith("bitroute: catching up the changelog: ") for line in lines[:-1])
+    assert lines[-1].startswith(f"bitroute: caught up the changelog: {records:,} records in ")
+    assert any(f" of {records:,} records (" in line for line in lines[:-1])

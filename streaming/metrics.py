@@ -1,0 +1,520 @@
+"""The router's Prometheus metrics endpoint, and its progress lines for long catch-ups.
+
+Metrics are off by default (``metrics.port = 0``). With a port set, ``bitroute
+run`` serves the Prometheus text exposition format (version 0.0.4) at
+``http://<metrics.host>:<metrics.port>/metrics``; the host must be a loopback
+address (the configuration refuses any other), so the endpoint is reachable
+from the router's machine only. The port is bound before Spark starts: a port
+in use stops the command at once with a one-line error.
+
+Every metric is declared in :data:`METRICS` (name, type, help text, label
+names); ``docs/operations.md`` lists the same names, and
+``tests/streaming/test_metrics.py`` checks that the two agree and that a live
+router exposes every one. Counters count since this process started and end in
+``_total``; a restart resets them, as Prometheus's ``rate()`` expects.
+
+Where the values come from (:class:`RouterMetrics`):
+
+- each finished batch's :class:`streaming.router.BatchReport`, through
+  ``Router.report_listeners``, in the batch's thread: the counters of batches,
+  publishes, deliveries, rejected publishes and seconds per stage; the last
+  batch's id, time and snapshot version; the live subscriptions;
+- a :class:`pyspark.sql.streaming.StreamingQueryListener` on Spark's listener
+  thread: whether the query is active, its input and processing rates, the
+  last trigger's durations, and the input lag;
+- the router itself once it started (:meth:`RouterMetrics.router_started`):
+  the snapshot version and subscriptions before the first batch.
+
+Input lag is what the last progress event of the query says: per publishes
+topic, the sum over partitions of the source's ``latestOffset`` (the end
+offsets Kafka reported when that batch was planned) minus its ``endOffset``
+(where the batch stopped, e.g. at ``streaming.max_offsets_per_trigger``). An
+idle event (no new data at a trigger) sets it to 0. While a batch runs no
+event comes: ``bitroute_last_batch_timestamp_seconds`` tells how old the
+figure is.
+
+:class:`CatchUpProgress` turns the changelog reader's progress callback into
+lines on stderr for a catch-up that takes longer than
+:data:`PROGRESS_AFTER_S` (the router's start and the first batch after a bulk
+load at a million subscriptions take tens of seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, TextIO
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from streaming.config import MetricsConfig
+
+if TYPE_CHECKING:
+    from streaming.router import BatchReport, Router
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PATH = "/metrics"
+STAGES = ("catch_up", "route", "audit")
+"""The stages of a batch (``BatchReport.stages``), present at 0 from the start."""
+PROGRESS_AFTER_S = 2.0
+"""A catch-up prints progress once it has run this long, then at most this often."""
+
+_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+class MetricsError(RuntimeError):
+    """The metrics endpoint could not be served (the message names the address)."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric family: ``kind`` is ``counter`` (name ends in ``_total``) or ``gauge``."""
+
+    name: str
+    kind: str
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("bitroute_start_time_seconds", "gauge",
+           "When this router process started serving metrics, in Unix seconds."),
+    Metric("bitroute_batches_total", "counter", "Micro-batches the router finished."),
+    Metric("bitroute_batches_replayed_total", "counter",
+           "Finished micro-batches that were replays (routed with their pinned snapshot version)."),
+    Metric("bitroute_publishes_total", "counter", "Publishes read and routed or rejected."),
+    Metric("bitroute_deliveries_total", "counter",
+           "Deliveries written to subscribers' topics and acknowledged by Kafka."),
+    Metric("bitroute_rejected_total", "counter",
+           "Publishes rejected with a reason (bitroute.rejected and the messages table)."),
+    Metric("bitroute_batch_seconds_total", "counter", "Seconds spent in finished micro-batches."),
+    Metric("bitroute_batch_stage_seconds_total", "counter",
+           "Seconds spent in each stage of finished micro-batches.", ("stage",)),
+    Metric("bitroute_last_batch_id", "gauge", "Id of the last finished micro-batch."),
+    Metric("bitroute_last_batch_timestamp_seconds", "gauge",
+           "When the last micro-batch finished, in Unix seconds."),
+    Metric("bitroute_last_batch_seconds", "gauge", "Duration of the last finished micro-batch."),
+    Metric("bitroute_snapshot_version", "gauge",
+           "Snapshot version the last batch routed with (before the first batch: the router's "
+           "version at start)."),
+    Metric("bitroute_subscriptions", "gauge",
+           "Live subscriptions in the router's current snapshot."),
+    Metric("bitroute_input_lag_records", "gauge",
+           "Publishes in Kafka not yet routed, as of the query's last progress event.",
+           ("topic",)),
+    Metric("bitroute_query_active", "gauge", "1 while the streaming query runs, else 0."),
+    Metric("bitroute_query_input_rows_per_second", "gauge",
+           "Rate at which publishes arrived, from the query's last progress event."),
+    Metric("bitroute_query_processed_rows_per_second", "gauge",
+           "Rate at which publishes were processed, from the query's last progress event."),
+    Metric("bitroute_query_duration_seconds", "gauge",
+           "Duration of each phase of the query's last trigger (Spark's durationMs).",
+           ("phase",)),
+)
+
+
+class Registry:
+    """Declared metric families and their current samples. Thread-safe.
+
+    Every update and :meth:`render` take one lock; :meth:`atomic` holds it
+    across several updates, so a scrape sees a batch's counters all updated or
+    none. A metric is updated with exactly its
+    declared labels; a counter only goes up. Breaking either is a programming
+    error (``ValueError``).
+    """
+
+    def __init__(self, metrics: Iterable[Metric]) -> None:
+        self._metrics: dict[str, Metric] = {}
+        for metric in metrics:
+            if not _NAME.match(metric.name) or metric.name in self._metrics:
+                raise ValueError(f"metric {metric.name!r}: invalid or repeated name")
+            if metric.kind not in ("counter", "gauge"):
+                raise ValueError(f"metric {metric.name!r}: kind must be counter or gauge")
+            if (metric.kind == "counter") != metric.name.endswith("_total"):
+                raise ValueError(f"metric {metric.name!r}: counters and only counters end in _total")
+            if not all(_LABEL.match(label) for label in metric.labels):
+                raise ValueError(f"metric {metric.name!r}: invalid label name")
+            self._metrics[metric.name] = metric
+        self._samples: dict[str, dict[tuple[str, ...], float]] = {m: {} for m in self._metrics}
+        self._lock = threading.RLock()
+
+    def inc(self, name: str, amount: float = 1.0, **labels: object) -> None:
+        """Add ``amount`` (>= 0) to a counter's sample."""
+        if self._metric(name, labels).kind != "counter" or not amount >= 0:
+            raise ValueError(f"{name}: inc() needs a counter and an amount >= 0, got {amount!r}")
+        key = self._key(name, labels)
+        with self._lock:
+            samples = self._samples[name]
+            samples[key] = samples.get(key, 0.0) + float(amount)
+
+    def set(self, name: str, value: float, **labels: object) -> None:
+        """Set a gauge's sample."""
+        if self._metric(name, labels).kind != "gauge":
+            raise ValueError(f"{name}: set() needs a gauge")
+        key = self._key(name, labels)
+        with self._lock:
+            self._samples[name][key] = float(value)
+
+    @contextmanager
+    def atomic(self) -> Iterator[Registry]:
+        """Hold the lock across several updates: a scrape sees all of them or none."""
+        with self._lock:
+            yield self
+
+    def clear(self, name: str) -> None:
+        """Drop every sample of ``name`` (a family whose label values come and go)."""
+        if name not in self._metrics:
+            raise ValueError(f"{name}: not a declared metric")
+        with self._lock:
+            self._samples[name].clear()
+
+    def value(self, name: str, **labels: object) -> float | None:
+        """A sample's current value, ``None`` when it has none yet."""
+        key = self._key(name, labels)
+        with self._lock:
+            return self._samples[name].get(key)
+
+    def label_values(self, name: str) -> list[tuple[str, ...]]:
+        """The label values of every sample ``name`` has now."""
+        with self._lock:
+            return sorted(self._samples[name])
+
+    def render(self) -> str:
+        """The text exposition format: per family ``# HELP``, ``# TYPE``, then its samples
+        (a family without samples yet has its two comment lines only)."""
+        lines: list[str] = []
+        with self._lock:
+            for name, metric in self._metrics.items():
+                lines.append(f"# HELP {name} {_escape_help(metric.help)}")
+                lines.append(f"# TYPE {name} {metric.kind}")
+                for key, value in sorted(self._samples[name].items()):
+                    labels = ",".join(f'{label}="{_escape_label(v)}"'
+                                      for label, v in zip(metric.labels, key))
+                    lines.append(f"{name}{{{labels}}} {_number(value)}" if labels
+                                 else f"{name} {_number(value)}")
+        return "\n".join(lines) + "\n"
+
+    def _metric(self, name: str, labels: Mapping[str, object]) -> Metric:
+        metric = self._metrics.get(name)
+        if metric is None:
+            raise ValueError(f"{name}: not a declared metric")
+        if set(labels) != set(metric.labels):
+            raise ValueError(f"{name}: labels {sorted(labels)} given, {list(metric.labels)} declared")
+        return metric
+
+    def _key(self, name: str, labels: Mapping[str, object]) -> tuple[str, ...]:
+        return tuple(str(labels[label]) for label in self._metric(name, labels).labels)
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 2 ** 53:
+        return str(int(value))
+    return repr(value)
+
+
+class MetricsServer:
+    """``GET /metrics`` over HTTP/1.1 from a daemon thread, on ``host:port``.
+
+    :meth:`start` binds (raising :class:`MetricsError` naming the address when
+    it cannot) and returns at once; each request is answered in its own daemon
+    thread with ``registry.render()``. Any other path is a 404. Port 0 binds a
+    free port (see :attr:`port`).
+    """
+
+    def __init__(self, registry: Registry, host: str, port: int) -> None:
+        self._registry = registry
+        self._host = host
+        self._port = port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`start`)."""
+        return self._server.server_address[1] if self._server is not None else self._port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}{PATH}"
+
+    def start(self) -> None:
+        registry = self._registry
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 (the http.server convention)
+                if self.path.split("?", 1)[0] != PATH:
+                    self._send(404, "text/plain; charset=utf-8", f"not found: try {PATH}\n")
+                    return
+                self._send(200, CONTENT_TYPE, registry.render())
+
+            def _send(self, status: int, content_type: str, text: str) -> None:
+                body = text.encode("utf-8")
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # a scrape every few seconds is not worth a line on stderr
+
+        server_class = _IPv6Server if ":" in self._host else ThreadingHTTPServer
+        try:
+            self._server = server_class((self._host, self._port), Handler)
+        except OSError as exc:
+            raise MetricsError(f"cannot serve metrics on {self._host}:{self._port}: "
+                               f"{exc.strerror or exc}") from None
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="bitroute-metrics",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class RouterMetrics:
+    """The :data:`METRICS` of one router: fed by its batch reports and its query's
+    events, served by a :class:`MetricsServer` (see the module docstring)."""
+
+    def __init__(self, config: MetricsConfig, clock: Callable[[], float] = time.time) -> None:
+        self.registry = Registry(METRICS)
+        self.server = MetricsServer(self.registry, config.host, config.port)
+        self._clock = clock
+        self._router: Router | None = None
+        self.listener = _QueryListener(self)
+        registry = self.registry
+        registry.set("bitroute_start_time_seconds", clock())
+        registry.set("bitroute_query_active", 0)
+        for name in ("bitroute_batches_total", "bitroute_batches_replayed_total",
+                     "bitroute_publishes_total", "bitroute_deliveries_total",
+                     "bitroute_rejected_total", "bitroute_batch_seconds_total"):
+            registry.inc(name, 0)
+        for stage in STAGES:
+            registry.inc("bitroute_batch_stage_seconds_total", 0, stage=stage)
+
+    def start(self) -> None:
+        """Bind and serve; raises :class:`MetricsError` when the address is not free."""
+        self.server.start()
+
+    def observe(self, router: Router) -> None:
+        """Feed from ``router``'s batch reports and its Spark session's query events.
+
+        Call before ``router.start()`` so that the query's start is seen.
+        """
+        self._router = router
+        router.report_listeners.append(self.record_batch)
+        router.spark.streams.addListener(self.listener)
+
+    def router_started(self, router: Router) -> None:
+        """The router's snapshot version and subscriptions, before its first batch."""
+        subscriptions = router.subscriptions
+        if subscriptions is None:
+            return
+        version, count = subscriptions.version, len(subscriptions)
+        if self.registry.value("bitroute_snapshot_version") is None:
+            self.registry.set("bitroute_snapshot_version", version)
+        self.registry.set("bitroute_subscriptions", count)
+
+    def record_batch(self, report: BatchReport) -> None:
+        """Count one finished batch (a ``Router.report_listeners`` entry)."""
+        router = self._router
+        subscriptions = router.subscriptions if router is not None else None
+        live = len(subscriptions) if subscriptions is not None else None
+        now = self._clock()
+
+        with self.registry.atomic() as r:
+            r.inc("bitroute_batches_total")
+            if report.replayed:
+                r.inc("bitroute_batches_replayed_total")
+            r.inc("bitroute_publishes_total", report.rows)
+            r.inc("bitroute_deliveries_total", report.deliveries)
+            r.inc("bitroute_rejected_total", report.rejected)
+            r.inc("bitroute_batch_seconds_total", report.seconds)
+            for stage, seconds in report.stages.items():
+                r.inc("bitroute_batch_stage_seconds_total", seconds, stage=stage)
+            r.set("bitroute_last_batch_id", report.batch_id)
+            r.set("bitroute_last_batch_timestamp_seconds", now)
+            r.set("bitroute_last_batch_seconds", report.seconds)
+            r.set("bitroute_snapshot_version", report.snapshot_version)
+            if live is not None:
+                r.set("bitroute_subscriptions", live)
+
+    def record_progress(self, progress: Mapping[str, Any]) -> None:
+        """Rates, durations and input lag from one ``StreamingQueryProgress`` (a dict)."""
+        lags = input_lag(progress.get("sources") or [])
+
+        with self.registry.atomic() as r:
+            for name, key in (("bitroute_query_input_rows_per_second", "inputRowsPerSecond"),
+                              ("bitroute_query_processed_rows_per_second",
+                               "processedRowsPerSecond")):
+                value = progress.get(key)
+                if isinstance(value, (int, float)):
+                    r.set(name, value)
+            r.clear("bitroute_query_duration_seconds")  # a trigger reports only its phases
+            for phase, millis in (progress.get("durationMs") or {}).items():
+                if isinstance(millis, (int, float)):
+                    r.set("bitroute_query_duration_seconds", millis / 1000, phase=phase)
+            for topic, lag in lags.items():
+                r.set("bitroute_input_lag_records", lag, topic=topic)
+
+    def record_idle(self) -> None:
+        """No new data at the last trigger: nothing is waiting in any known topic."""
+        with self.registry.atomic() as r:
+            for (topic,) in r.label_values("bitroute_input_lag_records"):
+                r.set("bitroute_input_lag_records", 0, topic=topic)
+
+    def set_query_active(self, active: bool) -> None:
+        self.registry.set("bitroute_query_active", 1 if active else 0)
+
+    def close(self) -> None:
+        """Stop serving (the listener goes with the Spark session)."""
+        self.server.stop()
+
+
+def input_lag(sources: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Per Kafka topic, records between a source's ``endOffset`` and ``latestOffset``.
+
+    Offsets are the Kafka source's JSON (``{"topic": {"partition": offset}}``)
+    as strings; a source whose offsets are missing or not of that form (the
+    first trigger, another kind of source) is left out. A partition absent
+    from ``endOffset`` counts from offset 0.
+    """
+    lags: dict[str, int] = {}
+    for source in sources:
+        end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+        if end is None or latest is None:
+            continue
+        for topic, partitions in latest.items():
+            done = end.get(topic, {})
+            lags[topic] = lags.get(topic, 0) + sum(max(offset - done.get(p, 0), 0)
+                                                   for p, offset in partitions.items())
+    return lags
+
+
+def _offsets(text: object) -> dict[str, dict[str, int]] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for topic, partitions in value.items():
+        if not isinstance(partitions, dict) or not all(
+                isinstance(o, int) and not isinstance(o, bool) for o in partitions.values()):
+            return None
+        out[topic] = dict(partitions)
+    return out
+
+
+class _QueryListener(StreamingQueryListener):
+    """Spark calls these on its listener thread, after the events happened."""
+
+    def __init__(self, metrics: RouterMetrics) -> None:
+        self._metrics = metrics
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (pyspark's names)
+        self._metrics.set_query_active(True)
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        self._metrics.record_progress(event.progress)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        self._metrics.record_idle()
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        self._metrics.set_query_active(False)
+
+
+class CatchUpProgress:
+    """The progress callback of one changelog catch-up: lines on ``stream`` (stderr).
+
+    Called as ``progress(done, total)`` by
+    :meth:`streaming.changelog.ChangelogReader.read_to_end` (offsets covered,
+    offsets to cover). Time counts from construction: make one right before
+    the catch-up. A catch-up that ends within :data:`PROGRESS_AFTER_S` prints
+    nothing; a longer one prints a line at most every
+    :data:`PROGRESS_AFTER_S` and, at ``done == total``, a final line with the
+    total.
+    """
+
+    def __init__(self, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._stream = stream
+        self._clock = clock
+        self._started = clock()
+        self._printed: float | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self._clock()
+        elapsed = now - self._started
+        if done >= total:
+            if self._printed is not None or (elapsed >= PROGRESS_AFTER_S and total > 0):
+                self._print(finished_line(total, elapsed))
+                self._printed = now
+        elif elapsed >= PROGRESS_AFTER_S and (self._printed is None
+                                               or now - self._printed >= PROGRESS_AFTER_S):
+            self._print(progress_line(done, total, elapsed))
+            self._printed = now
+
+    def _print(self, line: str) -> None:
+        print(f"bitroute: {line}", file=self._stream or sys.stderr, flush=True)
+
+
+def progress_line(done: int, total: int, elapsed: float) -> str:
+    """``catching up the changelog: 412,000 of 1,000,000 records (98,000/s, about 6s left)``."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    left = f", about {_duration((total - done) / rate)} left" if rate > 0 else ""
+    return f"catching up the changelog: {done:,} of {total:,} records ({rate:,.0f}/s{left})"
+
+
+def finished_line(total: int, elapsed: float) -> str:
+    """``caught up the changelog: 1,000,000 records in 10.2s (98,000/s)``."""
+    rate = total / elapsed if elapsed > 0 else 0.0
+    return f"caught up the changelog: {total:,} records in {elapsed:.1f}s ({rate:,.0f}/s)"
+
+
+def _duration(seconds: float) -> str:
+    """Whole seconds as ``6s``, ``2m05s`` or ``1h02m``, rounded up (0 -> ``1s``)."""
+    whole = max(math.ceil(seconds), 1)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
