@@ -45,6 +45,7 @@ from deltalake.exceptions import DeltaError
 
 from schemas.records import CHANGE_REJECTED, CHANGE_UPSERT, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.config import Config
+from streaming.errors import BitrouteError
 
 TIME_COLUMNS = {DELIVERIES: "routed_at", MESSAGES: "routed_at", SUBSCRIPTIONS: "applied_at"}
 """The time column of each audit table, bounded by ``since`` and ``until``."""
@@ -64,7 +65,7 @@ _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
 
 
-class AuditError(RuntimeError):
+class AuditError(BitrouteError):
     """An audit query cannot run: the table or the version is missing, or unreadable."""
 
 

@@ -29,13 +29,14 @@ from confluent_kafka.admin import AdminClient
 import conf
 from streaming import jvm
 from streaming.config import BrokerConfig
+from streaming.errors import BitrouteError
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 _HEAP = ["-Xms256m", "-Xmx1g"]
 
 
-class BrokerError(RuntimeError):
+class BrokerError(BitrouteError):
     """The embedded broker could not be started, reached or stopped."""
 
 

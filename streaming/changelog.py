@@ -54,10 +54,10 @@ from schemas.records import (
     message_id,
 )
 from schemas.tables import SUBSCRIPTIONS_TABLE
-from streaming.errors import BitrouteError
 from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
 from streaming.delta_sink import AuditTables
+from streaming.errors import BitrouteError
 from streaming.snapshots import SnapshotStore
 from streaming.topics import admin_client, ensure_delivery_topics
 

@@ -18,10 +18,11 @@ from importlib import metadata
 from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
+from streaming.errors import BitrouteError
 from streaming.jvm import JvmResolutionError
 
 
-class CommandError(RuntimeError):
+class CommandError(BitrouteError):
     """A verb failed in a way the user can act on; printed as one line, exit status 1."""
 
 

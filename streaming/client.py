@@ -42,7 +42,8 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
-from streaming.topics import COMPACTED, TopicError, admin_client, ensure_topics
+from streaming.errors import BitrouteError
+from streaming.topics import COMPACTED, TopicCreationError, admin_client, ensure_topics
 
 ACK_TIMEOUT_S = 30.0
 """How long a write waits for Kafka's acknowledgement before it is reported failed."""
@@ -56,7 +57,7 @@ _KAFKA_LOG = logging.getLogger("bitroute.kafka")
 _KAFKA_LOG.addHandler(logging.NullHandler())
 
 
-class ClientError(RuntimeError):
+class ClientError(BitrouteError):
     """A Kafka operation failed; the message says which and why."""
 
 
@@ -314,7 +315,7 @@ def _ensure(config: Config, names: list[str], settings: dict[str, str] | None = 
     try:
         ensure_topics(config, names, settings, admin=admin_client(config),
                       partitions=config.kafka.delivery_partitions if delivery else None)
-    except TopicError as exc:
+    except TopicCreationError as exc:
         raise ClientError(str(exc)) from None
     except KafkaException as exc:
         raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {_reason(exc)}") from None

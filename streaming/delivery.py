@@ -26,13 +26,14 @@ re-produces ambiguous ones with :meth:`DeliveryProducer.produce_tagged`.
 from __future__ import annotations
 
 import logging
-import zlib
 import time
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from streaming.errors import BitrouteError
 from streaming.kafka_records import Headers
 
 _KAFKA_LOG = logging.getLogger("bitroute.kafka")
@@ -57,7 +58,7 @@ FLUSH_POLL_S = 0.5
 QUEUE_FULL_WAIT_S = 0.05
 
 
-class DeliveryUnavailable(RuntimeError):
+class DeliveryUnavailable(BitrouteError):
     """Kafka could not take the records for a reason that is not about them; retry the batch."""
 
 

@@ -57,6 +57,7 @@ from compiler import (
 )
 from compiler.grammar import grammar_for
 from streaming.config import Config
+from streaming.errors import BitrouteError
 
 KAFKA_PROBE_TIMEOUT_S = 2.0
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
@@ -73,7 +74,7 @@ SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "
 """A listed subscription's fields: the names of the Delta ``subscriptions`` table."""
 
 
-class InspectError(RuntimeError):
+class InspectError(BitrouteError):
     """The routing state could not be read (no snapshot and no changelog, a bad file)."""
 
 

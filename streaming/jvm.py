@@ -23,12 +23,13 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 import conf
+from streaming.errors import BitrouteError
 
 GROUPS = ("spark", "kafka_broker")
 _MARKER = "complete"
 
 
-class JvmResolutionError(RuntimeError):
+class JvmResolutionError(BitrouteError):
     """Maven could not resolve a group of conf/jvm.toml; the message says which and why."""
 
 

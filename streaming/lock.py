@@ -26,12 +26,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from streaming.errors import BitrouteError
+
 LOCK_FILE = "router.lock"
 LOCK_WAIT_S = 10.0
 """How long a starting router waits for the lock before refusing to start."""
 
 
-class RouterLockedError(RuntimeError):
+class RouterLockedError(BitrouteError):
     """Another process holds the router lock; the message names it."""
 
 

@@ -57,12 +57,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from schemas.records import OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH
-from streaming.errors import BitrouteError
 from streaming.broker_watch import BrokerWatch
 from streaming.changelog import ChangelogError, Subscriptions
 from streaming.config import Config
 from streaming.delivery import ProducerSettings
 from streaming.delta_sink import AuditTables
+from streaming.errors import BitrouteError
 from streaming.lock import RouterLock
 from streaming.matching import SnapshotBroadcasts
 from streaming.routing import RoutePartitions, RouteSettings

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from streaming.errors import BitrouteError
+
 PINS_KEPT = 16
 """Pins of this many most recent batch ids survive pruning (Spark replays at most the last)."""
 
@@ -39,7 +41,7 @@ _SNAPSHOT_SUFFIX = ".snapshot"
 _CHANGES_SUFFIX = ".changes"
 
 
-class SnapshotStoreError(RuntimeError):
+class SnapshotStoreError(BitrouteError):
     """The store is missing something a replay needs, or holds an unreadable file."""
 
 

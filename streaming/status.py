@@ -40,6 +40,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streaming import lock
 from streaming.config import Config
+from streaming.errors import BitrouteError
 
 KAFKA_BUDGET_S = 1.0
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
@@ -49,7 +50,7 @@ _KAFKA_LOG = logging.getLogger("bitroute.kafka")
 _KAFKA_LOG.addHandler(logging.NullHandler())
 
 
-class KafkaUnavailable(RuntimeError):
+class KafkaUnavailable(BitrouteError):
     """Kafka did not answer within the budget."""
 
 

@@ -17,12 +17,13 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streaming.config import Config
+from streaming.errors import BitrouteError
 
 CREATE_TIMEOUT_S = 30.0
 COMPACTED = {"cleanup.policy": "compact"}
 
 
-class TopicError(RuntimeError):
+class TopicCreationError(BitrouteError):
     """A topic could not be created; the message names it and Kafka's reason."""
 
 
@@ -62,7 +63,7 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
             created.append(name)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TopicError(f"cannot create topic {name!r}: {exc.args[0].str()}") from None
+                raise TopicCreationError(f"cannot create topic {name!r}: {exc.args[0].str()}") from None
     return sorted(created)
 
 
