@@ -44,6 +44,7 @@ class Ledger:
     unexpected_kafka: Counter = field(default_factory=Counter)
     unexpected_audit: Counter = field(default_factory=Counter)
     unknown_messages: int = 0
+    forged_kept: int = 0  # deliveries carrying more than one message id header
 
     def add(self, message_id: str, expected: tuple[str, ...] | None) -> None:
         """A publish Kafka acknowledged; ``expected`` is None for a bad one."""
@@ -147,6 +148,7 @@ class Ledger:
             "kafka_duplicates": int((kp[kp > 1] - 1).sum()),
             "kafka_unexpected": int(sum(self.unexpected_kafka.values())),
             "kafka_unexpected_why": dict(self.unexpected_kafka),
+            "kafka_forged_headers_kept": self.forged_kept,
             "audit_missing": int((ap == 0).sum()),
             "audit_repeated": int((ap > 1).sum()),
             "audit_unexpected": int(sum(self.unexpected_audit.values())),

@@ -34,7 +34,11 @@ def read_deliveries(config: Config, ledger: Ledger) -> int:
     cut = len(prefix)
 
     def on_record(message) -> None:
-        mid = headers_of(message).get(MESSAGE_ID_HEADER)
+        headers = message.headers() or []
+        ids = [v for k, v in headers if k == MESSAGE_ID_HEADER]
+        if len(ids) > 1:
+            ledger.forged_kept += 1
+        mid = ids[-1] if ids else None
         ledger.delivered(mid.decode() if mid else "", message.topic()[cut:])
 
     return read_topics(config.kafka.bootstrap, topics, on_record, READ_TIMEOUT_S)

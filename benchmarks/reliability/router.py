@@ -108,12 +108,13 @@ class Router:
         self.process.wait(timeout=60)
         return True
 
-    def kill(self, target: str = "group") -> None:
+    def kill(self, target: str = "group", wait: float = 90.0) -> bool:
         """SIGKILL ``group`` (driver, JVM, workers), ``python`` (the driver alone; the
         watchdog kills the JVM) or ``jvm`` (the Spark JVM alone; the driver then exits);
-        wait until the router's process is gone."""
+        wait until the router's process is gone. Returns False when it had to be killed
+        with its group after ``wait`` seconds (a driver that outlived its JVM)."""
         if not self.alive():
-            return
+            return True
         if target == "group":
             os.killpg(self.process.pid, signal.SIGKILL)
         elif target == "python":
@@ -127,10 +128,12 @@ class Router:
         else:
             raise ValueError(f"unknown kill target {target!r}")
         try:
-            self.process.wait(timeout=90)
+            self.process.wait(timeout=wait)
+            return True
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
+            return False
 
     def terminate(self, timeout: float = 180.0) -> int:
         """SIGTERM: the router stops after its current batch; return its exit status."""
@@ -142,6 +145,20 @@ class Router:
         except subprocess.TimeoutExpired:
             self.kill()
             return -9
+
+    def leftovers(self) -> int:
+        """SIGKILL what is left of the last router's process group (its driver gone) and
+        return how many processes that was (0 when the group ended with its driver)."""
+        if self.process is None:
+            return 0
+        group = self.process.pid
+        left = [p for p in _pids() if _pgid(p) == group]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(left)
 
     def close(self) -> None:
         """Kill whatever of the router is left (its group, and a JVM that outlived it)."""
@@ -168,3 +185,16 @@ class Router:
         workers = [p for p, c in commands.items()
                    if p not in jvm and "pyspark" in c and "watchdog" not in c]
         return {"driver": [self.process.pid], "jvm": jvm, "workers": workers}
+
+
+def _pids() -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
+def _pgid(pid: int) -> int | None:
+    """The process group of ``pid``, None when it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[2])

@@ -19,7 +19,13 @@ import numpy as np
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from benchmarks.reliability.cluster import Kafka
-from benchmarks.reliability.kafka_io import Publisher, Record, producer, wait_routed
+from benchmarks.reliability.kafka_io import (
+    CampaignError,
+    Publisher,
+    Record,
+    producer,
+    wait_routed,
+)
 from benchmarks.reliability.ledger import Ledger
 from benchmarks.reliability.outputs import (
     Rejections,
@@ -69,6 +75,7 @@ class Stage:
         self.router: Router | None = None
         self.changelog: dict[tuple[int, int], str] = {}  # (partition, offset) -> what
         self.changelog_failures = 0
+        self.changelog_errors: list[str] = []
         self._changelog_producer = None
         self._producer_lock = threading.Lock()
 
@@ -130,6 +137,8 @@ class Stage:
                     self.changelog[(msg.partition(), msg.offset())] = what
                 else:
                     self.changelog_failures += 1
+                    if len(self.changelog_errors) < 20:
+                        self.changelog_errors.append(f"{what}: {err}")
             while True:
                 try:
                     p.produce(self.config.kafka.subscriptions_topic, key=key, value=value,
@@ -139,7 +148,10 @@ class Stage:
                     p.poll(0.1)
             count += 1
         if p.flush(300):
-            raise RuntimeError("the changelog was not acknowledged within 300s")
+            raise CampaignError("the changelog was not acknowledged within 300s")
+        if self.changelog_failures:
+            raise CampaignError(f"{self.changelog_failures} changelog records refused by Kafka: "
+                                f"{self.changelog_errors[:2]}")
         return count
 
     def start_router(self) -> float:
