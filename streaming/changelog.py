@@ -33,6 +33,7 @@ audit row.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
@@ -46,18 +47,16 @@ from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_REMOVE,
     CHANGE_UPSERT,
-    MESSAGE_ID_HEADER,
-    REASON_HEADER,
-    ROUTER_HEADERS,
-    SOURCE_HEADER,
     SOURCE_SUBSCRIPTION,
     message_id,
 )
 from schemas.tables import SUBSCRIPTIONS_TABLE
 from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
+from streaming.delivery import RECORD_ERRORS
 from streaming.delta_sink import AuditTables
 from streaming.errors import BitrouteError
+from streaming.kafka_records import kept_headers, record_size, rejected_headers
 from streaming.snapshots import SnapshotStore
 from streaming.topics import admin_client, ensure_delivery_topics
 
@@ -263,7 +262,8 @@ class Subscriptions:
         settings = dict(client_settings or {"logger": KAFKA_LOG})
         self._reader = ChangelogReader(config, settings)
         self._producer = Producer({**settings, "bootstrap.servers": config.kafka.bootstrap,
-                                   "enable.idempotence": True})
+                                   "enable.idempotence": True,
+                                   "message.max.bytes": config.kafka.max_delivery_bytes + 65536})
         self._admin = admin_client(config)
         self._topics_ensured: set[str] = set()
         self._unaudited: tuple[int, pa.Table] | None = None
@@ -379,30 +379,47 @@ class Subscriptions:
         self._unaudited = None
 
     def _report_rejected(self, rejected: Sequence[tuple[Message, str]]) -> None:
-        """Send each bad change to the rejected topic and wait for Kafka's acks."""
+        """Send each bad change to the rejected topic and wait for Kafka's acks.
+
+        A change too large to copy whole (its value plus the reason headers)
+        goes without its value; one Kafka refuses even so is left out of the
+        topic (its ``subscriptions`` audit row still holds the reason): a bad
+        record never stops the catch-up. Any other failure raises
+        :class:`ChangelogError` (the batch retries).
+        """
         if not rejected:
             return
+        limit = self._config.kafka.max_delivery_bytes
+        refused: list[str] = []
         failures: list[str] = []
 
         def delivered(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                failures.append(error.str())
+            if error is None:
+                return
+            (refused if error.code() in RECORD_ERRORS else failures).append(error.str())
 
         for message, reason in rejected:
-            headers = [(k, v) for k, v in (message.headers() or []) if k not in ROUTER_HEADERS]
-            headers += [
-                (REASON_HEADER, reason.encode("utf-8")),
-                (SOURCE_HEADER, SOURCE_SUBSCRIPTION.encode()),
-                (MESSAGE_ID_HEADER, message_id(message.topic(), message.partition(),
-                                               message.offset()).encode()),
-            ]
-            self._producer.produce(self._config.kafka.rejected_topic, key=message.key(),
-                                   value=message.value(), headers=headers, on_delivery=delivered)
+            mid = message_id(message.topic(), message.partition(), message.offset())
+            headers = rejected_headers(kept_headers(message.headers()), reason, SOURCE_SUBSCRIPTION, mid)
+            value = message.value()
+            if record_size(message.key(), value, headers) > limit:
+                value = None
+                headers = rejected_headers([], reason + " (the copy in the rejected topic has no "
+                                           "value: too large)", SOURCE_SUBSCRIPTION, mid)
+            try:
+                self._producer.produce(self._config.kafka.rejected_topic, key=message.key(),
+                                       value=value, headers=headers, on_delivery=delivered)
+            except KafkaException as exc:
+                refused.append(exc.args[0].str())
         left = self._producer.flush(_KAFKA_TIMEOUT_S)
         if left or failures:
             raise ChangelogError(f"could not write {left or len(failures)} rejected subscription "
                                  f"changes to {self._config.kafka.rejected_topic!r}: "
                                  f"{failures[:1] or 'timed out'}")
+        if refused:
+            print(f"bitroute: {len(refused)} rejected subscription changes were refused by "
+                  f"{self._config.kafka.rejected_topic!r} ({refused[0]}); their reasons are in "
+                  "the subscriptions audit table", file=sys.stderr, flush=True)
 
 
 def _reusable(data: bytes, exchanges: Mapping[str, Dialect]) -> Snapshot | None:

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from streaming.config import MetricsConfig
+from streaming.errors import BitrouteError
 
 if TYPE_CHECKING:
     from streaming.router import BatchReport, Router
@@ -72,7 +73,7 @@ _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
-class MetricsError(RuntimeError):
+class MetricsError(BitrouteError):
     """The metrics endpoint could not be served (the message names the address)."""
 
 

@@ -215,6 +215,8 @@ def traffic(router: Router) -> Traffic:
                                             "filter": "a"}).encode(),
         unique("bad-subscriber"): json.dumps({"exchange": "amq.topic", "subscriber": "no/slash",
                                               "filter": "a"}).encode(),
+        # As large as the broker takes: its copy with the reason headers is not.
+        unique("bad-huge"): b"{" + b"x" * 1_048_400,
     }
     for sub_id, value in t.bad_changes.items():
         _produce(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), value)
@@ -339,10 +341,12 @@ def test_bad_publishes_and_bad_changes_are_rejected_while_routing_goes_on(
         record, headers = rejected[sent]
         assert headers[SOURCE_HEADER] == SOURCE_PUBLISH and headers[REASON_HEADER]
         assert record.value() == b"payload"
-    by_key = {r.key().decode(): h for r, h in rejected.values()
+    by_key = {r.key().decode(): (r, h) for r, h in rejected.values()
               if h[SOURCE_HEADER] == SOURCE_SUBSCRIPTION}
     assert set(by_key) == set(traffic.bad_changes)
-    assert all(h[REASON_HEADER] for h in by_key.values())
+    assert all(h[REASON_HEADER] for _, h in by_key.values())
+    huge = next(k for k in by_key if k.startswith("bad-huge"))
+    assert by_key[huge][0].value() is None and "too large" in by_key[huge][1][REASON_HEADER]
 
     messages = {r.message_id: r for r in rows_for(
         spark, cfg, "messages", "message_id", [*bad_publishes, s["good"]])}
