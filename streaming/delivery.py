@@ -26,7 +26,6 @@ re-produces ambiguous ones with :meth:`DeliveryProducer.produce_tagged`.
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -217,10 +216,3 @@ def cached_producer(settings: ProducerSettings) -> DeliveryProducer:
     if producer is None:
         producer = _producers[settings] = DeliveryProducer(settings)
     return producer
-
-
-def wait_before_retry(attempt: int, base_s: float = 1.0, cap_s: float = 30.0) -> float:
-    """Sleep the backoff of retry ``attempt`` (1, 2, 4, ... seconds up to ``cap_s``); return it."""
-    delay = min(cap_s, base_s * (2 ** max(0, attempt - 1)))
-    time.sleep(delay)
-    return delay

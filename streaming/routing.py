@@ -53,6 +53,7 @@ from schemas.records import (
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
     SUBSCRIPTION_IDS_HEADER,
+    message_id,
 )
 from schemas.tables import ROUTED_PUBLISH
 from streaming.delivery import (
@@ -150,7 +151,8 @@ class BatchPlan:
     ids_json: pa.Array
     ok: np.ndarray
     send: np.ndarray
-    header_lists: list
+    message_ids: list[str]
+    keys: list[bytes | None]
     kept: list
     version: bytes
 
@@ -160,8 +162,8 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     publishes = PublishColumns(batch, settings.default_exchange)
     n = publishes.n
     header_lists = publishes.header_lists()
-    frame = {"message_id": publishes.message_ids.to_pylist(), "exchange": publishes.exchanges,
-             "routing_key": publishes.keys.to_pylist()}
+    message_ids, keys = publishes.message_ids.to_pylist(), publishes.keys.to_pylist()
+    frame = {"message_id": message_ids, "exchange": publishes.exchanges, "routing_key": keys}
     if settings.with_headers:
         frame["headers"] = header_lists
     matched = matcher.match_frame(pd.DataFrame(frame))
@@ -181,7 +183,7 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
-                     send, header_lists, kept, version)
+                     send, message_ids, keys, kept, version)
 
 
 def _rejected_copy(key: bytes | None, value: bytes | None, kept: list, reasons: list, row: int,
@@ -202,8 +204,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     plan = plan_batch(matcher, batch, settings)
     publishes, reasons, owner, send, kept, version = (
         plan.publishes, plan.reasons, plan.owner, plan.send, plan.kept, plan.version)
-    message_ids = publishes.message_ids.to_pylist()
-    keys = publishes.keys.to_pylist()
+    message_ids, keys = plan.message_ids, plan.keys
     values = publishes.values.to_pylist()
     topics = pc.binary_join_element_wise(settings.deliveries_topic_prefix,
                                          plan.subscribers, "").take(send).to_pylist()
@@ -334,8 +335,8 @@ def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settin
     reason = f"routing this publish failed: {type(error).__name__}: {error}{where}"
     _log.warning("rejecting one publish that failed routing: %s", reason)
     columns = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
-    message_id = (f"{columns['topic'][0].as_py()}/{columns['partition'][0].as_py()}/"
-                  f"{columns['offset'][0].as_py()}")
+    mid = message_id(columns["topic"][0].as_py(), columns["partition"][0].as_py(),
+                     columns["offset"][0].as_py())
     key = columns["key"][0].as_py()
     try:
         headers = kept_headers([(h["key"], h["value"]) for h in (columns["headers"][0].as_py() or [])])
@@ -343,11 +344,11 @@ def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settin
         headers = []
     reasons = [reason]
     _report_rejected(producer, settings, reasons, [key], [columns["value"][0].as_py()], [headers],
-                     [message_id])
+                     [mid])
     empty = pa.array([[]], ROUTED_ARROW.field("deliveries").type)
     key_text = None if key is None else key.decode("utf-8", "backslashreplace")
     return pa.RecordBatch.from_arrays([
-        pa.array([message_id], pa.string()), pa.array([None], pa.string()),
+        pa.array([mid], pa.string()), pa.array([None], pa.string()),
         pa.array([key_text], pa.string()), pa.array([OUTCOME_REJECTED]), pa.array(reasons),
         empty, pa.array([None], ROUTED_ARROW.field("headers").type),
         pa.array([len(columns["value"][0].as_py() or b"")], pa.int32()),

@@ -8,6 +8,7 @@ real ``bitroute run`` child process while it routes on the session's broker.
 from __future__ import annotations
 
 import io
+import queue
 import re
 import signal
 import socket
@@ -342,7 +343,10 @@ def _scrape_until(router: RouterProcess, port: int, done, what: str) -> tuple[st
         text, last = _scrape(port)
         if done(last):
             return text, last
-        time.sleep(0.5)
+        try:  # the counters move when a batch ends: wait for the router's next line
+            router.seen.append(router.lines.get(timeout=1.0))
+        except queue.Empty:
+            pass
     raise AssertionError(f"metrics never showed {what}: {last}")
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import queue
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -212,12 +213,21 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+def _ended_within(pids: set[int], timeout: float) -> bool:
+    """Wait (on each process's pidfd, no polling) until every one of ``pids`` has ended."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def test_one_router_per_state_folder_and_its_jvm_ends_with_it(base_config: Config, tmp_path: Path):
@@ -238,10 +248,7 @@ def test_one_router_per_state_folder_and_its_jvm_ends_with_it(base_config: Confi
         assert jvms, "the router's Spark JVM was not found among its children"
         os.kill(first.process.pid, signal.SIGKILL)  # the Python process alone
         first.process.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while any(_alive(p) for p in jvms) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(_alive(p) for p in jvms), "the Spark JVM outlived its killed router"
+        assert _ended_within(jvms, 30), "the Spark JVM outlived its killed router"
     finally:
         first.kill() if first.process.poll() is None else None
     third = RouterProcess(settings, tmp_path / "router.log")
