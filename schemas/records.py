@@ -9,10 +9,15 @@ Kafka, subscriptions (compacted changelog): key = subscription id; value =
 JSON ``{exchange, subscriber, filter, headers?: {match, criteria}}``
 (:data:`SUBSCRIPTION_FIELDS`); a null value (tombstone) removes it.
 
-Kafka, deliveries: one topic per subscriber; value = the original payload, key
-= the routing key, headers = the original headers plus :data:`MESSAGE_ID_HEADER`,
-:data:`SUBSCRIPTION_IDS_HEADER` (a JSON array of the matched subscription ids)
-and :data:`SNAPSHOT_VERSION_HEADER` (decimal).
+Kafka, deliveries: one topic per subscriber (the default layout); value = the
+original payload, key = the routing key, headers = the original headers plus
+:data:`MESSAGE_ID_HEADER`, :data:`SUBSCRIPTION_IDS_HEADER` (a JSON array of the
+matched subscription ids) and :data:`SNAPSHOT_VERSION_HEADER` (decimal). In the
+shared layout (``kafka.delivery_layout = "shared"``) every subscriber's
+deliveries go to one shared topic keyed by subscriber: key = the subscriber
+name, partition = Kafka's default (murmur2) partition of that key, and the
+routing key moves to :data:`ROUTING_KEY_HEADER`; value and the other headers
+are as above.
 
 Kafka, rejected: the original key, value and headers of a bad publish or a bad
 subscription change, plus :data:`REASON_HEADER`, :data:`SOURCE_HEADER`
@@ -36,9 +41,16 @@ SUBSCRIPTION_IDS_HEADER = "bitroute.subscription_ids"
 SNAPSHOT_VERSION_HEADER = "bitroute.snapshot_version"
 REASON_HEADER = "bitroute.reason"
 SOURCE_HEADER = "bitroute.source"
+#: The routing key of a delivery in the shared layout (whose record key is the subscriber).
+ROUTING_KEY_HEADER = "bitroute.routing_key"
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
-                  REASON_HEADER, SOURCE_HEADER)
+                  REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER)
+
+# --- Delivery topic layouts (kafka.delivery_layout) ---------------------------
+LAYOUT_TOPIC_PER_SUBSCRIBER = "topic-per-subscriber"
+LAYOUT_SHARED = "shared"
+DELIVERY_LAYOUTS = (LAYOUT_TOPIC_PER_SUBSCRIBER, LAYOUT_SHARED)
 
 SOURCE_PUBLISH = "publish"
 SOURCE_SUBSCRIPTION = "subscription"

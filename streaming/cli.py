@@ -154,11 +154,9 @@ def _tail(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
 
-    def started(topic: str, partitions: int) -> None:
-        where = "the beginning" if args.from_beginning else "now"
-        print(f"bitroute: tailing {topic} ({partitions} partition"
-              f"{'' if partitions == 1 else 's'}) from {where}",
-              file=sys.stderr, flush=True)
+    def started(where: str) -> None:
+        when = "the beginning" if args.from_beginning else "now"
+        print(f"bitroute: tailing {where} from {when}", file=sys.stderr, flush=True)
 
     with _reported(client.InvalidRequest, client.ClientError):
         for delivery in client.tail(cfg, args.subscriber, args.from_beginning, args.max,

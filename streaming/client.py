@@ -37,13 +37,21 @@ from schemas.records import (
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
     ROUTER_HEADERS,
+    ROUTING_KEY_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
     message_id,
 )
 from streaming.config import Config
 from streaming.errors import BitrouteError
-from streaming.topics import COMPACTED, TopicCreationError, admin_client, ensure_topics
+from streaming.kafka_partitioner import default_partition
+from streaming.topics import (
+    COMPACTED,
+    TopicCreationError,
+    admin_client,
+    ensure_delivery_topics,
+    ensure_topics,
+)
 
 ACK_TIMEOUT_S = 30.0
 """How long a write waits for Kafka's acknowledgement before it is reported failed."""
@@ -118,7 +126,7 @@ def subscribe(config: Config, exchange: str, subscriber: str, filter_: str,
     """
     key, value = subscription_record(config, exchange, subscriber, filter_, criteria, match,
                                      sub_id)
-    _ensure(config, [config.kafka.deliveries_topic(subscriber)], delivery=True)
+    _kafka_call(config, lambda: ensure_delivery_topics(config, [subscriber]))
     _ensure(config, [config.kafka.subscriptions_topic], COMPACTED)
     _produce(config, config.kafka.subscriptions_topic, key, value)
     return key.decode("utf-8")
@@ -196,10 +204,13 @@ class Delivery:
                 router[name] = text or ""
             else:
                 headers[name] = text
-        key = message.key()
+        # The shared layout keys a delivery by subscriber and carries the routing key in a header.
+        key = message.key() if ROUTING_KEY_HEADER not in router else None
+        routing_key = router.get(ROUTING_KEY_HEADER) if key is None else (
+            key.decode("utf-8", errors="replace"))
         return cls(
             message_id=router.get(MESSAGE_ID_HEADER),
-            routing_key=None if key is None else key.decode("utf-8", errors="replace"),
+            routing_key=routing_key,
             headers=headers,
             subscription_ids=_json_strings(router.get(SUBSCRIPTION_IDS_HEADER)),
             snapshot_version=_decimal(router.get(SNAPSHOT_VERSION_HEADER)),
@@ -248,16 +259,20 @@ class Delivery:
 
 def tail(config: Config, subscriber: str, from_beginning: bool = False,
          max_records: int | None = None, timeout_s: float | None = None,
-         started: Callable[[str, int], None] = lambda topic, partitions: None) -> Iterator[Delivery]:
+         started: Callable[[str], None] = lambda where: None) -> Iterator[Delivery]:
     """Yield the deliveries of ``subscriber`` in arrival order per partition.
 
-    Reads the subscriber's delivery topic by explicit assignment (no consumer
-    group, no commits): from the start of every partition with
-    ``from_beginning``, else from the end as it is when the call starts (every
-    delivery Kafka acknowledges afterwards is yielded). Stops after
-    ``max_records``, or once no record arrived for ``timeout_s`` seconds;
-    with neither, runs until interrupted. ``started(topic, partitions)`` is
-    called once the assignment is made.
+    Reads the subscriber's deliveries by explicit assignment (no consumer
+    group, no commits): in the default layout every partition of its own
+    topic; in the shared layout (``kafka.delivery_layout = "shared"``) the one
+    partition of the shared topic its name is keyed to, keeping the records
+    whose key is its name. From the start with ``from_beginning``, else from
+    the end as it is when the call starts (every delivery Kafka acknowledges
+    afterwards is yielded). Stops after ``max_records``, or once no record
+    arrived for ``timeout_s`` seconds (a shared partition's records of other
+    subscribers do not count as arrivals); with neither, runs until
+    interrupted. ``started(where)`` is called once the assignment is made,
+    with what is read (e.g. ``bitroute.deliveries.alice (1 partition)``).
     """
     from compiler import CompilerError, validate_subscriber
 
@@ -265,9 +280,11 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
         validate_subscriber(subscriber)
     except CompilerError as exc:
         raise InvalidRequest(str(exc)) from None
-    topic = config.kafka.deliveries_topic(subscriber)
+    kafka = config.kafka
+    topic = kafka.deliveries_topic(subscriber)
+    wanted_key = subscriber.encode("utf-8") if kafka.shared_layout else None
     consumer = Consumer({
-        "bootstrap.servers": config.kafka.bootstrap,
+        "bootstrap.servers": kafka.bootstrap,
         # Required by the client even though an assigned consumer joins no group.
         "group.id": f"bitroute-tail-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
@@ -277,13 +294,18 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
     })
     try:
         partitions = _partitions(consumer, topic, subscriber)
+        if wanted_key is not None:
+            partitions = [partitions[default_partition(wanted_key, len(partitions))]]
+            where = f"{topic} partition {partitions[0]} (shared layout, records keyed {subscriber})"
+        else:
+            where = f"{topic} ({len(partitions)} partition{'' if len(partitions) == 1 else 's'})"
         if from_beginning:
             starts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
         else:
             starts = [TopicPartition(topic, p, _high_watermark(consumer, topic, p))
                       for p in partitions]
         consumer.assign(starts)
-        started(topic, len(partitions))
+        started(where)
         count = 0
         last = time.monotonic()
         while max_records is None or count < max_records:
@@ -298,11 +320,13 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
                 continue
             if message.error() is not None:
                 raise ClientError(f"reading {topic}: {message.error().str()}")
+            if wanted_key is not None and message.key() != wanted_key:
+                continue
             last = time.monotonic()
             count += 1
             yield Delivery.from_message(message)
     except KafkaException as exc:
-        raise ClientError(f"reading {topic} from {config.kafka.bootstrap}: "
+        raise ClientError(f"reading {topic} from {kafka.bootstrap}: "
                           f"{_reason(exc)}") from None
     finally:
         consumer.close()
@@ -310,11 +334,14 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
 
 # --- Kafka plumbing --------------------------------------------------------------
 
-def _ensure(config: Config, names: list[str], settings: dict[str, str] | None = None,
-            delivery: bool = False) -> None:
+def _ensure(config: Config, names: list[str], settings: dict[str, str] | None = None) -> None:
+    _kafka_call(config, lambda: ensure_topics(config, names, settings, admin=admin_client(config)))
+
+
+def _kafka_call(config: Config, call: Callable[[], object]) -> None:
+    """``call()``, its topic or connection failure turned into a one-line :class:`ClientError`."""
     try:
-        ensure_topics(config, names, settings, admin=admin_client(config),
-                      partitions=config.kafka.delivery_partitions if delivery else None)
+        call()
     except TopicCreationError as exc:
         raise ClientError(str(exc)) from None
     except KafkaException as exc:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import conf
+from schemas.records import DELIVERY_LAYOUTS, LAYOUT_SHARED, LAYOUT_TOPIC_PER_SUBSCRIBER
 from streaming.errors import BitrouteError
 
 ENV_PREFIX = "BITROUTE_"
@@ -60,10 +61,19 @@ class KafkaConfig:
     delivery_partitions: int = 1
     min_insync_replicas: int = 0
     max_delivery_bytes: int = 1_048_576
+    delivery_layout: str = LAYOUT_TOPIC_PER_SUBSCRIBER
+    shared_deliveries_topic: str = "bitroute.deliveries"
+    shared_delivery_partitions: int = 16
+
+    @property
+    def shared_layout(self) -> bool:
+        """Whether deliveries go to the shared topic, keyed by subscriber (else one topic each)."""
+        return self.delivery_layout == LAYOUT_SHARED
 
     def deliveries_topic(self, subscriber: str) -> str:
-        """The Kafka topic of one (already validated) subscriber."""
-        return self.deliveries_topic_prefix + subscriber
+        """The Kafka topic holding one (already validated) subscriber's deliveries."""
+        return self.shared_deliveries_topic if self.shared_layout else (
+            self.deliveries_topic_prefix + subscriber)
 
 
 @dataclass(frozen=True)
@@ -318,6 +328,15 @@ def _validate(config: Config) -> None:
     require(bool(re.match(r"^[A-Za-z0-9._\-]{1,40}$", kafka.deliveries_topic_prefix)),
             "kafka.deliveries_topic_prefix", "1..40 chars of [A-Za-z0-9._-]",
             kafka.deliveries_topic_prefix)
+    require(kafka.delivery_layout in DELIVERY_LAYOUTS, "kafka.delivery_layout",
+            " or ".join(repr(name) for name in DELIVERY_LAYOUTS), kafka.delivery_layout)
+    require(bool(_TOPIC_NAME.match(kafka.shared_deliveries_topic))
+            and not kafka.shared_deliveries_topic.startswith(kafka.deliveries_topic_prefix),
+            "kafka.shared_deliveries_topic",
+            "a Kafka topic name that does not start with kafka.deliveries_topic_prefix",
+            kafka.shared_deliveries_topic)
+    require(kafka.shared_delivery_partitions >= 1, "kafka.shared_delivery_partitions",
+            "an integer >= 1", kafka.shared_delivery_partitions)
     require(kafka.partitions >= 1, "kafka.partitions", "an integer >= 1", kafka.partitions)
     require(kafka.delivery_partitions >= 1, "kafka.delivery_partitions", "an integer >= 1",
             kafka.delivery_partitions)

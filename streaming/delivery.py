@@ -70,9 +70,14 @@ class ProducerSettings:
     linger_ms: int = 5
     message_timeout_ms: int = 60_000
     shards: int = 8
+    keyed_partitions: bool = False
+    """Place keyed records as Kafka's default partitioner does (murmur2 of the key,
+    ``streaming.kafka_partitioner``): the shared delivery layout's contract."""
 
     def librdkafka(self) -> dict[str, object]:
+        keyed = {"partitioner": "murmur2_random"} if self.keyed_partitions else {}
         return {
+            **keyed,
             "bootstrap.servers": self.bootstrap,
             # acks=all, and retries neither repeat nor reorder a record. An
             # idempotent producer has at most 5 requests in flight per broker and

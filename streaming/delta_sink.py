@@ -43,7 +43,8 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from schemas.tables import AUDIT_TABLES
-from streaming.config import Config
+from streaming.config import Config, KafkaConfig
+from streaming.kafka_records import delivery_topic_column
 
 ARROW_SCHEMAS = {name: to_arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
 """Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""
@@ -97,8 +98,7 @@ class AuditTables:
             self._threads.submit(self._append, "messages", messages_rows(routed, version, batch_id, routed_at),
                                  self._publishes_app, batch_id),
             self._threads.submit(self._append, "deliveries",
-                                 deliveries_rows(routed, version, batch_id, routed_at,
-                                                 self._config.kafka.deliveries_topic_prefix),
+                                 deliveries_rows(routed, version, batch_id, routed_at, self._config.kafka),
                                  self._publishes_app, batch_id),
         ]
         for future in futures:
@@ -143,7 +143,7 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
 
 
 def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime,
-                    topic_prefix: str) -> pa.Table:
+                    kafka: KafkaConfig) -> pa.Table:
     """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``."""
     schema = ARROW_SCHEMAS["deliveries"]
     lists = routed["deliveries"].combine_chunks()
@@ -156,7 +156,9 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "subscription_ids": subscription_ids,
         "exchange": routed["exchange"].take(owner),
         "routing_key": routed["routing_key"].take(owner),
-        "delivery_topic": pc.binary_join_element_wise(topic_prefix, subscriber, ""),
+        "delivery_topic": delivery_topic_column(
+            subscriber, kafka.deliveries_topic_prefix,
+            kafka.shared_deliveries_topic if kafka.shared_layout else None),
         "snapshot_version": pa.array([version] * n, pa.int64()),
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"].take(owner),

@@ -81,6 +81,14 @@ def rejected_headers(kept: Headers, reason: str, source: str, message_id: str) -
                    (MESSAGE_ID_HEADER, message_id.encode())]
 
 
+def delivery_topic_column(subscribers: pa.Array, prefix: str, shared_topic: str | None) -> pa.Array:
+    """Per subscriber the topic of its deliveries (:meth:`streaming.config.KafkaConfig.deliveries_topic`,
+    vectorised): ``prefix + subscriber``, or ``shared_topic`` in the shared layout."""
+    if shared_topic is not None:
+        return pa.array([shared_topic] * len(subscribers), pa.string())
+    return pc.binary_join_element_wise(prefix, subscribers, "")
+
+
 def text(values: pa.Array) -> pa.Array:
     """Binary values as strings; invalid UTF-8 is shown with ``\\x..`` escapes (nulls stay null)."""
     try:

@@ -242,7 +242,9 @@ class Router:
             rejected_topic=kafka.rejected_topic,
             snapshot_version=version,
             with_headers=subscriptions.reads_headers(version),
-            producer=ProducerSettings(kafka.bootstrap, kafka.max_delivery_bytes),
+            producer=ProducerSettings(kafka.bootstrap, kafka.max_delivery_bytes,
+                                      keyed_partitions=kafka.shared_layout),
+            shared_deliveries_topic=kafka.shared_deliveries_topic if kafka.shared_layout else None,
         ))
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:

@@ -50,6 +50,7 @@ from schemas.records import (
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
+    ROUTING_KEY_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
     SUBSCRIPTION_IDS_HEADER,
@@ -65,9 +66,11 @@ from streaming.delivery import (
 )
 from streaming.kafka_records import (
     HEADER_OVERHEAD,
+    Headers,
     RECORD_BATCH_OVERHEAD,
     RECORD_OVERHEAD,
     PublishColumns,
+    delivery_topic_column,
     kept_headers,
     record_size,
     rejected_headers,
@@ -81,12 +84,20 @@ ROUTED_ARROW = to_arrow_schema(ROUTED_PUBLISH)
 
 _ROUTER_HEADERS_SIZE = sum(len(n) + HEADER_OVERHEAD for n in
                            (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+_ROUTING_KEY_HEADER_SIZE = len(ROUTING_KEY_HEADER) + HEADER_OVERHEAD
 _log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RouteSettings:
-    """Everything a routing task needs besides the snapshot (picklable)."""
+    """Everything a routing task needs besides the snapshot (picklable).
+
+    ``shared_deliveries_topic`` None: each subscriber's deliveries go to
+    ``deliveries_topic_prefix + subscriber``, keyed by routing key; else all
+    go to that shared topic keyed by subscriber, the routing key in
+    :data:`~schemas.records.ROUTING_KEY_HEADER` (``ProducerSettings.keyed_partitions``
+    must then be set, so that Kafka's default partitioner places them).
+    """
 
     default_exchange: str
     deliveries_topic_prefix: str
@@ -94,6 +105,7 @@ class RouteSettings:
     snapshot_version: int
     with_headers: bool
     producer: ProducerSettings
+    shared_deliveries_topic: str | None = None
 
 
 class RoutePartitions:
@@ -178,7 +190,12 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     owner = pc.list_parent_indices(deliveries).to_numpy(zero_copy_only=False)
     ids_json = subscription_ids_json(subscription_ids)
     version = str(settings.snapshot_version).encode()
-    _reject_oversize(publishes, kept, owner, ids_json, len(version), reasons,
+    per_delivery = pc.binary_length(ids_json).to_numpy(zero_copy_only=False)
+    if settings.shared_deliveries_topic is not None:
+        # Keyed by subscriber, the routing key in a header of its own.
+        per_delivery = (per_delivery + _ROUTING_KEY_HEADER_SIZE
+                        + pc.binary_length(subscribers).to_numpy(zero_copy_only=False))
+    _reject_oversize(publishes, kept, owner, per_delivery, len(version), reasons,
                      settings.producer.max_record_bytes)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
@@ -197,45 +214,85 @@ def _rejected_copy(key: bytes | None, value: bytes | None, kept: list, reasons: 
     return None, rejected_headers([], reasons[row], SOURCE_PUBLISH, message_id)
 
 
+@dataclass
+class DeliveryRecords:
+    """The Kafka records of a batch's deliveries, aligned: record ``i`` belongs to
+    publish ``rows[i]`` and is flattened delivery ``send[i]`` of the plan."""
+
+    topics: list[str]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[Headers]
+    rows: list[int]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def delivery_records(plan: BatchPlan, settings: RouteSettings) -> DeliveryRecords:
+    """The records to produce for ``plan.send``, in the configured delivery layout.
+
+    Headers: the publish's kept headers, [the routing key (shared layout)],
+    message id, subscription ids, snapshot version. The part that is the same
+    for all of a publish's deliveries is built once per publish (this is the
+    per-record hot path: one list and one tuple per delivery).
+    """
+    send = pa.array(plan.send, pa.int64())
+    rows = plan.owner[plan.send].tolist()
+    values = plan.publishes.values.to_pylist()
+    ids_texts = plan.ids_json.take(send).to_pylist()
+    keys = plan.keys
+    subscribers = plan.subscribers.take(send)
+    shared = settings.shared_deliveries_topic is not None
+    mids = [(MESSAGE_ID_HEADER, m.encode()) for m in plan.message_ids]
+    if shared:
+        common = [kept + [(ROUTING_KEY_HEADER, key), mid]
+                  for kept, key, mid in zip(plan.kept, keys, mids)]
+        record_keys = subscribers.cast(pa.binary()).to_pylist()
+    else:
+        common = [kept + [mid] for kept, mid in zip(plan.kept, mids)]
+        record_keys = [keys[r] for r in rows]
+    version = (SNAPSHOT_VERSION_HEADER, plan.version)
+    return DeliveryRecords(
+        delivery_topic_column(subscribers, settings.deliveries_topic_prefix,
+                              settings.shared_deliveries_topic).to_pylist(),
+        record_keys, [values[r] for r in rows],
+        [common[r] + [(SUBSCRIPTION_IDS_HEADER, ids), version] for r, ids in zip(rows, ids_texts)],
+        rows)
+
+
 def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
                 settings: RouteSettings) -> pa.RecordBatch:
     """Route one Arrow batch of Kafka rows, producing with ``producer``; return its
     ``ROUTED_ARROW`` rows (the deliveries listed are the ones Kafka acknowledged)."""
     plan = plan_batch(matcher, batch, settings)
-    publishes, reasons, owner, send, kept, version = (
-        plan.publishes, plan.reasons, plan.owner, plan.send, plan.kept, plan.version)
-    message_ids, keys = plan.message_ids, plan.keys
-    values = publishes.values.to_pylist()
-    topics = pc.binary_join_element_wise(settings.deliveries_topic_prefix,
-                                         plan.subscribers, "").take(send).to_pylist()
-    rows = owner[send].tolist()
-    ids_texts = plan.ids_json.take(pa.array(send)).to_pylist()
-    mids = [m.encode() for m in message_ids]
-    producer.produce_many(
-        topics, [keys[r] for r in rows], [values[r] for r in rows],
-        [kept[r] + [(MESSAGE_ID_HEADER, mids[r]), (SUBSCRIPTION_IDS_HEADER, j),
-                    (SNAPSHOT_VERSION_HEADER, version)] for r, j in zip(rows, ids_texts)],
-        range(len(rows)))
+    records = delivery_records(plan, settings)
+    producer.produce_many(records.topics, records.keys, records.values, records.headers,
+                          range(len(records)))
+    reasons, owner = plan.reasons, plan.owner
     acked = plan.ok[owner] if len(owner) else np.zeros(0, dtype=bool)
     failed = producer.flush()
     if failed:
-        refused, failed_sends = _refused_rows(producer, failed, topics, rows, keys, values, kept,
-                                              mids, ids_texts, version)
+        refused, failed_sends = _refused_rows(producer, failed, records)
         for row, reason in refused.items():
             reasons[row] = reason
         # A refused publish lists only the deliveries Kafka did acknowledge.
-        acked[send[sorted(failed_sends)]] = False
-    _report_rejected(producer, settings, reasons, keys, values, kept, message_ids)
-    return _routed_rows(publishes, reasons, plan.deliveries, plan.entries, owner, acked)
+        acked[plan.send[sorted(failed_sends)]] = False
+    _report_rejected(producer, settings, reasons, plan.keys, plan.publishes.values.to_pylist(),
+                     plan.kept, plan.message_ids)
+    return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked)
 
 
 def _combined(array: pa.Array) -> pa.ListArray:
     return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
-def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray, ids_json: pa.Array,
-                     version_bytes: int, reasons: list[str | None], limit: int) -> None:
-    """Reject every publish with a delivery larger than ``limit`` bytes (a record the broker refuses)."""
+def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
+                     per_delivery: np.ndarray, version_bytes: int, reasons: list[str | None],
+                     limit: int) -> None:
+    """Reject every publish with a delivery larger than ``limit`` bytes (a record the broker
+    refuses). A delivery is its publish's key, payload, kept headers and message id, the
+    router's fixed headers, and ``per_delivery[i]`` bytes of its own (aligned with ``owner``)."""
     n = publishes.n
     base = (RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD + _ROUTER_HEADERS_SIZE + version_bytes
             + pc.fill_null(pc.binary_length(publishes.keys), 0).to_numpy()
@@ -245,22 +302,20 @@ def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray, i
                                for h in kept), dtype=np.int64, count=n)
     largest = base.copy()
     if len(owner):
-        per_delivery = base[owner] + pc.binary_length(ids_json).to_numpy()
-        np.maximum.at(largest, owner, per_delivery)
+        np.maximum.at(largest, owner, base[owner] + per_delivery)
     for row in np.flatnonzero(largest > limit).tolist():
         if reasons[row] is None:
             reasons[row] = (f"a delivery of this publish would be {int(largest[row]):,} bytes, more "
                             f"than kafka.max_delivery_bytes ({limit:,}): the broker would refuse it")
 
 
-def _refused_rows(producer: DeliveryProducer, failed: list[FailedRecord], topics: list[str],
-                  rows: list[int], keys: list, values: list, kept: list, mids: list[bytes],
-                  ids_texts: list, version: bytes) -> tuple[dict[int, str], set[int]]:
+def _refused_rows(producer: DeliveryProducer, failed: list[FailedRecord],
+                  records: DeliveryRecords) -> tuple[dict[int, str], set[int]]:
     """Map Kafka's record failures back to publish rows (row -> reason) and to the
-    indices of the failed deliveries.
+    indices of the failed records.
 
-    Failures refused at ``produce`` time carry their delivery index. A failure
-    reported later names only topic, key and value: the deliveries that fit
+    Failures refused at ``produce`` time carry their record index. A failure
+    reported later names only topic, key and value: the records that match one
     are produced again one by one with a tag each (their repeats are allowed
     duplicates), which tells exactly which ones Kafka refuses.
     """
@@ -269,21 +324,18 @@ def _refused_rows(producer: DeliveryProducer, failed: list[FailedRecord], topics
     suspects: set[tuple[str, bytes | None, bytes | None]] = set()
     for failure in failed:
         if failure.tag is not None:
-            refused.setdefault(rows[failure.tag], _why(failure))
+            refused.setdefault(records.rows[failure.tag], _why(failure))
             failed_sends.add(failure.tag)
         else:
             suspects.add((failure.topic, failure.key, failure.value))
     if suspects:
         # One at a time: Kafka refuses a whole record batch for one record in
         # it, so suspects produced together could fail each other again.
-        for i, (topic, row) in enumerate(zip(topics, rows)):
-            if (topic, keys[row], values[row]) in suspects:
-                producer.produce_tagged(topic, keys[row], values[row],
-                                        kept[row] + [(MESSAGE_ID_HEADER, mids[row]),
-                                                     (SUBSCRIPTION_IDS_HEADER, ids_texts[i]),
-                                                     (SNAPSHOT_VERSION_HEADER, version)], i)
+        for i, record in enumerate(zip(records.topics, records.keys, records.values)):
+            if record in suspects:
+                producer.produce_tagged(*record, records.headers[i], i)
                 for failure in producer.flush():
-                    refused.setdefault(rows[failure.tag], _why(failure))
+                    refused.setdefault(records.rows[failure.tag], _why(failure))
                     failed_sends.add(failure.tag)
     return refused, failed_sends
 

@@ -1,4 +1,4 @@
-"""Kafka topics the router owns: creating them, and naming the per-subscriber ones.
+"""Kafka topics the router owns: creating them, the delivery topics in either layout.
 
 ``ensure_topics`` is idempotent: a topic that exists already is left as it is
 (its partitions and settings are not checked or changed). Topics are created
@@ -68,14 +68,22 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
 
 
 def ensure_router_topics(config: Config, admin: AdminClient | None = None) -> None:
-    """The publishes and rejected topics, and the compacted subscription changelog."""
+    """The publishes and rejected topics, the compacted subscription changelog and,
+    in the shared delivery layout, the shared delivery topic."""
     admin = admin or admin_client(config)
     ensure_topics(config, [config.kafka.publishes_topic, config.kafka.rejected_topic], admin=admin)
     ensure_topics(config, [config.kafka.subscriptions_topic], COMPACTED, admin=admin)
+    if config.kafka.shared_layout:
+        ensure_topics(config, [config.kafka.shared_deliveries_topic], admin=admin,
+                      partitions=config.kafka.shared_delivery_partitions)
 
 
 def ensure_delivery_topics(config: Config, subscribers: Iterable[str],
                            admin: AdminClient | None = None) -> list[str]:
-    """Each subscriber's delivery topic, with ``kafka.delivery_partitions`` partitions."""
-    return ensure_topics(config, [config.kafka.deliveries_topic(s) for s in subscribers],
-                         admin=admin, partitions=config.kafka.delivery_partitions)
+    """The delivery topics of ``subscribers``: each one's own topic with
+    ``kafka.delivery_partitions`` partitions, or in the shared layout the
+    shared topic with ``kafka.shared_delivery_partitions``."""
+    kafka = config.kafka
+    partitions = kafka.shared_delivery_partitions if kafka.shared_layout else kafka.delivery_partitions
+    return ensure_topics(config, {kafka.deliveries_topic(s) for s in subscribers},
+                         admin=admin, partitions=partitions)

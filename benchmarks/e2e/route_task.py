@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publishes", type=int, default=50_000)
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--cprofile", type=Path)
-    ap.add_argument("--partitions", type=int, default=2, help="partitions per delivery topic")
+    ap.add_argument("--partitions", type=int, default=1,
+                    help="partitions per delivery topic (per-subscriber layout)")
+    ap.add_argument("--layout", choices=("topic-per-subscriber", "shared"),
+                    default="topic-per-subscriber", help="kafka.delivery_layout")
+    ap.add_argument("--shared-partitions", type=int, default=16,
+                    help="partitions of the shared delivery topic (shared layout)")
     args = ap.parse_args(argv)
 
     w = workload.generate(args.profile, workload.SIZES[args.size], 1, args.publishes * args.batches)
@@ -71,12 +76,15 @@ def main(argv: list[str] | None = None) -> int:
             from confluent_kafka.admin import AdminClient, NewTopic
 
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            names = [f"bitroute.deliveries.{s}" for s in w.subscribers] + ["bitroute.rejected"]
-            for future in admin.create_topics([NewTopic(n, args.partitions, 1) for n in names]).values():
+            shared = "bitroute.deliveries" if args.layout == "shared" else None
+            topics = ([NewTopic(shared, args.shared_partitions, 1)] if shared else
+                      [NewTopic(f"bitroute.deliveries.{s}", args.partitions, 1) for s in w.subscribers])
+            for future in admin.create_topics([*topics, NewTopic("bitroute.rejected", 1, 1)]).values():
                 future.result(60)
-            producer = DeliveryProducer(ProducerSettings(broker.bootstrap, 1_048_576))
+            producer = DeliveryProducer(ProducerSettings(broker.bootstrap, 1_048_576,
+                                                         keyed_partitions=shared is not None))
             settings = RouteSettings(workload.EXCHANGE, "bitroute.deliveries.", "bitroute.rejected",
-                                     1, False, producer.settings)
+                                     1, False, producer.settings, shared)
             # Warm-up: the producer learns every topic's metadata.
             route_batch(matcher, producer, source_batch(w.publishes[:2000], 0), settings)
             profile = cProfile.Profile() if args.cprofile else None
@@ -101,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             broker.stop()
     best = max(r["deliveries_per_s"] for r in results)
-    print(f"route_task {args.profile} {args.size}: best {best:,.0f} deliveries/s "
+    print(f"route_task {args.profile} {args.size} {args.layout}: best {best:,.0f} deliveries/s "
           f"({results[-1]['deliveries'] / results[-1]['publishes']:.2f} per publish)")
     return 0
 

@@ -1,0 +1,106 @@
+"""The shared delivery layout (``kafka.delivery_layout = "shared"``) on a real broker,
+real Spark and real Delta: every subscriber's deliveries in one shared topic, keyed by
+subscriber in the partition Kafka's default partitioner gives that key, the routing key
+in a header; ``bitroute tail`` reads a subscriber's own records back."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from schemas.records import (
+    MESSAGE_ID_HEADER,
+    OUTCOME_REJECTED,
+    OUTCOME_ROUTED,
+    ROUTING_KEY_HEADER,
+    SUBSCRIPTION_IDS_HEADER,
+)
+from streaming import client
+from streaming.config import Config
+from streaming.kafka_partitioner import default_partition, murmur2
+from streaming.router import Router
+from test_router import _batch, headers_of, read_topic, router_config
+
+SHARED_PARTITIONS = 4
+
+
+# Kafka's UtilsTest.testMurmur2: the Java producer's hashes (signed ints) of these keys.
+@pytest.mark.parametrize("key, java_hash", [
+    ("21", -973932308), ("foobar", -790332482), ("a-little-bit-long-string", -985981536),
+    ("a-little-bit-longer-string", -1486304829),
+    ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), ("abc", 479470107),
+])
+def test_murmur2_is_the_java_producers_hash(key: str, java_hash: int):
+    assert murmur2(key.encode()) == java_hash & 0xFFFFFFFF
+
+
+def test_default_partition_is_in_range_and_refuses_no_partitions():
+    assert {default_partition(f"s{i}".encode(), 3) for i in range(200)} == {0, 1, 2}
+    with pytest.raises(ValueError, match="partitions must be >= 1"):
+        default_partition(b"a", 0)
+
+
+@pytest.fixture
+def shared_config(base_config: Config, tmp_path: Path) -> Config:
+    cfg = router_config(base_config, tmp_path)
+    return dataclasses.replace(cfg, kafka=dataclasses.replace(
+        cfg.kafka, delivery_layout="shared", shared_delivery_partitions=SHARED_PARTITIONS,
+        shared_deliveries_topic=f"shared-{uuid.uuid4().hex[:10]}", max_delivery_bytes=4096))
+
+
+def test_the_shared_layout_routes_keyed_by_subscriber_and_tail_reads_one_subscriber(
+        shared_config: Config, spark):
+    cfg = shared_config
+    topic = cfg.kafka.shared_deliveries_topic
+    names = [f"{n}-{uuid.uuid4().hex[:6]}" for n in ("ann", "bob", "cy", "dee", "eve")]
+    ann, bob = names[0], names[1]
+    router = Router(cfg, spark)
+    router.open()
+    try:
+        client.subscribe(cfg, "amq.topic", ann, "orders.*", sub_id="ann-1")
+        client.subscribe(cfg, "amq.topic", ann, "orders.#", sub_id="ann-2")
+        for i, name in enumerate(names[1:]):
+            client.subscribe(cfg, "amq.topic", name, "orders.eu", sub_id=f"other-{i}")
+        eu = client.publish(cfg, "amq.topic", "orders.eu", b"42", [("trace", b"t1")])
+        us = client.publish(cfg, "amq.topic", "orders.us", b"43")
+        huge = client.publish(cfg, "amq.topic", "orders.eu", b"x" * 4000)
+        report = router.process_batch(_batch(spark, cfg), 0)
+        assert (report.rows, report.deliveries, report.rejected) == (3, 6, 1)
+
+        records = read_topic(cfg, topic)
+        assert sorted((r.key().decode(), headers_of(r)[MESSAGE_ID_HEADER]) for r in records) == sorted(
+            [(ann, eu), (ann, us)] + [(name, eu) for name in names[1:]])
+        for record in records:
+            assert record.partition() == default_partition(record.key(), SHARED_PARTITIONS)
+            headers = headers_of(record)
+            assert headers[ROUTING_KEY_HEADER] == ("orders.eu" if headers[MESSAGE_ID_HEADER] == eu
+                                                   else "orders.us")
+        ann_eu = next(r for r in records if r.key() == ann.encode()
+                      and headers_of(r)[MESSAGE_ID_HEADER] == eu)
+        assert headers_of(ann_eu)["trace"] == "t1" and ann_eu.value() == b"42"
+        assert headers_of(ann_eu)[SUBSCRIPTION_IDS_HEADER] == '["ann-1","ann-2"]'
+
+        seen = []
+        tailed = list(client.tail(cfg, ann, from_beginning=True, max_records=2, timeout_s=10,
+                                  started=seen.append))
+        assert sorted((d.message_id, d.routing_key) for d in tailed) == sorted(
+            [(eu, "orders.eu"), (us, "orders.us")])
+        assert {tuple(d.subscription_ids) for d in tailed} == {("ann-1", "ann-2")}
+        assert seen == [f"{topic} partition {default_partition(ann.encode(), SHARED_PARTITIONS)} "
+                        f"(shared layout, records keyed {ann})"]
+        assert [d.message_id for d in client.tail(cfg, bob, from_beginning=True, timeout_s=3)] == [eu]
+
+        audit = DeltaTable(cfg.delta.table_path("deliveries")).to_pyarrow_table().to_pylist()
+        assert {row["delivery_topic"] for row in audit} == {topic}
+        assert len(audit) == 6
+        messages = {r["message_id"]: r for r in
+                    DeltaTable(cfg.delta.table_path("messages")).to_pyarrow_table().to_pylist()}
+        assert messages[eu]["outcome"] == OUTCOME_ROUTED and messages[eu]["deliveries"] == 5
+        assert messages[huge]["outcome"] == OUTCOME_REJECTED
+        assert "more than kafka.max_delivery_bytes (4,096)" in messages[huge]["reason"]
+    finally:
+        router.stop()
