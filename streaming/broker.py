@@ -134,7 +134,10 @@ class EmbeddedBroker:
                           f"see {self.log_file}")
 
     def _format_storage(self, classpath: str, properties: Path) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            # As Kafka's Uuid.randomUuid: an id starting with "-" reads as an option to the tool.
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         result = subprocess.run(
             ["java", *_HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format",
              "-t", cluster_id, "-c", str(properties)],

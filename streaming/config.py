@@ -107,6 +107,7 @@ class StreamingConfig:
     checkpoint_dir: Path = Path(".bitroute/checkpoints")
     trigger_interval: str = "100 milliseconds"
     max_offsets_per_trigger: int = 100_000
+    driver_route_max_publishes: int = 5_000
 
 
 @dataclass(frozen=True)
@@ -374,6 +375,8 @@ def _validate(config: Config) -> None:
             "an interval such as '1 second' or '500 milliseconds'", streaming.trigger_interval)
     require(streaming.max_offsets_per_trigger >= 1, "streaming.max_offsets_per_trigger",
             "an integer >= 1", streaming.max_offsets_per_trigger)
+    require(streaming.driver_route_max_publishes >= 0, "streaming.driver_route_max_publishes",
+            "an integer >= 0 (0: every batch is distributed)", streaming.driver_route_max_publishes)
 
     spark = config.spark
     require(bool(spark.master), "spark.master", "a Spark master URL", spark.master)

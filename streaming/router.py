@@ -12,7 +12,11 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    (broadcast once per version), produces every delivery and every rejected
    publish to Kafka with librdkafka and waits for the acks, and returns one
    row per publish with its outcome (:mod:`streaming.routing`). The rows come
-   back to the driver as Arrow. No record can fail this step (bad records are
+   back to the driver as Arrow. A batch of at most
+   ``streaming.driver_route_max_publishes`` (its size read from the query's
+   offset log, :mod:`streaming.offsets_log`) runs the same function in the
+   driver on the collected source rows instead: the Spark job then only reads
+   Kafka, without the Python workers' round trip. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, reported on stderr at
    most once per :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
@@ -47,6 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaException
 from deltalake.exceptions import DeltaError
@@ -60,12 +65,13 @@ from schemas.tables import ROUTED_PUBLISH
 from streaming.broker_watch import BrokerWatch
 from streaming.changelog import ChangelogError, Subscriptions
 from streaming.config import Config
-from streaming.delivery import ProducerSettings
+from streaming.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.delta_sink import AuditTables
 from streaming.errors import BitrouteError
 from streaming.lock import RouterLock
 from streaming.matching import SnapshotBroadcasts
-from streaming.routing import RoutePartitions, RouteSettings
+from streaming.offsets_log import batch_records
+from streaming.routing import ROUTED_ARROW, RoutePartitions, RouteSettings
 from streaming.snapshots import SnapshotStore
 from streaming.topics import ensure_router_topics
 
@@ -78,9 +84,12 @@ RETRY_CAP_S = 30.0
 """Backoff between attempts at a batch whose routing failed for a reason not about a record."""
 RETRY_REPORT_INTERVAL_S = 30.0
 """A batch that keeps failing is reported at its first failure, then at most this often."""
-RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, KafkaException, DeltaError, OSError)
+RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, DeliveryUnavailable, KafkaException,
+                  DeltaError, OSError)
 """Failures of a batch's steps that are retried (none of them is about a record)."""
 STATUS_FILE = "status.json"
+ROUTED_IN_DRIVER = "driver"
+ROUTED_IN_EXECUTORS = "executors"
 T = TypeVar("T")
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
@@ -102,13 +111,15 @@ class BatchReport:
     replayed: bool
     stages: dict[str, float] = field(default_factory=dict)
     attempts: int = 1
+    routed_in: str = ROUTED_IN_EXECUTORS
+    """Where the route stage ran: :data:`ROUTED_IN_DRIVER` or :data:`ROUTED_IN_EXECUTORS`."""
 
     def line(self) -> str:
         replay = " (replayed with its pinned version)" if self.replayed else ""
         split = " ".join(f"{k} {v:.2f}s" for k, v in self.stages.items())
         return (f"batch {self.batch_id}: {self.rows} publishes, {self.deliveries} deliveries, "
                 f"{self.rejected} rejected, snapshot v{self.snapshot_version}, "
-                f"{self.seconds:.2f}s ({split}){replay}")
+                f"{self.seconds:.2f}s ({split}, routed in the {self.routed_in}){replay}")
 
 
 class Router:
@@ -260,8 +271,21 @@ class Router:
             self.store.pin(batch_id, version)
             self.store.prune()
         caught_up = time.monotonic()
-        frame = batch.select(*SOURCE_COLUMNS).mapInArrow(self.route_function(version), ROUTED_PUBLISH)
-        routed = self._retrying(batch_id, "routing", frame.toArrow, attempts)
+        route = self.route_function(version)
+        source = batch.select(*SOURCE_COLUMNS)
+        records = batch_records(self.query_checkpoint, batch_id, self.config.kafka.publishes_topic)
+        if records is not None and records <= self.config.streaming.driver_route_max_publishes:
+            # A small batch: the same routing function, run in this process on
+            # the collected rows, skips the Python workers' round trip.
+            routed_in = ROUTED_IN_DRIVER
+
+            def routing() -> pa.Table:
+                return pa.Table.from_batches(route(iter(source.toArrow().to_batches())),
+                                             ROUTED_ARROW)
+        else:
+            routed_in = ROUTED_IN_EXECUTORS
+            routing = source.mapInArrow(route, ROUTED_PUBLISH).toArrow
+        routed = self._retrying(batch_id, "routing", routing, attempts)
         route_done = time.monotonic()
         if routed.num_rows:
             self._retrying(batch_id, "the Delta audit append",
@@ -272,7 +296,7 @@ class Router:
         report = BatchReport(batch_id, routed.num_rows, deliveries, rejected, version,
                              audited - started, replayed,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
-                              "audit": audited - route_done}, attempts[0])
+                              "audit": audited - route_done}, attempts[0], routed_in)
         self.reports.append(report)
         print(report.line(), flush=True)
         self._write_status(report)
@@ -331,6 +355,7 @@ class Router:
             "snapshot_version": report.snapshot_version,
             "seconds": round(report.seconds, 4),
             "stages": {k: round(v, 4) for k, v in report.stages.items()},
+            "routed_in": report.routed_in,
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "subscriptions": len(self.subscriptions) if self.subscriptions is not None else 0,
             "audit_pending_batches": 0,

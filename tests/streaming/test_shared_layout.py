@@ -23,7 +23,7 @@ from streaming import client
 from streaming.config import Config
 from streaming.kafka_partitioner import default_partition, murmur2
 from streaming.router import Router
-from test_router import _batch, headers_of, read_topic, router_config
+from test_router import headers_of, read_topic, router_config
 
 SHARED_PARTITIONS = 4
 
@@ -59,8 +59,9 @@ def test_the_shared_layout_routes_keyed_by_subscriber_and_tail_reads_one_subscri
     names = [f"{n}-{uuid.uuid4().hex[:6]}" for n in ("ann", "bob", "cy", "dee", "eve")]
     ann, bob = names[0], names[1]
     router = Router(cfg, spark)
-    router.open()
+    router.start()
     try:
+        router.process_all_available()
         client.subscribe(cfg, "amq.topic", ann, "orders.*", sub_id="ann-1")
         client.subscribe(cfg, "amq.topic", ann, "orders.#", sub_id="ann-2")
         for i, name in enumerate(names[1:]):
@@ -68,8 +69,12 @@ def test_the_shared_layout_routes_keyed_by_subscriber_and_tail_reads_one_subscri
         eu = client.publish(cfg, "amq.topic", "orders.eu", b"42", [("trace", b"t1")])
         us = client.publish(cfg, "amq.topic", "orders.us", b"43")
         huge = client.publish(cfg, "amq.topic", "orders.eu", b"x" * 4000)
-        report = router.process_batch(_batch(spark, cfg), 0)
-        assert (report.rows, report.deliveries, report.rejected) == (3, 6, 1)
+        router.process_all_available()
+        reports = [r for r in router.reports if r.rows]
+        assert sum(r.rows for r in reports) == 3 and sum(r.deliveries for r in reports) == 6
+        assert sum(r.rejected for r in reports) == 1
+        # Small batches after the first: routed in the driver, without the Python workers.
+        assert {r.routed_in for r in reports} == {"driver"}
 
         records = read_topic(cfg, topic)
         assert sorted((r.key().decode(), headers_of(r)[MESSAGE_ID_HEADER]) for r in records) == sorted(
