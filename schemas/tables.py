@@ -2,12 +2,13 @@
 
 The Delta audit tables' columns (``DELIVERIES_TABLE``, ``MESSAGES_TABLE``,
 ``SUBSCRIPTIONS_TABLE``) and the rows the routing tasks return
-(``ROUTED_PUBLISH``). Arrow schemas derive from them
-(``pyspark.sql.pandas.types.to_arrow_schema``).
+(``ROUTED_PUBLISH``). Arrow schemas derive from them (:func:`arrow_schema`).
 """
 
 from __future__ import annotations
 
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     IntegerType,
@@ -92,3 +93,13 @@ AUDIT_TABLES = {
     MESSAGES: MESSAGES_TABLE,
     SUBSCRIPTIONS: SUBSCRIPTIONS_TABLE,
 }
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of one of these Spark schemas, timestamps as microseconds in UTC.
+
+    That is what Spark hands Python over Arrow with ``spark.sql.session.timeZone``
+    set to UTC (streaming/session.py), and the Delta tables' timestamp type.
+    pyspark 4.0 gave UTC by default; 4.2's ``to_arrow_schema`` needs the zone named.
+    """
+    return to_arrow_schema(schema, timezone="UTC")

@@ -40,7 +40,6 @@ from typing import NamedTuple
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
 from schemas.records import (
@@ -50,7 +49,7 @@ from schemas.records import (
     SOURCE_SUBSCRIPTION,
     message_id,
 )
-from schemas.tables import SUBSCRIPTIONS_TABLE
+from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema
 from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
 from streaming.delivery import RECORD_ERRORS
@@ -65,7 +64,7 @@ CATCH_UP_TIMEOUT_S = 60.0
 POLL_MAX_RECORDS = 1000
 _POLL_TIMEOUT_S = 0.5
 _KAFKA_TIMEOUT_S = 30.0
-_SUBSCRIPTIONS_ARROW = to_arrow_schema(SUBSCRIPTIONS_TABLE)
+_SUBSCRIPTIONS_ARROW = arrow_schema(SUBSCRIPTIONS_TABLE)
 
 
 class ChangelogError(BitrouteError):

@@ -40,13 +40,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
-from pyspark.sql.pandas.types import to_arrow_schema
 
-from schemas.tables import AUDIT_TABLES
+from schemas.tables import AUDIT_TABLES, arrow_schema
 from streaming.config import Config, KafkaConfig
 from streaming.kafka_records import delivery_topic_column
 
-ARROW_SCHEMAS = {name: to_arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
+ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
 """Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""
 
 

@@ -42,7 +42,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import Broadcast
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from compiler import Matcher
 from schemas.records import (
@@ -56,7 +55,7 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
     message_id,
 )
-from schemas.tables import ROUTED_PUBLISH
+from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.delivery import (
     DeliveryProducer,
     DeliveryUnavailable,
@@ -79,7 +78,7 @@ from streaming.kafka_records import (
 )
 from streaming.matching import cached_matcher
 
-ROUTED_ARROW = to_arrow_schema(ROUTED_PUBLISH)
+ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 """Arrow schema of the rows :class:`RoutePartitions` returns."""
 
 _ROUTER_HEADERS_SIZE = sum(len(n) + HEADER_OVERHEAD for n in

@@ -1,4 +1,8 @@
-"""The SparkSession factory: Kafka connector, Delta Lake and Arrow, configured once.
+"""The SparkSession factory: the Kafka connector and Arrow, configured once.
+
+Spark holds no Delta Lake: the router appends its audit rows and ``bitroute
+audit`` reads them with delta-rs (:mod:`streaming.delta_sink`, :mod:`streaming.audit`),
+so the session needs neither Delta's jars nor its SQL extension and catalog.
 
 ``spark_session(config)`` returns the active session when one exists (under
 ``spark-submit`` the master and jars come from the submitter, and only the
@@ -8,9 +12,10 @@ resolved by :mod:`streaming.jvm` and handed to Spark as ``spark.jars``, so a
 cluster's executors receive them too.
 
 A JVM that bitroute launches works in ``<streaming.checkpoint_dir>/spark/``
-(:func:`jvm_folder`), with Spark's SQL warehouse in ``warehouse/`` there: Spark
-4.0 puts each session's ``artifacts/`` in its JVM's working folder (no setting
-moves it), and nothing may land in the folder bitroute was started from.
+(:func:`jvm_folder`), with Spark's SQL warehouse in ``warehouse/`` there: whatever
+the JVM writes to a relative path lands there (Spark 4.0 put each session's
+``artifacts/`` in its working folder; 4.2 makes them in a temporary folder), and
+nothing may land in the folder bitroute was started from.
 """
 
 from __future__ import annotations
@@ -38,15 +43,9 @@ def session_settings(config: Config) -> dict[str, str]:
     """Every Spark setting bitroute relies on, with ``spark.options`` applied last."""
     settings = {
         "spark.app.name": config.spark.app_name,
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
         "spark.default.parallelism": str(config.spark.shuffle_partitions),
-        # Delta rebuilds a table's state from its log with this many tasks
-        # (default 50): the audit tables' logs are small, and 50 tasks per
-        # append dominated each micro-batch on 2 cores.
-        "spark.databricks.delta.snapshotPartitions": str(config.spark.shuffle_partitions),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # Streaming queries run for days; keep only recent progress in memory.

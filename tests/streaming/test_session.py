@@ -1,14 +1,18 @@
-"""The SparkSession factory: the Kafka connector and Delta Lake work in one session."""
+"""The SparkSession factory: the Kafka connector and Arrow work in one session.
+
+The session holds no Delta Lake (the audit tables are delta-rs's, see
+test_audit.py and test_router.py); what it must do is what the router asks of
+it: read Kafka with headers and run Python over Arrow batches in its workers.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from confluent_kafka import Producer
 
 
-def test_spark_reads_kafka_and_round_trips_delta(spark, kafka_bootstrap: str, new_topic,
-                                                 tmp_path: Path):
+def test_spark_reads_kafka_with_headers_and_maps_it_in_arrow(spark, kafka_bootstrap: str,
+                                                             new_topic):
     topic = new_topic(partitions=2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(10):
@@ -24,33 +28,37 @@ def test_spark_reads_kafka_and_round_trips_delta(spark, kafka_bootstrap: str, ne
              .load()
              .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
                          "headers"))
-    table = str(tmp_path / "delta-table")
-    frame.write.format("delta").save(table)
 
-    back = spark.read.format("delta").load(table)
-    rows = sorted((r.key, r.value, r.headers[0].value) for r in back.collect())
-    assert rows == sorted((f"k{i}", f"v{i}", str(i).encode()) for i in range(10))
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
-    assert [h.operation for h in history] == ["WRITE"]
+    def upper(batches):  # runs in a Python worker, as the router's matching does
+        import pyarrow.compute as pc
+        for batch in batches:
+            yield batch.set_column(1, "value", pc.utf8_upper(batch.column("value")))
+
+    back = frame.mapInArrow(upper, frame.schema).collect()
+    rows = sorted((r.key, r.value, r.headers[0].value) for r in back)
+    assert rows == sorted((f"k{i}", f"V{i}", str(i).encode()) for i in range(10))
 
 
 def test_session_has_the_configured_settings(spark):
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
-    assert "DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions")
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    # No Delta extension or catalog: Spark never reads or writes the audit tables.
+    assert spark.conf.get("spark.sql.extensions", None) is None
+    assert "delta" not in spark.conf.get("spark.sql.catalog.spark_catalog", "").lower()
 
 
 def test_spark_works_in_the_state_folder_not_the_current_one(spark, base_config, workdir,
                                                              tmp_path_factory):
-    """Spark 4.0 puts ``artifacts/`` in its JVM's working folder and ``spark-warehouse/``
-    in the current one: both belong under ``<streaming.checkpoint_dir>/spark``."""
+    """The JVM works in ``<streaming.checkpoint_dir>/spark`` (Spark 4.0 put ``artifacts/``
+    in its working folder) and the SQL warehouse is there (Spark's default is
+    ``spark-warehouse/`` in the current folder): the current folder stays empty."""
     state = base_config.streaming.checkpoint_dir / "spark"
-    spark.range(3).write.format("delta").save(str(tmp_path_factory.mktemp("delta") / "t"))
+    spark.range(3).write.parquet(str(tmp_path_factory.mktemp("parquet") / "t"))
     spark.sql("CREATE DATABASE bitroute_session_test")  # a database is a warehouse folder
     try:
         assert list(workdir.iterdir()) == []
         assert spark.sparkContext._jvm.java.lang.System.getProperty("user.dir") == str(state)
-        assert [p.name[:6] for p in (state / "artifacts").iterdir()] == ["spark-"]
         assert (state / "warehouse" / "bitroute_session_test.db").is_dir()
     finally:
         spark.sql("DROP DATABASE bitroute_session_test")
