@@ -160,7 +160,12 @@ class Env:
         return self.router.wait_started()
 
     def delivery_topics(self, w: Workload) -> list[str]:
-        return [self.config.kafka.deliveries_topic(s) for s in w.subscribers]
+        """The topics the workload's deliveries arrive in (one, in the shared layout)."""
+        return sorted({self.config.kafka.deliveries_topic(s) for s in w.subscribers})
+
+    def delivery_partitions(self) -> int:
+        kafka = self.config.kafka
+        return kafka.shared_delivery_partitions if kafka.shared_layout else kafka.delivery_partitions
 
     def roles(self) -> dict:
         r = self.router
@@ -207,7 +212,7 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
     n_probes0 = len(r.probes)
     # Producers: flat out until `backlog` are sent (duration bound from a generous rate).
     consumer_procs, cout = kafka_load.start_consumers(
-        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.delivery_partitions,
+        env.config.kafka.bootstrap, env.delivery_topics(w), env.delivery_partitions(),
         (time.time(), time.time() + 3600), time.time() + 3600 * 2, consumers, idle=10)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
         p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
@@ -259,7 +264,7 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
     w0 = start_at + warmup
     w1 = w0 + measure
     consumer_procs, cout = kafka_load.start_consumers(
-        env.config.kafka.bootstrap, env.delivery_topics(w), env.config.kafka.delivery_partitions,
+        env.config.kafka.bootstrap, env.delivery_topics(w), env.delivery_partitions(),
         (w0, w1), w1 + 120, consumers, idle=15)
     procs, pout, start_at = kafka_load.start_publishers(
         env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
@@ -353,23 +358,30 @@ def first_route(folder: Path, w: Workload, user_sets: list[str], log,
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{time.time_ns()}",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 20})
         deadline = time.time() + timeout
-        # The subscriber's topic is created when the router applies its subscription.
-        while time.time() < deadline:
-            md = consumer.list_topics(timeout=10)
-            if topic in md.topics:
-                break
-            producer.produce(env.config.kafka.publishes_topic, b"probe", probe_key.encode(),
-                             headers=[(EXCHANGE_HEADER, EXCHANGE.encode())])
-            producer.flush(10)
-            time.sleep(0.5)
-        producer.produce(env.config.kafka.publishes_topic, b"probe", probe_key.encode(),
-                         headers=[(EXCHANGE_HEADER, EXCHANGE.encode())])
-        producer.flush(30)
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(env.config.kafka.delivery_partitions)])
+        # Probe every 0.5 s until one is delivered: the first probe routed with
+        # the new subscriptions marks the end. The subscriber's topic may not
+        # exist yet (the router creates it when it applies the subscription);
+        # in the shared layout the subscriber's records are the ones keyed by it.
+        wanted_key = subscriber.encode() if env.config.kafka.shared_layout else None
+        assigned = False
         arrived = None
+        next_probe = 0.0
         while time.time() < deadline and arrived is None:
-            m = consumer.poll(0.2)
-            if m is not None and m.error() is None:
+            if time.time() >= next_probe:
+                producer.produce(env.config.kafka.publishes_topic, b"probe", probe_key.encode(),
+                                 headers=[(EXCHANGE_HEADER, EXCHANGE.encode())])
+                producer.flush(10)
+                next_probe = time.time() + 0.5
+            if not assigned:
+                if topic in consumer.list_topics(timeout=10).topics:
+                    consumer.assign([TopicPartition(topic, p, 0)
+                                     for p in range(env.delivery_partitions())])
+                    assigned = True
+                else:
+                    time.sleep(0.1)
+                continue
+            m = consumer.poll(0.1)
+            if m is not None and m.error() is None and (wanted_key is None or m.key() == wanted_key):
                 arrived = time.time()
         consumer.close()
         if arrived is None:
