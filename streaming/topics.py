@@ -11,6 +11,7 @@ latest value, or its tombstone, is what a restart rebuilds from.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
@@ -20,6 +21,7 @@ from streaming.config import Config
 from streaming.errors import BitrouteError
 
 CREATE_TIMEOUT_S = 30.0
+SERVED_POLL_S = 0.05
 COMPACTED = {"cleanup.policy": "compact"}
 
 
@@ -64,7 +66,35 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise TopicCreationError(f"cannot create topic {name!r}: {exc.args[0].str()}") from None
+    _wait_until_served(admin, created)
     return sorted(created)
+
+
+def _wait_until_served(admin: AdminClient, names: list[str]) -> None:
+    """Return once the broker's metadata lists every topic of ``names`` with a leader for each
+    partition.
+
+    A create request is answered before the brokers serve the new topic: a
+    producer writing at once is refused with UNKNOWN_TOPIC_OR_PART (seen for
+    half of 10,000 topics created together; benchmarks/subscriber_scale.py),
+    which the router would take for a record failure and reject the publish.
+    """
+    waiting = set(names)
+    deadline = time.monotonic() + CREATE_TIMEOUT_S
+    while waiting:
+        topics = admin.list_topics(timeout=CREATE_TIMEOUT_S).topics
+        waiting = {name for name in waiting if not _served(topics.get(name))}
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise TopicCreationError(f"{len(waiting)} created topics (e.g. {min(waiting)!r}) have no "
+                                     f"partition leader after {CREATE_TIMEOUT_S:.0f}s")
+        time.sleep(SERVED_POLL_S)
+
+
+def _served(topic) -> bool:
+    return (topic is not None and topic.error is None and bool(topic.partitions)
+            and all(p.leader >= 0 for p in topic.partitions.values()))
 
 
 def ensure_router_topics(config: Config, admin: AdminClient | None = None) -> None:
