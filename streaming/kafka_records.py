@@ -11,12 +11,14 @@ derives, vectorised:
 - text forms for the audit (routing key, header values), invalid UTF-8 shown
   with backslash escapes so that no byte is lost from view.
 
-Records written (:func:`delivery_headers`, :func:`rejected_headers`): the
-publish's own headers minus the router's (:data:`schemas.records.ROUTER_HEADERS`,
-which a publisher cannot forge), plus the router's: for a delivery the message
-id, the matched subscription ids (JSON array) and the snapshot version; for a
-rejected record the reason, the source (``publish`` or ``subscription``) and
-the message id.
+Records written (:func:`streaming.routing.delivery_records`,
+:func:`rejected_headers`): the publish's own headers minus the router's
+(:data:`schemas.records.ROUTER_HEADERS`, which a publisher cannot forge), plus
+the router's: for a delivery the message id, the matched subscription ids
+(JSON array) and the snapshot version (and, in the shared layout, the routing
+key); for a rejected record the reason, the source (``publish`` or
+``subscription``) and the message id. A delivery's topic:
+:func:`delivery_topic_column`.
 
 :func:`record_size` is the size the broker checks a record against (its
 ``max.message.bytes`` applies to the record batch; a record written alone
@@ -66,13 +68,6 @@ def kept_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> Headers:
     if not headers:
         return []
     return [(k, v) for k, v in headers if k not in ROUTER_HEADERS]
-
-
-def delivery_headers(kept: Headers, message_id: bytes, subscription_ids_json: bytes,
-                     version: bytes) -> Headers:
-    """The headers of one delivery: ``kept`` plus the router's three."""
-    return kept + [(MESSAGE_ID_HEADER, message_id), (SUBSCRIPTION_IDS_HEADER, subscription_ids_json),
-                   (SNAPSHOT_VERSION_HEADER, version)]
 
 
 def rejected_headers(kept: Headers, reason: str, source: str, message_id: str) -> Headers:

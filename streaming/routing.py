@@ -164,6 +164,7 @@ class BatchPlan:
     send: np.ndarray
     message_ids: list[str]
     keys: list[bytes | None]
+    values: list[bytes | None]
     kept: list
     version: bytes
 
@@ -199,7 +200,7 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
-                     send, message_ids, keys, kept, version)
+                     send, message_ids, keys, publishes.values.to_pylist(), kept, version)
 
 
 def _rejected_copy(key: bytes | None, value: bytes | None, kept: list, reasons: list, row: int,
@@ -238,7 +239,7 @@ def delivery_records(plan: BatchPlan, settings: RouteSettings) -> DeliveryRecord
     """
     send = pa.array(plan.send, pa.int64())
     rows = plan.owner[plan.send].tolist()
-    values = plan.publishes.values.to_pylist()
+    values = plan.values
     ids_texts = plan.ids_json.take(send).to_pylist()
     keys = plan.keys
     subscribers = plan.subscribers.take(send)
@@ -277,8 +278,8 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
             reasons[row] = reason
         # A refused publish lists only the deliveries Kafka did acknowledge.
         acked[plan.send[sorted(failed_sends)]] = False
-    _report_rejected(producer, settings, reasons, plan.keys, plan.publishes.values.to_pylist(),
-                     plan.kept, plan.message_ids)
+    _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
+                     plan.message_ids)
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked)
 
 
