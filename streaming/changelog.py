@@ -12,63 +12,54 @@ so a restart, or a rebuild after compaction, reaches the same state:
 - an invalid value (malformed JSON, invalid filter, unknown exchange, bad
   subscriber name, bad header criteria, no key) is rejected with a reason:
   it goes to the rejected topic and, as ``change = "rejected"``, to the
-  Delta ``subscriptions`` table. When it replaces a live subscription, that
-  subscription is removed and the row says ``change = "remove"`` with the
-  reason, because after compaction the invalid value is all the changelog
+  Delta ``subscriptions`` table (both written by
+  :mod:`streaming.subscription_sync`). When it replaces a live subscription,
+  that subscription is removed and the row says ``change = "remove"`` with
+  the reason, because after compaction the invalid value is all the changelog
   holds for that id.
 
-:meth:`Subscriptions.catch_up` reads every partition up to the end offsets
-fetched when it is called (the happens-before guarantee: a change Kafka
-acknowledged before the call is applied when it returns). A catch-up that
-read any record yields the next snapshot version, covering the offsets read.
-Before that version is returned, in this order: rejected records are in the
-rejected topic (at least once), each new subscriber's delivery topic exists,
-the version is persisted in the :class:`~streaming.snapshots.SnapshotStore`,
-and its changes are in Delta ``subscriptions`` (exactly once, keyed by the
-version). A restart resumes from the latest persisted version and re-appends
-its changes idempotently, so a crash at any point loses no change and no
-audit row.
+This module is the subscription state alone: it reads the changelog and
+applies it to the :class:`~compiler.RoutingIndex`, and writes nothing but its
+own snapshots. :meth:`Subscriptions.catch_up` reads every partition up to the
+end offsets fetched when it is called (the happens-before guarantee: a change
+Kafka acknowledged before the call is in the index when it returns). A
+catch-up that read any record returns a :class:`PendingVersion` (the next
+snapshot version: its changes, the rejected records among them, the offsets
+it covers), already applied to the index; the caller writes what the version
+implies, then makes it current with :meth:`Subscriptions.commit` (persisted in
+the :class:`~streaming.snapshots.SnapshotStore`) or drops it with
+:meth:`Subscriptions.rollback` (the index goes back to the current version and
+the next catch-up re-reads the records). :mod:`streaming.subscription_sync`
+does that writing, in the order that makes a crash safe.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import NamedTuple
 
-import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
-from schemas.records import (
-    CHANGE_REJECTED,
-    CHANGE_REMOVE,
-    CHANGE_UPSERT,
-    SOURCE_SUBSCRIPTION,
-    message_id,
-)
-from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema
+from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
-from streaming.delivery import RECORD_ERRORS
-from streaming.delta_sink import AuditTables
 from streaming.errors import BitrouteError
-from streaming.kafka_records import kept_headers, record_size, rejected_headers
 from streaming.snapshots import SnapshotStore
-from streaming.topics import admin_client, ensure_delivery_topics
 
 CATCH_UP_TIMEOUT_S = 60.0
 """A catch-up that cannot read the changelog to its end offsets in this time fails the batch."""
 POLL_MAX_RECORDS = 1000
 _POLL_TIMEOUT_S = 0.5
 _KAFKA_TIMEOUT_S = 30.0
-_SUBSCRIPTIONS_ARROW = arrow_schema(SUBSCRIPTIONS_TABLE)
 
 
 class ChangelogError(BitrouteError):
-    """The changelog could not be read, or a rejected change could not be reported."""
+    """A changelog catch-up failed: the changelog could not be read, or what it
+    read could not be written where it goes (the rejected topic)."""
 
 
 class Change(NamedTuple):
@@ -87,26 +78,6 @@ class Change(NamedTuple):
     changelog_offset: int
     changed_at_ms: int | None
     applied_at_ms: int
-
-
-def changes_table(changes: Sequence[Change], version: int) -> pa.Table:
-    """``changes`` as the Arrow form of ``SUBSCRIPTIONS_TABLE``, all made by ``version``.
-
-    Columnar, so that the changes of a whole changelog (millions at a
-    first start) reach Spark without a Python object per cell.
-    """
-    columns = dict(zip(Change._fields, zip(*changes))) if changes else {
-        name: () for name in Change._fields}
-    arrays = []
-    for field in _SUBSCRIPTIONS_ARROW:
-        if field.name == "snapshot_version":
-            arrays.append(pa.array([version] * len(changes), field.type))
-        elif field.name in ("changed_at", "applied_at"):
-            millis = pa.array(columns[f"{field.name}_ms"], pa.timestamp("ms", tz="UTC"))
-            arrays.append(millis.cast(field.type))
-        else:
-            arrays.append(pa.array(columns[field.name], field.type))
-    return pa.Table.from_arrays(arrays, schema=_SUBSCRIPTIONS_ARROW)
 
 
 def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, partition: int,
@@ -241,63 +212,87 @@ class ChangelogReader:
         self._consumer.close()
 
 
+class RejectedRecord(NamedTuple):
+    """A changelog record the index did not take as it is, as read, with the
+    ``reason`` of its :class:`Change`."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class PendingVersion:
+    """The next snapshot version as one catch-up read it, applied to the index but
+    not committed: the changes that make it (changelog order per partition), the
+    rejected records among them, and the changelog offsets it covers."""
+
+    version: int
+    changes: list[Change]
+    rejected: list[RejectedRecord]
+    offsets: dict[int, int]
+
+    def subscribers(self) -> set[str]:
+        """The subscribers of its upserts (each one's delivery topic must exist
+        before a batch routes with this version)."""
+        return {c.subscriber for c in self.changes if c.change == CHANGE_UPSERT}
+
+
 class Subscriptions:
     """The routing index, its current snapshot version and the changelog position.
 
     Build with :meth:`open`. Not thread-safe: the router calls it from one
-    batch at a time. Versions only grow; version 0 is the empty index.
+    batch at a time. Versions only grow; version 0 is the empty index. At most
+    one :class:`PendingVersion` is outstanding: :meth:`catch_up` refuses to
+    run until it is committed or rolled back.
     """
 
-    def __init__(self, config: Config, store: SnapshotStore, audit: AuditTables,
-                 index: RoutingIndex, version: int, data: bytes, offsets: Mapping[int, int],
+    def __init__(self, config: Config, store: SnapshotStore, index: RoutingIndex, version: int,
+                 data: bytes, offsets: Mapping[int, int],
                  client_settings: Mapping[str, object] | None = None) -> None:
-        self._config = config
         self._store = store
-        self._audit = audit
         self._index = index
         self._version = version
         self._data = data
         self._offsets = dict(offsets)
-        settings = dict(client_settings or {"logger": KAFKA_LOG})
-        self._reader = ChangelogReader(config, settings)
-        self._producer = Producer({**settings, "bootstrap.servers": config.kafka.bootstrap,
-                                   "enable.idempotence": True,
-                                   "message.max.bytes": config.kafka.max_delivery_bytes + 65536})
-        self._admin = admin_client(config)
-        self._topics_ensured: set[str] = set()
-        self._unaudited: tuple[int, pa.Table] | None = None
+        self._pending: PendingVersion | None = None
+        self._reader = ChangelogReader(config, client_settings)
 
     @classmethod
-    def open(cls, config: Config, store: SnapshotStore, audit: AuditTables,
-             client_settings: Mapping[str, object] | None = None) -> Subscriptions:
+    def open(cls, config: Config, store: SnapshotStore,
+             client_settings: Mapping[str, object] | None = None
+             ) -> tuple[Subscriptions, list[Change]]:
         """Rebuild from the latest persisted version (plus nothing else yet: call
-        :meth:`catch_up` for the changelog after it), or from an empty index.
+        :meth:`catch_up` for the changelog after it), or from an empty index;
+        return the state and the changes that made its version, which a crash
+        may have left unaudited (empty when the index is rebuilt).
 
-        The latest version's changes are re-appended to Delta (a no-op when
-        they are there already). A version built for other exchanges than the
-        configured ones is not reused: the index is rebuilt from the whole
-        changelog as the next version.
+        A version built for other exchanges than the configured ones is not
+        reused: the index is rebuilt from the whole changelog as the next version.
         """
         exchanges = {name: Dialect(d) for name, d in config.exchanges.dialects.items()}
         stored = store.latest()
         if stored is not None:
             snapshot = _reusable(stored.data, exchanges)
             if snapshot is not None:
-                changes = [Change(*c) for c in stored.changes]
-                audit.append_subscriptions(stored.version, changes_table(changes, stored.version))
-                return cls(config, store, audit, RoutingIndex.from_snapshot(snapshot),
-                           stored.version, stored.data, snapshot.offsets, client_settings)
+                state = cls(config, store, RoutingIndex.from_snapshot(snapshot), stored.version,
+                            stored.data, snapshot.offsets, client_settings)
+                return state, [Change(*c) for c in stored.changes]
         # From scratch: an empty index at offsets {} as a new version, so
         # that the next catch-up reads the whole changelog.
         version = 0 if stored is None else stored.version + 1
         index = RoutingIndex(exchanges)
         data = index.snapshot(version, {}).to_bytes()
         store.save(version, data, [])
-        return cls(config, store, audit, index, version, data, {}, client_settings)
+        return cls(config, store, index, version, data, {}, client_settings), []
 
     @property
     def version(self) -> int:
-        """The current snapshot version."""
+        """The current (committed) snapshot version."""
         return self._version
 
     @property
@@ -319,16 +314,19 @@ class Subscriptions:
             return self._data
         return self._store.load(version).data
 
-    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Apply the changelog up to its current end offsets; return the current version.
+    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> PendingVersion | None:
+        """Apply the changelog up to its current end offsets to the index; return
+        the next version, pending, or None when no record was read (the current
+        version then covers the new offsets).
 
-        ``progress`` is passed to :meth:`ChangelogReader.read_to_end`.
+        ``progress`` is passed to :meth:`ChangelogReader.read_to_end`. A failed
+        read leaves the index at the current version.
         """
-        if self._unaudited is not None:
-            self._audit.append_subscriptions(*self._unaudited)
-            self._unaudited = None
+        if self._pending is not None:
+            raise RuntimeError(f"version {self._pending.version} is pending: commit() or "
+                               "rollback() it before the next catch-up")
         changes: list[Change] = []
-        rejected: list[tuple[Message, str]] = []
+        rejected: list[RejectedRecord] = []
         applied_at_ms = int(time.time() * 1000)
 
         def apply(message: Message) -> None:
@@ -338,87 +336,45 @@ class Subscriptions:
                                   applied_at_ms)
             changes.append(change)
             if change.reason is not None:
-                rejected.append((message, change.reason))
+                rejected.append(RejectedRecord(message.topic(), message.partition(), message.offset(),
+                                               message.key(), message.value(), message.headers(),
+                                               change.reason))
 
         try:
             offsets = self._reader.read_to_end(self._offsets, apply, progress=progress)
-            if changes:
-                self._commit(changes, rejected, offsets)
-            else:
-                self._offsets = offsets
         except BaseException:
             if changes:
-                # The index holds changes that were not committed: go back to
-                # the current version, so that the next catch-up re-reads them.
-                self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._data))
+                self._restore_index()
             raise
-        return self._version
+        if not changes:
+            self._offsets = offsets
+            return None
+        self._pending = PendingVersion(self._version + 1, changes, rejected, offsets)
+        return self._pending
+
+    def commit(self, pending: PendingVersion) -> None:
+        """Persist ``pending`` (its changes, then its snapshot) and make it the
+        current version. If this raises, nothing is current that was not before:
+        call :meth:`rollback`."""
+        if pending is not self._pending:
+            raise RuntimeError(f"version {pending.version} is not the pending catch-up")
+        data = self._index.snapshot(pending.version, pending.offsets).to_bytes()
+        self._store.save(pending.version, data, pending.changes)
+        self._version, self._data, self._offsets = pending.version, data, dict(pending.offsets)
+        self._pending = None
+
+    def rollback(self) -> None:
+        """Drop the pending version, if any: the index goes back to the current
+        version, so that the next catch-up re-reads its records."""
+        if self._pending is not None:
+            self._restore_index()
+            self._pending = None
 
     def close(self) -> None:
         self._reader.close()
-        self._producer.flush(_KAFKA_TIMEOUT_S)
 
-    def _commit(self, changes: list[Change], rejected: list[tuple[Message, str]],
-                offsets: dict[int, int]) -> None:
-        """Commit the applied ``changes`` as the next version (see the module docstring)."""
-        self._report_rejected(rejected)
-        subscribers = {c.subscriber for c in changes if c.change == CHANGE_UPSERT}
-        new = sorted(subscribers - self._topics_ensured)
-        ensure_delivery_topics(self._config, new, admin=self._admin)
-        self._topics_ensured.update(new)
-
-        version = self._version + 1
-        data = self._index.snapshot(version, offsets).to_bytes()
-        self._store.save(version, data, changes)
-        # Committed: from here the version stands, and a failed audit append
-        # is retried by the next catch-up (or by open() after a restart).
-        self._version, self._data, self._offsets = version, data, offsets
-        self._unaudited = (version, changes_table(changes, version))
-        self._audit.append_subscriptions(*self._unaudited)
-        self._unaudited = None
-
-    def _report_rejected(self, rejected: Sequence[tuple[Message, str]]) -> None:
-        """Send each bad change to the rejected topic and wait for Kafka's acks.
-
-        A change too large to copy whole (its value plus the reason headers)
-        goes without its value; one Kafka refuses even so is left out of the
-        topic (its ``subscriptions`` audit row still holds the reason): a bad
-        record never stops the catch-up. Any other failure raises
-        :class:`ChangelogError` (the batch retries).
-        """
-        if not rejected:
-            return
-        limit = self._config.kafka.max_delivery_bytes
-        refused: list[str] = []
-        failures: list[str] = []
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
-            if error is None:
-                return
-            (refused if error.code() in RECORD_ERRORS else failures).append(error.str())
-
-        for message, reason in rejected:
-            mid = message_id(message.topic(), message.partition(), message.offset())
-            headers = rejected_headers(kept_headers(message.headers()), reason, SOURCE_SUBSCRIPTION, mid)
-            value = message.value()
-            if record_size(message.key(), value, headers) > limit:
-                value = None
-                headers = rejected_headers([], reason + " (the copy in the rejected topic has no "
-                                           "value: too large)", SOURCE_SUBSCRIPTION, mid)
-            try:
-                self._producer.produce(self._config.kafka.rejected_topic, key=message.key(),
-                                       value=value, headers=headers, on_delivery=delivered)
-            except KafkaException as exc:
-                refused.append(exc.args[0].str())
-        left = self._producer.flush(_KAFKA_TIMEOUT_S)
-        if left or failures:
-            raise ChangelogError(f"could not write {left or len(failures)} rejected subscription "
-                                 f"changes to {self._config.kafka.rejected_topic!r}: "
-                                 f"{failures[:1] or 'timed out'}")
-        if refused:
-            print(f"bitroute: {len(refused)} rejected subscription changes were refused by "
-                  f"{self._config.kafka.rejected_topic!r} ({refused[0]}); their reasons are in "
-                  "the subscriptions audit table", file=sys.stderr, flush=True)
+    def _restore_index(self) -> None:
+        self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._data))
 
 
 def _reusable(data: bytes, exchanges: Mapping[str, Dialect]) -> Snapshot | None:

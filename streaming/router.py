@@ -73,6 +73,7 @@ from streaming.matching import SnapshotBroadcasts
 from streaming.offsets_log import batch_records
 from streaming.routing import ROUTED_ARROW, RoutePartitions, RouteSettings
 from streaming.snapshots import SnapshotStore
+from streaming.subscription_sync import SubscriptionSync
 from streaming.topics import ensure_router_topics
 
 REPORTS_KEPT = 100
@@ -139,7 +140,7 @@ class Router:
         self.store = SnapshotStore(checkpoints / "router")
         self.reports: deque[BatchReport] = deque(maxlen=REPORTS_KEPT)
         self.query: StreamingQuery | None = None
-        self.subscriptions: Subscriptions | None = None
+        self.subscription_sync: SubscriptionSync | None = None
         self._audit: AuditTables | None = None
         self._broadcasts = SnapshotBroadcasts(spark.sparkContext)
         self._batch_done = threading.Condition()
@@ -155,7 +156,7 @@ class Router:
         """Lock the state folder, create missing topics and tables, rebuild the index and
         catch up the changelog. Raises :class:`streaming.lock.RouterLockedError` when
         another router holds the folder."""
-        if self.subscriptions is not None:
+        if self.subscription_sync is not None:
             return
         self.lock.acquire()
         try:
@@ -166,9 +167,9 @@ class Router:
             ensure_router_topics(self.config)
             self._audit = AuditTables(self.config, self.store.router_id())
             self._audit.ensure()
-            self.subscriptions = Subscriptions.open(self.config, self.store, self._audit,
-                                                    self.broker_watch.client_settings())
-            self.subscriptions.catch_up(self._catch_up_progress())
+            self.subscription_sync = SubscriptionSync.open(self.config, self.store, self._audit,
+                                                           self.broker_watch.client_settings())
+            self.subscription_sync.catch_up(self._catch_up_progress())
         except BaseException:
             self.lock.release()
             raise
@@ -191,6 +192,11 @@ class Router:
                       .start())
         return self.query
 
+    @property
+    def subscriptions(self) -> Subscriptions | None:
+        """The subscription state (index, version, offsets) while the router is open."""
+        return self.subscription_sync.subscriptions if self.subscription_sync is not None else None
+
     def process_all_available(self) -> None:
         """Block until every publish available now has been processed (raises if the query failed)."""
         self._require_query().processAllAvailable()
@@ -205,9 +211,9 @@ class Router:
             self._broadcasts.close()
             if self._audit is not None:
                 self._audit.close()
-            if self.subscriptions is not None:
-                self.subscriptions.close()
-                self.subscriptions = None
+            if self.subscription_sync is not None:
+                self.subscription_sync.close()
+                self.subscription_sync = None
             self.lock.release()
 
     def stop_after_current_batch(self) -> None:
@@ -244,7 +250,7 @@ class Router:
 
     def route_function(self, version: int) -> RoutePartitions:
         """The ``mapInArrow`` function that routes a batch against snapshot ``version``."""
-        subscriptions = self._require_open()
+        subscriptions = self._require_open().subscriptions
         broadcast, key = self._broadcasts.broadcast(version, lambda: subscriptions.data(version))
         kafka = self.config.kafka
         return RoutePartitions(broadcast, key, RouteSettings(
@@ -260,13 +266,13 @@ class Router:
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
-        subscriptions = self._require_open()
+        sync = self._require_open()
         attempts = [0]
         version = self.store.pinned(batch_id)
         replayed = version is not None
         if version is None:
             version = self._retrying(batch_id, "the changelog catch-up",
-                                     lambda: subscriptions.catch_up(self._catch_up_progress()),
+                                     lambda: sync.catch_up(self._catch_up_progress()),
                                      attempts)
             self.store.pin(batch_id, version)
             self.store.prune()
@@ -366,10 +372,10 @@ class Router:
         tmp.write_text(json.dumps(status) + "\n")
         os.replace(tmp, path)
 
-    def _require_open(self) -> Subscriptions:
-        if self.subscriptions is None:
+    def _require_open(self) -> SubscriptionSync:
+        if self.subscription_sync is None:
             raise RuntimeError("the router is not open: call open() or start() first")
-        return self.subscriptions
+        return self.subscription_sync
 
     def _require_query(self) -> StreamingQuery:
         if self.query is None:

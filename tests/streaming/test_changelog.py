@@ -1,4 +1,5 @@
-"""Applying changelog records to the index: upserts, tombstones, rejections (no Kafka needed).
+"""Applying changelog records to the index: upserts, tombstones, rejections (no Kafka needed);
+then, on the session's broker, the reader's progress and a catch-up's pending version.
 
 The index is a function of the latest record per key, as the compacted
 changelog is: an invalid value for a live id removes that subscription.
@@ -13,7 +14,8 @@ import pytest
 from compiler import RoutingIndex
 from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
 from schemas.tables import SUBSCRIPTIONS_TABLE
-from streaming.changelog import Change, apply_record, changes_table
+from streaming.changelog import Change, apply_record
+from streaming.subscription_sync import changes_table
 
 APPLIED_AT_MS = 1_700_000_000_000
 
@@ -161,3 +163,53 @@ def test_a_slow_catch_up_prints_progress_lines_and_its_total(base_config, new_to
     assert all(line.startswith("bitroute: catching up the changelog: ") for line in lines[:-1])
     assert lines[-1].startswith(f"bitroute: caught up the changelog: {records:,} records in ")
     assert any(f" of {records:,} records (" in line for line in lines[:-1])
+
+
+def test_a_catch_up_stays_pending_until_committed_and_a_rollback_reads_it_again(
+        base_config, new_topic, tmp_path):
+    from confluent_kafka import Producer
+
+    from streaming.changelog import RejectedRecord, Subscriptions
+    from streaming.snapshots import SnapshotStore
+
+    config = _changelog(base_config, new_topic, 3)
+    topic = config.kafka.subscriptions_topic
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
+    producer.produce(topic, key=b"bad", value=b"{not json", partition=0, headers=[("h", b"1")])
+    assert producer.flush(30) == 0
+    store = SnapshotStore(tmp_path / "router")
+
+    state, resumed = Subscriptions.open(config, store)
+    try:
+        assert (state.version, resumed, store.versions()) == (0, [], [0])
+        pending = state.catch_up()
+        assert pending.version == 1 and state.version == 0 and state.offsets == {}
+        assert len(pending.changes) == 4 and len(state) == 3  # applied, not committed
+        assert pending.offsets == {0: 3, 1: 1}
+        assert pending.subscribers() == {"bob"}
+        [bad] = pending.rejected
+        assert bad._replace(reason="") == RejectedRecord(topic, 0, 2, b"bad", b"{not json",
+                                                         [("h", b"1")], "")
+        assert "not JSON" in bad.reason
+        with pytest.raises(RuntimeError, match="pending"):
+            state.catch_up()
+
+        state.rollback()
+        assert (state.version, len(state), store.versions()) == (0, 0, [0])
+        again = state.catch_up()
+        # The same records (partitions interleave in any order; applied_at is the new read's).
+        assert sorted(c[:-1] for c in again.changes) == sorted(c[:-1] for c in pending.changes)
+        with pytest.raises(RuntimeError, match="not the pending"):
+            state.commit(pending)
+        state.commit(again)
+        assert (state.version, state.offsets, store.versions()) == (1, again.offsets, [0, 1])
+        assert state.catch_up() is None and state.version == 1
+    finally:
+        state.close()
+
+    reopened, resumed = Subscriptions.open(config, store)
+    try:
+        assert (reopened.version, len(reopened), reopened.offsets) == (1, 3, again.offsets)
+        assert resumed == again.changes
+    finally:
+        reopened.close()

@@ -498,7 +498,7 @@ def test_a_restart_resumes_from_the_persisted_snapshot_and_the_changelog_after_i
     try:
         subscribe(cfg, "keep", "mqtt", "ivy", "a/+")
         subscribe(cfg, "drop", "mqtt", "ivy", "b/+")
-        version = first.subscriptions.catch_up()
+        version = first.subscription_sync.catch_up()
     finally:
         first.stop()
     unsubscribe(cfg, "drop")

@@ -1,0 +1,179 @@
+"""Writing what each new subscription version implies, in the order that makes a crash safe.
+
+:class:`streaming.changelog.Subscriptions` is the subscription state alone:
+its catch-up returns a pending version (the changes, the rejected records,
+the offsets). :meth:`SubscriptionSync.catch_up` makes that version current
+only after, in this order:
+
+1. its rejected records are in the rejected topic (at least once);
+2. each new subscriber's delivery topic exists;
+3. the version is persisted (:meth:`~streaming.changelog.Subscriptions.commit`);
+
+and then appends its changes to Delta ``subscriptions`` (exactly once, keyed
+by the version) before returning it. A failure before 3 rolls the state back
+to the current version, so the next catch-up re-reads the records and writes
+1 and 2 again; a failure at the append leaves the version current and the
+append is retried by the next catch-up. A restart (:meth:`SubscriptionSync.open`)
+resumes from the latest persisted version and re-appends its changes
+idempotently, so a crash at any point loses no change and no audit row.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from schemas.records import SOURCE_SUBSCRIPTION, message_id
+from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema
+from streaming.broker_watch import KAFKA_LOG
+from streaming.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
+from streaming.config import Config
+from streaming.delivery import RECORD_ERRORS
+from streaming.delta_sink import AuditTables
+from streaming.kafka_records import kept_headers, record_size, rejected_headers
+from streaming.snapshots import SnapshotStore
+from streaming.topics import admin_client, ensure_delivery_topics
+
+_KAFKA_TIMEOUT_S = 30.0
+_SUBSCRIPTIONS_ARROW = arrow_schema(SUBSCRIPTIONS_TABLE)
+
+
+def changes_table(changes: Sequence[Change], version: int) -> pa.Table:
+    """``changes`` as the Arrow form of ``SUBSCRIPTIONS_TABLE``, all made by ``version``.
+
+    Columnar, so that the changes of a whole changelog (millions at a
+    first start) reach Delta without a Python object per cell.
+    """
+    columns = dict(zip(Change._fields, zip(*changes))) if changes else {
+        name: () for name in Change._fields}
+    arrays = []
+    for field in _SUBSCRIPTIONS_ARROW:
+        if field.name == "snapshot_version":
+            arrays.append(pa.array([version] * len(changes), field.type))
+        elif field.name in ("changed_at", "applied_at"):
+            millis = pa.array(columns[f"{field.name}_ms"], pa.timestamp("ms", tz="UTC"))
+            arrays.append(millis.cast(field.type))
+        else:
+            arrays.append(pa.array(columns[field.name], field.type))
+    return pa.Table.from_arrays(arrays, schema=_SUBSCRIPTIONS_ARROW)
+
+
+class SubscriptionSync:
+    """The subscription state and the writes its versions imply (module docstring).
+
+    Build with :meth:`open`. :attr:`subscriptions` is the state, for reading;
+    catch it up through :meth:`catch_up` only. Not thread-safe: the router
+    calls it from one batch at a time.
+    """
+
+    def __init__(self, config: Config, subscriptions: Subscriptions, audit: AuditTables,
+                 client_settings: Mapping[str, object] | None = None) -> None:
+        self.subscriptions = subscriptions
+        self._config = config
+        self._audit = audit
+        self._producer = Producer({**(client_settings or {"logger": KAFKA_LOG}),
+                                   "bootstrap.servers": config.kafka.bootstrap,
+                                   "enable.idempotence": True,
+                                   "message.max.bytes": config.kafka.max_delivery_bytes + 65536})
+        self._admin = admin_client(config)
+        self._topics_ensured: set[str] = set()
+        self._unaudited: tuple[int, pa.Table] | None = None
+
+    @classmethod
+    def open(cls, config: Config, store: SnapshotStore, audit: AuditTables,
+             client_settings: Mapping[str, object] | None = None) -> SubscriptionSync:
+        """Open the state at the latest persisted version
+        (:meth:`Subscriptions.open`) and re-append that version's changes to Delta
+        (a no-op when they are there already). Call :meth:`catch_up` next."""
+        subscriptions, changes = Subscriptions.open(config, store, client_settings)
+        try:
+            if changes:
+                version = subscriptions.version
+                audit.append_subscriptions(version, changes_table(changes, version))
+        except BaseException:
+            subscriptions.close()
+            raise
+        return cls(config, subscriptions, audit, client_settings)
+
+    def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Apply the changelog up to its current end offsets and write what the new
+        version implies (module docstring); return the current version.
+
+        ``progress`` is passed to :meth:`streaming.changelog.ChangelogReader.read_to_end`.
+        """
+        if self._unaudited is not None:
+            self._audit.append_subscriptions(*self._unaudited)
+            self._unaudited = None
+        pending = self.subscriptions.catch_up(progress)
+        if pending is None:
+            return self.subscriptions.version
+        try:
+            self._report_rejected(pending.rejected)
+            self._ensure_delivery_topics(pending.subscribers())
+            self.subscriptions.commit(pending)
+        except BaseException:
+            self.subscriptions.rollback()
+            raise
+        # Committed: from here the version stands, and a failed audit append
+        # is retried by the next catch-up (or by open() after a restart).
+        self._unaudited = (pending.version, changes_table(pending.changes, pending.version))
+        self._audit.append_subscriptions(*self._unaudited)
+        self._unaudited = None
+        return pending.version
+
+    def close(self) -> None:
+        self.subscriptions.close()
+        self._producer.flush(_KAFKA_TIMEOUT_S)
+
+    def _ensure_delivery_topics(self, subscribers: Iterable[str]) -> None:
+        """Create the delivery topics of ``subscribers`` not created by this process yet."""
+        new = sorted(set(subscribers) - self._topics_ensured)
+        ensure_delivery_topics(self._config, new, admin=self._admin)
+        self._topics_ensured.update(new)
+
+    def _report_rejected(self, rejected: Sequence[RejectedRecord]) -> None:
+        """Send each bad change to the rejected topic and wait for Kafka's acks.
+
+        A change too large to copy whole (its value plus the reason headers)
+        goes without its value; one Kafka refuses even so is left out of the
+        topic (its ``subscriptions`` audit row still holds the reason): a bad
+        record never stops the catch-up. Any other failure raises
+        :class:`~streaming.changelog.ChangelogError` (the batch retries).
+        """
+        if not rejected:
+            return
+        limit = self._config.kafka.max_delivery_bytes
+        refused: list[str] = []
+        failures: list[str] = []
+
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if error is None:
+                return
+            (refused if error.code() in RECORD_ERRORS else failures).append(error.str())
+
+        for record in rejected:
+            mid = message_id(record.topic, record.partition, record.offset)
+            headers = rejected_headers(kept_headers(record.headers), record.reason,
+                                       SOURCE_SUBSCRIPTION, mid)
+            value = record.value
+            if record_size(record.key, value, headers) > limit:
+                value = None
+                headers = rejected_headers([], record.reason + " (the copy in the rejected topic "
+                                           "has no value: too large)", SOURCE_SUBSCRIPTION, mid)
+            try:
+                self._producer.produce(self._config.kafka.rejected_topic, key=record.key,
+                                       value=value, headers=headers, on_delivery=delivered)
+            except KafkaException as exc:
+                refused.append(exc.args[0].str())
+        left = self._producer.flush(_KAFKA_TIMEOUT_S)
+        if left or failures:
+            raise ChangelogError(f"could not write {left or len(failures)} rejected subscription "
+                                 f"changes to {self._config.kafka.rejected_topic!r}: "
+                                 f"{failures[:1] or 'timed out'}")
+        if refused:
+            print(f"bitroute: {len(refused)} rejected subscription changes were refused by "
+                  f"{self._config.kafka.rejected_topic!r} ({refused[0]}); their reasons are in "
+                  "the subscriptions audit table", file=sys.stderr, flush=True)
