@@ -31,7 +31,7 @@ from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema
 from streaming.broker_watch import KAFKA_LOG
 from streaming.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
 from streaming.config import Config
-from streaming.delivery import RECORD_ERRORS
+from streaming.delivery import QUEUE_FULL_WAIT_S, RECORD_ERRORS
 from streaming.delta_sink import AuditTables
 from streaming.kafka_records import kept_headers, record_size, rejected_headers
 from streaming.snapshots import SnapshotStore
@@ -163,11 +163,16 @@ class SubscriptionSync:
                 value = None
                 headers = rejected_headers([], record.reason + " (the copy in the rejected topic "
                                            "has no value: too large)", SOURCE_SUBSCRIPTION, mid)
-            try:
-                self._producer.produce(self._config.kafka.rejected_topic, key=record.key,
-                                       value=value, headers=headers, on_delivery=delivered)
-            except KafkaException as exc:
-                refused.append(exc.args[0].str())
+            while True:
+                try:
+                    self._producer.produce(self._config.kafka.rejected_topic, key=record.key,
+                                           value=value, headers=headers, on_delivery=delivered)
+                except BufferError:  # the local queue is full: serve delivery reports, retry
+                    self._producer.poll(QUEUE_FULL_WAIT_S)
+                    continue
+                except KafkaException as exc:
+                    refused.append(exc.args[0].str())
+                break
         left = self._producer.flush(_KAFKA_TIMEOUT_S)
         if left or failures:
             raise ChangelogError(f"could not write {left or len(failures)} rejected subscription "
