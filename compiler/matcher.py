@@ -88,7 +88,6 @@ class Matcher:
         self._ids_arrow = t.sub_ids
         self._names_arrow = t.subscriber_names
         self._sub_subscriber_np = t.sub_subscriber
-        self._sub_filter: list[int] = t.sub_filter.tolist()
 
         live = np.flatnonzero(bool_mask(pc.is_valid(t.sub_ids)))
         owners = np.zeros(len(self._ids), dtype=np.int64)
@@ -125,7 +124,7 @@ class Matcher:
                     texts = [grammar.match_part(x) for x in texts]
             groups.append((exchange_list[exchange_code], code, fslots, texts))
         self._resolver = Resolver(
-            self._owner, self._ids, self._rank, t.sub_subscriber, self._names, self._fsubs, flags, self._sub_filter,
+            self._owner, self._ids, self._rank, t.sub_subscriber, self._names, self._fsubs, flags, t.sub_filter,
             t.filter_text,
         )
         hit_code = np.where(single >= 0, single, ~np.arange(len(single)))

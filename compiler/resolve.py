@@ -61,8 +61,8 @@ class Resolver:
     slot's position in (subscriber, id) order; ``sub_subscriber``: numpy
     subscriber slot per subscription slot, naming ``names[...]``;
     ``fsubs``/``flags``: per filter slot, see the module docstring;
-    ``sub_filter[slot]`` and ``filter_text`` (Arrow) name the filter of a slot
-    (for shared groups).
+    ``sub_filter[slot]`` (numpy) and ``filter_text`` (Arrow) name the filter of
+    a slot (for shared groups).
     """
 
     __slots__ = (
@@ -71,7 +71,7 @@ class Resolver:
     )
 
     def __init__(self, owner: list, ids: list, rank: np.ndarray, sub_subscriber: np.ndarray, names: list,
-                 fsubs: list, flags: dict[int, int], sub_filter: list[int], filter_text) -> None:
+                 fsubs: list, flags: dict[int, int], sub_filter: np.ndarray, filter_text) -> None:
         self._owner = owner
         self._ids = ids
         self._rank = rank

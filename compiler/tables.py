@@ -15,6 +15,7 @@ and each subscription slot's rank in (subscriber, id) order
 
 from __future__ import annotations
 
+from collections import deque
 from types import ModuleType
 from typing import NamedTuple
 
@@ -205,14 +206,15 @@ def filter_subscriptions(sub_filter: np.ndarray, live: np.ndarray, n_filters: in
     ones = counts == 1
     single[ones] = by_filter[starts[:-1][ones]]
     fsubs: list = single.tolist()
-    slots = by_filter.tolist()
-    bounds = starts.tolist()
-    for f in np.flatnonzero(counts > 1).tolist():
-        start, end = bounds[f], bounds[f + 1]
-        if end - start <= FILTER_TUPLE_MAX:
-            fsubs[f] = tuple(slots[start:end])
-        else:
-            fsubs[f] = bitmap_of(by_filter[start:end])
+    several = np.flatnonzero(counts > 1)
+    few = several[counts[several] <= FILTER_TUPLE_MAX]
+    if len(few):
+        # One C-level pass: a tuple per filter, set into ``fsubs`` in place.
+        slots = by_filter.tolist()
+        bounds = map(slice, starts[few].tolist(), starts[few + 1].tolist())
+        deque(map(fsubs.__setitem__, few.tolist(), map(tuple, map(slots.__getitem__, bounds))), maxlen=0)
+    for f in several[counts[several] > FILTER_TUPLE_MAX].tolist():
+        fsubs[f] = bitmap_of(by_filter[starts[f]:starts[f + 1]])
     return fsubs, single, (starts[:-1], counts.astype(np.int64), by_filter.astype(np.int64))
 
 
