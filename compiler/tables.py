@@ -15,7 +15,9 @@ and each subscription slot's rank in (subscriber, id) order
 
 from __future__ import annotations
 
+import gc
 from collections import deque
+from contextlib import contextmanager
 from types import ModuleType
 from typing import NamedTuple
 
@@ -157,6 +159,20 @@ class ExchangeTables:
         self.automaton = FilterAutomaton(
             zip((x.split(self.separator) for x in texts), codes), grammar.ONE, grammar.MANY
         )
+
+
+@contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside the block (restored after, if it
+    was on): for building long-lived tables of many objects, which the
+    collector would otherwise re-scan over and over."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def hash_table(keys: list, codes: list[int]) -> dict:
