@@ -146,6 +146,7 @@ class Row:
     first_pps: float = float("nan")
     steady_pps: float = float("nan")
     batch_note: str = ""
+    churn_per_s: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
 
@@ -159,6 +160,43 @@ class Result:
     deliveries_per_topic: str
     distinct_per_batch: str
     rows: dict[str, Row]
+
+
+def measure_churn(br: Bitroute, wl, index, changes: int) -> tuple[float, str]:
+    """Changes per CPU second applied to the built index one record at a time,
+    as the changelog applies them (``upsert``/``remove``): a seeded mix of 40%
+    replacements (an existing id gets another subscription's filter and
+    subscriber), 30% removals and 30% new ids; then one ``snapshot()`` and
+    ``Matcher()`` of the result, timed apart."""
+    rng = random.Random(f"churn/{wl.profile}/{wl.n}")
+    Sub, ex, subs = br.Subscription, wl.exchange, wl.subs
+    stream = []
+    for k in range(changes):
+        r = rng.random()
+        if r < 0.4:
+            sid = subs[rng.randrange(len(subs))][0]
+            _, subscriber, filt = subs[rng.randrange(len(subs))]
+            stream.append(Sub(id=sid, exchange=ex, subscriber=subscriber, filter=filt))
+        elif r < 0.7:
+            stream.append(subs[rng.randrange(len(subs))][0])
+        else:
+            _, subscriber, filt = subs[rng.randrange(len(subs))]
+            stream.append(Sub(id=f"churn{k}", exchange=ex, subscriber=subscriber, filter=filt))
+    gc.collect()
+    upsert, remove = index.upsert, index.remove
+    t = time.process_time()
+    for change in stream:
+        if change.__class__ is str:
+            remove(change)
+        else:
+            upsert(change)
+    apply_s = time.process_time() - t
+    t = time.process_time()
+    br.Matcher(index.snapshot(2, {0: wl.n + changes}))
+    rebuild_s = time.process_time() - t
+    rate = changes / apply_s
+    return rate, (f"churn: {changes:,} changes (40% replace, 30% remove, 30% add) in {apply_s:.2f}s, "
+                  f"{rate:,.0f} changes/s; then snapshot() + Matcher() {rebuild_s:.2f}s")
 
 
 def pctl(ns: list[int], q: float) -> float:
@@ -222,6 +260,10 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     rows["bitroute"].load_s = t_from + t_m2
     rows["bitroute"].notes.append(f"to_bytes() {to_bytes_s:.2f}s; load = from_bytes() {t_from:.2f}s + Matcher() {t_m2:.2f}s")
     log(f"  {len(blob)} bytes ({len(blob) / n:.1f}/sub), to_bytes {to_bytes_s:.2f}s, from_bytes {t_from:.2f}s, Matcher {t_m2:.2f}s")
+    churn_per_s, churn_note = measure_churn(br, wl, index, args.churn)
+    rows["bitroute"].churn_per_s = churn_per_s
+    rows["bitroute"].notes.append(churn_note)
+    log(f"  {churn_note}")
     del blob, index, snap
 
     # ---- build: trie.  Pickling the trie's node objects was measured 3x
@@ -622,6 +664,7 @@ def check_targets(results: list[Result]) -> None:
                 ("batches >= 1M pub/s, first batch", b.first_pps >= 1e6, f"{b.first_pps:,.0f} pub/s"),
                 ("batches >= 1M pub/s, steady", b.steady_pps >= 1e6, f"{b.steady_pps:,.0f} pub/s"),
                 ("full build <= 5 s", b.build_s <= 5, f"{b.build_s:.2f} s"),
+                ("churn >= 50k changes/s", b.churn_per_s >= 50_000, f"{b.churn_per_s:,.0f} changes/s"),
                 ("snapshot <= 40 bytes/sub", b.bytes_per_sub <= 40, f"{b.bytes_per_sub:.1f} bytes"),
                 ("Matcher load <= 1 s", b.load_s <= 1, f"{b.load_s:.2f} s"),
             ]
@@ -629,6 +672,9 @@ def check_targets(results: list[Result]) -> None:
             checks += [
                 ("batches >= 10x trie, first", b.first_pps >= 10 * t.first_pps, ratio(b.first_pps, t.first_pps)),
                 ("batches >= 10x trie, steady", b.steady_pps >= 10 * t.steady_pps, ratio(b.steady_pps, t.steady_pps)),
+                ("full build <= 5 s", b.build_s <= 5, f"{b.build_s:.2f} s"),
+                ("churn >= 50k changes/s", b.churn_per_s >= 50_000, f"{b.churn_per_s:,.0f} changes/s"),
+                ("Matcher load <= 1 s", b.load_s <= 1, f"{b.load_s:.2f} s"),
             ]
         for name, ok, val in checks:
             lines.append(f"| {r.profile} {r.n:,} | {name} | {val} | {'met' if ok else '**MISSED**'} |")
@@ -682,6 +728,8 @@ def main(argv=None) -> int:
                    help="benchmark compiler/ as committed at git REF (exported to a temporary directory), "
                         "not the working tree")
     p.add_argument("--pin-cpu", type=int, help="pin this process to one CPU (like taskset -c)")
+    p.add_argument("--churn", type=int, default=100_000,
+                   help="subscription changes applied to the built index for the churn figure (default 100000)")
     p.add_argument("--cli", action="store_true", help="also compare bitroute match with the trie script")
     p.add_argument("--cli-only", action="store_true", help="only the bitroute match comparison")
     p.add_argument("--cli-topics", type=int, default=20_000,

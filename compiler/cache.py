@@ -8,9 +8,10 @@ subscriptions one fan-out result can hold thousands of slots, and a cache of
 10k such results was measured at 1.5 GB.
 
 Keys are ``(exchange, topic)`` pairs of strings; values are result triples
-``(slots, flags, shared)`` where ``slots`` and ``shared`` are sequences of
-slot numbers (see :mod:`compiler.matcher`). An entry is estimated at
-:data:`ENTRY_OVERHEAD_BYTES` plus its key's characters plus
+``(items, flags, shared)`` (see :mod:`compiler.resolve`): ``items`` the
+finished deliveries when ``flags`` is 0, else subscription slots; ``shared``
+filter slots. An entry is estimated at :data:`ENTRY_OVERHEAD_BYTES` plus its
+key's characters plus :data:`DELIVERY_BYTES` per delivery or
 :data:`SLOT_BYTES` per slot.
 """
 
@@ -32,13 +33,20 @@ SLOT_BYTES = 8
 """Per slot: a pointer in a tuple (small results share the int objects of the
 matcher's tables) or a uint32 in an array (large results)."""
 
+DELIVERY_BYTES = 96
+"""Per delivery: a pointer, and for a delivery made for this result (several
+ids of one subscriber, or a result of many subscriptions) its two tuples;
+one-subscription deliveries are shared with the matcher, so this
+over-estimates the common small result."""
+
 Key = tuple[str, str]
-Result = tuple[Sequence[int], int, Sequence[int]]
+Result = tuple[Sequence, int, Sequence[int]]
 
 
 def entry_bytes(key: Key, result: Result) -> int:
     """The estimated size of one cache entry (inlined in :meth:`TopicCache.put`)."""
-    return ENTRY_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + SLOT_BYTES * (len(result[0]) + len(result[2]))
+    items = (SLOT_BYTES if result[1] else DELIVERY_BYTES) * len(result[0])
+    return ENTRY_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + items + SLOT_BYTES * len(result[2])
 
 
 class TopicCache:
@@ -74,7 +82,8 @@ class TopicCache:
     def put(self, key: Key, result: Result) -> None:
         """Cache ``result`` for ``key`` (precondition: not cached yet) unless it
         is too big; evict the oldest entries to make room."""
-        size = ENTRY_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + SLOT_BYTES * (len(result[0]) + len(result[2]))
+        items = (SLOT_BYTES if result[1] else DELIVERY_BYTES) * len(result[0])
+        size = ENTRY_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + items + SLOT_BYTES * len(result[2])
         if size > self._max_entry_bytes:
             return
         entries = self._entries

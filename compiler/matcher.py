@@ -37,14 +37,12 @@ chosen member's subscriptions of that group count.
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyroaring import FrozenBitMap
 
 from .batch import Units, collect_hits, expand
 from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
@@ -55,7 +53,7 @@ from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers
 from .grammar import grammar_for
 from .output import DELIVERIES_TYPE, Delivery, deliveries, deliveries_array
 from .pattern import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE
-from .shared import choose_member, group_key
+from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver
 from .snapshot import Snapshot
 from .tables import ExchangeTables, filter_groups, filter_subscriptions, slot_ranks
 
@@ -63,20 +61,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["DELIVERIES_TYPE", "Delivery", "Matcher"]
-
-SORT_IN_PYTHON_MAX = 64
-"""Results up to this many subscriptions are sorted as a Python list, larger
-ones as a numpy array; both by a per-matcher rank of (subscriber, id)."""
-
-_HAS_CRITERIA = 1
-_HAS_SHARED = 2
-
-# A topic's result before per-message conditions is the triple
-# (slots, flags, shared): subscription slots sorted by (subscriber, id), a
-# tuple (or, when large, an array('I')); whether some of them have header
-# criteria / belong to a shared group (_HAS_CRITERIA | _HAS_SHARED); and the
-# matched filter slots of shared groups. Plain tuples: this is the hot path.
-_EMPTY_RESULT: tuple = ((), 0, ())
 
 
 class Matcher:
@@ -90,7 +74,7 @@ class Matcher:
     slot of a filter held by exactly one subscription, without header
     criteria or shared group (the common case, resolved without further
     lookups); ``h < 0`` stands for filter slot ``~h``, whose subscriptions and
-    conditions are looked up in ``_fsubs`` and ``_flags``.
+    conditions are looked up by :class:`compiler.resolve.Resolver`.
     """
 
     def __init__(self, snapshot: Snapshot, cache_max_bytes: int = MATCH_CACHE_MAX_BYTES) -> None:
@@ -104,8 +88,6 @@ class Matcher:
         self._ids_arrow = t.sub_ids
         self._names_arrow = t.subscriber_names
         self._sub_subscriber_np = t.sub_subscriber
-        self._sub_filter: list[int] = t.sub_filter.tolist()
-        self._rank_of_slot = None
 
         live = np.flatnonzero(bool_mask(pc.is_valid(t.sub_ids)))
         owners = np.zeros(len(self._ids), dtype=np.int64)
@@ -128,7 +110,7 @@ class Matcher:
         if len(t.criteria_slots):
             self._criteria = CriteriaIndex(t.criteria_slots, t.criteria_ref, t.criteria_sets)
             for f in np.unique(t.sub_filter[t.criteria_slots]).tolist():
-                flags[f] = _HAS_CRITERIA
+                flags[f] = HAS_CRITERIA
         groups = []
         for exchange_code, code, fslots in filter_groups(t.filter_exchange, t.filter_code, t.filter_text):
             grammar = exchange_list[exchange_code].grammar
@@ -138,10 +120,13 @@ class Matcher:
                 shared = fslots[bool_mask(pc.starts_with(column, grammar.SHARE_PREFIX))].tolist()
                 if shared:
                     for f in shared:
-                        flags[f] = flags.get(f, 0) | _HAS_SHARED
+                        flags[f] = flags.get(f, 0) | HAS_SHARED
                     texts = [grammar.match_part(x) for x in texts]
             groups.append((exchange_list[exchange_code], code, fslots, texts))
-        self._flags = flags
+        self._resolver = Resolver(
+            self._owner, self._ids, self._rank, t.sub_subscriber, self._names, self._fsubs, flags, t.sub_filter,
+            t.filter_text,
+        )
         hit_code = np.where(single >= 0, single, ~np.arange(len(single)))
         self._special_filter = np.zeros(len(single), dtype=bool)
         if flags:
@@ -194,13 +179,16 @@ class Matcher:
             result = None
         if result is None:
             result = self._lookup(exchange, routing_key)
-        slots, flags, shared = result
-        if flags:
-            if flags & _HAS_CRITERIA:
-                slots = self._criteria_filtered(slots, relevant_headers(headers, self._criteria.names))
-            if flags & _HAS_SHARED:
-                slots = self._shared(exchange, slots, shared, message_id)
-        return deliveries(slots, self._owner, self._ids)
+        items, flags, shared = result
+        if not flags:
+            return list(items)  # the finished deliveries (see compiler.resolve)
+        if flags & HAS_CRITERIA:
+            items = self._resolver.criteria_filtered(
+                self._criteria, items, relevant_headers(headers, self._criteria.names)
+            )
+        if flags & HAS_SHARED:
+            items = self._resolver.shared(exchange, items, shared, message_id)
+        return deliveries(items, self._owner, self._ids)
 
     def match_frame(self, frame: "pd.DataFrame") -> "pd.DataFrame":
         """Match a batch of publishes, for ``mapInPandas``.
@@ -281,9 +269,11 @@ class Matcher:
                         continue
                     row = distinct_rows[j]
                     slots, flags, shared = conditioned[topic]
-                    if flags & _HAS_CRITERIA:
-                        slots = self._criteria_filtered(slots, relevant_mapping(row[2] if len(row) > 2 else ()))
-                    if flags & _HAS_SHARED:
+                    if flags & HAS_CRITERIA:
+                        slots = self._resolver.criteria_filtered(
+                            self._criteria, slots, relevant_mapping(row[2] if len(row) > 2 else ())
+                        )
+                    if flags & HAS_SHARED:
                         per_message[j] = (slots, shared)
                         distinct_unit[j] = 0
                     else:
@@ -297,7 +287,7 @@ class Matcher:
             for i in np.flatnonzero(np.isin(row_distinct, list(per_message))).tolist():
                 if errors[i] is None:
                     slots, shared = per_message[row_distinct[i]]
-                    row_unit[i] = units.add(self._shared(exchanges[i], slots, shared, message_ids[i] or ""))
+                    row_unit[i] = units.add(self._resolver.shared(exchanges[i], slots, shared, message_ids[i] or ""))
         flat, offsets = units.build()
         # Lay the units out row by row in numpy, so Arrow builds the nested
         # output once instead of taking nested lists per row.
@@ -355,88 +345,14 @@ class Matcher:
         return (slots[order], offsets), errors, conditioned
 
     def _lookup(self, exchange: str, topic: str) -> tuple:
-        """Compute and cache the result triple of a topic not in the cache.
+        """Compute and cache the result (:mod:`compiler.resolve`) of a topic
+        not in the cache.
 
         Raises UnknownExchangeError / TopicError for invalid input (not cached).
         """
         table = self._exchanges.get(exchange) if exchange.__class__ is str else None
         if table is None:
             raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
-        hits = table.hits(table.parse_topic(topic), topic)
-        if not hits:
-            result = _EMPTY_RESULT
-        elif len(hits) == 1 and hits[0] >= 0:
-            result = (tuple(hits), 0, ())
-        else:
-            result = self._combine(hits)
+        result = self._resolver.result(table.hits(table.parse_topic(topic), topic))
         self._cache.put((exchange, topic), result)
         return result
-
-    def _combine(self, hits: list[int]) -> tuple:
-        """The result triple of several hit codes, or of one that needs expanding."""
-        slots: list[int] = []
-        large: list[FrozenBitMap] = []
-        flags = 0
-        shared: tuple[int, ...] = ()
-        for hit in hits:
-            if hit >= 0:
-                slots.append(hit)
-                continue
-            fslot = ~hit
-            subs = self._fsubs[fslot]
-            if subs.__class__ is int:
-                slots.append(subs)
-            elif subs.__class__ is tuple:
-                slots += subs
-            else:
-                large.append(subs)
-            condition = self._flags.get(fslot, 0)
-            flags |= condition
-            if condition & _HAS_SHARED:
-                shared += (fslot,)
-        # Filter slots partition the subscriptions: no slot appears twice.
-        if large or len(slots) > SORT_IN_PYTHON_MAX:
-            ordered: Sequence[int] = self._order_large(slots, large)
-        else:
-            if len(slots) > 1:
-                slots.sort(key=self._rank_of())
-            ordered = tuple(slots)
-        return ordered, flags, shared
-
-    def _order_large(self, slots: list[int], large: list[FrozenBitMap]) -> array:
-        """``slots`` and the members of ``large`` in (subscriber, id) order, vectorised."""
-        parts = [np.array(slots, dtype=np.uint32)] + [np.frombuffer(m.to_array(), dtype=np.uint32) for m in large]
-        merged = np.concatenate(parts)
-        ordered = merged[np.argsort(self._ranks()[merged])]
-        out = array("I")
-        out.frombytes(ordered.astype(np.uint32).tobytes())
-        return out
-
-    def _ranks(self) -> np.ndarray:
-        """``rank[slot]``: the slot's position in (subscriber, id) order."""
-        return self._rank
-
-    def _rank_of(self):
-        """``rank_of(slot)`` as a fast Python callable (a list's ``__getitem__``),
-        made on first need: sorting a small list with it beats numpy."""
-        if self._rank_of_slot is None:
-            self._rank_of_slot = self._rank.tolist().__getitem__
-        return self._rank_of_slot
-
-    def _criteria_filtered(self, slots: Sequence[int], relevant: Mapping[str, Sequence[str | None]]) -> list[int]:
-        """``slots`` without the subscriptions whose header criteria fail (order kept)."""
-        with_criteria = self._criteria.with_criteria
-        satisfied = self._criteria.satisfied(relevant)
-        return [s for s in slots if s not in with_criteria or s in satisfied]
-
-    def _shared(self, exchange: str, slots: Sequence[int], shared: Sequence[int], message_id: str) -> list[int]:
-        """``slots`` without the subscriptions of shared-group members that were
-        not chosen for ``message_id`` (order kept)."""
-        owner, sub_filter = self._owner, self._sub_filter
-        slots = list(slots)
-        for f in shared:
-            members = sorted({owner[s] for s in slots if sub_filter[s] == f})
-            if len(members) > 1:
-                chosen = choose_member(group_key(exchange, self._filter_text[f].as_py()), message_id, members)
-                slots = [s for s in slots if sub_filter[s] != f or owner[s] == chosen]
-        return slots

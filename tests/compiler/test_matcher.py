@@ -19,7 +19,7 @@ from compiler import (
     UnknownExchangeError,
 )
 from compiler.cache import ENTRY_OVERHEAD_BYTES, MATCH_CACHE_MAX_ENTRY_FRACTION
-from compiler.matcher import SORT_IN_PYTHON_MAX
+from compiler.resolve import SMALL_MAX
 from compiler.tables import FILTER_TUPLE_MAX
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
@@ -46,7 +46,7 @@ def test_one_delivery_per_subscriber_listing_every_matched_subscription(routing)
         Delivery("al", ("a1",)), Delivery("bob", ("b1",)), Delivery("zed", ("z1", "z2", "z3"))]
 
 
-@pytest.mark.parametrize("size", [2, FILTER_TUPLE_MAX + 1, SORT_IN_PYTHON_MAX + 1, 700])
+@pytest.mark.parametrize("size", [2, FILTER_TUPLE_MAX + 1, SMALL_MAX + 1, 700])
 def test_deliveries_are_sorted_by_subscriber_then_id_at_every_result_size(size, routing):
     subs = [Subscription(f"id{(i * 7919) % size:04d}", "amq", f"sub{(i * 31) % 13:02d}", "x.*" if i % 2 else "#")
             for i in range(size)]
@@ -108,7 +108,7 @@ def test_shared_group_members_are_those_whose_criteria_hold(routing):
 
 
 def test_cache_is_bounded_by_bytes_and_evicts_oldest():
-    bound = MATCH_CACHE_MAX_ENTRY_FRACTION * (ENTRY_OVERHEAD_BYTES + 64)  # entries of ~420 bytes fit
+    bound = MATCH_CACHE_MAX_ENTRY_FRACTION * (ENTRY_OVERHEAD_BYTES + 128)  # entries of ~510 bytes fit
     matcher = _matcher([Subscription(f"s{i}", "amq", "c", f"t{i}.*") for i in range(100)], cache_max_bytes=bound)
     for round_ in range(2):
         for i in range(100):
