@@ -48,7 +48,7 @@ from .batch import Units, collect_hits, expand
 from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
 from .criteria_index import CriteriaIndex
 from .columns import bool_mask
-from .errors import TopicError, UnknownExchangeError, quote
+from .errors import UnknownExchangeError, quote
 from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
 from .grammar import grammar_for
 from .output import DELIVERIES_TYPE, Delivery, deliveries, deliveries_array
