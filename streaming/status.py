@@ -9,7 +9,7 @@ is up, stuck or gone:
 - ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
   atomically after each one (``query_id``, ``run_id``, ``batch_id``,
   ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
-  ``seconds``, ``stages``, ``finished_at``, ``subscriptions``,
+  ``seconds``, ``stages``, ``routed_in``, ``finished_at``, ``subscriptions``,
   ``audit_pending_batches``, ``audit_lag_seconds``).
 - ``<checkpoint_dir>/publishes/{offsets,commits}/<batch>``: Spark's
   checkpoint. The offsets of the last committed batch are where routing
@@ -141,6 +141,8 @@ def render(status: Mapping[str, object], now: datetime | None = None) -> list[st
         lines.append(("query", f"{last.get('query_id', '?')} (run {last.get('run_id', '?')})"))
         stages = last.get("stages") or {}
         split = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in stages.items())
+        if last.get("routed_in"):
+            split += f"; routed in the {last['routed_in']}"
         lines.append(("last batch", (
             f"{last.get('batch_id', '?')}: {last.get('publishes', '?')} publishes, "
             f"{last.get('deliveries', '?')} deliveries, {last.get('rejected', '?')} rejected, "

@@ -34,6 +34,7 @@ LAST_BATCH = {
     "query_id": "5b1e4c1e-query", "run_id": "9f2d-run", "batch_id": 7, "publishes": 120,
     "deliveries": 930, "rejected": 2, "snapshot_version": 3, "seconds": 1.25,
     "stages": {"catch_up": 0.01, "route": 0.84, "audit": 0.4},
+    "routed_in": "executors",
     "finished_at": "2025-01-02T03:04:05+00:00", "subscriptions": 2,
     "audit_pending_batches": 1, "audit_lag_seconds": 2.5,
 }
@@ -155,7 +156,8 @@ def test_status_of_a_running_router(capsys, settings, cfg, router_lock):
     assert lines["query"].strip() == "5b1e4c1e-query (run 9f2d-run)"
     assert lines["last batch"].strip().startswith(
         "7: 120 publishes, 930 deliveries, 2 rejected, snapshot v3, 1.25s "
-        "(catch_up 0.01s, route 0.84s, audit 0.40s), finished 2025-01-02T03:04:05+00:00")
+        "(catch_up 0.01s, route 0.84s, audit 0.40s; routed in the executors), "
+        "finished 2025-01-02T03:04:05+00:00")
     assert lines["input lag"].strip() == (f"6 publishes not routed in {cfg.kafka.publishes_topic} "
                                           "(committed batch 7)")
     assert lines["changelog lag"].strip() == (f"1 changes not applied in "
