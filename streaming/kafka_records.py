@@ -39,9 +39,7 @@ from schemas.records import (
     MESSAGE_ID_HEADER,
     REASON_HEADER,
     ROUTER_HEADERS,
-    SNAPSHOT_VERSION_HEADER,
     SOURCE_HEADER,
-    SUBSCRIPTION_IDS_HEADER,
 )
 
 Headers = list[tuple[str, bytes | None]]
@@ -82,6 +80,18 @@ def delivery_topic_column(subscribers: pa.Array, prefix: str, shared_topic: str 
     if shared_topic is not None:
         return pa.array([shared_topic] * len(subscribers), pa.string())
     return pc.binary_join_element_wise(prefix, subscribers, "")
+
+
+def rejected_copy(key: bytes | None, value: bytes | None, kept: Headers, reason: str, source: str,
+                  message_id: str, limit: int) -> tuple[bytes | None, Headers, str]:
+    """The value, headers and reason of a bad record's copy in the rejected topic: whole
+    when it fits ``limit`` bytes, else without payload or the record's own headers, the
+    reason saying so (a copy the broker would refuse must not stop the router)."""
+    headers = rejected_headers(kept, reason, source, message_id)
+    if record_size(key, value, headers) <= limit:
+        return value, headers, reason
+    reason += " (the copy in the rejected topic has no payload or headers: too large)"
+    return None, rejected_headers([], reason, source, message_id), reason
 
 
 def text(values: pa.Array) -> pa.Array:

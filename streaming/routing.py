@@ -71,8 +71,7 @@ from streaming.kafka_records import (
     PublishColumns,
     delivery_topic_column,
     kept_headers,
-    record_size,
-    rejected_headers,
+    rejected_copy,
     subscription_ids_json,
     text,
 )
@@ -201,17 +200,6 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
                      send, message_ids, keys, publishes.values.to_pylist(), kept, version)
-
-
-def _rejected_copy(key: bytes | None, value: bytes | None, kept: list, reasons: list, row: int,
-                   message_id: str, limit: int) -> tuple[bytes | None, list]:
-    """The value and headers of publish ``row``'s copy in the rejected topic: whole if it
-    fits ``limit``, else without payload or headers (and its reason says so)."""
-    headers = rejected_headers(kept, reasons[row], SOURCE_PUBLISH, message_id)
-    if record_size(key, value, headers) <= limit:
-        return value, headers
-    reasons[row] += " (the copy in the rejected topic has no payload: too large)"
-    return None, rejected_headers([], reasons[row], SOURCE_PUBLISH, message_id)
 
 
 @dataclass
@@ -351,8 +339,9 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
     if not rejected:
         return
     for row in rejected:
-        value, headers = _rejected_copy(keys[row], values[row], kept[row], reasons, row,
-                                        message_ids[row], settings.producer.max_record_bytes)
+        value, headers, reasons[row] = rejected_copy(
+            keys[row], values[row], kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row],
+            settings.producer.max_record_bytes)
         producer.produce_tagged(settings.rejected_topic, keys[row], value, headers, row)
     for failure in producer.flush():
         if failure.tag is not None:

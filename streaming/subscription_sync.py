@@ -33,7 +33,7 @@ from streaming.changelog import Change, ChangelogError, RejectedRecord, Subscrip
 from streaming.config import Config
 from streaming.delivery import QUEUE_FULL_WAIT_S, RECORD_ERRORS
 from streaming.delta_sink import AuditTables
-from streaming.kafka_records import kept_headers, record_size, rejected_headers
+from streaming.kafka_records import kept_headers, rejected_copy
 from streaming.snapshots import SnapshotStore
 from streaming.topics import admin_client, ensure_delivery_topics
 
@@ -156,13 +156,8 @@ class SubscriptionSync:
 
         for record in rejected:
             mid = message_id(record.topic, record.partition, record.offset)
-            headers = rejected_headers(kept_headers(record.headers), record.reason,
-                                       SOURCE_SUBSCRIPTION, mid)
-            value = record.value
-            if record_size(record.key, value, headers) > limit:
-                value = None
-                headers = rejected_headers([], record.reason + " (the copy in the rejected topic "
-                                           "has no value: too large)", SOURCE_SUBSCRIPTION, mid)
+            value, headers, _ = rejected_copy(record.key, record.value, kept_headers(record.headers),
+                                              record.reason, SOURCE_SUBSCRIPTION, mid, limit)
             while True:
                 try:
                     self._producer.produce(self._config.kafka.rejected_topic, key=record.key,

@@ -35,11 +35,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.e2e import kafka_load, procstat
 from benchmarks.e2e.workload import EXCHANGE, Workload
-from schemas.records import EXCHANGE_HEADER, SNAPSHOT_VERSION_HEADER
+from schemas.records import EXCHANGE_HEADER
 from streaming.broker import EmbeddedBroker, free_port
 from streaming.config import Config, load, parse_set_flags
 from streaming.topics import ensure_router_topics
