@@ -1,24 +1,35 @@
 # Two entry points for a fresh machine (see README): `make run` and `make test`.
 # Everything they need is installed by them: Java and Maven from Debian's
-# packages if missing, Python packages into .venv, JVM jars into .cache/. A
+# packages if missing, Python packages into .venv (the Rust matching kernel,
+# kernel/, built there by cargo through maturin), JVM jars into .cache/. A
 # second run finds it all there and starts at once.
 
 PYTHON ?= python3
+# rustup installs cargo under ~/.cargo/bin, which non-login shells may not have on PATH.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: run test install jars prereqs clean
 
-# Java 17 runs Spark and the Kafka broker; Maven resolves conf/jvm.toml.
+# Java 17 runs Spark and the Kafka broker; Maven resolves conf/jvm.toml; cargo
+# builds the matching kernel (kernel/) from crates.io.
 prereqs:
 	@command -v java >/dev/null && command -v mvn >/dev/null || { \
 	  echo "installing Java 17 and Maven from Debian's packages"; \
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null; }
+	@command -v cargo >/dev/null || { \
+	  echo "installing Rust's cargo from Debian's packages"; \
+	  apt-get update -qq && apt-get install -y -qq cargo >/dev/null; }
 
-$(STAMP): pyproject.toml
+KERNEL_SOURCES := kernel/Cargo.toml kernel/pyproject.toml $(wildcard kernel/src/*.rs)
+
+$(STAMP): pyproject.toml $(KERNEL_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	@echo "building the matching kernel (kernel/, Rust) into $(VENV)"
+	$(BIN)/pip install --quiet ./kernel
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

@@ -1,126 +1,21 @@
-"""Building blocks of ``match_frame``: a batch of distinct topics matched
-together, resolved and laid out with numpy instead of per-topic Python objects.
+"""Building blocks of ``match_frame``: a batch's matched topics laid out
+with numpy instead of per-topic Python objects.
 
-:func:`collect_hits` finds every hit code of every topic with C-level loops
-(``map`` of ``dict.get``, ``str.split``, ``itemgetter`` over the whole batch)
-over the same hash tables :meth:`compiler.matcher.Matcher.match` uses, one
-pass per lookup of a topic-length group rather than one Python call per
-topic; topics are validated with Arrow kernels and only the suspicious ones
-go through the dialect's ``parse_topic`` (for its exact error). What the
-batch saves after the lookup: expanding filter slots into subscription slots,
-sorting, and building the Arrow output, done once per batch over flat arrays
-(:func:`expand`, :class:`Units`). ``benchmarks/compiler_bench.py`` ("batch")
-measures this path; run it before changing it.
+The kernel (``bitroute_kernel.Kernel.match_topics``) matches the distinct
+topics; what is left per batch is laying the results out row by row:
+:func:`expand` (a vectorised ragged gather) and :class:`Units` (the flat
+slot arrays of every distinct result). ``benchmarks/compiler_bench.py``
+("batch") measures this path; run it before changing it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, repeat
+from itertools import chain
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from .columns import bool_mask, numpy_of
-from .errors import TopicError
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-_MISS = -(1 << 62)
-"""``dict.get`` default: no hit code is this small (codes are > -2**33)."""
-
-
-def collect_hits(table, topics: list[str]) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
-    """``(owners, codes, errors)``: every hit code of every topic of
-    ``table`` (a :class:`compiler.tables.ExchangeTables`), with the index of
-    its topic, and why each invalid topic was refused. Same hits as
-    ``table.hits`` topic by topic, in another order.
-
-    Topics are split and their shape keys picked and joined by Arrow kernels
-    (no Python list per topic: allocating them also set off the garbage
-    collector over the matcher's million objects); only the key lookups
-    are Python ``dict.get`` calls, run by ``map``."""
-    n = len(topics)
-    errors: dict[int, str] = {}
-    if n == 0:
-        return _EMPTY, _EMPTY, errors
-    column = pa.array(topics, type=pa.string())
-    parts = pc.split_pattern(column, table.separator)
-    offsets = numpy_of(parts.offsets).astype(np.int64)
-    starts, ends = offsets[:-1], offsets[1:]
-    values = parts.values
-    lengths = ends - starts
-    odd_words: dict[int, list[str]] = {}
-    for t in table.suspicious_topics(column):
-        try:
-            words = table.parse_topic(topics[t])
-        except TopicError as exc:
-            errors[t] = str(exc)
-            lengths[t] = -1
-            continue
-        if len(words) != lengths[t]:  # the empty AMQP routing key: no words
-            odd_words[t] = words
-            lengths[t] = len(words)
-    owners: list[np.ndarray] = []
-    codes: list[np.ndarray] = []
-    _gather(table.exact.get, topics, np.arange(n, dtype=np.int64), owners, codes)
-    if table.dollar_rule:
-        group_key = lengths * 2 + bool_mask(pc.starts_with(column, "$"))
-    else:
-        group_key = lengths * 2
-    order = np.argsort(group_key, kind="stable")
-    keys = group_key[order]
-    bounds = np.flatnonzero(np.diff(keys)) + 1
-    automaton, separator = table.automaton, table.separator
-    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), n]):
-        key = int(keys[start])
-        if key < 0:
-            continue  # invalid topics
-        members = order[start:end]
-        plan = table.plan(key >> 1)
-        if key & 1:
-            lookups = plan.batch_dollar_lookups
-        else:
-            lookups = plan.batch_lookups
-            if plan.catch_all:
-                owners.append(np.repeat(members, len(plan.catch_all)))
-                codes.append(np.tile(np.array(plan.catch_all, dtype=np.int64), len(members)))
-        if lookups:
-            member_starts, member_ends = starts[members], ends[members]
-            for positions, lookup in lookups:
-                picked = [values.take(pa.array(member_starts + p if p >= 0 else member_ends + p)) for p in positions]
-                joined = picked[0] if len(picked) == 1 else pc.binary_join_element_wise(*picked, separator)
-                _gather(lookup.get, joined.to_pylist(), members, owners, codes)
-        if automaton is not None:
-            group_words = [odd_words[t] if t in odd_words else topics[t].split(separator) for t in members.tolist()]
-            found = list(map(automaton.match, group_words))
-            counts = np.fromiter(map(len, found), dtype=np.int64, count=len(found))
-            if counts.any():
-                owners.append(np.repeat(members, counts))
-                codes.append(np.fromiter(chain.from_iterable(found), dtype=np.int64, count=int(counts.sum())))
-    if not owners:
-        return _EMPTY, _EMPTY, errors
-    return np.concatenate(owners), np.concatenate(codes), errors
-
-
-def _gather(get, keys, members: np.ndarray, owners: list, codes: list) -> None:
-    """Look every key up with ``get`` (a table's ``dict.get``); append the hits'
-    topics (``members``) and codes. A table value is a hit code, or a tuple
-    of them when several filters share the key."""
-    found = list(map(get, keys, repeat(_MISS)))
-    try:
-        values = np.fromiter(found, dtype=np.int64, count=len(found))
-    except TypeError:  # some key held by several filters
-        for i, value in enumerate(found):
-            if value.__class__ is tuple:
-                owners.append(np.full(len(value), members[i], dtype=np.int64))
-                codes.append(np.array(value, dtype=np.int64))
-                found[i] = _MISS
-        values = np.fromiter(found, dtype=np.int64, count=len(found))
-    hit = values != _MISS
-    if hit.any():
-        owners.append(members[hit])
-        codes.append(values[hit])
 
 
 def expand(owners: np.ndarray, starts: np.ndarray, counts: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

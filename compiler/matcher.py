@@ -42,20 +42,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+from bitroute_kernel import Kernel
 import pyarrow.compute as pc
 
-from .batch import Units, collect_hits, expand
+from .batch import Units, expand
 from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
 from .criteria_index import CriteriaIndex
 from .columns import bool_mask
-from .errors import UnknownExchangeError, quote
+from .errors import TopicError, UnknownExchangeError, quote
 from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
 from .grammar import grammar_for
 from .output import DELIVERIES_TYPE, Delivery, deliveries, deliveries_array
-from .pattern import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE
 from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver
 from .snapshot import Snapshot
-from .tables import ExchangeTables, filter_groups, filter_subscriptions, slot_ranks
+from .tables import filter_subscriptions, slot_ranks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,52 +96,47 @@ class Matcher:
         self._owner: list[str | None] = list(map(self._names.__getitem__, owners.tolist()))
         """Subscriber name per subscription slot: the same str object for the
         same subscriber, so deliveries group by identity."""
-        self._fsubs, single, (self._fs_start, self._fs_count, self._fs_slots) = filter_subscriptions(
-            t.sub_filter, live, len(t.filter_text)
-        )
-        self._filter_text = t.filter_text
+        single, (fs_start, fs_count, fs_slots) = filter_subscriptions(t.sub_filter, live, len(t.filter_text))
 
-        self._exchanges: dict[str, ExchangeTables] = {
-            name: ExchangeTables(name, grammar_for(snapshot.exchanges[name])) for name in t.exchange_names
-        }
-        exchange_list = [self._exchanges[name] for name in t.exchange_names]
+        self._grammars = [grammar_for(snapshot.exchanges[name]) for name in t.exchange_names]
+        self._exchange_number = {name: i for i, name in enumerate(t.exchange_names)}
         flags: dict[int, int] = {}
         self._criteria: CriteriaIndex | None = None
         if len(t.criteria_slots):
             self._criteria = CriteriaIndex(t.criteria_slots, t.criteria_ref, t.criteria_sets)
             for f in np.unique(t.sub_filter[t.criteria_slots]).tolist():
                 flags[f] = HAS_CRITERIA
-        groups = []
-        for exchange_code, code, fslots in filter_groups(t.filter_exchange, t.filter_code, t.filter_text):
-            grammar = exchange_list[exchange_code].grammar
-            column = t.filter_text.take(pa.array(fslots))
-            texts = column.to_pylist()
+        live_filters = np.flatnonzero(bool_mask(pc.is_valid(t.filter_text)))
+        texts = t.filter_text.take(pa.array(live_filters)).to_pylist()
+        filter_exchange = t.filter_exchange[live_filters]
+        for number, grammar in enumerate(self._grammars):
             if grammar.DOLLAR_RULE:
-                shared = fslots[bool_mask(pc.starts_with(column, grammar.SHARE_PREFIX))].tolist()
-                if shared:
-                    for f in shared:
+                for i in np.flatnonzero(filter_exchange == number).tolist():
+                    if texts[i].startswith(grammar.SHARE_PREFIX):
+                        f = int(live_filters[i])
                         flags[f] = flags.get(f, 0) | HAS_SHARED
-                    texts = [grammar.match_part(x) for x in texts]
-            groups.append((exchange_list[exchange_code], code, fslots, texts))
+                        texts[i] = grammar.match_part(texts[i])
         self._resolver = Resolver(
-            self._owner, self._ids, self._rank, t.sub_subscriber, self._names, self._fsubs, flags, t.sub_filter,
-            t.filter_text,
+            self._owner, self._ids, self._rank, fs_start, fs_count, fs_slots, flags, t.sub_filter, t.filter_text
         )
         hit_code = np.where(single >= 0, single, ~np.arange(len(single)))
-        self._special_filter = np.zeros(len(single), dtype=bool)
+        special = np.zeros(len(single), dtype=np.uint8)
         if flags:
-            special = np.fromiter(flags, dtype=np.int64, count=len(flags))
-            hit_code[special] = ~special
-            self._special_filter[special] = True
-        for exchange, code, fslots, texts in groups:
-            # ``texts`` are the matching parts of the filters (no '$share/g/').
-            codes = hit_code[fslots].tolist()
-            if code == CODE_EXACT:
-                exchange.add_exact(texts, codes)
-            elif code == CODE_MULTI:
-                exchange.add_multi(texts, codes)
-            else:
-                exchange.add_shape(t.shapes[code - CODE_SHAPE_BASE], texts, codes)
+            conditioned = np.fromiter(flags, dtype=np.int64, count=len(flags))
+            hit_code[conditioned] = ~conditioned
+            special[conditioned] = 1
+        exchanges = []
+        for number, grammar in enumerate(self._grammars):
+            members = np.flatnonzero(filter_exchange == number)
+            exchanges.append((
+                snapshot.exchanges[t.exchange_names[number]].value,
+                list(map(texts.__getitem__, members.tolist())),
+                hit_code[live_filters[members]].tolist(),
+            ))
+        self._kernel = Kernel(
+            Delivery, self._owner, self._ids, self._rank, owners, fs_start, fs_count, fs_slots, special, exchanges
+        )
+        self._kernel_deliveries = self._kernel.deliveries
 
     @property
     def snapshot(self) -> Snapshot:
@@ -243,7 +238,7 @@ class Matcher:
                 if len(row) == 2 or row[2] is not MALFORMED:
                     groups.setdefault(row[0], []).append(j)
         for exchange, members in groups.items():
-            if exchange.__class__ is not str or exchange not in self._exchanges:
+            if exchange.__class__ is not str or exchange not in self._exchange_number:
                 reason = "missing exchange" if exchange is None else f"unknown exchange {quote(exchange)}"
                 distinct_error.update(dict.fromkeys(members, reason))
                 continue
@@ -321,38 +316,34 @@ class Matcher:
         applies the per-message conditions, e.g. through :meth:`match`).
         Raises ``KeyError`` for an exchange not in the snapshot.
         """
-        table = self._exchanges[exchange]
-        owners, codes, errors = collect_hits(table, topics)
-        direct = codes >= 0
+        number = self._exchange_number[exchange]
+        flat, offsets, unhandled, special = self._kernel.match_topics(number, topics, rank)
+        errors: dict[int, str] = {}
         conditioned: dict[int, tuple] = {}
-        parts = [(owners[direct], codes[direct])]
-        if not direct.all():
-            owners, fslots = owners[~direct], ~codes[~direct]
-            special = self._special_filter[fslots]
-            if special.any():
-                for t in np.unique(owners[special]).tolist():
-                    conditioned[t] = self._lookup(exchange, topics[t])
-            fslots, owners = fslots[~special], owners[~special]
-            parts.append(expand(owners, self._fs_start[fslots], self._fs_count[fslots], self._fs_slots))
-        owners = np.concatenate([p[0] for p in parts])
-        slots = np.concatenate([p[1] for p in parts])
-        if conditioned:
-            keep = ~np.isin(owners, list(conditioned))
-            owners, slots = owners[keep], slots[keep]
-        # One sort of (topic, rank) packed in an int64: ranks < 2**32.
-        order = np.argsort((owners << 32) | (self._rank if rank is None else rank)[slots])
-        offsets = np.searchsorted(owners[order], np.arange(len(topics) + 1))
-        return (slots[order], offsets), errors, conditioned
+        for t in unhandled + special:
+            try:
+                words = self._grammars[number].parse_topic(topics[t])
+            except TopicError as exc:
+                errors[t] = str(exc)
+            else:
+                conditioned[t] = self._resolver.slots(self._kernel.hits(number, words))
+        return (np.frombuffer(flat, dtype=np.int64), np.frombuffer(offsets, dtype=np.int64)), errors, conditioned
 
     def _lookup(self, exchange: str, topic: str) -> tuple:
         """Compute and cache the result (:mod:`compiler.resolve`) of a topic
-        not in the cache.
+        not in the cache: the kernel's finished deliveries, or for a topic
+        that hit a filter with per-message conditions, its slots.
 
         Raises UnknownExchangeError / TopicError for invalid input (not cached).
         """
-        table = self._exchanges.get(exchange) if exchange.__class__ is str else None
-        if table is None:
+        number = self._exchange_number.get(exchange) if exchange.__class__ is str else None
+        if number is None:
             raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
-        result = self._resolver.result(table.hits(table.parse_topic(topic), topic))
+        items = self._kernel_deliveries(number, topic)
+        if items is not None:
+            result = (items, 0, ())
+        else:  # an invalid topic (the grammar raises its error) or a conditioned filter hit
+            words = self._grammars[number].parse_topic(topic)
+            result = self._resolver.result(self._kernel.hits(number, words))
         self._cache.put((exchange, topic), result)
         return result

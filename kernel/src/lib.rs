@@ -1,0 +1,575 @@
+//! bitroute's matching kernel: the part of `compiler.matcher.Matcher` that
+//! runs once per topic (or per topic and subscription), in Rust.
+//!
+//! A [`Trie`] per exchange holds that exchange's filters word by word; a
+//! topic is matched by walking it once (see [`Trie::collect`]), whatever the
+//! number of subscriptions. Its leaves hold *hit codes*, exactly as the
+//! Python side defines them (`compiler/resolve.py`): a code `h >= 0` is the
+//! subscription slot of a filter held by one subscription without
+//! conditions; `h < 0` stands for filter slot `!h`, whose subscriptions are
+//! `fs_slots[fs_start[f]..][..fs_count[f]]` and which may be *special*
+//! (header criteria or a shared group: per-message conditions the Python
+//! side applies).
+//!
+//! [`Kernel`] answers the two hot questions of the matcher:
+//! - [`Kernel::deliveries`]: one topic to its finished `Delivery` tuples
+//!   (sorted by subscriber, ids sorted), or `None` when the Python side must
+//!   answer (an invalid topic, for its exact error; a special filter hit);
+//! - [`Kernel::match_topics`]: many distinct topics to their subscription
+//!   slots in rank order, as flat arrays.
+//!
+//! Semantics mirror `compiler/amqp.py` and `compiler/mqtt.py` (validation
+//! of topics, splitting, `*`/`+` one word, `#` zero or more words, the MQTT
+//! rule that a filter starting with a wildcard does not match a topic
+//! starting with `$`); `tests/compiler/test_properties.py` checks them
+//! against the reference matcher.
+
+use hashbrown::{HashMap, HashSet};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyType};
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Amqp,
+    Mqtt,
+}
+
+impl Dialect {
+    fn parse(name: &str) -> PyResult<Self> {
+        match name {
+            "amqp" => Ok(Dialect::Amqp),
+            "mqtt" => Ok(Dialect::Mqtt),
+            _ => Err(PyValueError::new_err(format!("unknown dialect {name:?}"))),
+        }
+    }
+
+    fn separator(self) -> u8 {
+        match self {
+            Dialect::Amqp => b'.',
+            Dialect::Mqtt => b'/',
+        }
+    }
+
+    fn one(self) -> &'static [u8] {
+        match self {
+            Dialect::Amqp => b"*",
+            Dialect::Mqtt => b"+",
+        }
+    }
+
+    /// Whether `topic` (UTF-8) is a valid topic of the dialect; the Python
+    /// grammar gives the error for the others.
+    fn valid_topic(self, topic: &[u8]) -> bool {
+        match self {
+            Dialect::Amqp => topic.len() <= 255,
+            Dialect::Mqtt => {
+                !topic.is_empty()
+                    && topic.len() <= 65535
+                    && !topic.iter().any(|&b| b == b'+' || b == b'#' || b == 0)
+            }
+        }
+    }
+
+    /// The words of a valid topic or filter: the empty AMQP key has none.
+    fn split(self, text: &[u8], out: &mut Vec<(usize, usize)>) {
+        out.clear();
+        if text.is_empty() && self == Dialect::Amqp {
+            return;
+        }
+        let sep = self.separator();
+        let mut start = 0;
+        for (i, &b) in text.iter().enumerate() {
+            if b == sep {
+                out.push((start, i));
+                start = i + 1;
+            }
+        }
+        out.push((start, text.len()));
+    }
+
+    /// The MQTT `$` rule: wildcards at the first level do not match.
+    fn dollar(self, topic: &[u8]) -> bool {
+        self == Dialect::Mqtt && topic.first() == Some(&b'$')
+    }
+}
+
+struct Node {
+    one: u32,
+    many: u32,
+    hits_start: u32,
+    hits_end: u32,
+    is_many: bool,
+}
+
+impl Node {
+    fn new(is_many: bool) -> Self {
+        Node { one: NONE, many: NONE, hits_start: 0, hits_end: 0, is_many }
+    }
+}
+
+/// The filters of one exchange, word by word. Literal words are interned
+/// (`words`); a literal edge is `children[(node << 32) | word]`; the `*`/`+`
+/// and `#` edges are fields of the node. A node reached through `#` is a
+/// *many* node: it may absorb further words.
+struct Trie {
+    dialect: Dialect,
+    words: HashMap<Box<[u8]>, u32>,
+    children: HashMap<u64, u32>,
+    nodes: Vec<Node>,
+    hits: Vec<i64>,
+}
+
+/// Scratch space of one match, reused across the topics of a call.
+#[derive(Default)]
+struct Scratch {
+    bounds: Vec<(usize, usize)>,
+    word_ids: Vec<u32>,
+    stack: Vec<(u32, u32)>,
+    seen: HashSet<u64>,
+    codes: Vec<i64>,
+}
+
+impl Trie {
+    fn build(dialect: Dialect, filters: &[String], codes: &[i64]) -> Self {
+        let mut trie = Trie {
+            dialect,
+            words: HashMap::new(),
+            children: HashMap::new(),
+            nodes: vec![Node::new(false)],
+            hits: Vec::with_capacity(codes.len()),
+        };
+        let mut ends: Vec<(u32, i64)> = Vec::with_capacity(codes.len());
+        let mut bounds = Vec::new();
+        let one = dialect.one();
+        for (filter, &code) in filters.iter().zip(codes) {
+            let text = filter.as_bytes();
+            dialect.split(text, &mut bounds);
+            let mut node = 0u32;
+            for &(s, e) in &bounds {
+                let word = &text[s..e];
+                node = if word == one {
+                    trie.wild_child(node, false)
+                } else if word == b"#" {
+                    trie.wild_child(node, true)
+                } else {
+                    trie.literal_child(node, word)
+                };
+            }
+            ends.push((node, code));
+        }
+        ends.sort_by_key(|&(node, _)| node);
+        let mut i = 0;
+        while i < ends.len() {
+            let node = ends[i].0;
+            let start = trie.hits.len() as u32;
+            while i < ends.len() && ends[i].0 == node {
+                trie.hits.push(ends[i].1);
+                i += 1;
+            }
+            let n = &mut trie.nodes[node as usize];
+            n.hits_start = start;
+            n.hits_end = trie.hits.len() as u32;
+        }
+        trie
+    }
+
+    fn wild_child(&mut self, node: u32, many: bool) -> u32 {
+        let existing = if many { self.nodes[node as usize].many } else { self.nodes[node as usize].one };
+        if existing != NONE {
+            return existing;
+        }
+        let child = self.nodes.len() as u32;
+        self.nodes.push(Node::new(many));
+        let n = &mut self.nodes[node as usize];
+        if many {
+            n.many = child;
+        } else {
+            n.one = child;
+        }
+        child
+    }
+
+    fn literal_child(&mut self, node: u32, word: &[u8]) -> u32 {
+        let next_word = self.words.len() as u32;
+        let word_id = *self.words.entry(word.into()).or_insert(next_word);
+        let next_node = self.nodes.len() as u32;
+        let child = *self.children.entry(((node as u64) << 32) | word_id as u64).or_insert(next_node);
+        if child == next_node {
+            self.nodes.push(Node::new(false));
+        }
+        child
+    }
+
+    /// Appends to `scratch.codes` the hit code of every filter matching the
+    /// topic whose words are `scratch.word_ids` (`NONE`: a word no filter
+    /// has), each once.
+    ///
+    /// A state `(node, p)` means "the filter's words up to `node` match the
+    /// topic's first `p` words". Every state is visited at most once: a
+    /// literal or one-word node has one predecessor state, and states of
+    /// many nodes (the only ones with two) are de-duplicated through `seen`;
+    /// so a filter, whose end is one node, is reported at most once.
+    fn collect(&self, dollar: bool, scratch: &mut Scratch) {
+        let Scratch { word_ids, stack, seen, codes, .. } = scratch;
+        let len = word_ids.len() as u32;
+        stack.clear();
+        seen.clear();
+        stack.push((0, 0));
+        while let Some((n, p)) = stack.pop() {
+            let node = &self.nodes[n as usize];
+            if node.is_many {
+                if !seen.insert(((n as u64) << 32) | p as u64) {
+                    continue;
+                }
+                if p < len {
+                    stack.push((n, p + 1));
+                }
+            }
+            let wildcards = !(dollar && p == 0);
+            if node.many != NONE && wildcards {
+                stack.push((node.many, p));
+            }
+            if p == len {
+                codes.extend_from_slice(&self.hits[node.hits_start as usize..node.hits_end as usize]);
+                continue;
+            }
+            if node.one != NONE && wildcards {
+                stack.push((node.one, p + 1));
+            }
+            let word = word_ids[p as usize];
+            if word != NONE {
+                if let Some(&child) = self.children.get(&(((n as u64) << 32) | word as u64)) {
+                    stack.push((child, p + 1));
+                }
+            }
+        }
+    }
+
+    /// Hit codes of a valid topic into `scratch.codes` (cleared first).
+    fn topic_hits(&self, topic: &[u8], scratch: &mut Scratch) {
+        scratch.codes.clear();
+        self.dialect.split(topic, &mut scratch.bounds);
+        scratch.word_ids.clear();
+        for &(s, e) in &scratch.bounds {
+            scratch.word_ids.push(self.words.get(&topic[s..e]).copied().unwrap_or(NONE));
+        }
+        self.collect(self.dialect.dollar(topic), scratch);
+    }
+}
+
+/// What resolving one topic's hit codes found.
+enum Resolved {
+    /// The topic's subscription slots, in `scratch.codes` as (rank << 32 | slot), sorted.
+    Slots,
+    /// A filter with per-message conditions matched: the Python side resolves it.
+    Special,
+}
+
+/// The matching kernel of one snapshot (see the crate docs).
+#[pyclass(frozen, module = "bitroute_kernel")]
+struct Kernel {
+    tries: Vec<Trie>,
+    rank: Vec<u32>,
+    sub_subscriber: Vec<u32>,
+    fs_start: Vec<u32>,
+    fs_count: Vec<u32>,
+    fs_slots: Vec<u32>,
+    special: Vec<bool>,
+    owners: Py<PyList>,
+    ids: Py<PyList>,
+    delivery: Py<PyType>,
+}
+
+fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
+    PyBuffer::<i64>::get(buffer)
+        .and_then(|b| b.to_vec(py))
+        .map_err(|e| PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})")))
+}
+
+fn u32_vec(values: Vec<i64>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
+    values
+        .into_iter()
+        .map(|v| {
+            if v >= 0 && (v as u64) < bound as u64 && v < NONE as i64 {
+                Ok(v as u32)
+            } else {
+                Err(PyValueError::new_err(format!("{what}: value {v} out of range 0..{bound}")))
+            }
+        })
+        .collect()
+}
+
+#[pymethods]
+impl Kernel {
+    /// `Kernel(delivery_type, owners, ids, rank, sub_subscriber, fs_start,
+    /// fs_count, fs_slots, special, exchanges)`.
+    ///
+    /// Per subscription slot: `owners[slot]` the subscriber name (one str
+    /// object per subscriber), `ids[slot]` the id, `rank[slot]` its
+    /// position in (subscriber, id) order, `sub_subscriber[slot]` its
+    /// subscriber's number. Per filter slot: its subscriptions (CSR
+    /// `fs_start`, `fs_count` into `fs_slots`) and `special` (uint8: has
+    /// per-message conditions). `exchanges`: per exchange, in the order
+    /// callers number them, `(dialect, filters, codes)`: the match part of
+    /// each filter and its hit code. Arrays are int64 unless stated.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        delivery_type: Bound<'_, PyType>,
+        owners: Bound<'_, PyList>,
+        ids: Bound<'_, PyList>,
+        rank: Bound<'_, PyAny>,
+        sub_subscriber: Bound<'_, PyAny>,
+        fs_start: Bound<'_, PyAny>,
+        fs_count: Bound<'_, PyAny>,
+        fs_slots: Bound<'_, PyAny>,
+        special: Bound<'_, PyAny>,
+        exchanges: Vec<(String, Vec<String>, Vec<i64>)>,
+    ) -> PyResult<Self> {
+        let n_slots = ids.len();
+        if !delivery_type.is_subclass_of::<pyo3::types::PyTuple>()? {
+            return Err(PyValueError::new_err("delivery_type must be a tuple subclass"));
+        }
+        if owners.len() != n_slots {
+            return Err(PyValueError::new_err("owners and ids differ in length"));
+        }
+        let rank = u32_vec(vec_of(py, &rank, "rank")?, n_slots.max(1), "rank")?;
+        let sub_subscriber = u32_vec(vec_of(py, &sub_subscriber, "sub_subscriber")?, usize::MAX, "sub_subscriber")?;
+        let fs_slots = u32_vec(vec_of(py, &fs_slots, "fs_slots")?, n_slots, "fs_slots")?;
+        let fs_start = u32_vec(vec_of(py, &fs_start, "fs_start")?, fs_slots.len() + 1, "fs_start")?;
+        let fs_count = u32_vec(vec_of(py, &fs_count, "fs_count")?, fs_slots.len() + 1, "fs_count")?;
+        let special: Vec<bool> = PyBuffer::<u8>::get(&special)
+            .and_then(|b| b.to_vec(py))
+            .map_err(|e| PyValueError::new_err(format!("special: expected a uint8 array ({e})")))?
+            .into_iter()
+            .map(|v| v != 0)
+            .collect();
+        if rank.len() != n_slots || sub_subscriber.len() != n_slots {
+            return Err(PyValueError::new_err("rank and sub_subscriber need one entry per subscription slot"));
+        }
+        let n_filters = special.len();
+        if fs_start.len() != n_filters || fs_count.len() != n_filters {
+            return Err(PyValueError::new_err("fs_start, fs_count and special need one entry per filter slot"));
+        }
+        if fs_start.iter().zip(&fs_count).any(|(&s, &c)| s as usize + c as usize > fs_slots.len()) {
+            return Err(PyValueError::new_err("fs_start + fs_count beyond fs_slots"));
+        }
+        let mut parsed = Vec::with_capacity(exchanges.len());
+        for (dialect, filters, codes) in &exchanges {
+            if filters.len() != codes.len() {
+                return Err(PyValueError::new_err("filters and codes differ in length"));
+            }
+            if let Some(bad) = codes.iter().find(|&&c| if c >= 0 { c as usize >= n_slots } else { (!c) as usize >= n_filters }) {
+                return Err(PyValueError::new_err(format!("hit code {bad} names no slot")));
+            }
+            parsed.push(Dialect::parse(dialect)?);
+        }
+        let tries = py.allow_threads(|| {
+            parsed.iter().zip(&exchanges).map(|(&d, (_, filters, codes))| Trie::build(d, filters, codes)).collect()
+        });
+        Ok(Kernel {
+            tries,
+            rank,
+            sub_subscriber,
+            fs_start,
+            fs_count,
+            fs_slots,
+            special,
+            owners: owners.unbind(),
+            ids: ids.unbind(),
+            delivery: delivery_type.unbind(),
+        })
+    }
+
+    /// The finished deliveries of one topic of exchange number `exchange`: a
+    /// tuple of `Delivery` (by subscriber; ids by rank), or `None` when the
+    /// Python side must answer: the topic is not a valid str topic (its
+    /// grammar names the error) or a matched filter has per-message
+    /// conditions.
+    fn deliveries(&self, py: Python<'_>, exchange: usize, topic: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+        let trie = self.trie(exchange)?;
+        let Some(text) = topic_bytes(trie, topic) else {
+            return Ok(py.None());
+        };
+        let mut scratch = Scratch::default();
+        trie.topic_hits(text, &mut scratch);
+        match self.resolve(&mut scratch.codes, None) {
+            Resolved::Special => Ok(py.None()),
+            Resolved::Slots => self.delivery_tuple(py, &scratch.codes),
+        }
+    }
+
+    /// Hit codes of a topic already validated and split by the Python
+    /// grammar (`words`), each once.
+    fn hits(&self, exchange: usize, words: Vec<String>) -> PyResult<Vec<i64>> {
+        let trie = self.trie(exchange)?;
+        let mut scratch = Scratch::default();
+        for word in &words {
+            scratch.word_ids.push(trie.words.get(word.as_bytes()).copied().unwrap_or(NONE));
+        }
+        let dollar = trie.dialect.dollar(words.first().map(|w| w.as_bytes()).unwrap_or(b""));
+        trie.collect(dollar, &mut scratch);
+        Ok(scratch.codes)
+    }
+
+    /// Match distinct topics of exchange number `exchange` together:
+    /// `(flat, offsets, unhandled, special)`. Topic `t`'s subscription
+    /// slots, sorted by `rank` (an int64 array per slot; default: the
+    /// kernel's), are `flat[offsets[t]:offsets[t + 1]]` (`flat` and
+    /// `offsets`: bytes of int64). `unhandled`: topics that are not valid str
+    /// topics; `special`: topics that hit a filter with per-message
+    /// conditions; both have no slots in `flat`.
+    #[pyo3(signature = (exchange, topics, rank=None))]
+    fn match_topics<'py>(
+        &self,
+        py: Python<'py>,
+        exchange: usize,
+        topics: &Bound<'py, PyList>,
+        rank: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<usize>, Vec<usize>)> {
+        let trie = self.trie(exchange)?;
+        let custom = match rank {
+            Some(r) => Some(u32_vec(vec_of(py, &r, "rank")?, u32::MAX as usize, "rank")?),
+            None => None,
+        };
+        if let Some(r) = &custom {
+            if r.len() != self.rank.len() {
+                return Err(PyValueError::new_err("rank needs one entry per subscription slot"));
+            }
+        }
+        let mut flat: Vec<i64> = Vec::new();
+        let mut offsets: Vec<i64> = Vec::with_capacity(topics.len() + 1);
+        offsets.push(0);
+        let (mut unhandled, mut special) = (Vec::new(), Vec::new());
+        let mut scratch = Scratch::default();
+        for (t, topic) in topics.iter().enumerate() {
+            match topic_bytes(trie, &topic) {
+                None => unhandled.push(t),
+                Some(text) => {
+                    trie.topic_hits(text, &mut scratch);
+                    match self.resolve(&mut scratch.codes, custom.as_deref()) {
+                        Resolved::Special => special.push(t),
+                        Resolved::Slots => flat.extend(scratch.codes.iter().map(|&p| p & 0xFFFF_FFFF)),
+                    }
+                }
+            }
+            offsets.push(flat.len() as i64);
+        }
+        Ok((as_bytes(py, &flat), as_bytes(py, &offsets), unhandled, special))
+    }
+
+    /// Number of nodes of each exchange's trie (for tests and sizing).
+    fn node_counts(&self) -> Vec<usize> {
+        self.tries.iter().map(|t| t.nodes.len()).collect()
+    }
+}
+
+fn as_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
+    // SAFETY: i64 has no padding; the bytes are copied.
+    let raw = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) };
+    PyBytes::new(py, raw)
+}
+
+/// The UTF-8 bytes of `topic` if it is a str and a valid topic of the trie's dialect.
+fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
+    let text = topic.downcast::<PyString>().ok()?;
+    // SAFETY (lifetime): the str's UTF-8 form lives as long as the object, which `topic` borrows.
+    let bytes = match text.to_str() {
+        Ok(s) => unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) },
+        Err(_) => return None, // lone surrogates: the grammar names the error
+    };
+    trie.dialect.valid_topic(bytes).then_some(bytes)
+}
+
+impl Kernel {
+    fn trie(&self, exchange: usize) -> PyResult<&Trie> {
+        self.tries.get(exchange).ok_or_else(|| PyValueError::new_err(format!("no exchange number {exchange}")))
+    }
+
+    /// Turns the hit codes in `codes` into the topic's subscription slots,
+    /// in place, as `(rank << 32) | slot`, sorted.
+    fn resolve(&self, codes: &mut Vec<i64>, rank: Option<&[u32]>) -> Resolved {
+        let rank = rank.unwrap_or(&self.rank);
+        let n_codes = codes.len();
+        for i in 0..n_codes {
+            let code = codes[i];
+            if code >= 0 {
+                codes[i] = ((rank[code as usize] as i64) << 32) | code;
+                continue;
+            }
+            let f = (!code) as usize;
+            if self.special[f] {
+                return Resolved::Special;
+            }
+            let start = self.fs_start[f] as usize;
+            let slots = &self.fs_slots[start..start + self.fs_count[f] as usize];
+            codes[i] = -1;
+            codes.extend(slots.iter().map(|&s| ((rank[s as usize] as i64) << 32) | s as i64));
+        }
+        codes.retain(|&c| c >= 0);
+        codes.sort_unstable();
+        Resolved::Slots
+    }
+
+    /// A tuple of `Delivery(subscriber, (ids...))`, one per run of equal
+    /// subscribers in `packed` (`(rank << 32) | slot`, sorted).
+    fn delivery_tuple(&self, py: Python<'_>, packed: &[i64]) -> PyResult<PyObject> {
+        let slot = |i: usize| (packed[i] & 0xFFFF_FFFF) as usize;
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let mut start = 0;
+        for i in 1..=packed.len() {
+            if i == packed.len() || self.sub_subscriber[slot(i)] != self.sub_subscriber[slot(start)] {
+                runs.push((start, i));
+                start = i;
+            }
+        }
+        let owners = self.owners.bind(py).as_ptr();
+        let ids = self.ids.bind(py).as_ptr();
+        let delivery_type = self.delivery.bind(py).as_ptr() as *mut ffi::PyTypeObject;
+        // SAFETY: every slot is < len(ids) == len(owners) (checked at construction);
+        // the lists are owned by the kernel and never resized by the matcher;
+        // PyTuple_SET_ITEM steals the references taken just before.
+        unsafe {
+            let out = ffi::PyTuple_New(runs.len() as ffi::Py_ssize_t);
+            if out.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            let out = PyObject::from_owned_ptr(py, out);
+            for (g, &(s, e)) in runs.iter().enumerate() {
+                let group = ffi::PyTuple_New((e - s) as ffi::Py_ssize_t);
+                if group.is_null() {
+                    return Err(PyErr::fetch(py));
+                }
+                for i in s..e {
+                    let id = ffi::PyList_GET_ITEM(ids, slot(i) as ffi::Py_ssize_t);
+                    ffi::Py_INCREF(id);
+                    ffi::PyTuple_SET_ITEM(group, (i - s) as ffi::Py_ssize_t, id);
+                }
+                let alloc = (*delivery_type).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
+                let delivery = alloc(delivery_type, 2);
+                if delivery.is_null() {
+                    ffi::Py_DECREF(group);
+                    return Err(PyErr::fetch(py));
+                }
+                let owner = ffi::PyList_GET_ITEM(owners, slot(s) as ffi::Py_ssize_t);
+                ffi::Py_INCREF(owner);
+                ffi::PyTuple_SET_ITEM(delivery, 0, owner);
+                ffi::PyTuple_SET_ITEM(delivery, 1, group);
+                ffi::PyTuple_SET_ITEM(out.as_ptr(), g as ffi::Py_ssize_t, delivery);
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[pymodule]
+fn bitroute_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Kernel>()?;
+    Ok(())
+}
