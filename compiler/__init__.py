@@ -1,46 +1,52 @@
 """bitroute's routing index: topic grammars (AMQP, MQTT), header criteria, an
 incremental inverted-bitmap index, versioned snapshots and the matcher.
 
-Pure Python + pyroaring (with numpy/pyarrow/pandas for columns and batches);
-no Spark import, so it is unit-testable and reusable outside the stream.
+Python + pyroaring (with numpy/pyarrow/pandas for columns and batches) over
+the Rust matching kernel (``bitroute_kernel``, kernel/); no Spark import, so
+it is unit-testable and reusable outside the stream.
+
+The names below are imported on first use (PEP 562), so that importing one
+light submodule, such as :mod:`compiler.offline` for ``bitroute match``,
+does not load numpy, pyarrow and pyroaring.
 """
 
-from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
-from .dialect import Dialect
-from .errors import (
-    CompilerError,
-    FilterError,
-    HeaderCriteriaError,
-    HeaderError,
-    SnapshotFormatError,
-    SubscriptionError,
-    TopicError,
-    UnknownExchangeError,
-)
-from .headers import HeaderCriteria
-from .index import RoutingIndex
-from .matcher import DELIVERIES_TYPE, Delivery, Matcher
-from .snapshot import Snapshot
-from .subscription import Subscription, validate_subscriber
+from __future__ import annotations
 
-__all__ = [
-    "DELIVERIES_TYPE",
-    "MATCH_CACHE_MAX_BYTES",
-    "CompilerError",
-    "Delivery",
-    "Dialect",
-    "FilterError",
-    "HeaderCriteria",
-    "HeaderCriteriaError",
-    "HeaderError",
-    "Matcher",
-    "RoutingIndex",
-    "Snapshot",
-    "SnapshotFormatError",
-    "Subscription",
-    "SubscriptionError",
-    "TopicCache",
-    "TopicError",
-    "UnknownExchangeError",
-    "validate_subscriber",
-]
+from importlib import import_module
+
+_EXPORTS = {
+    "MATCH_CACHE_MAX_BYTES": "cache",
+    "TopicCache": "cache",
+    "Dialect": "dialect",
+    "CompilerError": "errors",
+    "FilterError": "errors",
+    "HeaderCriteriaError": "errors",
+    "HeaderError": "errors",
+    "SnapshotFormatError": "errors",
+    "SubscriptionError": "errors",
+    "TopicError": "errors",
+    "UnknownExchangeError": "errors",
+    "HeaderCriteria": "headers",
+    "RoutingIndex": "index",
+    "DELIVERIES_TYPE": "matcher",
+    "Delivery": "matcher",
+    "Matcher": "matcher",
+    "Snapshot": "snapshot",
+    "Subscription": "subscription",
+    "validate_subscriber": "subscription",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

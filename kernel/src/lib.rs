@@ -18,11 +18,16 @@
 //! - [`Kernel::match_topics`]: many distinct topics to their subscription
 //!   slots in rank order, as flat arrays.
 //!
+//! [`offline::offline_match`] runs `bitroute match` on the same trie for the
+//! files it reads exactly as the Python paths do.
+//!
 //! Semantics mirror `compiler/amqp.py` and `compiler/mqtt.py` (validation
 //! of topics, splitting, `*`/`+` one word, `#` zero or more words, the MQTT
 //! rule that a filter starting with a wildcard does not match a topic
 //! starting with `$`); `tests/compiler/test_properties.py` checks them
 //! against the reference matcher.
+
+mod offline;
 
 use hashbrown::{HashMap, HashSet};
 use pyo3::buffer::PyBuffer;
@@ -571,5 +576,7 @@ impl Kernel {
 #[pymodule]
 fn bitroute_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Kernel>()?;
+    m.add_class::<offline::OfflineOutput>()?;
+    m.add_function(wrap_pyfunction!(offline::offline_match, m)?)?;
     Ok(())
 }

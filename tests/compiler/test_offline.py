@@ -1,4 +1,5 @@
-"""compiler.offline: the columnar path answers exactly as the record path does.
+"""compiler.offline: the kernel path and the columnar path answer exactly as
+the record path does, and take the files they should.
 
 The command's contract (stdout, stderr, exit status) is tested through its
 front end in tests/streaming/test_match_cli.py.
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler import offline
+from compiler import offline, offline_python
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -35,16 +36,24 @@ def _lines(records) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
-def _both(tmp_path: Path, dialect: str, subs: str, topics: str, monkeypatch) -> tuple:
+def _paths(tmp_path: Path, dialect: str, subs: str, topics: str, monkeypatch) -> tuple:
+    """``(default, columnar, record)`` results: the first through whichever
+    path takes the files (the kernel when it can), the others with the
+    kernel and then the columnar path turned off."""
     (tmp_path / "s").write_text(subs, encoding="utf-8")
     (tmp_path / "t").write_text(topics, encoding="utf-8")
-    result = offline.match_files(dialect, str(tmp_path / "s"), str(tmp_path / "t"))
-    columnar = (result.rejections, "".join(result.lines()))
-    with monkeypatch.context() as patch:
-        patch.setattr(offline, "_columnar_table", lambda data, ok: None)
+
+    def run():
         result = offline.match_files(dialect, str(tmp_path / "s"), str(tmp_path / "t"))
-        records = (result.rejections, "".join(result.lines()))
-    return columnar, records
+        return result.rejections, "".join(result.lines())
+
+    default = run()
+    with monkeypatch.context() as patch:
+        patch.setattr(offline, "offline_match", lambda *args: None)
+        columnar = run()
+        patch.setattr(offline_python, "_columnar_table", lambda data, ok: None)
+        records = run()
+    return default, columnar, records
 
 
 @pytest.mark.parametrize("dialect, filters, topics", [("amqp", amqp_filters, amqp_topics), ("mqtt", mqtt_filters, mqtt_topics)])
@@ -62,16 +71,16 @@ def test_columnar_path_equals_record_path(dialect, filters, topics, tmp_path, mo
                            topics, st.sampled_from(["", "m1", "m2"])), max_size=20),
     )
     def check(subs, topic_records):
-        columnar, records = _both(tmp_path, dialect, _lines(subs), _lines(topic_records), monkeypatch)
-        assert columnar == records
+        default, columnar, records = _paths(tmp_path, dialect, _lines(subs), _lines(topic_records), monkeypatch)
+        assert default == columnar == records
 
     check()
 
 
 def test_clean_files_take_the_columnar_path_and_odd_ones_do_not():
-    ok = offline._subscription_columns_ok
-    assert offline._columnar_table(b'{"id": "a", "filter": "x"}\n{"id": "b", "filter": "y"}', ok) is not None
-    assert offline._columnar_table(b'{"id": 1, "filter": "x"}\n', ok) is not None
+    ok = offline_python._subscription_columns_ok
+    assert offline_python._columnar_table(b'{"id": "a", "filter": "x"}\n{"id": "b", "filter": "y"}', ok) is not None
+    assert offline_python._columnar_table(b'{"id": 1, "filter": "x"}\n', ok) is not None
     for odd in (
         b'{"id": 1, "filter": "x"}\n{"id": "b", "filter": "y"}\n',  # mixed id types
         b'{"id": "a", "filter": "x"}\n\n{"id": "b", "filter": "y"}\n',  # blank line: line numbers
@@ -81,14 +90,84 @@ def test_clean_files_take_the_columnar_path_and_odd_ones_do_not():
         b'{"id": 1.5, "filter": "x"}\n',
         b'{"id": "a", "filter": "x", "headers": {"match": "all", "criteria": {}}}\n',
     ):
-        assert offline._columnar_table(odd, ok) is None, odd
+        assert offline_python._columnar_table(odd, ok) is None, odd
 
 
 def test_null_and_invalid_topics_on_the_columnar_path(tmp_path, monkeypatch):
     subs = _lines([{"id": "s1", "filter": "a/+"}, {"id": "s2", "filter": "$share/g/a/b"}, {"id": "s3", "filter": "$share/g/a/b"}])
     topics = '{"topic": "a/b"}\n{"topic": null}\n{"other": 1}\n{"topic": "a/+"}\n{"topic": "a/b"}\n'
-    columnar, records = _both(tmp_path, "mqtt", subs, topics, monkeypatch)
-    assert columnar == records
+    default, columnar, records = _paths(tmp_path, "mqtt", subs, topics, monkeypatch)
+    assert default == columnar == records
     lines = [json.loads(x) for x in columnar[1].splitlines()]
     assert lines[0]["subscriptions"][0] == "s1" and len(lines[0]["subscriptions"]) == 2
     assert "error" in lines[1] and "error" in lines[2] and "wildcards" in lines[3]["error"]
+
+
+def _kernel_takes(dialect: str, subs: bytes, topics: bytes) -> bool:
+    return offline.offline_match(dialect, subs, topics) is not None
+
+
+def test_the_kernel_takes_clean_files_and_leaves_those_needing_a_message():
+    clean_subs = b'{"id": "a", "filter": "x.*"}\n  {"id": 7, "filter": "#", "subscriber": null, "headers": null}\n\t\n'
+    clean_topics = b'{"topic": "x.y", "message_id": "m"}\n{"topic": "", "headers": null, "other": [1]}'
+    assert _kernel_takes("amqp", clean_subs, clean_topics)
+    assert _kernel_takes("mqtt", b"", b"")
+    for subs in (
+        b'{"id": "a", "filter": "x", "subscriber": "bad name"}\n',  # a rejection to report
+        b'{"id": "a", "filter": "x"}\n{"id": "a", "filter": "y"}\n',  # a duplicate id
+        b'{"id": "", "filter": "x"}\n',
+        b'{"id": null, "filter": "x"}\n',
+        b'{"filter": "x"}\n',
+        b'{"id": 1.5, "filter": "x"}\n',
+        b'{"id": true, "filter": "x"}\n',
+        b'{"id": "a", "filter": null}\n',
+        b'{"id": "a", "filter": "x", "headers": {"match": "all", "criteria": {}}}\n',
+        b'{"id": "a", "filter": "x"}\r\n',  # a line break Python reads otherwise
+        b'["a", "x"]\n',  # not an object: the Python paths raise InputFileError
+        b'{"id": "\\udc80", "filter": "x"}\n',  # a lone surrogate
+        b'\xff\n',
+    ):
+        assert not _kernel_takes("amqp", subs, clean_topics), subs
+    for filter_text in ("$share/g/a", "a/#/b", "a+", ""):
+        assert not _kernel_takes("mqtt", json.dumps({"id": "a", "filter": filter_text}).encode(), b""), filter_text
+    for topics in (b'{"other": 1}\n', b'{"topic": null}\n', b'{"topic": 3}\n', b'{"topic": "x", "message_id": null}\n',
+                   b'{"topic": "x", "headers": {"h": "1"}}\n', b'{"topic": "' + b"a" * 256 + b'"}\n'):
+        assert not _kernel_takes("amqp", clean_subs, topics), topics
+    assert not _kernel_takes("mqtt", b"", b'{"topic": "a/+"}\n')
+
+
+def test_the_kernel_writes_what_the_record_path_writes(tmp_path, monkeypatch):
+    subs = "".join(json.dumps(r) + "\n" for r in [
+        {"id": "é\"\\\u0001😀", "filter": "#"}, {"id": -0, "filter": "a.*"}, {"id": 2**62, "filter": "a.b"},
+        {"id": -5, "filter": "#.b"}, {"id": "s", "filter": "a.b", "subscriber": "c1"}, {"id": "t", "filter": "a.b"},
+    ]) + "   \n\t\n" + '  {"id": "indented", "filter": "*.*"}'
+    topics = "".join(json.dumps(r) + "\n" for r in [
+        {"topic": "a.b"}, {"topic": "ü.\"\u007f"}, {"topic": ""}, {"topic": "a..b", "message_id": "x"}, {"topic": "😀.b"},
+    ])
+    assert _kernel_takes("amqp", subs.encode(), topics.encode())
+    default, columnar, records = _paths(tmp_path, "amqp", subs, topics, monkeypatch)
+    assert default == columnar == records
+    assert json.loads(default[1].splitlines()[0])["subscriptions"] == [-5, 0, 2**62, "indented", "s", "t", "é\"\\\u0001😀"]
+
+
+@pytest.mark.parametrize("dialect, filters, topics", [("amqp", amqp_filters, amqp_topics), ("mqtt", mqtt_filters, mqtt_topics)])
+def test_kernel_path_equals_record_path_on_files_it_takes(dialect, filters, topics, tmp_path, monkeypatch):
+    # Any text but lone surrogates and the line breaks of str.splitlines, written raw (ensure_ascii=False).
+    characters = st.characters(exclude_categories=("Cs",), exclude_characters="\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+    valid_ids = st.one_of(st.integers(-2**70, 2**70), st.text(characters, min_size=1, max_size=4))
+    plain_filters = filters.filter(lambda f: not f.startswith("$share/") and "a+" not in f and f.count("#") <= 1
+                                   and (dialect == "amqp" or (f and (f.endswith("#") or "#" not in f))))
+
+    @SETTINGS
+    @given(
+        st.lists(st.builds(lambda i, f: {"id": i, "filter": f}, valid_ids, plain_filters), max_size=20,
+                 unique_by=lambda r: json.dumps(r["id"])),
+        st.lists(topics.filter(lambda t: dialect == "amqp" or (t and "+" not in t)), max_size=20),
+    )
+    def check(subs, topic_list):
+        subs_text, topics_text = _lines(subs), _lines({"topic": t} for t in topic_list)
+        assert _kernel_takes(dialect, subs_text.encode(), topics_text.encode())
+        default, columnar, records = _paths(tmp_path, dialect, subs_text, topics_text, monkeypatch)
+        assert default == columnar == records
+
+    check()
