@@ -14,7 +14,6 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
@@ -40,6 +39,8 @@ def _config(args: argparse.Namespace, extra: dict[str, object] | None = None) ->
 
 def _version(args: argparse.Namespace) -> int:
     import pyspark
+
+    from importlib import metadata  # 20 ms of imports: only for --version
 
     print(f"bitroute {metadata.version('bitroute')} (pyspark {pyspark.__version__}, "
           f"python {sys.version.split()[0]})")

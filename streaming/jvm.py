@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 import conf
 from streaming.errors import BitrouteError
@@ -98,6 +97,10 @@ def _resolve(group: str, artifacts: list[str], folder: Path, quiet: bool) -> Non
 
 
 def _pom(group: str, artifacts: list[str]) -> str:
+    # Imported here: xml.sax pulls in urllib and http (15 ms), which every
+    # other verb, `bitroute match` first, would pay at start-up.
+    from xml.sax.saxutils import escape
+
     deps = []
     for coordinate in artifacts:
         parts = coordinate.split(":")
