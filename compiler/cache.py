@@ -26,6 +26,12 @@ MATCH_CACHE_MAX_ENTRY_FRACTION = 8
 """A result estimated above ``max_bytes / MATCH_CACHE_MAX_ENTRY_FRACTION`` is
 not cached: one huge fan-out result must not flush every other entry."""
 
+MATCH_CACHE_MIN_ITEMS = 16
+"""A result of fewer deliveries, without per-message conditions, is not
+cached: the kernel recomputes it in 0.6-3 us, and caching it would cost a
+put on every miss and keep millions of small objects alive (measured: a cold
+``match()`` at a million subscriptions 2.7 us without the put, 3.9 us with)."""
+
 ENTRY_OVERHEAD_BYTES = 400
 """Dict slot, key tuple and strings, result tuple and container headers."""
 

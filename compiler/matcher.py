@@ -46,7 +46,7 @@ from bitroute_kernel import Kernel
 import pyarrow.compute as pc
 
 from .batch import Units, expand
-from .cache import MATCH_CACHE_MAX_BYTES, TopicCache
+from .cache import MATCH_CACHE_MAX_BYTES, MATCH_CACHE_MIN_ITEMS, TopicCache
 from .criteria_index import CriteriaIndex
 from .columns import bool_mask
 from .errors import TopicError, UnknownExchangeError, quote
@@ -134,7 +134,7 @@ class Matcher:
                 hit_code[live_filters[members]].tolist(),
             ))
         self._kernel = Kernel(
-            Delivery, self._owner, self._ids, self._rank, owners, fs_start, fs_count, fs_slots, special, exchanges
+            Delivery, self._names, self._ids, self._rank, owners, fs_start, fs_count, fs_slots, special, exchanges
         )
         self._kernel_deliveries = self._kernel.deliveries
 
@@ -330,9 +330,10 @@ class Matcher:
         return (np.frombuffer(flat, dtype=np.int64), np.frombuffer(offsets, dtype=np.int64)), errors, conditioned
 
     def _lookup(self, exchange: str, topic: str) -> tuple:
-        """Compute and cache the result (:mod:`compiler.resolve`) of a topic
-        not in the cache: the kernel's finished deliveries, or for a topic
-        that hit a filter with per-message conditions, its slots.
+        """Compute the result (:mod:`compiler.resolve`) of a topic not in the
+        cache, and cache it unless it is small (:data:`~compiler.cache.MATCH_CACHE_MIN_ITEMS`):
+        the kernel's finished deliveries, or for a topic that hit a filter
+        with per-message conditions, its slots.
 
         Raises UnknownExchangeError / TopicError for invalid input (not cached).
         """
@@ -342,6 +343,8 @@ class Matcher:
         items = self._kernel_deliveries(number, topic)
         if items is not None:
             result = (items, 0, ())
+            if len(items) < MATCH_CACHE_MIN_ITEMS:
+                return result
         else:  # an invalid topic (the grammar raises its error) or a conditioned filter hit
             words = self._grammars[number].parse_topic(topic)
             result = self._resolver.result(self._kernel.hits(number, words))

@@ -113,23 +113,34 @@ struct Node {
 
 impl Node {
     fn new(is_many: bool) -> Self {
-        Node { one: NONE, many: NONE, hits_start: 0, hits_end: 0, is_many }
+        Node {
+            one: NONE,
+            many: NONE,
+            hits_start: 0,
+            hits_end: 0,
+            is_many,
+        }
     }
 }
 
-/// The filters of one exchange, word by word. Literal words are interned
-/// (`words`); a literal edge is `children[(node << 32) | word]`; the `*`/`+`
-/// and `#` edges are fields of the node. A node reached through `#` is a
-/// *many* node: it may absorb further words.
+/// The filters of one exchange. Wildcard-free filters are one hash map keyed
+/// by the whole text (`exact`: one lookup, whatever the topic's length; most
+/// filters are exact, and a trie walk would cost a memory miss per word at a
+/// million of them). The others are a trie, word by word: literal words are
+/// interned (`words`); a literal edge is `children[(node << 32) | word]`; the
+/// `*`/`+` and `#` edges are fields of the node. A node reached through `#`
+/// is a *many* node: it may absorb further words.
 struct Trie {
     dialect: Dialect,
+    exact: HashMap<Box<[u8]>, (u32, u32)>,
+    exact_hits: Vec<i64>,
     words: HashMap<Box<[u8]>, u32>,
     children: HashMap<u64, u32>,
     nodes: Vec<Node>,
     hits: Vec<i64>,
 }
 
-/// Scratch space of one match, reused across the topics of a call.
+/// Scratch space of one match, reused across the calls of a thread.
 #[derive(Default)]
 struct Scratch {
     bounds: Vec<(usize, usize)>,
@@ -137,23 +148,47 @@ struct Scratch {
     stack: Vec<(u32, u32)>,
     seen: HashSet<u64>,
     codes: Vec<i64>,
+    entries: Vec<(u64, u32)>,
+    runs: Vec<(usize, usize)>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch space (a fresh one if it is in use).
+fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => f(&mut scratch),
+        Err(_) => f(&mut Scratch::default()),
+    })
 }
 
 impl Trie {
     fn build(dialect: Dialect, filters: &[String], codes: &[i64]) -> Self {
         let mut trie = Trie {
             dialect,
+            exact: HashMap::new(),
+            exact_hits: Vec::new(),
             words: HashMap::new(),
             children: HashMap::new(),
             nodes: vec![Node::new(false)],
-            hits: Vec::with_capacity(codes.len()),
+            hits: Vec::new(),
         };
-        let mut ends: Vec<(u32, i64)> = Vec::with_capacity(codes.len());
+        let mut ends: Vec<(u32, i64)> = Vec::new();
+        let mut exact: Vec<(&[u8], i64)> = Vec::new();
         let mut bounds = Vec::new();
         let one = dialect.one();
         for (filter, &code) in filters.iter().zip(codes) {
             let text = filter.as_bytes();
             dialect.split(text, &mut bounds);
+            if !bounds
+                .iter()
+                .any(|&(s, e)| &text[s..e] == one || &text[s..e] == b"#")
+            {
+                exact.push((text, code));
+                continue;
+            }
             let mut node = 0u32;
             for &(s, e) in &bounds {
                 let word = &text[s..e];
@@ -167,24 +202,32 @@ impl Trie {
             }
             ends.push((node, code));
         }
+        // Each node's (each exact text's) codes contiguous, in a CSR array.
         ends.sort_by_key(|&(node, _)| node);
-        let mut i = 0;
-        while i < ends.len() {
-            let node = ends[i].0;
+        for group in ends.chunk_by(|a, b| a.0 == b.0) {
             let start = trie.hits.len() as u32;
-            while i < ends.len() && ends[i].0 == node {
-                trie.hits.push(ends[i].1);
-                i += 1;
-            }
-            let n = &mut trie.nodes[node as usize];
+            trie.hits.extend(group.iter().map(|&(_, code)| code));
+            let n = &mut trie.nodes[group[0].0 as usize];
             n.hits_start = start;
             n.hits_end = trie.hits.len() as u32;
+        }
+        exact.sort_by(|a, b| a.0.cmp(b.0));
+        trie.exact.reserve(exact.len());
+        for group in exact.chunk_by(|a, b| a.0 == b.0) {
+            let start = trie.exact_hits.len() as u32;
+            trie.exact_hits.extend(group.iter().map(|&(_, code)| code));
+            trie.exact
+                .insert(group[0].0.into(), (start, trie.exact_hits.len() as u32));
         }
         trie
     }
 
     fn wild_child(&mut self, node: u32, many: bool) -> u32 {
-        let existing = if many { self.nodes[node as usize].many } else { self.nodes[node as usize].one };
+        let existing = if many {
+            self.nodes[node as usize].many
+        } else {
+            self.nodes[node as usize].one
+        };
         if existing != NONE {
             return existing;
         }
@@ -203,16 +246,19 @@ impl Trie {
         let next_word = self.words.len() as u32;
         let word_id = *self.words.entry(word.into()).or_insert(next_word);
         let next_node = self.nodes.len() as u32;
-        let child = *self.children.entry(((node as u64) << 32) | word_id as u64).or_insert(next_node);
+        let child = *self
+            .children
+            .entry(((node as u64) << 32) | word_id as u64)
+            .or_insert(next_node);
         if child == next_node {
             self.nodes.push(Node::new(false));
         }
         child
     }
 
-    /// Appends to `scratch.codes` the hit code of every filter matching the
-    /// topic whose words are `scratch.word_ids` (`NONE`: a word no filter
-    /// has), each once.
+    /// Appends to `scratch.codes` the hit code of every wildcard filter
+    /// matching the topic whose words are `scratch.word_ids` (`NONE`: a word
+    /// no filter has), each once.
     ///
     /// A state `(node, p)` means "the filter's words up to `node` match the
     /// topic's first `p` words". Every state is visited at most once: a
@@ -220,7 +266,13 @@ impl Trie {
     /// many nodes (the only ones with two) are de-duplicated through `seen`;
     /// so a filter, whose end is one node, is reported at most once.
     fn collect(&self, dollar: bool, scratch: &mut Scratch) {
-        let Scratch { word_ids, stack, seen, codes, .. } = scratch;
+        let Scratch {
+            word_ids,
+            stack,
+            seen,
+            codes,
+            ..
+        } = scratch;
         let len = word_ids.len() as u32;
         stack.clear();
         seen.clear();
@@ -240,7 +292,9 @@ impl Trie {
                 stack.push((node.many, p));
             }
             if p == len {
-                codes.extend_from_slice(&self.hits[node.hits_start as usize..node.hits_end as usize]);
+                codes.extend_from_slice(
+                    &self.hits[node.hits_start as usize..node.hits_end as usize],
+                );
                 continue;
             }
             if node.one != NONE && wildcards {
@@ -255,37 +309,76 @@ impl Trie {
         }
     }
 
+    /// Appends the codes of the exact filters equal to `text` to `codes`.
+    fn exact_hits(&self, text: &[u8], codes: &mut Vec<i64>) {
+        if let Some(&(start, end)) = self.exact.get(text) {
+            codes.extend_from_slice(&self.exact_hits[start as usize..end as usize]);
+        }
+    }
+
     /// Hit codes of a valid topic into `scratch.codes` (cleared first).
     fn topic_hits(&self, topic: &[u8], scratch: &mut Scratch) {
         scratch.codes.clear();
+        self.exact_hits(topic, &mut scratch.codes);
+        if self.nodes.len() == 1 {
+            return; // no wildcard filter
+        }
         self.dialect.split(topic, &mut scratch.bounds);
         scratch.word_ids.clear();
         for &(s, e) in &scratch.bounds {
-            scratch.word_ids.push(self.words.get(&topic[s..e]).copied().unwrap_or(NONE));
+            scratch
+                .word_ids
+                .push(self.words.get(&topic[s..e]).copied().unwrap_or(NONE));
         }
         self.collect(self.dialect.dollar(topic), scratch);
+    }
+
+    /// Hit codes of a topic given as its words, into `scratch.codes`.
+    fn word_hits(&self, words: &[String], scratch: &mut Scratch) {
+        scratch.codes.clear();
+        let separator = [self.dialect.separator()];
+        let text = words
+            .iter()
+            .map(|w| w.as_bytes())
+            .collect::<Vec<_>>()
+            .join(&separator[..]);
+        self.exact_hits(&text, &mut scratch.codes);
+        scratch.word_ids.clear();
+        for word in words {
+            scratch
+                .word_ids
+                .push(self.words.get(word.as_bytes()).copied().unwrap_or(NONE));
+        }
+        self.collect(self.dialect.dollar(&text), scratch);
     }
 }
 
 /// What resolving one topic's hit codes found.
 enum Resolved {
-    /// The topic's subscription slots, in `scratch.codes` as (rank << 32 | slot), sorted.
+    /// The topic's subscriptions, in `scratch.entries`, sorted.
     Slots,
     /// A filter with per-message conditions matched: the Python side resolves it.
     Special,
+}
+
+/// Per subscription slot, what ordering and grouping its deliveries need,
+/// side by side (one memory read per matched subscription).
+#[derive(Clone, Copy, Default)]
+struct SlotInfo {
+    rank: u32,
+    subscriber: u32,
 }
 
 /// The matching kernel of one snapshot (see the crate docs).
 #[pyclass(frozen, module = "bitroute_kernel")]
 struct Kernel {
     tries: Vec<Trie>,
-    rank: Vec<u32>,
-    sub_subscriber: Vec<u32>,
+    slots: Vec<SlotInfo>,
     fs_start: Vec<u32>,
     fs_count: Vec<u32>,
     fs_slots: Vec<u32>,
     special: Vec<bool>,
-    owners: Py<PyList>,
+    names: Py<PyList>,
     ids: Py<PyList>,
     delivery: Py<PyType>,
 }
@@ -293,7 +386,9 @@ struct Kernel {
 fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
     PyBuffer::<i64>::get(buffer)
         .and_then(|b| b.to_vec(py))
-        .map_err(|e| PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})")))
+        .map_err(|e| {
+            PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
+        })
 }
 
 fn u32_vec(values: Vec<i64>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
@@ -303,7 +398,9 @@ fn u32_vec(values: Vec<i64>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
             if v >= 0 && (v as u64) < bound as u64 && v < NONE as i64 {
                 Ok(v as u32)
             } else {
-                Err(PyValueError::new_err(format!("{what}: value {v} out of range 0..{bound}")))
+                Err(PyValueError::new_err(format!(
+                    "{what}: value {v} out of range 0..{bound}"
+                )))
             }
         })
         .collect()
@@ -311,23 +408,23 @@ fn u32_vec(values: Vec<i64>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
 
 #[pymethods]
 impl Kernel {
-    /// `Kernel(delivery_type, owners, ids, rank, sub_subscriber, fs_start,
+    /// `Kernel(delivery_type, names, ids, rank, sub_subscriber, fs_start,
     /// fs_count, fs_slots, special, exchanges)`.
     ///
-    /// Per subscription slot: `owners[slot]` the subscriber name (one str
-    /// object per subscriber), `ids[slot]` the id, `rank[slot]` its
-    /// position in (subscriber, id) order, `sub_subscriber[slot]` its
-    /// subscriber's number. Per filter slot: its subscriptions (CSR
-    /// `fs_start`, `fs_count` into `fs_slots`) and `special` (uint8: has
-    /// per-message conditions). `exchanges`: per exchange, in the order
-    /// callers number them, `(dialect, filters, codes)`: the match part of
-    /// each filter and its hit code. Arrays are int64 unless stated.
+    /// `names[k]`: subscriber number `k`'s name. Per subscription slot:
+    /// `ids[slot]` the id, `rank[slot]` its position in (subscriber, id)
+    /// order, `sub_subscriber[slot]` its subscriber's number. Per filter slot:
+    /// its subscriptions (CSR `fs_start`, `fs_count` into `fs_slots`) and
+    /// `special` (uint8: has per-message conditions). `exchanges`: per
+    /// exchange, in the order callers number them, `(dialect, filters,
+    /// codes)`: the match part of each filter and its hit code. Arrays are
+    /// int64 unless stated; the lists must not change while the kernel lives.
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         delivery_type: Bound<'_, PyType>,
-        owners: Bound<'_, PyList>,
+        names: Bound<'_, PyList>,
         ids: Bound<'_, PyList>,
         rank: Bound<'_, PyAny>,
         sub_subscriber: Bound<'_, PyAny>,
@@ -339,16 +436,27 @@ impl Kernel {
     ) -> PyResult<Self> {
         let n_slots = ids.len();
         if !delivery_type.is_subclass_of::<pyo3::types::PyTuple>()? {
-            return Err(PyValueError::new_err("delivery_type must be a tuple subclass"));
-        }
-        if owners.len() != n_slots {
-            return Err(PyValueError::new_err("owners and ids differ in length"));
+            return Err(PyValueError::new_err(
+                "delivery_type must be a tuple subclass",
+            ));
         }
         let rank = u32_vec(vec_of(py, &rank, "rank")?, n_slots.max(1), "rank")?;
-        let sub_subscriber = u32_vec(vec_of(py, &sub_subscriber, "sub_subscriber")?, usize::MAX, "sub_subscriber")?;
+        let sub_subscriber = u32_vec(
+            vec_of(py, &sub_subscriber, "sub_subscriber")?,
+            names.len().max(1),
+            "sub_subscriber",
+        )?;
         let fs_slots = u32_vec(vec_of(py, &fs_slots, "fs_slots")?, n_slots, "fs_slots")?;
-        let fs_start = u32_vec(vec_of(py, &fs_start, "fs_start")?, fs_slots.len() + 1, "fs_start")?;
-        let fs_count = u32_vec(vec_of(py, &fs_count, "fs_count")?, fs_slots.len() + 1, "fs_count")?;
+        let fs_start = u32_vec(
+            vec_of(py, &fs_start, "fs_start")?,
+            fs_slots.len() + 1,
+            "fs_start",
+        )?;
+        let fs_count = u32_vec(
+            vec_of(py, &fs_count, "fs_count")?,
+            fs_slots.len() + 1,
+            "fs_count",
+        )?;
         let special: Vec<bool> = PyBuffer::<u8>::get(&special)
             .and_then(|b| b.to_vec(py))
             .map_err(|e| PyValueError::new_err(format!("special: expected a uint8 array ({e})")))?
@@ -356,13 +464,21 @@ impl Kernel {
             .map(|v| v != 0)
             .collect();
         if rank.len() != n_slots || sub_subscriber.len() != n_slots {
-            return Err(PyValueError::new_err("rank and sub_subscriber need one entry per subscription slot"));
+            return Err(PyValueError::new_err(
+                "rank and sub_subscriber need one entry per subscription slot",
+            ));
         }
         let n_filters = special.len();
         if fs_start.len() != n_filters || fs_count.len() != n_filters {
-            return Err(PyValueError::new_err("fs_start, fs_count and special need one entry per filter slot"));
+            return Err(PyValueError::new_err(
+                "fs_start, fs_count and special need one entry per filter slot",
+            ));
         }
-        if fs_start.iter().zip(&fs_count).any(|(&s, &c)| s as usize + c as usize > fs_slots.len()) {
+        if fs_start
+            .iter()
+            .zip(&fs_count)
+            .any(|(&s, &c)| s as usize + c as usize > fs_slots.len())
+        {
             return Err(PyValueError::new_err("fs_start + fs_count beyond fs_slots"));
         }
         let mut parsed = Vec::with_capacity(exchanges.len());
@@ -370,23 +486,39 @@ impl Kernel {
             if filters.len() != codes.len() {
                 return Err(PyValueError::new_err("filters and codes differ in length"));
             }
-            if let Some(bad) = codes.iter().find(|&&c| if c >= 0 { c as usize >= n_slots } else { (!c) as usize >= n_filters }) {
-                return Err(PyValueError::new_err(format!("hit code {bad} names no slot")));
+            if let Some(bad) = codes.iter().find(|&&c| {
+                if c >= 0 {
+                    c as usize >= n_slots
+                } else {
+                    (!c) as usize >= n_filters
+                }
+            }) {
+                return Err(PyValueError::new_err(format!(
+                    "hit code {bad} names no slot"
+                )));
             }
             parsed.push(Dialect::parse(dialect)?);
         }
         let tries = py.allow_threads(|| {
-            parsed.iter().zip(&exchanges).map(|(&d, (_, filters, codes))| Trie::build(d, filters, codes)).collect()
+            parsed
+                .iter()
+                .zip(&exchanges)
+                .map(|(&d, (_, filters, codes))| Trie::build(d, filters, codes))
+                .collect()
         });
+        let slots = rank
+            .iter()
+            .zip(&sub_subscriber)
+            .map(|(&rank, &subscriber)| SlotInfo { rank, subscriber })
+            .collect();
         Ok(Kernel {
             tries,
-            rank,
-            sub_subscriber,
+            slots,
             fs_start,
             fs_count,
             fs_slots,
             special,
-            owners: owners.unbind(),
+            names: names.unbind(),
             ids: ids.unbind(),
             delivery: delivery_type.unbind(),
         })
@@ -397,30 +529,33 @@ impl Kernel {
     /// Python side must answer: the topic is not a valid str topic (its
     /// grammar names the error) or a matched filter has per-message
     /// conditions.
-    fn deliveries(&self, py: Python<'_>, exchange: usize, topic: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+    fn deliveries(
+        &self,
+        py: Python<'_>,
+        exchange: usize,
+        topic: &Bound<'_, PyAny>,
+    ) -> PyResult<PyObject> {
         let trie = self.trie(exchange)?;
         let Some(text) = topic_bytes(trie, topic) else {
             return Ok(py.None());
         };
-        let mut scratch = Scratch::default();
-        trie.topic_hits(text, &mut scratch);
-        match self.resolve(&mut scratch.codes, None) {
-            Resolved::Special => Ok(py.None()),
-            Resolved::Slots => self.delivery_tuple(py, &scratch.codes),
-        }
+        with_scratch(|scratch| {
+            trie.topic_hits(text, scratch);
+            match self.resolve(scratch, None) {
+                Resolved::Special => Ok(py.None()),
+                Resolved::Slots => self.delivery_tuple(py, scratch),
+            }
+        })
     }
 
     /// Hit codes of a topic already validated and split by the Python
     /// grammar (`words`), each once.
     fn hits(&self, exchange: usize, words: Vec<String>) -> PyResult<Vec<i64>> {
         let trie = self.trie(exchange)?;
-        let mut scratch = Scratch::default();
-        for word in &words {
-            scratch.word_ids.push(trie.words.get(word.as_bytes()).copied().unwrap_or(NONE));
-        }
-        let dollar = trie.dialect.dollar(words.first().map(|w| w.as_bytes()).unwrap_or(b""));
-        trie.collect(dollar, &mut scratch);
-        Ok(scratch.codes)
+        Ok(with_scratch(|scratch| {
+            trie.word_hits(&words, scratch);
+            scratch.codes.clone()
+        }))
     }
 
     /// Match distinct topics of exchange number `exchange` together:
@@ -437,36 +572,48 @@ impl Kernel {
         exchange: usize,
         topics: &Bound<'py, PyList>,
         rank: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<usize>, Vec<usize>)> {
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Vec<usize>,
+        Vec<usize>,
+    )> {
         let trie = self.trie(exchange)?;
         let custom = match rank {
             Some(r) => Some(u32_vec(vec_of(py, &r, "rank")?, u32::MAX as usize, "rank")?),
             None => None,
         };
-        if let Some(r) = &custom {
-            if r.len() != self.rank.len() {
-                return Err(PyValueError::new_err("rank needs one entry per subscription slot"));
-            }
+        if custom.as_ref().is_some_and(|r| r.len() != self.slots.len()) {
+            return Err(PyValueError::new_err(
+                "rank needs one entry per subscription slot",
+            ));
         }
         let mut flat: Vec<i64> = Vec::new();
         let mut offsets: Vec<i64> = Vec::with_capacity(topics.len() + 1);
         offsets.push(0);
         let (mut unhandled, mut special) = (Vec::new(), Vec::new());
-        let mut scratch = Scratch::default();
-        for (t, topic) in topics.iter().enumerate() {
-            match topic_bytes(trie, &topic) {
-                None => unhandled.push(t),
-                Some(text) => {
-                    trie.topic_hits(text, &mut scratch);
-                    match self.resolve(&mut scratch.codes, custom.as_deref()) {
-                        Resolved::Special => special.push(t),
-                        Resolved::Slots => flat.extend(scratch.codes.iter().map(|&p| p & 0xFFFF_FFFF)),
+        with_scratch(|scratch| {
+            for (t, topic) in topics.iter().enumerate() {
+                match topic_bytes(trie, &topic) {
+                    None => unhandled.push(t),
+                    Some(text) => {
+                        trie.topic_hits(text, scratch);
+                        match self.resolve(scratch, custom.as_deref()) {
+                            Resolved::Special => special.push(t),
+                            Resolved::Slots => flat
+                                .extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64)),
+                        }
                     }
                 }
+                offsets.push(flat.len() as i64);
             }
-            offsets.push(flat.len() as i64);
-        }
-        Ok((as_bytes(py, &flat), as_bytes(py, &offsets), unhandled, special))
+        });
+        Ok((
+            as_bytes(py, &flat),
+            as_bytes(py, &offsets),
+            unhandled,
+            special,
+        ))
     }
 
     /// Number of nodes of each exchange's trie (for tests and sizing).
@@ -477,7 +624,9 @@ impl Kernel {
 
 fn as_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
     // SAFETY: i64 has no padding; the bytes are copied.
-    let raw = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) };
+    let raw = unsafe {
+        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+    };
     PyBytes::new(py, raw)
 }
 
@@ -494,18 +643,25 @@ fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Option<&'a [u8]>
 
 impl Kernel {
     fn trie(&self, exchange: usize) -> PyResult<&Trie> {
-        self.tries.get(exchange).ok_or_else(|| PyValueError::new_err(format!("no exchange number {exchange}")))
+        self.tries
+            .get(exchange)
+            .ok_or_else(|| PyValueError::new_err(format!("no exchange number {exchange}")))
     }
 
-    /// Turns the hit codes in `codes` into the topic's subscription slots,
-    /// in place, as `(rank << 32) | slot`, sorted.
-    fn resolve(&self, codes: &mut Vec<i64>, rank: Option<&[u32]>) -> Resolved {
-        let rank = rank.unwrap_or(&self.rank);
-        let n_codes = codes.len();
-        for i in 0..n_codes {
-            let code = codes[i];
+    /// Turns the hit codes in `scratch.codes` into the topic's subscription
+    /// slots in `scratch.entries`: `((rank << 32) | slot, subscriber)`,
+    /// sorted (`rank`: the kernel's, or per slot the given one).
+    fn resolve(&self, scratch: &mut Scratch, rank: Option<&[u32]>) -> Resolved {
+        let Scratch { codes, entries, .. } = scratch;
+        entries.clear();
+        let entry = |slot: u32| {
+            let info = self.slots[slot as usize];
+            let r = rank.map_or(info.rank, |r| r[slot as usize]);
+            (((r as u64) << 32) | slot as u64, info.subscriber)
+        };
+        for &code in codes.iter() {
             if code >= 0 {
-                codes[i] = ((rank[code as usize] as i64) << 32) | code;
+                entries.push(entry(code as u32));
                 continue;
             }
             let f = (!code) as usize;
@@ -513,33 +669,34 @@ impl Kernel {
                 return Resolved::Special;
             }
             let start = self.fs_start[f] as usize;
-            let slots = &self.fs_slots[start..start + self.fs_count[f] as usize];
-            codes[i] = -1;
-            codes.extend(slots.iter().map(|&s| ((rank[s as usize] as i64) << 32) | s as i64));
+            entries.extend(
+                self.fs_slots[start..start + self.fs_count[f] as usize]
+                    .iter()
+                    .map(|&s| entry(s)),
+            );
         }
-        codes.retain(|&c| c >= 0);
-        codes.sort_unstable();
+        entries.sort_unstable_by_key(|e| e.0);
         Resolved::Slots
     }
 
     /// A tuple of `Delivery(subscriber, (ids...))`, one per run of equal
-    /// subscribers in `packed` (`(rank << 32) | slot`, sorted).
-    fn delivery_tuple(&self, py: Python<'_>, packed: &[i64]) -> PyResult<PyObject> {
-        let slot = |i: usize| (packed[i] & 0xFFFF_FFFF) as usize;
-        let mut runs: Vec<(usize, usize)> = Vec::new();
+    /// subscribers in `scratch.entries`.
+    fn delivery_tuple(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<PyObject> {
+        let Scratch { entries, runs, .. } = scratch;
+        runs.clear();
         let mut start = 0;
-        for i in 1..=packed.len() {
-            if i == packed.len() || self.sub_subscriber[slot(i)] != self.sub_subscriber[slot(start)] {
+        for i in 1..=entries.len() {
+            if i == entries.len() || entries[i].1 != entries[start].1 {
                 runs.push((start, i));
                 start = i;
             }
         }
-        let owners = self.owners.bind(py).as_ptr();
+        let names = self.names.bind(py).as_ptr();
         let ids = self.ids.bind(py).as_ptr();
         let delivery_type = self.delivery.bind(py).as_ptr() as *mut ffi::PyTypeObject;
-        // SAFETY: every slot is < len(ids) == len(owners) (checked at construction);
-        // the lists are owned by the kernel and never resized by the matcher;
-        // PyTuple_SET_ITEM steals the references taken just before.
+        // SAFETY: every slot is < len(ids) and every subscriber < len(names)
+        // (checked at construction; the lists do not change while the kernel
+        // lives); PyTuple_SET_ITEM steals the references taken just before.
         unsafe {
             let out = ffi::PyTuple_New(runs.len() as ffi::Py_ssize_t);
             if out.is_null() {
@@ -552,19 +709,22 @@ impl Kernel {
                     return Err(PyErr::fetch(py));
                 }
                 for i in s..e {
-                    let id = ffi::PyList_GET_ITEM(ids, slot(i) as ffi::Py_ssize_t);
+                    let id =
+                        ffi::PyList_GET_ITEM(ids, (entries[i].0 & 0xFFFF_FFFF) as ffi::Py_ssize_t);
                     ffi::Py_INCREF(id);
                     ffi::PyTuple_SET_ITEM(group, (i - s) as ffi::Py_ssize_t, id);
                 }
-                let alloc = (*delivery_type).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
+                let alloc = (*delivery_type)
+                    .tp_alloc
+                    .unwrap_or(ffi::PyType_GenericAlloc);
                 let delivery = alloc(delivery_type, 2);
                 if delivery.is_null() {
                     ffi::Py_DECREF(group);
                     return Err(PyErr::fetch(py));
                 }
-                let owner = ffi::PyList_GET_ITEM(owners, slot(s) as ffi::Py_ssize_t);
-                ffi::Py_INCREF(owner);
-                ffi::PyTuple_SET_ITEM(delivery, 0, owner);
+                let name = ffi::PyList_GET_ITEM(names, entries[s].1 as ffi::Py_ssize_t);
+                ffi::Py_INCREF(name);
+                ffi::PyTuple_SET_ITEM(delivery, 0, name);
                 ffi::PyTuple_SET_ITEM(delivery, 1, group);
                 ffi::PyTuple_SET_ITEM(out.as_ptr(), g as ffi::Py_ssize_t, delivery);
             }

@@ -122,12 +122,18 @@ fn push_json_string(out: &mut String, s: &str) {
 /// Blank lines (spaces and tabs only) are dropped, as the record path does.
 fn lines(data: &[u8]) -> Option<Vec<&str>> {
     let text = std::str::from_utf8(data).ok()?;
-    if text.bytes().any(|b| matches!(b, b'\r' | 0x0b | 0x0c | 0x1c..=0x1e))
+    if text
+        .bytes()
+        .any(|b| matches!(b, b'\r' | 0x0b | 0x0c | 0x1c..=0x1e))
         || text.contains(['\u{85}', '\u{2028}', '\u{2029}'])
     {
         return None;
     }
-    Some(text.split('\n').filter(|line| !line.bytes().all(|b| b == b' ' || b == b'\t')).collect())
+    Some(
+        text.split('\n')
+            .filter(|line| !line.bytes().all(|b| b == b' ' || b == b'\t'))
+            .collect(),
+    )
 }
 
 /// A JSON object line as `T`, or `None` (serde also reads arrays into structs).
@@ -164,7 +170,9 @@ fn given_id(raw: &RawValue) -> Option<GivenId> {
 /// `compiler.subscription.validate_subscriber`.
 fn valid_subscriber(name: &str) -> bool {
     (1..=200).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
         && name != "."
         && name != ".."
 }
@@ -175,7 +183,11 @@ fn plain_filter(dialect: Dialect, text: &str) -> bool {
     match dialect {
         Dialect::Amqp => text.len() <= 255,
         Dialect::Mqtt => {
-            if text.is_empty() || text.len() > 65535 || text.contains('\0') || text.starts_with("$share/") {
+            if text.is_empty()
+                || text.len() > 65535
+                || text.contains('\0')
+                || text.starts_with("$share/")
+            {
                 return false;
             }
             let levels: Vec<&str> = text.split('/').collect();
@@ -219,7 +231,12 @@ impl OfflineOutput {
         for topic in &self.topics[self.next..end] {
             self.trie.topic_hits(topic.as_bytes(), &mut scratch);
             ranked.clear();
-            ranked.extend(scratch.codes.iter().map(|&c| (self.rank[c as usize], c as usize)));
+            ranked.extend(
+                scratch
+                    .codes
+                    .iter()
+                    .map(|&c| (self.rank[c as usize], c as usize)),
+            );
             ranked.sort_unstable();
             out.push_str("{\"topic\": ");
             push_json_string(&mut out, topic);
@@ -241,7 +258,12 @@ impl OfflineOutput {
 /// match` for two files' bytes, as an iterator of ASCII chunks, or `None`
 /// when the Python paths must answer (see the module docs).
 #[pyfunction]
-pub fn offline_match(py: Python<'_>, dialect: &str, subscriptions: &[u8], topics: &[u8]) -> PyResult<Option<OfflineOutput>> {
+pub fn offline_match(
+    py: Python<'_>,
+    dialect: &str,
+    subscriptions: &[u8],
+    topics: &[u8],
+) -> PyResult<Option<OfflineOutput>> {
     let dialect = Dialect::parse(dialect)?;
     Ok(py.allow_threads(|| read(dialect, subscriptions, topics)))
 }
@@ -262,7 +284,8 @@ fn read(dialect: Dialect, subscriptions: &[u8], topics: &[u8]) -> Option<Offline
             return None;
         }
         if let Some(raw) = record.subscriber {
-            if raw.get() != "null" && !string_value(raw).is_some_and(|name| valid_subscriber(&name)) {
+            if raw.get() != "null" && !string_value(raw).is_some_and(|name| valid_subscriber(&name))
+            {
                 return None;
             }
         }
@@ -296,5 +319,11 @@ fn read(dialect: Dialect, subscriptions: &[u8], topics: &[u8]) -> Option<Offline
         rank[sub] = position as u32;
     }
     let codes: Vec<i64> = (0..filters.len() as i64).collect();
-    Some(OfflineOutput { trie: Trie::build(dialect, &filters, &codes), id_json, rank, topics: topic_texts, next: 0 })
+    Some(OfflineOutput {
+        trie: Trie::build(dialect, &filters, &codes),
+        id_json,
+        rank,
+        topics: topic_texts,
+        next: 0,
+    })
 }

@@ -18,7 +18,7 @@ from compiler import (
     TopicError,
     UnknownExchangeError,
 )
-from compiler.cache import ENTRY_OVERHEAD_BYTES, MATCH_CACHE_MAX_ENTRY_FRACTION
+from compiler.cache import ENTRY_OVERHEAD_BYTES, MATCH_CACHE_MAX_ENTRY_FRACTION, MATCH_CACHE_MIN_ITEMS
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
 
@@ -106,14 +106,26 @@ def test_shared_group_members_are_those_whose_criteria_hold(routing):
 
 
 def test_cache_is_bounded_by_bytes_and_evicts_oldest():
-    bound = MATCH_CACHE_MAX_ENTRY_FRACTION * (ENTRY_OVERHEAD_BYTES + 128)  # entries of ~510 bytes fit
-    matcher = _matcher([Subscription(f"s{i}", "amq", "c", f"t{i}.*") for i in range(100)], cache_max_bytes=bound)
+    per_topic = MATCH_CACHE_MIN_ITEMS
+    bound = MATCH_CACHE_MAX_ENTRY_FRACTION * (ENTRY_OVERHEAD_BYTES + 100 * per_topic)  # ~8 entries fit
+    subs = [Subscription(f"s{i}-{j:02d}", "amq", f"c{j:02d}", f"t{i}.*") for i in range(100) for j in range(per_topic)]
+    matcher = _matcher(subs, cache_max_bytes=bound)
     for round_ in range(2):
         for i in range(100):
-            assert matcher.match("amq", f"t{i}.x") == [Delivery("c", (f"s{i}",))]
+            assert matcher.match("amq", f"t{i}.x") == [Delivery(f"c{j:02d}", (f"s{i}-{j:02d}",)) for j in range(per_topic)]
             assert matcher.cache.bytes <= bound
     assert 0 < len(matcher.cache) < 100
     assert matcher.cache.evictions >= 200 - len(matcher.cache)
+
+
+def test_small_results_are_recomputed_not_cached():
+    matcher = _matcher([Subscription("s", "amq", "c", "t.*"), Subscription("h", "amq", "d", "t.*", HeaderCriteria("all", {"k": "v"}))])
+    for _ in range(2):
+        assert matcher.match("amq", "u.x") == []
+        assert matcher.match("amq", "t.x") == [Delivery("c", ("s",))]
+        assert matcher.match("amq", "t.x", {"k": "v"}) == [Delivery("c", ("s",)), Delivery("d", ("h",))]
+    # only the conditioned topic's result (slots and conditions) was kept
+    assert len(matcher.cache) == 1
 
 
 def test_cache_skips_a_result_too_big_for_its_share_of_the_bound():
