@@ -48,6 +48,20 @@ def string_column(values: list[str | None]) -> pa.StringArray:
     return pa.array(values, type=pa.string())
 
 
+def string_buffers(column: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, data)`` of a string column, without copying the data:
+    string ``i`` is ``data[offsets[i]:offsets[i + 1]]`` (int64 offsets,
+    uint8 data; a null is empty)."""
+    if len(column) == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+    _, offsets_buffer, data_buffer = column.buffers()[:3]
+    width = 8 if pa.types.is_large_string(column.type) else 4
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if width == 8 else np.int32, count=len(column) + 1,
+                            offset=width * column.offset).astype(np.int64)
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, dtype=np.uint8)
+    return offsets, data
+
+
 def live_slots(column: pa.StringArray) -> FrozenBitMap:
     """The slots of ``column`` that hold a value."""
     if column.null_count == 0:

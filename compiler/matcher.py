@@ -48,11 +48,11 @@ import pyarrow.compute as pc
 from .batch import Units, expand
 from .cache import MATCH_CACHE_MAX_BYTES, MATCH_CACHE_MIN_ITEMS, TopicCache
 from .criteria_index import CriteriaIndex
-from .columns import bool_mask
+from .columns import bool_mask, string_buffers
 from .errors import TopicError, UnknownExchangeError, quote
 from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
 from .grammar import grammar_for
-from .output import DELIVERIES_TYPE, Delivery, deliveries, deliveries_array
+from .output import DELIVERIES_TYPE, Delivery, deliveries_array
 from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver
 from .snapshot import Snapshot
 from .tables import filter_subscriptions, slot_ranks
@@ -83,19 +83,15 @@ class Matcher:
         self._cache = TopicCache(cache_max_bytes)
         self._cache_get = self._cache.get
 
-        self._ids: list[str | None] = t.sub_ids.to_pylist()
         self._names: list[str | None] = t.subscriber_names.to_pylist()
         self._ids_arrow = t.sub_ids
         self._names_arrow = t.subscriber_names
         self._sub_subscriber_np = t.sub_subscriber
 
         live = np.flatnonzero(bool_mask(pc.is_valid(t.sub_ids)))
-        owners = np.zeros(len(self._ids), dtype=np.int64)
+        owners = np.zeros(len(t.sub_ids), dtype=np.int64)
         owners[live] = t.sub_subscriber[live]
         self._rank = slot_ranks(t.subscriber_names, owners, t.sub_ids)
-        self._owner: list[str | None] = list(map(self._names.__getitem__, owners.tolist()))
-        """Subscriber name per subscription slot: the same str object for the
-        same subscriber, so deliveries group by identity."""
         single, (fs_start, fs_count, fs_slots) = filter_subscriptions(t.sub_filter, live, len(t.filter_text))
 
         self._grammars = [grammar_for(snapshot.exchanges[name]) for name in t.exchange_names]
@@ -106,37 +102,28 @@ class Matcher:
             self._criteria = CriteriaIndex(t.criteria_slots, t.criteria_ref, t.criteria_sets)
             for f in np.unique(t.sub_filter[t.criteria_slots]).tolist():
                 flags[f] = HAS_CRITERIA
-        live_filters = np.flatnonzero(bool_mask(pc.is_valid(t.filter_text)))
-        texts = t.filter_text.take(pa.array(live_filters)).to_pylist()
-        filter_exchange = t.filter_exchange[live_filters]
-        for number, grammar in enumerate(self._grammars):
-            if grammar.DOLLAR_RULE:
-                for i in np.flatnonzero(filter_exchange == number).tolist():
-                    if texts[i].startswith(grammar.SHARE_PREFIX):
-                        f = int(live_filters[i])
-                        flags[f] = flags.get(f, 0) | HAS_SHARED
-                        texts[i] = grammar.match_part(texts[i])
-        self._resolver = Resolver(
-            self._owner, self._ids, self._rank, fs_start, fs_count, fs_slots, flags, t.sub_filter, t.filter_text
-        )
+        filter_exchange = np.where(bool_mask(pc.is_valid(t.filter_text)), t.filter_exchange.astype(np.int64), -1)
+        shared_dialects = [number for number, grammar in enumerate(self._grammars) if grammar.DOLLAR_RULE]
+        if shared_dialects:
+            shared = bool_mask(pc.starts_with(t.filter_text, "$share/")) & np.isin(filter_exchange, shared_dialects)
+            for f in np.flatnonzero(shared).tolist():
+                flags[f] = flags.get(f, 0) | HAS_SHARED
         hit_code = np.where(single >= 0, single, ~np.arange(len(single)))
         special = np.zeros(len(single), dtype=np.uint8)
         if flags:
             conditioned = np.fromiter(flags, dtype=np.int64, count=len(flags))
             hit_code[conditioned] = ~conditioned
             special[conditioned] = 1
-        exchanges = []
-        for number, grammar in enumerate(self._grammars):
-            members = np.flatnonzero(filter_exchange == number)
-            exchanges.append((
-                snapshot.exchanges[t.exchange_names[number]].value,
-                list(map(texts.__getitem__, members.tolist())),
-                hit_code[live_filters[members]].tolist(),
-            ))
         self._kernel = Kernel(
-            Delivery, self._names, self._ids, self._rank, owners, fs_start, fs_count, fs_slots, special, exchanges
+            Delivery, self._names, *string_buffers(t.sub_ids), self._rank, owners, fs_start, fs_count, fs_slots,
+            special, [snapshot.exchanges[name].value for name in t.exchange_names], *string_buffers(t.filter_text),
+            filter_exchange, hit_code,
         )
         self._kernel_deliveries = self._kernel.deliveries
+        self._resolver = Resolver(
+            self._kernel, self._names, owners, self._rank, fs_start, fs_count, fs_slots, flags, t.sub_filter,
+            t.filter_text,
+        )
 
     @property
     def snapshot(self) -> Snapshot:
@@ -183,7 +170,7 @@ class Matcher:
             )
         if flags & HAS_SHARED:
             items = self._resolver.shared(exchange, items, shared, message_id)
-        return deliveries(items, self._owner, self._ids)
+        return list(self._kernel.slot_deliveries(items))
 
     def match_frame(self, frame: "pd.DataFrame") -> "pd.DataFrame":
         """Match a batch of publishes, for ``mapInPandas``.

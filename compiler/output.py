@@ -1,5 +1,6 @@
-"""The two output forms of a match: :class:`Delivery` tuples (``Matcher.match``)
-and the Arrow ``DELIVERIES_TYPE`` column (``Matcher.match_frame``).
+"""The two output forms of a match: :class:`Delivery` tuples (``Matcher.match``;
+the kernel, ``bitroute_kernel.Kernel``, builds them) and the Arrow
+``DELIVERIES_TYPE`` column (``Matcher.match_frame``).
 
 Both list one delivery per subscriber with at least one matching
 subscription, naming every matching subscription id of that subscriber;
@@ -9,8 +10,6 @@ in subscription slots already in that order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -28,35 +27,6 @@ class Delivery(NamedTuple):
 
     subscriber: str
     subscription_ids: tuple[str, ...]
-
-
-_delivery = partial(tuple.__new__, Delivery)
-"""``Delivery`` from a (subscriber, ids) pair without the Python-level ``__new__``: hot path."""
-
-
-def deliveries(slots: Sequence[int], owner: list, ids: list) -> list[Delivery]:
-    """The deliveries of ``slots`` (in output order); ``owner[slot]`` is the
-    subscriber name (the same str object for the same subscriber, so groups
-    are found by identity), ``ids[slot]`` the subscription id."""
-    if not slots:
-        return []
-    if len(slots) == 1:
-        s = slots[0]
-        return [_delivery((owner[s], (ids[s],)))]
-    out: list[Delivery] = []
-    current = None
-    group: list[str] = []
-    for s in slots:
-        name = owner[s]
-        if name is not current:
-            if group:
-                out.append(_delivery((current, tuple(group))))
-            current = name
-            group = [ids[s]]
-        else:
-            group.append(ids[s])
-    out.append(_delivery((current, tuple(group))))
-    return out
 
 
 def deliveries_array(

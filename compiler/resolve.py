@@ -13,7 +13,7 @@ triple ``(items, flags, shared)``:
   subscription slots in (subscriber, id) order, ``shared`` the matched filter
   slots of shared groups; per-message conditions are applied on top
   (:meth:`Resolver.criteria_filtered`, :meth:`Resolver.shared`) and the
-  deliveries built per message (:func:`compiler.output.deliveries`).
+  deliveries built per message (``Kernel.slot_deliveries``).
 
 A *hit code* ``h >= 0`` is the subscription slot of a filter held by exactly
 one subscription, without header criteria or shared group; ``h < 0`` stands
@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .output import deliveries
 from .shared import choose_member, group_key
 
 HAS_CRITERIA = 1
@@ -40,8 +39,9 @@ EMPTY_RESULT: tuple = ((), 0, ())
 class Resolver:
     """Turns hit codes into results for one snapshot (see the module docstring).
 
-    ``owner[slot]``: subscriber name (the same str object per subscriber);
-    ``ids[slot]``: subscription id; ``rank``: numpy ``rank[slot]``, the
+    ``kernel``: the snapshot's ``bitroute_kernel.Kernel`` (it builds the
+    deliveries); ``names[owners[slot]]``: a slot's subscriber name
+    (``owners``: numpy); ``rank``: numpy ``rank[slot]``, the
     slot's position in (subscriber, id) order; ``fs_start``/``fs_count``/
     ``fs_slots`` (numpy): each filter slot's subscription slots;
     ``flags``: per filter slot with conditions, its ``HAS_*`` bits;
@@ -49,13 +49,15 @@ class Resolver:
     of a slot (for shared groups).
     """
 
-    __slots__ = ("_owner", "_ids", "_rank", "_fs_start", "_fs_count", "_fs_slots", "_flags", "_sub_filter",
-                 "_filter_text")
+    __slots__ = ("_kernel", "_names", "_owners", "_rank", "_fs_start", "_fs_count", "_fs_slots", "_flags",
+                 "_sub_filter", "_filter_text")
 
-    def __init__(self, owner: list, ids: list, rank: np.ndarray, fs_start: np.ndarray, fs_count: np.ndarray,
-                 fs_slots: np.ndarray, flags: dict[int, int], sub_filter: np.ndarray, filter_text) -> None:
-        self._owner = owner
-        self._ids = ids
+    def __init__(self, kernel, names: list, owners: np.ndarray, rank: np.ndarray, fs_start: np.ndarray,
+                 fs_count: np.ndarray, fs_slots: np.ndarray, flags: dict[int, int], sub_filter: np.ndarray,
+                 filter_text) -> None:
+        self._kernel = kernel
+        self._names = names
+        self._owners = owners
         self._rank = rank
         self._fs_start = fs_start
         self._fs_count = fs_count
@@ -68,7 +70,7 @@ class Resolver:
         """The result of a topic whose hit codes are ``hits`` (each once)."""
         slots, flags, shared = self.slots(hits)
         if not flags:
-            return tuple(deliveries(slots, self._owner, self._ids)), 0, ()
+            return self._kernel.slot_deliveries(slots), 0, ()
         return slots, flags, shared
 
     def slots(self, hits: list[int]) -> tuple:
@@ -102,11 +104,11 @@ class Resolver:
     def shared(self, exchange: str, slots: Sequence[int], shared: Sequence[int], message_id: str) -> list[int]:
         """``slots`` without the subscriptions of shared-group members that were
         not chosen for ``message_id`` (order kept)."""
-        owner, sub_filter = self._owner, self._sub_filter
+        names, owners, sub_filter = self._names, self._owners, self._sub_filter
         slots = list(slots)
         for f in shared:
-            members = sorted({owner[s] for s in slots if sub_filter[s] == f})
+            members = sorted({names[owners[s]] for s in slots if sub_filter[s] == f})
             if len(members) > 1:
                 chosen = choose_member(group_key(exchange, self._filter_text[f].as_py()), message_id, members)
-                slots = [s for s in slots if sub_filter[s] != f or owner[s] == chosen]
+                slots = [s for s in slots if sub_filter[s] != f or names[owners[s]] == chosen]
         return slots

@@ -34,6 +34,8 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use std::sync::OnceLock;
+
 use pyo3::types::{PyBytes, PyList, PyString, PyType};
 
 const NONE: u32 = u32::MAX;
@@ -95,6 +97,15 @@ impl Dialect {
             }
         }
         out.push((start, text.len()));
+    }
+
+    /// The words of a filter that match topics: an MQTT shared subscription
+    /// `$share/<group>/<filter>` matches as `<filter>` (already validated).
+    fn match_part(self, filter: &str) -> &str {
+        match (self, filter.strip_prefix("$share/")) {
+            (Dialect::Mqtt, Some(rest)) => rest.split_once('/').map_or(filter, |(_, inner)| inner),
+            _ => filter,
+        }
     }
 
     /// The MQTT `$` rule: wildcards at the first level do not match.
@@ -165,7 +176,7 @@ fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
 }
 
 impl Trie {
-    fn build(dialect: Dialect, filters: &[String], codes: &[i64]) -> Self {
+    fn build<S: AsRef<str>>(dialect: Dialect, filters: &[S], codes: &[i64]) -> Self {
         let mut trie = Trie {
             dialect,
             exact: HashMap::new(),
@@ -180,7 +191,7 @@ impl Trie {
         let mut bounds = Vec::new();
         let one = dialect.one();
         for (filter, &code) in filters.iter().zip(codes) {
-            let text = filter.as_bytes();
+            let text = filter.as_ref().as_bytes();
             dialect.split(text, &mut bounds);
             if !bounds
                 .iter()
@@ -211,13 +222,30 @@ impl Trie {
             n.hits_start = start;
             n.hits_end = trie.hits.len() as u32;
         }
-        exact.sort_by(|a, b| a.0.cmp(b.0));
+        // Exact texts: number the distinct ones (a key is allocated once, on
+        // insertion), then lay their codes out by counting, without sorting.
         trie.exact.reserve(exact.len());
-        for group in exact.chunk_by(|a, b| a.0 == b.0) {
-            let start = trie.exact_hits.len() as u32;
-            trie.exact_hits.extend(group.iter().map(|&(_, code)| code));
-            trie.exact
-                .insert(group[0].0.into(), (start, trie.exact_hits.len() as u32));
+        let mut group_of = Vec::with_capacity(exact.len());
+        for &(text, _) in &exact {
+            let next = trie.exact.len() as u32;
+            group_of.push(trie.exact.entry_ref(text).or_insert((next, 0)).0);
+        }
+        let mut starts = vec![0u32; trie.exact.len() + 1];
+        for &g in &group_of {
+            starts[g as usize + 1] += 1;
+        }
+        for g in 0..trie.exact.len() {
+            starts[g + 1] += starts[g];
+        }
+        trie.exact_hits = vec![0; exact.len()];
+        let mut fill = starts.clone();
+        for (&g, &(_, code)) in group_of.iter().zip(&exact) {
+            trie.exact_hits[fill[g as usize] as usize] = code;
+            fill[g as usize] += 1;
+        }
+        for range in trie.exact.values_mut() {
+            let g = range.0 as usize;
+            *range = (starts[g], starts[g + 1]);
         }
         trie
     }
@@ -379,8 +407,25 @@ struct Kernel {
     fs_slots: Vec<u32>,
     special: Vec<bool>,
     names: Py<PyList>,
-    ids: Py<PyList>,
+    /// Subscription ids as UTF-8 (`id_data[id_offsets[slot]..id_offsets[slot + 1]]`),
+    /// and each id's str, made on its first delivery: no million-entry list
+    /// for Python's collector to traverse, no million strs made at load.
+    id_offsets: Vec<u32>,
+    id_data: Vec<u8>,
+    ids: Vec<OnceLock<Py<PyString>>>,
     delivery: Py<PyType>,
+}
+
+/// A string column's `(offsets, data)` (int64 offsets, `len + 1` of them; uint8 data).
+fn string_column(py: Python<'_>, offsets: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<u32>, Vec<u8>)> {
+    let data = PyBuffer::<u8>::get(data)
+        .and_then(|b| b.to_vec(py))
+        .map_err(|e| PyValueError::new_err(format!("{what} data: expected a uint8 buffer ({e})")))?;
+    let offsets = u32_vec(vec_of(py, offsets, &format!("{what} offsets"))?, data.len() + 1, &format!("{what} offsets"))?;
+    if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
+        return Err(PyValueError::new_err(format!("{what} offsets must be non-decreasing, one more than the strings")));
+    }
+    Ok((offsets, data))
 }
 
 fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
@@ -408,55 +453,50 @@ fn u32_vec(values: Vec<i64>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
 
 #[pymethods]
 impl Kernel {
-    /// `Kernel(delivery_type, names, ids, rank, sub_subscriber, fs_start,
-    /// fs_count, fs_slots, special, exchanges)`.
+    /// `Kernel(delivery_type, names, id_offsets, id_data, rank,
+    /// sub_subscriber, fs_start, fs_count, fs_slots, special, dialects,
+    /// filter_offsets, filter_data, filter_exchange, codes)`.
     ///
-    /// `names[k]`: subscriber number `k`'s name. Per subscription slot:
-    /// `ids[slot]` the id, `rank[slot]` its position in (subscriber, id)
-    /// order, `sub_subscriber[slot]` its subscriber's number. Per filter slot:
-    /// its subscriptions (CSR `fs_start`, `fs_count` into `fs_slots`) and
-    /// `special` (uint8: has per-message conditions). `exchanges`: per
-    /// exchange, in the order callers number them, `(dialect, filters,
-    /// codes)`: the match part of each filter and its hit code. Arrays are
-    /// int64 unless stated; the lists must not change while the kernel lives.
+    /// `names[k]`: subscriber number `k`'s name (a list that must not change
+    /// while the kernel lives). Per subscription slot: its id (a string
+    /// column: `id_offsets`, `id_data`, the Arrow layout), `rank[slot]` its
+    /// position in (subscriber, id) order, `sub_subscriber[slot]` its
+    /// subscriber's number. Per filter slot: its subscriptions (CSR
+    /// `fs_start`, `fs_count` into `fs_slots`), `special` (uint8: has
+    /// per-message conditions), its text (`filter_offsets`, `filter_data`),
+    /// its exchange (a number into `dialects`; -1: a free slot) and its hit
+    /// code. Arrays are int64 unless stated.
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         delivery_type: Bound<'_, PyType>,
         names: Bound<'_, PyList>,
-        ids: Bound<'_, PyList>,
+        id_offsets: Bound<'_, PyAny>,
+        id_data: Bound<'_, PyAny>,
         rank: Bound<'_, PyAny>,
         sub_subscriber: Bound<'_, PyAny>,
         fs_start: Bound<'_, PyAny>,
         fs_count: Bound<'_, PyAny>,
         fs_slots: Bound<'_, PyAny>,
         special: Bound<'_, PyAny>,
-        exchanges: Vec<(String, Vec<String>, Vec<i64>)>,
+        dialects: Vec<String>,
+        filter_offsets: Bound<'_, PyAny>,
+        filter_data: Bound<'_, PyAny>,
+        filter_exchange: Bound<'_, PyAny>,
+        codes: Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let n_slots = ids.len();
         if !delivery_type.is_subclass_of::<pyo3::types::PyTuple>()? {
-            return Err(PyValueError::new_err(
-                "delivery_type must be a tuple subclass",
-            ));
+            return Err(PyValueError::new_err("delivery_type must be a tuple subclass"));
         }
+        let (id_offsets, id_data) = string_column(py, &id_offsets, &id_data, "ids")?;
+        std::str::from_utf8(&id_data).map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
+        let n_slots = id_offsets.len() - 1;
         let rank = u32_vec(vec_of(py, &rank, "rank")?, n_slots.max(1), "rank")?;
-        let sub_subscriber = u32_vec(
-            vec_of(py, &sub_subscriber, "sub_subscriber")?,
-            names.len().max(1),
-            "sub_subscriber",
-        )?;
+        let sub_subscriber = u32_vec(vec_of(py, &sub_subscriber, "sub_subscriber")?, names.len().max(1), "sub_subscriber")?;
         let fs_slots = u32_vec(vec_of(py, &fs_slots, "fs_slots")?, n_slots, "fs_slots")?;
-        let fs_start = u32_vec(
-            vec_of(py, &fs_start, "fs_start")?,
-            fs_slots.len() + 1,
-            "fs_start",
-        )?;
-        let fs_count = u32_vec(
-            vec_of(py, &fs_count, "fs_count")?,
-            fs_slots.len() + 1,
-            "fs_count",
-        )?;
+        let fs_start = u32_vec(vec_of(py, &fs_start, "fs_start")?, fs_slots.len() + 1, "fs_start")?;
+        let fs_count = u32_vec(vec_of(py, &fs_count, "fs_count")?, fs_slots.len() + 1, "fs_count")?;
         let special: Vec<bool> = PyBuffer::<u8>::get(&special)
             .and_then(|b| b.to_vec(py))
             .map_err(|e| PyValueError::new_err(format!("special: expected a uint8 array ({e})")))?
@@ -464,53 +504,46 @@ impl Kernel {
             .map(|v| v != 0)
             .collect();
         if rank.len() != n_slots || sub_subscriber.len() != n_slots {
-            return Err(PyValueError::new_err(
-                "rank and sub_subscriber need one entry per subscription slot",
-            ));
+            return Err(PyValueError::new_err("rank and sub_subscriber need one entry per subscription slot"));
         }
         let n_filters = special.len();
         if fs_start.len() != n_filters || fs_count.len() != n_filters {
-            return Err(PyValueError::new_err(
-                "fs_start, fs_count and special need one entry per filter slot",
-            ));
+            return Err(PyValueError::new_err("fs_start, fs_count and special need one entry per filter slot"));
         }
-        if fs_start
-            .iter()
-            .zip(&fs_count)
-            .any(|(&s, &c)| s as usize + c as usize > fs_slots.len())
-        {
+        if fs_start.iter().zip(&fs_count).any(|(&s, &c)| s as usize + c as usize > fs_slots.len()) {
             return Err(PyValueError::new_err("fs_start + fs_count beyond fs_slots"));
         }
-        let mut parsed = Vec::with_capacity(exchanges.len());
-        for (dialect, filters, codes) in &exchanges {
-            if filters.len() != codes.len() {
-                return Err(PyValueError::new_err("filters and codes differ in length"));
+        let dialects = dialects.iter().map(|d| Dialect::parse(d)).collect::<PyResult<Vec<_>>>()?;
+        let (filter_offsets, filter_data) = string_column(py, &filter_offsets, &filter_data, "filters")?;
+        let filter_exchange = vec_of(py, &filter_exchange, "filter_exchange")?;
+        let codes = vec_of(py, &codes, "codes")?;
+        if filter_offsets.len() != n_filters + 1 || filter_exchange.len() != n_filters || codes.len() != n_filters {
+            return Err(PyValueError::new_err("filters, filter_exchange and codes need one entry per filter slot"));
+        }
+        let text = std::str::from_utf8(&filter_data).map_err(|e| PyValueError::new_err(format!("filters: not UTF-8 ({e})")))?;
+        let mut per_exchange: Vec<(Vec<&str>, Vec<i64>)> = vec![(Vec::new(), Vec::new()); dialects.len()];
+        for f in 0..n_filters {
+            let e = filter_exchange[f];
+            if e < 0 {
+                continue; // a free filter slot
             }
-            if let Some(bad) = codes.iter().find(|&&c| {
-                if c >= 0 {
-                    c as usize >= n_slots
-                } else {
-                    (!c) as usize >= n_filters
-                }
-            }) {
-                return Err(PyValueError::new_err(format!(
-                    "hit code {bad} names no slot"
-                )));
+            let Some((filters, exchange_codes)) = per_exchange.get_mut(e as usize) else {
+                return Err(PyValueError::new_err(format!("filter_exchange: no exchange number {e}")));
+            };
+            let code = codes[f];
+            if (code >= 0 && code as usize >= n_slots) || (code < 0 && (!code) as usize >= n_filters) {
+                return Err(PyValueError::new_err(format!("hit code {code} names no slot")));
             }
-            parsed.push(Dialect::parse(dialect)?);
+            let filter = text
+                .get(filter_offsets[f] as usize..filter_offsets[f + 1] as usize)
+                .ok_or_else(|| PyValueError::new_err("filters: an offset splits a character"))?;
+            filters.push(dialects[e as usize].match_part(filter));
+            exchange_codes.push(code);
         }
         let tries = py.allow_threads(|| {
-            parsed
-                .iter()
-                .zip(&exchanges)
-                .map(|(&d, (_, filters, codes))| Trie::build(d, filters, codes))
-                .collect()
+            dialects.iter().zip(&per_exchange).map(|(&d, (filters, codes))| Trie::build(d, filters, codes)).collect()
         });
-        let slots = rank
-            .iter()
-            .zip(&sub_subscriber)
-            .map(|(&rank, &subscriber)| SlotInfo { rank, subscriber })
-            .collect();
+        let slots = rank.iter().zip(&sub_subscriber).map(|(&rank, &subscriber)| SlotInfo { rank, subscriber }).collect();
         Ok(Kernel {
             tries,
             slots,
@@ -519,7 +552,9 @@ impl Kernel {
             fs_slots,
             special,
             names: names.unbind(),
-            ids: ids.unbind(),
+            id_offsets,
+            id_data,
+            ids: (0..n_slots).map(|_| OnceLock::new()).collect(),
             delivery: delivery_type.unbind(),
         })
     }
@@ -545,6 +580,19 @@ impl Kernel {
                 Resolved::Special => Ok(py.None()),
                 Resolved::Slots => self.delivery_tuple(py, scratch),
             }
+        })
+    }
+
+    /// The deliveries of subscription slots already in output order (one
+    /// per run of equal subscribers), as a tuple of `Delivery`.
+    fn slot_deliveries(&self, py: Python<'_>, slots: Vec<i64>) -> PyResult<PyObject> {
+        if let Some(bad) = slots.iter().find(|&&s| s < 0 || s as usize >= self.slots.len()) {
+            return Err(PyValueError::new_err(format!("no subscription slot {bad}")));
+        }
+        with_scratch(|scratch| {
+            scratch.entries.clear();
+            scratch.entries.extend(slots.iter().map(|&s| (s as u64, self.slots[s as usize].subscriber)));
+            self.delivery_tuple(py, scratch)
         })
     }
 
@@ -642,6 +690,19 @@ fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Option<&'a [u8]>
 }
 
 impl Kernel {
+    /// Slot `slot`'s id as a str (a new reference), made on first use.
+    fn id_str(&self, py: Python<'_>, slot: usize) -> Py<PyString> {
+        self.ids[slot]
+            .get_or_init(|| {
+                let bytes = &self.id_data[self.id_offsets[slot] as usize..self.id_offsets[slot + 1] as usize];
+                // SAFETY: id_data was checked to be UTF-8 and Arrow offsets fall on character boundaries;
+                // a bad offset would make an invalid str, so it is checked here too.
+                let text = std::str::from_utf8(bytes).unwrap_or("");
+                PyString::new(py, text).unbind()
+            })
+            .clone_ref(py)
+    }
+
     fn trie(&self, exchange: usize) -> PyResult<&Trie> {
         self.tries
             .get(exchange)
@@ -692,11 +753,10 @@ impl Kernel {
             }
         }
         let names = self.names.bind(py).as_ptr();
-        let ids = self.ids.bind(py).as_ptr();
         let delivery_type = self.delivery.bind(py).as_ptr() as *mut ffi::PyTypeObject;
-        // SAFETY: every slot is < len(ids) and every subscriber < len(names)
-        // (checked at construction; the lists do not change while the kernel
-        // lives); PyTuple_SET_ITEM steals the references taken just before.
+        // SAFETY: every subscriber number is < len(names) (checked at
+        // construction; the list does not change while the kernel lives);
+        // PyTuple_SET_ITEM steals the references taken just before.
         unsafe {
             let out = ffi::PyTuple_New(runs.len() as ffi::Py_ssize_t);
             if out.is_null() {
@@ -709,9 +769,7 @@ impl Kernel {
                     return Err(PyErr::fetch(py));
                 }
                 for i in s..e {
-                    let id =
-                        ffi::PyList_GET_ITEM(ids, (entries[i].0 & 0xFFFF_FFFF) as ffi::Py_ssize_t);
-                    ffi::Py_INCREF(id);
+                    let id = self.id_str(py, (entries[i].0 & 0xFFFF_FFFF) as usize).into_ptr();
                     ffi::PyTuple_SET_ITEM(group, (i - s) as ffi::Py_ssize_t, id);
                 }
                 let alloc = (*delivery_type)
