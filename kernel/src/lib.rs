@@ -34,8 +34,6 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use std::sync::OnceLock;
-
 use pyo3::types::{PyBytes, PyList, PyString, PyType};
 
 const NONE: u32 = u32::MAX;
@@ -407,12 +405,12 @@ struct Kernel {
     fs_slots: Vec<u32>,
     special: Vec<bool>,
     names: Py<PyList>,
-    /// Subscription ids as UTF-8 (`id_data[id_offsets[slot]..id_offsets[slot + 1]]`),
-    /// and each id's str, made on its first delivery: no million-entry list
-    /// for Python's collector to traverse, no million strs made at load.
-    id_offsets: Vec<u32>,
-    id_data: Vec<u8>,
-    ids: Vec<OnceLock<Py<PyString>>>,
+    /// Each subscription slot's id as a str, made at load from the Arrow
+    /// column: held here, not in a Python list, so the collector never
+    /// traverses a million entries (it did, 20-25 ms in the first batch
+    /// after each load at a million subscriptions). Made eagerly: made on
+    /// first delivery instead, a cold `match()` took 0.5 us longer.
+    ids: Vec<Py<PyString>>,
     delivery: Py<PyType>,
 }
 
@@ -490,8 +488,16 @@ impl Kernel {
             return Err(PyValueError::new_err("delivery_type must be a tuple subclass"));
         }
         let (id_offsets, id_data) = string_column(py, &id_offsets, &id_data, "ids")?;
-        std::str::from_utf8(&id_data).map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
-        let n_slots = id_offsets.len() - 1;
+        let id_text = std::str::from_utf8(&id_data).map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
+        let ids = id_offsets
+            .windows(2)
+            .map(|w| {
+                let id = id_text.get(w[0] as usize..w[1] as usize);
+                id.map(|id| PyString::new(py, id).unbind())
+                    .ok_or_else(|| PyValueError::new_err("ids: an offset splits a character"))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let n_slots = ids.len();
         let rank = u32_vec(vec_of(py, &rank, "rank")?, n_slots.max(1), "rank")?;
         let sub_subscriber = u32_vec(vec_of(py, &sub_subscriber, "sub_subscriber")?, names.len().max(1), "sub_subscriber")?;
         let fs_slots = u32_vec(vec_of(py, &fs_slots, "fs_slots")?, n_slots, "fs_slots")?;
@@ -552,9 +558,7 @@ impl Kernel {
             fs_slots,
             special,
             names: names.unbind(),
-            id_offsets,
-            id_data,
-            ids: (0..n_slots).map(|_| OnceLock::new()).collect(),
+            ids,
             delivery: delivery_type.unbind(),
         })
     }
@@ -690,19 +694,6 @@ fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Option<&'a [u8]>
 }
 
 impl Kernel {
-    /// Slot `slot`'s id as a str (a new reference), made on first use.
-    fn id_str(&self, py: Python<'_>, slot: usize) -> Py<PyString> {
-        self.ids[slot]
-            .get_or_init(|| {
-                let bytes = &self.id_data[self.id_offsets[slot] as usize..self.id_offsets[slot + 1] as usize];
-                // SAFETY: id_data was checked to be UTF-8 and Arrow offsets fall on character boundaries;
-                // a bad offset would make an invalid str, so it is checked here too.
-                let text = std::str::from_utf8(bytes).unwrap_or("");
-                PyString::new(py, text).unbind()
-            })
-            .clone_ref(py)
-    }
-
     fn trie(&self, exchange: usize) -> PyResult<&Trie> {
         self.tries
             .get(exchange)
@@ -769,7 +760,7 @@ impl Kernel {
                     return Err(PyErr::fetch(py));
                 }
                 for i in s..e {
-                    let id = self.id_str(py, (entries[i].0 & 0xFFFF_FFFF) as usize).into_ptr();
+                    let id = self.ids[(entries[i].0 & 0xFFFF_FFFF) as usize].clone_ref(py).into_ptr();
                     ffi::PyTuple_SET_ITEM(group, (i - s) as ffi::Py_ssize_t, id);
                 }
                 let alloc = (*delivery_type)
