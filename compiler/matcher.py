@@ -202,28 +202,77 @@ class Matcher:
         n = len(frame)
         exchanges = frame["exchange"].tolist()
         keys = frame["routing_key"].tolist()
-        errors: list[str | None] = [None] * n
-        if self._criteria is not None and "headers" in frame.columns:
-            relevant = frame_headers(frame["headers"].tolist(), self._criteria.names, errors)
-            rows = list(zip(exchanges, keys, relevant))
-        else:
-            rows = list(zip(exchanges, keys))
-        # Distinct rows in order of first appearance, deduplicated in C.
-        distinct_rows = list(dict.fromkeys(rows))
-        position = {row: j for j, row in enumerate(distinct_rows)}
-        row_distinct = np.fromiter(map(position.__getitem__, rows), dtype=np.int64, count=n)
-
         units = Units()
+        row_unit = np.zeros(n, dtype=np.int64)
+        errors: list[str | None] = [None] * n
+        rest = self._match_keys(exchanges, keys, units, row_unit)
+        if rest is None or len(rest):
+            self._match_rows(frame, exchanges, keys, rest, units, row_unit, errors)
+        flat, offsets = units.build()
+        # Lay the units out row by row in numpy, so Arrow builds the nested
+        # output once instead of taking nested lists per row.
+        row_lengths = (offsets[1:] - offsets[:-1])[row_unit]
+        _, row_flat = expand(row_unit, offsets[:-1][row_unit], row_lengths, flat)
+        row_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(row_lengths, out=row_offsets[1:])
+        column = deliveries_array(row_flat, row_offsets, self._sub_subscriber_np, self._names_arrow, self._ids_arrow)
+        return pd.DataFrame(
+            {
+                "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),
+                "deliveries": pd.Series(pd.arrays.ArrowExtensionArray(column)),
+                "error": pd.Series(errors, dtype=object),
+            },
+            copy=False,
+        )
+
+    def _match_keys(self, exchanges: list, keys: list, units: Units, row_unit: np.ndarray) -> np.ndarray | None:
+        """The common batch, all in the kernel: no header criteria in the
+        snapshot and one known exchange. Sets ``row_unit`` of the rows the
+        kernel answered and returns the others' indices (``None``: the
+        batch is not one the kernel takes, every row is left)."""
+        if self._criteria is not None or not exchanges:
+            return None
+        exchange = exchanges[0]
+        number = self._exchange_number.get(exchange) if exchange.__class__ is str else None
+        if number is None or exchanges.count(exchange) != len(exchanges):
+            return None
+        row_topic, flat, offsets = self._kernel.match_keys(number, keys)
+        row_topic = np.frombuffer(row_topic, dtype=np.int64)
+        base = units.add_block(np.frombuffer(flat, dtype=np.int64), np.frombuffer(offsets, dtype=np.int64))
+        answered = row_topic >= 0
+        row_unit[answered] = base + row_topic[answered]
+        return np.flatnonzero(~answered)
+
+    def _match_rows(self, frame, exchanges: list, keys: list, rows: np.ndarray | None, units: Units,
+                    row_unit: np.ndarray, errors: list) -> None:
+        """Every kind of batch row (``rows``: indices; ``None``: all): per
+        exchange, header criteria, shared groups, rejections. Sets
+        ``row_unit`` and ``errors`` of those rows."""
+        if rows is not None:
+            exchanges = [exchanges[i] for i in rows.tolist()]
+            keys = [keys[i] for i in rows.tolist()]
+        n = len(keys)
+        row_errors: list[str | None] = [None] * n
+        if self._criteria is not None and "headers" in frame.columns:
+            headers = frame["headers"].tolist()
+            if rows is not None:
+                headers = [headers[i] for i in rows.tolist()]
+            relevant = frame_headers(headers, self._criteria.names, row_errors)
+            distinct_input = list(zip(exchanges, keys, relevant))
+        else:
+            distinct_input = list(zip(exchanges, keys))
+        # Distinct rows in order of first appearance, deduplicated in C.
+        distinct_rows = list(dict.fromkeys(distinct_input))
+        position = {row: j for j, row in enumerate(distinct_rows)}
+        row_distinct = np.fromiter(map(position.__getitem__, distinct_input), dtype=np.int64, count=n)
+
         distinct_unit = np.zeros(len(distinct_rows), dtype=np.int64)
         distinct_error: dict[int, str] = {}
         per_message: dict[int, tuple] = {}
-        if len(rows) and len(rows[0]) == 2 and len(set(exchanges)) == 1:
-            groups = {exchanges[0]: list(range(len(distinct_rows)))}
-        else:
-            groups = {}
-            for j, row in enumerate(distinct_rows):
-                if len(row) == 2 or row[2] is not MALFORMED:
-                    groups.setdefault(row[0], []).append(j)
+        groups: dict = {}
+        for j, row in enumerate(distinct_rows):
+            if len(row) == 2 or row[2] is not MALFORMED:
+                groups.setdefault(row[0], []).append(j)
         for exchange, members in groups.items():
             if exchange.__class__ is not str or exchange not in self._exchange_number:
                 reason = "missing exchange" if exchange is None else f"unknown exchange {quote(exchange)}"
@@ -260,32 +309,25 @@ class Matcher:
                         distinct_unit[j] = 0
                     else:
                         distinct_unit[j] = units.add(slots)
-        row_unit = distinct_unit[row_distinct]
+        unit = distinct_unit[row_distinct]
         if distinct_error:
             for i in np.flatnonzero(np.isin(row_distinct, list(distinct_error))).tolist():
-                errors[i] = errors[i] or distinct_error[row_distinct[i]]
+                row_errors[i] = row_errors[i] or distinct_error[row_distinct[i]]
         if per_message:
             message_ids = frame["message_id"].tolist()
+            if rows is not None:
+                message_ids = [message_ids[i] for i in rows.tolist()]
             for i in np.flatnonzero(np.isin(row_distinct, list(per_message))).tolist():
-                if errors[i] is None:
+                if row_errors[i] is None:
                     slots, shared = per_message[row_distinct[i]]
-                    row_unit[i] = units.add(self._resolver.shared(exchanges[i], slots, shared, message_ids[i] or ""))
-        flat, offsets = units.build()
-        # Lay the units out row by row in numpy, so Arrow builds the nested
-        # output once instead of taking nested lists per row.
-        row_lengths = (offsets[1:] - offsets[:-1])[row_unit]
-        _, row_flat = expand(row_unit, offsets[:-1][row_unit], row_lengths, flat)
-        row_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(row_lengths, out=row_offsets[1:])
-        column = deliveries_array(row_flat, row_offsets, self._sub_subscriber_np, self._names_arrow, self._ids_arrow)
-        return pd.DataFrame(
-            {
-                "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),
-                "deliveries": pd.Series(pd.arrays.ArrowExtensionArray(column)),
-                "error": pd.Series(errors, dtype=object),
-            },
-            copy=False,
-        )
+                    unit[i] = units.add(self._resolver.shared(exchanges[i], slots, shared, message_ids[i] or ""))
+        if rows is None:
+            row_unit[:] = unit
+            errors[:] = row_errors
+        else:
+            row_unit[rows] = unit
+            for i, error in zip(rows.tolist(), row_errors):
+                errors[i] = error
 
     def match_topics(
         self, exchange: str, topics: list[str], rank: np.ndarray | None = None

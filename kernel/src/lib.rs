@@ -141,7 +141,10 @@ impl Node {
 /// is a *many* node: it may absorb further words.
 struct Trie {
     dialect: Dialect,
-    exact: HashMap<Box<[u8]>, (u32, u32)>,
+    /// Per exact text, its one hit code (`(code, 1)`, the common case: no
+    /// second memory read) or where its codes are (`(start, count)` into
+    /// `exact_hits`).
+    exact: HashMap<Box<[u8]>, (i64, u32)>,
     exact_hits: Vec<i64>,
     words: HashMap<Box<[u8]>, u32>,
     children: HashMap<u64, u32>,
@@ -225,8 +228,8 @@ impl Trie {
         trie.exact.reserve(exact.len());
         let mut group_of = Vec::with_capacity(exact.len());
         for &(text, _) in &exact {
-            let next = trie.exact.len() as u32;
-            group_of.push(trie.exact.entry_ref(text).or_insert((next, 0)).0);
+            let next = trie.exact.len() as i64;
+            group_of.push(trie.exact.entry_ref(text).or_insert((next, 0)).0 as u32);
         }
         let mut starts = vec![0u32; trie.exact.len() + 1];
         for &g in &group_of {
@@ -241,9 +244,10 @@ impl Trie {
             trie.exact_hits[fill[g as usize] as usize] = code;
             fill[g as usize] += 1;
         }
-        for range in trie.exact.values_mut() {
-            let g = range.0 as usize;
-            *range = (starts[g], starts[g + 1]);
+        for value in trie.exact.values_mut() {
+            let g = value.0 as usize;
+            let (start, count) = (starts[g], starts[g + 1] - starts[g]);
+            *value = if count == 1 { (trie.exact_hits[start as usize], 1) } else { (start as i64, count) };
         }
         trie
     }
@@ -337,8 +341,10 @@ impl Trie {
 
     /// Appends the codes of the exact filters equal to `text` to `codes`.
     fn exact_hits(&self, text: &[u8], codes: &mut Vec<i64>) {
-        if let Some(&(start, end)) = self.exact.get(text) {
-            codes.extend_from_slice(&self.exact_hits[start as usize..end as usize]);
+        match self.exact.get(text) {
+            Some(&(code, 1)) => codes.push(code),
+            Some(&(start, count)) => codes.extend_from_slice(&self.exact_hits[start as usize..][..count as usize]),
+            None => {}
         }
     }
 
@@ -668,6 +674,55 @@ impl Kernel {
         ))
     }
 
+    /// Match a batch's routing keys (a list of bytes or str, one per row) of
+    /// exchange number `exchange`: `(row_topic, flat, offsets)`, bytes of
+    /// int64. Equal keys are matched once: row `r`'s subscription slots, in
+    /// rank order, are `flat[offsets[t]:offsets[t + 1]]` for `t =
+    /// row_topic[r]`; `row_topic[r]` is -1 for a row the Python side must
+    /// answer (a key that is not UTF-8 bytes or str, not a valid topic, or
+    /// that hit a filter with per-message conditions).
+    fn match_keys<'py>(
+        &self,
+        py: Python<'py>,
+        exchange: usize,
+        keys: &Bound<'py, PyList>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let trie = self.trie(exchange)?;
+        let n = keys.len();
+        let mut row_topic: Vec<i64> = Vec::with_capacity(n);
+        let mut flat: Vec<i64> = Vec::new();
+        let mut offsets: Vec<i64> = vec![0];
+        let mut distinct: HashMap<&[u8], i64> = HashMap::with_capacity(n);
+        // SAFETY (lifetimes): each key's bytes live as long as the key object,
+        // which the list holds for the whole call (nothing here runs Python code).
+        let list = keys.as_ptr();
+        with_scratch(|scratch| {
+            for r in 0..n {
+                let key = unsafe { ffi::PyList_GET_ITEM(list, r as ffi::Py_ssize_t) };
+                let Some(text) = (unsafe { key_bytes(key) }) else {
+                    row_topic.push(-1);
+                    continue;
+                };
+                if let Some(&t) = distinct.get(text) {
+                    row_topic.push(t);
+                    continue;
+                }
+                let mut t = -1;
+                if trie.dialect.valid_topic(text) && std::str::from_utf8(text).is_ok() {
+                    trie.topic_hits(text, scratch);
+                    if let Resolved::Slots = self.resolve(scratch, None) {
+                        flat.extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64));
+                        offsets.push(flat.len() as i64);
+                        t = offsets.len() as i64 - 2;
+                    }
+                }
+                distinct.insert(text, t);
+                row_topic.push(t);
+            }
+        });
+        Ok((as_bytes(py, &row_topic), as_bytes(py, &flat), as_bytes(py, &offsets)))
+    }
+
     /// Number of nodes of each exchange's trie (for tests and sizing).
     fn node_counts(&self) -> Vec<usize> {
         self.tries.iter().map(|t| t.nodes.len()).collect()
@@ -680,6 +735,28 @@ fn as_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
         std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
     };
     PyBytes::new(py, raw)
+}
+
+/// The bytes of a routing key: a bytes object's, a str's UTF-8 (`None`:
+/// another type, or a str that is not valid Unicode).
+///
+/// # Safety
+/// `key` is a valid object pointer; the bytes live as long as it does.
+unsafe fn key_bytes<'a>(key: *mut ffi::PyObject) -> Option<&'a [u8]> {
+    if ffi::PyBytes_Check(key) != 0 {
+        let data = ffi::PyBytes_AsString(key) as *const u8;
+        return Some(std::slice::from_raw_parts(data, ffi::PyBytes_Size(key) as usize));
+    }
+    if ffi::PyUnicode_Check(key) != 0 {
+        let mut size: ffi::Py_ssize_t = 0;
+        let data = ffi::PyUnicode_AsUTF8AndSize(key, &mut size);
+        if data.is_null() {
+            ffi::PyErr_Clear(); // lone surrogates: the Python side names the problem
+            return None;
+        }
+        return Some(std::slice::from_raw_parts(data as *const u8, size as usize));
+    }
+    None
 }
 
 /// The UTF-8 bytes of `topic` if it is a str and a valid topic of the trie's dialect.

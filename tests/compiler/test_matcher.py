@@ -220,3 +220,25 @@ def test_match_frame_batch_path_follows_every_rule():
     assert ids[3] == ["a-empty"]
     assert ids[4] == ["a-multi", "a-star", "a-suffix"]
     assert len(ids[5]) == 2 and ids[5][0] == "hash" and ids[5][1].startswith("share")
+
+
+def test_match_frame_of_one_exchange_mixes_kernel_rows_and_python_rows():
+    """One exchange without header criteria: the kernel answers the rows it
+    can (equal keys once, bytes or str), and hands back the rest (bad keys,
+    invalid topics, shared groups) with their rows and messages intact."""
+    subs = [Subscription("all", "mq", "a", "#"), Subscription("x", "mq", "b", "+/x"),
+            Subscription("share1", "mq", "e", "$share/g/s/+"), Subscription("share2", "mq", "f", "$share/g/s/+")]
+    matcher = _matcher(subs)
+    keys = [b"q/x", None, "q/x", b"\xff", b"s/1", b"a/+", "\udc80", b"q/x", b"", 7, b"z"]
+    rows = [(f"m{i}", "mq", key, None) for i, key in enumerate(keys)]
+    out = matcher.match_frame(_frame(rows))
+    assert out["message_id"].tolist() == [f"m{i}" for i in range(len(keys))]
+    got = [sorted(i for d in row for i in d["subscription_ids"]) for row in out["deliveries"].tolist()]
+    errors = out["error"].tolist()
+    assert got[0] == got[2] == got[7] == ["all", "x"] and errors[0] is errors[2] is errors[7] is None
+    assert got[10] == ["all"] and errors[10] is None
+    assert got[4][0] == "all" and got[4][1] in ("share1", "share2") and errors[4] is None
+    assert got[4] == sorted(i for d in matcher.match("mq", "s/1", None, "m4") for i in d.subscription_ids)
+    for bad, reason in ((1, "missing routing key"), (3, "not valid UTF-8"), (5, "wildcards"), (6, "UTF-8"),
+                        (8, "empty"), (9, "bytes or a string")):
+        assert got[bad] == [] and reason in errors[bad], (bad, errors[bad])
