@@ -1,11 +1,11 @@
-"""Building blocks of ``match_frame``: a batch's matched topics laid out
-with numpy instead of per-topic Python objects.
+"""The results of one ``match_frame`` batch, before they are written out.
 
-The kernel (``bitroute_kernel.Kernel.match_topics``) matches the distinct
-topics; what is left per batch is laying the results out row by row:
-:func:`expand` (a vectorised ragged gather) and :class:`Units` (the flat
-slot arrays of every distinct result). ``benchmarks/compiler_bench.py``
-("batch") measures this path; run it before changing it.
+The kernel matches the batch's distinct topics (``Kernel.match_keys``,
+``Kernel.match_topics``); the Python path adds the results it computes
+itself (header criteria, shared groups). :class:`Units` gathers all of them
+as one flat slot array with offsets, which ``Kernel.layout`` writes out row
+by row as the Arrow column. ``benchmarks/compiler_bench.py`` ("batch")
+measures this path; run it before changing it.
 """
 
 from __future__ import annotations
@@ -16,18 +16,6 @@ from itertools import chain
 import numpy as np
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-
-
-def expand(owners: np.ndarray, starts: np.ndarray, counts: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each ``i``, pair ``owners[i]`` with every value in
-    ``values[starts[i]:starts[i] + counts[i]]``; returns the flat (owner,
-    value) arrays. A vectorised ragged gather."""
-    total = int(counts.sum())
-    if total == 0:
-        return _EMPTY, values[:0]
-    ends = np.cumsum(counts)
-    offsets = np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - counts), counts)
-    return np.repeat(owners, counts), values[offsets]
 
 
 class Units:

@@ -45,14 +45,14 @@ import pyarrow as pa
 from bitroute_kernel import Kernel
 import pyarrow.compute as pc
 
-from .batch import Units, expand
+from .batch import Units
 from .cache import MATCH_CACHE_MAX_BYTES, MATCH_CACHE_MIN_ITEMS, TopicCache
 from .criteria_index import CriteriaIndex
 from .columns import bool_mask, string_buffers
 from .errors import TopicError, UnknownExchangeError, quote
 from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
 from .grammar import grammar_for
-from .output import DELIVERIES_TYPE, Delivery, deliveries_array
+from .output import DELIVERIES_TYPE, Delivery, deliveries_column
 from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver
 from .snapshot import Snapshot
 from .tables import filter_subscriptions, slot_ranks
@@ -84,9 +84,6 @@ class Matcher:
         self._cache_get = self._cache.get
 
         self._names: list[str | None] = t.subscriber_names.to_pylist()
-        self._ids_arrow = t.sub_ids
-        self._names_arrow = t.subscriber_names
-        self._sub_subscriber_np = t.sub_subscriber
 
         live = np.flatnonzero(bool_mask(pc.is_valid(t.sub_ids)))
         owners = np.zeros(len(t.sub_ids), dtype=np.int64)
@@ -115,7 +112,7 @@ class Matcher:
             hit_code[conditioned] = ~conditioned
             special[conditioned] = 1
         self._kernel = Kernel(
-            Delivery, self._names, *string_buffers(t.sub_ids), self._rank, owners, fs_start, fs_count, fs_slots,
+            Delivery, self._names, *string_buffers(t.subscriber_names), *string_buffers(t.sub_ids), self._rank, owners, fs_start, fs_count, fs_slots,
             special, [snapshot.exchanges[name].value for name in t.exchange_names], *string_buffers(t.filter_text),
             filter_exchange, hit_code,
         )
@@ -209,13 +206,7 @@ class Matcher:
         if rest is None or len(rest):
             self._match_rows(frame, exchanges, keys, rest, units, row_unit, errors)
         flat, offsets = units.build()
-        # Lay the units out row by row in numpy, so Arrow builds the nested
-        # output once instead of taking nested lists per row.
-        row_lengths = (offsets[1:] - offsets[:-1])[row_unit]
-        _, row_flat = expand(row_unit, offsets[:-1][row_unit], row_lengths, flat)
-        row_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(row_lengths, out=row_offsets[1:])
-        column = deliveries_array(row_flat, row_offsets, self._sub_subscriber_np, self._names_arrow, self._ids_arrow)
+        column = deliveries_column(n, self._kernel.layout(row_unit, flat, offsets))
         return pd.DataFrame(
             {
                 "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import pyarrow as pa
 
 DELIVERIES_TYPE = pa.list_(
@@ -29,21 +28,16 @@ class Delivery(NamedTuple):
     subscription_ids: tuple[str, ...]
 
 
-def deliveries_array(
-    flat: np.ndarray, unit_offsets: np.ndarray, sub_subscriber: np.ndarray, names: pa.StringArray, ids: pa.StringArray
-) -> pa.ListArray:
-    """``DELIVERIES_TYPE`` array with one entry per unit: unit ``u``'s slots,
-    in output order, are ``flat[unit_offsets[u]:unit_offsets[u + 1]]``;
-    ``sub_subscriber[slot]`` indexes ``names``, ``ids[slot]`` is the id."""
-    lengths = np.diff(unit_offsets)
-    owners = sub_subscriber[flat]
-    starts = np.ones(len(flat), dtype=bool)
-    starts[1:] = owners[1:] != owners[:-1]
-    starts[unit_offsets[:-1][lengths > 0]] = True
-    group_starts = np.flatnonzero(starts)
-    group_offsets = np.append(group_starts, len(flat)).astype(np.int32)
-    id_lists = pa.ListArray.from_arrays(pa.array(group_offsets), ids.take(pa.array(flat)))
-    subscribers = names.take(pa.array(owners[group_starts]))
-    groups = pa.StructArray.from_arrays([subscribers, id_lists], fields=list(DELIVERIES_TYPE.value_type))
-    unit_groups = np.searchsorted(group_starts, unit_offsets).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(unit_groups), groups, type=DELIVERIES_TYPE)
+def deliveries_column(n_rows: int, buffers: list[bytes]) -> pa.ListArray:
+    """The ``DELIVERIES_TYPE`` column of ``n_rows`` rows from the buffers
+    ``Kernel.layout`` writes: ``(row_offsets, group_offsets, id_offsets,
+    id_data, name_offsets, name_data)``, offsets int32 (Arrow's layout, no
+    copy here)."""
+    row_offsets, group_offsets, id_offsets, id_data, name_offsets, name_data = map(pa.py_buffer, buffers)
+    n_groups, n_ids = len(name_offsets) // 4 - 1, len(id_offsets) // 4 - 1
+    ids = pa.StringArray.from_buffers(n_ids, id_offsets, id_data)
+    id_lists = pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), n_groups + 1, [None, group_offsets]), ids)
+    names = pa.StringArray.from_buffers(n_groups, name_offsets, name_data)
+    groups = pa.StructArray.from_arrays([names, id_lists], fields=list(DELIVERIES_TYPE.value_type))
+    rows = pa.Array.from_buffers(pa.int32(), n_rows + 1, [None, row_offsets])
+    return pa.ListArray.from_arrays(rows, groups, type=DELIVERIES_TYPE)

@@ -393,6 +393,16 @@ enum Resolved {
     Special,
 }
 
+/// The Arrow buffers of a batch's deliveries column (see [`Kernel::layout`]).
+struct Layout {
+    row_offsets: Vec<i32>,
+    group_offsets: Vec<i32>,
+    id_offsets: Vec<i32>,
+    id_data: Vec<u8>,
+    name_offsets: Vec<i32>,
+    name_data: Vec<u8>,
+}
+
 /// Per subscription slot, what ordering and grouping its deliveries need,
 /// side by side (one memory read per matched subscription).
 #[derive(Clone, Copy, Default)]
@@ -417,6 +427,12 @@ struct Kernel {
     /// after each load at a million subscriptions). Made eagerly: made on
     /// first delivery instead, a cold `match()` took 0.5 us longer.
     ids: Vec<Py<PyString>>,
+    /// The same ids and the subscriber names as UTF-8 string columns, for
+    /// writing the Arrow output of a batch ([`Kernel::layout`]).
+    id_offsets: Vec<u32>,
+    id_data: Vec<u8>,
+    name_offsets: Vec<u32>,
+    name_data: Vec<u8>,
     delivery: Py<PyType>,
 }
 
@@ -457,12 +473,13 @@ fn u32_vec(values: Vec<i64>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
 
 #[pymethods]
 impl Kernel {
-    /// `Kernel(delivery_type, names, id_offsets, id_data, rank,
+    /// `Kernel(delivery_type, names, name_offsets, name_data, id_offsets, id_data, rank,
     /// sub_subscriber, fs_start, fs_count, fs_slots, special, dialects,
     /// filter_offsets, filter_data, filter_exchange, codes)`.
     ///
     /// `names[k]`: subscriber number `k`'s name (a list that must not change
-    /// while the kernel lives). Per subscription slot: its id (a string
+    /// while the kernel lives; also as a string column, `name_offsets`,
+    /// `name_data`). Per subscription slot: its id (a string
     /// column: `id_offsets`, `id_data`, the Arrow layout), `rank[slot]` its
     /// position in (subscriber, id) order, `sub_subscriber[slot]` its
     /// subscriber's number. Per filter slot: its subscriptions (CSR
@@ -476,6 +493,8 @@ impl Kernel {
         py: Python<'_>,
         delivery_type: Bound<'_, PyType>,
         names: Bound<'_, PyList>,
+        name_offsets: Bound<'_, PyAny>,
+        name_data: Bound<'_, PyAny>,
         id_offsets: Bound<'_, PyAny>,
         id_data: Bound<'_, PyAny>,
         rank: Bound<'_, PyAny>,
@@ -492,6 +511,10 @@ impl Kernel {
     ) -> PyResult<Self> {
         if !delivery_type.is_subclass_of::<pyo3::types::PyTuple>()? {
             return Err(PyValueError::new_err("delivery_type must be a tuple subclass"));
+        }
+        let (name_offsets, name_data) = string_column(py, &name_offsets, &name_data, "names")?;
+        if name_offsets.len() != names.len() + 1 {
+            return Err(PyValueError::new_err("names and their string column differ in length"));
         }
         let (id_offsets, id_data) = string_column(py, &id_offsets, &id_data, "ids")?;
         let id_text = std::str::from_utf8(&id_data).map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
@@ -565,6 +588,10 @@ impl Kernel {
             special,
             names: names.unbind(),
             ids,
+            id_offsets,
+            id_data,
+            name_offsets,
+            name_data,
             delivery: delivery_type.unbind(),
         })
     }
@@ -723,14 +750,49 @@ impl Kernel {
         Ok((as_bytes(py, &row_topic), as_bytes(py, &flat), as_bytes(py, &offsets)))
     }
 
+    /// The Arrow buffers of a batch's `deliveries` column
+    /// (`list<struct<subscriber, subscription_ids: list<string>>>`, one row
+    /// per entry of `row_unit`): row `r` holds unit `u = row_unit[r]`, whose
+    /// slots, in output order, are `flat[offsets[u]:offsets[u + 1]]` (int64
+    /// arrays), grouped into one delivery per run of equal subscribers.
+    ///
+    /// Returns `(row_offsets, group_offsets, id_offsets, id_data,
+    /// name_offsets, name_data)` as bytes (offsets: int32): rows' delivery
+    /// offsets, deliveries' id offsets, the ids, the deliveries' subscriber
+    /// names. Raises `ValueError` past Arrow's 2 GiB string columns.
+    fn layout<'py>(
+        &self,
+        py: Python<'py>,
+        row_unit: Bound<'py, PyAny>,
+        flat: Bound<'py, PyAny>,
+        offsets: Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let flat = u32_vec(vec_of(py, &flat, "flat")?, self.slots.len(), "flat")?;
+        let offsets = u32_vec(vec_of(py, &offsets, "offsets")?, flat.len() + 1, "offsets")?;
+        if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(PyValueError::new_err("offsets must be non-decreasing, one more than the units"));
+        }
+        let row_unit = u32_vec(vec_of(py, &row_unit, "row_unit")?, offsets.len() - 1, "row_unit")?;
+        let out = py.allow_threads(|| self.write_layout(&row_unit, &flat, &offsets)).map_err(PyValueError::new_err)?;
+        Ok(vec![
+            as_bytes(py, &out.row_offsets),
+            as_bytes(py, &out.group_offsets),
+            as_bytes(py, &out.id_offsets),
+            PyBytes::new(py, &out.id_data),
+            as_bytes(py, &out.name_offsets),
+            PyBytes::new(py, &out.name_data),
+        ])
+    }
+
     /// Number of nodes of each exchange's trie (for tests and sizing).
     fn node_counts(&self) -> Vec<usize> {
         self.tries.iter().map(|t| t.nodes.len()).collect()
     }
 }
 
-fn as_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
-    // SAFETY: i64 has no padding; the bytes are copied.
+/// The native-endian bytes of integers (numpy's and Arrow's layout), copied.
+fn as_bytes<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> {
+    // SAFETY: used for i32 and i64 only, which have no padding; the bytes are copied.
     let raw = unsafe {
         std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
     };
@@ -771,6 +833,47 @@ fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Option<&'a [u8]>
 }
 
 impl Kernel {
+    /// See [`Kernel::layout`]: each unit's deliveries are grouped once, then
+    /// every row copies its unit's.
+    fn write_layout(&self, row_unit: &[u32], flat: &[u32], offsets: &[u32]) -> Result<Layout, String> {
+        // Per unit: its groups as (first, end) positions into `flat`.
+        let n_units = offsets.len() - 1;
+        let mut unit_groups: Vec<u32> = vec![0; n_units + 1];
+        let mut groups: Vec<(u32, u32)> = Vec::new();
+        for u in 0..n_units {
+            let (start, end) = (offsets[u] as usize, offsets[u + 1] as usize);
+            let mut first = start;
+            for i in start + 1..=end {
+                if i == end || self.slots[flat[i] as usize].subscriber != self.slots[flat[first] as usize].subscriber {
+                    groups.push((first as u32, i as u32));
+                    first = i;
+                }
+            }
+            unit_groups[u + 1] = groups.len() as u32;
+        }
+        let too_big = || "a batch's deliveries column would exceed 2 GiB (Arrow's 32-bit offsets): use smaller batches".to_string();
+        let offset = |n: usize| i32::try_from(n).map_err(|_| too_big());
+        let text = |offsets: &[u32], k: usize| offsets[k] as usize..offsets[k + 1] as usize;
+        let mut row_offsets: Vec<i32> = Vec::with_capacity(row_unit.len() + 1);
+        let (mut group_offsets, mut id_offsets, mut name_offsets) = (vec![0i32], vec![0i32], vec![0i32]);
+        let (mut id_data, mut name_data): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+        row_offsets.push(0);
+        for &u in row_unit {
+            for &(first, end) in &groups[unit_groups[u as usize] as usize..unit_groups[u as usize + 1] as usize] {
+                let subscriber = self.slots[flat[first as usize] as usize].subscriber as usize;
+                name_data.extend_from_slice(&self.name_data[text(&self.name_offsets, subscriber)]);
+                name_offsets.push(offset(name_data.len())?);
+                for &slot in &flat[first as usize..end as usize] {
+                    id_data.extend_from_slice(&self.id_data[text(&self.id_offsets, slot as usize)]);
+                    id_offsets.push(offset(id_data.len())?);
+                }
+                group_offsets.push(offset(id_offsets.len() - 1)?);
+            }
+            row_offsets.push(offset(group_offsets.len() - 1)?);
+        }
+        Ok(Layout { row_offsets, group_offsets, id_offsets, id_data, name_offsets, name_data })
+    }
+
     fn trie(&self, exchange: usize) -> PyResult<&Trie> {
         self.tries
             .get(exchange)
