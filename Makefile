@@ -20,7 +20,7 @@ prereqs:
 	  echo "installing Java 17 and Maven from Debian's packages"; \
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null; }
 	@command -v cargo >/dev/null || { \
-	  echo "installing Rust's cargo from Debian's packages"; \
+	  echo "installing Rust's cargo from Debian's packages (the kernel needs rustc >= 1.77; else use rustup)"; \
 	  apt-get update -qq && apt-get install -y -qq cargo >/dev/null; }
 
 KERNEL_SOURCES := kernel/Cargo.toml kernel/pyproject.toml $(wildcard kernel/src/*.rs)
