@@ -50,7 +50,9 @@ class Units:
     def build(self) -> tuple[np.ndarray, np.ndarray]:
         """``(flat, offsets)`` over every unit added, in order."""
         self._flush()
-        flat = np.concatenate(self._flats) if self._flats else _EMPTY
+        # One block (a batch the kernel answered whole): its array as is; at
+        # fan-out it holds tens of millions of slots.
+        flat = self._flats[0] if len(self._flats) == 1 else np.concatenate(self._flats) if self._flats else _EMPTY
         offsets = np.zeros(self._count + 1, dtype=np.int64)
         np.cumsum(np.concatenate(self._lengths), out=offsets[1:])
         return flat, offsets

@@ -536,11 +536,33 @@ fn string_column(py: Python<'_>, offsets: &Bound<'_, PyAny>, data: &Bound<'_, Py
     let data = PyBuffer::<u8>::get(data)
         .and_then(|b| b.to_vec(py))
         .map_err(|e| PyValueError::new_err(format!("{what} data: expected a uint8 buffer ({e})")))?;
-    let offsets = u32_vec(vec_of(py, offsets, &format!("{what} offsets"))?, data.len() + 1, &format!("{what} offsets"))?;
+    let offsets = u32_of(py, offsets, data.len() + 1, &format!("{what} offsets"))?;
     if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
         return Err(PyValueError::new_err(format!("{what} offsets must be non-decreasing, one more than the strings")));
     }
     Ok((offsets, data))
+}
+
+/// An int64 array's values as u32, each checked to be below `bound`, read
+/// in one pass over the buffer (no intermediate copy: batch columns hold
+/// tens of millions of slots).
+fn u32_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
+    let array = PyBuffer::<i64>::get(buffer)
+        .map_err(|e| PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})")))?;
+    let values = array
+        .as_slice(py)
+        .ok_or_else(|| PyValueError::new_err(format!("{what}: expected a contiguous int64 array")))?;
+    values
+        .iter()
+        .map(|cell| {
+            let v = cell.get();
+            if v >= 0 && (v as u64) < bound as u64 && v < NONE as i64 {
+                Ok(v as u32)
+            } else {
+                Err(PyValueError::new_err(format!("{what}: value {v} out of range 0..{bound}")))
+            }
+        })
+        .collect()
 }
 
 fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
@@ -551,20 +573,6 @@ fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec
         })
 }
 
-fn u32_vec(values: Vec<i64>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
-    values
-        .into_iter()
-        .map(|v| {
-            if v >= 0 && (v as u64) < bound as u64 && v < NONE as i64 {
-                Ok(v as u32)
-            } else {
-                Err(PyValueError::new_err(format!(
-                    "{what}: value {v} out of range 0..{bound}"
-                )))
-            }
-        })
-        .collect()
-}
 
 #[pymethods]
 impl Kernel {
@@ -622,11 +630,11 @@ impl Kernel {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let n_slots = ids.len();
-        let rank = u32_vec(vec_of(py, &rank, "rank")?, n_slots.max(1), "rank")?;
-        let sub_subscriber = u32_vec(vec_of(py, &sub_subscriber, "sub_subscriber")?, names.len().max(1), "sub_subscriber")?;
-        let fs_slots = u32_vec(vec_of(py, &fs_slots, "fs_slots")?, n_slots, "fs_slots")?;
-        let fs_start = u32_vec(vec_of(py, &fs_start, "fs_start")?, fs_slots.len() + 1, "fs_start")?;
-        let fs_count = u32_vec(vec_of(py, &fs_count, "fs_count")?, fs_slots.len() + 1, "fs_count")?;
+        let rank = u32_of(py, &rank, n_slots.max(1), "rank")?;
+        let sub_subscriber = u32_of(py, &sub_subscriber, names.len().max(1), "sub_subscriber")?;
+        let fs_slots = u32_of(py, &fs_slots, n_slots, "fs_slots")?;
+        let fs_start = u32_of(py, &fs_start, fs_slots.len() + 1, "fs_start")?;
+        let fs_count = u32_of(py, &fs_count, fs_slots.len() + 1, "fs_count")?;
         let special: Vec<bool> = PyBuffer::<u8>::get(&special)
             .and_then(|b| b.to_vec(py))
             .map_err(|e| PyValueError::new_err(format!("special: expected a uint8 array ({e})")))?
@@ -766,7 +774,7 @@ impl Kernel {
     )> {
         let trie = self.trie(exchange)?;
         let custom = match rank {
-            Some(r) => Some(u32_vec(vec_of(py, &r, "rank")?, u32::MAX as usize, "rank")?),
+            Some(r) => Some(u32_of(py, &r, u32::MAX as usize, "rank")?),
             None => None,
         };
         if custom.as_ref().is_some_and(|r| r.len() != self.slots.len()) {
@@ -868,12 +876,12 @@ impl Kernel {
         flat: Bound<'py, PyAny>,
         offsets: Bound<'py, PyAny>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let flat = u32_vec(vec_of(py, &flat, "flat")?, self.slots.len(), "flat")?;
-        let offsets = u32_vec(vec_of(py, &offsets, "offsets")?, flat.len() + 1, "offsets")?;
+        let flat = u32_of(py, &flat, self.slots.len(), "flat")?;
+        let offsets = u32_of(py, &offsets, flat.len() + 1, "offsets")?;
         if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
             return Err(PyValueError::new_err("offsets must be non-decreasing, one more than the units"));
         }
-        let row_unit = u32_vec(vec_of(py, &row_unit, "row_unit")?, offsets.len() - 1, "row_unit")?;
+        let row_unit = u32_of(py, &row_unit, offsets.len() - 1, "row_unit")?;
         let plan = py.allow_threads(|| self.plan_layout(&flat, &offsets));
         let sizes = plan.sizes(&row_unit).map_err(PyValueError::new_err)?;
         // The six buffers are made at their final size and written in place:
@@ -972,34 +980,65 @@ impl Kernel {
     }
 
     /// Writes the six buffers of [`Kernel::layout`], sized by [`LayoutPlan::sizes`].
+    /// A unit is written from the tables once; a later row of the same unit
+    /// copies that first copy (sequential reads instead of a memory miss per
+    /// id: rows of one topic repeat in a batch).
     fn write_layout(&self, plan: &LayoutPlan, row_unit: &[u32], flat: &[u32], out: &mut [&mut [u8]]) {
         let [row_offsets, group_offsets, id_offsets, id_data, name_offsets, name_data] = out else {
             unreachable!("six buffers")
         };
+        let get = |buffer: &[u8], k: usize| i32::from_ne_bytes(buffer[4 * k..4 * k + 4].try_into().unwrap()) as usize;
         let put = |buffer: &mut [u8], k: usize, value: usize| buffer[4 * k..4 * k + 4].copy_from_slice(&(value as i32).to_ne_bytes());
-        let (mut groups, mut ids, mut id_end, mut name_end) = (0usize, 0usize, 0usize, 0usize);
-        put(row_offsets, 0, 0);
-        put(group_offsets, 0, 0);
-        put(id_offsets, 0, 0);
-        put(name_offsets, 0, 0);
+        // Where each unit's first copy starts: (group index, id index); the
+        // byte positions follow from the offsets already written.
+        let mut written: Vec<Option<(usize, usize)>> = vec![None; plan.units.len()];
+        let (mut groups, mut ids) = (0usize, 0usize);
+        for buffer in [&mut **row_offsets, &mut **group_offsets, &mut **id_offsets, &mut **name_offsets] {
+            put(buffer, 0, 0);
+        }
         for (r, &u) in row_unit.iter().enumerate() {
-            for &(first, end) in &plan.groups[plan.unit_groups[u as usize] as usize..plan.unit_groups[u as usize + 1] as usize] {
-                let subscriber = self.slots[flat[first as usize] as usize].subscriber as usize;
-                let name = &self.name_data[self.name_offsets[subscriber] as usize..self.name_offsets[subscriber + 1] as usize];
-                name_data[name_end..name_end + name.len()].copy_from_slice(name);
-                name_end += name.len();
-                for &slot in &flat[first as usize..end as usize] {
-                    let info = self.slots[slot as usize];
-                    let id = &self.id_data[info.id_start as usize..][..info.id_len as usize];
-                    id_data[id_end..id_end + id.len()].copy_from_slice(id);
-                    id_end += id.len();
-                    ids += 1;
-                    put(id_offsets, ids, id_end);
+            let size = plan.units[u as usize];
+            let (n_groups, n_ids) = (size.groups as usize, size.ids as usize);
+            if let Some((first_group, first_id)) = written[u as usize] {
+                let (id_from, id_to) = (get(id_offsets, first_id), get(id_offsets, ids));
+                let (name_from, name_to) = (get(name_offsets, first_group), get(name_offsets, groups));
+                id_data.copy_within(id_from..id_from + size.id_bytes as usize, id_to);
+                name_data.copy_within(name_from..name_from + size.name_bytes as usize, name_to);
+                for k in 1..=n_ids {
+                    let v = get(id_offsets, first_id + k) - id_from + id_to;
+                    put(id_offsets, ids + k, v);
                 }
-                groups += 1;
-                put(group_offsets, groups, ids);
-                put(name_offsets, groups, name_end);
+                for k in 1..=n_groups {
+                    let g = get(group_offsets, first_group + k) - first_id + ids;
+                    put(group_offsets, groups + k, g);
+                    let v = get(name_offsets, first_group + k) - name_from + name_to;
+                    put(name_offsets, groups + k, v);
+                }
+            } else {
+                written[u as usize] = Some((groups, ids));
+                let (mut id_end, mut name_end) = (get(id_offsets, ids), get(name_offsets, groups));
+                let mut k_ids = ids;
+                for (g, &(first, end)) in
+                    plan.groups[plan.unit_groups[u as usize] as usize..plan.unit_groups[u as usize + 1] as usize].iter().enumerate()
+                {
+                    let subscriber = self.slots[flat[first as usize] as usize].subscriber as usize;
+                    let name = &self.name_data[self.name_offsets[subscriber] as usize..self.name_offsets[subscriber + 1] as usize];
+                    name_data[name_end..name_end + name.len()].copy_from_slice(name);
+                    name_end += name.len();
+                    for &slot in &flat[first as usize..end as usize] {
+                        let info = self.slots[slot as usize];
+                        let id = &self.id_data[info.id_start as usize..][..info.id_len as usize];
+                        id_data[id_end..id_end + id.len()].copy_from_slice(id);
+                        id_end += id.len();
+                        k_ids += 1;
+                        put(id_offsets, k_ids, id_end);
+                    }
+                    put(group_offsets, groups + g + 1, k_ids);
+                    put(name_offsets, groups + g + 1, name_end);
+                }
             }
+            groups += n_groups;
+            ids += n_ids;
             put(row_offsets, r + 1, groups);
         }
     }
