@@ -144,12 +144,29 @@ struct Trie {
     /// Per exact text, its one hit code (`(code, 1)`, the common case: no
     /// second memory read) or where its codes are (`(start, count)` into
     /// `exact_hits`).
-    exact: HashMap<TextKey, (i64, u32)>,
-    exact_hits: Vec<i64>,
+    exact: HashMap<TextKey, ExactValue>,
+    exact_hits: Vec<Hit>,
     words: HashMap<Box<[u8]>, u32>,
     children: HashMap<u64, u32>,
     nodes: Vec<Node>,
-    hits: Vec<i64>,
+    hits: Vec<Hit>,
+}
+
+/// A hit code with, for a subscription slot (`code >= 0`), that slot's rank
+/// in (subscriber, id) order: the batch path sorts a topic's slots without
+/// reading the per-slot table (a memory miss per subscription at a million).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+struct Hit {
+    code: i64,
+    rank: u32,
+}
+
+/// An exact text's hits: `count == 1` (the common case), the hit itself;
+/// otherwise `hit.code` is where its `count` hits start in `exact_hits`.
+#[derive(Clone, Copy)]
+struct ExactValue {
+    hit: Hit,
+    count: u32,
 }
 
 /// Longest exact text kept inline in its hash map entry.
@@ -213,7 +230,7 @@ struct Scratch {
     word_ids: Vec<u32>,
     stack: Vec<(u32, u32)>,
     seen: HashSet<u64>,
-    codes: Vec<i64>,
+    codes: Vec<Hit>,
     entries: Vec<(u64, u32)>,
     runs: Vec<(usize, usize)>,
 }
@@ -231,7 +248,7 @@ fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
 }
 
 impl Trie {
-    fn build<S: AsRef<str>>(dialect: Dialect, filters: &[S], codes: &[i64]) -> Self {
+    fn build<S: AsRef<str>>(dialect: Dialect, filters: &[S], codes: &[Hit]) -> Self {
         let mut trie = Trie {
             dialect,
             exact: HashMap::new(),
@@ -241,8 +258,8 @@ impl Trie {
             nodes: vec![Node::new(false)],
             hits: Vec::new(),
         };
-        let mut ends: Vec<(u32, i64)> = Vec::new();
-        let mut exact: Vec<(&[u8], i64)> = Vec::new();
+        let mut ends: Vec<(u32, Hit)> = Vec::new();
+        let mut exact: Vec<(&[u8], Hit)> = Vec::new();
         let mut bounds = Vec::new();
         let one = dialect.one();
         for (filter, &code) in filters.iter().zip(codes) {
@@ -282,8 +299,20 @@ impl Trie {
         trie.exact.reserve(exact.len());
         let mut group_of = Vec::with_capacity(exact.len());
         for &(text, _) in &exact {
-            let next = trie.exact.len() as i64;
-            group_of.push(trie.exact.entry_ref(text).or_insert((next, 0)).0 as u32);
+            let next = Hit {
+                code: trie.exact.len() as i64,
+                rank: 0,
+            };
+            group_of.push(
+                trie.exact
+                    .entry_ref(text)
+                    .or_insert(ExactValue {
+                        hit: next,
+                        count: 0,
+                    })
+                    .hit
+                    .code as u32,
+            );
         }
         let mut starts = vec![0u32; trie.exact.len() + 1];
         for &g in &group_of {
@@ -292,16 +321,29 @@ impl Trie {
         for g in 0..trie.exact.len() {
             starts[g + 1] += starts[g];
         }
-        trie.exact_hits = vec![0; exact.len()];
+        trie.exact_hits = vec![Hit::default(); exact.len()];
         let mut fill = starts.clone();
         for (&g, &(_, code)) in group_of.iter().zip(&exact) {
             trie.exact_hits[fill[g as usize] as usize] = code;
             fill[g as usize] += 1;
         }
         for value in trie.exact.values_mut() {
-            let g = value.0 as usize;
+            let g = value.hit.code as usize;
             let (start, count) = (starts[g], starts[g + 1] - starts[g]);
-            *value = if count == 1 { (trie.exact_hits[start as usize], 1) } else { (start as i64, count) };
+            *value = if count == 1 {
+                ExactValue {
+                    hit: trie.exact_hits[start as usize],
+                    count: 1,
+                }
+            } else {
+                ExactValue {
+                    hit: Hit {
+                        code: start as i64,
+                        rank: 0,
+                    },
+                    count,
+                }
+            };
         }
         trie
     }
@@ -394,10 +436,12 @@ impl Trie {
     }
 
     /// Appends the codes of the exact filters equal to `text` to `codes`.
-    fn exact_hits(&self, text: &[u8], codes: &mut Vec<i64>) {
+    fn exact_hits(&self, text: &[u8], codes: &mut Vec<Hit>) {
         match self.exact.get(text) {
-            Some(&(code, 1)) => codes.push(code),
-            Some(&(start, count)) => codes.extend_from_slice(&self.exact_hits[start as usize..][..count as usize]),
+            Some(&ExactValue { hit, count: 1 }) => codes.push(hit),
+            Some(&ExactValue { hit, count }) => {
+                codes.extend_from_slice(&self.exact_hits[hit.code as usize..][..count as usize])
+            }
             None => {}
         }
     }
@@ -469,7 +513,12 @@ impl LayoutPlan {
     /// The byte sizes of the six buffers for rows `row_unit`, or why they
     /// cannot be one Arrow column (32-bit offsets).
     fn sizes(&self, row_unit: &[u32]) -> Result<[usize; 6], String> {
-        let mut total = UnitSize { groups: 0, ids: 0, id_bytes: 0, name_bytes: 0 };
+        let mut total = UnitSize {
+            groups: 0,
+            ids: 0,
+            id_bytes: 0,
+            name_bytes: 0,
+        };
         for &u in row_unit {
             let size = self.units[u as usize];
             total.groups += size.groups;
@@ -477,7 +526,10 @@ impl LayoutPlan {
             total.id_bytes += size.id_bytes;
             total.name_bytes += size.name_bytes;
         }
-        if [total.groups, total.ids, total.id_bytes, total.name_bytes].iter().any(|&n| n > i32::MAX as u64) {
+        if [total.groups, total.ids, total.id_bytes, total.name_bytes]
+            .iter()
+            .any(|&n| n > i32::MAX as u64)
+        {
             return Err(format!(
                 "a batch's deliveries column would exceed Arrow's 32-bit offsets ({} deliveries, {} ids, {} bytes of ids): \
                  use smaller batches",
@@ -496,11 +548,11 @@ impl LayoutPlan {
     }
 }
 
-/// Per subscription slot, what ordering and grouping its deliveries need,
-/// side by side (one memory read per matched subscription).
+/// Per subscription slot, what grouping and writing its deliveries need,
+/// side by side (one memory read per delivered subscription; ranks travel
+/// with the hits, see [`Hit`]).
 #[derive(Clone, Copy, Default)]
 struct SlotInfo {
-    rank: u32,
     subscriber: u32,
     /// Where the slot's id is in `Kernel::id_data`.
     id_start: u32,
@@ -515,6 +567,8 @@ struct Kernel {
     fs_start: Vec<u32>,
     fs_count: Vec<u32>,
     fs_slots: Vec<u32>,
+    /// `rank[fs_slots[i]]`, side by side with `fs_slots`.
+    fs_ranks: Vec<u32>,
     special: Vec<bool>,
     names: Py<PyList>,
     /// Each subscription slot's id as a str, made at load from the Arrow
@@ -532,13 +586,22 @@ struct Kernel {
 }
 
 /// A string column's `(offsets, data)` (int64 offsets, `len + 1` of them; uint8 data).
-fn string_column(py: Python<'_>, offsets: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<u32>, Vec<u8>)> {
+fn string_column(
+    py: Python<'_>,
+    offsets: &Bound<'_, PyAny>,
+    data: &Bound<'_, PyAny>,
+    what: &str,
+) -> PyResult<(Vec<u32>, Vec<u8>)> {
     let data = PyBuffer::<u8>::get(data)
         .and_then(|b| b.to_vec(py))
-        .map_err(|e| PyValueError::new_err(format!("{what} data: expected a uint8 buffer ({e})")))?;
+        .map_err(|e| {
+            PyValueError::new_err(format!("{what} data: expected a uint8 buffer ({e})"))
+        })?;
     let offsets = u32_of(py, offsets, data.len() + 1, &format!("{what} offsets"))?;
     if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
-        return Err(PyValueError::new_err(format!("{what} offsets must be non-decreasing, one more than the strings")));
+        return Err(PyValueError::new_err(format!(
+            "{what} offsets must be non-decreasing, one more than the strings"
+        )));
     }
     Ok((offsets, data))
 }
@@ -546,12 +609,18 @@ fn string_column(py: Python<'_>, offsets: &Bound<'_, PyAny>, data: &Bound<'_, Py
 /// An int64 array's values as u32, each checked to be below `bound`, read
 /// in one pass over the buffer (no intermediate copy: batch columns hold
 /// tens of millions of slots).
-fn u32_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, bound: usize, what: &str) -> PyResult<Vec<u32>> {
-    let array = PyBuffer::<i64>::get(buffer)
-        .map_err(|e| PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})")))?;
-    let values = array
-        .as_slice(py)
-        .ok_or_else(|| PyValueError::new_err(format!("{what}: expected a contiguous int64 array")))?;
+fn u32_of(
+    py: Python<'_>,
+    buffer: &Bound<'_, PyAny>,
+    bound: usize,
+    what: &str,
+) -> PyResult<Vec<u32>> {
+    let array = PyBuffer::<i64>::get(buffer).map_err(|e| {
+        PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
+    })?;
+    let values = array.as_slice(py).ok_or_else(|| {
+        PyValueError::new_err(format!("{what}: expected a contiguous int64 array"))
+    })?;
     values
         .iter()
         .map(|cell| {
@@ -559,7 +628,9 @@ fn u32_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, bound: usize, what: &str) -
             if v >= 0 && (v as u64) < bound as u64 && v < NONE as i64 {
                 Ok(v as u32)
             } else {
-                Err(PyValueError::new_err(format!("{what}: value {v} out of range 0..{bound}")))
+                Err(PyValueError::new_err(format!(
+                    "{what}: value {v} out of range 0..{bound}"
+                )))
             }
         })
         .collect()
@@ -572,7 +643,6 @@ fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec
             PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
         })
 }
-
 
 #[pymethods]
 impl Kernel {
@@ -613,14 +683,19 @@ impl Kernel {
         codes: Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         if !delivery_type.is_subclass_of::<pyo3::types::PyTuple>()? {
-            return Err(PyValueError::new_err("delivery_type must be a tuple subclass"));
+            return Err(PyValueError::new_err(
+                "delivery_type must be a tuple subclass",
+            ));
         }
         let (name_offsets, name_data) = string_column(py, &name_offsets, &name_data, "names")?;
         if name_offsets.len() != names.len() + 1 {
-            return Err(PyValueError::new_err("names and their string column differ in length"));
+            return Err(PyValueError::new_err(
+                "names and their string column differ in length",
+            ));
         }
         let (id_offsets, id_data) = string_column(py, &id_offsets, &id_data, "ids")?;
-        let id_text = std::str::from_utf8(&id_data).map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
+        let id_text = std::str::from_utf8(&id_data)
+            .map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
         let ids = id_offsets
             .windows(2)
             .map(|w| {
@@ -642,48 +717,79 @@ impl Kernel {
             .map(|v| v != 0)
             .collect();
         if rank.len() != n_slots || sub_subscriber.len() != n_slots {
-            return Err(PyValueError::new_err("rank and sub_subscriber need one entry per subscription slot"));
+            return Err(PyValueError::new_err(
+                "rank and sub_subscriber need one entry per subscription slot",
+            ));
         }
         let n_filters = special.len();
         if fs_start.len() != n_filters || fs_count.len() != n_filters {
-            return Err(PyValueError::new_err("fs_start, fs_count and special need one entry per filter slot"));
+            return Err(PyValueError::new_err(
+                "fs_start, fs_count and special need one entry per filter slot",
+            ));
         }
-        if fs_start.iter().zip(&fs_count).any(|(&s, &c)| s as usize + c as usize > fs_slots.len()) {
+        if fs_start
+            .iter()
+            .zip(&fs_count)
+            .any(|(&s, &c)| s as usize + c as usize > fs_slots.len())
+        {
             return Err(PyValueError::new_err("fs_start + fs_count beyond fs_slots"));
         }
-        let dialects = dialects.iter().map(|d| Dialect::parse(d)).collect::<PyResult<Vec<_>>>()?;
-        let (filter_offsets, filter_data) = string_column(py, &filter_offsets, &filter_data, "filters")?;
+        let dialects = dialects
+            .iter()
+            .map(|d| Dialect::parse(d))
+            .collect::<PyResult<Vec<_>>>()?;
+        let (filter_offsets, filter_data) =
+            string_column(py, &filter_offsets, &filter_data, "filters")?;
         let filter_exchange = vec_of(py, &filter_exchange, "filter_exchange")?;
         let codes = vec_of(py, &codes, "codes")?;
-        if filter_offsets.len() != n_filters + 1 || filter_exchange.len() != n_filters || codes.len() != n_filters {
-            return Err(PyValueError::new_err("filters, filter_exchange and codes need one entry per filter slot"));
+        if filter_offsets.len() != n_filters + 1
+            || filter_exchange.len() != n_filters
+            || codes.len() != n_filters
+        {
+            return Err(PyValueError::new_err(
+                "filters, filter_exchange and codes need one entry per filter slot",
+            ));
         }
-        let text = std::str::from_utf8(&filter_data).map_err(|e| PyValueError::new_err(format!("filters: not UTF-8 ({e})")))?;
-        let mut per_exchange: Vec<(Vec<&str>, Vec<i64>)> = vec![(Vec::new(), Vec::new()); dialects.len()];
+        let text = std::str::from_utf8(&filter_data)
+            .map_err(|e| PyValueError::new_err(format!("filters: not UTF-8 ({e})")))?;
+        let mut per_exchange: Vec<(Vec<&str>, Vec<Hit>)> =
+            vec![(Vec::new(), Vec::new()); dialects.len()];
         for f in 0..n_filters {
             let e = filter_exchange[f];
             if e < 0 {
                 continue; // a free filter slot
             }
             let Some((filters, exchange_codes)) = per_exchange.get_mut(e as usize) else {
-                return Err(PyValueError::new_err(format!("filter_exchange: no exchange number {e}")));
+                return Err(PyValueError::new_err(format!(
+                    "filter_exchange: no exchange number {e}"
+                )));
             };
             let code = codes[f];
-            if (code >= 0 && code as usize >= n_slots) || (code < 0 && (!code) as usize >= n_filters) {
-                return Err(PyValueError::new_err(format!("hit code {code} names no slot")));
+            if (code >= 0 && code as usize >= n_slots)
+                || (code < 0 && (!code) as usize >= n_filters)
+            {
+                return Err(PyValueError::new_err(format!(
+                    "hit code {code} names no slot"
+                )));
             }
             let filter = text
                 .get(filter_offsets[f] as usize..filter_offsets[f + 1] as usize)
                 .ok_or_else(|| PyValueError::new_err("filters: an offset splits a character"))?;
             filters.push(dialects[e as usize].match_part(filter));
-            exchange_codes.push(code);
+            exchange_codes.push(Hit {
+                code,
+                rank: if code >= 0 { rank[code as usize] } else { 0 },
+            });
         }
         let tries = py.allow_threads(|| {
-            dialects.iter().zip(&per_exchange).map(|(&d, (filters, codes))| Trie::build(d, filters, codes)).collect()
+            dialects
+                .iter()
+                .zip(&per_exchange)
+                .map(|(&d, (filters, codes))| Trie::build(d, filters, codes))
+                .collect()
         });
         let slots = (0..n_slots)
             .map(|k| SlotInfo {
-                rank: rank[k],
                 subscriber: sub_subscriber[k],
                 id_start: id_offsets[k],
                 id_len: id_offsets[k + 1] - id_offsets[k],
@@ -694,6 +800,7 @@ impl Kernel {
             slots,
             fs_start,
             fs_count,
+            fs_ranks: fs_slots.iter().map(|&s| rank[s as usize]).collect(),
             fs_slots,
             special,
             names: names.unbind(),
@@ -722,7 +829,7 @@ impl Kernel {
         };
         with_scratch(|scratch| {
             trie.topic_hits(text, scratch);
-            match self.resolve(scratch, None) {
+            match self.resolve(scratch, None, true) {
                 Resolved::Special => Ok(py.None()),
                 Resolved::Slots => self.delivery_tuple(py, scratch),
             }
@@ -732,12 +839,19 @@ impl Kernel {
     /// The deliveries of subscription slots already in output order (one
     /// per run of equal subscribers), as a tuple of `Delivery`.
     fn slot_deliveries(&self, py: Python<'_>, slots: Vec<i64>) -> PyResult<PyObject> {
-        if let Some(bad) = slots.iter().find(|&&s| s < 0 || s as usize >= self.slots.len()) {
+        if let Some(bad) = slots
+            .iter()
+            .find(|&&s| s < 0 || s as usize >= self.slots.len())
+        {
             return Err(PyValueError::new_err(format!("no subscription slot {bad}")));
         }
         with_scratch(|scratch| {
             scratch.entries.clear();
-            scratch.entries.extend(slots.iter().map(|&s| (s as u64, self.slots[s as usize].subscriber)));
+            scratch.entries.extend(
+                slots
+                    .iter()
+                    .map(|&s| (s as u64, self.slots[s as usize].subscriber)),
+            );
             self.delivery_tuple(py, scratch)
         })
     }
@@ -748,7 +862,7 @@ impl Kernel {
         let trie = self.trie(exchange)?;
         Ok(with_scratch(|scratch| {
             trie.word_hits(&words, scratch);
-            scratch.codes.clone()
+            scratch.codes.iter().map(|hit| hit.code).collect()
         }))
     }
 
@@ -792,7 +906,7 @@ impl Kernel {
                     None => unhandled.push(t),
                     Some(text) => {
                         trie.topic_hits(text, scratch);
-                        match self.resolve(scratch, custom.as_deref()) {
+                        match self.resolve(scratch, custom.as_deref(), false) {
                             Resolved::Special => special.push(t),
                             Resolved::Slots => flat
                                 .extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64)),
@@ -822,7 +936,11 @@ impl Kernel {
         py: Python<'py>,
         exchange: usize,
         keys: &Bound<'py, PyList>,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+    )> {
         let trie = self.trie(exchange)?;
         let n = keys.len();
         let mut row_topic: Vec<i64> = Vec::with_capacity(n);
@@ -846,7 +964,7 @@ impl Kernel {
                 let mut t = -1;
                 if trie.dialect.valid_topic(text) && std::str::from_utf8(text).is_ok() {
                     trie.topic_hits(text, scratch);
-                    if let Resolved::Slots = self.resolve(scratch, None) {
+                    if let Resolved::Slots = self.resolve(scratch, None, false) {
                         flat.extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64));
                         offsets.push(flat.len() as i64);
                         t = offsets.len() as i64 - 2;
@@ -856,7 +974,11 @@ impl Kernel {
                 row_topic.push(t);
             }
         });
-        Ok((as_bytes(py, &row_topic), as_bytes(py, &flat), as_bytes(py, &offsets)))
+        Ok((
+            as_bytes(py, &row_topic),
+            as_bytes(py, &flat),
+            as_bytes(py, &offsets),
+        ))
     }
 
     /// The Arrow buffers of a batch's `deliveries` column
@@ -879,7 +1001,9 @@ impl Kernel {
         let flat = u32_of(py, &flat, self.slots.len(), "flat")?;
         let offsets = u32_of(py, &offsets, flat.len() + 1, "offsets")?;
         if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
-            return Err(PyValueError::new_err("offsets must be non-decreasing, one more than the units"));
+            return Err(PyValueError::new_err(
+                "offsets must be non-decreasing, one more than the units",
+            ));
         }
         let row_unit = u32_of(py, &row_unit, offsets.len() - 1, "row_unit")?;
         let plan = py.allow_threads(|| self.plan_layout(&flat, &offsets));
@@ -891,15 +1015,25 @@ impl Kernel {
             .iter()
             .map(|&len| {
                 // SAFETY: a new bytes object of `len` bytes, every one written below before Python sees it.
-                unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyBytes_FromStringAndSize(std::ptr::null(), len as ffi::Py_ssize_t)) }
-                    .map(|b| b.downcast_into::<PyBytes>().expect("PyBytes_FromStringAndSize makes bytes"))
+                unsafe {
+                    Bound::from_owned_ptr_or_err(
+                        py,
+                        ffi::PyBytes_FromStringAndSize(std::ptr::null(), len as ffi::Py_ssize_t),
+                    )
+                }
+                .map(|b| {
+                    b.downcast_into::<PyBytes>()
+                        .expect("PyBytes_FromStringAndSize makes bytes")
+                })
             })
             .collect::<PyResult<Vec<_>>>()?;
         let mut out: Vec<&mut [u8]> = buffers
             .iter()
             // SAFETY: each object is new, unshared and exactly sizes[k] bytes long.
             .zip(&sizes)
-            .map(|(b, &len)| unsafe { std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(b.as_ptr()) as *mut u8, len) })
+            .map(|(b, &len)| unsafe {
+                std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(b.as_ptr()) as *mut u8, len)
+            })
             .collect();
         py.allow_threads(|| self.write_layout(&plan, &row_unit, &flat, &mut out));
         Ok(buffers)
@@ -928,7 +1062,10 @@ fn as_bytes<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> 
 unsafe fn key_bytes<'a>(key: *mut ffi::PyObject) -> Option<&'a [u8]> {
     if ffi::PyBytes_Check(key) != 0 {
         let data = ffi::PyBytes_AsString(key) as *const u8;
-        return Some(std::slice::from_raw_parts(data, ffi::PyBytes_Size(key) as usize));
+        return Some(std::slice::from_raw_parts(
+            data,
+            ffi::PyBytes_Size(key) as usize,
+        ));
     }
     if ffi::PyUnicode_Check(key) != 0 {
         let mut size: ffi::Py_ssize_t = 0;
@@ -957,7 +1094,11 @@ impl Kernel {
     /// Each unit's deliveries, grouped by subscriber once (see [`Kernel::layout`]).
     fn plan_layout(&self, flat: &[u32], offsets: &[u32]) -> LayoutPlan {
         let n_units = offsets.len() - 1;
-        let mut plan = LayoutPlan { groups: Vec::new(), unit_groups: vec![0; n_units + 1], units: Vec::with_capacity(n_units) };
+        let mut plan = LayoutPlan {
+            groups: Vec::new(),
+            unit_groups: vec![0; n_units + 1],
+            units: Vec::with_capacity(n_units),
+        };
         for u in 0..n_units {
             let (start, end) = (offsets[u] as usize, offsets[u + 1] as usize);
             let (mut ids, mut id_bytes, mut name_bytes) = (0u64, 0u64, 0u64);
@@ -966,15 +1107,24 @@ impl Kernel {
                 let info = self.slots[flat[i - 1] as usize];
                 ids += 1;
                 id_bytes += info.id_len as u64;
-                if i == end || self.slots[flat[i] as usize].subscriber != self.slots[flat[first] as usize].subscriber {
+                if i == end
+                    || self.slots[flat[i] as usize].subscriber
+                        != self.slots[flat[first] as usize].subscriber
+                {
                     let subscriber = self.slots[flat[first] as usize].subscriber as usize;
-                    name_bytes += (self.name_offsets[subscriber + 1] - self.name_offsets[subscriber]) as u64;
+                    name_bytes +=
+                        (self.name_offsets[subscriber + 1] - self.name_offsets[subscriber]) as u64;
                     plan.groups.push((first as u32, i as u32));
                     first = i;
                 }
             }
             plan.unit_groups[u + 1] = plan.groups.len() as u32;
-            plan.units.push(UnitSize { groups: (plan.unit_groups[u + 1] - plan.unit_groups[u]) as u64, ids, id_bytes, name_bytes });
+            plan.units.push(UnitSize {
+                groups: (plan.unit_groups[u + 1] - plan.unit_groups[u]) as u64,
+                ids,
+                id_bytes,
+                name_bytes,
+            });
         }
         plan
     }
@@ -983,17 +1133,32 @@ impl Kernel {
     /// A unit is written from the tables once; a later row of the same unit
     /// copies that first copy (sequential reads instead of a memory miss per
     /// id: rows of one topic repeat in a batch).
-    fn write_layout(&self, plan: &LayoutPlan, row_unit: &[u32], flat: &[u32], out: &mut [&mut [u8]]) {
+    fn write_layout(
+        &self,
+        plan: &LayoutPlan,
+        row_unit: &[u32],
+        flat: &[u32],
+        out: &mut [&mut [u8]],
+    ) {
         let [row_offsets, group_offsets, id_offsets, id_data, name_offsets, name_data] = out else {
             unreachable!("six buffers")
         };
-        let get = |buffer: &[u8], k: usize| i32::from_ne_bytes(buffer[4 * k..4 * k + 4].try_into().unwrap()) as usize;
-        let put = |buffer: &mut [u8], k: usize, value: usize| buffer[4 * k..4 * k + 4].copy_from_slice(&(value as i32).to_ne_bytes());
+        let get = |buffer: &[u8], k: usize| {
+            i32::from_ne_bytes(buffer[4 * k..4 * k + 4].try_into().unwrap()) as usize
+        };
+        let put = |buffer: &mut [u8], k: usize, value: usize| {
+            buffer[4 * k..4 * k + 4].copy_from_slice(&(value as i32).to_ne_bytes())
+        };
         // Where each unit's first copy starts: (group index, id index); the
         // byte positions follow from the offsets already written.
         let mut written: Vec<Option<(usize, usize)>> = vec![None; plan.units.len()];
         let (mut groups, mut ids) = (0usize, 0usize);
-        for buffer in [&mut **row_offsets, &mut **group_offsets, &mut **id_offsets, &mut **name_offsets] {
+        for buffer in [
+            &mut **row_offsets,
+            &mut **group_offsets,
+            &mut **id_offsets,
+            &mut **name_offsets,
+        ] {
             put(buffer, 0, 0);
         }
         for (r, &u) in row_unit.iter().enumerate() {
@@ -1001,7 +1166,8 @@ impl Kernel {
             let (n_groups, n_ids) = (size.groups as usize, size.ids as usize);
             if let Some((first_group, first_id)) = written[u as usize] {
                 let (id_from, id_to) = (get(id_offsets, first_id), get(id_offsets, ids));
-                let (name_from, name_to) = (get(name_offsets, first_group), get(name_offsets, groups));
+                let (name_from, name_to) =
+                    (get(name_offsets, first_group), get(name_offsets, groups));
                 id_data.copy_within(id_from..id_from + size.id_bytes as usize, id_to);
                 name_data.copy_within(name_from..name_from + size.name_bytes as usize, name_to);
                 for k in 1..=n_ids {
@@ -1018,11 +1184,14 @@ impl Kernel {
                 written[u as usize] = Some((groups, ids));
                 let (mut id_end, mut name_end) = (get(id_offsets, ids), get(name_offsets, groups));
                 let mut k_ids = ids;
-                for (g, &(first, end)) in
-                    plan.groups[plan.unit_groups[u as usize] as usize..plan.unit_groups[u as usize + 1] as usize].iter().enumerate()
+                for (g, &(first, end)) in plan.groups[plan.unit_groups[u as usize] as usize
+                    ..plan.unit_groups[u as usize + 1] as usize]
+                    .iter()
+                    .enumerate()
                 {
                     let subscriber = self.slots[flat[first as usize] as usize].subscriber as usize;
-                    let name = &self.name_data[self.name_offsets[subscriber] as usize..self.name_offsets[subscriber + 1] as usize];
+                    let name = &self.name_data[self.name_offsets[subscriber] as usize
+                        ..self.name_offsets[subscriber + 1] as usize];
                     name_data[name_end..name_end + name.len()].copy_from_slice(name);
                     name_end += name.len();
                     for &slot in &flat[first as usize..end as usize] {
@@ -1049,31 +1218,39 @@ impl Kernel {
             .ok_or_else(|| PyValueError::new_err(format!("no exchange number {exchange}")))
     }
 
-    /// Turns the hit codes in `scratch.codes` into the topic's subscription
-    /// slots in `scratch.entries`: `((rank << 32) | slot, subscriber)`,
-    /// sorted (`rank`: the kernel's, or per slot the given one).
-    fn resolve(&self, scratch: &mut Scratch, rank: Option<&[u32]>) -> Resolved {
+    /// Turns the hits in `scratch.codes` into the topic's subscription slots
+    /// in `scratch.entries`: `((rank << 32) | slot, subscriber)`, sorted
+    /// (`rank`: the kernel's, or per slot the given one). The subscriber is
+    /// read only when `subscribers` (the per-topic path builds deliveries;
+    /// the batch path needs slots in order only, and the kernel's own ranks
+    /// travel with the hits and the filters' slot lists).
+    fn resolve(&self, scratch: &mut Scratch, rank: Option<&[u32]>, subscribers: bool) -> Resolved {
         let Scratch { codes, entries, .. } = scratch;
         entries.clear();
-        let entry = |slot: u32| {
-            let info = self.slots[slot as usize];
-            let r = rank.map_or(info.rank, |r| r[slot as usize]);
-            (((r as u64) << 32) | slot as u64, info.subscriber)
+        let entry = |slot: u32, own_rank: u32| {
+            let r = rank.map_or(own_rank, |r| r[slot as usize]);
+            let subscriber = if subscribers {
+                self.slots[slot as usize].subscriber
+            } else {
+                0
+            };
+            (((r as u64) << 32) | slot as u64, subscriber)
         };
-        for &code in codes.iter() {
-            if code >= 0 {
-                entries.push(entry(code as u32));
+        for &hit in codes.iter() {
+            if hit.code >= 0 {
+                entries.push(entry(hit.code as u32, hit.rank));
                 continue;
             }
-            let f = (!code) as usize;
+            let f = (!hit.code) as usize;
             if self.special[f] {
                 return Resolved::Special;
             }
-            let start = self.fs_start[f] as usize;
+            let range = self.fs_start[f] as usize..(self.fs_start[f] + self.fs_count[f]) as usize;
             entries.extend(
-                self.fs_slots[start..start + self.fs_count[f] as usize]
+                self.fs_slots[range.clone()]
                     .iter()
-                    .map(|&s| entry(s)),
+                    .zip(&self.fs_ranks[range])
+                    .map(|(&s, &r)| entry(s, r)),
             );
         }
         entries.sort_unstable_by_key(|e| e.0);
@@ -1109,7 +1286,9 @@ impl Kernel {
                     return Err(PyErr::fetch(py));
                 }
                 for i in s..e {
-                    let id = self.ids[(entries[i].0 & 0xFFFF_FFFF) as usize].clone_ref(py).into_ptr();
+                    let id = self.ids[(entries[i].0 & 0xFFFF_FFFF) as usize]
+                        .clone_ref(py)
+                        .into_ptr();
                     ffi::PyTuple_SET_ITEM(group, (i - s) as ffi::Py_ssize_t, id);
                 }
                 let alloc = (*delivery_type)

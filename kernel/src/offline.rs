@@ -18,7 +18,7 @@ use pyo3::types::PyBytes;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::{Dialect, Scratch, Trie};
+use crate::{Dialect, Hit, Scratch, Trie};
 
 /// Topic lines per output chunk.
 const BLOCK_LINES: usize = 8192;
@@ -206,9 +206,9 @@ fn plain_filter(dialect: Dialect, text: &str) -> bool {
 #[pyclass(module = "bitroute_kernel")]
 pub struct OfflineOutput {
     trie: Trie,
-    /// Per subscription (hit code), its id's JSON text and output rank.
+    /// Per subscription (hit code), its id's JSON text; the hits carry
+    /// each subscription's rank in output order.
     id_json: Vec<String>,
-    rank: Vec<u32>,
     topics: Vec<String>,
     next: usize,
 }
@@ -235,7 +235,7 @@ impl OfflineOutput {
                 scratch
                     .codes
                     .iter()
-                    .map(|&c| (self.rank[c as usize], c as usize)),
+                    .map(|hit| (hit.rank, hit.code as usize)),
             );
             ranked.sort_unstable();
             out.push_str("{\"topic\": ");
@@ -318,11 +318,15 @@ fn read(dialect: Dialect, subscriptions: &[u8], topics: &[u8]) -> Option<Offline
     for (position, &sub) in order.iter().enumerate() {
         rank[sub] = position as u32;
     }
-    let codes: Vec<i64> = (0..filters.len() as i64).collect();
+    let hits: Vec<Hit> = (0..filters.len())
+        .map(|k| Hit {
+            code: k as i64,
+            rank: rank[k],
+        })
+        .collect();
     Some(OfflineOutput {
-        trie: Trie::build(dialect, &filters, &codes),
+        trie: Trie::build(dialect, &filters, &hits),
         id_json,
-        rank,
         topics: topic_texts,
         next: 0,
     })
