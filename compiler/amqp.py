@@ -12,8 +12,8 @@ Binding keys (filters)
     exactly ``*`` matches exactly one word; a word that is exactly ``#``
     matches zero or more words. ``#`` may appear anywhere and any number of
     times (RabbitMQ 4.3.5 caps bindings at two ``#``; we do not, and match
-    such filters in time linear in the routing key, see
-    :mod:`compiler.nfa`). A wildcard character inside a longer word is a
+    such filters without backtracking: the kernel's trie visits each
+    (filter word, key position) state once). A wildcard character inside a longer word is a
     literal (``a*`` matches only the word ``a*``).
 
 Valid filters::

@@ -1,32 +1,26 @@
 """Matching publishes against one snapshot.
 
-A :class:`Matcher` turns a :class:`~compiler.snapshot.Snapshot` into lookup
-tables once, then answers a topic in time that does not grow with the number
-of subscriptions:
+A :class:`Matcher` turns a :class:`~compiler.snapshot.Snapshot` into the
+matching kernel's tables once (``bitroute_kernel.Kernel``, ``kernel/``; see
+docs/architecture.md, "Matching"), then answers a topic in time that does
+not grow with the number of subscriptions: one hash lookup of the whole topic
+among the exact (wildcard-free) filters, and one walk of its words through a
+trie of the wildcard filters, each (node, position) state visited once (so
+AMQP filters with several ``#`` cost no backtracking).
 
-1. one hash lookup of the whole topic among the exact (wildcard-free) filters;
-2. one hash lookup per *shape* that exists for the topic's word count (see
-   :mod:`compiler.pattern`), keyed by the topic's words at the shape's literal
-   positions; catch-all filters (``#``, ``*.#``, ``+/+``) are listed per topic
-   length without any lookup;
-3. AMQP filters with several ``#`` runs through one automaton
-   (:mod:`compiler.nfa`).
+Each hit names a subscription slot (a filter held by one subscription
+without conditions) or a filter slot, whose subscription slots follow (see
+*hit codes* in :mod:`compiler.resolve`). The topic's subscription slots are
+sorted by (subscriber, id); header criteria (:mod:`compiler.criteria_index`)
+and shared-subscription choices (:mod:`compiler.shared`) are applied per
+message on top of that, in Python: the kernel hands such topics back.
 
-Each hit names a filter slot, which maps to its subscription slots (one, a
-tuple of a few, or a roaring bitmap when many subscriptions share the filter);
-the common single-subscription filter is stored as its subscription slot
-directly (see *hit codes* in :class:`Matcher`). The topic's subscription slots
-are sorted by (subscriber, id); header criteria
-(:mod:`compiler.criteria_index`) and shared-subscription choices
-(:mod:`compiler.shared`) are applied per message on top of that.
-
-Two APIs: :meth:`Matcher.match` answers one message and caches each topic's
-result in a byte-bounded per-matcher cache (:mod:`compiler.cache`);
-:meth:`Matcher.match_frame` answers a pandas batch for ``mapInPandas``,
-matching its distinct topics together and building the Arrow output from
-flat numpy arrays (:mod:`compiler.batch`). The batch path does not read the
-topic cache: recomputing a batch's distinct topics costs about what turning
-cached Python results back into flat arrays would.
+Two APIs: :meth:`Matcher.match` answers one message (the kernel builds the
+``Delivery`` tuples; large and conditioned results are kept in a
+byte-bounded per-matcher cache, :mod:`compiler.cache`);
+:meth:`Matcher.match_frame` answers a batch, matching its distinct keys
+together in the kernel and having it write the Arrow output
+(:mod:`compiler.batch`). The batch path does not read the topic cache.
 
 Output contract (both APIs): one delivery per subscriber with at least one
 matching subscription, listing every matching subscription id of that
@@ -201,7 +195,7 @@ class Matcher:
         keys = frame["routing_key"].tolist()
         units = Units()
         row_unit = np.zeros(n, dtype=np.int64)
-        errors: list[str | None] = [None] * n
+        errors = np.full(n, None, dtype=object)
         rest = self._match_keys(exchanges, keys, units, row_unit)
         if rest is None or len(rest):
             self._match_rows(frame, exchanges, keys, rest, units, row_unit, errors)
@@ -235,7 +229,7 @@ class Matcher:
         return np.flatnonzero(~answered)
 
     def _match_rows(self, frame, exchanges: list, keys: list, rows: np.ndarray | None, units: Units,
-                    row_unit: np.ndarray, errors: list) -> None:
+                    row_unit: np.ndarray, errors: np.ndarray) -> None:
         """Every kind of batch row (``rows``: indices; ``None``: all): per
         exchange, header criteria, shared groups, rejections. Sets
         ``row_unit`` and ``errors`` of those rows."""
@@ -314,7 +308,7 @@ class Matcher:
                     unit[i] = units.add(self._resolver.shared(exchanges[i], slots, shared, message_ids[i] or ""))
         if rows is None:
             row_unit[:] = unit
-            errors[:] = row_errors
+            errors[:] = np.array(row_errors, dtype=object)
         else:
             row_unit[rows] = unit
             for i, error in zip(rows.tolist(), row_errors):

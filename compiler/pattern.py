@@ -2,10 +2,11 @@
 
 A filter is a tuple of words; each word is a literal, the one-word wildcard
 (``*`` in AMQP, ``+`` in MQTT) or the many-words wildcard (``#``). The index
-never walks filters word by word at match time; it classifies each filter once:
+classifies each filter once, and the snapshot records the class as the
+filter's code (``filter_code``, with the snapshot's ``shapes``):
 
 ``EXACT``
-    no wildcard: found by one hash lookup of the whole topic string.
+    no wildcard.
 ``SHAPED``
     the wildcards form at most one *run* containing ``#`` (a run is a maximal
     sequence of adjacent wildcard words). Such a filter matches a topic iff
@@ -13,22 +14,19 @@ never walks filters word by word at match time; it classifies each filter once:
     literal positions equal the filter's literals. Positions before the run
     count from the start (``0, 1, ...``), positions after it from the end
     (``-1, -2, ...``), so one position tuple serves every topic length.
-    Filters with the same :class:`Shape` live in one hash table keyed by their
-    literal words: a topic costs one lookup per shape that exists for its
-    length, whatever the number of subscriptions. A shape with no literal
-    position at all (``#``, ``*.#``, ``+/+``) is a *catch-all*: it matches by
-    topic length alone.
 ``MULTI``
     two or more ``#`` runs separated by literal words (``#.a.#``,
-    ``a.#.b.#``; AMQP only): matched by :class:`compiler.nfa.FilterAutomaton`
-    in time linear in the topic length, never by backtracking.
+    ``a.#.b.#``; AMQP only).
+
+Matching does not read the classes: the kernel (``kernel/``) walks every
+wildcard filter in one trie. They describe the filters in the snapshot
+format, which keeps them so that snapshots stay readable across versions.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
-from operator import itemgetter
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 
 CODE_EXACT = 0
@@ -40,7 +38,7 @@ CODE_SHAPE_BASE = 2
 
 
 class FilterKind(IntEnum):
-    """How the index finds a filter; see the module docstring."""
+    """The class of a filter; see the module docstring."""
 
     EXACT = 0
     SHAPED = 1
@@ -59,31 +57,6 @@ class Shape(NamedTuple):
     min_len: int
     variable: bool
     positions: tuple[int, ...]
-
-    def applies_to(self, length: int) -> bool:
-        """Whether a topic of ``length`` words can match this shape."""
-        return length >= self.min_len if self.variable else length == self.min_len
-
-    @property
-    def first_wild(self) -> bool:
-        """Whether the filter's first word is a wildcard (MQTT '$' rule)."""
-        return 0 not in self.positions
-
-    @property
-    def catch_all(self) -> bool:
-        """Whether the shape has no literal word: it matches by length alone."""
-        return not self.positions
-
-    def key_getter(self) -> Callable[[list[str]], str | tuple[str, ...]]:
-        """The function picking a topic's (or filter's) words at this shape's
-        literal positions: the word itself when there is one position, else
-        their tuple.
-
-        Precondition: the shape is not a catch-all and the word list has a
-        length the shape applies to. Filters and topics go through the same
-        getter, so the two agree.
-        """
-        return itemgetter(*self.positions)
 
 
 class ParsedFilter(NamedTuple):

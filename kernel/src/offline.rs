@@ -18,7 +18,8 @@ use pyo3::types::PyBytes;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::{Dialect, Hit, Scratch, Trie};
+use crate::dialect::Dialect;
+use crate::trie::{Hit, Scratch, Trie};
 
 /// Topic lines per output chunk.
 const BLOCK_LINES: usize = 8192;

@@ -103,7 +103,8 @@ def test_routing_key_length_limit():
 
 def test_many_hashes_match_without_blow_up(amqp_routing):
     # RabbitMQ 4.3.5 refuses more than two '#'; a backtracking matcher takes
-    # exponential time on this pair. The automaton is linear in the key.
+    # exponential time on this pair. The kernel visits each (filter word,
+    # key position) state once.
     pattern = ".".join(["#", "a"] * 20 + ["#", "b"])
     r = amqp_routing(pattern)
     assert r.matcher.match("amq", ".".join(["a"] * 120)) == []

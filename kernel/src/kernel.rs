@@ -1,0 +1,669 @@
+//! The matching kernel of one snapshot: the Python class `Kernel`.
+
+use hashbrown::HashMap;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyType};
+
+use crate::dialect::Dialect;
+use crate::trie::{with_scratch, Hit, Scratch, Trie, NONE};
+
+/// What resolving one topic's hit codes found.
+pub(crate) enum Resolved {
+    /// The topic's subscriptions, in `scratch.entries`, sorted.
+    Slots,
+    /// A filter with per-message conditions matched: the Python side resolves it.
+    Special,
+}
+
+/// Per subscription slot, what grouping and writing its deliveries need,
+/// side by side (one memory read per delivered subscription; ranks travel
+/// with the hits, see [`Hit`]).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct SlotInfo {
+    pub(crate) subscriber: u32,
+    /// Where the slot's id is in `Kernel::id_data`.
+    pub(crate) id_start: u32,
+    pub(crate) id_len: u32,
+}
+
+/// The matching kernel of one snapshot (see the crate docs).
+#[pyclass(frozen, module = "bitroute_kernel")]
+pub(crate) struct Kernel {
+    pub(crate) tries: Vec<Trie>,
+    pub(crate) slots: Vec<SlotInfo>,
+    pub(crate) fs_start: Vec<u32>,
+    pub(crate) fs_count: Vec<u32>,
+    pub(crate) fs_slots: Vec<u32>,
+    /// `rank[fs_slots[i]]`, side by side with `fs_slots`.
+    pub(crate) fs_ranks: Vec<u32>,
+    pub(crate) special: Vec<bool>,
+    pub(crate) names: Py<PyList>,
+    /// Each subscription slot's id as a str, made at load from the Arrow
+    /// column: held here, not in a Python list, so the collector never
+    /// traverses a million entries (it did, 20-25 ms in the first batch
+    /// after each load at a million subscriptions). Made eagerly: made on
+    /// first delivery instead, a cold `match()` took 0.5 us longer.
+    pub(crate) ids: Vec<Py<PyString>>,
+    /// The same ids (see [`SlotInfo`]) and the subscriber names as UTF-8,
+    /// for writing the Arrow output of a batch ([`Kernel::layout`]).
+    pub(crate) id_data: Vec<u8>,
+    pub(crate) name_offsets: Vec<u32>,
+    pub(crate) name_data: Vec<u8>,
+    pub(crate) delivery: Py<PyType>,
+}
+
+/// A string column's `(offsets, data)` (int64 offsets, `len + 1` of them; uint8 data).
+pub(crate) fn string_column(
+    py: Python<'_>,
+    offsets: &Bound<'_, PyAny>,
+    data: &Bound<'_, PyAny>,
+    what: &str,
+) -> PyResult<(Vec<u32>, Vec<u8>)> {
+    let data = PyBuffer::<u8>::get(data)
+        .and_then(|b| b.to_vec(py))
+        .map_err(|e| {
+            PyValueError::new_err(format!("{what} data: expected a uint8 buffer ({e})"))
+        })?;
+    let offsets = u32_of(py, offsets, data.len() + 1, &format!("{what} offsets"))?;
+    if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
+        return Err(PyValueError::new_err(format!(
+            "{what} offsets must be non-decreasing, one more than the strings"
+        )));
+    }
+    Ok((offsets, data))
+}
+
+/// An int64 array's values as u32, each checked to be below `bound`, read
+/// in one pass over the buffer (no intermediate copy: batch columns hold
+/// tens of millions of slots).
+pub(crate) fn u32_of(
+    py: Python<'_>,
+    buffer: &Bound<'_, PyAny>,
+    bound: usize,
+    what: &str,
+) -> PyResult<Vec<u32>> {
+    let array = PyBuffer::<i64>::get(buffer).map_err(|e| {
+        PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
+    })?;
+    let values = array.as_slice(py).ok_or_else(|| {
+        PyValueError::new_err(format!("{what}: expected a contiguous int64 array"))
+    })?;
+    values
+        .iter()
+        .map(|cell| {
+            let v = cell.get();
+            if v >= 0 && (v as u64) < bound as u64 && v < NONE as i64 {
+                Ok(v as u32)
+            } else {
+                Err(PyValueError::new_err(format!(
+                    "{what}: value {v} out of range 0..{bound}"
+                )))
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
+    PyBuffer::<i64>::get(buffer)
+        .and_then(|b| b.to_vec(py))
+        .map_err(|e| {
+            PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
+        })
+}
+
+#[pymethods]
+impl Kernel {
+    /// `Kernel(delivery_type, names, name_offsets, name_data, id_offsets, id_data, rank,
+    /// sub_subscriber, fs_start, fs_count, fs_slots, special, dialects,
+    /// filter_offsets, filter_data, filter_exchange, codes)`.
+    ///
+    /// `names[k]`: subscriber number `k`'s name (a list that must not change
+    /// while the kernel lives; also as a string column, `name_offsets`,
+    /// `name_data`). Per subscription slot: its id (a string
+    /// column: `id_offsets`, `id_data`, the Arrow layout), `rank[slot]` its
+    /// position in (subscriber, id) order, `sub_subscriber[slot]` its
+    /// subscriber's number. Per filter slot: its subscriptions (CSR
+    /// `fs_start`, `fs_count` into `fs_slots`), `special` (uint8: has
+    /// per-message conditions), its text (`filter_offsets`, `filter_data`),
+    /// its exchange (a number into `dialects`; -1: a free slot) and its hit
+    /// code. Arrays are int64 unless stated.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        py: Python<'_>,
+        delivery_type: Bound<'_, PyType>,
+        names: Bound<'_, PyList>,
+        name_offsets: Bound<'_, PyAny>,
+        name_data: Bound<'_, PyAny>,
+        id_offsets: Bound<'_, PyAny>,
+        id_data: Bound<'_, PyAny>,
+        rank: Bound<'_, PyAny>,
+        sub_subscriber: Bound<'_, PyAny>,
+        fs_start: Bound<'_, PyAny>,
+        fs_count: Bound<'_, PyAny>,
+        fs_slots: Bound<'_, PyAny>,
+        special: Bound<'_, PyAny>,
+        dialects: Vec<String>,
+        filter_offsets: Bound<'_, PyAny>,
+        filter_data: Bound<'_, PyAny>,
+        filter_exchange: Bound<'_, PyAny>,
+        codes: Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        if !delivery_type.is_subclass_of::<pyo3::types::PyTuple>()? {
+            return Err(PyValueError::new_err(
+                "delivery_type must be a tuple subclass",
+            ));
+        }
+        let (name_offsets, name_data) = string_column(py, &name_offsets, &name_data, "names")?;
+        if name_offsets.len() != names.len() + 1 {
+            return Err(PyValueError::new_err(
+                "names and their string column differ in length",
+            ));
+        }
+        let (id_offsets, id_data) = string_column(py, &id_offsets, &id_data, "ids")?;
+        let id_text = std::str::from_utf8(&id_data)
+            .map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
+        let ids = id_offsets
+            .windows(2)
+            .map(|w| {
+                let id = id_text.get(w[0] as usize..w[1] as usize);
+                id.map(|id| PyString::new(py, id).unbind())
+                    .ok_or_else(|| PyValueError::new_err("ids: an offset splits a character"))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let n_slots = ids.len();
+        let rank = u32_of(py, &rank, n_slots.max(1), "rank")?;
+        let sub_subscriber = u32_of(py, &sub_subscriber, names.len().max(1), "sub_subscriber")?;
+        let fs_slots = u32_of(py, &fs_slots, n_slots, "fs_slots")?;
+        let fs_start = u32_of(py, &fs_start, fs_slots.len() + 1, "fs_start")?;
+        let fs_count = u32_of(py, &fs_count, fs_slots.len() + 1, "fs_count")?;
+        let special: Vec<bool> = PyBuffer::<u8>::get(&special)
+            .and_then(|b| b.to_vec(py))
+            .map_err(|e| PyValueError::new_err(format!("special: expected a uint8 array ({e})")))?
+            .into_iter()
+            .map(|v| v != 0)
+            .collect();
+        if rank.len() != n_slots || sub_subscriber.len() != n_slots {
+            return Err(PyValueError::new_err(
+                "rank and sub_subscriber need one entry per subscription slot",
+            ));
+        }
+        let n_filters = special.len();
+        if fs_start.len() != n_filters || fs_count.len() != n_filters {
+            return Err(PyValueError::new_err(
+                "fs_start, fs_count and special need one entry per filter slot",
+            ));
+        }
+        if fs_start
+            .iter()
+            .zip(&fs_count)
+            .any(|(&s, &c)| s as usize + c as usize > fs_slots.len())
+        {
+            return Err(PyValueError::new_err("fs_start + fs_count beyond fs_slots"));
+        }
+        let dialects = dialects
+            .iter()
+            .map(|d| Dialect::parse(d))
+            .collect::<PyResult<Vec<_>>>()?;
+        let (filter_offsets, filter_data) =
+            string_column(py, &filter_offsets, &filter_data, "filters")?;
+        let filter_exchange = vec_of(py, &filter_exchange, "filter_exchange")?;
+        let codes = vec_of(py, &codes, "codes")?;
+        if filter_offsets.len() != n_filters + 1
+            || filter_exchange.len() != n_filters
+            || codes.len() != n_filters
+        {
+            return Err(PyValueError::new_err(
+                "filters, filter_exchange and codes need one entry per filter slot",
+            ));
+        }
+        let text = std::str::from_utf8(&filter_data)
+            .map_err(|e| PyValueError::new_err(format!("filters: not UTF-8 ({e})")))?;
+        let mut per_exchange: Vec<(Vec<&str>, Vec<Hit>)> =
+            vec![(Vec::new(), Vec::new()); dialects.len()];
+        for f in 0..n_filters {
+            let e = filter_exchange[f];
+            if e < 0 {
+                continue; // a free filter slot
+            }
+            let Some((filters, exchange_codes)) = per_exchange.get_mut(e as usize) else {
+                return Err(PyValueError::new_err(format!(
+                    "filter_exchange: no exchange number {e}"
+                )));
+            };
+            let code = codes[f];
+            if (code >= 0 && code as usize >= n_slots)
+                || (code < 0 && (!code) as usize >= n_filters)
+            {
+                return Err(PyValueError::new_err(format!(
+                    "hit code {code} names no slot"
+                )));
+            }
+            let filter = text
+                .get(filter_offsets[f] as usize..filter_offsets[f + 1] as usize)
+                .ok_or_else(|| PyValueError::new_err("filters: an offset splits a character"))?;
+            filters.push(dialects[e as usize].match_part(filter));
+            exchange_codes.push(Hit {
+                code,
+                rank: if code >= 0 { rank[code as usize] } else { 0 },
+            });
+        }
+        let tries = py.allow_threads(|| {
+            dialects
+                .iter()
+                .zip(&per_exchange)
+                .map(|(&d, (filters, codes))| Trie::build(d, filters, codes))
+                .collect()
+        });
+        let slots = (0..n_slots)
+            .map(|k| SlotInfo {
+                subscriber: sub_subscriber[k],
+                id_start: id_offsets[k],
+                id_len: id_offsets[k + 1] - id_offsets[k],
+            })
+            .collect();
+        Ok(Kernel {
+            tries,
+            slots,
+            fs_start,
+            fs_count,
+            fs_ranks: fs_slots.iter().map(|&s| rank[s as usize]).collect(),
+            fs_slots,
+            special,
+            names: names.unbind(),
+            ids,
+            id_data,
+            name_offsets,
+            name_data,
+            delivery: delivery_type.unbind(),
+        })
+    }
+
+    /// The finished deliveries of one topic of exchange number `exchange`: a
+    /// tuple of `Delivery` (by subscriber; ids by rank), or `None` when the
+    /// Python side must answer: the topic is not a valid str topic (its
+    /// grammar names the error) or a matched filter has per-message
+    /// conditions.
+    pub(crate) fn deliveries(
+        &self,
+        py: Python<'_>,
+        exchange: usize,
+        topic: &Bound<'_, PyAny>,
+    ) -> PyResult<PyObject> {
+        let trie = self.trie(exchange)?;
+        let Some(text) = topic_bytes(trie, topic) else {
+            return Ok(py.None());
+        };
+        with_scratch(|scratch| {
+            trie.topic_hits(text, scratch);
+            match self.resolve(scratch, None, true) {
+                Resolved::Special => Ok(py.None()),
+                Resolved::Slots => self.delivery_tuple(py, scratch),
+            }
+        })
+    }
+
+    /// The deliveries of subscription slots already in output order (one
+    /// per run of equal subscribers), as a tuple of `Delivery`.
+    pub(crate) fn slot_deliveries(&self, py: Python<'_>, slots: Vec<i64>) -> PyResult<PyObject> {
+        if let Some(bad) = slots
+            .iter()
+            .find(|&&s| s < 0 || s as usize >= self.slots.len())
+        {
+            return Err(PyValueError::new_err(format!("no subscription slot {bad}")));
+        }
+        with_scratch(|scratch| {
+            scratch.entries.clear();
+            scratch.entries.extend(
+                slots
+                    .iter()
+                    .map(|&s| (s as u64, self.slots[s as usize].subscriber)),
+            );
+            self.delivery_tuple(py, scratch)
+        })
+    }
+
+    /// Hit codes of a topic already validated and split by the Python
+    /// grammar (`words`), each once.
+    pub(crate) fn hits(&self, exchange: usize, words: Vec<String>) -> PyResult<Vec<i64>> {
+        let trie = self.trie(exchange)?;
+        Ok(with_scratch(|scratch| {
+            trie.word_hits(&words, scratch);
+            scratch.codes.iter().map(|hit| hit.code).collect()
+        }))
+    }
+
+    /// Match distinct topics of exchange number `exchange` together:
+    /// `(flat, offsets, unhandled, special)`. Topic `t`'s subscription
+    /// slots, sorted by `rank` (an int64 array per slot; default: the
+    /// kernel's), are `flat[offsets[t]:offsets[t + 1]]` (`flat` and
+    /// `offsets`: bytes of int64). `unhandled`: topics that are not valid str
+    /// topics; `special`: topics that hit a filter with per-message
+    /// conditions; both have no slots in `flat`.
+    #[pyo3(signature = (exchange, topics, rank=None))]
+    pub(crate) fn match_topics<'py>(
+        &self,
+        py: Python<'py>,
+        exchange: usize,
+        topics: &Bound<'py, PyList>,
+        rank: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Vec<usize>,
+        Vec<usize>,
+    )> {
+        let trie = self.trie(exchange)?;
+        let custom = match rank {
+            Some(r) => Some(u32_of(py, &r, u32::MAX as usize, "rank")?),
+            None => None,
+        };
+        if custom.as_ref().is_some_and(|r| r.len() != self.slots.len()) {
+            return Err(PyValueError::new_err(
+                "rank needs one entry per subscription slot",
+            ));
+        }
+        let mut flat: Vec<i64> = Vec::new();
+        let mut offsets: Vec<i64> = Vec::with_capacity(topics.len() + 1);
+        offsets.push(0);
+        let (mut unhandled, mut special) = (Vec::new(), Vec::new());
+        with_scratch(|scratch| {
+            for (t, topic) in topics.iter().enumerate() {
+                match topic_bytes(trie, &topic) {
+                    None => unhandled.push(t),
+                    Some(text) => {
+                        trie.topic_hits(text, scratch);
+                        match self.resolve(scratch, custom.as_deref(), false) {
+                            Resolved::Special => special.push(t),
+                            Resolved::Slots => flat
+                                .extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64)),
+                        }
+                    }
+                }
+                offsets.push(flat.len() as i64);
+            }
+        });
+        Ok((
+            as_bytes(py, &flat),
+            as_bytes(py, &offsets),
+            unhandled,
+            special,
+        ))
+    }
+
+    /// Match a batch's routing keys (a list of bytes or str, one per row) of
+    /// exchange number `exchange`: `(row_topic, flat, offsets)`, bytes of
+    /// int64. Equal keys are matched once: row `r`'s subscription slots, in
+    /// rank order, are `flat[offsets[t]:offsets[t + 1]]` for `t =
+    /// row_topic[r]`; `row_topic[r]` is -1 for a row the Python side must
+    /// answer (a key that is not UTF-8 bytes or str, not a valid topic, or
+    /// that hit a filter with per-message conditions).
+    pub(crate) fn match_keys<'py>(
+        &self,
+        py: Python<'py>,
+        exchange: usize,
+        keys: &Bound<'py, PyList>,
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+    )> {
+        let trie = self.trie(exchange)?;
+        let n = keys.len();
+        let mut row_topic: Vec<i64> = Vec::with_capacity(n);
+        let mut flat: Vec<i64> = Vec::new();
+        let mut offsets: Vec<i64> = vec![0];
+        let mut distinct: HashMap<&[u8], i64> = HashMap::with_capacity(n);
+        // SAFETY (lifetimes): each key's bytes live as long as the key object,
+        // which the list holds for the whole call (nothing here runs Python code).
+        let list = keys.as_ptr();
+        with_scratch(|scratch| {
+            for r in 0..n {
+                let key = unsafe { ffi::PyList_GET_ITEM(list, r as ffi::Py_ssize_t) };
+                let Some(text) = (unsafe { key_bytes(key) }) else {
+                    row_topic.push(-1);
+                    continue;
+                };
+                if let Some(&t) = distinct.get(text) {
+                    row_topic.push(t);
+                    continue;
+                }
+                let mut t = -1;
+                if trie.dialect.valid_topic(text) && std::str::from_utf8(text).is_ok() {
+                    trie.topic_hits(text, scratch);
+                    if let Resolved::Slots = self.resolve(scratch, None, false) {
+                        flat.extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64));
+                        offsets.push(flat.len() as i64);
+                        t = offsets.len() as i64 - 2;
+                    }
+                }
+                distinct.insert(text, t);
+                row_topic.push(t);
+            }
+        });
+        Ok((
+            as_bytes(py, &row_topic),
+            as_bytes(py, &flat),
+            as_bytes(py, &offsets),
+        ))
+    }
+
+    /// The Arrow buffers of a batch's `deliveries` column
+    /// (`list<struct<subscriber, subscription_ids: list<string>>>`, one row
+    /// per entry of `row_unit`): row `r` holds unit `u = row_unit[r]`, whose
+    /// slots, in output order, are `flat[offsets[u]:offsets[u + 1]]` (int64
+    /// arrays), grouped into one delivery per run of equal subscribers.
+    ///
+    /// Returns `(row_offsets, group_offsets, id_offsets, id_data,
+    /// name_offsets, name_data)` as bytes (offsets: int32): rows' delivery
+    /// offsets, deliveries' id offsets, the ids, the deliveries' subscriber
+    /// names. Raises `ValueError` past Arrow's 2 GiB string columns.
+    pub(crate) fn layout<'py>(
+        &self,
+        py: Python<'py>,
+        row_unit: Bound<'py, PyAny>,
+        flat: Bound<'py, PyAny>,
+        offsets: Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let flat = u32_of(py, &flat, self.slots.len(), "flat")?;
+        let offsets = u32_of(py, &offsets, flat.len() + 1, "offsets")?;
+        if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(PyValueError::new_err(
+                "offsets must be non-decreasing, one more than the units",
+            ));
+        }
+        let row_unit = u32_of(py, &row_unit, offsets.len() - 1, "row_unit")?;
+        let plan = py.allow_threads(|| self.plan_layout(&flat, &offsets));
+        let sizes = plan.sizes(&row_unit).map_err(PyValueError::new_err)?;
+        // The six buffers are made at their final size and written in place:
+        // a fan-out batch's column is gigabytes, which growing vectors and
+        // then copying them into bytes objects would move two more times.
+        let buffers = sizes
+            .iter()
+            .map(|&len| {
+                // SAFETY: a new bytes object of `len` bytes, every one written below before Python sees it.
+                unsafe {
+                    Bound::from_owned_ptr_or_err(
+                        py,
+                        ffi::PyBytes_FromStringAndSize(std::ptr::null(), len as ffi::Py_ssize_t),
+                    )
+                }
+                .map(|b| {
+                    b.downcast_into::<PyBytes>()
+                        .expect("PyBytes_FromStringAndSize makes bytes")
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut out: Vec<&mut [u8]> = buffers
+            .iter()
+            // SAFETY: each object is new, unshared and exactly sizes[k] bytes long.
+            .zip(&sizes)
+            .map(|(b, &len)| unsafe {
+                std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(b.as_ptr()) as *mut u8, len)
+            })
+            .collect();
+        py.allow_threads(|| self.write_layout(&plan, &row_unit, &flat, &mut out));
+        Ok(buffers)
+    }
+
+    /// Number of nodes of each exchange's trie (for tests and sizing).
+    pub(crate) fn node_counts(&self) -> Vec<usize> {
+        self.tries.iter().map(|t| t.nodes.len()).collect()
+    }
+}
+
+/// The native-endian bytes of integers (numpy's and Arrow's layout), copied.
+pub(crate) fn as_bytes<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> {
+    // SAFETY: used for i32 and i64 only, which have no padding; the bytes are copied.
+    let raw = unsafe {
+        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+    };
+    PyBytes::new(py, raw)
+}
+
+/// The bytes of a routing key: a bytes object's, a str's UTF-8 (`None`:
+/// another type, or a str that is not valid Unicode).
+///
+/// # Safety
+/// `key` is a valid object pointer; the bytes live as long as it does.
+pub(crate) unsafe fn key_bytes<'a>(key: *mut ffi::PyObject) -> Option<&'a [u8]> {
+    if ffi::PyBytes_Check(key) != 0 {
+        let data = ffi::PyBytes_AsString(key) as *const u8;
+        return Some(std::slice::from_raw_parts(
+            data,
+            ffi::PyBytes_Size(key) as usize,
+        ));
+    }
+    if ffi::PyUnicode_Check(key) != 0 {
+        let mut size: ffi::Py_ssize_t = 0;
+        let data = ffi::PyUnicode_AsUTF8AndSize(key, &mut size);
+        if data.is_null() {
+            ffi::PyErr_Clear(); // lone surrogates: the Python side names the problem
+            return None;
+        }
+        return Some(std::slice::from_raw_parts(data as *const u8, size as usize));
+    }
+    None
+}
+
+/// The UTF-8 bytes of `topic` if it is a str and a valid topic of the trie's dialect.
+pub(crate) fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
+    let text = topic.downcast::<PyString>().ok()?;
+    // SAFETY (lifetime): the str's UTF-8 form lives as long as the object, which `topic` borrows.
+    let bytes = match text.to_str() {
+        Ok(s) => unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) },
+        Err(_) => return None, // lone surrogates: the grammar names the error
+    };
+    trie.dialect.valid_topic(bytes).then_some(bytes)
+}
+
+impl Kernel {
+    pub(crate) fn trie(&self, exchange: usize) -> PyResult<&Trie> {
+        self.tries
+            .get(exchange)
+            .ok_or_else(|| PyValueError::new_err(format!("no exchange number {exchange}")))
+    }
+
+    /// Turns the hits in `scratch.codes` into the topic's subscription slots
+    /// in `scratch.entries`: `((rank << 32) | slot, subscriber)`, sorted
+    /// (`rank`: the kernel's, or per slot the given one). The subscriber is
+    /// read only when `subscribers` (the per-topic path builds deliveries;
+    /// the batch path needs slots in order only, and the kernel's own ranks
+    /// travel with the hits and the filters' slot lists).
+    pub(crate) fn resolve(
+        &self,
+        scratch: &mut Scratch,
+        rank: Option<&[u32]>,
+        subscribers: bool,
+    ) -> Resolved {
+        let Scratch { codes, entries, .. } = scratch;
+        entries.clear();
+        let entry = |slot: u32, own_rank: u32| {
+            let r = rank.map_or(own_rank, |r| r[slot as usize]);
+            let subscriber = if subscribers {
+                self.slots[slot as usize].subscriber
+            } else {
+                0
+            };
+            (((r as u64) << 32) | slot as u64, subscriber)
+        };
+        for &hit in codes.iter() {
+            if hit.code >= 0 {
+                entries.push(entry(hit.code as u32, hit.rank));
+                continue;
+            }
+            let f = (!hit.code) as usize;
+            if self.special[f] {
+                return Resolved::Special;
+            }
+            let range = self.fs_start[f] as usize..(self.fs_start[f] + self.fs_count[f]) as usize;
+            entries.extend(
+                self.fs_slots[range.clone()]
+                    .iter()
+                    .zip(&self.fs_ranks[range])
+                    .map(|(&s, &r)| entry(s, r)),
+            );
+        }
+        entries.sort_unstable_by_key(|e| e.0);
+        Resolved::Slots
+    }
+
+    /// A tuple of `Delivery(subscriber, (ids...))`, one per run of equal
+    /// subscribers in `scratch.entries`.
+    pub(crate) fn delivery_tuple(
+        &self,
+        py: Python<'_>,
+        scratch: &mut Scratch,
+    ) -> PyResult<PyObject> {
+        let Scratch { entries, runs, .. } = scratch;
+        runs.clear();
+        let mut start = 0;
+        for i in 1..=entries.len() {
+            if i == entries.len() || entries[i].1 != entries[start].1 {
+                runs.push((start, i));
+                start = i;
+            }
+        }
+        let names = self.names.bind(py).as_ptr();
+        let delivery_type = self.delivery.bind(py).as_ptr() as *mut ffi::PyTypeObject;
+        // SAFETY: every subscriber number is < len(names) (checked at
+        // construction; the list does not change while the kernel lives);
+        // PyTuple_SET_ITEM steals the references taken just before.
+        unsafe {
+            let out = ffi::PyTuple_New(runs.len() as ffi::Py_ssize_t);
+            if out.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            let out = PyObject::from_owned_ptr(py, out);
+            for (g, &(s, e)) in runs.iter().enumerate() {
+                let group = ffi::PyTuple_New((e - s) as ffi::Py_ssize_t);
+                if group.is_null() {
+                    return Err(PyErr::fetch(py));
+                }
+                for i in s..e {
+                    let id = self.ids[(entries[i].0 & 0xFFFF_FFFF) as usize]
+                        .clone_ref(py)
+                        .into_ptr();
+                    ffi::PyTuple_SET_ITEM(group, (i - s) as ffi::Py_ssize_t, id);
+                }
+                let alloc = (*delivery_type)
+                    .tp_alloc
+                    .unwrap_or(ffi::PyType_GenericAlloc);
+                let delivery = alloc(delivery_type, 2);
+                if delivery.is_null() {
+                    ffi::Py_DECREF(group);
+                    return Err(PyErr::fetch(py));
+                }
+                let name = ffi::PyList_GET_ITEM(names, entries[s].1 as ffi::Py_ssize_t);
+                ffi::Py_INCREF(name);
+                ffi::PyTuple_SET_ITEM(delivery, 0, name);
+                ffi::PyTuple_SET_ITEM(delivery, 1, group);
+                ffi::PyTuple_SET_ITEM(out.as_ptr(), g as ffi::Py_ssize_t, delivery);
+            }
+            Ok(out)
+        }
+    }
+}
