@@ -1,15 +1,22 @@
 //! A batch's Arrow deliveries column, written by the kernel ([`Kernel::layout`]).
 
 use crate::kernel::Kernel;
+use crate::trie::prefetch;
 
 /// A batch's units grouped by subscriber, and what each takes in the output
 /// (see [`Kernel::layout`]).
 pub(crate) struct LayoutPlan {
-    /// Per group, its positions `first..end` in `flat`; unit `u`'s groups are
-    /// `groups[unit_groups[u]..unit_groups[u + 1]]`.
-    pub(crate) groups: Vec<(u32, u32)>,
+    /// Per group, its positions `first..end` in `flat` and its subscriber;
+    /// unit `u`'s groups are `groups[unit_groups[u]..unit_groups[u + 1]]`.
+    pub(crate) groups: Vec<(u32, u32, u32)>,
     pub(crate) unit_groups: Vec<u32>,
     pub(crate) units: Vec<UnitSize>,
+    /// The ids of `flat`, in its order: slot `flat[i]`'s id is
+    /// `staged[staged_end[i - 1]..staged_end[i]]` (gathered once, with the
+    /// next slots' table entries and ids prefetched, so that the rows are
+    /// written from sequential memory).
+    pub(crate) staged: Vec<u8>,
+    pub(crate) staged_end: Vec<u32>,
 }
 
 #[derive(Clone, Copy)]
@@ -60,38 +67,58 @@ impl LayoutPlan {
 }
 
 impl Kernel {
-    /// Each unit's deliveries, grouped by subscriber once (see [`Kernel::layout`]).
+    /// Each unit's deliveries, grouped by subscriber once, and every id of
+    /// `flat` gathered (see [`LayoutPlan`] and [`Kernel::layout`]).
     pub(crate) fn plan_layout(&self, flat: &[u32], offsets: &[u32]) -> LayoutPlan {
+        const AHEAD: usize = 16;
         let n_units = offsets.len() - 1;
         let mut plan = LayoutPlan {
             groups: Vec::new(),
             unit_groups: vec![0; n_units + 1],
             units: Vec::with_capacity(n_units),
+            staged: Vec::new(),
+            staged_end: Vec::with_capacity(flat.len()),
         };
+        let mut subscribers: Vec<u32> = Vec::with_capacity(flat.len());
+        for i in 0..flat.len() {
+            if let Some(&ahead) = flat.get(i + AHEAD) {
+                prefetch(&self.slots[ahead as usize]);
+            }
+            if let Some(&near) = flat.get(i + AHEAD / 2) {
+                prefetch(self.id_data[self.slots[near as usize].id_start as usize..].as_ptr());
+            }
+            let info = self.slots[flat[i] as usize];
+            plan.staged
+                .extend_from_slice(&self.id_data[info.id_start as usize..][..info.id_len as usize]);
+            plan.staged_end.push(plan.staged.len() as u32);
+            subscribers.push(info.subscriber);
+        }
         for u in 0..n_units {
             let (start, end) = (offsets[u] as usize, offsets[u + 1] as usize);
-            let (mut ids, mut id_bytes, mut name_bytes) = (0u64, 0u64, 0u64);
+            let mut name_bytes = 0u64;
             let mut first = start;
             for i in start + 1..=end {
-                let info = self.slots[flat[i - 1] as usize];
-                ids += 1;
-                id_bytes += info.id_len as u64;
-                if i == end
-                    || self.slots[flat[i] as usize].subscriber
-                        != self.slots[flat[first] as usize].subscriber
-                {
-                    let subscriber = self.slots[flat[first] as usize].subscriber as usize;
+                if i == end || subscribers[i] != subscribers[first] {
+                    let subscriber = subscribers[first] as usize;
                     name_bytes +=
                         (self.name_offsets[subscriber + 1] - self.name_offsets[subscriber]) as u64;
-                    plan.groups.push((first as u32, i as u32));
+                    plan.groups
+                        .push((first as u32, i as u32, subscribers[first]));
                     first = i;
                 }
             }
             plan.unit_groups[u + 1] = plan.groups.len() as u32;
+            let staged_at = |i: usize| {
+                if i == 0 {
+                    0
+                } else {
+                    plan.staged_end[i - 1] as u64
+                }
+            };
             plan.units.push(UnitSize {
                 groups: (plan.unit_groups[u + 1] - plan.unit_groups[u]) as u64,
-                ids,
-                id_bytes,
+                ids: (end - start) as u64,
+                id_bytes: staged_at(end) - staged_at(start),
                 name_bytes,
             });
         }
@@ -102,13 +129,7 @@ impl Kernel {
     /// A unit is written from the tables once; a later row of the same unit
     /// copies that first copy (sequential reads instead of a memory miss per
     /// id: rows of one topic repeat in a batch).
-    pub(crate) fn write_layout(
-        &self,
-        plan: &LayoutPlan,
-        row_unit: &[u32],
-        flat: &[u32],
-        out: &mut [&mut [u8]],
-    ) {
+    pub(crate) fn write_layout(&self, plan: &LayoutPlan, row_unit: &[u32], out: &mut [&mut [u8]]) {
         let [row_offsets, group_offsets, id_offsets, id_data, name_offsets, name_data] = out else {
             unreachable!("six buffers")
         };
@@ -153,24 +174,33 @@ impl Kernel {
                 written[u as usize] = Some((groups, ids));
                 let (mut id_end, mut name_end) = (get(id_offsets, ids), get(name_offsets, groups));
                 let mut k_ids = ids;
-                for (g, &(first, end)) in plan.groups[plan.unit_groups[u as usize] as usize
+                for (g, &(first, end, subscriber)) in plan.groups[plan.unit_groups[u as usize]
+                    as usize
                     ..plan.unit_groups[u as usize + 1] as usize]
                     .iter()
                     .enumerate()
                 {
-                    let subscriber = self.slots[flat[first as usize] as usize].subscriber as usize;
+                    let subscriber = subscriber as usize;
                     let name = &self.name_data[self.name_offsets[subscriber] as usize
                         ..self.name_offsets[subscriber + 1] as usize];
                     name_data[name_end..name_end + name.len()].copy_from_slice(name);
                     name_end += name.len();
-                    for &slot in &flat[first as usize..end as usize] {
-                        let info = self.slots[slot as usize];
-                        let id = &self.id_data[info.id_start as usize..][..info.id_len as usize];
-                        id_data[id_end..id_end + id.len()].copy_from_slice(id);
-                        id_end += id.len();
+                    let from = if first == 0 {
+                        0
+                    } else {
+                        plan.staged_end[first as usize - 1] as usize
+                    };
+                    let to = plan.staged_end[end as usize - 1] as usize;
+                    id_data[id_end..id_end + (to - from)].copy_from_slice(&plan.staged[from..to]);
+                    for i in first as usize..end as usize {
                         k_ids += 1;
-                        put(id_offsets, k_ids, id_end);
+                        put(
+                            id_offsets,
+                            k_ids,
+                            id_end + plan.staged_end[i] as usize - from,
+                        );
                     }
+                    id_end += to - from;
                     put(group_offsets, groups + g + 1, k_ids);
                     put(name_offsets, groups + g + 1, name_end);
                 }

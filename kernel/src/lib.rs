@@ -10,6 +10,7 @@
 //!   subscriptions are a CSR range and which may be *special* (header
 //!   criteria or a shared group: per-message conditions the Python side
 //!   applies).
+//! - [`exact`]: the exact filters' hash table, one cache line per entry.
 //! - [`kernel`]: the Python class `Kernel` of one snapshot: one topic to its
 //!   finished `Delivery` tuples (`deliveries`), a batch's keys or distinct
 //!   topics to their slots in output order (`match_keys`, `match_topics`),
@@ -27,6 +28,7 @@
 //! against the reference matcher.
 
 mod dialect;
+mod exact;
 mod kernel;
 mod layout;
 mod offline;

@@ -4,8 +4,24 @@
 use hashbrown::{HashMap, HashSet};
 
 use crate::dialect::Dialect;
+use crate::exact::ExactTable;
 
 pub(crate) const NONE: u32 = u32::MAX;
+
+/// Ask the CPU to start loading the cache line at `p` (a hint; no effect on
+/// results). A batch reads one table entry and one id per delivered
+/// subscription, each a memory miss at a million subscriptions: issued ahead,
+/// the misses overlap instead of queueing.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
 
 pub(crate) struct Node {
     pub(crate) one: u32,
@@ -27,19 +43,17 @@ impl Node {
     }
 }
 
-/// The filters of one exchange. Wildcard-free filters are one hash map keyed
-/// by the whole text (`exact`: one lookup, whatever the topic's length; most
-/// filters are exact, and a trie walk would cost a memory miss per word at a
-/// million of them). The others are a trie, word by word: literal words are
+/// The filters of one exchange. Wildcard-free filters are one hash table keyed
+/// by the whole text (`exact`, [`ExactTable`]: one lookup, whatever the
+/// topic's length; most filters are exact, and a trie walk would cost a
+/// memory miss per word at a million of them). The others are a trie, word by word: literal words are
 /// interned (`words`); a literal edge is `children[(node << 32) | word]`; the
 /// `*`/`+` and `#` edges are fields of the node. A node reached through `#`
 /// is a *many* node: it may absorb further words.
 pub(crate) struct Trie {
     pub(crate) dialect: Dialect,
-    /// Per exact text, its one hit code (`(code, 1)`, the common case: no
-    /// second memory read) or where its codes are (`(start, count)` into
-    /// `exact_hits`).
-    pub(crate) exact: HashMap<TextKey, ExactValue>,
+    /// Per exact text, its hits (see [`ExactValue`]).
+    pub(crate) exact: ExactTable,
     pub(crate) exact_hits: Vec<Hit>,
     pub(crate) words: HashMap<Box<[u8]>, u32>,
     pub(crate) children: HashMap<u64, u32>,
@@ -62,60 +76,6 @@ pub(crate) struct Hit {
 pub(crate) struct ExactValue {
     pub(crate) hit: Hit,
     pub(crate) count: u32,
-}
-
-/// Longest exact text kept inline in its hash map entry.
-pub(crate) const INLINE_TEXT: usize = 30;
-
-/// An exact filter's text as a hash key: short ones (most topics) inline, so
-/// that a lookup compares bytes in the table's own memory instead of
-/// following a pointer (one memory miss less per topic at a million).
-#[derive(Clone)]
-pub(crate) enum TextKey {
-    Inline(u8, [u8; INLINE_TEXT]),
-    Heap(Box<[u8]>),
-}
-
-impl TextKey {
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        match self {
-            TextKey::Inline(len, bytes) => &bytes[..*len as usize],
-            TextKey::Heap(bytes) => bytes,
-        }
-    }
-}
-
-impl From<&[u8]> for TextKey {
-    fn from(text: &[u8]) -> Self {
-        if text.len() <= INLINE_TEXT {
-            let mut bytes = [0u8; INLINE_TEXT];
-            bytes[..text.len()].copy_from_slice(text);
-            TextKey::Inline(text.len() as u8, bytes)
-        } else {
-            TextKey::Heap(text.into())
-        }
-    }
-}
-
-impl PartialEq for TextKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
-
-impl Eq for TextKey {}
-
-impl std::hash::Hash for TextKey {
-    /// As `[u8]` hashes, so that a `&[u8]` finds its key.
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state)
-    }
-}
-
-impl std::borrow::Borrow<[u8]> for TextKey {
-    fn borrow(&self) -> &[u8] {
-        self.as_bytes()
-    }
 }
 
 /// Scratch space of one match, reused across the calls of a thread.
@@ -146,7 +106,7 @@ impl Trie {
     pub(crate) fn build<S: AsRef<str>>(dialect: Dialect, filters: &[S], codes: &[Hit]) -> Self {
         let mut trie = Trie {
             dialect,
-            exact: HashMap::new(),
+            exact: ExactTable::new(&[]),
             exact_hits: Vec::new(),
             words: HashMap::new(),
             children: HashMap::new(),
@@ -189,31 +149,24 @@ impl Trie {
             n.hits_start = start;
             n.hits_end = trie.hits.len() as u32;
         }
-        // Exact texts: number the distinct ones (a key is allocated once, on
-        // insertion), then lay their codes out by counting, without sorting.
-        trie.exact.reserve(exact.len());
-        let mut group_of = Vec::with_capacity(exact.len());
-        for &(text, _) in &exact {
-            let next = Hit {
-                code: trie.exact.len() as i64,
-                rank: 0,
-            };
-            group_of.push(
-                trie.exact
-                    .entry_ref(text)
-                    .or_insert(ExactValue {
-                        hit: next,
-                        count: 0,
-                    })
-                    .hit
-                    .code as u32,
-            );
-        }
-        let mut starts = vec![0u32; trie.exact.len() + 1];
+        // Exact texts: number the distinct ones, then lay their codes out by
+        // counting, without sorting.
+        let mut number: HashMap<&[u8], u32> = HashMap::with_capacity(exact.len());
+        let mut distinct: Vec<&[u8]> = Vec::new();
+        let group_of: Vec<u32> = exact
+            .iter()
+            .map(|&(text, _)| {
+                *number.entry(text).or_insert_with(|| {
+                    distinct.push(text);
+                    distinct.len() as u32 - 1
+                })
+            })
+            .collect();
+        let mut starts = vec![0u32; distinct.len() + 1];
         for &g in &group_of {
             starts[g as usize + 1] += 1;
         }
-        for g in 0..trie.exact.len() {
+        for g in 0..distinct.len() {
             starts[g + 1] += starts[g];
         }
         trie.exact_hits = vec![Hit::default(); exact.len()];
@@ -222,24 +175,29 @@ impl Trie {
             trie.exact_hits[fill[g as usize] as usize] = code;
             fill[g as usize] += 1;
         }
-        for value in trie.exact.values_mut() {
-            let g = value.hit.code as usize;
-            let (start, count) = (starts[g], starts[g + 1] - starts[g]);
-            *value = if count == 1 {
-                ExactValue {
-                    hit: trie.exact_hits[start as usize],
-                    count: 1,
-                }
-            } else {
-                ExactValue {
-                    hit: Hit {
-                        code: start as i64,
-                        rank: 0,
-                    },
-                    count,
-                }
-            };
-        }
+        let items: Vec<(&[u8], ExactValue)> = distinct
+            .iter()
+            .enumerate()
+            .map(|(g, &text)| {
+                let (start, count) = (starts[g], starts[g + 1] - starts[g]);
+                let value = if count == 1 {
+                    ExactValue {
+                        hit: trie.exact_hits[start as usize],
+                        count: 1,
+                    }
+                } else {
+                    ExactValue {
+                        hit: Hit {
+                            code: start as i64,
+                            rank: 0,
+                        },
+                        count,
+                    }
+                };
+                (text, value)
+            })
+            .collect();
+        trie.exact = ExactTable::new(&items);
         trie
     }
 
@@ -332,9 +290,14 @@ impl Trie {
 
     /// Appends the codes of the exact filters equal to `text` to `codes`.
     pub(crate) fn exact_hits(&self, text: &[u8], codes: &mut Vec<Hit>) {
-        match self.exact.get(text) {
-            Some(&ExactValue { hit, count: 1 }) => codes.push(hit),
-            Some(&ExactValue { hit, count }) => {
+        self.exact_hits_hashed(text, self.exact.hash(text), codes)
+    }
+
+    /// [`Trie::exact_hits`] of a text whose [`ExactTable::hash`] is known.
+    pub(crate) fn exact_hits_hashed(&self, text: &[u8], hash: u64, codes: &mut Vec<Hit>) {
+        match self.exact.get(text, hash) {
+            Some(ExactValue { hit, count: 1 }) => codes.push(hit),
+            Some(ExactValue { hit, count }) => {
                 codes.extend_from_slice(&self.exact_hits[hit.code as usize..][..count as usize])
             }
             None => {}
@@ -343,8 +306,13 @@ impl Trie {
 
     /// Hit codes of a valid topic into `scratch.codes` (cleared first).
     pub(crate) fn topic_hits(&self, topic: &[u8], scratch: &mut Scratch) {
+        self.topic_hits_hashed(topic, self.exact.hash(topic), scratch)
+    }
+
+    /// [`Trie::topic_hits`] of a topic whose [`ExactTable::hash`] is known.
+    pub(crate) fn topic_hits_hashed(&self, topic: &[u8], hash: u64, scratch: &mut Scratch) {
         scratch.codes.clear();
-        self.exact_hits(topic, &mut scratch.codes);
+        self.exact_hits_hashed(topic, hash, &mut scratch.codes);
         if self.nodes.len() == 1 {
             return; // no wildcard filter
         }
