@@ -30,7 +30,11 @@ struct Entry {
 const FREE: Entry = Entry {
     hash: 0,
     value: ExactValue {
-        hit: Hit { code: 0, rank: 0 },
+        hit: Hit {
+            code: 0,
+            rank: 0,
+            subscriber: 0,
+        },
         count: 0,
     },
     len: EMPTY,

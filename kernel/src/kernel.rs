@@ -37,8 +37,9 @@ pub(crate) struct Kernel {
     pub(crate) fs_start: Vec<u32>,
     pub(crate) fs_count: Vec<u32>,
     pub(crate) fs_slots: Vec<u32>,
-    /// `rank[fs_slots[i]]`, side by side with `fs_slots`.
+    /// `rank[fs_slots[i]]` and the slot's subscriber, side by side with `fs_slots`.
     pub(crate) fs_ranks: Vec<u32>,
+    pub(crate) fs_subscribers: Vec<u32>,
     pub(crate) special: Vec<bool>,
     pub(crate) names: Py<PyList>,
     /// Each subscription slot's id as a str, made at load from the Arrow
@@ -246,9 +247,17 @@ impl Kernel {
                 .get(filter_offsets[f] as usize..filter_offsets[f + 1] as usize)
                 .ok_or_else(|| PyValueError::new_err("filters: an offset splits a character"))?;
             filters.push(dialects[e as usize].match_part(filter));
-            exchange_codes.push(Hit {
-                code,
-                rank: if code >= 0 { rank[code as usize] } else { 0 },
+            exchange_codes.push(if code >= 0 {
+                Hit {
+                    code,
+                    rank: rank[code as usize],
+                    subscriber: sub_subscriber[code as usize],
+                }
+            } else {
+                Hit {
+                    code,
+                    ..Hit::default()
+                }
             });
         }
         let tries = py.allow_threads(|| {
@@ -271,6 +280,10 @@ impl Kernel {
             fs_start,
             fs_count,
             fs_ranks: fs_slots.iter().map(|&s| rank[s as usize]).collect(),
+            fs_subscribers: fs_slots
+                .iter()
+                .map(|&s| sub_subscriber[s as usize])
+                .collect(),
             fs_slots,
             special,
             names: names.unbind(),
@@ -299,7 +312,7 @@ impl Kernel {
         };
         with_scratch(|scratch| {
             trie.topic_hits(text, scratch);
-            match self.resolve(scratch, None, true) {
+            match self.resolve(scratch, None) {
                 Resolved::Special => Ok(py.None()),
                 Resolved::Slots => self.delivery_tuple(py, scratch),
             }
@@ -376,7 +389,7 @@ impl Kernel {
                     None => unhandled.push(t),
                     Some(text) => {
                         trie.topic_hits(text, scratch);
-                        match self.resolve(scratch, custom.as_deref(), false) {
+                        match self.resolve(scratch, custom.as_deref()) {
                             Resolved::Special => special.push(t),
                             Resolved::Slots => flat
                                 .extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64)),
@@ -448,7 +461,7 @@ impl Kernel {
                     trie.exact.prefetch(ahead);
                 }
                 trie.topic_hits_hashed(text, hash, scratch);
-                if let Resolved::Slots = self.resolve(scratch, None, false) {
+                if let Resolved::Slots = self.resolve(scratch, None) {
                     flat.extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64));
                     offsets.push(flat.len() as i64);
                     topic_unit.push(offsets.len() as i64 - 2);
@@ -586,30 +599,19 @@ impl Kernel {
 
     /// Turns the hits in `scratch.codes` into the topic's subscription slots
     /// in `scratch.entries`: `((rank << 32) | slot, subscriber)`, sorted
-    /// (`rank`: the kernel's, or per slot the given one). The subscriber is
-    /// read only when `subscribers` (the per-topic path builds deliveries;
-    /// the batch path needs slots in order only, and the kernel's own ranks
-    /// travel with the hits and the filters' slot lists).
-    pub(crate) fn resolve(
-        &self,
-        scratch: &mut Scratch,
-        rank: Option<&[u32]>,
-        subscribers: bool,
-    ) -> Resolved {
+    /// (`rank`: the kernel's, or per slot the given one). Ranks and
+    /// subscribers travel with the hits and beside the filters' slot lists,
+    /// so the per-slot table is not read here.
+    pub(crate) fn resolve(&self, scratch: &mut Scratch, rank: Option<&[u32]>) -> Resolved {
         let Scratch { codes, entries, .. } = scratch;
         entries.clear();
-        let entry = |slot: u32, own_rank: u32| {
+        let entry = |slot: u32, own_rank: u32, subscriber: u32| {
             let r = rank.map_or(own_rank, |r| r[slot as usize]);
-            let subscriber = if subscribers {
-                self.slots[slot as usize].subscriber
-            } else {
-                0
-            };
             (((r as u64) << 32) | slot as u64, subscriber)
         };
         for &hit in codes.iter() {
             if hit.code >= 0 {
-                entries.push(entry(hit.code as u32, hit.rank));
+                entries.push(entry(hit.code as u32, hit.rank, hit.subscriber));
                 continue;
             }
             let f = (!hit.code) as usize;
@@ -620,8 +622,9 @@ impl Kernel {
             entries.extend(
                 self.fs_slots[range.clone()]
                     .iter()
-                    .zip(&self.fs_ranks[range])
-                    .map(|(&s, &r)| entry(s, r)),
+                    .zip(&self.fs_ranks[range.clone()])
+                    .zip(&self.fs_subscribers[range])
+                    .map(|((&s, &r), &k)| entry(s, r, k)),
             );
         }
         entries.sort_unstable_by_key(|e| e.0);

@@ -323,6 +323,7 @@ fn read(dialect: Dialect, subscriptions: &[u8], topics: &[u8]) -> Option<Offline
         .map(|k| Hit {
             code: k as i64,
             rank: rank[k],
+            subscriber: 0,
         })
         .collect();
     Some(OfflineOutput {

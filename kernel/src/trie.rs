@@ -62,12 +62,14 @@ pub(crate) struct Trie {
 }
 
 /// A hit code with, for a subscription slot (`code >= 0`), that slot's rank
-/// in (subscriber, id) order: the batch path sorts a topic's slots without
-/// reading the per-slot table (a memory miss per subscription at a million).
+/// in (subscriber, id) order and its subscriber's number: a topic's slots are
+/// ordered and grouped without reading the per-slot table (a memory miss per
+/// subscription at a million).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
 pub(crate) struct Hit {
     pub(crate) code: i64,
     pub(crate) rank: u32,
+    pub(crate) subscriber: u32,
 }
 
 /// An exact text's hits: `count == 1` (the common case), the hit itself;
@@ -189,7 +191,7 @@ impl Trie {
                     ExactValue {
                         hit: Hit {
                             code: start as i64,
-                            rank: 0,
+                            ..Hit::default()
                         },
                         count,
                     }
