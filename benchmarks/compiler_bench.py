@@ -6,7 +6,8 @@ Run by hand, not in CI:
         [--sizes 10000,100000,1000000] [--profiles devices,fanout] [--seed 1]
 
 For each profile (see workloads.py) and size N it builds three matchers over the
-same N subscriptions -- bitroute (compiler.RoutingIndex -> Snapshot -> Matcher),
+same N subscriptions -- bitroute (compiler.RoutingIndex -> Snapshot -> Matcher,
+whose tables and per-topic work are the Rust kernel, bitroute_kernel),
 a plain Python trie (trie.py) and the naive scan (compiler.reference) -- checks
 on a sample that all three return the same deliveries (aborts if not), then
 measures:
@@ -34,8 +35,8 @@ measures:
   list<struct<subscriber, subscription_ids>>); the trie through
   trie_match_frame (the same de-duplication and the same output built the same
   way).  "first" is the first batch on a fresh matcher, "steady" all batches on
-  one matcher (bitroute's per-version topic cache may carry across batches;
-  the trie has no cache).  The naive scan is estimated from its cold mean
+  one matcher (the batch path keeps no cache across batches; the trie has
+  none).  The naive scan is estimated from its cold mean
   times the distinct topics per batch when running it would exceed its budget
   (marked ~).
 
@@ -726,7 +727,8 @@ def main(argv=None) -> int:
                    help="with --cprofile: only profile bitroute (build, cold loop, two batches); no tables")
     p.add_argument("--compiler-ref", metavar="REF",
                    help="benchmark compiler/ as committed at git REF (exported to a temporary directory), "
-                        "not the working tree")
+                        "not the working tree; the kernel is the one installed in .venv, so REF must be "
+                        "from before the kernel (pure Python) or use the installed kernel's interface")
     p.add_argument("--pin-cpu", type=int, help="pin this process to one CPU (like taskset -c)")
     p.add_argument("--churn", type=int, default=100_000,
                    help="subscription changes applied to the built index for the churn figure (default 100000)")
