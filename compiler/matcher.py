@@ -64,7 +64,7 @@ class Matcher:
     ``cache_max_bytes`` bounds the topic cache (estimated bytes, see
     :mod:`compiler.cache`).
 
-    The lookup tables hold *hit codes*: a code ``h >= 0`` is the subscription
+    The kernel's tables hold *hit codes*: a code ``h >= 0`` is the subscription
     slot of a filter held by exactly one subscription, without header
     criteria or shared group (the common case, resolved without further
     lookups); ``h < 0`` stands for filter slot ``~h``, whose subscriptions and
@@ -106,8 +106,9 @@ class Matcher:
             hit_code[conditioned] = ~conditioned
             special[conditioned] = 1
         self._kernel = Kernel(
-            Delivery, self._names, *string_buffers(t.subscriber_names), *string_buffers(t.sub_ids), self._rank, owners, fs_start, fs_count, fs_slots,
-            special, [snapshot.exchanges[name].value for name in t.exchange_names], *string_buffers(t.filter_text),
+            Delivery, self._names, *string_buffers(t.subscriber_names), *string_buffers(t.sub_ids), self._rank,
+            owners, fs_start, fs_count, fs_slots, special,
+            [snapshot.exchanges[name].value for name in t.exchange_names], *string_buffers(t.filter_text),
             filter_exchange, hit_code,
         )
         self._kernel_deliveries = self._kernel.deliveries

@@ -538,11 +538,6 @@ impl Kernel {
         py.allow_threads(|| self.write_layout(&plan, &row_unit, &mut out));
         Ok(buffers)
     }
-
-    /// Number of nodes of each exchange's trie (for tests and sizing).
-    pub(crate) fn node_counts(&self) -> Vec<usize> {
-        self.tries.iter().map(|t| t.nodes.len()).collect()
-    }
 }
 
 /// The native-endian bytes of integers (numpy's and Arrow's layout), copied.
