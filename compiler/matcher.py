@@ -82,7 +82,7 @@ class Matcher:
         live = np.flatnonzero(bool_mask(pc.is_valid(t.sub_ids)))
         owners = np.zeros(len(t.sub_ids), dtype=np.int64)
         owners[live] = t.sub_subscriber[live]
-        self._rank = slot_ranks(t.subscriber_names, owners, t.sub_ids)
+        rank = slot_ranks(t.subscriber_names, owners, t.sub_ids)
         single, (fs_start, fs_count, fs_slots) = filter_subscriptions(t.sub_filter, live, len(t.filter_text))
 
         self._grammars = [grammar_for(snapshot.exchanges[name]) for name in t.exchange_names]
@@ -106,16 +106,13 @@ class Matcher:
             hit_code[conditioned] = ~conditioned
             special[conditioned] = 1
         self._kernel = Kernel(
-            Delivery, self._names, *string_buffers(t.subscriber_names), *string_buffers(t.sub_ids), self._rank,
+            Delivery, self._names, *string_buffers(t.subscriber_names), *string_buffers(t.sub_ids), rank,
             owners, fs_start, fs_count, fs_slots, special,
             [snapshot.exchanges[name].value for name in t.exchange_names], *string_buffers(t.filter_text),
             filter_exchange, hit_code,
         )
         self._kernel_deliveries = self._kernel.deliveries
-        self._resolver = Resolver(
-            self._kernel, self._names, owners, self._rank, fs_start, fs_count, fs_slots, flags, t.sub_filter,
-            t.filter_text,
-        )
+        self._resolver = Resolver(self._kernel, self._names, owners, flags, t.sub_filter, t.filter_text)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -185,23 +182,16 @@ class Matcher:
         Rows with equal (exchange, routing key, relevant headers) are matched
         once; the Arrow output is assembled from flat slot arrays, without a
         Python object per delivery (benchmarks/compiler_bench.py, "batch",
-        measures this path).
+        measures this path). A pandas wrapper of :meth:`match_columns`.
         """
         # pandas is imported here, not at module level: ``bitroute match``
         # and the Arrow entry points never need it (0.25 s of start-up).
         import pandas as pd
 
-        n = len(frame)
-        exchanges = frame["exchange"].tolist()
-        keys = frame["routing_key"].tolist()
-        units = Units()
-        row_unit = np.zeros(n, dtype=np.int64)
-        errors = np.full(n, None, dtype=object)
-        rest = self._match_keys(exchanges, keys, units, row_unit)
-        if rest is None or len(rest):
-            self._match_rows(frame, exchanges, keys, rest, units, row_unit, errors)
-        flat, offsets = units.build()
-        column = deliveries_column(n, self._kernel.layout(row_unit, flat, offsets))
+        headers = frame["headers"].tolist() if self._criteria is not None and "headers" in frame.columns else None
+        column, errors = self.match_columns(
+            frame["message_id"].tolist(), frame["exchange"].tolist(), frame["routing_key"].tolist(), headers
+        )
         return pd.DataFrame(
             {
                 "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),
@@ -210,6 +200,24 @@ class Matcher:
             },
             copy=False,
         )
+
+    def match_columns(
+        self, message_ids: list, exchanges: list, keys: list, headers: list | None = None
+    ) -> tuple[pa.ListArray, np.ndarray]:
+        """:meth:`match_frame` on plain columns (one list per input column,
+        ``headers`` optional), for callers that hold them already (the
+        router's batches): ``(deliveries, errors)``, the ``DELIVERIES_TYPE``
+        Arrow column and an object array of rejection reasons (``None``:
+        accepted), one entry per row."""
+        n = len(keys)
+        units = Units()
+        row_unit = np.zeros(n, dtype=np.int64)
+        errors = np.full(n, None, dtype=object)
+        rest = self._match_keys(exchanges, keys, units, row_unit)
+        if rest is None or len(rest):
+            self._match_rows(message_ids, exchanges, keys, headers, rest, units, row_unit, errors)
+        flat, offsets = units.build()
+        return deliveries_column(n, self._kernel.layout(row_unit, flat, offsets)), errors
 
     def _match_keys(self, exchanges: list, keys: list, units: Units, row_unit: np.ndarray) -> np.ndarray | None:
         """The common batch, all in the kernel: no header criteria in the
@@ -229,8 +237,8 @@ class Matcher:
         row_unit[answered] = base + row_topic[answered]
         return np.flatnonzero(~answered)
 
-    def _match_rows(self, frame, exchanges: list, keys: list, rows: np.ndarray | None, units: Units,
-                    row_unit: np.ndarray, errors: np.ndarray) -> None:
+    def _match_rows(self, message_ids: list, exchanges: list, keys: list, headers: list | None,
+                    rows: np.ndarray | None, units: Units, row_unit: np.ndarray, errors: np.ndarray) -> None:
         """Every kind of batch row (``rows``: indices; ``None``: all): per
         exchange, header criteria, shared groups, rejections. Sets
         ``row_unit`` and ``errors`` of those rows."""
@@ -239,8 +247,7 @@ class Matcher:
             keys = [keys[i] for i in rows.tolist()]
         n = len(keys)
         row_errors: list[str | None] = [None] * n
-        if self._criteria is not None and "headers" in frame.columns:
-            headers = frame["headers"].tolist()
+        if self._criteria is not None and headers is not None:
             if rows is not None:
                 headers = [headers[i] for i in rows.tolist()]
             relevant = frame_headers(headers, self._criteria.names, row_errors)
@@ -300,7 +307,6 @@ class Matcher:
             for i in np.flatnonzero(np.isin(row_distinct, list(distinct_error))).tolist():
                 row_errors[i] = row_errors[i] or distinct_error[row_distinct[i]]
         if per_message:
-            message_ids = frame["message_id"].tolist()
             if rows is not None:
                 message_ids = [message_ids[i] for i in rows.tolist()]
             for i in np.flatnonzero(np.isin(row_distinct, list(per_message))).tolist():

@@ -69,19 +69,16 @@ def match_files(dialect: str, subscriptions_path: str, topics_path: str) -> Offl
     any matching."""
     chosen = parse_dialect(dialect)
     try:
-        output = offline_match(chosen.value, _read_bytes(subscriptions_path), _read_bytes(topics_path))
-    except OSError:
-        output = None  # the Python paths name the file and the problem
+        output = offline_match(
+            chosen.value, read_file(subscriptions_path, "subscriptions"), read_file(topics_path, "topics")
+        )
+    except InputFileError:
+        output = None  # the Python paths raise it again, in their order
     if output is not None:
         return OfflineResult([], (chunk.decode("ascii") for chunk in output))
     from .offline_python import python_result
 
     return python_result(chosen, subscriptions_path, topics_path)
-
-
-def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
 
 
 def read_file(path: str, what: str) -> bytes:

@@ -17,9 +17,8 @@ triple ``(items, flags, shared)``:
 
 A *hit code* ``h >= 0`` is the subscription slot of a filter held by exactly
 one subscription, without header criteria or shared group; ``h < 0`` stands
-for filter slot ``~h``, whose subscriptions are
-``fs_slots[fs_start[f]:fs_start[f] + fs_count[f]]`` and whose conditions are
-``flags[f]``.
+for filter slot ``~h``, whose subscriptions the kernel holds and whose
+conditions are ``flags[f]``.
 """
 
 from __future__ import annotations
@@ -39,29 +38,21 @@ EMPTY_RESULT: tuple = ((), 0, ())
 class Resolver:
     """Turns hit codes into results for one snapshot (see the module docstring).
 
-    ``kernel``: the snapshot's ``bitroute_kernel.Kernel`` (it builds the
-    deliveries); ``names[owners[slot]]``: a slot's subscriber name
-    (``owners``: numpy); ``rank``: numpy ``rank[slot]``, the
-    slot's position in (subscriber, id) order; ``fs_start``/``fs_count``/
-    ``fs_slots`` (numpy): each filter slot's subscription slots;
-    ``flags``: per filter slot with conditions, its ``HAS_*`` bits;
+    ``kernel``: the snapshot's ``bitroute_kernel.Kernel`` (it orders slots
+    and builds the deliveries); ``names[owners[slot]]``: a slot's subscriber
+    name (``owners``: numpy); ``flags``: per filter slot with conditions,
+    its ``HAS_*`` bits;
     ``sub_filter[slot]`` (numpy) and ``filter_text`` (Arrow) name the filter
     of a slot (for shared groups).
     """
 
-    __slots__ = ("_kernel", "_names", "_owners", "_rank", "_fs_start", "_fs_count", "_fs_slots", "_flags",
-                 "_sub_filter", "_filter_text")
+    __slots__ = ("_kernel", "_names", "_owners", "_flags", "_sub_filter", "_filter_text")
 
-    def __init__(self, kernel, names: list, owners: np.ndarray, rank: np.ndarray, fs_start: np.ndarray,
-                 fs_count: np.ndarray, fs_slots: np.ndarray, flags: dict[int, int], sub_filter: np.ndarray,
+    def __init__(self, kernel, names: list, owners: np.ndarray, flags: dict[int, int], sub_filter: np.ndarray,
                  filter_text) -> None:
         self._kernel = kernel
         self._names = names
         self._owners = owners
-        self._rank = rank
-        self._fs_start = fs_start
-        self._fs_count = fs_count
-        self._fs_slots = fs_slots
         self._flags = flags
         self._sub_filter = sub_filter
         self._filter_text = filter_text
@@ -78,21 +69,14 @@ class Resolver:
         ``hits`` (each once), in slot form whatever its flags."""
         if not hits:
             return EMPTY_RESULT
-        parts = [np.array([h for h in hits if h >= 0], dtype=np.int64)]
         flags = 0
         shared: list[int] = []
         for h in hits:
-            if h < 0:
-                f = ~h
-                start = int(self._fs_start[f])
-                parts.append(self._fs_slots[start:start + int(self._fs_count[f])])
-                condition = self._flags.get(f, 0)
-                flags |= condition
-                if condition & HAS_SHARED:
-                    shared.append(f)
-        # Filter slots partition the subscriptions: no slot appears twice.
-        merged = np.concatenate(parts)
-        return tuple(merged[np.argsort(self._rank[merged], kind="stable")].tolist()), flags, tuple(shared)
+            condition = self._flags.get(~h, 0) if h < 0 else 0
+            flags |= condition
+            if condition & HAS_SHARED:
+                shared.append(~h)
+        return tuple(self._kernel.ordered_slots(hits)), flags, tuple(shared)
 
     def criteria_filtered(self, criteria, slots: Sequence[int], relevant: Mapping[str, Sequence[str | None]]) -> list[int]:
         """``slots`` without the subscriptions whose header criteria (``criteria``,

@@ -6,7 +6,7 @@ a task, in one pass:
 
 1. reads the publishes: message id, exchange (last ``exchange`` header, else
    the default; not UTF-8 = rejected), routing key, headers;
-2. matches them against the pinned snapshot (``Matcher.match_frame``), which
+2. matches them against the pinned snapshot (``Matcher.match_columns``), which
    turns every bad field it reads into a reason, never an error;
 3. checks every delivery's size against ``kafka.max_delivery_bytes`` (the
    broker would refuse a larger record, and would refuse it forever);
@@ -38,7 +38,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import Broadcast
@@ -174,14 +173,12 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     n = publishes.n
     header_lists = publishes.header_lists()
     message_ids, keys = publishes.message_ids.to_pylist(), publishes.keys.to_pylist()
-    frame = {"message_id": message_ids, "exchange": publishes.exchanges, "routing_key": keys}
-    if settings.with_headers:
-        frame["headers"] = header_lists
-    matched = matcher.match_frame(pd.DataFrame(frame))
-    reasons: list[str | None] = matched["error"].tolist()
+    deliveries, errors = matcher.match_columns(
+        message_ids, publishes.exchanges, keys, header_lists if settings.with_headers else None
+    )
+    reasons: list[str | None] = errors.tolist()
     for row, reason in publishes.exchange_errors.items():
         reasons[row] = reason
-    deliveries = _combined(pa.array(matched["deliveries"].array))
 
     kept = [kept_headers(h) for h in header_lists]
     entries = deliveries.flatten()
@@ -269,10 +266,6 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
                      plan.message_ids)
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked)
-
-
-def _combined(array: pa.Array) -> pa.ListArray:
-    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
 def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,

@@ -18,11 +18,13 @@ pub(crate) enum Resolved {
     Special,
 }
 
-/// Per subscription slot, what grouping and writing its deliveries need,
-/// side by side (one memory read per delivered subscription; ranks travel
-/// with the hits, see [`Hit`]).
+/// Per subscription slot, what ordering, grouping and writing its
+/// deliveries need, side by side (one memory read per delivered
+/// subscription; the hot paths get rank and subscriber from the hits, see
+/// [`Hit`]).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct SlotInfo {
+    pub(crate) rank: u32,
     pub(crate) subscriber: u32,
     /// Where the slot's id is in `Kernel::id_data`.
     pub(crate) id_start: u32,
@@ -269,6 +271,7 @@ impl Kernel {
         });
         let slots = (0..n_slots)
             .map(|k| SlotInfo {
+                rank: rank[k],
                 subscriber: sub_subscriber[k],
                 id_start: id_offsets[k],
                 id_len: id_offsets[k + 1] - id_offsets[k],
@@ -317,6 +320,42 @@ impl Kernel {
                 Resolved::Slots => self.delivery_tuple(py, scratch),
             }
         })
+    }
+
+    /// The subscription slots of hit codes (each once), conditions ignored,
+    /// in (subscriber, id) order: the slot form of a result whose
+    /// per-message conditions the Python side applies.
+    pub(crate) fn ordered_slots(&self, codes: Vec<i64>) -> PyResult<Vec<i64>> {
+        let n_slots = self.slots.len() as i64;
+        let n_filters = self.special.len() as i64;
+        if let Some(bad) = codes.iter().find(|&&c| {
+            if c >= 0 {
+                c >= n_slots
+            } else {
+                !c >= n_filters
+            }
+        }) {
+            return Err(PyValueError::new_err(format!(
+                "hit code {bad} names no slot"
+            )));
+        }
+        let mut entries: Vec<(u32, i64)> = Vec::new();
+        for code in codes {
+            if code >= 0 {
+                entries.push((self.slots[code as usize].rank, code));
+                continue;
+            }
+            let f = (!code) as usize;
+            let range = self.fs_start[f] as usize..(self.fs_start[f] + self.fs_count[f]) as usize;
+            entries.extend(
+                self.fs_slots[range.clone()]
+                    .iter()
+                    .zip(&self.fs_ranks[range])
+                    .map(|(&s, &r)| (r, s as i64)),
+            );
+        }
+        entries.sort_unstable();
+        Ok(entries.into_iter().map(|(_, slot)| slot).collect())
     }
 
     /// The deliveries of subscription slots already in output order (one
@@ -576,12 +615,11 @@ pub(crate) unsafe fn key_bytes<'a>(key: *mut ffi::PyObject) -> Option<&'a [u8]> 
 
 /// The UTF-8 bytes of `topic` if it is a str and a valid topic of the trie's dialect.
 pub(crate) fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
-    let text = topic.downcast::<PyString>().ok()?;
-    // SAFETY (lifetime): the str's UTF-8 form lives as long as the object, which `topic` borrows.
-    let bytes = match text.to_str() {
-        Ok(s) => unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) },
-        Err(_) => return None, // lone surrogates: the grammar names the error
-    };
+    if !topic.is_instance_of::<PyString>() {
+        return None; // a topic is a str; the grammar names other types
+    }
+    // SAFETY: `topic` is a live object, borrowed for 'a.
+    let bytes = unsafe { key_bytes(topic.as_ptr()) }?;
     trie.dialect.valid_topic(bytes).then_some(bytes)
 }
 

@@ -21,10 +21,10 @@ class RaisesOn(Matcher):
         super().__init__(snapshot)
         self.key = key
 
-    def match_frame(self, frame):
-        if self.key in frame["routing_key"].tolist():
+    def match_columns(self, message_ids, exchanges, keys, headers=None):
+        if self.key in keys:
             raise ValueError("cannot digest this key")
-        return super().match_frame(frame)
+        return super().match_columns(message_ids, exchanges, keys, headers)
 
 
 def _snapshot() -> Snapshot:
