@@ -42,6 +42,9 @@ DIALECTS = ("amqp", "mqtt")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 _INTERVAL = re.compile(r"^\d+(\.\d+)?\s+(milliseconds?|seconds?|minutes?)$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s+(millisecond|second|minute|hour|day)s?$")
+_DURATION_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0,
+                     "day": 86400.0}
 _LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
 
 
@@ -103,6 +106,40 @@ class DeltaConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    """How the publish audit reaches Delta, and the upkeep that keeps the tables' cost flat.
+
+    Durations are strings such as ``"2 seconds"`` or ``"24 hours"``
+    (:func:`duration_seconds`); conf/bitroute.toml documents each key.
+    """
+
+    commit_interval: str = "2 seconds"
+    max_pending_batches: int = 1000
+    maintenance_interval: str = "60 seconds"
+    target_file_size: int = 128 * 1024 * 1024
+    compact_min_files: int = 16
+    file_retention: str = "1 hours"
+    log_retention: str = "24 hours"
+    retention_days: int = 0
+
+    @property
+    def commit_interval_s(self) -> float:
+        return duration_seconds(self.commit_interval)
+
+    @property
+    def maintenance_interval_s(self) -> float:
+        return duration_seconds(self.maintenance_interval)
+
+    @property
+    def file_retention_s(self) -> float:
+        return duration_seconds(self.file_retention)
+
+    @property
+    def log_retention_s(self) -> float:
+        return duration_seconds(self.log_retention)
+
+
+@dataclass(frozen=True)
 class StreamingConfig:
     checkpoint_dir: Path = Path(".bitroute/checkpoints")
     trigger_interval: str = "100 milliseconds"
@@ -134,6 +171,7 @@ class Config:
     exchanges: ExchangesConfig = field(default_factory=ExchangesConfig)
     delta: DeltaConfig = field(default_factory=DeltaConfig)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
@@ -144,6 +182,7 @@ _SECTION_TYPES = {
     "exchanges": ExchangesConfig,
     "delta": DeltaConfig,
     "streaming": StreamingConfig,
+    "audit": AuditConfig,
     "spark": SparkConfig,
     "metrics": MetricsConfig,
 }
@@ -237,6 +276,15 @@ def parse_set_flags(pairs: list[str] | None) -> dict[str, str]:
             raise ConfigError(f"--set {pair!r}: expected section.key=value")
         result[key.strip()] = value
     return result
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a duration such as ``"500 milliseconds"``, ``"2 seconds"``, ``"24 hours"``
+    or ``"7 days"`` (singular or plural unit). Raises ``ValueError`` on any other text."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise ValueError(f"not a duration: {text!r}")
+    return float(match.group(1)) * _DURATION_SECONDS[match.group(2)]
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -377,6 +425,24 @@ def _validate(config: Config) -> None:
             "an integer >= 1", streaming.max_offsets_per_trigger)
     require(streaming.driver_route_max_publishes >= 0, "streaming.driver_route_max_publishes",
             "an integer >= 0 (0: every batch is distributed)", streaming.driver_route_max_publishes)
+
+    audit = config.audit
+    for name in ("commit_interval", "maintenance_interval", "file_retention", "log_retention"):
+        value = getattr(audit, name)
+        require(bool(_DURATION.match(value.strip())), f"audit.{name}",
+                "a duration such as '2 seconds', '30 minutes', '24 hours' or '7 days'", value)
+    require(0 < audit.commit_interval_s <= 10, "audit.commit_interval",
+            "a duration of at most 10 seconds (an audit row lands within it)", audit.commit_interval)
+    require(audit.max_pending_batches >= 1, "audit.max_pending_batches", "an integer >= 1",
+            audit.max_pending_batches)
+    require(audit.maintenance_interval_s >= 1, "audit.maintenance_interval",
+            "a duration of at least 1 second", audit.maintenance_interval)
+    require(audit.target_file_size >= 1 << 20, "audit.target_file_size",
+            "an integer of bytes >= 1048576", audit.target_file_size)
+    require(audit.compact_min_files >= 2, "audit.compact_min_files", "an integer >= 2",
+            audit.compact_min_files)
+    require(audit.retention_days >= 0, "audit.retention_days",
+            "0 (keep every row) or a number of days >= 1", audit.retention_days)
 
     spark = config.spark
     require(bool(spark.master), "spark.master", "a Spark master URL", spark.master)
