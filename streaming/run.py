@@ -122,7 +122,9 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
                          metrics: RouterMetrics | None) -> int:
     try:
         router.open()
-        start_watchdog(_jvm_pid(router), router.lock.fd)
+        jvm_pid = _jvm_pid(router)
+        start_watchdog(jvm_pid, router.lock.fd)
+        router.lock.note(jvm_pid=jvm_pid)
         query = router.start()
     except _STARTUP_ERRORS as exc:
         router.stop()

@@ -5,7 +5,9 @@ never talks to the router itself, so it answers the same whether the router
 is up, stuck or gone:
 
 - ``<streaming.checkpoint_dir>/router.lock``: held by the running router for
-  its lifetime (:mod:`streaming.lock`); running = the lock is held.
+  its lifetime (:mod:`streaming.lock`), then by its watchdog until its JVM is
+  gone; running = the lock is held and its driver process lives (on another
+  host that cannot be checked: held = running); stopping = held, driver exited.
 - ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
   atomically after each one (``query_id``, ``run_id``, ``batch_id``,
   ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
@@ -57,7 +59,8 @@ class KafkaUnavailable(BitrouteError):
 def router_status(config: Config) -> dict[str, object]:
     """The status as one JSON-ready dict (see the module docstring; ``None`` = unknown).
 
-    Keys: ``running``, ``router`` (the lock holder ``{pid, host, started_at}``
+    Keys: ``running``, ``stopping`` (the lock is held but its driver exited: the
+    JVM is ending), ``router`` (the lock holder ``{pid, host, started_at, jvm_pid}``
     or None), ``last_batch`` (status.json as the router wrote it, or None),
     ``input_lag`` and ``changelog_lag`` (``{topic, records, partitions}``,
     ``records`` None when Kafka did not answer), ``committed_batch``,
@@ -81,8 +84,10 @@ def router_status(config: Config) -> dict[str, object]:
     if snapshot is not None:
         names = snapshot.tables.subscriber_names
         subscribers = len(names) - names.null_count
+    stopping = holder is not None and lock.driver_alive(holder) is False
     return {
-        "running": holder is not None,
+        "running": holder is not None and not stopping,
+        "stopping": stopping,
         "router": holder,
         "last_batch": last,
         "committed_batch": committed_batch,
@@ -130,7 +135,12 @@ def render(status: Mapping[str, object], now: datetime | None = None) -> list[st
     """``status`` as aligned ``name: value`` lines for people."""
     now = now or datetime.now(timezone.utc)
     router = status["router"]
-    if router is not None:
+    if status.get("stopping"):
+        # The watchdog holds the lock until the JVM of an exited driver is gone.
+        jvm = router.get("jvm_pid")
+        running = (f"stopping: the driver (pid {router.get('pid', '?')}) exited, its JVM "
+                   + (f"{jvm} " if jvm is not None else "") + "is ending")
+    elif router is not None:
         running = (f"running, pid {router.get('pid', '?')} on {router.get('host', '?')}, "
                    f"since {router.get('started_at', '?')}")
     else:
