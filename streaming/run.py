@@ -33,6 +33,7 @@ from pyspark.errors import StreamingQueryException
 
 from streaming.changelog import ChangelogError
 from streaming.config import Config
+from streaming.errors import KafkaAccessError
 from streaming.lock import RouterLockedError
 from streaming.metrics import CatchUpProgress, MetricsError, RouterMetrics
 from streaming.router import Router, failure_summary
@@ -40,7 +41,7 @@ from streaming.snapshots import SnapshotStoreError
 from streaming.topics import TopicCreationError
 
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
-                   RouterLockedError)
+                   KafkaAccessError, RouterLockedError)
 
 
 def serve(config: Config) -> int:

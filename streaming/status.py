@@ -30,7 +30,6 @@ does not answer in time makes the lags unknown (``None``) and
 from __future__ import annotations
 
 import json
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
@@ -38,18 +37,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from streaming import lock
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.kafka.clients import access_failure, consumer as kafka_consumer
 
 KAFKA_BUDGET_S = 1.0
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
 STATUS_FILE = "status.json"
-
-_KAFKA_LOG = logging.getLogger("bitroute.kafka")
-_KAFKA_LOG.addHandler(logging.NullHandler())
 
 
 class KafkaUnavailable(BitrouteError):
@@ -227,18 +224,19 @@ def _committed_offsets(query_checkpoint: Path, notes: list[str]
 def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
     """Per topic that exists, per partition, its (earliest, end) offsets, within the budget."""
     deadline = time.monotonic() + KAFKA_BUDGET_S
-    consumer = Consumer({
-        "bootstrap.servers": config.kafka.bootstrap,
-        "group.id": "bitroute-status",  # never joined nor committed to
-        "enable.auto.commit": False,
+    consumer = kafka_consumer(config.kafka.client_settings, "bitroute-status", {
         "socket.connection.setup.timeout.ms": int(KAFKA_BUDGET_S * 1000),
-        "logger": _KAFKA_LOG,
     })
     try:
         out: dict[str, dict[int, tuple[int, int]]] = {}
         for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=_left(deadline))
+            metadata = consumer.topics(_left(deadline), topic)
             found = metadata.topics.get(topic)
+            if found is not None and found.error is not None:
+                denied = access_failure(consumer.errors.settings, found.error, "Describe",
+                                        "topic", topic)
+                if denied is not None:
+                    raise KafkaUnavailable(str(denied))
             if found is None or found.error is not None:
                 continue
             out[topic] = {}
@@ -246,6 +244,8 @@ def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[
                 out[topic][partition] = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=_left(deadline), cached=False)
         return out
+    except KafkaAccessError as exc:
+        raise KafkaUnavailable(str(exc)) from None
     except KafkaException as exc:
         reason = exc.args[0].str() if exc.args else str(exc)
         raise KafkaUnavailable(f"Kafka at {config.kafka.bootstrap} did not answer within "
