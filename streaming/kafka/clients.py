@@ -114,6 +114,8 @@ class ClientErrors:
         self.failure: KafkaAccessError | None = None
 
     def __call__(self, error: KafkaError) -> None:
+        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return  # bitroute's consumers never use their group (BitrouteConsumer)
         if is_access_error(error):
             with self._lock:
                 if self.failure is None:
@@ -121,6 +123,20 @@ class ClientErrors:
             return
         if self._then is not None:
             self._then(error)
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        """librdkafka's ``logger``: forwards to :data:`KAFKA_LOG`, and takes a plaintext
+        connection closed by the broker during its first request for what it is."""
+        KAFKA_LOG.log(level, fmt, *args)
+        text = str(args[-1]) if args else fmt
+        if (self.settings.protocol == "PLAINTEXT" and "Disconnected" in text
+                and "in state APIVERSION_QUERY" in text):
+            with self._lock:
+                if self.failure is None:
+                    self.failure = KafkaAccessError(
+                        f"Kafka at {self.settings.bootstrap} closed a plaintext connection at its "
+                        "first request: the listener expects TLS or SASL; set [kafka.client] "
+                        "security.protocol (and its credentials) as the cluster requires")
 
     def check(self) -> None:
         """Raise the access failure recorded since the last check, if any (once: a client
@@ -137,7 +153,7 @@ def _config(settings: ClientSettings, props: Mapping[str, object] | None,
     clash = sorted(set(own) & (set(settings.props) | {"bootstrap.servers", "error_cb"}))
     if clash:
         raise ValueError(f"client properties may not override the connection's: {clash}")
-    return {**settings.librdkafka(), "logger": KAFKA_LOG, **own, "error_cb": errors}
+    return {**settings.librdkafka(), "logger": errors, **own, "error_cb": errors}
 
 
 class _Bounded:
@@ -151,6 +167,7 @@ class _Bounded:
         deadline = time.monotonic() + timeout
         step = CHECK_EVERY_S
         while True:
+            self._serve()
             self.errors.check()
             try:
                 # Growing steps: an answer slower than a step is never waited out.
@@ -159,8 +176,13 @@ class _Bounded:
             except KafkaException:
                 step = min(step * 2, MAX_STEP_S)
                 if time.monotonic() >= deadline:
+                    self._serve()
                     self.errors.check()
                     raise
+
+    def _serve(self) -> None:
+        """Serve the client's queued events: librdkafka calls ``error_cb`` only from a poll."""
+        self.poll(0)
 
 
 class BitrouteProducer(Producer, _Bounded):
@@ -179,9 +201,36 @@ class BitrouteProducer(Producer, _Bounded):
 
 
 class BitrouteConsumer(Consumer, _Bounded):
+    """A consumer that reads by assignment only: it never joins its group nor commits, so
+    the coordinator lookup's GROUP_AUTHORIZATION_FAILED (a principal without any group
+    ACL) is not an error here and is dropped from ``poll`` and ``consume``."""
+
     def __init__(self, config: dict, errors: ClientErrors) -> None:
         super().__init__(config)
         self.errors = errors
+
+    def poll(self, timeout: float = -1):
+        message = super().poll(timeout)
+        if message is not None and _group_refusal(message):
+            return None
+        return message
+
+    def consume(self, num_messages: int = 1, timeout: float = -1):
+        messages = super().consume(num_messages, timeout)
+        return [m for m in messages if not _group_refusal(m)]
+
+    def _serve(self) -> None:
+        # Only while nothing is assigned: a poll then returns error events, never records.
+        if self.assignment():
+            return
+        message = self.poll(0)
+        if message is not None and message.error() is not None:
+            self.errors(message.error())
+
+
+def _group_refusal(message) -> bool:
+    error = message.error()
+    return error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
 class BitrouteAdmin(AdminClient, _Bounded):
@@ -193,6 +242,7 @@ class BitrouteAdmin(AdminClient, _Bounded):
         """``future.result()`` within ``timeout``, raising a recorded access failure at once."""
         deadline = time.monotonic() + timeout
         while True:
+            self._serve()
             self.errors.check()
             try:
                 return future.result(timeout=min(CHECK_EVERY_S,
