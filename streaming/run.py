@@ -180,7 +180,9 @@ def _announce(router: Router, metrics: RouterMetrics | None) -> None:
                   if kafka.shared_layout else f"{kafka.deliveries_topic_prefix}<subscriber>")
     lines = [
         f"reading publishes from {kafka.publishes_topic} and subscriptions from "
-        f"{kafka.subscriptions_topic} at {kafka.bootstrap}",
+        f"{kafka.subscriptions_topic} at {kafka.bootstrap}"
+        + ("" if kafka.client_settings.protocol == "PLAINTEXT"
+           else f" ({kafka.client_settings.describe()})"),
         f"writing deliveries to {deliveries}, rejected to {kafka.rejected_topic}",
         f"audit tables in {config.delta.warehouse}, checkpoints in {config.streaming.checkpoint_dir}",
     ]

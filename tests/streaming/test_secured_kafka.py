@@ -215,3 +215,24 @@ def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, nam
         spark.conf.get("spark.redaction.regex"))
     for key in ("kafka.sasl.jaas.config", "kafka.ssl.key.password", "kafka.ssl.keystore.key"):
         assert pattern.matcher(key).find(), key
+
+
+def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(broker, tmp_path,
+                                                                           names):
+    """The workers' producer: a delivery topic the router may not write fails the batch
+    (retried by the router) with the grant line, never rejects the publishes."""
+    from streaming.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+
+    prefix = names["kafka.deliveries_topic_prefix"]
+    _subscribe_as_admin(broker, tmp_path, names, "fred")
+    producer = DeliveryProducer(ProducerSettings(broker.settings("alice"), 1_048_576,
+                                                 message_timeout_ms=10_000))
+    started = time.monotonic()
+    producer.produce_many([prefix + "fred"], [b"a.b"], [b"x"], [[]], [0])
+    with pytest.raises(DeliveryUnavailable) as raised:
+        producer.flush()
+    assert time.monotonic() - started < FAIL_WITHIN_S
+    message = str(raised.value)
+    assert f"does not allow User:alice to Write topic {prefix}fred" in message, message
+    assert "--operation Write" in message
+    _no_secret(message)
