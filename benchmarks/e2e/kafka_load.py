@@ -51,13 +51,8 @@ def load_changelog(bootstrap: str | ClientSettings, topic: str, w: Workload, exc
 
     started = time.time()
     for sid, sub, filt in w.subs:
-        while True:
-            try:
-                producer.produce(topic, key=sid.encode(), value=changelog_value(exchange, sub, filt),
-                                 on_delivery=acked)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        kafka.produce_when_room(producer, topic, changelog_value(exchange, sub, filt),
+                                sid.encode(), on_delivery=acked)
         producer.poll(0)
     if producer.flush(300) != 0 or failures:
         raise RuntimeError(f"changelog load failed: {failures[:3]}")

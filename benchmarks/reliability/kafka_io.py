@@ -89,13 +89,8 @@ class Publisher:
                     due = started + index / self._rate
                     while time.monotonic() < due:
                         self._producer.poll(min(0.05, max(0.0, due - time.monotonic())))
-                while True:
-                    try:
-                        self._producer.produce(self.topic, value=value, key=key, headers=headers,
-                                               on_delivery=self._callback(index))
-                        break
-                    except BufferError:
-                        self._producer.poll(0.1)
+                kafka.produce_when_room(self._producer, self.topic, value, key, headers,
+                                        self._callback(index))
                 self.sent += 1
                 if index % 1000 == 0:
                     self._producer.poll(0)

@@ -140,13 +140,8 @@ class Stage:
                     self.changelog_failures += 1
                     if len(self.changelog_errors) < 20:
                         self.changelog_errors.append(f"{what}: {err}")
-            while True:
-                try:
-                    p.produce(self.config.kafka.subscriptions_topic, key=key, value=value,
-                              on_delivery=acked)
-                    break
-                except BufferError:
-                    p.poll(0.1)
+            kafka.produce_when_room(p, self.config.kafka.subscriptions_topic, value, key,
+                                    on_delivery=acked)
             count += 1
         if p.flush(300):
             raise CampaignError("the changelog was not acknowledged within 300s")
