@@ -32,14 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 
 from benchmarks.e2e import kafka_load
 from benchmarks.e2e.bitroute_run import Env
 from benchmarks.e2e.workload import Workload
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, SNAPSHOT_VERSION_HEADER, SUBSCRIPTION_IDS_HEADER
-from streaming import client
+from streaming import client, kafka
 from streaming.broker import EmbeddedBroker, free_port
 from streaming.config import Config, load
 from streaming.delivery import DeliveryProducer, ProducerSettings
@@ -59,7 +58,7 @@ def _headers(i: int) -> list[tuple[str, bytes]]:
             (SUBSCRIPTION_IDS_HEADER, f'["s{i}"]'.encode()), (SNAPSHOT_VERSION_HEADER, b"1")]
 
 
-def _create(config: Config, admin: AdminClient, names: list[str], partitions: int) -> float:
+def _create(config: Config, admin: kafka.clients.BitrouteAdmin, names: list[str], partitions: int) -> float:
     """Seconds to create ``names`` as the router does, until the broker serves them."""
     started = time.perf_counter()
     for k in range(0, len(names), CREATE_CHUNK):
@@ -68,7 +67,7 @@ def _create(config: Config, admin: AdminClient, names: list[str], partitions: in
 
 
 def _metadata(bootstrap: str) -> tuple[float, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale"})
+    consumer = kafka.consumer(kafka.ClientSettings.coerce(bootstrap), "scale")
     try:
         started = time.perf_counter()
         topics = consumer.list_topics(timeout=120).topics
@@ -93,7 +92,7 @@ def topics(sizes: list[int]) -> list[dict]:
         broker = EmbeddedBroker(Path(folder), port=free_port(), controller_port=free_port())
         broker.start()
         try:
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
             config = load(overrides={"kafka.bootstrap": broker.bootstrap}, environ={})
             for n in sizes:
                 subscribers = [f"n{n}-s{i:06d}" for i in range(n)]
@@ -139,7 +138,7 @@ def route(subscribers: int) -> dict:
                                  f"kafka.shared_delivery_partitions={SHARED_PARTITIONS}"])
         try:
             env.start_broker()
-            bootstrap = env.config.kafka.bootstrap
+            bootstrap = env.config.kafka.client_settings
             t0, acked = kafka_load.load_changelog(bootstrap, env.config.kafka.subscriptions_topic, w,
                                                   EXCHANGE)
             _log(f"{len(subs):,} subscriptions of {subscribers:,} subscribers written in {acked - t0:.1f}s")
@@ -147,23 +146,18 @@ def route(subscribers: int) -> dict:
             up = time.time()
             _log(f"router up {up - acked:.1f}s after the changelog's ack (open {started['open_s']:.1f}s, "
                  f"{started['subscriptions']:,} subscriptions)")
-            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+            producer = kafka.producer(env.config.kafka.client_settings, {"linger.ms": 20})
             sent = time.time()
             for topic in publishes:
-                while True:
-                    try:
-                        producer.produce(env.config.kafka.publishes_topic, b"payload", topic.encode(),
-                                         headers=[(EXCHANGE_HEADER, EXCHANGE.encode())])
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                kafka.produce_when_room(producer, env.config.kafka.publishes_topic, b"payload",
+                                        topic.encode(), [(EXCHANGE_HEADER, EXCHANGE.encode())])
             producer.flush(120)
             if not env.router.wait_routed(len(publishes), timeout=1800):
                 raise RuntimeError("the publishes were not routed in time")
             done = time.time()
             deliveries = sum(p["deliveries"] for p in env.router.probes)
             topic = env.config.kafka.shared_deliveries_topic
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale"})
+            consumer = kafka.consumer(env.config.kafka.client_settings, "scale")
             in_topic = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
                            for p in range(SHARED_PARTITIONS))
             consumer.close()

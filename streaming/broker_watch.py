@@ -5,25 +5,21 @@ librdkafka calls a client's ``error_cb`` for every failed connection attempt
 them into one line on stderr when the cluster becomes unreachable and one
 when it answers again, with the outage's length and the count of failed
 attempts in between; the clients' own log lines go to a silent logger
-(:data:`KAFKA_LOG`). Give :meth:`BrokerWatch.client_settings` to every
-librdkafka client of the driver.
+(:data:`streaming.kafka.KAFKA_LOG`). Give :meth:`BrokerWatch.on_error` as the
+``on_error`` of every client of the driver (:mod:`streaming.kafka`).
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
 from typing import TextIO
 
 from confluent_kafka import KafkaError
-from confluent_kafka.admin import AdminClient
 
-KAFKA_LOG = logging.getLogger("bitroute.kafka")
-"""librdkafka's log lines: silent unless the caller configures this logger."""
-KAFKA_LOG.addHandler(logging.NullHandler())
-KAFKA_LOG.propagate = False
+from streaming import kafka
+from streaming.kafka.settings import ClientSettings
 
 PROBE_INTERVAL_S = 1.0
 """While the cluster is unreachable, how often to check whether it answers again."""
@@ -37,18 +33,16 @@ _OUTAGE_ERRORS = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
 class BrokerWatch:
     """One outage report per outage for the cluster at ``bootstrap``; thread-safe."""
 
-    def __init__(self, bootstrap: str, out: TextIO | None = None) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, settings: ClientSettings | str, out: TextIO | None = None) -> None:
+        self.settings = (settings if isinstance(settings, ClientSettings)
+                         else ClientSettings.of(settings))
+        self.bootstrap = self.settings.bootstrap
         self._out = out
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self._recovered_at = float("-inf")
         self._failures = 0
         self.outages = 0
-
-    def client_settings(self) -> dict[str, object]:
-        """librdkafka settings that route a client's errors here and its log nowhere."""
-        return {"error_cb": self.on_error, "logger": KAFKA_LOG}
 
     @property
     def down(self) -> bool:
@@ -72,7 +66,7 @@ class BrokerWatch:
                          daemon=True).start()
 
     def _wait_for_recovery(self) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": KAFKA_LOG})
+        admin = kafka.admin(self.settings)
         while True:
             try:
                 admin.list_topics(timeout=PROBE_INTERVAL_S)

@@ -41,13 +41,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
 from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
-from streaming.broker_watch import KAFKA_LOG
 from streaming.config import Config
 from streaming.errors import BitrouteError
+from streaming.kafka.clients import OnError, access_failure, consumer
 from streaming.snapshots import SnapshotStore
 
 CATCH_UP_TIMEOUT_S = 60.0
@@ -118,22 +118,23 @@ class ChangelogReader:
     committed to Kafka; the position lives in the router's snapshots.
     """
 
-    def __init__(self, config: Config, client_settings: Mapping[str, object] | None = None) -> None:
+    def __init__(self, config: Config, on_error: OnError | None = None) -> None:
         self._topic = config.kafka.subscriptions_topic
-        self._consumer = Consumer({
-            **(client_settings or {"logger": KAFKA_LOG}),
-            "bootstrap.servers": config.kafka.bootstrap,
-            # librdkafka insists on a group id; it is never joined or committed to.
-            "group.id": "bitroute-router-changelog",
-            "enable.auto.commit": False,
+        # librdkafka insists on a group id; it is never joined or committed to.
+        self._consumer = consumer(config.kafka.client_settings, "bitroute-router-changelog", {
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
-        })
+        }, on_error=on_error)
 
     def end_offsets(self) -> dict[int, int]:
         """Each partition's end offset (the next offset Kafka will assign), fetched now."""
-        metadata = self._consumer.list_topics(self._topic, timeout=_KAFKA_TIMEOUT_S)
+        metadata = self._consumer.topics(_KAFKA_TIMEOUT_S, self._topic)
         topic = metadata.topics.get(self._topic)
+        if topic is not None and topic.error is not None:
+            denied = access_failure(self._consumer.errors.settings, topic.error, "Read", "topic",
+                                    self._topic)
+            if denied is not None:
+                raise denied
         if topic is None or topic.error is not None:
             raise ChangelogError(f"changelog topic {self._topic!r} is not available: "
                                  f"{topic.error if topic else 'no such topic'}")
@@ -180,7 +181,9 @@ class ChangelogReader:
                         raise ChangelogError(
                             f"changelog {self._topic!r} partitions {sorted(todo)} not read up to "
                             f"their end offsets within {timeout:.0f}s")
-                    for message in self._consumer.consume(POLL_MAX_RECORDS, _POLL_TIMEOUT_S):
+                    messages = self._consumer.consume(POLL_MAX_RECORDS, _POLL_TIMEOUT_S)
+                    self._consumer.errors.check()
+                    for message in messages:
                         partition = message.partition()
                         if partition not in todo:
                             continue
@@ -190,6 +193,10 @@ class ChangelogReader:
                                 if message.offset() >= ends[partition]:
                                     todo.discard(partition)
                                     position[partition] = ends[partition]
+                            elif access_failure(self._consumer.errors.settings, error, "Read",
+                                                "topic", self._topic) is not None:
+                                raise access_failure(self._consumer.errors.settings, error,
+                                                     "Read", "topic", self._topic)
                             elif error.fatal():
                                 raise ChangelogError(f"reading changelog {self._topic!r}: {error.str()}")
                             continue
@@ -253,19 +260,18 @@ class Subscriptions:
 
     def __init__(self, config: Config, store: SnapshotStore, index: RoutingIndex, version: int,
                  data: bytes, offsets: Mapping[int, int],
-                 client_settings: Mapping[str, object] | None = None) -> None:
+                 on_error: OnError | None = None) -> None:
         self._store = store
         self._index = index
         self._version = version
         self._data = data
         self._offsets = dict(offsets)
         self._pending: PendingVersion | None = None
-        self._reader = ChangelogReader(config, client_settings)
+        self._reader = ChangelogReader(config, on_error)
 
     @classmethod
     def open(cls, config: Config, store: SnapshotStore,
-             client_settings: Mapping[str, object] | None = None
-             ) -> tuple[Subscriptions, list[Change]]:
+             on_error: OnError | None = None) -> tuple[Subscriptions, list[Change]]:
         """Rebuild from the latest persisted version (plus nothing else yet: call
         :meth:`catch_up` for the changelog after it), or from an empty index;
         return the state and the changes that made its version, which a crash
@@ -280,7 +286,7 @@ class Subscriptions:
             snapshot = _reusable(stored.data, exchanges)
             if snapshot is not None:
                 state = cls(config, store, RoutingIndex.from_snapshot(snapshot), stored.version,
-                            stored.data, snapshot.offsets, client_settings)
+                            stored.data, snapshot.offsets, on_error)
                 return state, [Change(*c) for c in stored.changes]
         # From scratch: an empty index at offsets {} as a new version, so
         # that the next catch-up reads the whole changelog.
@@ -288,7 +294,7 @@ class Subscriptions:
         index = RoutingIndex(exchanges)
         data = index.snapshot(version, {}).to_bytes()
         store.save(version, data, [])
-        return cls(config, store, index, version, data, {}, client_settings), []
+        return cls(config, store, index, version, data, {}, on_error), []
 
     @property
     def version(self) -> int:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
-from streaming.errors import BitrouteError
+from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.jvm import JvmResolutionError
 
 
@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"bitroute: error: {exc}", file=sys.stderr)
         return 2
-    except (CommandError, JvmResolutionError) as exc:
+    except (CommandError, JvmResolutionError, KafkaAccessError) as exc:
         print(f"bitroute: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -10,28 +10,22 @@ router's rules. Bad routing keys are left to the router, which rejects them
 with a reason.
 
 Errors are :class:`ClientError` (Kafka failed or timed out) and its subclass
-:class:`InvalidRequest` (the arguments are wrong; nothing was written).
+:class:`InvalidRequest` (the arguments are wrong; nothing was written), and
+:class:`streaming.errors.KafkaAccessError` (credentials refused, or an
+operation not granted: which principal, which resource, what to grant),
+raised within seconds. Every client comes from :mod:`streaming.kafka`.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from schemas.records import (
     EXCHANGE_HEADER,
@@ -44,7 +38,13 @@ from schemas.records import (
 )
 from streaming.config import Config
 from streaming.errors import BitrouteError
-from streaming.kafka_partitioner import default_partition
+from streaming.kafka.clients import (
+    BitrouteConsumer,
+    access_failure,
+    consumer as kafka_consumer,
+    producer as kafka_producer,
+)
+from streaming.kafka.partitioner import default_partition
 from streaming.topics import (
     COMPACTED,
     TopicCreationError,
@@ -58,11 +58,10 @@ ACK_TIMEOUT_S = 30.0
 METADATA_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.2
 """Longest single consumer poll: bounds how late ``--timeout`` and Ctrl-C are noticed."""
-
-# librdkafka logs connection trouble on its own; the verbs report failures as
-# one line, so its log goes to this logger, silent unless the caller configures it.
-_KAFKA_LOG = logging.getLogger("bitroute.kafka")
-_KAFKA_LOG.addHandler(logging.NullHandler())
+TAIL_METADATA_REFRESH_MS = 5_000
+"""``tail``'s librdkafka metadata refresh interval (default 5 minutes): a partition whose
+leader the consumer's metadata missed (a topic created moments before) is fetched from
+within seconds, not at the next periodic refresh."""
 
 
 class ClientError(BitrouteError):
@@ -283,14 +282,10 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
     kafka = config.kafka
     topic = kafka.deliveries_topic(subscriber)
     wanted_key = subscriber.encode("utf-8") if kafka.shared_layout else None
-    consumer = Consumer({
-        "bootstrap.servers": kafka.bootstrap,
-        # Required by the client even though an assigned consumer joins no group.
-        "group.id": f"bitroute-tail-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
+    consumer = kafka_consumer(kafka.client_settings, f"bitroute-tail-{uuid.uuid4().hex}", {
         "enable.auto.offset.store": False,
         "enable.partition.eof": False,
-        "logger": _KAFKA_LOG,
+        "topic.metadata.refresh.interval.ms": TAIL_METADATA_REFRESH_MS,
     })
     try:
         partitions = _partitions(consumer, topic, subscriber)
@@ -316,9 +311,11 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
                     return
                 wait = min(wait, left)
             message = consumer.poll(wait)
+            consumer.errors.check()
             if message is None:
                 continue
             if message.error() is not None:
+                _raise_access(consumer, message.error(), "Read", topic)
                 raise ClientError(f"reading {topic}: {message.error().str()}")
             if wanted_key is not None and message.key() != wanted_key:
                 continue
@@ -326,6 +323,7 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
             count += 1
             yield Delivery.from_message(message)
     except KafkaException as exc:
+        _raise_access(consumer, exc.args[0], "Read", topic)
         raise ClientError(f"reading {topic} from {kafka.bootstrap}: "
                           f"{_reason(exc)}") from None
     finally:
@@ -345,18 +343,20 @@ def _kafka_call(config: Config, call: Callable[[], object]) -> None:
     except TopicCreationError as exc:
         raise ClientError(str(exc)) from None
     except KafkaException as exc:
+        failure = access_failure(config.kafka.client_settings, exc.args[0], "Describe", "cluster",
+                                 "kafka-cluster")
+        if failure is not None:
+            raise failure from None
         raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {_reason(exc)}") from None
 
 
 def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
              headers: list[tuple[str, bytes]] | None = None) -> Message:
     """Produce one record and return it as acknowledged (with its partition and offset)."""
-    producer = Producer({
-        "bootstrap.servers": config.kafka.bootstrap,
+    producer = kafka_producer(config.kafka.client_settings, {
         "acks": "all",
         "enable.idempotence": True,
         "message.timeout.ms": int(ACK_TIMEOUT_S * 1000),
-        "logger": _KAFKA_LOG,
     })
     reports: list[tuple[KafkaError | None, Message]] = []
     try:
@@ -366,29 +366,52 @@ def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
         raise ClientError(f"cannot write to {topic}: {_reason(exc)}") from None
     # The message timeout makes the delivery report arrive within ACK_TIMEOUT_S;
     # the margin only covers the report's own delivery.
-    producer.flush(ACK_TIMEOUT_S + 5)
+    producer.flush_within(ACK_TIMEOUT_S + 5)
     if not reports:
         raise ClientError(f"no acknowledgement from Kafka at {config.kafka.bootstrap} "
                           f"for {topic} within {ACK_TIMEOUT_S:g}s")
     error, message = reports[0]
     if error is not None:
+        _raise_access(producer, error, "Write", topic)
         raise ClientError(f"Kafka at {config.kafka.bootstrap} refused the write to {topic}: "
                           f"{error.str()}")
     return message
 
 
-def _partitions(consumer: Consumer, topic: str, subscriber: str) -> list[int]:
-    metadata = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
-    if metadata is None or metadata.error is not None or not metadata.partitions:
-        raise ClientError(f"no delivery topic {topic}: subscriber {subscriber!r} has no "
-                          f"subscription yet (bitroute subscribe creates it)")
-    return sorted(metadata.partitions)
+def _partitions(consumer: BitrouteConsumer, topic: str, subscriber: str) -> list[int]:
+    """The topic's partitions once each has a leader in the consumer's own metadata.
+
+    Assigned a partition its metadata lacks a leader for, librdkafka waits for its
+    next metadata refresh; waiting here makes the first fetch go at once.
+    """
+    deadline = time.monotonic() + METADATA_TIMEOUT_S
+    while True:
+        metadata = consumer.topics(METADATA_TIMEOUT_S, topic).topics.get(topic)
+        if metadata is not None and metadata.error is not None:
+            _raise_access(consumer, metadata.error, "Read", topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            raise ClientError(f"no delivery topic {topic}: subscriber {subscriber!r} has no "
+                              f"subscription yet (bitroute subscribe creates it)")
+        if all(p.leader >= 0 for p in metadata.partitions.values()):
+            return sorted(metadata.partitions)
+        if time.monotonic() > deadline:
+            raise ClientError(f"{topic} has partitions without a leader after "
+                              f"{METADATA_TIMEOUT_S:g}s")
+        time.sleep(POLL_INTERVAL_S)
 
 
-def _high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
+def _high_watermark(consumer: BitrouteConsumer, topic: str, partition: int) -> int:
     _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                              timeout=METADATA_TIMEOUT_S)
     return high
+
+
+def _raise_access(client, error: KafkaError, operation: str, topic: str) -> None:
+    """Raise the one-line :class:`KafkaAccessError` when ``error`` is about access."""
+    client.errors.check()
+    failure = access_failure(client.errors.settings, error, operation, "topic", topic)
+    if failure is not None:
+        raise failure
 
 
 def _reason(exc: BaseException) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 import conf
 from schemas.records import DELIVERY_LAYOUTS, LAYOUT_SHARED, LAYOUT_TOPIC_PER_SUBSCRIBER
 from streaming.errors import BitrouteError
+from streaming.kafka.settings import REDACTED, ClientSettings, ClientSettingsError, resolve_properties
 
 ENV_PREFIX = "BITROUTE_"
 DIALECTS = ("amqp", "mqtt")
@@ -67,6 +68,14 @@ class KafkaConfig:
     delivery_layout: str = LAYOUT_TOPIC_PER_SUBSCRIBER
     shared_deliveries_topic: str = "bitroute.deliveries"
     shared_delivery_partitions: int = 16
+    client: Mapping[str, str] = field(default_factory=dict)
+    """``[kafka.client]``: librdkafka properties for every client (TLS, SASL), checked and
+    resolved (``env:``/``file:`` values read) at load; :class:`ClientProperties`."""
+
+    @property
+    def client_settings(self) -> ClientSettings:
+        """The connection every Kafka client is built from (:mod:`streaming.kafka`)."""
+        return ClientSettings.of(self.bootstrap, self.client)
 
     @property
     def shared_layout(self) -> bool:
@@ -187,7 +196,16 @@ _SECTION_TYPES = {
     "metrics": MetricsConfig,
 }
 # Keys whose value is a table of free-form names (not settable from the environment).
-_TABLE_KEYS = {("exchanges", "dialects"), ("spark", "options")}
+_TABLE_KEYS = {("exchanges", "dialects"), ("spark", "options"), ("kafka", "client")}
+
+
+class ClientProperties(dict):
+    """The resolved ``[kafka.client]`` properties: a dict whose ``repr`` hides secret values."""
+
+    def __repr__(self) -> str:
+        return repr({k: REDACTED if k.endswith("password") else v for k, v in self.items()})
+
+    __str__ = __repr__
 
 
 def default_config_file() -> Path:
@@ -219,8 +237,13 @@ def load(
             layered[section][key] = value
 
     env = os.environ if environ is None else environ
+    # BITROUTE_KAFKA_PASSWORD read by "env:BITROUTE_KAFKA_PASSWORD" is a secret, not a key.
+    referenced = {str(v)[4:] for v in [*dict(layered["kafka"].get("client") or {}).values(),
+                                       *(v for k, v in (overrides or {}).items()
+                                         if k.startswith("kafka.client."))]
+                  if str(v).startswith("env:")}
     for name, value in env.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in referenced:
             continue
         section, key = _env_key(name)
         if section is None:
@@ -243,6 +266,14 @@ def load(
         _check_known(section, key)
         layered[section][key] = value
 
+    if "client" in layered["kafka"]:
+        raw_client = layered["kafka"]["client"]
+        if not isinstance(raw_client, dict):
+            raise ConfigError(f"kafka.client: expected a table, got {raw_client!r}")
+        try:
+            layered["kafka"]["client"] = ClientProperties(resolve_properties(raw_client, env))
+        except ClientSettingsError as exc:
+            raise ConfigError(str(exc)) from None
     sections = {name: _build_section(name, values) for name, values in layered.items()}
     config = Config(**sections)
     _validate(config)
@@ -352,6 +383,8 @@ def _convert(key: str, type_name: Any, value: Any) -> Any:
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{key}: expected a non-empty path, got {value!r}")
         return Path(value)
+    if isinstance(value, ClientProperties):
+        return value
     if kind.startswith("Mapping"):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a table, got {value!r}")

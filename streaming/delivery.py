@@ -25,7 +25,6 @@ re-produces ambiguous ones with :meth:`DeliveryProducer.produce_tagged`.
 
 from __future__ import annotations
 
-import logging
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,11 +32,9 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streaming.errors import BitrouteError
-from streaming.kafka_records import Headers
-
-_KAFKA_LOG = logging.getLogger("bitroute.kafka")
-_KAFKA_LOG.addHandler(logging.NullHandler())
-_KAFKA_LOG.propagate = False
+from streaming.kafka.clients import access_failure, produce_when_room, producer
+from streaming.kafka.records import Headers
+from streaming.kafka.settings import ClientSettings
 
 RECORD_ERRORS = frozenset({
     KafkaError.MSG_SIZE_TOO_LARGE,
@@ -54,7 +51,6 @@ RECORD_ERRORS = frozenset({
 """librdkafka error codes that are about one record (or its topic), not the cluster."""
 
 FLUSH_POLL_S = 0.5
-QUEUE_FULL_WAIT_S = 0.05
 
 
 class DeliveryUnavailable(BitrouteError):
@@ -65,20 +61,27 @@ class DeliveryUnavailable(BitrouteError):
 class ProducerSettings:
     """What a worker needs to produce: picklable, and the key of the worker's producer cache."""
 
-    bootstrap: str
+    bootstrap: str | ClientSettings
+    """The connection (:class:`streaming.kafka.ClientSettings`); a bare bootstrap string means
+    plaintext."""
     max_record_bytes: int
     linger_ms: int = 5
     message_timeout_ms: int = 60_000
     shards: int = 8
     keyed_partitions: bool = False
     """Place keyed records as Kafka's default partitioner does (murmur2 of the key,
-    ``streaming.kafka_partitioner``): the shared delivery layout's contract."""
+    ``streaming.kafka.partitioner``): the shared delivery layout's contract."""
+
+    @property
+    def client(self) -> ClientSettings:
+        return (self.bootstrap if isinstance(self.bootstrap, ClientSettings)
+                else ClientSettings.of(self.bootstrap))
 
     def librdkafka(self) -> dict[str, object]:
+        """This producer's own librdkafka properties (the connection's come from ``client``)."""
         keyed = {"partitioner": "murmur2_random"} if self.keyed_partitions else {}
         return {
             **keyed,
-            "bootstrap.servers": self.bootstrap,
             # acks=all, and retries neither repeat nor reorder a record. An
             # idempotent producer has at most 5 requests in flight per broker and
             # librdkafka sends one request per partition: the shards' connections
@@ -94,7 +97,6 @@ class ProducerSettings:
             # broker, not librdkafka's estimate, has the last word on size.
             "message.max.bytes": self.max_record_bytes + 64 * 1024,
             "message.timeout.ms": self.message_timeout_ms,
-            "logger": _KAFKA_LOG,
         }
 
 
@@ -130,7 +132,8 @@ class DeliveryProducer:
         self.settings = settings
         self._failed: list[FailedRecord] = []
         self._other: list[str] = []
-        self._producers = [Producer({**settings.librdkafka(), "on_delivery": self._delivered})
+        self._producers = [producer(settings.client, {**settings.librdkafka(),
+                                                      "on_delivery": self._delivered})
                            for _ in range(settings.shards)]
         self._by_topic: dict[str, Producer] = {}
 
@@ -176,9 +179,9 @@ class DeliveryProducer:
         that is not about it (some records may be written: the caller's retry
         writes them again, which at-least-once allows).
         """
-        for producer in self._producers:
-            while producer.flush(FLUSH_POLL_S):
-                pass
+        for client in self._producers:
+            while client.flush(FLUSH_POLL_S):
+                client.errors.check()  # credentials refused: fail now, not at message.timeout.ms
         failed, other = self._failed, self._other
         self._failed, self._other = [], []
         if other:
@@ -186,20 +189,10 @@ class DeliveryProducer:
         return failed
 
     def _produce_when_room(self, topic, key, value, headers, tag, callback) -> None:
-        producer = self._for(topic)
-        while True:
-            producer.poll(QUEUE_FULL_WAIT_S)
-            try:
-                if callback is None:
-                    producer.produce(topic, value, key, headers=headers)
-                else:
-                    producer.produce(topic, value, key, headers=headers, on_delivery=callback)
-                return
-            except BufferError:
-                continue
-            except KafkaException as exc:
-                self._report(exc.args[0], topic, key, value, tag)
-                return
+        try:
+            produce_when_room(self._for(topic), topic, value, key, headers, callback)
+        except KafkaException as exc:
+            self._report(exc.args[0], topic, key, value, tag)
 
     def _delivered(self, error: KafkaError | None, message) -> None:
         if error is not None:
@@ -209,7 +202,9 @@ class DeliveryProducer:
         if error.code() in RECORD_ERRORS:
             self._failed.append(FailedRecord(topic, key, value, f"{error.name()}: {error.str()}", tag))
         else:
-            self._other.append(f"{topic}: {error.name()}: {error.str()}")
+            denied = access_failure(self.settings.client, error, "Write", "topic", topic)
+            self._other.append(str(denied) if denied is not None
+                               else f"{topic}: {error.name()}: {error.str()}")
 
 
 _producers: dict[ProducerSettings, DeliveryProducer] = {}

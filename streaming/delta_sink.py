@@ -43,7 +43,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.tables import AUDIT_TABLES, arrow_schema
 from streaming.config import Config, KafkaConfig
-from streaming.kafka_records import delivery_topic_column
+from streaming.kafka.records import delivery_topic_column
 
 ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
 """Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""

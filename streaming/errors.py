@@ -10,3 +10,8 @@ from __future__ import annotations
 
 class BitrouteError(RuntimeError):
     """An error bitroute raises and explains (the message says what failed and why)."""
+
+
+class KafkaAccessError(BitrouteError):
+    """Kafka refused bitroute's credentials, or refused them an operation: one line naming
+    the principal, the resource and what to grant or check (:mod:`streaming.kafka.clients`)."""

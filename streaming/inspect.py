@@ -32,7 +32,6 @@ exchange's dialect) is a :class:`RejectedPublish` with the router's reason.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 
 from compiler import (
     Dialect,
@@ -57,14 +56,12 @@ from compiler import (
 )
 from compiler.grammar import grammar_for
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.kafka.clients import consumer as kafka_consumer
 
 KAFKA_PROBE_TIMEOUT_S = 2.0
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
 SNAPSHOT_SUFFIX = ".snapshot"
-_KAFKA_LOG = logging.getLogger("bitroute.kafka")
-_KAFKA_LOG.addHandler(logging.NullHandler())
-"""librdkafka's own log (connection refused, ...): quiet, as in :mod:`streaming.client`."""
 _READ_ATTEMPTS = 5
 """The latest snapshot can be pruned between listing and reading it (a newer one
 was saved meanwhile): list again, at most this many times."""
@@ -177,10 +174,11 @@ def _changelog_problem(config: Config) -> str | None:
     the topic on a broker that auto-creates topics.
     """
     topic = config.kafka.subscriptions_topic
-    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap, "group.id": "bitroute-inspect",
-                         "enable.auto.commit": False, "logger": _KAFKA_LOG})
+    consumer = kafka_consumer(config.kafka.client_settings, "bitroute-inspect")
     try:
-        metadata = consumer.list_topics(topic, timeout=KAFKA_PROBE_TIMEOUT_S)
+        metadata = consumer.topics(KAFKA_PROBE_TIMEOUT_S, topic)
+    except KafkaAccessError as exc:
+        return str(exc)
     except KafkaException as exc:
         return (f"Kafka at {config.kafka.bootstrap} did not answer within "
                 f"{KAFKA_PROBE_TIMEOUT_S:g}s ({exc.args[0].str() if exc.args else exc})")

@@ -5,12 +5,13 @@ offsets and pins. :class:`RouterLock` is an ``fcntl.flock`` held for the
 router's lifetime: the kernel drops it when the last process holding the
 open file ends, however it ends, so a crash cannot leave it stale. The file
 names its holder as one JSON object ``{"pid", "host", "started_at"}``
-(``started_at`` ISO-8601 UTC), which :func:`holder` reads and the refusal
-message quotes.
+(``started_at`` ISO-8601 UTC; ``jvm_pid``, the Spark JVM's, added once it is
+known), which :func:`holder` reads and the refusal message quotes.
 
 The router hands the lock's file descriptor to its JVM watchdog
 (:mod:`streaming.watchdog`), so the folder stays locked until the Spark JVM
-of a killed router is gone too.
+of a killed router is gone too: a held lock whose ``pid`` has exited is a
+router stopping, not running (:func:`driver_alive`).
 
 A lock on a local path: the checkpoint folder must be on a local disk (or
 one where ``flock`` works across the processes that can reach it).
@@ -60,6 +61,30 @@ def holder(checkpoint_dir: str | Path) -> dict | None:
         os.close(fd)
 
 
+def driver_alive(record: dict) -> bool | None:
+    """Whether the holder's driver process still runs: None when that cannot be told
+    (another host, or no pid recorded yet)."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or record.get("host") != socket.gethostname():
+        return None
+    return pid_alive(pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (an exited, unreaped zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
 class RouterLock:
     """The exclusive lock of one checkpoint folder; ``acquire()`` or raise, ``release()``."""
 
@@ -100,6 +125,12 @@ class RouterLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         self._fd = fd
+
+    def note(self, **fields: object) -> None:
+        """Add ``fields`` to the holder's record (e.g. ``jvm_pid``, once the JVM is known)."""
+        record = {**(_read(self.fd) or {}), **fields}
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, (json.dumps(record) + "\n").encode(), 0)
 
     def release(self) -> None:
         if self._fd is not None:

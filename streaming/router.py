@@ -67,7 +67,7 @@ from streaming.changelog import ChangelogError, Subscriptions
 from streaming.config import Config
 from streaming.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.delta_sink import AuditTables
-from streaming.errors import BitrouteError
+from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.lock import RouterLock
 from streaming.matching import SnapshotBroadcasts
 from streaming.offsets_log import batch_records
@@ -86,7 +86,7 @@ RETRY_CAP_S = 30.0
 RETRY_REPORT_INTERVAL_S = 30.0
 """A batch that keeps failing is reported at its first failure, then at most this often."""
 RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, DeliveryUnavailable, KafkaException,
-                  DeltaError, OSError)
+                  KafkaAccessError, DeltaError, OSError)
 """Failures of a batch's steps that are retried (none of them is about a record)."""
 STATUS_FILE = "status.json"
 ROUTED_IN_DRIVER = "driver"
@@ -146,7 +146,7 @@ class Router:
         self._batch_done = threading.Condition()
         self._in_batch = False
         self._stopping = threading.Event()
-        self.broker_watch = BrokerWatch(config.kafka.bootstrap)
+        self.broker_watch = BrokerWatch(config.kafka.client_settings)
         self.report_listeners: list[Callable[[BatchReport], None]] = []
         """Each is called with every batch's report after it is printed (benchmarks, metrics)."""
         self.catch_up_progress: Callable[[], Callable[[int, int], None]] | None = None
@@ -168,7 +168,7 @@ class Router:
             self._audit = AuditTables(self.config, self.store.router_id())
             self._audit.ensure()
             self.subscription_sync = SubscriptionSync.open(self.config, self.store, self._audit,
-                                                           self.broker_watch.client_settings())
+                                                           self.broker_watch.on_error)
             self.subscription_sync.catch_up(self._catch_up_progress())
         except BaseException:
             self.lock.release()
@@ -179,7 +179,7 @@ class Router:
         self.open()
         kafka, streaming = self.config.kafka, self.config.streaming
         source = (self.spark.readStream.format("kafka")
-                  .option("kafka.bootstrap.servers", kafka.bootstrap)
+                  .options(**kafka.client_settings.spark_options())
                   .option("subscribe", kafka.publishes_topic)
                   .option("startingOffsets", "earliest")
                   .option("includeHeaders", "true")
@@ -259,7 +259,7 @@ class Router:
             rejected_topic=kafka.rejected_topic,
             snapshot_version=version,
             with_headers=subscriptions.reads_headers(version),
-            producer=ProducerSettings(kafka.bootstrap, kafka.max_delivery_bytes,
+            producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
                                       keyed_partitions=kafka.shared_layout),
             shared_deliveries_topic=kafka.shared_deliveries_topic if kafka.shared_layout else None,
         ))

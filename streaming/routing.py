@@ -1,7 +1,7 @@
 """Routing one micro-batch in the Python workers: match, validate, deliver, report.
 
 :class:`RoutePartitions` is the ``mapInArrow`` function of a batch. For each
-Arrow batch of Kafka source rows (:class:`streaming.kafka_records.PublishColumns`)
+Arrow batch of Kafka source rows (:class:`streaming.kafka.records.PublishColumns`)
 a task, in one pass:
 
 1. reads the publishes: message id, exchange (last ``exchange`` header, else
@@ -62,7 +62,7 @@ from streaming.delivery import (
     ProducerSettings,
     cached_producer,
 )
-from streaming.kafka_records import (
+from streaming.kafka.records import (
     HEADER_OVERHEAD,
     Headers,
     RECORD_BATCH_OVERHEAD,

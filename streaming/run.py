@@ -33,6 +33,7 @@ from pyspark.errors import StreamingQueryException
 
 from streaming.changelog import ChangelogError
 from streaming.config import Config
+from streaming.errors import KafkaAccessError
 from streaming.lock import RouterLockedError
 from streaming.metrics import CatchUpProgress, MetricsError, RouterMetrics
 from streaming.router import Router, failure_summary
@@ -40,7 +41,7 @@ from streaming.snapshots import SnapshotStoreError
 from streaming.topics import TopicCreationError
 
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
-                   RouterLockedError)
+                   KafkaAccessError, RouterLockedError)
 
 
 def serve(config: Config) -> int:
@@ -122,7 +123,9 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
                          metrics: RouterMetrics | None) -> int:
     try:
         router.open()
-        start_watchdog(_jvm_pid(router), router.lock.fd)
+        jvm_pid = _jvm_pid(router)
+        start_watchdog(jvm_pid, router.lock.fd)
+        router.lock.note(jvm_pid=jvm_pid)
         query = router.start()
     except _STARTUP_ERRORS as exc:
         router.stop()
@@ -177,7 +180,9 @@ def _announce(router: Router, metrics: RouterMetrics | None) -> None:
                   if kafka.shared_layout else f"{kafka.deliveries_topic_prefix}<subscriber>")
     lines = [
         f"reading publishes from {kafka.publishes_topic} and subscriptions from "
-        f"{kafka.subscriptions_topic} at {kafka.bootstrap}",
+        f"{kafka.subscriptions_topic} at {kafka.bootstrap}"
+        + ("" if kafka.client_settings.protocol == "PLAINTEXT"
+           else f" ({kafka.client_settings.describe()})"),
         f"writing deliveries to {deliveries}, rejected to {kafka.rejected_topic}",
         f"audit tables in {config.delta.warehouse}, checkpoints in {config.streaming.checkpoint_dir}",
     ]

@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 import conf
 from streaming import jvm
 from streaming.config import Config
+from streaming.kafka.settings import SPARK_REDACTION_REGEX
 
 
 LOG4J2_CONFIG = Path(conf.__file__).parent / "spark-log4j2.properties"
@@ -51,6 +52,9 @@ def session_settings(config: Config) -> dict[str, str]:
         # Streaming queries run for days; keep only recent progress in memory.
         "spark.sql.streaming.numRecentProgressUpdates": "20",
         "spark.sql.session.timeZone": "UTC",
+        # The Kafka source's kafka.sasl.jaas.config, keys and passwords ([kafka.client])
+        # are shown redacted in Spark's logs, UI and plan descriptions.
+        "spark.redaction.regex": SPARK_REDACTION_REGEX,
         # The JVM's log lines go to stderr (conf/spark-log4j2.properties): stdout
         # is the router's progress and the verbs' --json output.
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",

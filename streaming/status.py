@@ -5,7 +5,9 @@ never talks to the router itself, so it answers the same whether the router
 is up, stuck or gone:
 
 - ``<streaming.checkpoint_dir>/router.lock``: held by the running router for
-  its lifetime (:mod:`streaming.lock`); running = the lock is held.
+  its lifetime (:mod:`streaming.lock`), then by its watchdog until its JVM is
+  gone; running = the lock is held and its driver process lives (on another
+  host that cannot be checked: held = running); stopping = held, driver exited.
 - ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
   atomically after each one (``query_id``, ``run_id``, ``batch_id``,
   ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
@@ -28,7 +30,6 @@ does not answer in time makes the lags unknown (``None``) and
 from __future__ import annotations
 
 import json
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
@@ -36,18 +37,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from streaming import lock
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.kafka.clients import access_failure, consumer as kafka_consumer
 
 KAFKA_BUDGET_S = 1.0
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
 STATUS_FILE = "status.json"
-
-_KAFKA_LOG = logging.getLogger("bitroute.kafka")
-_KAFKA_LOG.addHandler(logging.NullHandler())
 
 
 class KafkaUnavailable(BitrouteError):
@@ -57,7 +56,8 @@ class KafkaUnavailable(BitrouteError):
 def router_status(config: Config) -> dict[str, object]:
     """The status as one JSON-ready dict (see the module docstring; ``None`` = unknown).
 
-    Keys: ``running``, ``router`` (the lock holder ``{pid, host, started_at}``
+    Keys: ``running``, ``stopping`` (the lock is held but its driver exited: the
+    JVM is ending), ``router`` (the lock holder ``{pid, host, started_at, jvm_pid}``
     or None), ``last_batch`` (status.json as the router wrote it, or None),
     ``input_lag`` and ``changelog_lag`` (``{topic, records, partitions}``,
     ``records`` None when Kafka did not answer), ``committed_batch``,
@@ -81,8 +81,10 @@ def router_status(config: Config) -> dict[str, object]:
     if snapshot is not None:
         names = snapshot.tables.subscriber_names
         subscribers = len(names) - names.null_count
+    stopping = holder is not None and lock.driver_alive(holder) is False
     return {
-        "running": holder is not None,
+        "running": holder is not None and not stopping,
+        "stopping": stopping,
         "router": holder,
         "last_batch": last,
         "committed_batch": committed_batch,
@@ -130,7 +132,12 @@ def render(status: Mapping[str, object], now: datetime | None = None) -> list[st
     """``status`` as aligned ``name: value`` lines for people."""
     now = now or datetime.now(timezone.utc)
     router = status["router"]
-    if router is not None:
+    if status.get("stopping"):
+        # The watchdog holds the lock until the JVM of an exited driver is gone.
+        jvm = router.get("jvm_pid")
+        running = (f"stopping: the driver (pid {router.get('pid', '?')}) exited, its JVM "
+                   + (f"{jvm} " if jvm is not None else "") + "is ending")
+    elif router is not None:
         running = (f"running, pid {router.get('pid', '?')} on {router.get('host', '?')}, "
                    f"since {router.get('started_at', '?')}")
     else:
@@ -217,18 +224,19 @@ def _committed_offsets(query_checkpoint: Path, notes: list[str]
 def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
     """Per topic that exists, per partition, its (earliest, end) offsets, within the budget."""
     deadline = time.monotonic() + KAFKA_BUDGET_S
-    consumer = Consumer({
-        "bootstrap.servers": config.kafka.bootstrap,
-        "group.id": "bitroute-status",  # never joined nor committed to
-        "enable.auto.commit": False,
+    consumer = kafka_consumer(config.kafka.client_settings, "bitroute-status", {
         "socket.connection.setup.timeout.ms": int(KAFKA_BUDGET_S * 1000),
-        "logger": _KAFKA_LOG,
     })
     try:
         out: dict[str, dict[int, tuple[int, int]]] = {}
         for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=_left(deadline))
+            metadata = consumer.topics(_left(deadline), topic)
             found = metadata.topics.get(topic)
+            if found is not None and found.error is not None:
+                denied = access_failure(consumer.errors.settings, found.error, "Describe",
+                                        "topic", topic)
+                if denied is not None:
+                    raise KafkaUnavailable(str(denied))
             if found is None or found.error is not None:
                 continue
             out[topic] = {}
@@ -236,6 +244,8 @@ def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[
                 out[topic][partition] = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=_left(deadline), cached=False)
         return out
+    except KafkaAccessError as exc:
+        raise KafkaUnavailable(str(exc)) from None
     except KafkaException as exc:
         reason = exc.args[0].str() if exc.args else str(exc)
         raise KafkaUnavailable(f"Kafka at {config.kafka.bootstrap} did not answer within "

@@ -24,16 +24,16 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from schemas.records import SOURCE_SUBSCRIPTION, message_id
 from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema
-from streaming.broker_watch import KAFKA_LOG
 from streaming.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
 from streaming.config import Config
-from streaming.delivery import QUEUE_FULL_WAIT_S, RECORD_ERRORS
+from streaming.delivery import RECORD_ERRORS
 from streaming.delta_sink import AuditTables
-from streaming.kafka_records import kept_headers, rejected_copy
+from streaming.kafka.clients import OnError, produce_when_room, producer
+from streaming.kafka.records import kept_headers, rejected_copy
 from streaming.snapshots import SnapshotStore
 from streaming.topics import admin_client, ensure_delivery_topics
 
@@ -70,25 +70,25 @@ class SubscriptionSync:
     """
 
     def __init__(self, config: Config, subscriptions: Subscriptions, audit: AuditTables,
-                 client_settings: Mapping[str, object] | None = None) -> None:
+                 on_error: OnError | None = None) -> None:
         self.subscriptions = subscriptions
         self._config = config
         self._audit = audit
-        self._producer = Producer({**(client_settings or {"logger": KAFKA_LOG}),
-                                   "bootstrap.servers": config.kafka.bootstrap,
-                                   "enable.idempotence": True,
-                                   "message.max.bytes": config.kafka.max_delivery_bytes + 65536})
-        self._admin = admin_client(config)
+        self._producer = producer(config.kafka.client_settings, {
+            "enable.idempotence": True,
+            "message.max.bytes": config.kafka.max_delivery_bytes + 65536,
+        }, on_error=on_error)
+        self._admin = admin_client(config, on_error)
         self._topics_ensured: set[str] = set()
         self._unaudited: tuple[int, pa.Table] | None = None
 
     @classmethod
     def open(cls, config: Config, store: SnapshotStore, audit: AuditTables,
-             client_settings: Mapping[str, object] | None = None) -> SubscriptionSync:
+             on_error: OnError | None = None) -> SubscriptionSync:
         """Open the state at the latest persisted version
         (:meth:`Subscriptions.open`) and re-append that version's changes to Delta
         (a no-op when they are there already). Call :meth:`catch_up` next."""
-        subscriptions, changes = Subscriptions.open(config, store, client_settings)
+        subscriptions, changes = Subscriptions.open(config, store, on_error)
         try:
             if changes:
                 version = subscriptions.version
@@ -96,7 +96,7 @@ class SubscriptionSync:
         except BaseException:
             subscriptions.close()
             raise
-        return cls(config, subscriptions, audit, client_settings)
+        return cls(config, subscriptions, audit, on_error)
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Apply the changelog up to its current end offsets and write what the new
@@ -158,17 +158,12 @@ class SubscriptionSync:
             mid = message_id(record.topic, record.partition, record.offset)
             value, headers, _ = rejected_copy(record.key, record.value, kept_headers(record.headers),
                                               record.reason, SOURCE_SUBSCRIPTION, mid, limit)
-            while True:
-                try:
-                    self._producer.produce(self._config.kafka.rejected_topic, key=record.key,
-                                           value=value, headers=headers, on_delivery=delivered)
-                except BufferError:  # the local queue is full: serve delivery reports, retry
-                    self._producer.poll(QUEUE_FULL_WAIT_S)
-                    continue
-                except KafkaException as exc:
-                    refused.append(exc.args[0].str())
-                break
-        left = self._producer.flush(_KAFKA_TIMEOUT_S)
+            try:
+                produce_when_room(self._producer, self._config.kafka.rejected_topic, value,
+                                  record.key, headers, delivered)
+            except KafkaException as exc:
+                refused.append(exc.args[0].str())
+        left = self._producer.flush_within(_KAFKA_TIMEOUT_S)
         if left or failures:
             raise ChangelogError(f"could not write {left or len(failures)} rejected subscription "
                                  f"changes to {self._config.kafka.rejected_topic!r}: "

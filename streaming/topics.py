@@ -10,15 +10,16 @@ latest value, or its tombstone, is what a restart rebuilds from.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
+from streaming import kafka
 from streaming.config import Config
 from streaming.errors import BitrouteError
+from streaming.kafka.clients import AUTHORIZATION_ERRORS, BitrouteAdmin
 
 CREATE_TIMEOUT_S = 30.0
 SERVED_POLL_S = 0.05
@@ -29,24 +30,25 @@ class TopicCreationError(BitrouteError):
     """A topic could not be created; the message names it and Kafka's reason."""
 
 
-# librdkafka writes its own log lines to stderr unless given a logger; route
-# them to the same quiet logger as the client's producers and consumers.
-_KAFKA_LOG = logging.getLogger("bitroute.kafka")
-
-
-def admin_client(config: Config) -> AdminClient:
-    return AdminClient({"bootstrap.servers": config.kafka.bootstrap, "logger": _KAFKA_LOG})
+def admin_client(config: Config, on_error=None) -> BitrouteAdmin:
+    return kafka.admin(config.kafka.client_settings, on_error=on_error)
 
 
 def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str] | None = None,
-                  admin: AdminClient | None = None, partitions: int | None = None) -> list[str]:
+                  admin: BitrouteAdmin | None = None, partitions: int | None = None) -> list[str]:
     """Create the topics of ``names`` that do not exist (with ``partitions``, default
-    ``kafka.partitions``); return the ones created."""
+    ``kafka.partitions``); return the ones created.
+
+    Raises :class:`streaming.kafka.KafkaAccessError` when the credentials are refused, or
+    may not describe or create a topic.
+    """
     admin = admin or admin_client(config)
     wanted = sorted(set(names))
     if not wanted:
         return []
-    existing = set(admin.list_topics(timeout=CREATE_TIMEOUT_S).topics)
+    # Topics the principal may not describe are not listed: they look missing, and their
+    # creation is refused (TOPIC_AUTHORIZATION_FAILED), or reports TOPIC_ALREADY_EXISTS.
+    existing = set(admin.topics(CREATE_TIMEOUT_S).topics)
     missing = [n for n in wanted if n not in existing]
     if not missing:
         return []
@@ -61,16 +63,20 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
     created = []
     for name, future in futures.items():
         try:
-            future.result(timeout=CREATE_TIMEOUT_S)
+            admin.result(future, CREATE_TIMEOUT_S)
             created.append(name)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TopicCreationError(f"cannot create topic {name!r}: {exc.args[0].str()}") from None
+            error = exc.args[0]
+            if error.code() in AUTHORIZATION_ERRORS:
+                raise kafka.denied(admin.errors.settings, "Create", "topic", name,
+                                   error) from None
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TopicCreationError(f"cannot create topic {name!r}: {error.str()}") from None
     _wait_until_served(admin, created)
     return sorted(created)
 
 
-def _wait_until_served(admin: AdminClient, names: list[str]) -> None:
+def _wait_until_served(admin: BitrouteAdmin, names: list[str]) -> None:
     """Return once the broker's metadata lists every topic of ``names`` with a leader for each
     partition.
 
@@ -82,7 +88,7 @@ def _wait_until_served(admin: AdminClient, names: list[str]) -> None:
     waiting = set(names)
     deadline = time.monotonic() + CREATE_TIMEOUT_S
     while waiting:
-        topics = admin.list_topics(timeout=CREATE_TIMEOUT_S).topics
+        topics = admin.topics(CREATE_TIMEOUT_S).topics
         waiting = {name for name in waiting if not _served(topics.get(name))}
         if not waiting:
             return
@@ -97,7 +103,7 @@ def _served(topic) -> bool:
             and all(p.leader >= 0 for p in topic.partitions.values()))
 
 
-def ensure_router_topics(config: Config, admin: AdminClient | None = None) -> None:
+def ensure_router_topics(config: Config, admin: BitrouteAdmin | None = None) -> None:
     """The publishes and rejected topics, the compacted subscription changelog and,
     in the shared delivery layout, the shared delivery topic."""
     admin = admin or admin_client(config)
@@ -109,7 +115,7 @@ def ensure_router_topics(config: Config, admin: AdminClient | None = None) -> No
 
 
 def ensure_delivery_topics(config: Config, subscribers: Iterable[str],
-                           admin: AdminClient | None = None) -> list[str]:
+                           admin: BitrouteAdmin | None = None) -> list[str]:
     """The delivery topics of ``subscribers``: each one's own topic with
     ``kafka.delivery_partitions`` partitions, or in the shared layout the
     shared topic with ``kafka.shared_delivery_partitions``."""

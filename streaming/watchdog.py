@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from streaming.lock import pid_alive
+
 POLL_S = 0.2
 JVM_EXIT_WAIT_S = 30.0
 
@@ -35,28 +37,18 @@ def start_watchdog(jvm_pid: int, lock_fd: int | None) -> subprocess.Popen:
         pass_fds=fds, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def watch(driver_pid: int, jvm_pid: int) -> None:
     """Return once the driver has ended and the JVM is gone (killed here if need be)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the router
-    while _alive(driver_pid) and os.getppid() == driver_pid:
+    while pid_alive(driver_pid) and os.getppid() == driver_pid:
         time.sleep(POLL_S)
-    if _alive(jvm_pid):
+    if pid_alive(jvm_pid):
         try:
             os.kill(jvm_pid, signal.SIGKILL)
         except ProcessLookupError:
             return
     deadline = time.monotonic() + JVM_EXIT_WAIT_S
-    while _alive(jvm_pid) and time.monotonic() < deadline:
+    while pid_alive(jvm_pid) and time.monotonic() < deadline:
         time.sleep(POLL_S)
 
 

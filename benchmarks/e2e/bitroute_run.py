@@ -35,11 +35,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from benchmarks.e2e import kafka_load, procstat
 from benchmarks.e2e.workload import EXCHANGE, Workload
 from schemas.records import EXCHANGE_HEADER
+from streaming import kafka
 from streaming.broker import EmbeddedBroker, free_port
 from streaming.config import Config, load, parse_set_flags
 from streaming.topics import ensure_router_topics
@@ -186,7 +187,7 @@ class Env:
 
 
 def _publish(env: Env, w: Workload, rate: float, duration: float, processes: int):
-    return kafka_load.start_publishers(env.config.kafka.bootstrap, env.config.kafka.publishes_topic,
+    return kafka_load.start_publishers(env.config.kafka.client_settings, env.config.kafka.publishes_topic,
                                        EXCHANGE, w, rate, duration, processes)
 
 
@@ -212,13 +213,13 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
     n_probes0 = len(r.probes)
     # Producers: flat out until `backlog` are sent (duration bound from a generous rate).
     consumer_procs, cout = kafka_load.start_consumers(
-        env.config.kafka.bootstrap, env.delivery_topics(w), env.delivery_partitions(),
+        env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
         (time.time(), time.time() + 3600), time.time() + 3600 * 2, consumers, idle=10)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
         p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
         p.pid for p in consumer_procs if p.is_alive()]})
     procs, pout, start_at = kafka_load.start_publishers(
-        env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE,
+        env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE,
         _cycle(w, backlog), 0, 3600, publishers, count=backlog)
     time.sleep(max(0.0, start_at - time.time()))
     sampler.start()
@@ -264,10 +265,10 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
     w0 = start_at + warmup
     w1 = w0 + measure
     consumer_procs, cout = kafka_load.start_consumers(
-        env.config.kafka.bootstrap, env.delivery_topics(w), env.delivery_partitions(),
+        env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
         (w0, w1), w1 + 120, consumers, idle=15)
     procs, pout, start_at = kafka_load.start_publishers(
-        env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
+        env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
         warmup + measure + 0.5, publishers, start_at=start_at)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
         p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
@@ -305,7 +306,7 @@ def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: f
     try:
         env.start_broker()
         log(f"bitroute: Kafka broker on {env.broker.bootstrap}; settings {' '.join(user_sets) or '(defaults)'}")
-        t0, t1 = kafka_load.load_changelog(env.config.kafka.bootstrap,
+        t0, t1 = kafka_load.load_changelog(env.config.kafka.client_settings,
                                            env.config.kafka.subscriptions_topic, w, EXCHANGE)
         log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
         started = env.start_router()
@@ -345,7 +346,7 @@ def first_route(folder: Path, w: Workload, user_sets: list[str], log,
     try:
         env.start_broker()
         env.start_router()
-        bootstrap = env.config.kafka.bootstrap
+        bootstrap = env.config.kafka.client_settings
         # A probe that the last subscription of the workload matches.
         sid, subscriber, filt = w.subs[-1]
         probe_key = "/".join("x" if lvl in ("+", "#") else lvl for lvl in filt.split("/"))
@@ -354,9 +355,8 @@ def first_route(folder: Path, w: Workload, user_sets: list[str], log,
                                            EXCHANGE)
         log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s; "
             f"probing with {probe_key!r}")
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{time.time_ns()}",
-                             "enable.auto.commit": False, "fetch.wait.max.ms": 20})
+        producer = kafka.producer(bootstrap, {"linger.ms": 0})
+        consumer = kafka.consumer(bootstrap, f"probe-{time.time_ns()}", {"fetch.wait.max.ms": 20})
         deadline = time.time() + timeout
         # Probe every 0.5 s until one is delivered: the first probe routed with
         # the new subscriptions marks the end. The subscriber's topic may not

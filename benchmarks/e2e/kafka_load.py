@@ -16,7 +16,10 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+from streaming import kafka
+from streaming.kafka.settings import ClientSettings
 
 from benchmarks.e2e.workload import Workload, changelog_value
 from schemas.records import EXCHANGE_HEADER
@@ -33,13 +36,13 @@ _PRODUCER = {
 _TS = struct.Struct(">q")
 
 
-def load_changelog(bootstrap: str, topic: str, w: Workload, exchange: str) -> tuple[float, float]:
+def load_changelog(bootstrap: str | ClientSettings, topic: str, w: Workload, exchange: str) -> tuple[float, float]:
     """Produce every subscription of ``w`` to the changelog, batched; wait for every ack.
 
     Returns (epoch seconds when the first record was handed to the client,
     epoch seconds when Kafka had acknowledged the last).
     """
-    producer = Producer({"bootstrap.servers": bootstrap, **_PRODUCER})
+    producer = kafka.producer(ClientSettings.coerce(bootstrap), _PRODUCER)
     failures: list[str] = []
 
     def acked(err, _msg) -> None:
@@ -48,13 +51,8 @@ def load_changelog(bootstrap: str, topic: str, w: Workload, exchange: str) -> tu
 
     started = time.time()
     for sid, sub, filt in w.subs:
-        while True:
-            try:
-                producer.produce(topic, key=sid.encode(), value=changelog_value(exchange, sub, filt),
-                                 on_delivery=acked)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        kafka.produce_when_room(producer, topic, changelog_value(exchange, sub, filt),
+                                sid.encode(), on_delivery=acked)
         producer.poll(0)
     if producer.flush(300) != 0 or failures:
         raise RuntimeError(f"changelog load failed: {failures[:3]}")
@@ -63,9 +61,9 @@ def load_changelog(bootstrap: str, topic: str, w: Workload, exchange: str) -> tu
 
 # --- publish driver ------------------------------------------------------------------
 
-def _publisher(bootstrap: str, topic: str, exchange: str, topics: list[str], rate: float,
+def _publisher(bootstrap: str | ClientSettings, topic: str, exchange: str, topics: list[str], rate: float,
                duration: float, start_at: float, payload: int, count: int, out: mp.Queue) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, **_PRODUCER})
+    producer = kafka.producer(ClientSettings.coerce(bootstrap), _PRODUCER)
     keys = [t.encode() for t in topics]
     body = b"x" * payload
     ex = exchange.encode()
@@ -107,7 +105,7 @@ class PublishRun:
     processes: list[mp.Process]
 
 
-def start_publishers(bootstrap: str, topic: str, exchange: str, w: Workload, rate: float,
+def start_publishers(bootstrap: str | ClientSettings, topic: str, exchange: str, w: Workload, rate: float,
                      duration: float, processes: int = 2, payload: int = 64,
                      start_at: float | None = None,
                      count: int | None = None) -> tuple[list[mp.Process], mp.Queue, float]:
@@ -141,11 +139,10 @@ def join_publishers(procs: list[mp.Process], out: mp.Queue, timeout: float) -> d
 
 # --- delivery consumer --------------------------------------------------------------
 
-def _consumer(bootstrap: str, topics: list[str], partitions: int, window: tuple[float, float],
+def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: int, window: tuple[float, float],
               deadline: float, idle: float, ready: mp.Event, out: mp.Queue) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
-                         "enable.auto.commit": False, "fetch.min.bytes": 1,
-                         "fetch.wait.max.ms": 20, "queued.max.messages.kbytes": 262_144})
+    consumer = kafka.consumer(ClientSettings.coerce(bootstrap), f"bench-{time.time_ns()}", {
+        "fetch.min.bytes": 1, "fetch.wait.max.ms": 20, "queued.max.messages.kbytes": 262_144})
     # Start at the end of every delivery topic: only this run's deliveries count.
     consumer.assign([TopicPartition(t, p, OFFSET_END) for t in topics for p in range(partitions)])
     for _ in range(20):  # let the assignment resolve its end offsets
@@ -198,7 +195,7 @@ def _consumer(bootstrap: str, topics: list[str], partitions: int, window: tuple[
              "last_arrival": last_arrival})
 
 
-def start_consumers(bootstrap: str, topics: list[str], partitions: int,
+def start_consumers(bootstrap: str | ClientSettings, topics: list[str], partitions: int,
                     window: tuple[float, float], deadline: float, processes: int = 1,
                     idle: float = 5.0):
     ctx = mp.get_context("spawn")
@@ -234,9 +231,9 @@ def join_consumers(procs, out, timeout: float) -> dict:
     }
 
 
-def end_offsets(bootstrap: str, topic: str) -> int:
+def end_offsets(bootstrap: str | ClientSettings, topic: str) -> int:
     """Sum of the end offsets of ``topic``'s partitions."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
+    c = kafka.consumer(ClientSettings.coerce(bootstrap), "bench-offsets")
     try:
         md = c.list_topics(topic, timeout=30)
         total = 0

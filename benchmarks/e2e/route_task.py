@@ -73,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         broker = EmbeddedBroker(Path(folder), port=free_port(), controller_port=free_port())
         broker.start()
         try:
-            from confluent_kafka.admin import AdminClient, NewTopic
+            from confluent_kafka.admin import NewTopic
 
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            from streaming import kafka
+
+            admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
             shared = "bitroute.deliveries" if args.layout == "shared" else None
             topics = ([NewTopic(shared, args.shared_partitions, 1)] if shared else
                       [NewTopic(f"bitroute.deliveries.{s}", args.partitions, 1) for s in w.subscribers])

@@ -168,7 +168,7 @@ def kills(folder: Path, o: Options) -> Result:
         outlived = leftover = stuck = 0
         for number, (point, target) in enumerate(plan, 1):
             time.sleep(rng.uniform(*o.kill_after_s))
-            pending = lag(stage.config.kafka.bootstrap, stage.config.kafka.publishes_topic,
+            pending = lag(stage.config.kafka.client_settings, stage.config.kafka.publishes_topic,
                           Path(stage.settings["streaming.checkpoint_dir"]))
             jvms = stage.router.pids()["jvm"]
             fired = point
@@ -255,7 +255,7 @@ def broker_kills(folder: Path, o: Options, brokers: int = 1) -> Result:
         for number in range(times):
             time.sleep(rng.uniform(*o.broker_kill_after_s))
             node = rng.randrange(brokers)
-            pending = lag(stage.config.kafka.bootstrap, stage.config.kafka.publishes_topic,
+            pending = lag(stage.config.kafka.client_settings, stage.config.kafka.publishes_topic,
                           Path(stage.settings["streaming.checkpoint_dir"]))
             stage.kafka.kill(node)
             _log(f"broker {node + 1} SIGKILLed ({pending:,} publishes pending); down {o.down_s:.0f}s")
@@ -306,7 +306,7 @@ def fuzz(folder: Path, o: Options) -> Result:
     settings = {"kafka.max_delivery_bytes": str(fuzzing.MAX_DELIVERY_BYTES)}
     with Stage(folder, 1, settings, bootstrap=o.bootstrap) as stage:
         stage.start(o.max_offsets)
-        before = topic_names(stage.config.kafka.bootstrap)
+        before = topic_names(stage.config.kafka.client_settings)
         # Half the bad changes before the router starts, mixed with the good ones; the
         # other half while publishes flow.
         bad_changes = [fuzzing.bad_change(rng, i) for i in range(o.fuzz_changes)]
@@ -346,7 +346,7 @@ def fuzz(folder: Path, o: Options) -> Result:
         routed_s = stage.wait_routed(o.timeout_s)
         _log(f"all publishes routed {routed_s:.0f}s after the last publish")
         alive, starts = stage.router.alive(), stage.router.starts
-        after = topic_names(stage.config.kafka.bootstrap)
+        after = topic_names(stage.config.kafka.client_settings)
         status = stage.router.terminate()
         rejected, rows = stage.read_outputs(ledger)
         s = ledger.summary()

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer, TopicPartition
 
 from schemas.records import message_id
+from streaming import kafka
+from streaming.kafka.settings import ClientSettings
 
 READ_BATCH = 5000
 _QUIET = logging.getLogger("bitroute.reliability.kafka")
@@ -33,11 +34,14 @@ class CampaignError(RuntimeError):
     """A step of the campaign could not be carried out (not a failed check)."""
 
 
-def producer(bootstrap: str, **extra) -> Producer:
-    """An idempotent acks=all producer: a broker failover neither loses nor repeats a record."""
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                     "linger.ms": 20, "message.timeout.ms": 600_000, "logger": _QUIET,
-                     "queue.buffering.max.messages": 500_000, **extra})
+def producer(bootstrap: str | ClientSettings, **extra) -> Producer:
+    """An idempotent acks=all producer: a broker failover neither loses nor repeats a record.
+
+    ``bootstrap``, here and below, is the cluster's connection (``config.kafka.client_settings``
+    on a secured cluster) or a plaintext ``host:port``."""
+    return kafka.producer(ClientSettings.coerce(bootstrap), {
+        "enable.idempotence": True, "acks": "all", "linger.ms": 20,
+        "message.timeout.ms": 600_000, "queue.buffering.max.messages": 500_000, **extra})
 
 
 class Publisher:
@@ -48,7 +52,7 @@ class Publisher:
     :meth:`join` waits until every record is acknowledged or failed.
     """
 
-    def __init__(self, bootstrap: str, topic: str, records: Iterable[Record], rate: float,
+    def __init__(self, bootstrap: str | ClientSettings, topic: str, records: Iterable[Record], rate: float,
                  on_ack: Callable[[int, str], None], on_error: Callable[[int, str], None],
                  **producer_settings) -> None:
         self.topic = topic
@@ -85,13 +89,8 @@ class Publisher:
                     due = started + index / self._rate
                     while time.monotonic() < due:
                         self._producer.poll(min(0.05, max(0.0, due - time.monotonic())))
-                while True:
-                    try:
-                        self._producer.produce(self.topic, value=value, key=key, headers=headers,
-                                               on_delivery=self._callback(index))
-                        break
-                    except BufferError:
-                        self._producer.poll(0.1)
+                kafka.produce_when_room(self._producer, self.topic, value, key, headers,
+                                        self._callback(index))
                 self.sent += 1
                 if index % 1000 == 0:
                     self._producer.poll(0)
@@ -107,10 +106,9 @@ class Publisher:
         self._thread.join(5)
 
 
-def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+def end_offsets(bootstrap: str | ClientSettings, topics: Sequence[str]) -> dict[tuple[str, int], int]:
     """(topic, partition) -> end offset, for every partition of ``topics``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reliability-offsets",
-                         "logger": _QUIET})
+    consumer = kafka.consumer(ClientSettings.coerce(bootstrap), "reliability-offsets")
     try:
         out = {}
         metadata = consumer.list_topics(timeout=30)
@@ -127,15 +125,14 @@ def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], 
         consumer.close()
 
 
-def read_topics(bootstrap: str, topics: Sequence[str], on_record: Callable, timeout: float) -> int:
+def read_topics(bootstrap: str | ClientSettings, topics: Sequence[str], on_record: Callable, timeout: float) -> int:
     """Call ``on_record(message)`` on every record of ``topics`` from the start up to the
     end offsets fetched now; return how many were read. Raises CampaignError on timeout."""
     ends = {tp: end for tp, end in end_offsets(bootstrap, topics).items() if end > 0}
     if not ends:
         return 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reliability-reader",
-                         "enable.auto.commit": False, "enable.partition.eof": False,
-                         "logger": _QUIET, "queued.max.messages.kbytes": 262_144})
+    consumer = kafka.consumer(ClientSettings.coerce(bootstrap), "reliability-reader", {
+        "enable.partition.eof": False, "queued.max.messages.kbytes": 262_144})
     todo = dict(ends)
     read = 0
     deadline = time.monotonic() + timeout
@@ -161,8 +158,8 @@ def read_topics(bootstrap: str, topics: Sequence[str], on_record: Callable, time
     return read
 
 
-def topic_names(bootstrap: str) -> set[str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _QUIET})
+def topic_names(bootstrap: str | ClientSettings) -> set[str]:
+    admin = kafka.admin(ClientSettings.coerce(bootstrap))
     return set(admin.list_topics(timeout=30).topics)
 
 
@@ -196,7 +193,7 @@ def committed_offsets(checkpoint_dir: Path) -> dict[int, int]:
     return {}
 
 
-def wait_routed(bootstrap: str, topic: str, checkpoint_dir: Path, timeout: float,
+def wait_routed(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path, timeout: float,
                 alive: Callable[[], bool] = lambda: True) -> float:
     """Wait until the router's query has committed every publish in ``topic`` now;
     return the seconds it took. Raises CampaignError on timeout or when ``alive()``
@@ -215,7 +212,7 @@ def wait_routed(bootstrap: str, topic: str, checkpoint_dir: Path, timeout: float
         time.sleep(1.0)
 
 
-def lag(bootstrap: str, topic: str, checkpoint_dir: Path) -> int:
+def lag(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path) -> int:
     """Publishes in ``topic`` not yet committed by the router."""
     done = committed_offsets(checkpoint_dir)
     return sum(max(0, o - done.get(p, 0))

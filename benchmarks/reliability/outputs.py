@@ -30,7 +30,7 @@ class Rejections:
 def read_deliveries(config: Config, ledger: Ledger) -> int:
     """Count every record of every delivery topic into ``ledger``; return how many."""
     prefix = config.kafka.deliveries_topic_prefix
-    topics = sorted(t for t in topic_names(config.kafka.bootstrap) if t.startswith(prefix))
+    topics = sorted(t for t in topic_names(config.kafka.client_settings) if t.startswith(prefix))
     cut = len(prefix)
 
     def on_record(message) -> None:
@@ -41,7 +41,7 @@ def read_deliveries(config: Config, ledger: Ledger) -> int:
         mid = ids[-1] if ids else None
         ledger.delivered(mid.decode() if mid else "", message.topic()[cut:])
 
-    return read_topics(config.kafka.bootstrap, topics, on_record, READ_TIMEOUT_S)
+    return read_topics(config.kafka.client_settings, topics, on_record, READ_TIMEOUT_S)
 
 
 def read_rejected(config: Config, ledger: Ledger | None = None) -> Rejections:
@@ -61,7 +61,7 @@ def read_rejected(config: Config, ledger: Ledger | None = None) -> Rejections:
             if ledger is not None:
                 ledger.rejected(mid, reason)
 
-    read_topics(config.kafka.bootstrap, [config.kafka.rejected_topic], on_record, READ_TIMEOUT_S)
+    read_topics(config.kafka.client_settings, [config.kafka.rejected_topic], on_record, READ_TIMEOUT_S)
     return out
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 
 from benchmarks.reliability.cluster import Kafka
 from benchmarks.reliability.kafka_io import (
@@ -37,6 +37,7 @@ from benchmarks.reliability.outputs import (
 )
 from benchmarks.reliability.router import Router
 from benchmarks.reliability.workload import A_VALUES, B_VALUES, EXCHANGES, Publish, Workload
+from streaming import kafka
 from streaming.config import Config, load
 from streaming.topics import ensure_router_topics
 
@@ -128,7 +129,7 @@ class Stage:
         """Produce (what, key, value) changelog records; wait for every ack; return how many."""
         with self._producer_lock:
             if self._changelog_producer is None:
-                self._changelog_producer = producer(self.config.kafka.bootstrap)
+                self._changelog_producer = producer(self.config.kafka.client_settings)
             p = self._changelog_producer
         count = 0
         for what, key, value in records:
@@ -139,13 +140,8 @@ class Stage:
                     self.changelog_failures += 1
                     if len(self.changelog_errors) < 20:
                         self.changelog_errors.append(f"{what}: {err}")
-            while True:
-                try:
-                    p.produce(self.config.kafka.subscriptions_topic, key=key, value=value,
-                              on_delivery=acked)
-                    break
-                except BufferError:
-                    p.poll(0.1)
+            kafka.produce_when_room(p, self.config.kafka.subscriptions_topic, value, key,
+                                    on_delivery=acked)
             count += 1
         if p.flush(300):
             raise CampaignError("the changelog was not acknowledged within 300s")
@@ -174,7 +170,7 @@ class Stage:
         def ack(index: int, mid: str) -> None:
             ledger.add(mid, w.expected(decode(int(codes[index]))))
 
-        return Publisher(self.config.kafka.bootstrap, self.config.kafka.publishes_topic,
+        return Publisher(self.config.kafka.client_settings, self.config.kafka.publishes_topic,
                          records(), rate, ack, lambda i, e: failures.append(e)).start()
 
     def publish_records(self, records: list[tuple[Record, tuple[str, ...] | None]], ledger: Ledger,
@@ -187,12 +183,12 @@ class Stage:
             if categories is not None and labels is not None:
                 categories[mid] = labels[index]
 
-        return Publisher(self.config.kafka.bootstrap, self.config.kafka.publishes_topic,
+        return Publisher(self.config.kafka.client_settings, self.config.kafka.publishes_topic,
                          (r for r, _ in records), rate, ack, lambda i, e: None,
                          **{"message.max.bytes": 1_000_000}).start()
 
     def wait_routed(self, timeout: float, alive: Callable[[], bool] | None = None) -> float:
-        return wait_routed(self.config.kafka.bootstrap, self.config.kafka.publishes_topic,
+        return wait_routed(self.config.kafka.client_settings, self.config.kafka.publishes_topic,
                            Path(self.settings["streaming.checkpoint_dir"]), timeout,
                            alive or self.router.alive)
 
@@ -219,7 +215,7 @@ class Stage:
 
     def replication(self) -> dict:
         """Replicas and ``min.insync.replicas`` of the router's topics."""
-        admin = AdminClient({"bootstrap.servers": self.config.kafka.bootstrap})
+        admin = kafka.admin(self.config.kafka.client_settings)
         k = self.config.kafka
         topics = [t for t in admin.list_topics(timeout=30).topics.values()
                   if t.topic in (k.publishes_topic, k.subscriptions_topic, k.rejected_topic)

@@ -7,7 +7,7 @@ import io
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer
+from streaming import kafka
 
 from streaming.broker import EmbeddedBroker, free_port
 from streaming.broker_watch import BrokerWatch
@@ -19,9 +19,9 @@ def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path):
     bootstrap = f"127.0.0.1:{port}"
     out = io.StringIO()
     watch = BrokerWatch(bootstrap, out)
-    consumer = Consumer({**watch.client_settings(), "bootstrap.servers": bootstrap,
-                         "group.id": "watch", "reconnect.backoff.ms": 100,
-                         "reconnect.backoff.max.ms": 200})
+    consumer = kafka.consumer(watch.settings, "watch", {"reconnect.backoff.ms": 100,
+                                                        "reconnect.backoff.max.ms": 200},
+                              on_error=watch.on_error)
     try:
         deadline = time.monotonic() + 20
         while not watch.down and time.monotonic() < deadline:

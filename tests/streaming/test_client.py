@@ -272,6 +272,30 @@ def test_tail_starts_from_now_by_default(topics):
     assert [json.loads(line)["message_id"] for line in out.splitlines()] == ["pubs/0/2"]
 
 
+def test_tail_right_after_subscribe_reads_the_delivery_within_seconds(topics):
+    """Issue 19: a tail started right after ``subscribe`` created the topic waited minutes
+    for librdkafka's next metadata refresh before it read a delivery made after it started."""
+    assert main(["subscribe", "--exchange", "amq.topic", "--subscriber", "hana", "--filter", "a.#",
+                 *_flags(topics)]) == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streaming.cli", "tail", "hana", "--from-beginning", "--max", "1",
+         "--json", "--timeout", str(DEADLINE_S), *_flags(topics)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = iter(process.stderr.readline, "")
+        assert any("bitroute: tailing" in line for line in lines)
+        time.sleep(1.0)  # the delivery comes after the tail started, as the router's does
+        _deliver(topics, "hana", [("pubs/0/0", b"a.b", b"routed", [], ["s"], 1)])
+        delivered = time.monotonic()
+        out, err = process.communicate(timeout=DEADLINE_S)
+        read_within = time.monotonic() - delivered
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert [json.loads(line)["payload"] for line in out.splitlines()] == ["routed"]
+    assert read_within < 10.0
+
+
 def test_tail_of_a_subscriber_without_a_topic_is_one_line_error(topics, capsys):
     assert main(["tail", "nobody", "--timeout", "1", *_flags(topics)]) == 1
     assert "no delivery topic" in _one_line_error(capsys.readouterr().err)

@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming.kafka_records import PublishColumns, kept_headers, record_size, subscription_ids_json
+from streaming.kafka.records import PublishColumns, kept_headers, record_size, subscription_ids_json
 
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 

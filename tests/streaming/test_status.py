@@ -203,3 +203,30 @@ def test_status_answers_fast_when_kafka_does_not(capsys, settings, cfg, router_l
     assert report["kafka_error"].startswith(f"Kafka at {down['kafka.bootstrap']} did not answer")
     assert report["input_lag"]["records"] is None and report["changelog_lag"]["records"] is None
     assert (report["snapshot_version"], report["subscriptions"]) == (1, 1)
+
+
+def test_status_after_the_driver_exited_says_stopping_not_running(capsys, settings, cfg):
+    """The watchdog keeps the lock while an exited driver's JVM ends: that is not running.
+
+    A child stands for the driver: it takes the lock, records a JVM pid, hands
+    the lock to a grandchild (the watchdog, which also stands for the JVM) and
+    exits, as ``bitroute run`` does on SIGINT.
+    """
+    driver = subprocess.run(
+        [sys.executable, "-c", "import os, subprocess, sys; from streaming.lock import RouterLock; "
+         f"lock = RouterLock({str(cfg.streaming.checkpoint_dir)!r}); lock.acquire(); "
+         "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+         "lock.note(jvm_pid=jvm.pid); print(jvm.pid, flush=True)"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    jvm = int(driver.stdout.strip())
+    try:
+        status, out, _ = _status(capsys, settings)
+        pid = json.loads((Path(cfg.streaming.checkpoint_dir) / "router.lock").read_text())["pid"]
+        assert out.splitlines()[0].split(None, 1) == [
+            "router:", f"stopping: the driver (pid {pid}) exited, its JVM {jvm} is ending"]
+        assert status == 3
+        report = json.loads(_status(capsys, settings, "--json")[1])
+        assert (report["running"], report["stopping"], report["router"]["jvm_pid"]) == (
+            False, True, jvm)
+    finally:
+        os.kill(jvm, 9)

@@ -1,0 +1,287 @@
+"""The one place librdkafka clients are made, and how their failures are told.
+
+:func:`producer`, :func:`consumer` and :func:`admin` build clients from
+:class:`~streaming.kafka.settings.ClientSettings` plus the caller's own
+properties (which may not override the connection's). Every client logs to
+:data:`KAFKA_LOG` (silent unless configured: bitroute reports failures itself)
+and may be given a :class:`ClientErrors`, its ``error_cb``.
+
+Authentication and authorization failures become one line each
+(:class:`KafkaAccessError`): the principal, the resource, what to grant or
+check. librdkafka reports a failed authentication only through ``error_cb``
+and keeps retrying, so a blocking call would wait its whole timeout:
+the clients' ``topics``, ``flush_within`` and ``result`` wait in short steps
+and raise the recorded failure at once (within about :data:`CHECK_EVERY_S`).
+
+:func:`produce_when_room` is the "local queue full, wait for room" loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from streaming.errors import KafkaAccessError
+from streaming.kafka.settings import ClientSettings
+
+KAFKA_LOG = logging.getLogger("bitroute.kafka")
+"""librdkafka's log lines: silent unless the caller configures this logger."""
+KAFKA_LOG.addHandler(logging.NullHandler())
+KAFKA_LOG.propagate = False
+
+CHECK_EVERY_S = 0.25
+"""How often a bounded wait looks for a recorded authentication failure."""
+MAX_STEP_S = 2.0
+QUEUE_FULL_WAIT_S = 0.05
+
+AUTHENTICATION_ERRORS = frozenset({
+    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL,
+    KafkaError.UNSUPPORTED_SASL_MECHANISM, KafkaError.ILLEGAL_SASL_STATE,
+})
+AUTHORIZATION_ERRORS = frozenset({
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+})
+_SUPPRESSED = re.compile(r"\s*\(after \d+ms in state [A-Z_]+(?:, \d+ identical error\(s\) suppressed)?\)")
+
+
+def is_access_error(error: KafkaError) -> bool:
+    """Whether ``error`` is about credentials or permissions (never fixed by waiting alone)."""
+    return error.code() in AUTHENTICATION_ERRORS or error.code() in AUTHORIZATION_ERRORS or (
+        error.code() == KafkaError._TRANSPORT and "security.protocol" in error.str())
+
+
+def authentication_failure(settings: ClientSettings, error: KafkaError) -> KafkaAccessError:
+    reason = _SUPPRESSED.sub("", error.str())
+    return KafkaAccessError(
+        f"Kafka at {settings.bootstrap} did not accept {settings.principal()} "
+        f"({settings.describe()}): {reason}; check [kafka.client] (security.protocol, "
+        "sasl.mechanism, sasl.username, sasl.password, the TLS files) and that the cluster "
+        "holds this principal's credential")
+
+
+def denied(settings: ClientSettings, operation: str, kind: str, name: str,
+           error: KafkaError | None = None) -> KafkaAccessError:
+    """The one line for ``operation`` (an ACL operation: Read, Write, Describe, Create)
+    refused on ``kind`` (topic, group, cluster) ``name``."""
+    principal = settings.principal()
+    resource = "--cluster" if kind == "cluster" else f"--{kind} {name}"
+    code = f" ({error.name()})" if error is not None else ""
+    return KafkaAccessError(
+        f"Kafka at {settings.bootstrap} does not allow {principal} to {operation} {kind} "
+        f"{name}{code}: grant it with kafka-acls.sh --add --allow-principal {principal} "
+        f"--operation {operation} {resource}")
+
+
+def access_failure(settings: ClientSettings, error: KafkaError, operation: str, kind: str,
+                   name: str) -> KafkaAccessError | None:
+    """The one-line failure when ``error`` is about access, else None."""
+    if error.code() in AUTHORIZATION_ERRORS:
+        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return denied(settings, "Read", "group", name if kind == "group" else "<group>", error)
+        if error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            return denied(settings, operation, "cluster", "kafka-cluster", error)
+        return denied(settings, operation, kind, name, error)
+    if is_access_error(error):
+        return authentication_failure(settings, error)
+    return None
+
+
+OnError = Callable[[KafkaError], None]
+"""A client's handler of the errors that are not about access (e.g. the router's outage watch)."""
+
+
+class ClientErrors:
+    """A client's ``error_cb``: records the first access failure, passes the rest on.
+
+    ``then`` (e.g. :meth:`streaming.broker_watch.BrokerWatch.on_error`) gets
+    every error that is not about access. Thread-safe.
+    """
+
+    def __init__(self, settings: ClientSettings,
+                 then: Callable[[KafkaError], None] | None = None) -> None:
+        self.settings = settings
+        self._then = then
+        self._lock = threading.Lock()
+        self.failure: KafkaAccessError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return  # bitroute's consumers never use their group (BitrouteConsumer)
+        if is_access_error(error):
+            with self._lock:
+                if self.failure is None:
+                    self.failure = authentication_failure(self.settings, error)
+            return
+        if self._then is not None:
+            self._then(error)
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        """librdkafka's ``logger``: forwards to :data:`KAFKA_LOG`, and takes a plaintext
+        connection closed by the broker during its first request for what it is."""
+        KAFKA_LOG.log(level, fmt, *args)
+        text = str(args[-1]) if args else fmt
+        if (self.settings.protocol == "PLAINTEXT" and "Disconnected" in text
+                and "in state APIVERSION_QUERY" in text):
+            with self._lock:
+                if self.failure is None:
+                    self.failure = KafkaAccessError(
+                        f"Kafka at {self.settings.bootstrap} closed a plaintext connection at its "
+                        "first request: the listener expects TLS or SASL; set [kafka.client] "
+                        "security.protocol (and its credentials) as the cluster requires")
+
+    def check(self) -> None:
+        """Raise the access failure recorded since the last check, if any (once: a client
+        that keeps failing records it again, one that recovered does not)."""
+        with self._lock:
+            failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+
+def _config(settings: ClientSettings, props: Mapping[str, object] | None,
+            errors: ClientErrors) -> dict[str, object]:
+    own = dict(props or {})
+    clash = sorted(set(own) & (set(settings.props) | {"bootstrap.servers", "error_cb"}))
+    if clash:
+        raise ValueError(f"client properties may not override the connection's: {clash}")
+    return {**settings.librdkafka(), "logger": errors, **own, "error_cb": errors}
+
+
+class _Bounded:
+    """Waits of a client that end early on a recorded access failure (mixed into each kind)."""
+
+    errors: ClientErrors
+
+    def topics(self, timeout: float, topic: str | None = None):
+        """``list_topics(topic)`` within ``timeout`` seconds, in steps that raise a recorded
+        access failure at once; raises ``KafkaException`` on timeout."""
+        deadline = time.monotonic() + timeout
+        step = CHECK_EVERY_S
+        while True:
+            self._serve()
+            self.errors.check()
+            try:
+                # Growing steps: an answer slower than a step is never waited out.
+                return self.list_topics(topic, timeout=min(step, max(deadline - time.monotonic(),
+                                                                     0.001)))
+            except KafkaException:
+                step = min(step * 2, MAX_STEP_S)
+                if time.monotonic() >= deadline:
+                    self._serve()
+                    self.errors.check()
+                    raise
+
+    def _serve(self) -> None:
+        """Serve the client's queued events: librdkafka calls ``error_cb`` only from a poll."""
+        self.poll(0)
+
+
+class BitrouteProducer(Producer, _Bounded):
+    def __init__(self, config: dict, errors: ClientErrors) -> None:
+        super().__init__(config)
+        self.errors = errors
+
+    def flush_within(self, timeout: float) -> int:
+        """``flush()`` within ``timeout``; the records left. Raises a recorded access failure."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.errors.check()
+            left = self.flush(min(CHECK_EVERY_S, max(deadline - time.monotonic(), 0)))
+            if not left or time.monotonic() >= deadline:
+                return left
+
+
+class BitrouteConsumer(Consumer, _Bounded):
+    """A consumer that reads by assignment only: it never joins its group nor commits, so
+    the coordinator lookup's GROUP_AUTHORIZATION_FAILED (a principal without any group
+    ACL) is not an error here and is dropped from ``poll`` and ``consume``."""
+
+    def __init__(self, config: dict, errors: ClientErrors) -> None:
+        super().__init__(config)
+        self.errors = errors
+
+    def poll(self, timeout: float = -1):
+        message = super().poll(timeout)
+        if message is not None and _group_refusal(message):
+            return None
+        return message
+
+    def consume(self, num_messages: int = 1, timeout: float = -1):
+        messages = super().consume(num_messages, timeout)
+        return [m for m in messages if not _group_refusal(m)]
+
+    def _serve(self) -> None:
+        # Only while nothing is assigned: a poll then returns error events, never records.
+        if self.assignment():
+            return
+        message = self.poll(0)
+        if message is not None and message.error() is not None:
+            self.errors(message.error())
+
+
+def _group_refusal(message) -> bool:
+    error = message.error()
+    return error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+class BitrouteAdmin(AdminClient, _Bounded):
+    def __init__(self, config: dict, errors: ClientErrors) -> None:
+        super().__init__(config)
+        self.errors = errors
+
+    def result(self, future: Future, timeout: float):
+        """``future.result()`` within ``timeout``, raising a recorded access failure at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._serve()
+            self.errors.check()
+            try:
+                return future.result(timeout=min(CHECK_EVERY_S,
+                                                 max(deadline - time.monotonic(), 0)))
+            except FutureTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+
+
+def producer(settings: ClientSettings, props: Mapping[str, object] | None = None,
+             on_error: Callable[[KafkaError], None] | None = None) -> BitrouteProducer:
+    """A producer; ``on_error`` gets the client's errors that are not about access."""
+    errors = ClientErrors(settings, on_error)
+    return BitrouteProducer(_config(settings, props, errors), errors)
+
+
+def consumer(settings: ClientSettings, group: str, props: Mapping[str, object] | None = None,
+             on_error: Callable[[KafkaError], None] | None = None) -> BitrouteConsumer:
+    """A consumer with group id ``group`` (librdkafka requires one; bitroute's consumers
+    read by assignment and never join nor commit, so it needs no group ACL)."""
+    errors = ClientErrors(settings, on_error)
+    return BitrouteConsumer(_config(settings, {"group.id": group, "enable.auto.commit": False,
+                                               **(props or {})}, errors), errors)
+
+
+def admin(settings: ClientSettings, props: Mapping[str, object] | None = None,
+          on_error: Callable[[KafkaError], None] | None = None) -> BitrouteAdmin:
+    errors = ClientErrors(settings, on_error)
+    return BitrouteAdmin(_config(settings, props, errors), errors)
+
+
+def produce_when_room(client: Producer, topic: str, value: bytes | None, key: bytes | None,
+                      headers=None, on_delivery=None) -> None:
+    """``client.produce(...)``, serving delivery reports while librdkafka's local queue is
+    full (``BufferError``) until the record fits. ``KafkaException`` is the caller's."""
+    kwargs = {} if on_delivery is None else {"on_delivery": on_delivery}
+    while True:
+        try:
+            client.produce(topic, value, key, headers=headers, **kwargs)
+            return
+        except BufferError:
+            client.poll(QUEUE_FULL_WAIT_S)

@@ -1,0 +1,238 @@
+"""bitroute on a secured Kafka: SASL_SSL (PLAIN, SCRAM-SHA-256/512), mTLS, ACLs.
+
+One broker for the module (tests/secured_broker.py), started once and stopped
+always. Each principal's ``[kafka.client]`` is a config file whose password
+is ``env:...``; the CLI verbs run as real processes, so their exit status and
+every line they print are checked, and no output may contain a password.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker
+from streaming import kafka
+from streaming.config import load
+
+REPO = Path(__file__).resolve().parents[2]
+FAIL_WITHIN_S = 15.0
+"""A refused client reports it within this (librdkafka's first attempt plus a process start)."""
+PASSWORDS = [pw for _, pw in SCRAM_USERS.values()] + list(PLAIN_USERS.values())
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    secured = SecuredBroker(tmp_path_factory.mktemp("secured-kafka"))
+    try:
+        secured.start()
+        yield secured
+    finally:
+        secured.stop()
+
+
+@pytest.fixture
+def names() -> dict[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return {"kafka.publishes_topic": f"pubs-{tag}", "kafka.subscriptions_topic": f"subs-{tag}",
+            "kafka.rejected_topic": f"rej-{tag}", "kafka.deliveries_topic_prefix": f"dlv-{tag}."}
+
+
+def _config_file(folder: Path, bootstrap: str, names: dict[str, str],
+                 client: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A config file with ``client`` as [kafka.client], its password read from the environment."""
+    env = {}
+    lines = ["[kafka]", f'bootstrap = "{bootstrap}"']
+    lines += [f'{key.split(".", 1)[1]} = "{value}"' for key, value in names.items()]
+    lines.append("[kafka.client]")
+    for key, value in client.items():
+        if key.endswith("password"):
+            env["BITROUTE_TEST_KAFKA_PASSWORD"] = value
+            value = "env:BITROUTE_TEST_KAFKA_PASSWORD"
+        lines.append(f'"{key}" = "{value}"')
+    path = folder / f"bitroute-{uuid.uuid4().hex[:6]}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path, env
+
+
+def _cli(config: Path, env: dict[str, str], *args: str, timeout: float = 120
+         ) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "streaming.cli", *args, "--config", str(config)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env, "PYTHONPATH": str(REPO)})
+    _no_secret(done.stdout + done.stderr)
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - started
+
+
+def _no_secret(text: str) -> None:
+    for password in PASSWORDS:
+        assert password not in text, f"a password was printed: {text[:2000]}"
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def _as(broker: SecuredBroker, tmp_path: Path, names: dict[str, str], user: str):
+    return _config_file(tmp_path, broker.sasl_bootstrap, names, broker.sasl_properties(user))
+
+
+def _deliver(broker: SecuredBroker, topic: str, payload: bytes) -> None:
+    producer = kafka.producer(broker.settings("admin"))
+    producer.produce(topic, payload, b"a.b")
+    assert producer.flush_within(30) == 0
+
+
+def _subscribe_as_admin(broker, tmp_path, names, subscriber: str) -> None:
+    config, env = _as(broker, tmp_path, names, "admin")
+    status, out, err, _ = _cli(config, env, "subscribe", "--exchange", "amq.topic",
+                               "--subscriber", subscriber, "--filter", "a.#")
+    assert status == 0, err
+
+
+def test_a_subscriber_reads_its_own_topic_and_is_refused_another(broker, tmp_path, names):
+    prefix = names["kafka.deliveries_topic_prefix"]
+    for subscriber in ("alice", "bob"):
+        _subscribe_as_admin(broker, tmp_path, names, subscriber)
+        _deliver(broker, prefix + subscriber, f"for {subscriber}".encode())
+    broker.grant("User:alice", "topic", prefix + "alice", ["Read"])
+
+    config, env = _as(broker, tmp_path, names, "alice")
+    status, out, err, _ = _cli(config, env, "tail", "alice", "--from-beginning", "--max", "1",
+                               "--timeout", "60")
+    assert status == 0, err
+    assert out.strip().endswith('"for alice"') or out.strip().endswith("for alice"), out
+
+    status, out, err, took = _cli(config, env, "tail", "bob", "--from-beginning", "--max", "1",
+                                  "--timeout", "60")
+    line = _one_line(err)
+    assert status == 1 and out == ""
+    assert took < FAIL_WITHIN_S
+    assert line.startswith("bitroute: error: ")
+    assert "User:alice" in line and f"{prefix}bob" in line and "--operation Read" in line, line
+
+
+def test_scram_256_plain_and_mtls_principals_connect(broker, tmp_path, names):
+    prefix = names["kafka.deliveries_topic_prefix"]
+    _subscribe_as_admin(broker, tmp_path, names, "carol")
+    _deliver(broker, prefix + "carol", b"for carol")
+    broker.grant("User:CN=carol", "topic", prefix + "carol", ["Read"])
+    config, env = _config_file(tmp_path, broker.mtls_bootstrap, names, broker.mtls_properties())
+    status, out, err, _ = _cli(config, env, "tail", "carol", "--from-beginning", "--max", "1",
+                               "--timeout", "60")
+    assert status == 0, err
+    assert "for carol" in out
+
+    # PLAIN: a publisher allowed to write the publishes topic only.
+    publishes = names["kafka.publishes_topic"]
+    # The admin's first publish creates the topic.
+    assert _cli(*_as(broker, tmp_path, names, "admin"), "publish", "--routing-key", "a.b",
+                "first")[0] == 0
+    broker.grant("User:pat", "topic", publishes, ["Write"])
+    status, out, err, _ = _cli(*_as(broker, tmp_path, names, "pat"), "publish", "--routing-key",
+                               "a.b", "hello")
+    assert status == 0, err
+    assert out.strip().startswith(f"{publishes}/")
+
+
+def test_a_client_without_credentials_fails_in_seconds_with_one_line(broker, tmp_path, names):
+    _subscribe_as_admin(broker, tmp_path, names, "dave")
+    # Plaintext against the SASL_SSL listener.
+    config, env = _config_file(tmp_path, broker.sasl_bootstrap, names, {})
+    status, out, err, took = _cli(config, env, "tail", "dave", "--from-beginning", "--timeout", "60")
+    assert status == 1 and out == "" and took < FAIL_WITHIN_S, (status, err, took)
+    assert "security.protocol" in _one_line(err)
+
+    # The right protocol, a wrong password.
+    wrong = {**broker.sasl_properties("alice"), "sasl.password": "not-the-password"}
+    config, env = _config_file(tmp_path, broker.sasl_bootstrap, names, wrong)
+    status, out, err, took = _cli(config, env, "publish", "--routing-key", "a.b", "x")
+    line = _one_line(err)
+    assert status == 1 and took < FAIL_WITHIN_S, (status, err, took)
+    assert "User:alice" in line and "authentication" in line.lower(), line
+    assert "not-the-password" not in err
+
+
+def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, names, spark,
+                                                           capfd):
+    """The router principal holds exactly the ACLs docs/running.md lists."""
+    from streaming.router import Router
+
+    prefix = names["kafka.deliveries_topic_prefix"]
+    router = "User:router"
+    for topic in (names["kafka.publishes_topic"], names["kafka.subscriptions_topic"]):
+        broker.grant(router, "topic", topic, ["Read", "Describe", "Create"])
+    broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
+    broker.grant(router, "topic", prefix, ["Write", "Describe", "Create"], prefixed=True)
+    _subscribe_as_admin(broker, tmp_path, names, "erin")
+    broker.grant("User:alice", "topic", prefix + "erin", ["Read"])
+
+    path, env = _as(broker, tmp_path, names, "router")
+    config = load(path, overrides={"streaming.checkpoint_dir": str(tmp_path / "checkpoints"),
+                                   "delta.warehouse": str(tmp_path / "delta")}, environ=env)
+    running = Router(config, spark)
+    running.start()
+    try:
+        admin_config, admin_env = _as(broker, tmp_path, names, "admin")
+        status, out, err, _ = _cli(admin_config, admin_env, "publish", "--routing-key", "a.b",
+                                   "routed securely")
+        assert status == 0, err
+        running.process_all_available()
+    finally:
+        running.stop()
+    erin_config = dataclasses.replace(config, kafka=dataclasses.replace(
+        config.kafka, client=broker.sasl_properties("alice")))
+    from streaming import client
+
+    got = list(client.tail(erin_config, "erin", from_beginning=True, max_records=1, timeout_s=60))
+    assert [d.payload for d in got] == [b"routed securely"]
+
+    out, err = capfd.readouterr()
+    _no_secret(out + err)
+    for path in (tmp_path / "checkpoints").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(p.encode() in data for p in PASSWORDS), path
+    # Spark's plan descriptions of the Kafka source show its secret options redacted.
+    options = config.kafka.client_settings.spark_options()
+    assert "kafka.sasl.jaas.config" in options
+    source = (spark.readStream.format("kafka").options(**options)
+              .option("subscribe", names["kafka.publishes_topic"]).load())
+    described = source._jdf.queryExecution().toString()
+    _no_secret(described)
+    pattern = spark.sparkContext._jvm.java.util.regex.Pattern.compile(
+        spark.conf.get("spark.redaction.regex"))
+    for key in ("kafka.sasl.jaas.config", "kafka.ssl.key.password", "kafka.ssl.keystore.key"):
+        assert pattern.matcher(key).find(), key
+
+
+def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(broker, tmp_path,
+                                                                           names):
+    """The workers' producer: a delivery topic the router may not write fails the batch
+    (retried by the router) with the grant line, never rejects the publishes."""
+    from streaming.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+
+    prefix = names["kafka.deliveries_topic_prefix"]
+    _subscribe_as_admin(broker, tmp_path, names, "fred")
+    producer = DeliveryProducer(ProducerSettings(broker.settings("alice"), 1_048_576,
+                                                 message_timeout_ms=10_000))
+    started = time.monotonic()
+    producer.produce_many([prefix + "fred"], [b"a.b"], [b"x"], [[]], [0])
+    with pytest.raises(DeliveryUnavailable) as raised:
+        producer.flush()
+    assert time.monotonic() - started < FAIL_WITHIN_S
+    message = str(raised.value)
+    assert f"does not allow User:alice to Write topic {prefix}fred" in message, message
+    assert "--operation Write" in message
+    _no_secret(message)
