@@ -1,7 +1,8 @@
 """The Spark schemas of the record contracts (names in :mod:`schemas.records`).
 
 The Delta audit tables' columns (``DELIVERIES_TABLE``, ``MESSAGES_TABLE``,
-``SUBSCRIPTIONS_TABLE``, each partitioned by day: :data:`PARTITION_COLUMNS`) and the rows the routing tasks return
+``SUBSCRIPTIONS_TABLE``, each partitioned by day on its last column:
+:data:`schemas.records.PARTITION_COLUMNS`) and the rows the routing tasks return
 (``ROUTED_PUBLISH``). Arrow schemas derive from them (:func:`arrow_schema`).
 """
 
@@ -22,7 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
+from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, PARTITION_SOURCES, SUBSCRIPTIONS
 
 #: Output of the routing tasks (``mapInArrow``, :mod:`streaming.routing`): one
 #: row per publish with what became of it. ``deliveries`` lists the deliveries
@@ -98,18 +99,6 @@ AUDIT_TABLES = {
     MESSAGES: MESSAGES_TABLE,
     SUBSCRIPTIONS: SUBSCRIPTIONS_TABLE,
 }
-
-#: Each audit table's partition column: the UTC date of its time column
-#: (``routed_at``, ``applied_at``), the last column of its schema. Tables are
-#: partitioned by day so that a time-bounded query reads only its days' files.
-PARTITION_COLUMNS = {
-    DELIVERIES: "routed_date",
-    MESSAGES: "routed_date",
-    SUBSCRIPTIONS: "applied_date",
-}
-
-#: The time column each partition column is the UTC date of.
-PARTITION_SOURCES = {"routed_date": "routed_at", "applied_date": "applied_at"}
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
