@@ -105,7 +105,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None]) -> Migr
     try:
         write_deltalake(table, pa.RecordBatchReader.from_batches(target, batches()),
                         mode="overwrite", schema_mode="overwrite", partition_by=[day],
-                        writer_properties=writer_properties(name),
+                        writer_properties=writer_properties(name),  # full row groups
                         post_commithook_properties=NO_POST_COMMIT_HOOKS)
         version = DeltaTable(path).version()
     except (DeltaError, OSError) as exc:
