@@ -168,23 +168,24 @@ class Router:
             return
         self.lock.acquire()
         try:
+            journal = AuditJournal(self.store.root / JOURNAL_DIR)
             if self.store.has_pins() and not (self.query_checkpoint / "offsets").is_dir():
                 # Pins of batches of a checkpoint that is gone: the new query's
-                # batch ids start again at 0 and must not meet them.
+                # batch ids start again at 0 and must not meet them, nor the
+                # journal's (committed first, under the old router id).
+                previous = self._committer_for(journal)
+                previous.recover()
+                previous.tables.close()
                 self.store.forget_batches()
             ensure_router_topics(self.config)
-            self._audit = AuditTables(self.config, self.store.router_id())
-            self._audit.ensure()
+            self._committer = self._committer_for(journal)
+            self._audit = self._committer.tables
             for name in self._audit.unpartitioned():
                 print(f"bitroute: the audit table {name} ({self._audit.path(name)}) has an "
                       "earlier version's layout (not partitioned by day): it is appended to as "
                       "it is; `bitroute audit migrate` (router stopped) partitions it",
                       file=sys.stderr, flush=True)
-            self._committer = AuditCommitter(
-                self._audit, AuditJournal(self.store.root / JOURNAL_DIR),
-                self.config.audit.commit_interval_s, self.config.audit.max_pending_batches,
-                stopping=self._stopping, on_commit=self._refresh_status)
-            self._committer.recover()
+            self._committer.recover()  # a crash's leftovers, before routing starts
             self._committer.start()
             self.subscription_sync = SubscriptionSync.open(self.config, self.store, self._audit,
                                                            self.broker_watch.client_settings())
@@ -192,6 +193,14 @@ class Router:
         except BaseException:
             self.lock.release()
             raise
+
+    def _committer_for(self, journal: AuditJournal) -> AuditCommitter:
+        """The audit tables (created if missing) under the current router id, and their committer."""
+        tables = AuditTables(self.config, self.store.router_id())
+        tables.ensure()
+        return AuditCommitter(tables, journal, self.config.audit.commit_interval_s,
+                              self.config.audit.max_pending_batches, stopping=self._stopping,
+                              on_commit=self._refresh_status)
 
     def start(self) -> StreamingQuery:
         """Open, then start the streaming query (it resumes from its checkpoint)."""
