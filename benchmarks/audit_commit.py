@@ -76,17 +76,19 @@ def config(root: Path):
 
 
 def run_before(root: Path, batches: int, repeat: int, hours: float) -> dict:
-    """In the child process on the merge base's files: append_batch per batch."""
+    """In the child process on the merge base's files: append_batch per batch, timed
+    after 10 earlier batches (a fresh table) and after ``batches`` (a table filled to
+    that; one left by an interrupted run is continued, not refilled)."""
     from streaming import delta_sink
 
     print(f"before: streaming.delta_sink from {delta_sink.__file__}", file=sys.stderr)
-    tables = delta_sink.AuditTables(config(root), "bench")
-    tables.ensure()
-    samples: dict[int, list[float]] = {}
-    marks = {10, batches}
-    batch_id = 0
-    for target in sorted(marks):
-        while batch_id < target:
+    samples: dict[str, list[float]] = {}
+    for mark, folder in ((10, root / "at-10"), (batches, root)):
+        tables = delta_sink.AuditTables(config(folder), "bench")
+        tables.ensure()
+        done = tables._table("messages").transaction_version("bitroute-bench-publishes")
+        batch_id = 0 if done is None else done + 1
+        while batch_id < mark:
             tables.append_batch(routed(batch_id), 1, batch_id, routed_at(batch_id, batches, hours))
             batch_id += 1
         taken = []
@@ -95,10 +97,10 @@ def run_before(root: Path, batches: int, repeat: int, hours: float) -> dict:
             tables.append_batch(routed(batch_id), 1, batch_id, routed_at(batch_id, batches, hours))
             taken.append(time.perf_counter() - start)
             batch_id += 1
-        samples[target] = taken
-        print(f"before: {target:,} batches: append_batch {_ms(taken)}", file=sys.stderr)
-    tables.close()
-    return {str(k): v for k, v in samples.items()}
+        samples[str(mark)] = taken
+        print(f"before: {mark:,} batches: append_batch {_ms(taken)}", file=sys.stderr)
+        tables.close()
+    return samples
 
 
 def run_after(root: Path, batches: int, group: int, repeat: int, hours: float) -> dict:
@@ -181,8 +183,9 @@ def bloom(rows: int, repeat: int, workdir: Path) -> None:
     wanted = ids[rows // 2]
     for name, props in (("plain", WriterProperties(max_row_group_size=100_000)),
                         ("bloom", WriterProperties(max_row_group_size=100_000, column_properties={
-                            "message_id": ColumnProperties(bloom_filter_properties=BloomFilterProperties(
-                                True, fpp=0.01, ndv=100_000))}))):
+                            "message_id": ColumnProperties(
+                                bloom_filter_properties=BloomFilterProperties(
+                                    True, fpp=0.01, ndv=100_000))}))):
         path = workdir / f"bloom-{name}" / "deliveries"
         write_deltalake(path, data, writer_properties=props)
         delta = DeltaTable(path)
@@ -227,8 +230,11 @@ def main() -> int:
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
     here = Path(__file__).resolve()
+    argv = [str(here), "--before-child", str(workdir / "before"), "--batches",
+            str(args.batches), "--repeat", str(args.repeat), "--hours", str(args.hours)]
+    # The merge base's streaming/ and schemas/ first on the path, this file run as main.
     child = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.argv={[str(here), '--before-child', str(workdir / 'before'), '--batches', str(args.batches), '--repeat', str(args.repeat), '--hours', str(args.hours)]!r}; "
+        [sys.executable, "-c", f"import sys; sys.argv = {argv!r}; "
          f"sys.path.insert(0, {str(old)!r}); sys.path.insert(1, {str(REPO)!r}); "
          "import runpy; runpy.run_path(sys.argv[0], run_name='__main__')"],
         capture_output=True, text=True, timeout=3600, check=False)

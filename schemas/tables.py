@@ -23,7 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, PARTITION_SOURCES, SUBSCRIPTIONS
+from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
 
 #: Output of the routing tasks (``mapInArrow``, :mod:`streaming.routing`): one
 #: row per publish with what became of it. ``deliveries`` lists the deliveries

@@ -23,7 +23,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 
-from schemas.tables import PARTITION_COLUMNS, PARTITION_SOURCES, utc_date
+from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
+from schemas.tables import utc_date
 from streaming.config import Config
 from streaming.delta_sink import (
     ARROW_SCHEMAS,

@@ -64,8 +64,8 @@ from deltalake import (
 )
 from deltalake.exceptions import TableNotFoundError
 
-from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
-from schemas.tables import AUDIT_TABLES, PARTITION_COLUMNS, arrow_schema, utc_date
+from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
+from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
 from streaming.config import Config, KafkaConfig
 from streaming.kafka_records import delivery_topic_column
 
@@ -171,7 +171,7 @@ class AuditTables:
         return delta.transaction_version(self._publishes_app)
 
     def append_publishes(self, batches: Sequence[PublishBatch]) -> None:
-        """The ``messages`` and ``deliveries`` rows of ``batches`` (increasing batch ids), once each.
+        """The ``messages`` and ``deliveries`` rows of ``batches`` (increasing ids), once each.
 
         The two tables are appended concurrently, each in as few transactions
         as :data:`MAX_COMMIT_ROWS` allows, each transaction's ``txn`` version

@@ -195,7 +195,7 @@ class Router:
             raise
 
     def _committer_for(self, journal: AuditJournal) -> AuditCommitter:
-        """The audit tables (created if missing) under the current router id, and their committer."""
+        """The audit tables (created if missing) under the current router id, with a committer."""
         tables = AuditTables(self.config, self.store.router_id())
         tables.ensure()
         return AuditCommitter(tables, journal, self.config.audit.commit_interval_s,

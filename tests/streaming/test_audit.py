@@ -20,7 +20,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from schemas.tables import AUDIT_TABLES, MESSAGES_TABLE, PARTITION_COLUMNS, PARTITION_SOURCES, arrow_schema
+from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
+from schemas.tables import AUDIT_TABLES, MESSAGES_TABLE, arrow_schema
 from streaming import audit
 from streaming.broker import free_port
 from streaming.cli import main
