@@ -195,7 +195,8 @@ def _audit_migrate(args: argparse.Namespace) -> int:
              ("subscriber", "message_id", "since", "until", "as_of_version", "state")
              if getattr(args, name) not in (None, False)]
     if given:
-        raise UsageError(f"{', '.join(given)} do not apply to audit migrate")
+        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply "
+                         "to audit migrate")
     cfg = _config(args)
 
     def progress(line: str) -> None:

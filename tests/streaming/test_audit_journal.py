@@ -4,6 +4,7 @@ on real Delta tables (delta-rs) in temporary folders; no Spark, no Kafka."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -279,10 +280,18 @@ def test_migrate_partitions_in_one_commit_keeping_rows_history_and_txn_versions(
 def test_migrate_refuses_while_a_router_holds_the_state_folder(tmp_path, capsys):
     _write_earlier_layout(tmp_path)
     config = _config(tmp_path)
+    settings = ["--set", f"delta.warehouse={tmp_path / 'delta'}",
+                "--set", f"streaming.checkpoint_dir={tmp_path / 'checkpoints'}"]
     with RouterLock(config.streaming.checkpoint_dir):
         with pytest.raises(RouterLockedError):
-            audit_migration.migrate(config)
+            audit_migration.migrate(config, lambda _: None)
+        assert main(["audit", "migrate", *settings]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"(pid {os.getpid()} on" in err[0], err
+    assert "cannot migrate the audit tables while a router runs" in err[0]
     assert DeltaTable(config.delta.table_path(MESSAGES)).metadata().partition_columns == []
+    assert main(["audit", "migrate", "--since", "2026-01-01", *settings]) == 2
+    assert "--since does not apply to audit migrate" in capsys.readouterr().err
 
 
 def test_since_on_a_partitioned_table_reads_only_the_files_of_its_days(tmp_path):
