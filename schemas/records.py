@@ -77,4 +77,17 @@ def message_id(topic: str, partition: int, offset: int) -> str:
 DELIVERIES = "deliveries"
 MESSAGES = "messages"
 SUBSCRIPTIONS = "subscriptions"
+
+#: Each audit table's partition column: the UTC date of its time column
+#: (``routed_at``, ``applied_at``), the last column of its schema
+#: (schemas.tables). Tables are partitioned by day so that a time-bounded
+#: query reads only its days' files.
+PARTITION_COLUMNS = {
+    DELIVERIES: "routed_date",
+    MESSAGES: "routed_date",
+    SUBSCRIPTIONS: "applied_date",
+}
+
+#: The time column each partition column is the UTC date of.
+PARTITION_SOURCES = {"routed_date": "routed_at", "applied_date": "applied_at"}
 AUDIT_TABLE_NAMES = (DELIVERIES, MESSAGES, SUBSCRIPTIONS)

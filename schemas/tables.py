@@ -1,16 +1,19 @@
 """The Spark schemas of the record contracts (names in :mod:`schemas.records`).
 
 The Delta audit tables' columns (``DELIVERIES_TABLE``, ``MESSAGES_TABLE``,
-``SUBSCRIPTIONS_TABLE``) and the rows the routing tasks return
+``SUBSCRIPTIONS_TABLE``, each partitioned by day on its last column:
+:data:`schemas.records.PARTITION_COLUMNS`) and the rows the routing tasks return
 (``ROUTED_PUBLISH``). Arrow schemas derive from them (:func:`arrow_schema`).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
+    DateType,
     IntegerType,
     LongType,
     MapType,
@@ -53,6 +56,7 @@ DELIVERIES_TABLE = StructType([
     StructField("batch_id", LongType(), False),
     StructField("published_at", TimestampType(), True),
     StructField("routed_at", TimestampType(), False),
+    StructField("routed_date", DateType(), False),
 ])
 
 #: Delta table ``messages``: one row per publish with its outcome.
@@ -69,6 +73,7 @@ MESSAGES_TABLE = StructType([
     StructField("batch_id", LongType(), False),
     StructField("published_at", TimestampType(), True),
     StructField("routed_at", TimestampType(), False),
+    StructField("routed_date", DateType(), False),
 ])
 
 #: Delta table ``subscriptions``: every change read from the changelog.
@@ -86,6 +91,7 @@ SUBSCRIPTIONS_TABLE = StructType([
     StructField("changelog_offset", LongType(), False),
     StructField("changed_at", TimestampType(), True),
     StructField("applied_at", TimestampType(), False),
+    StructField("applied_date", DateType(), False),
 ])
 
 AUDIT_TABLES = {
@@ -103,3 +109,8 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     pyspark 4.0 gave UTC by default; 4.2's ``to_arrow_schema`` needs the zone named.
     """
     return to_arrow_schema(schema, timezone="UTC")
+
+
+def utc_date(timestamps: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The UTC calendar date (Arrow ``date32``) of each of ``timestamps`` (a timestamp in UTC)."""
+    return pc.cast(pc.cast(timestamps, pa.timestamp("us", tz="UTC")), pa.date32())

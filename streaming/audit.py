@@ -21,6 +21,12 @@ Rows come back ordered by :data:`ORDER_COLUMNS`, as JSON-ready dicts in the
 table's column order, timestamps as ISO-8601 strings in UTC
 (``2025-01-31T12:00:00.000000Z``), arrays as lists and maps as objects.
 
+On a table partitioned by day (``routed_date``/``applied_date``, the UTC
+date of the time column: every table this version creates), ``since`` and
+``until`` also bound the date column, so the scan reads only the files of the
+days in range. The date column is not part of a query's output: rows have the
+columns they had before the tables were partitioned.
+
 The tables are read with delta-rs (the ``deltalake`` package: its DataFusion
 SQL scan applies the filters), reduced and sorted with Arrow compute: no JVM
 and no Spark, so a query answers in about a second (docs/audit.md). Tables
@@ -43,7 +49,14 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
 
-from schemas.records import CHANGE_REJECTED, CHANGE_UPSERT, DELIVERIES, MESSAGES, SUBSCRIPTIONS
+from schemas.records import (
+    CHANGE_REJECTED,
+    CHANGE_UPSERT,
+    DELIVERIES,
+    MESSAGES,
+    PARTITION_COLUMNS,
+    SUBSCRIPTIONS,
+)
 from streaming.config import Config
 from streaming.errors import BitrouteError
 
@@ -170,24 +183,40 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
                                  f"(the latest is {latest})") from None
         raise AuditError(f"{path}: {_one_line(exc)}") from None
 
-    time = TIME_COLUMNS[query.table]
-    conditions = []
-    if query.since is not None:
-        conditions.append(f"{_name(time)} >= {_timestamp(query.since)}")
-    if query.until is not None:
-        conditions.append(f"{_name(time)} < {_timestamp(query.until)}")
-    if query.message_id is not None:
-        conditions.append(f"{_name('message_id')} = {_text(query.message_id)}")
-    if query.subscriber is not None and not query.state:
-        conditions.append(f"{_name('subscriber')} = {_text(query.subscriber)}")
-    sql = f"SELECT * FROM {_name(query.table)}"
-    if conditions:
-        sql += " WHERE " + " AND ".join(conditions)
+    schema = pa.schema(delta.schema().to_arrow())
+    day = PARTITION_COLUMNS[query.table]
+    partitioned = delta.metadata().partition_columns == [day]
+    columns = [name for name in schema.names if name != day]
+    sql = (f"SELECT {', '.join(map(_name, columns))} FROM {_name(query.table)}"
+           + "".join(f"{' WHERE' if i == 0 else ' AND'} {c}"
+                     for i, c in enumerate(conditions(query, partitioned))))
     try:
         rows = pa.table(QueryBuilder().register(query.table, delta).execute(sql))
-    except (DeltaError, OSError) as exc:
+    except (DeltaError, OSError, pa.ArrowException) as exc:  # Arrow: a data file unreadable
         raise AuditError(f"{path}: {_one_line(exc)}") from None
-    return rows.cast(pa.schema(delta.schema().to_arrow()))
+    return rows.cast(pa.schema([schema.field(name) for name in columns]))
+
+
+def conditions(query: AuditQuery, partitioned: bool) -> list[str]:
+    """The SQL conditions of ``query``'s filters (``subscriber`` but under ``state``);
+    on a ``partitioned`` table a time bound adds its day bound, which DataFusion
+    applies to the partition values, so the files of other days are not read."""
+    time = TIME_COLUMNS[query.table]
+    day = _name(PARTITION_COLUMNS[query.table])
+    found = []
+    if query.since is not None:
+        found.append(f"{_name(time)} >= {_timestamp(query.since)}")
+        if partitioned:
+            found.append(f"{day} >= {_date(query.since)}")
+    if query.until is not None:
+        found.append(f"{_name(time)} < {_timestamp(query.until)}")
+        if partitioned:  # until is exclusive, its own day may still hold earlier rows
+            found.append(f"{day} <= {_date(query.until)}")
+    if query.message_id is not None:
+        found.append(f"{_name('message_id')} = {_text(query.message_id)}")
+    if query.subscriber is not None and not query.state:
+        found.append(f"{_name('subscriber')} = {_text(query.subscriber)}")
+    return found
 
 
 def _name(identifier: str) -> str:
@@ -204,6 +233,11 @@ def _timestamp(moment: datetime) -> str:
     """An aware datetime as a literal of Delta's timestamp type (microseconds, UTC): the
     whole range of ``datetime`` fits, unlike DataFusion's nanosecond ``TIMESTAMP``."""
     return f"""arrow_cast('{moment.isoformat()}', 'Timestamp(Microsecond, Some("UTC"))')"""
+
+
+def _date(moment: datetime) -> str:
+    """The UTC date of an aware datetime as a DataFusion ``DATE`` literal."""
+    return f"DATE '{moment.astimezone(timezone.utc).date().isoformat()}'"
 
 
 def _in_force(changes: pa.Table) -> pa.Table:

@@ -169,6 +169,8 @@ def _tail(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from streaming import audit
 
+    if args.table == "migrate":
+        return _audit_migrate(args)
     cfg = _config(args)
     with _reported(audit.InvalidQuery, audit.AuditError):
         query = audit.AuditQuery(
@@ -182,6 +184,38 @@ def _audit(args: argparse.Namespace) -> int:
             print(json.dumps(row, ensure_ascii=False))
     else:
         print("\n".join(audit.render_table(columns, rows)))
+    return 0
+
+
+def _audit_migrate(args: argparse.Namespace) -> int:
+    from streaming import audit_migration
+    from streaming.lock import RouterLockedError
+
+    given = [f"--{name.replace('_', '-')}" for name in
+             ("subscriber", "message_id", "since", "until", "as_of_version", "state")
+             if getattr(args, name) not in (None, False)]
+    if given:
+        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply "
+                         "to audit migrate")
+    cfg = _config(args)
+
+    def progress(line: str) -> None:
+        print(f"bitroute: {line}", file=sys.stderr, flush=True)
+
+    try:
+        done = audit_migration.migrate(cfg, progress)
+    except RouterLockedError as exc:
+        raise CommandError(f"cannot migrate the audit tables while a router runs: {exc}") from None
+    except audit_migration.MigrationError as exc:
+        raise CommandError(str(exc)) from None
+    for table in done:
+        if args.json:
+            print(json.dumps({"table": table.table, "path": table.path, "result": table.result,
+                              "rows": table.rows, "version": table.version}))
+        else:
+            rows = f" ({table.rows:,} rows, Delta version {table.version})" \
+                if table.result == "migrated" else ""
+            print(f"{table.table}: {table.result}{rows}")
     return 0
 
 
@@ -372,8 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = verb("audit", _audit,
                  "query a Delta audit table (time column: routed_at, applied_at for "
-                 "subscriptions) and print an aligned table or JSON lines")
-    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions"))
+                 "subscriptions) and print an aligned table or JSON lines; `audit migrate` "
+                 "partitions by day the tables an earlier version created (router stopped)")
+    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions", "migrate"))
     audit.add_argument("--subscriber", metavar="S", help="rows of subscriber S "
                        "(deliveries, subscriptions)")
     audit.add_argument("--message-id", metavar="M", help="rows of message M "

@@ -14,17 +14,29 @@ Tables (schemas in :mod:`schemas.records`) live at ``config.delta.table_path(nam
 - ``subscriptions``: one row per changelog record read, with the snapshot
   version it produced.
 
+Layout: a table this module creates is partitioned by the UTC day of its
+time column (:data:`schemas.tables.PARTITION_COLUMNS`: ``routed_date``,
+``applied_date``, the last column of each schema). A table created
+unpartitioned by an earlier version (without the date column) is appended to
+in its own layout, never rewritten here: :func:`unpartitioned` names it and
+``bitroute audit migrate`` (:mod:`streaming.audit_migration`) rewrites it
+once on request. Every write uses :func:`writer_properties` and no post-commit
+hook: checkpoints and expired-log cleanup are the background maintenance's
+(streaming/audit_maintenance.py), off the critical path.
+
 Exactly once: every append is an idempotent write, a Delta application
 transaction (``txn`` action: app id + version) committed atomically with the
 rows. Before writing, :meth:`AuditTables._append` reads the highest version
 committed for its app id and skips a write whose version is not above it.
-The publish tables use the micro-batch id as the version, the subscriptions
-table the snapshot version, under app ids derived from the router id
-(:meth:`streaming.snapshots.SnapshotStore.router_id`), so a replayed batch or
-a re-applied version adds no row, and a new router (a fresh checkpoint
-folder) is not mistaken for a replay of an old one. The same ``txn`` actions
-are what Spark's ``txnAppId``/``txnVersion`` wrote in earlier versions, so
-tables written by them continue exactly where they were.
+The publish tables use micro-batch ids as versions (a group of batches
+committed together, :meth:`AuditTables.append_publishes`, carries the highest
+id of the group, and each table drops the batches at or below its committed
+version first), the subscriptions table the snapshot version, under app ids
+derived from the router id (:meth:`streaming.snapshots.SnapshotStore.router_id`),
+so a replayed batch or a re-applied version adds no row, and a new router (a
+fresh checkpoint folder) is not mistaken for a replay of an old one. The same
+``txn`` actions are what Spark's ``txnAppId``/``txnVersion`` wrote in earlier
+versions, so tables written by them continue exactly where they were.
 
 Preconditions: batch ids and versions handed to one router's appends
 increase, and one process writes for a router id (the router lock).
@@ -33,20 +45,82 @@ increase, and one process writes for a router id (the router lock).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import (
+    BloomFilterProperties,
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    PostCommitHookProperties,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.exceptions import TableNotFoundError
 
-from schemas.tables import AUDIT_TABLES, arrow_schema
+from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
+from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
 from streaming.config import Config, KafkaConfig
 from streaming.kafka.records import delivery_topic_column
 
 ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
 """Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""
+
+PUBLISH_TABLES = (MESSAGES, DELIVERIES)
+"""The tables a micro-batch appends to, in the order their rows are made."""
+
+MAX_COMMIT_ROWS = 1_000_000
+"""Rows of one table in one commit, at most (but one batch's, which are never split):
+a larger group of journaled batches is committed as several transactions, in order."""
+
+NO_POST_COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False,
+                                                cleanup_expired_logs=False)
+"""Appends write no checkpoint and delete no log: the maintenance does, in the background."""
+
+
+ROW_GROUP_ROWS = 131_072
+"""Rows per Parquet row group of the audit tables' files."""
+
+BLOOM_FILTER_FPP = 0.01
+
+
+def writer_properties(table: str, rows: int | None = None) -> WriterProperties:
+    """The Parquet writer properties of every file written to audit table ``table``:
+    appends here (``rows``: the rows written), rewrites by the maintenance's
+    compaction (``rows`` None: full row groups), so that all files of a table
+    have the same layout.
+
+    ``deliveries`` and ``messages`` carry a bloom filter on ``message_id``: a
+    look-up by message id (``bitroute audit ... --message-id``, no time bound)
+    then skips the row groups whose filter rules the id out, where min/max
+    statistics of ids in no particular order (a compacted file) rule nothing
+    out (docs/benchmarks.md, "Audit over time, part 1": 19.0 -> 6.2 ms on one
+    file of 1M rows). The filter is sized for the row group's rows, at most
+    :data:`ROW_GROUP_ROWS` (about 150 KB per full row group at 1% false positives).
+    """
+    if table == SUBSCRIPTIONS:
+        return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS)
+    ndv = max(1, min(ROW_GROUP_ROWS, rows if rows is not None else ROW_GROUP_ROWS))
+    bloom = BloomFilterProperties(True, fpp=BLOOM_FILTER_FPP, ndv=ndv)
+    return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS,
+                            column_properties={"message_id": ColumnProperties(
+                                bloom_filter_properties=bloom)})
+
+
+@dataclass(frozen=True)
+class PublishBatch:
+    """One micro-batch's audit: its ``ROUTED_PUBLISH`` rows and what they were routed with."""
+
+    batch_id: int
+    snapshot_version: int
+    routed_at: datetime
+    routed: pa.Table
 
 
 class AuditTables:
@@ -67,13 +141,18 @@ class AuditTables:
         return self._config.delta.table_path(table)
 
     def ensure(self) -> None:
-        """Create each missing table with its schema; existing tables are left as they are."""
+        """Create each missing table, partitioned by day; existing tables are left as they are."""
         for name, schema in ARROW_SCHEMAS.items():
             try:
                 table = DeltaTable(self.path(name))
             except TableNotFoundError:
-                table = DeltaTable.create(self.path(name), schema=schema, mode="ignore")
+                table = DeltaTable.create(self.path(name), schema=schema, mode="ignore",
+                                          partition_by=[PARTITION_COLUMNS[name]])
             self._tables[name] = table
+
+    def unpartitioned(self) -> list[str]:
+        """The tables in the layout of an earlier version (no day partitions), to migrate."""
+        return [name for name in ARROW_SCHEMAS if not is_partitioned(self._table(name), name)]
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
@@ -83,25 +162,47 @@ class AuditTables:
         of ``SUBSCRIPTIONS_TABLE``), once: a second call for ``version`` adds nothing."""
         if not changes.num_rows:
             return
-        self._append("subscriptions", changes, self._changelog_app, version)
+        self._append(SUBSCRIPTIONS, changes, self._changelog_app, version)
 
-    def append_batch(self, routed: pa.Table, version: int, batch_id: int,
-                     routed_at: datetime | None = None) -> None:
-        """The ``messages`` and ``deliveries`` rows of micro-batch ``batch_id``, once each.
+    def publishes_version(self, table: str) -> int | None:
+        """The highest batch id committed to publish table ``table`` (None: none yet)."""
+        delta = self._table(table)
+        delta.update_incremental()
+        return delta.transaction_version(self._publishes_app)
 
-        ``routed`` holds the batch's ``ROUTED_PUBLISH`` rows; the two tables
-        are appended concurrently (each commit is mostly fixed cost).
+    def append_publishes(self, batches: Sequence[PublishBatch]) -> None:
+        """The ``messages`` and ``deliveries`` rows of ``batches`` (increasing ids), once each.
+
+        The two tables are appended concurrently, each in as few transactions
+        as :data:`MAX_COMMIT_ROWS` allows, each transaction's ``txn`` version
+        the highest batch id it holds. A table first drops the batches at or
+        below its committed version: after a crash between the two tables'
+        commits, the table that has them adds nothing and the other catches up.
         """
-        routed_at = routed_at or datetime.now(timezone.utc)
-        futures = [
-            self._threads.submit(self._append, "messages", messages_rows(routed, version, batch_id, routed_at),
-                                 self._publishes_app, batch_id),
-            self._threads.submit(self._append, "deliveries",
-                                 deliveries_rows(routed, version, batch_id, routed_at, self._config.kafka),
-                                 self._publishes_app, batch_id),
-        ]
+        futures = [self._threads.submit(self._append_group, name, batches)
+                   for name in PUBLISH_TABLES]
         for future in futures:
             future.result()
+
+    def _append_group(self, name: str, batches: Sequence[PublishBatch]) -> None:
+        committed = self.publishes_version(name)
+        todo = [b for b in batches if committed is None or b.batch_id > committed]
+        make = messages_rows if name == MESSAGES else deliveries_rows
+        group: list[pa.Table] = []
+        rows = 0
+        for i, batch in enumerate(todo):
+            if name == MESSAGES:
+                part = make(batch.routed, batch.snapshot_version, batch.batch_id, batch.routed_at)
+            else:
+                part = make(batch.routed, batch.snapshot_version, batch.batch_id, batch.routed_at,
+                            self._config.kafka)
+            group.append(part)
+            rows += part.num_rows
+            last = i == len(todo) - 1
+            if last or rows + todo[i + 1].routed.num_rows > MAX_COMMIT_ROWS:
+                # A commit even when the group has no row: its txn version records the batches.
+                self._append(name, pa.concat_tables(group), self._publishes_app, batch.batch_id)
+                group, rows = [], 0
 
     def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int) -> None:
         table = self._table(name)
@@ -109,8 +210,15 @@ class AuditTables:
         committed = table.transaction_version(app_id)
         if committed is not None and committed >= txn_version:
             return  # a replay: these rows are in the table already
-        write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
-            app_transactions=[Transaction(app_id, txn_version)]))
+        partitioned = is_partitioned(table, name)
+        if not partitioned:  # an earlier version's table: its own columns
+            rows = rows.drop_columns([PARTITION_COLUMNS[name]])
+        write_deltalake(
+            table, rows, mode="append",
+            partition_by=[PARTITION_COLUMNS[name]] if partitioned else None,
+            writer_properties=writer_properties(name, rows.num_rows),
+            post_commithook_properties=NO_POST_COMMIT_HOOKS,
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, txn_version)]))
 
     def _table(self, name: str) -> DeltaTable:
         with self._lock:
@@ -118,6 +226,11 @@ class AuditTables:
             if table is None:
                 table = self._tables[name] = DeltaTable(self.path(name))
             return table
+
+
+def is_partitioned(table: DeltaTable, name: str) -> bool:
+    """Whether audit table ``name`` has this version's layout (partitioned by its day)."""
+    return table.metadata().partition_columns == [PARTITION_COLUMNS[name]]
 
 
 def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime) -> pa.Table:
@@ -138,6 +251,7 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
         "published_at": routed["published_at"],
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
     }
+    columns["routed_date"] = utc_date(columns["routed_at"])
     return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
 
 
@@ -163,4 +277,5 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "published_at": routed["published_at"].take(owner),
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
     }
+    columns["routed_date"] = utc_date(columns["routed_at"])
     return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)

@@ -20,9 +20,13 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, reported on stderr at
    most once per :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
-c. Audit. ``messages`` and ``deliveries`` rows appended to Delta with delta-rs,
-   each an idempotent append keyed by the batch id: exactly once. After
-   Kafka's acks, so the audit never lists a delivery Kafka did not take.
+c. Audit. The batch's routed rows written durably to the audit journal
+   (:mod:`streaming.audit_journal`), after Kafka's acks, so the audit never
+   lists a delivery Kafka did not take, and before Spark commits the batch.
+   A background committer (:mod:`streaming.audit_committer`) appends the
+   journaled batches to the ``messages`` and ``deliveries`` Delta tables every
+   ``audit.commit_interval``, a group per transaction keyed by batch ids:
+   exactly once, off the batch's critical path.
 d. Report. One progress line on stdout, and ``<checkpoint_dir>/router/status.json``
    (:class:`BatchReport` as JSON, for ``bitroute status``).
 
@@ -34,7 +38,7 @@ snapshots and pins in ``<checkpoint_dir>/router`` (:mod:`streaming.snapshots`),
 held by one router at a time (:mod:`streaming.lock`). A router killed at any
 point and restarted on the same folders replays the unfinished batch with its
 pinned version: no delivery lost, Kafka repeats possible, Delta rows exactly
-once.
+once (a journal a crash left is committed at open, before routing starts).
 """
 
 from __future__ import annotations
@@ -66,7 +70,9 @@ from streaming.broker_watch import BrokerWatch
 from streaming.changelog import ChangelogError, Subscriptions
 from streaming.config import Config
 from streaming.delivery import DeliveryUnavailable, ProducerSettings
-from streaming.delta_sink import AuditTables
+from streaming.audit_committer import AuditCommitter
+from streaming.audit_journal import JOURNAL_DIR, AuditJournal
+from streaming.delta_sink import AuditTables, PublishBatch
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.lock import RouterLock
 from streaming.matching import SnapshotBroadcasts
@@ -142,8 +148,10 @@ class Router:
         self.query: StreamingQuery | None = None
         self.subscription_sync: SubscriptionSync | None = None
         self._audit: AuditTables | None = None
+        self._committer: AuditCommitter | None = None
         self._broadcasts = SnapshotBroadcasts(spark.sparkContext)
         self._batch_done = threading.Condition()
+        self._status_lock = threading.Lock()
         self._in_batch = False
         self._stopping = threading.Event()
         self.broker_watch = BrokerWatch(config.kafka.client_settings)
@@ -160,19 +168,39 @@ class Router:
             return
         self.lock.acquire()
         try:
+            journal = AuditJournal(self.store.root / JOURNAL_DIR)
             if self.store.has_pins() and not (self.query_checkpoint / "offsets").is_dir():
                 # Pins of batches of a checkpoint that is gone: the new query's
-                # batch ids start again at 0 and must not meet them.
+                # batch ids start again at 0 and must not meet them, nor the
+                # journal's (committed first, under the old router id).
+                previous = self._committer_for(journal)
+                previous.recover()
+                previous.tables.close()
                 self.store.forget_batches()
             ensure_router_topics(self.config)
-            self._audit = AuditTables(self.config, self.store.router_id())
-            self._audit.ensure()
+            self._committer = self._committer_for(journal)
+            self._audit = self._committer.tables
+            for name in self._audit.unpartitioned():
+                print(f"bitroute: the audit table {name} ({self._audit.path(name)}) has an "
+                      "earlier version's layout (not partitioned by day): it is appended to as "
+                      "it is; `bitroute audit migrate` (router stopped) partitions it",
+                      file=sys.stderr, flush=True)
+            self._committer.recover()  # a crash's leftovers, before routing starts
+            self._committer.start()
             self.subscription_sync = SubscriptionSync.open(self.config, self.store, self._audit,
                                                            self.broker_watch.on_error)
             self.subscription_sync.catch_up(self._catch_up_progress())
         except BaseException:
             self.lock.release()
             raise
+
+    def _committer_for(self, journal: AuditJournal) -> AuditCommitter:
+        """The audit tables (created if missing) under the current router id, with a committer."""
+        tables = AuditTables(self.config, self.store.router_id())
+        tables.ensure()
+        return AuditCommitter(tables, journal, self.config.audit.commit_interval_s,
+                              self.config.audit.max_pending_batches, stopping=self._stopping,
+                              on_commit=self._refresh_status)
 
     def start(self) -> StreamingQuery:
         """Open, then start the streaming query (it resumes from its checkpoint)."""
@@ -209,6 +237,9 @@ class Router:
                 self.query.stop()
         finally:
             self._broadcasts.close()
+            if self._committer is not None:
+                self._committer.stop()
+                self._committer = None
             if self._audit is not None:
                 self._audit.close()
             if self.subscription_sync is not None:
@@ -294,8 +325,9 @@ class Router:
         routed = self._retrying(batch_id, "routing", routing, attempts)
         route_done = time.monotonic()
         if routed.num_rows:
-            self._retrying(batch_id, "the Delta audit append",
-                           lambda: self._audit.append_batch(routed, version, batch_id), attempts)
+            audit = PublishBatch(batch_id, version, datetime.now(timezone.utc), routed)
+            self._retrying(batch_id, "the audit journal write",
+                           lambda: self._committer.submit(audit), attempts)
         audited = time.monotonic()
         deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
         rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
@@ -349,8 +381,19 @@ class Router:
                       f"{time.monotonic() - failing_since:.0f}s", file=sys.stderr, flush=True)
             return result
 
+    def flush_audit(self, timeout: float | None = None) -> bool:
+        """Commit the journaled audit to Delta now; True when nothing is pending within
+        ``timeout`` (tests and benchmarks that read the tables right after a batch)."""
+        return self._committer.flush(timeout) if self._committer is not None else True
+
+    def _refresh_status(self) -> None:
+        """status.json again after a commit round: the audit figures move between batches."""
+        if self.reports:
+            self._write_status(self.reports[-1])
+
     def _write_status(self, report: BatchReport) -> None:
         query = self.query
+        committer = self._committer
         status = {
             "query_id": str(query.id) if query is not None else None,
             "run_id": str(query.runId) if query is not None else None,
@@ -364,13 +407,14 @@ class Router:
             "routed_in": report.routed_in,
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "subscriptions": len(self.subscriptions) if self.subscriptions is not None else 0,
-            "audit_pending_batches": 0,
-            "audit_lag_seconds": 0.0,
+            "audit_pending_batches": committer.pending_batches if committer is not None else 0,
+            "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
         }
         path = self.store.root / STATUS_FILE
-        tmp = path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(status) + "\n")
-        os.replace(tmp, path)
+        with self._status_lock:  # the batch and the committer's thread both write it
+            tmp = path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(status) + "\n")
+            os.replace(tmp, path)
 
     def _require_open(self) -> SubscriptionSync:
         if self.subscription_sync is None:

@@ -27,7 +27,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from schemas.records import SOURCE_SUBSCRIPTION, message_id
-from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema
+from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema, utc_date
 from streaming.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
 from streaming.config import Config
 from streaming.delivery import RECORD_ERRORS
@@ -56,6 +56,8 @@ def changes_table(changes: Sequence[Change], version: int) -> pa.Table:
         elif field.name in ("changed_at", "applied_at"):
             millis = pa.array(columns[f"{field.name}_ms"], pa.timestamp("ms", tz="UTC"))
             arrays.append(millis.cast(field.type))
+        elif field.name == "applied_date":
+            arrays.append(utc_date(arrays[_SUBSCRIPTIONS_ARROW.get_field_index("applied_at")]))
         else:
             arrays.append(pa.array(columns[field.name], field.type))
     return pa.Table.from_arrays(arrays, schema=_SUBSCRIPTIONS_ARROW)

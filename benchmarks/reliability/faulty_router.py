@@ -25,9 +25,12 @@ POINTS = {
     "catch-up-read": "the changelog read into the in-memory index, nothing of it persisted",
     "catch-up": "a new snapshot version persisted, its subscriptions audit not appended, "
                 "the batch not pinned",
-    "audit": "the batch's deliveries written and acknowledged by Kafka, no audit row appended",
-    "mid-audit": "the messages table appended, the deliveries table maybe not",
-    "after-audit": "both audit tables appended, Spark's commit of the batch not written",
+    "audit": "the batch's deliveries written and acknowledged by Kafka, its audit not journaled",
+    "journaled": "the batch's audit journaled, Spark's commit of the batch not written",
+    "mid-audit": "in the background committer: the messages table committed a group of "
+                 "journaled batches, the deliveries table maybe not, the journal kept",
+    "after-audit": "in the background committer: both audit tables committed a group, its "
+                   "batches not yet removed from the journal",
 }
 __doc__ += "".join(f"\n- ``{name}``: {what};" for name, what in POINTS.items())
 TARGETS = ("group", "python")
@@ -48,6 +51,7 @@ def disarm(faults: Path) -> None:
 
 
 def _install(faults: Path) -> None:
+    from streaming.audit_committer import AuditCommitter
     from streaming.changelog import ChangelogReader
     from streaming.delta_sink import AuditTables
     from streaming.snapshots import SnapshotStore
@@ -88,11 +92,18 @@ def _install(faults: Path) -> None:
         if changes:
             maybe_kill("catch-up")
 
-    append_batch = AuditTables.append_batch
+    submit = AuditCommitter.submit
 
-    def kill_then_append(self, *args, **kwargs):
+    def kill_then_journal(self, *args, **kwargs):
         maybe_kill("audit")
-        append_batch(self, *args, **kwargs)
+        journaled = submit(self, *args, **kwargs)
+        maybe_kill("journaled")
+        return journaled
+
+    append_publishes = AuditTables.append_publishes
+
+    def commit_then_kill(self, *args, **kwargs):
+        append_publishes(self, *args, **kwargs)
         maybe_kill("after-audit")
 
     append = AuditTables._append
@@ -104,7 +115,8 @@ def _install(faults: Path) -> None:
 
     ChangelogReader.read_to_end = read_then_kill
     SnapshotStore.save = save_then_kill
-    AuditTables.append_batch = kill_then_append
+    AuditCommitter.submit = kill_then_journal
+    AuditTables.append_publishes = commit_then_kill
     AuditTables._append = append_then_kill
 
 

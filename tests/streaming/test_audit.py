@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import AUDIT_TABLES, MESSAGES_TABLE, arrow_schema
 from streaming import audit
 from streaming.broker import free_port
@@ -65,12 +66,19 @@ COMMITS = {
 }
 
 
+def _earlier_schema(name: str) -> pa.Schema:
+    """Table ``name``'s schema before the tables were partitioned: no date column."""
+    schema = arrow_schema(AUDIT_TABLES[name])
+    return schema.remove(schema.get_field_index(PARTITION_COLUMNS[name]))
+
+
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tables as delta-rs writes them: subscriptions has Delta versions 0 and 1."""
+    """The tables as delta-rs wrote them before they were partitioned by day (no date
+    column, one commit per list of rows): subscriptions has Delta versions 0 and 1."""
     root = tmp_path_factory.mktemp("warehouse")
     for name, commits in COMMITS.items():
-        schema = arrow_schema(AUDIT_TABLES[name])
+        schema = _earlier_schema(name)
         for rows in commits:
             table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema)
             write_deltalake(root / name, table, mode="append")
@@ -80,18 +88,22 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def checkpointed_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same rows in tables created empty (Delta version 0), as the router creates
-    them, then one commit per list of rows, with ``delta.checkpointInterval=2``:
+    them (with their date column, partitioned by day), then one commit per list of
+    rows, with ``delta.checkpointInterval=2``:
     delta-rs checkpoints after every second commit (versions 1, 3, ...), so that
     subscriptions' version 1 is read from a Parquet checkpoint alone and version 2
     from that checkpoint and one JSON commit."""
     root = tmp_path_factory.mktemp("checkpointed-warehouse")
     for name, commits in COMMITS.items():
         schema = arrow_schema(AUDIT_TABLES[name])
-        DeltaTable.create(root / name, schema=schema,
+        day = PARTITION_COLUMNS[name]
+        source = schema.names.index(PARTITION_SOURCES[day])
+        DeltaTable.create(root / name, schema=schema, partition_by=[day],
                           configuration={"delta.checkpointInterval": "2"})
         for rows in commits:
-            table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema)
-            write_deltalake(root / name, table, mode="append")
+            dated = [(*row, row[source].date()) for row in rows]
+            table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in dated], schema)
+            write_deltalake(root / name, table, mode="append", partition_by=[day])
     return root
 
 
@@ -151,7 +163,7 @@ def test_human_output_is_an_aligned_table(capsys, warehouse):
     assert code == 0
     lines = out.splitlines()
     header, rule, *body, count = lines
-    assert header.split() == [f.name for f in MESSAGES_TABLE.fields]
+    assert header.split() == [f.name for f in MESSAGES_TABLE.fields if f.name != "routed_date"]
     assert set(rule.replace(" ", "")) == {"-"}
     assert count == "(3 rows)"
     # Message ids sort by number within a topic partition: p/0/2 before p/0/10.
@@ -231,6 +243,16 @@ def test_the_verb_names_tables_and_changes_as_the_schemas_do():
     assert list(audit.TIME_COLUMNS) == list(AUDIT_TABLES)
     for name, schema in AUDIT_TABLES.items():
         assert {audit.TIME_COLUMNS[name], *audit.ORDER_COLUMNS[name]} <= set(schema.names)
+        day = PARTITION_COLUMNS[name]
+        assert schema.names[-1] == day and PARTITION_SOURCES[day] == audit.TIME_COLUMNS[name]
+
+
+def test_partitioned_tables_answer_without_their_date_column(capsys, checkpointed_warehouse):
+    """The verb's columns are the tables' columns before the date partitions."""
+    rows = _json(capsys, checkpointed_warehouse, "messages", "--since", T0.isoformat())
+    assert list(rows[0]) == _earlier_schema("messages").names
+    code, out, _ = _audit(capsys, checkpointed_warehouse, "deliveries")
+    assert code == 0 and "routed_date" not in out
 
 
 def test_missing_table_is_one_line_error(capsys, tmp_path):

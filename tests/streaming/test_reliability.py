@@ -46,15 +46,19 @@ def test_fuzzed_bad_publishes_and_changes_are_rejected_and_good_traffic_is_deliv
 
 def test_router_sigkilled_at_its_kill_points_loses_nothing_and_audits_once(
         tmp_path: Path, kafka_bootstrap: str):
-    """SIGKILL after Kafka acked a batch's deliveries but before its audit append, and
-    (the driver alone, its watchdog killing the JVM) right after a changelog catch-up
-    persisted a snapshot version: every pair is in Kafka, audited exactly once."""
+    """SIGKILL after Kafka acked a batch's deliveries but before its audit was journaled,
+    after the journal write but before Spark's commit, (the driver alone, its watchdog
+    killing the JVM) right after a changelog catch-up persisted a snapshot version, and
+    in the background committer between the two tables' commits: every pair is in Kafka,
+    audited exactly once."""
     result = cases.kills(tmp_path, Options(
         publishes=3000, subscriptions=1000, subscribers=50, rate=300.0, max_offsets=200,
-        kill_plan=(("audit", "group"), ("catch-up", "python")), kill_after_s=(1.0, 2.0),
+        kill_plan=(("audit", "group"), ("journaled", "group"), ("catch-up", "python"),
+                   ("mid-audit", "group")), kill_after_s=(1.0, 2.0),
         bootstrap=kafka_bootstrap, timeout_s=100))
     assert result.passed, _failed(result)
-    assert _value(result, "kills (point, target)") == "audit/group, catch-up/python"
+    assert _value(result, "kills (point, target)") == \
+        "audit/group, journaled/group, catch-up/python, mid-audit/group"
     assert result.figures["summary"]["pairs"] > 1000
 
 

@@ -265,6 +265,7 @@ def traffic(router: Router) -> Traffic:
     s["binary_header"] = publish(cfg, "good.key", headers=[("blob", b"\xff\x00ok")])
     s["after_pills"] = publish(cfg, "good.key")
     router.process_all_available()
+    assert router.flush_audit(60)  # the audit reaches Delta in the background
     t.batches = list(router.reports)[reports_before:]
     assert {b.routed_in for b in t.batches} == {"executors"}
     return t
@@ -389,6 +390,7 @@ def test_poison_pills_are_rejected_with_a_reason_and_routing_goes_on(
     s["refused"] = publish(cfg, "big.one", b"y" * 3000)
     s["fits"] = publish(cfg, "big.one", b"y" * 100)
     router.process_all_available()
+    assert router.flush_audit(60)
     pills = [s["exchange_not_utf8"], s["oversize"], s["refused"]]
     messages = {r.message_id: r for r in rows_for(
         cfg, "messages", "message_id", [*pills, s["fits"], s["binary_header"], s["after_pills"]])}
@@ -435,6 +437,7 @@ def test_unsubscribe_stops_deliveries(router: Router):
     unsubscribe(cfg, f"{dan}-s")
     after = publish(cfg, "home/kitchen/light", exchange="mqtt")
     router.process_all_available()
+    assert router.flush_audit(60)
     assert set(deliveries_of(cfg, dan)) == {before}
     [message] = rows_for(cfg, "messages", "message_id", [after])
     assert message.outcome == OUTCOME_UNROUTABLE
@@ -468,10 +471,12 @@ def test_a_replayed_batch_uses_its_pinned_version_and_adds_no_audit_rows(
         batch = _batch(spark, cfg)
         first = router.process_batch(batch, 0)
         assert (first.rows, first.deliveries, first.replayed) == (1, 1, False)
+        assert router.flush_audit(60)
 
         unsubscribe(cfg, "r1")
         subscribe(cfg, "r2", "amq.topic", hal, "replay.*")
-        again = router.process_batch(batch, 0)
+        again = router.process_batch(batch, 0)  # a replay: not journaled again
+        assert router._committer.pending_batches == 0
         assert again.replayed and again.snapshot_version == first.snapshot_version
         gus_records = read_topic(cfg, cfg.kafka.deliveries_topic(gus))
         assert len(gus_records) == 2  # at least once: the replay writes Kafka again
@@ -482,6 +487,7 @@ def test_a_replayed_batch_uses_its_pinned_version_and_adds_no_audit_rows(
         assert len(rows_for(cfg, "messages", "message_id", [sent])) == 1
 
         later = router.process_batch(batch, 1)
+        assert router.flush_audit(60)
         assert later.snapshot_version > first.snapshot_version and not later.replayed
         assert set(deliveries_of(cfg, hal)) == {sent}
         assert sorted((r.subscriber, r.batch_id) for r in

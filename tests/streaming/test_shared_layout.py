@@ -70,6 +70,7 @@ def test_the_shared_layout_routes_keyed_by_subscriber_and_tail_reads_one_subscri
         us = client.publish(cfg, "amq.topic", "orders.us", b"43")
         huge = client.publish(cfg, "amq.topic", "orders.eu", b"x" * 4000)
         router.process_all_available()
+        assert router.flush_audit(60)  # the audit reaches Delta in the background
         reports = [r for r in router.reports if r.rows]
         assert sum(r.rows for r in reports) == 3 and sum(r.deliveries for r in reports) == 6
         assert sum(r.rejected for r in reports) == 1

@@ -1,0 +1,232 @@
+"""The background committer: journaled batches group-committed to the Delta audit tables.
+
+The router's audit stage hands each batch to :meth:`AuditCommitter.submit`,
+which writes it to the journal (:mod:`streaming.audit_journal`) and returns;
+a thread appends every pending batch to ``messages`` and ``deliveries``
+every ``audit.commit_interval`` (:meth:`streaming.delta_sink.AuditTables.append_publishes`:
+one transaction per table for the whole group, its ``txn`` version the
+group's highest batch id) and only then removes the batches from the journal.
+
+Invariants:
+
+- A batch is durable (journaled) before ``submit`` returns, so before Spark
+  commits it; it leaves the journal only once both tables hold it.
+- Exactly once: a batch id committed to both tables, or already journaled, is
+  not journaled again (a replay); each table skips the batches at or below its
+  committed ``txn`` version, so a crash between the two tables' commits, or
+  after both but before the journal removal, adds no row twice.
+- Bounded: while ``audit.max_pending_batches`` batches wait, ``submit`` waits
+  (back-pressure; said once on stderr per episode).
+- An audit row lands within ``audit.commit_interval`` (plus the commit's own
+  time) of its batch while Delta is reachable. A failing commit (``DeltaError``,
+  ``OSError``) is retried with backoff (0.5 s doubling to 30 s), reported on
+  stderr at its first failure, then at most every 30 s, then at its recovery.
+
+Call :meth:`recover` before routing starts (it commits what a crash left in
+the journal), then :meth:`start`; :meth:`flush` commits now and waits;
+:meth:`stop` flushes (bounded) and ends the thread.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from deltalake.exceptions import DeltaError
+
+from streaming.audit_journal import AuditJournal
+from streaming.delta_sink import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditTables, PublishBatch
+from streaming.errors import BitrouteError
+
+RETRY_BASE_S = 0.5
+RETRY_CAP_S = 30.0
+RETRY_REPORT_INTERVAL_S = 30.0
+RETRIED_ERRORS = (DeltaError, OSError)
+STOP_FLUSH_TIMEOUT_S = 60.0
+"""How long a stopping router waits for the pending audit to reach Delta; what is left
+stays in the journal and is committed at the next start."""
+
+
+class AuditStopping(BitrouteError):
+    """A stop was requested while the audit stage waited for room in the journal."""
+
+
+class AuditCommitter:
+    """Journals batches and commits them to ``tables`` in the background (module docstring).
+
+    ``stopping`` is the router's stop request: it ends a back-pressure wait.
+    ``on_commit`` is called (from the committer's thread) after each commit round.
+    """
+
+    def __init__(self, tables: AuditTables, journal: AuditJournal, interval_s: float,
+                 max_pending: int, stopping: threading.Event | None = None,
+                 on_commit: Callable[[], None] | None = None) -> None:
+        self.tables = tables
+        self.journal = journal
+        self.interval_s = interval_s
+        self.max_pending = max_pending
+        self.on_commit = on_commit
+        self._stopping = stopping or threading.Event()
+        self._done = threading.Event()
+        self._changed = threading.Condition()
+        self._flush_wanted = False
+        self._thread: threading.Thread | None = None
+        self._committed_through: int | None = None
+
+    @property
+    def pending_batches(self) -> int:
+        """Batches journaled and not yet in both tables."""
+        return len(self.journal)
+
+    @property
+    def lag_seconds(self) -> float:
+        """Age of the oldest pending batch (0.0 when none is)."""
+        return self.journal.oldest_age_s()
+
+    def recover(self) -> None:
+        """Commit what the journal holds (a crash's leftovers), retrying, before routing starts."""
+        self._committed_through = self._both_committed()
+        if len(self.journal):
+            print(f"bitroute: committing {len(self.journal)} journaled audit batches left by "
+                  "the last run", file=sys.stderr, flush=True)
+        self._commit_retrying(give_up=self._stopping.is_set)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="bitroute-audit-committer",
+                                            daemon=True)
+            self._thread.start()
+
+    def submit(self, batch: PublishBatch) -> bool:
+        """Journal ``batch`` (durable on return); False when it is a replay (journaled or
+        committed already). Waits while the journal is full; raises :class:`AuditStopping`
+        if the router stops meanwhile."""
+        if self._committed_through is not None and batch.batch_id <= self._committed_through:
+            return False
+        if batch.batch_id in self.journal:
+            return False
+        self._wait_for_room(batch.batch_id)
+        self.journal.write(batch)
+        return True
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Commit every pending batch now; True when the journal is empty within ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            self._flush_wanted = True
+            self._changed.notify_all()
+        if self._thread is None or not self._thread.is_alive():
+            self._commit_retrying(give_up=lambda: deadline is not None
+                                  and time.monotonic() >= deadline)
+            return not len(self.journal)
+        with self._changed:
+            return self._changed.wait_for(lambda: not len(self.journal),
+                                          None if deadline is None
+                                          else max(0.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = STOP_FLUSH_TIMEOUT_S) -> None:
+        """Flush (waiting at most ``timeout``), then end the thread. Pending batches that did
+        not make it stay in the journal for the next start."""
+        if self._thread is None:
+            return
+        if not self.flush(timeout) and len(self.journal):
+            print(f"bitroute: {len(self.journal)} audit batches left in the journal; they are "
+                  "committed at the next start", file=sys.stderr, flush=True)
+        self._done.set()
+        with self._changed:
+            self._changed.notify_all()
+        self._thread.join(timeout=RETRY_CAP_S)
+        self._thread = None
+
+    def _wait_for_room(self, batch_id: int) -> None:
+        with self._changed:
+            if len(self.journal) < self.max_pending:
+                return
+            print(f"bitroute: batch {batch_id}: {len(self.journal)} audit batches wait for "
+                  f"Delta (audit.max_pending_batches = {self.max_pending}); the batch waits",
+                  file=sys.stderr, flush=True)
+            self._flush_wanted = True
+            self._changed.notify_all()
+            while len(self.journal) >= self.max_pending:
+                if self._stopping.is_set() or self._done.is_set():
+                    raise AuditStopping(f"batch {batch_id} left for a replay: the router is "
+                                        "stopping while the audit journal is full")
+                self._changed.wait(0.2)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            with self._changed:
+                self._changed.wait_for(lambda: self._flush_wanted or self._done.is_set(),
+                                       self.interval_s)
+                self._flush_wanted = False
+            if self._done.is_set():
+                break
+            self._commit_retrying(give_up=self._done.is_set)
+
+    def _commit_retrying(self, give_up: Callable[[], bool]) -> None:
+        """Commit rounds until the journal is empty, retrying failures with backoff until
+        ``give_up()`` is true."""
+        attempt = 0
+        failing_since = last_report = 0.0
+        while len(self.journal):
+            attempt += 1
+            try:
+                self._commit_round()
+            except RETRIED_ERRORS as exc:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
+                    print(f"bitroute: the audit commit of {len(self.journal)} pending batches "
+                          f"failed (attempt {attempt}, for {now - failing_since:.0f}s): "
+                          f"{_one_line(exc)}; retrying", file=sys.stderr, flush=True)
+                    last_report = now
+                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
+                end = time.monotonic() + delay
+                while time.monotonic() < end:
+                    if give_up():
+                        return
+                    self._done.wait(min(0.1, end - time.monotonic()))
+                continue
+            if failing_since:
+                print(f"bitroute: the audit commit succeeded at attempt {attempt}, after "
+                      f"{time.monotonic() - failing_since:.0f}s", file=sys.stderr, flush=True)
+                attempt = 0
+                failing_since = 0.0
+            with self._changed:
+                self._changed.notify_all()
+            if self.on_commit is not None:
+                self.on_commit()
+
+    def _commit_round(self) -> None:
+        """Commit the oldest pending batches (at most about :data:`MAX_COMMIT_ROWS` publishes,
+        at least one batch) to both tables, then drop them from the journal."""
+        ids = self.journal.pending()
+        done = [i for i in ids if self._committed_through is not None
+                and i <= self._committed_through]
+        if done:  # committed to both tables before a crash, not yet removed
+            self.journal.remove(done)
+            ids = ids[len(done):]
+        batches: list[PublishBatch] = []
+        rows = 0
+        for batch_id in ids:
+            batch = self.journal.read(batch_id)
+            if batches and rows + batch.routed.num_rows > MAX_COMMIT_ROWS:
+                break
+            batches.append(batch)
+            rows += batch.routed.num_rows
+        if not batches:
+            return
+        self.tables.append_publishes(batches)
+        self.journal.remove([b.batch_id for b in batches])
+        self._committed_through = batches[-1].batch_id
+
+    def _both_committed(self) -> int | None:
+        versions = [self.tables.publishes_version(name) for name in PUBLISH_TABLES]
+        return None if None in versions else min(versions)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

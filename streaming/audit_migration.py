@@ -1,0 +1,127 @@
+"""``bitroute audit migrate``: audit tables of an earlier layout rewritten as partitioned by day.
+
+A table created before the tables were partitioned (no ``routed_date`` /
+``applied_date`` column, no partitions) keeps working as it is; this rewrites
+it in place, once, on request: every row read and written again with its date
+column, partitioned by it (:data:`schemas.tables.PARTITION_COLUMNS`), in one
+Delta commit (an overwrite that also changes the schema and the partitioning).
+The table's history stays (earlier versions remain readable by time travel
+until the maintenance's retention removes their files) and so do its ``txn``
+application versions, so a batch replayed after the migration still adds no
+row. A table in this version's layout is left alone ("already partitioned").
+
+With the router stopped: :func:`migrate` runs under the state folder's router
+lock (:mod:`streaming.lock`), so it refuses while a router holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
+
+from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
+from schemas.tables import utc_date
+from streaming.config import Config
+from streaming.delta_sink import (
+    ARROW_SCHEMAS,
+    NO_POST_COMMIT_HOOKS,
+    is_partitioned,
+    writer_properties,
+)
+from streaming.errors import BitrouteError
+from streaming.lock import RouterLock
+
+PROGRESS_EVERY_ROWS = 1_000_000
+
+
+class MigrationError(BitrouteError):
+    """A table cannot be migrated (unreadable, or of a layout this version does not know)."""
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What :func:`migrate` did to one table: ``result`` is ``migrated``,
+    ``already partitioned`` or ``missing``; ``version`` the table's version after."""
+
+    table: str
+    path: str
+    result: str
+    rows: int = 0
+    version: int | None = None
+
+
+def migrate(config: Config, progress: Callable[[str], None] = lambda _: None) -> list[Migrated]:
+    """Migrate every audit table of ``config`` that needs it, under the router lock
+    (:class:`streaming.lock.RouterLockedError` while a router runs)."""
+    with RouterLock(config.streaming.checkpoint_dir):
+        return [migrate_table(config.delta.table_path(name), name, progress)
+                for name in ARROW_SCHEMAS]
+
+
+def migrate_table(path: str, name: str, progress: Callable[[str], None]) -> Migrated:
+    """Rewrite audit table ``name`` at ``path`` partitioned by day, in one commit."""
+    try:
+        if not DeltaTable.is_deltatable(path):
+            return Migrated(name, path, "missing")
+        table = DeltaTable(path)
+    except (DeltaError, OSError) as exc:
+        raise MigrationError(f"{path}: {_one_line(exc)}") from None
+    if is_partitioned(table, name):
+        return Migrated(name, path, "already partitioned", version=table.version())
+    day = PARTITION_COLUMNS[name]
+    target = ARROW_SCHEMAS[name]
+    before = pa.schema([f for f in target if f.name != day])
+    found = pa.schema(table.schema().to_arrow())
+    if found.names != before.names or table.metadata().partition_columns:
+        raise MigrationError(f"{path}: the {name} table has columns {found.names} partitioned "
+                             f"by {table.metadata().partition_columns}: not a bitroute layout "
+                             "this version can migrate")
+    total = _rows(table)
+    progress(f"{name}: reading {total:,} rows of {path}")
+    try:
+        # Read whole before writing: delta-rs cannot read a table while it writes one
+        # (one async runtime), so the migration needs memory for the table's rows.
+        rows = table.to_pyarrow_table()
+    except (DeltaError, OSError) as exc:
+        raise MigrationError(f"{path}: {_one_line(exc)}") from None
+    progress(f"{name}: rewriting {rows.num_rows:,} rows partitioned by {day}")
+    written = [0]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        source = PARTITION_SOURCES[day]
+        for batch in rows.to_batches(max_chunksize=100_000):
+            batch = pa.Table.from_batches([batch]).cast(before)
+            batch = batch.append_column(target.field(day), utc_date(batch[source]))
+            for out in batch.to_batches():
+                yield out
+            step = written[0] // PROGRESS_EVERY_ROWS
+            written[0] += batch.num_rows
+            if written[0] // PROGRESS_EVERY_ROWS > step:
+                progress(f"{name}: {written[0]:,} of {rows.num_rows:,} rows")
+
+    try:
+        write_deltalake(table, pa.RecordBatchReader.from_batches(target, batches()),
+                        mode="overwrite", schema_mode="overwrite", partition_by=[day],
+                        writer_properties=writer_properties(name),  # full row groups
+                        post_commithook_properties=NO_POST_COMMIT_HOOKS)
+        version = DeltaTable(path).version()
+    except (DeltaError, OSError) as exc:
+        raise MigrationError(f"{path}: {_one_line(exc)}") from None
+    progress(f"{name}: {written[0]:,} rows migrated (Delta version {version})")
+    return Migrated(name, path, "migrated", written[0], version)
+
+
+def _rows(table: DeltaTable) -> int:
+    try:
+        counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+        return sum(int(n) for n in counts.to_pylist() if n is not None)
+    except (KeyError, DeltaError):
+        return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:500] or type(exc).__name__
