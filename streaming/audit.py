@@ -185,7 +185,11 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
         sql += " WHERE " + " AND ".join(conditions)
     try:
         rows = pa.table(QueryBuilder().register(query.table, delta).execute(sql))
-    except (DeltaError, OSError) as exc:
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        if query.as_of_version is not None and "not found" in str(exc):
+            raise AuditError(f"{path}: version {query.as_of_version}'s files were vacuumed "
+                             "(audit.file_retention); time travel reaches back only that "
+                             "far") from None
         raise AuditError(f"{path}: {_one_line(exc)}") from None
     return rows.cast(pa.schema(delta.schema().to_arrow()))
 

@@ -170,6 +170,10 @@ def _audit(args: argparse.Namespace) -> int:
     from streaming import audit
 
     cfg = _config(args)
+    if args.table == "maintain":
+        return _maintain(cfg, args)
+    if args.maintain_table is not None:
+        raise UsageError("--table goes with 'audit maintain' only")
     with _reported(audit.InvalidQuery, audit.AuditError):
         query = audit.AuditQuery(
             table=args.table, subscriber=args.subscriber, message_id=args.message_id,
@@ -182,6 +186,27 @@ def _audit(args: argparse.Namespace) -> int:
             print(json.dumps(row, ensure_ascii=False))
     else:
         print("\n".join(audit.render_table(columns, rows)))
+    return 0
+
+
+def _maintain(cfg: Config, args: argparse.Namespace) -> int:
+    """``bitroute audit maintain``: one maintenance pass, progress on stderr, the summary on
+    stdout; exit 1 when a table's pass failed."""
+    from streaming import audit_maintenance
+
+    def progress(table: str, step: str, detail: str) -> None:
+        if detail != "start":
+            print(f"bitroute: {table}: {step}: {detail}", file=sys.stderr, flush=True)
+
+    tables = [args.maintain_table] if args.maintain_table else None
+    report = audit_maintenance.maintain(cfg, tables=tables, progress=progress)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print("\n".join(report.lines()))
+    if not report.ok:
+        print(f"bitroute: error: audit maintenance failed: {report.error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -373,7 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit = verb("audit", _audit,
                  "query a Delta audit table (time column: routed_at, applied_at for "
                  "subscriptions) and print an aligned table or JSON lines")
-    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions"))
+    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions", "maintain"),
+                       help="the table to query, or 'maintain': one maintenance pass over "
+                            "the tables (compaction, retention, vacuum, checkpoint, log "
+                            "cleanup; safe while the router runs)")
+    audit.add_argument("--table", dest="maintain_table",
+                       choices=("deliveries", "messages", "subscriptions"), metavar="T",
+                       help="audit maintain: only table T (deliveries, messages, subscriptions)")
     audit.add_argument("--subscriber", metavar="S", help="rows of subscriber S "
                        "(deliveries, subscriptions)")
     audit.add_argument("--message-id", metavar="M", help="rows of message M "

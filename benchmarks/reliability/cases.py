@@ -39,7 +39,7 @@ class Options:
     publishes: int = 1_000_000
     subscriptions: int = 3000
     subscribers: int = 300
-    kills: int = 10
+    kills: int = 12
     broker_kills: int = 2
     down_s: float = 10.0
     fuzz_publishes: int = 10_000
@@ -138,6 +138,7 @@ KILL_PLAN = (
     ("audit", "group"), ("catch-up", "group"), ("random", "jvm"), ("mid-audit", "python"),
     ("random", "group"), ("catch-up-read", "group"), ("after-audit", "group"),
     ("random", "python"), ("audit", "python"), ("catch-up", "python"),
+    ("mid-compaction", "group"), ("mid-vacuum", "python"),
 )
 """The kills, in plan order (then shuffled): every kill point, and random moments,
 with each target (``group``: router + JVM + workers; ``python``: the driver alone, its

@@ -28,6 +28,10 @@ POINTS = {
     "audit": "the batch's deliveries written and acknowledged by Kafka, no audit row appended",
     "mid-audit": "the messages table appended, the deliveries table maybe not",
     "after-audit": "both audit tables appended, Spark's commit of the batch not written",
+    "mid-compaction": "the background maintenance 20 ms into a compaction of an audit table "
+                      "(files being rewritten, the OPTIMIZE commit not written)",
+    "mid-vacuum": "the background maintenance 20 ms into a vacuum (files being deleted, "
+                  "the VACUUM END commit not written)",
 }
 __doc__ += "".join(f"\n- ``{name}``: {what};" for name, what in POINTS.items())
 TARGETS = ("group", "python")
@@ -48,6 +52,10 @@ def disarm(faults: Path) -> None:
 
 
 def _install(faults: Path) -> None:
+    import threading
+
+    from deltalake.table import DeltaTable, TableOptimizer
+
     from streaming.changelog import ChangelogReader
     from streaming.delta_sink import AuditTables
     from streaming.snapshots import SnapshotStore
@@ -102,6 +110,22 @@ def _install(faults: Path) -> None:
         if name == "messages":
             maybe_kill("mid-audit")
 
+    def killed_within(point: str, call):
+        # The step is one call into delta-rs: a timer thread kills while it runs.
+        def wrapper(*args, **kwargs):
+            if kwargs.get("dry_run", False) is True:
+                return call(*args, **kwargs)
+            timer = threading.Timer(0.02, maybe_kill, (point,))
+            timer.daemon = True
+            timer.start()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                timer.cancel()
+        return wrapper
+
+    TableOptimizer.compact = killed_within("mid-compaction", TableOptimizer.compact)
+    DeltaTable.vacuum = killed_within("mid-vacuum", DeltaTable.vacuum)
     ChangelogReader.read_to_end = read_then_kill
     SnapshotStore.save = save_then_kill
     AuditTables.append_batch = kill_then_append
