@@ -309,3 +309,22 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
     assert maintain(config, tables=["deliveries"]).ok
     files = {p.name for p in Path(path).glob("*.parquet")}
     assert files == {Path(p).name for p in DeltaTable(path).file_uris()}  # no orphan left
+
+
+def test_status_shows_each_tables_size_and_the_last_pass(tmp_path, tables):
+    from streaming import status
+
+    config = _config(tmp_path, compact_min_files=4)
+    _append(tables(config), range(6))
+    maintain(config)
+    report = status.router_status(config)
+    deliveries = report["audit_tables"]["deliveries"]
+    assert deliveries["files"] == 1 and deliveries["bytes"] > 0
+    assert deliveries["version"] == DeltaTable(config.delta.table_path("deliveries")).version()
+    assert deliveries["log_entries"] == len(os.listdir(
+        Path(config.delta.table_path("deliveries")) / "_delta_log"))
+    assert report["maintenance"]["ok"]
+    lines = "\n".join(status.render(report))
+    assert "table deliveries:" in lines and "1 data files" in lines
+    assert "maintenance:" in lines and "6 files compacted" in lines
+    json.dumps(report)  # --json prints it as it is
