@@ -192,7 +192,11 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
                      for i, c in enumerate(conditions(query, partitioned))))
     try:
         rows = pa.table(QueryBuilder().register(query.table, delta).execute(sql))
-    except (DeltaError, OSError, pa.ArrowException) as exc:  # Arrow: a data file unreadable
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        if query.as_of_version is not None and "not found" in str(exc):
+            raise AuditError(f"{path}: version {query.as_of_version}'s files were vacuumed "
+                             "(audit.file_retention); time travel reaches back only that "
+                             "far") from None
         raise AuditError(f"{path}: {_one_line(exc)}") from None
     return rows.cast(pa.schema([schema.field(name) for name in columns]))
 

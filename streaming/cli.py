@@ -172,6 +172,10 @@ def _audit(args: argparse.Namespace) -> int:
     if args.table == "migrate":
         return _audit_migrate(args)
     cfg = _config(args)
+    if args.table == "maintain":
+        return _maintain(cfg, args)
+    if args.maintain_table is not None:
+        raise UsageError("--table goes with 'audit maintain' only")
     with _reported(audit.InvalidQuery, audit.AuditError):
         query = audit.AuditQuery(
             table=args.table, subscriber=args.subscriber, message_id=args.message_id,
@@ -216,6 +220,26 @@ def _audit_migrate(args: argparse.Namespace) -> int:
             rows = f" ({table.rows:,} rows, Delta version {table.version})" \
                 if table.result == "migrated" else ""
             print(f"{table.table}: {table.result}{rows}")
+
+
+def _maintain(cfg: Config, args: argparse.Namespace) -> int:
+    """``bitroute audit maintain``: one maintenance pass, progress on stderr, the summary on
+    stdout; exit 1 when a table's pass failed."""
+    from streaming import audit_maintenance
+
+    def progress(table: str, step: str, detail: str) -> None:
+        if detail != "start":
+            print(f"bitroute: {table}: {step}: {detail}", file=sys.stderr, flush=True)
+
+    tables = [args.maintain_table] if args.maintain_table else None
+    report = audit_maintenance.maintain(cfg, tables=tables, progress=progress)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print("\n".join(report.lines()))
+    if not report.ok:
+        print(f"bitroute: error: audit maintenance failed: {report.error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -406,9 +430,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = verb("audit", _audit,
                  "query a Delta audit table (time column: routed_at, applied_at for "
-                 "subscriptions) and print an aligned table or JSON lines; `audit migrate` "
+                 "subscriptions) and print an aligned table or JSON lines; `audit maintain` "
+                 "runs one maintenance pass (safe while the router runs); `audit migrate` "
                  "partitions by day the tables an earlier version created (router stopped)")
-    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions", "migrate"))
+    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions", "maintain",
+                                         "migrate"),
+                       help="the table to query; 'maintain': one maintenance pass over "
+                            "the tables (compaction, retention, vacuum, checkpoint, log "
+                            "cleanup; safe while the router runs); 'migrate': partition by day "
+                            "the tables an earlier version created (router stopped)")
+    audit.add_argument("--table", dest="maintain_table",
+                       choices=("deliveries", "messages", "subscriptions"), metavar="T",
+                       help="audit maintain: only table T (deliveries, messages, subscriptions)")
     audit.add_argument("--subscriber", metavar="S", help="rows of subscriber S "
                        "(deliveries, subscriptions)")
     audit.add_argument("--message-id", metavar="M", help="rows of message M "

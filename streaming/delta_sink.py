@@ -44,6 +44,7 @@ increase, and one process writes for a router id (the router lock).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -66,7 +67,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
-from streaming.config import Config, KafkaConfig
+from streaming.config import AuditConfig, Config, KafkaConfig
 from streaming.kafka.records import delivery_topic_column
 
 ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
@@ -88,6 +89,22 @@ ROW_GROUP_ROWS = 131_072
 """Rows per Parquet row group of the audit tables' files."""
 
 BLOOM_FILTER_FPP = 0.01
+
+
+def table_properties(audit: AuditConfig) -> dict[str, str]:
+    """The Delta table properties every audit table carries, from ``[audit]``: how long
+    the log keeps commits (``log_retention``) and removed files stay (``file_retention``),
+    and expired-log cleanup on. Set at creation and kept in line by the maintenance."""
+    return {
+        "delta.logRetentionDuration": _delta_interval(audit.log_retention_s),
+        "delta.deletedFileRetentionDuration": _delta_interval(audit.file_retention_s),
+        "delta.enableExpiredLogCleanup": "true",
+    }
+
+
+def _delta_interval(seconds: float) -> str:
+    """A duration as Delta's interval text (whole seconds, at least one)."""
+    return f"interval {max(1, math.ceil(seconds))} seconds"
 
 
 def writer_properties(table: str, rows: int | None = None) -> WriterProperties:
@@ -141,13 +158,17 @@ class AuditTables:
         return self._config.delta.table_path(table)
 
     def ensure(self) -> None:
-        """Create each missing table, partitioned by day; existing tables are left as they are."""
+        """Create each missing table, partitioned by day, with the retention properties of
+        ``[audit]`` (:func:`table_properties`; set at creation, so that the maintenance's
+        first pass has no property commit to race the appends with); existing tables are
+        left as they are."""
         for name, schema in ARROW_SCHEMAS.items():
             try:
                 table = DeltaTable(self.path(name))
             except TableNotFoundError:
                 table = DeltaTable.create(self.path(name), schema=schema, mode="ignore",
-                                          partition_by=[PARTITION_COLUMNS[name]])
+                                          partition_by=[PARTITION_COLUMNS[name]],
+                                          configuration=table_properties(self._config.audit))
             self._tables[name] = table
 
     def unpartitioned(self) -> list[str]:

@@ -56,10 +56,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from streaming.config import MetricsConfig
+from schemas.records import AUDIT_TABLE_NAMES
+from streaming.config import Config, MetricsConfig
 from streaming.errors import BitrouteError
 
 if TYPE_CHECKING:
+    from streaming.audit_maintenance import MaintenanceReport
     from streaming.router import BatchReport, Router
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -121,6 +123,31 @@ METRICS: tuple[Metric, ...] = (
     Metric("bitroute_query_duration_seconds", "gauge",
            "Duration of each phase of the query's last trigger (Spark's durationMs).",
            ("phase",)),
+    Metric("bitroute_audit_table_files", "gauge",
+           "Live data files of an audit table, after the last maintenance pass.", ("table",)),
+    Metric("bitroute_audit_table_bytes", "gauge",
+           "Bytes of the live data files of an audit table, after the last maintenance pass.",
+           ("table",)),
+    Metric("bitroute_audit_table_log_entries", "gauge",
+           "Files in an audit table's _delta_log, after the last maintenance pass.", ("table",)),
+    Metric("bitroute_audit_table_version", "gauge",
+           "Delta version of an audit table, after the last maintenance pass.", ("table",)),
+    Metric("bitroute_audit_maintenance_last_timestamp_seconds", "gauge",
+           "When the last audit maintenance pass finished, in Unix seconds (0: none yet)."),
+    Metric("bitroute_audit_maintenance_last_seconds", "gauge",
+           "Duration of the last audit maintenance pass."),
+    Metric("bitroute_audit_maintenance_last_ok", "gauge",
+           "1 when the last audit maintenance pass succeeded, else 0."),
+    Metric("bitroute_audit_maintenance_passes_total", "counter",
+           "Audit maintenance passes finished (succeeded or failed)."),
+    Metric("bitroute_audit_maintenance_failures_total", "counter",
+           "Audit maintenance passes in which a table's maintenance failed."),
+    Metric("bitroute_audit_compacted_files_total", "counter",
+           "Small data files rewritten by compaction.", ("table",)),
+    Metric("bitroute_audit_vacuumed_files_total", "counter",
+           "Data files deleted by vacuum.", ("table",)),
+    Metric("bitroute_audit_deleted_rows_total", "counter",
+           "Audit rows deleted by retention (audit.retention_days).", ("table",)),
 )
 
 
@@ -326,6 +353,18 @@ class RouterMetrics:
             registry.inc(name, 0)
         for stage in STAGES:
             registry.inc("bitroute_batch_stage_seconds_total", 0, stage=stage)
+        for name in ("bitroute_audit_maintenance_last_timestamp_seconds",
+                     "bitroute_audit_maintenance_last_seconds",
+                     "bitroute_audit_maintenance_last_ok"):
+            registry.set(name, 0)
+        for name in ("bitroute_audit_maintenance_passes_total",
+                     "bitroute_audit_maintenance_failures_total"):
+            registry.inc(name, 0)
+        for table in AUDIT_TABLE_NAMES:
+            for name in ("bitroute_audit_compacted_files_total",
+                         "bitroute_audit_vacuumed_files_total",
+                         "bitroute_audit_deleted_rows_total"):
+                registry.inc(name, 0, table=table)
 
     def start(self) -> None:
         """Bind and serve; raises :class:`MetricsError` when the address is not free."""
@@ -338,6 +377,7 @@ class RouterMetrics:
         """
         self._router = router
         router.report_listeners.append(self.record_batch)
+        router.maintenance.listeners.append(self.record_maintenance)
         router.spark.streams.addListener(self.listener)
 
     def router_started(self, router: Router) -> None:
@@ -349,6 +389,23 @@ class RouterMetrics:
         if self.registry.value("bitroute_snapshot_version") is None:
             self.registry.set("bitroute_snapshot_version", version)
         self.registry.set("bitroute_subscriptions", count)
+        self.record_tables(router.config)
+
+    def record_tables(self, config: Config) -> None:
+        """The audit tables' sizes now (at start: a pass updates them after each run)."""
+        from streaming.audit_maintenance import table_stats
+
+        for table in AUDIT_TABLE_NAMES:
+            try:
+                stats = table_stats(config.delta.table_path(table))
+            except Exception:  # noqa: BLE001 (no table yet, storage away: no sample)
+                continue
+            with self.registry.atomic() as r:
+                r.set("bitroute_audit_table_files", stats.files, table=table)
+                r.set("bitroute_audit_table_bytes", stats.bytes, table=table)
+                if stats.log_entries is not None:
+                    r.set("bitroute_audit_table_log_entries", stats.log_entries, table=table)
+                r.set("bitroute_audit_table_version", stats.version, table=table)
 
     def record_batch(self, report: BatchReport) -> None:
         """Count one finished batch (a ``Router.report_listeners`` entry)."""
@@ -373,6 +430,29 @@ class RouterMetrics:
             r.set("bitroute_snapshot_version", report.snapshot_version)
             if live is not None:
                 r.set("bitroute_subscriptions", live)
+
+    def record_maintenance(self, report: MaintenanceReport) -> None:
+        """One audit maintenance pass (a ``Router.maintenance.listeners`` entry): the tables'
+        sizes after it, its time and outcome, the counters of what it did."""
+        with self.registry.atomic() as r:
+            r.inc("bitroute_audit_maintenance_passes_total")
+            if not report.ok:
+                r.inc("bitroute_audit_maintenance_failures_total")
+            r.set("bitroute_audit_maintenance_last_timestamp_seconds", self._clock())
+            r.set("bitroute_audit_maintenance_last_seconds", report.seconds)
+            r.set("bitroute_audit_maintenance_last_ok", 1 if report.ok else 0)
+            for t in report.tables:
+                r.inc("bitroute_audit_compacted_files_total", t.files_compacted, table=t.table)
+                r.inc("bitroute_audit_vacuumed_files_total", t.files_vacuumed, table=t.table)
+                r.inc("bitroute_audit_deleted_rows_total", t.rows_deleted, table=t.table)
+                if t.skipped or t.error:
+                    continue
+                r.set("bitroute_audit_table_files", t.files_after, table=t.table)
+                r.set("bitroute_audit_table_bytes", t.bytes_after, table=t.table)
+                if t.log_entries is not None:
+                    r.set("bitroute_audit_table_log_entries", t.log_entries, table=t.table)
+                if t.version is not None:
+                    r.set("bitroute_audit_table_version", t.version, table=t.table)
 
     def record_progress(self, progress: Mapping[str, Any]) -> None:
         """Rates, durations and input lag from one ``StreamingQueryProgress`` (a dict)."""

@@ -68,6 +68,7 @@ from schemas.records import OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH
 from streaming.broker_watch import BrokerWatch
 from streaming.changelog import ChangelogError, Subscriptions
+from streaming.audit_maintenance import BackgroundMaintenance
 from streaming.config import Config
 from streaming.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.audit_committer import AuditCommitter
@@ -149,6 +150,9 @@ class Router:
         self.subscription_sync: SubscriptionSync | None = None
         self._audit: AuditTables | None = None
         self._committer: AuditCommitter | None = None
+        self.maintenance = BackgroundMaintenance(config)
+        """The audit tables' upkeep, in its own thread while the router is open
+        (:mod:`streaming.audit_maintenance`): never on a batch's path."""
         self._broadcasts = SnapshotBroadcasts(spark.sparkContext)
         self._batch_done = threading.Condition()
         self._status_lock = threading.Lock()
@@ -190,6 +194,7 @@ class Router:
             self.subscription_sync = SubscriptionSync.open(self.config, self.store, self._audit,
                                                            self.broker_watch.on_error)
             self.subscription_sync.catch_up(self._catch_up_progress())
+            self.maintenance.start()
         except BaseException:
             self.lock.release()
             raise
@@ -236,6 +241,7 @@ class Router:
             if self.query is not None:
                 self.query.stop()
         finally:
+            self.maintenance.stop()
             self._broadcasts.close()
             if self._committer is not None:
                 self._committer.stop()

@@ -13,6 +13,11 @@ is up, stuck or gone:
   ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
   ``seconds``, ``stages``, ``routed_in``, ``finished_at``, ``subscriptions``,
   ``audit_pending_batches``, ``audit_lag_seconds``).
+- the audit tables (:func:`streaming.audit_maintenance.table_stats`): each
+  one's live data files, bytes, ``_delta_log`` entries and Delta version, read
+  from its newest checkpoint and the commits after it (milliseconds on a
+  maintained table); and ``<checkpoint_dir>/router/maintenance.json``, the
+  last maintenance pass (when, what it did per table, or its error).
 - ``<checkpoint_dir>/publishes/{offsets,commits}/<batch>``: Spark's
   checkpoint. The offsets of the last committed batch are where routing
   stands: input lag = the publishes topic's end offsets minus those (a
@@ -62,13 +67,18 @@ def router_status(config: Config) -> dict[str, object]:
     ``input_lag`` and ``changelog_lag`` (``{topic, records, partitions}``,
     ``records`` None when Kafka did not answer), ``committed_batch``,
     ``snapshot_version``, ``subscriptions``, ``subscribers``,
-    ``kafka_error``, ``notes`` (why something is missing).
+    ``kafka_error``, ``audit_tables`` (per table ``{files, bytes, log_entries,
+    version}`` or ``{error}``), ``maintenance`` (the last pass's report as
+    recorded, or None), ``notes`` (why something is missing).
     """
     kafka = config.kafka
-    # Kafka's round trips overlap the local reads (librdkafka waits without the GIL).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bitroute-status") as pool:
+    # Kafka's round trips and the Delta log reads overlap the local reads (librdkafka
+    # and delta-rs wait without the GIL).
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-status") as pool:
         asked = pool.submit(_watermarks, config, [kafka.publishes_topic, kafka.subscriptions_topic])
+        tables = pool.submit(_audit_tables, config)
         local = _local_state(config)
+        audit_tables, maintenance = tables.result()
         kafka_error = None
         try:
             ends = asked.result()
@@ -94,8 +104,29 @@ def router_status(config: Config) -> dict[str, object]:
         "subscriptions": None if snapshot is None else len(snapshot),
         "subscribers": subscribers,
         "kafka_error": kafka_error,
+        "audit_tables": audit_tables,
+        "maintenance": maintenance,
         "notes": notes,
     }
+
+
+def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None]:
+    from deltalake.exceptions import TableNotFoundError
+
+    from schemas.records import AUDIT_TABLE_NAMES
+    from streaming.audit_maintenance import read_report, table_stats
+
+    tables: dict[str, dict] = {}
+    for name in AUDIT_TABLE_NAMES:
+        try:
+            stats = table_stats(config.delta.table_path(name))
+            tables[name] = {"files": stats.files, "bytes": stats.bytes,
+                            "log_entries": stats.log_entries, "version": stats.version}
+        except TableNotFoundError:
+            tables[name] = {"error": "no table yet"}
+        except Exception as exc:  # noqa: BLE001 (status reports what it can)
+            tables[name] = {"error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
+    return tables, read_report(config)
 
 
 class _Local(NamedTuple):
@@ -175,6 +206,15 @@ def render(status: Mapping[str, object], now: datetime | None = None) -> list[st
         lag = last.get("audit_lag_seconds")
         lines.append(("audit", f"{last['audit_pending_batches']} batches pending"
                                + ("" if lag is None else f", {_seconds(lag)} behind")))
+    for name, table in (status.get("audit_tables") or {}).items():
+        if "error" in table:
+            lines.append((f"table {name}", table["error"]))
+        else:
+            lines.append((f"table {name}", (
+                f"{table['files']} data files, {_bytes(table['bytes'])}, "
+                f"{'?' if table['log_entries'] is None else table['log_entries']} log entries, "
+                f"version {table['version']}")))
+    lines.append(("maintenance", _maintenance_text(status.get("maintenance"), now)))
     if status["kafka_error"] is not None:
         lines.append(("kafka", status["kafka_error"]))
     lines += [("note", note) for note in status["notes"]]
@@ -273,6 +313,29 @@ def _lag_text(lag: Mapping[str, object], what: str, since: str) -> str:
     if lag["records"] is None:
         return f"unknown (Kafka did not answer; {since})"
     return f"{lag['records']} {what} in {lag['topic']} ({since})"
+
+
+def _maintenance_text(report: Mapping[str, object] | None, now: datetime) -> str:
+    if not report:
+        return "no pass recorded yet"
+    finished = report.get("finished_at")
+    when = f"{finished}{_ago(finished, now)}"
+    if not report.get("ok"):
+        return f"FAILED, {when}: {report.get('error')}"
+    tables = report.get("tables") or []
+    done = "; ".join(
+        f"{t['table']} {t['files_compacted']} files compacted, {t['rows_deleted']} rows deleted, "
+        f"{t['files_vacuumed']} vacuumed, {t.get('log_entries_removed') or 0} log entries removed"
+        for t in tables if not t.get("skipped"))
+    return f"ok, {when}, {report.get('seconds', 0):.1f}s" + (f" ({done})" if done else "")
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def _seconds(value: object) -> str:

@@ -138,7 +138,7 @@ KILL_PLAN = (
     ("audit", "group"), ("catch-up", "group"), ("random", "jvm"), ("mid-audit", "python"),
     ("random", "group"), ("catch-up-read", "group"), ("after-audit", "group"),
     ("random", "python"), ("audit", "python"), ("catch-up", "python"), ("journaled", "group"),
-    ("mid-audit", "group"),
+    ("mid-audit", "group"), ("mid-compaction", "group"), ("mid-vacuum", "python"),
 )
 """The kills, in plan order (then shuffled): every kill point, and random moments,
 with each target (``group``: router + JVM + workers; ``python``: the driver alone, its

@@ -31,6 +31,10 @@ POINTS = {
                  "journaled batches, the deliveries table maybe not, the journal kept",
     "after-audit": "in the background committer: both audit tables committed a group, its "
                    "batches not yet removed from the journal",
+    "mid-compaction": "the background maintenance 20 ms into a compaction of an audit table "
+                      "(files being rewritten, the OPTIMIZE commit not written)",
+    "mid-vacuum": "the background maintenance 20 ms into a vacuum (files being deleted, "
+                  "the VACUUM END commit not written)",
 }
 __doc__ += "".join(f"\n- ``{name}``: {what};" for name, what in POINTS.items())
 TARGETS = ("group", "python")
@@ -51,6 +55,10 @@ def disarm(faults: Path) -> None:
 
 
 def _install(faults: Path) -> None:
+    import threading
+
+    from deltalake.table import DeltaTable, TableOptimizer
+
     from streaming.audit_committer import AuditCommitter
     from streaming.changelog import ChangelogReader
     from streaming.delta_sink import AuditTables
@@ -113,6 +121,22 @@ def _install(faults: Path) -> None:
         if name == "messages":
             maybe_kill("mid-audit")
 
+    def killed_within(point: str, call):
+        # The step is one call into delta-rs: a timer thread kills while it runs.
+        def wrapper(*args, **kwargs):
+            if kwargs.get("dry_run", False) is True:
+                return call(*args, **kwargs)
+            timer = threading.Timer(0.02, maybe_kill, (point,))
+            timer.daemon = True
+            timer.start()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                timer.cancel()
+        return wrapper
+
+    TableOptimizer.compact = killed_within("mid-compaction", TableOptimizer.compact)
+    DeltaTable.vacuum = killed_within("mid-vacuum", DeltaTable.vacuum)
     ChangelogReader.read_to_end = read_then_kill
     SnapshotStore.save = save_then_kill
     AuditCommitter.submit = kill_then_journal

@@ -119,6 +119,11 @@ class Stage:
             "spark.master": "local[2]",
             "spark.shuffle_partitions": "2",
             "spark.log_level": "ERROR",
+            # Maintenance often and eagerly, so that the mid-compaction and mid-vacuum
+            # kill points are reached within a case (the defaults: 60 s, 16 files, 1 hour).
+            "audit.maintenance_interval": "5 seconds",
+            "audit.compact_min_files": "4",
+            "audit.file_retention": "10 seconds",
             **self.extra,
         }
         self.config = load(overrides=self.settings, environ={})
