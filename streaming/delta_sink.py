@@ -28,6 +28,12 @@ tables written by them continue exactly where they were.
 
 Preconditions: batch ids and versions handed to one router's appends
 increase, and one process writes for a router id (the router lock).
+
+Memory: a delta-rs ``DeltaTable`` kept open grows with every commit it makes
+or follows (``update_incremental``), by far more than a table loaded afresh
+holds (about 74 MB per 1,000 batches appended to both publish tables, against
+12 MB reloaded; docs/architecture.md, "Memory over time"). Each table object is
+therefore dropped and loaded again after :data:`TABLE_RELOAD_COMMITS` commits.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ from schemas.tables import AUDIT_TABLES, arrow_schema
 from streaming.config import Config, KafkaConfig
 from streaming.kafka_records import delivery_topic_column
 
+TABLE_RELOAD_COMMITS = 500
+"""Commits made through one ``DeltaTable`` object before it is loaded afresh (module docstring).
+A reload reads the log from its last checkpoint, so it costs little once the
+tables are checkpointed; every 500 commits keeps the driver within a few MB of a
+fresh load."""
+
 ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
 """Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""
 
@@ -60,6 +72,7 @@ class AuditTables:
         self._publishes_app = f"bitroute-{router_id}-publishes"
         self._changelog_app = f"bitroute-{router_id}-changelog"
         self._tables: dict[str, DeltaTable] = {}
+        self._commits: dict[str, int] = {}  # commits through each table object
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-audit")
 
@@ -111,6 +124,17 @@ class AuditTables:
             return  # a replay: these rows are in the table already
         write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
             app_transactions=[Transaction(app_id, txn_version)]))
+        self._committed(name)
+
+    def _committed(self, name: str) -> None:
+        """Count a commit through table ``name``; drop the object at the bound (a fresh
+        one is loaded by the next :meth:`_table`)."""
+        with self._lock:
+            commits = self._commits.get(name, 0) + 1
+            if commits >= TABLE_RELOAD_COMMITS:
+                self._tables.pop(name, None)
+                commits = 0
+            self._commits[name] = commits
 
     def _table(self, name: str) -> DeltaTable:
         with self._lock:
