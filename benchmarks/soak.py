@@ -52,6 +52,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -143,6 +144,21 @@ RETENTION = {
 }
 
 
+def jvm_heap(pid: int) -> dict[str, float]:
+    """The Spark JVM's heap from ``jstat -gc`` (MB): committed (young + old), old generation
+    used, metaspace used, full GCs. Empty when jstat is missing or the JVM is gone."""
+    try:
+        out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True,
+                             timeout=20).stdout.split("\n")
+        values = dict(zip(out[0].split(), (float(v) for v in out[1].split())))
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return {}
+    kb = lambda *keys: sum(values.get(k, 0.0) for k in keys) / 1024  # noqa: E731
+    return {"jvm_heap_committed_mb": round(kb("S0C", "S1C", "EC", "OC"), 1),
+            "jvm_old_used_mb": round(kb("OU"), 1), "jvm_metaspace_mb": round(kb("MU"), 1),
+            "jvm_full_gcs": values.get("FGC", 0.0)}
+
+
 # --- slopes ----------------------------------------------------------------------------
 
 @dataclass
@@ -189,7 +205,7 @@ def _pids(env: bitroute_run.Env) -> dict[str, list[int]]:
     return env.router.pids() if env.router else {r: [] for r in ROLES}
 
 
-def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int) -> dict:
+def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int, heap: bool) -> dict:
     pids = _pids(env)
     for ps in pids.values():
         soak.started_pids.update(ps)
@@ -200,6 +216,8 @@ def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int) -> dict:
         row[f"{role}_processes"] = len(rss)
         if role == "workers":
             row["workers_each_mb"] = {str(p): round(v, 1) for p, v in rss.items()}
+    if heap and pids["jvm"]:  # jstat is a JVM of its own: once a minute
+        row.update(jvm_heap(pids["jvm"][0]))
     probes = env.router.probes[n_probes:]
     row["batches"] = len(probes)
     row["publishes"] = sum(b["rows"] for b in probes)
@@ -268,12 +286,14 @@ def run(soak: Soak) -> int:
         t_start = time.time()
         _log(f"soak: {rate:,.0f} publishes/s for {a.minutes:g} min, sampling every "
              f"{a.interval:g}s, warm-up {a.warmup_minutes:g} min excluded from the slopes")
-        next_progress = t_start + 60
+        next_progress, next_heap = t_start + 60, t_start
         while time.time() < t_start + duration:
             if env.router.proc.poll() is not None:
                 raise RuntimeError(f"the router exited (status {env.router.proc.returncode}); "
                                    f"see {env.router.log_path}")
-            row = sample(env, soak, t_start, n_probes)
+            heap = time.time() >= next_heap
+            next_heap = next_heap + 60 if heap else next_heap
+            row = sample(env, soak, t_start, n_probes, heap)
             soak.samples.append(row)
             if time.time() >= next_progress:
                 next_progress += 60
@@ -292,7 +312,7 @@ def run(soak: Soak) -> int:
         pub = kafka_load.join_publishers(procs, pout, timeout=300)
         sent0 = sum(b["rows"] for b in env.router.probes[:n_probes])
         env.router.wait_routed(sent0 + pub["sent"], timeout=300)
-        soak.samples.append(sample(env, soak, t_start, n_probes))
+        soak.samples.append(sample(env, soak, t_start, n_probes, True))
         soak.batches = env.router.probes[n_probes:]
         soak.result["published"] = pub["sent"]
         soak.result["diagnostics"] = env.router.diagnostics
@@ -356,6 +376,14 @@ def report(soak: Soak) -> str:
                      f"{f.minutes:.1f} min, {procs} process(es): "
                      f"{'flat' if ok else 'NOT FLAT'}")
     soak.result["slopes"] = {k: (vars(v) if v else None) for k, v in fits.items()}
+    heap = [s for s in after if "jvm_old_used_mb" in s]
+    if len(heap) >= 3:
+        old = fit([s["t_s"] / 60 for s in heap], [s["jvm_old_used_mb"] for s in heap])
+        lines.append(f"  Spark JVM heap (jstat, each minute): committed {heap[0]['jvm_heap_committed_mb']:,.0f}"
+                     f" -> {heap[-1]['jvm_heap_committed_mb']:,.0f} MB, old generation used "
+                     f"{old.first:,.0f} -> {old.last:,.0f} MB ({old.slope:+.2f} MB/min), metaspace "
+                     f"{heap[-1]['jvm_metaspace_mb']:,.0f} MB, {heap[-1]['jvm_full_gcs']:.0f} full GCs "
+                     "(a JVM whose RSS grows while its committed heap grows is still sizing its heap)")
     if soak.samples:
         s0 = soak.samples[0]
         lines.append(f"  (at the first sample, before warm-up: driver {s0['driver_mb']:,.0f} MB, "

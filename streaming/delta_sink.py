@@ -30,10 +30,11 @@ Preconditions: batch ids and versions handed to one router's appends
 increase, and one process writes for a router id (the router lock).
 
 Memory: a delta-rs ``DeltaTable`` kept open grows with every commit it makes
-or follows (``update_incremental``), by far more than a table loaded afresh
-holds (about 74 MB per 1,000 batches appended to both publish tables, against
-12 MB reloaded; docs/architecture.md, "Memory over time"). Each table object is
-therefore dropped and loaded again after :data:`TABLE_RELOAD_COMMITS` commits.
+or follows (``update_incremental``): about 60 KB per commit per table in the
+router's driver, which is what made the driver grow by megabytes a minute
+(docs/architecture.md, "Memory over time"), while a table loaded afresh holds
+far less per file. Each table object is therefore dropped and loaded again
+after :data:`TABLE_RELOAD_COMMITS` commits.
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ from schemas.tables import AUDIT_TABLES, arrow_schema
 from streaming.config import Config, KafkaConfig
 from streaming.kafka_records import delivery_topic_column
 
-TABLE_RELOAD_COMMITS = 500
+TABLE_RELOAD_COMMITS = 100
 """Commits made through one ``DeltaTable`` object before it is loaded afresh (module docstring).
-A reload reads the log from its last checkpoint, so it costs little once the
-tables are checkpointed; every 500 commits keeps the driver within a few MB of a
-fresh load."""
+delta-rs writes a checkpoint every 100 versions (``delta.checkpointInterval``), so a
+reload reads the last checkpoint and fewer than 100 commits after it; between reloads
+the object grows by about 60 KB per commit."""
 
 ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
 """Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""

@@ -115,7 +115,8 @@ class RouterProcess:
         jvm = [p for p, command in commands.items() if "java" in command.split(" ")[0]]
         # The JVM's class path names pyspark's folders too: only its non-JVM children are workers.
         workers = [p for p, command in commands.items()
-                   if p not in jvm and ("pyspark" in command or "python" in command)]
+                   if p not in jvm and ("pyspark" in command or "python" in command)
+                   and "streaming.watchdog" not in command]
         return {"driver": [self.proc.pid], "jvm": jvm, "workers": workers}
 
     def stop(self, timeout: float = 120) -> None:
