@@ -2,7 +2,8 @@
 
     python -m benchmarks.soak [--minutes 60] [--rate R] [--warmup-minutes 5]
                               [--size 100k] [--interval 5] [--set section.key=value]...
-                              [--diagnose [--tracemalloc] [--trim]] [--workdir DIR] [--keep]
+                              [--diagnose [--tracemalloc] [--trim]] [--table-reload-commits N]
+                              [--workdir DIR] [--keep]
 
 Everything runs on loopback in a temporary folder (``--workdir`` to choose it,
 ``--keep`` to keep it): an embedded Kafka broker of its own, the devices
@@ -15,7 +16,8 @@ written to the changelog, and the router (``bitroute run``'s code, via
    measures it); the soak runs at half of it;
 2. the soak: raw Kafka publishes (librdkafka, one producer process) paced at
    that rate for ``--minutes``. Every ``--interval`` seconds: the resident
-   memory (RSS) of the Python driver, the Spark JVM and each Python worker;
+   memory (RSS) of the Python driver, the Spark JVM and each Python worker
+   (once a minute also the JVM's heap, from ``jstat -gc``);
    the batches run since the previous sample and their stages (catch_up,
    route, audit); the sizes and entry counts of every state folder (pins,
    snapshots, Spark's offsets and commits, status, the audit journal when
@@ -202,7 +204,15 @@ class Soak:
 
 
 def _pids(env: bitroute_run.Env) -> dict[str, list[int]]:
-    return env.router.pids() if env.router else {r: [] for r in ROLES}
+    """Role -> pids. The JVM is the one the router reported: a process the JVM forks
+    carries the JVM's command line until it execs, and would count its memory twice."""
+    if env.router is None:
+        return {r: [] for r in ROLES}
+    pids = env.router.pids()
+    jvm = (env.router.started or {}).get("jvm_pid")
+    if jvm:
+        pids["jvm"] = [p for p in pids["jvm"] if p == jvm]
+    return pids
 
 
 def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int, heap: bool) -> dict:
