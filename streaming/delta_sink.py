@@ -40,6 +40,13 @@ versions, so tables written by them continue exactly where they were.
 
 Preconditions: batch ids and versions handed to one router's appends
 increase, and one process writes for a router id (the router lock).
+
+Memory: a delta-rs ``DeltaTable`` kept open grows with every commit it makes
+or follows (``update_incremental``): about 60 KB per commit per table in the
+router's driver, which is what made the driver grow by megabytes a minute
+(docs/architecture.md, "Memory over time"), while a table loaded afresh holds
+far less per file. Each table object is therefore dropped and loaded again
+after it has followed :data:`TABLE_RELOAD_COMMITS` versions.
 """
 
 from __future__ import annotations
@@ -69,6 +76,12 @@ from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIO
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
 from streaming.config import AuditConfig, Config, KafkaConfig
 from streaming.kafka.records import delivery_topic_column
+
+TABLE_RELOAD_COMMITS = 100
+"""Versions one ``DeltaTable`` object follows before it is loaded afresh (module docstring):
+between reloads it grows by about 60 KB per version. The maintenance writes a checkpoint
+every pass (``audit.maintenance_interval``, about 30 group commits apart at the defaults),
+so a reload reads one checkpoint and the few commits after it."""
 
 ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
 """Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""
@@ -151,6 +164,7 @@ class AuditTables:
         self._publishes_app = f"bitroute-{router_id}-publishes"
         self._changelog_app = f"bitroute-{router_id}-changelog"
         self._tables: dict[str, DeltaTable] = {}
+        self._loaded_at: dict[str, int] = {}  # the version each table object was loaded at
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-audit")
 
@@ -170,6 +184,7 @@ class AuditTables:
                                           partition_by=[PARTITION_COLUMNS[name]],
                                           configuration=table_properties(self._config.audit))
             self._tables[name] = table
+            self._loaded_at[name] = table.version()
 
     def unpartitioned(self) -> list[str]:
         """The tables in the layout of an earlier version (no day partitions), to migrate."""
@@ -240,12 +255,22 @@ class AuditTables:
             writer_properties=writer_properties(name, rows.num_rows),
             post_commithook_properties=NO_POST_COMMIT_HOOKS,
             commit_properties=CommitProperties(app_transactions=[Transaction(app_id, txn_version)]))
+        self._reload_if_grown(name, table)
+
+    def _reload_if_grown(self, name: str, table: DeltaTable) -> None:
+        """Drop the object of table ``name`` once it has followed :data:`TABLE_RELOAD_COMMITS`
+        versions since it was loaded (its own commits and others', such as the
+        maintenance's); the next :meth:`_table` loads a fresh one."""
+        with self._lock:
+            if table.version() - self._loaded_at.get(name, 0) >= TABLE_RELOAD_COMMITS:
+                self._tables.pop(name, None)
 
     def _table(self, name: str) -> DeltaTable:
         with self._lock:
             table = self._tables.get(name)
             if table is None:
                 table = self._tables[name] = DeltaTable(self.path(name))
+                self._loaded_at[name] = table.version()
             return table
 
 

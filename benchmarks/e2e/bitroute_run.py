@@ -52,16 +52,19 @@ STARTED_TIMEOUT_S = 900.0
 class RouterProcess:
     """``python -m benchmarks.e2e.router_probe`` with its stdout parsed in a thread."""
 
-    def __init__(self, sets: list[str], log_path: Path) -> None:
+    def __init__(self, sets: list[str], log_path: Path,
+                 module: str = "benchmarks.e2e.router_probe", args: tuple[str, ...] = ()) -> None:
         self.sets = sets
         self.log_path = log_path
+        self.module, self.args = module, args
         self.probes: list[dict] = []
+        self.diagnostics: list[dict] = []  # DIAG lines (benchmarks.soak_probe)
         self.started: dict | None = None
         self._events: queue.Queue = queue.Queue()
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "RouterProcess":
-        args = [sys.executable, "-m", "benchmarks.e2e.router_probe"]
+        args = [sys.executable, "-m", self.module, *self.args]
         for s in self.sets:
             args += ["--set", s]
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -78,6 +81,8 @@ class RouterProcess:
                 log.flush()
                 if line.startswith("PROBE "):
                     self.probes.append(json.loads(line[6:]))
+                elif line.startswith("DIAG "):
+                    self.diagnostics.append(json.loads(line[5:]))
                 elif line.startswith("STARTED "):
                     self.started = json.loads(line[8:])
                     self._events.put("started")
@@ -111,7 +116,8 @@ class RouterProcess:
         jvm = [p for p, command in commands.items() if "java" in command.split(" ")[0]]
         # The JVM's class path names pyspark's folders too: only its non-JVM children are workers.
         workers = [p for p, command in commands.items()
-                   if p not in jvm and ("pyspark" in command or "python" in command)]
+                   if p not in jvm and ("pyspark" in command or "python" in command)
+                   and "streaming.watchdog" not in command]
         return {"driver": [self.proc.pid], "jvm": jvm, "workers": workers}
 
     def stop(self, timeout: float = 120) -> None:

@@ -1,0 +1,504 @@
+"""``python -m benchmarks.soak``: does the router's memory and state stay flat over time?
+
+    python -m benchmarks.soak [--minutes 60] [--rate R] [--warmup-minutes 5]
+                              [--size 100k] [--interval 5] [--set section.key=value]...
+                              [--diagnose [--tracemalloc] [--trim]] [--table-reload-commits N]
+                              [--workdir DIR] [--keep]
+
+Everything runs on loopback in a temporary folder (``--workdir`` to choose it,
+``--keep`` to keep it): an embedded Kafka broker of its own, the devices
+workload's subscriptions (``benchmarks/e2e/workload.py``, 100k by default)
+written to the changelog, and the router (``bitroute run``'s code, via
+:mod:`benchmarks.soak_probe`). Then:
+
+1. the sustained rate, unless ``--rate`` is given: a backlog of ``--backlog``
+   publishes drained by full batches (as ``python -m benchmarks.e2e``
+   measures it); the soak runs at half of it;
+2. the soak: raw Kafka publishes (librdkafka, one producer process) paced at
+   that rate for ``--minutes``. Every ``--interval`` seconds: the resident
+   memory (RSS) of the Python driver, the Spark JVM and each Python worker
+   (once a minute also the JVM's heap, from ``jstat -gc``);
+   the batches run since the previous sample and their stages (catch_up,
+   route, audit); the sizes and entry counts of every state folder (pins,
+   snapshots, Spark's offsets and commits, status, the audit journal when
+   there is one, each Delta table's data files and ``_delta_log`` entries).
+   A progress line a minute.
+
+At the end it prints, per process, the slope of its RSS (MB/min, least
+squares over the samples after ``--warmup-minutes``) with the fit's standard
+error, against the issue's bound (1 MB/min); the per-batch cost in the first
+and the last minute after warm-up; and each folder's count at the end and its
+largest. Samples go to ``<workdir>/soak.csv`` and everything to
+``<workdir>/soak.json`` (written also when the run is interrupted), whose
+paths are printed.
+
+``--diagnose`` makes the driver print what it holds every 30 s (Python
+objects by type, Arrow's pool, glibc's malloc counters; ``--tracemalloc``:
+allocations by source line; ``--trim``: ``malloc_trim`` before each sample),
+see :mod:`benchmarks.soak_probe`; these slow the driver, so their slopes are
+diagnostics, not the soak's figures.
+
+Every process started here is ended on exit (normal, error, Ctrl-C, SIGTERM):
+the router (SIGTERM, then SIGKILL), the Spark JVM and Python workers it started
+(SIGKILL if they outlive it), the load driver and the broker. Run by hand,
+never in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.e2e import bitroute_run, kafka_load, procstat, workload
+from benchmarks.e2e.workload import EXCHANGE
+
+MB = 1 << 20
+FLAT_MB_PER_MIN = 1.0
+"""The issue's bound: each process within 1 MB/min of flat after warm-up."""
+ROLES = ("driver", "jvm", "workers")
+ROLE_NAMES = {"driver": "Python driver", "jvm": "Spark JVM", "workers": "Python workers"}
+STAGES = ("catch_up", "route", "audit", "seconds")
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# --- state folders ---------------------------------------------------------------------
+
+def _count(folder: Path, accept=lambda name: True) -> tuple[int, int]:
+    """(entries, bytes) of the files under ``folder`` (recursively) whose name ``accept``s."""
+    n = size = 0
+    if not folder.is_dir():
+        return 0, 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            if accept(name):
+                n += 1
+                try:
+                    size += os.stat(os.path.join(root, name)).st_size
+                except FileNotFoundError:
+                    pass
+    return n, size
+
+
+def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
+    """Entry counts (``*_n``) and sizes in MB (``*_mb``) of every state folder."""
+    router = state / "router"
+    query = state / "publishes"
+    visible = lambda name: not name.startswith(".")  # noqa: E731 - skip temporary/crc files
+    folders = {
+        "pins": (router / "pins", visible),
+        "snapshots": (router / "snapshots", visible),
+        "audit_journal": (router / "audit-journal", visible),
+        "spark_offsets": (query / "offsets", visible),
+        "spark_commits": (query / "commits", visible),
+        "spark_checkpoint": (query, visible),
+        "router_state": (router, visible),
+    }
+    out: dict[str, float] = {}
+    for name, (path, accept) in folders.items():
+        n, size = _count(path, accept)
+        out[f"{name}_n"], out[f"{name}_mb"] = n, size / MB
+    status = router / "status.json"
+    out["status_mb"] = status.stat().st_size / MB if status.exists() else 0.0
+    if warehouse.is_dir():
+        for table in sorted(p for p in warehouse.iterdir() if p.is_dir()):
+            log_n, log_size = _count(table / "_delta_log", visible)
+            data_n = data_size = 0
+            for root, dirs, files in os.walk(table):
+                dirs[:] = [d for d in dirs if d != "_delta_log"]
+                for name in files:
+                    if name.endswith(".parquet") and not name.startswith("."):
+                        data_n += 1
+                        try:
+                            data_size += os.stat(os.path.join(root, name)).st_size
+                        except FileNotFoundError:
+                            pass
+            out[f"delta_{table.name}_files_n"], out[f"delta_{table.name}_files_mb"] = data_n, data_size / MB
+            out[f"delta_{table.name}_log_n"], out[f"delta_{table.name}_log_mb"] = log_n, log_size / MB
+    return out
+
+
+RETENTION = {
+    "pins_n": "16 pins (streaming.snapshots.PINS_KEPT)",
+    "snapshots_n": "2 files per kept version (the latest and those the 16 pins name)",
+    "spark_offsets_n": "about 100 (spark.sql.streaming.minBatchesToRetain) + temporaries",
+    "spark_commits_n": "about 100 (spark.sql.streaming.minBatchesToRetain)",
+    "status_mb": "one file, rewritten each batch",
+    "audit_journal_n": "the batches not yet committed to Delta (audit.max_pending_batches)",
+}
+
+
+def jvm_heap(pid: int) -> dict[str, float]:
+    """The Spark JVM's heap from ``jstat -gc`` (MB): committed (young + old), old generation
+    used, metaspace used, full GCs. Empty when jstat is missing or the JVM is gone."""
+    try:
+        out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True,
+                             timeout=20).stdout.split("\n")
+        values = dict(zip(out[0].split(), (float(v) for v in out[1].split())))
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return {}
+    kb = lambda *keys: sum(values.get(k, 0.0) for k in keys) / 1024  # noqa: E731
+    return {"jvm_heap_committed_mb": round(kb("S0C", "S1C", "EC", "OC"), 1),
+            "jvm_old_used_mb": round(kb("OU"), 1), "jvm_metaspace_mb": round(kb("MU"), 1),
+            "jvm_full_gcs": values.get("FGC", 0.0)}
+
+
+# --- slopes ----------------------------------------------------------------------------
+
+@dataclass
+class Fit:
+    slope: float  # MB per minute
+    stderr: float  # standard error of the slope
+    residual: float  # standard deviation of the residuals, MB
+    first: float
+    last: float
+    mean: float
+    n: int
+    minutes: float
+
+
+def fit(ts_min: list[float], ys: list[float]) -> Fit | None:
+    """Least-squares line through (minutes, MB); None with fewer than 3 points."""
+    n = len(ts_min)
+    if n < 3:
+        return None
+    mx, my = sum(ts_min) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in ts_min)
+    if sxx == 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(ts_min, ys)) / sxx
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(ts_min, ys)]
+    s2 = sum(r * r for r in resid) / max(1, n - 2)
+    return Fit(slope, math.sqrt(s2 / sxx), math.sqrt(s2), ys[0], ys[-1], my, n,
+               ts_min[-1] - ts_min[0])
+
+
+# --- the run ---------------------------------------------------------------------------
+
+@dataclass
+class Soak:
+    args: argparse.Namespace
+    workdir: Path
+    samples: list[dict] = field(default_factory=list)
+    batches: list[dict] = field(default_factory=list)
+    result: dict = field(default_factory=dict)
+    started_pids: set[int] = field(default_factory=set)
+
+
+def _pids(env: bitroute_run.Env) -> dict[str, list[int]]:
+    """Role -> pids. The JVM is the one the router reported: a process the JVM forks
+    carries the JVM's command line until it execs, and would count its memory twice."""
+    if env.router is None:
+        return {r: [] for r in ROLES}
+    pids = env.router.pids()
+    jvm = (env.router.started or {}).get("jvm_pid")
+    if jvm:
+        pids["jvm"] = [p for p in pids["jvm"] if p == jvm]
+    return pids
+
+
+def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int, heap: bool) -> dict:
+    pids = _pids(env)
+    for ps in pids.values():
+        soak.started_pids.update(ps)
+    row: dict = {"t_s": round(time.time() - t0, 2), "time": time.strftime("%H:%M:%S")}
+    for role in ROLES:
+        rss = {p: procstat.rss_bytes(p) / MB for p in pids[role]}
+        row[f"{role}_mb"] = round(sum(rss.values()), 2)
+        row[f"{role}_processes"] = len(rss)
+        if role == "workers":
+            row["workers_each_mb"] = {str(p): round(v, 1) for p, v in rss.items()}
+    if heap and pids["jvm"]:  # jstat is a JVM of its own: once a minute
+        row.update(jvm_heap(pids["jvm"][0]))
+    probes = env.router.probes[n_probes:]
+    row["batches"] = len(probes)
+    row["publishes"] = sum(b["rows"] for b in probes)
+    state = Path(env.config.streaming.checkpoint_dir)
+    row.update({k: round(v, 3) for k, v in folder_stats(state, Path(env.config.delta.warehouse)).items()})
+    return row
+
+
+def _stage_means(batches: list[dict]) -> dict[str, float]:
+    if not batches:
+        return {}
+    out = {k: statistics.median(b.get(k, 0.0) for b in batches) for k in STAGES}
+    out["rows"] = statistics.mean(b["rows"] for b in batches)
+    out["n"] = len(batches)
+    return out
+
+
+def run(soak: Soak) -> int:
+    a = soak.args
+    n = workload.SIZES[a.size]
+    t = time.monotonic()
+    w = workload.generate("devices", n, a.seed, a.publishes)
+    matches, per_publish = workload.match_stats(w)
+    _log(f"workload devices {a.size}: {w.description}; {per_publish:.2f} deliveries per publish "
+         f"(generated in {time.monotonic() - t:.1f}s)")
+    soak.result.update({"size": a.size, "subscriptions": n, "deliveries_per_publish": per_publish,
+                        "sets": a.set, "minutes": a.minutes, "warmup_minutes": a.warmup_minutes,
+                        "interval_s": a.interval, "loadavg_start": os.getloadavg(),
+                        "cores": os.cpu_count(),
+                        "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX")})
+    env = bitroute_run.Env(soak.workdir / "bitroute", a.set)
+    try:
+        env.start_broker()
+        soak.started_pids.add(env.broker.pid() or 0)
+        _log(f"Kafka broker on {env.broker.bootstrap}; state in {soak.workdir / 'bitroute'}")
+        t0, t1 = kafka_load.load_changelog(env.config.kafka.bootstrap,
+                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
+        _log(f"{n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
+        probe_args: list[str] = ["--every", str(a.diagnose_every if a.diagnose else 0)]
+        probe_args += ["--tracemalloc"] if a.tracemalloc else []
+        probe_args += ["--trim"] if a.trim else []
+        if a.table_reload_commits is not None:
+            probe_args += ["--table-reload-commits", str(a.table_reload_commits)]
+        env.router = bitroute_run.RouterProcess(env.sets, env.folder / "router.log",
+                                                "benchmarks.soak_probe", tuple(probe_args))
+        env.router.start()
+        started = env.router.wait_started()
+        soak.started_pids.add(started.get("jvm_pid", 0))
+        _log(f"router up with {started['subscriptions']:,} subscriptions (open "
+             f"{started['open_s']:.1f}s); log {env.folder / 'router.log'}")
+        rate = a.rate
+        if not rate:
+            sat = bitroute_run._saturate(env, w, a.backlog, 2, 1, _log)
+            soak.result["sustained_publishes_per_s"] = sat.publishes_per_s
+            rate = sat.publishes_per_s / 2
+            _log(f"sustained {sat.publishes_per_s:,.0f} publishes/s ({a.backlog:,}-publish "
+                 f"backlog); soaking at half: {rate:,.0f}/s")
+        soak.result["rate"] = rate
+        n_probes = len(env.router.probes)
+        duration = a.minutes * 60
+        procs, pout, start_at = kafka_load.start_publishers(
+            env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
+            duration, 1)
+        soak.started_pids.update(p.pid for p in procs)
+        time.sleep(max(0.0, start_at - time.time()))
+        t_start = time.time()
+        _log(f"soak: {rate:,.0f} publishes/s for {a.minutes:g} min, sampling every "
+             f"{a.interval:g}s, warm-up {a.warmup_minutes:g} min excluded from the slopes")
+        next_progress, next_heap = t_start + 60, t_start
+        while time.time() < t_start + duration:
+            if env.router.proc.poll() is not None:
+                raise RuntimeError(f"the router exited (status {env.router.proc.returncode}); "
+                                   f"see {env.router.log_path}")
+            heap = time.time() >= next_heap
+            next_heap = next_heap + 60 if heap else next_heap
+            row = sample(env, soak, t_start, n_probes, heap)
+            soak.samples.append(row)
+            if time.time() >= next_progress:
+                next_progress += 60
+                recent = [b for b in env.router.probes[n_probes:] if b["end"] >= time.time() - 60]
+                m = _stage_means(recent)
+                _log(f"min {row['t_s'] / 60:4.1f}: RSS driver {row['driver_mb']:,.0f} MB, JVM "
+                     f"{row['jvm_mb']:,.0f} MB, workers {row['workers_mb']:,.0f} MB "
+                     f"({row['workers_processes']}); {row['batches']:,} batches, "
+                     f"{row['publishes']:,} publishes; last minute per batch (median) "
+                     + (f"{m['seconds']:.3f}s, audit {m['audit']:.3f}s, {m['rows']:.0f} publishes"
+                        if m else "no batch")
+                     + f"; pins {row['pins_n']:.0f}, commits {row['spark_commits_n']:.0f}, "
+                     f"deliveries table {row.get('delta_deliveries_files_n', 0):.0f} files / "
+                     f"{row.get('delta_deliveries_log_n', 0):.0f} log entries")
+            time.sleep(max(0.0, a.interval - (time.time() - t_start - row["t_s"])))
+        pub = kafka_load.join_publishers(procs, pout, timeout=300)
+        sent0 = sum(b["rows"] for b in env.router.probes[:n_probes])
+        env.router.wait_routed(sent0 + pub["sent"], timeout=300)
+        soak.samples.append(sample(env, soak, t_start, n_probes, True))
+        soak.batches = env.router.probes[n_probes:]
+        soak.result["published"] = pub["sent"]
+        soak.result["diagnostics"] = env.router.diagnostics
+        soak.result["loadavg_end"] = os.getloadavg()
+        return 0
+    finally:
+        _stop(env, soak)
+
+
+def _stop(env: bitroute_run.Env, soak: Soak) -> None:
+    """End every process this run started, whatever happened."""
+    try:
+        if env.router is not None:
+            pids = _pids(env)
+            soak.started_pids.update(p for ps in pids.values() for p in ps)
+            env.router.stop(timeout=60)
+    finally:
+        try:
+            if env.broker is not None:
+                env.broker.stop()
+        finally:
+            for pid in soak.started_pids:
+                if pid and pid != os.getpid() and procstat.cmdline(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+
+
+# --- the report ------------------------------------------------------------------------
+
+def report(soak: Soak) -> str:
+    a, r = soak.args, soak.result
+    warm_s = a.warmup_minutes * 60
+    after = [s for s in soak.samples if s["t_s"] >= warm_s]
+    lines = [f"Soak: devices {a.size} ({r.get('subscriptions', 0):,} subscriptions), "
+             f"{r.get('rate', 0):,.0f} publishes/s for {a.minutes:g} min"
+             + (f" (half the sustained {r['sustained_publishes_per_s']:,.0f}/s)"
+                if r.get("sustained_publishes_per_s") else " (--rate)")
+             + f", {r.get('published', 0):,} publishes, {len(soak.batches):,} batches; "
+             f"{r.get('cores')} cores, load average {r.get('loadavg_start', [0])[0]:.1f} at start, "
+             f"{r.get('loadavg_end', [0])[0]:.1f} at end",
+             f"router settings: {' '.join(a.set) or '(defaults)'}"
+             + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else "")
+             + ("; DIAGNOSING (slower driver)" if a.diagnose else "")
+             + (f"; TABLE_RELOAD_COMMITS={a.table_reload_commits}"
+                if getattr(a, "table_reload_commits", None) is not None else ""), "",
+             f"RSS slope after {a.warmup_minutes:g} min of warm-up ({len(after)} samples, "
+             f"least squares; bound {FLAT_MB_PER_MIN:g} MB/min):"]
+    fits = {}
+    for role in ROLES:
+        f = fit([s["t_s"] / 60 for s in after], [s[f"{role}_mb"] for s in after])
+        fits[role] = f
+        if f is None:
+            lines.append(f"  {ROLE_NAMES[role]:<16} too few samples after the warm-up")
+            continue
+        ok = abs(f.slope) <= FLAT_MB_PER_MIN
+        procs = max(s[f"{role}_processes"] for s in after)
+        lines.append(f"  {ROLE_NAMES[role]:<16} {f.slope:+7.2f} MB/min (+/- {f.stderr:.2f}; residual "
+                     f"sd {f.residual:.1f} MB) {f.first:8,.0f} -> {f.last:8,.0f} MB over "
+                     f"{f.minutes:.1f} min, {procs} process(es): "
+                     f"{'flat' if ok else 'NOT FLAT'}")
+    soak.result["slopes"] = {k: (vars(v) if v else None) for k, v in fits.items()}
+    heap = [s for s in after if "jvm_old_used_mb" in s]
+    if len(heap) >= 3:
+        old = fit([s["t_s"] / 60 for s in heap], [s["jvm_old_used_mb"] for s in heap])
+        lines.append(f"  Spark JVM heap (jstat, each minute): committed {heap[0]['jvm_heap_committed_mb']:,.0f}"
+                     f" -> {heap[-1]['jvm_heap_committed_mb']:,.0f} MB, old generation used "
+                     f"{old.first:,.0f} -> {old.last:,.0f} MB ({old.slope:+.2f} MB/min), metaspace "
+                     f"{heap[-1]['jvm_metaspace_mb']:,.0f} MB, {heap[-1]['jvm_full_gcs']:.0f} full GCs "
+                     "(a JVM whose RSS grows while its committed heap grows is still sizing its heap)")
+    if soak.samples:
+        s0 = soak.samples[0]
+        lines.append(f"  (at the first sample, before warm-up: driver {s0['driver_mb']:,.0f} MB, "
+                     f"JVM {s0['jvm_mb']:,.0f} MB, workers {s0['workers_mb']:,.0f} MB)")
+    b = soak.batches
+    if b:
+        t_first = b[0]["end"]
+        warm = [x for x in b if x["end"] >= t_first + warm_s]
+        if warm:
+            head = [x for x in warm if x["end"] < warm[0]["end"] + 60]
+            tail = [x for x in warm if x["end"] >= warm[-1]["end"] - 60]
+            h, t = _stage_means(head), _stage_means(tail)
+            lines += ["", "Per batch (median), first and last minute after warm-up:"]
+            for k in STAGES:
+                ratio = t[k] / h[k] if h[k] else float("nan")
+                lines.append(f"  {('whole batch' if k == 'seconds' else k):<12} {h[k]:7.3f}s -> "
+                             f"{t[k]:7.3f}s ({ratio:.2f}x)")
+            lines.append(f"  publishes per batch {h['rows']:.0f} -> {t['rows']:.0f} "
+                         f"({h['n']} and {t['n']} batches)")
+            soak.result["per_batch"] = {"first_minute": h, "last_minute": t}
+    if soak.samples:
+        last, mid = soak.samples[-1], soak.samples[len(soak.samples) // 2]
+        lines += ["", "State folders at the end: entries, MB (largest entries during the run):"]
+        bases = [k[:-2] for k in last if k.endswith("_n")]
+        for base in bases:
+            peak = max(s.get(f"{base}_n", 0) for s in soak.samples)
+            note = f"  [retention: {RETENTION[base + '_n']}]" if base + "_n" in RETENTION else ""
+            lines.append(f"  {base:<28} {last[f'{base}_n']:>9,.0f} {last.get(f'{base}_mb', 0):>10,.2f} MB "
+                         f"({peak:,.0f}){note}")
+        lines.append(f"  {'status.json':<28} {'1':>9} {last['status_mb']:>10,.3f} MB  "
+                     f"[retention: {RETENTION['status_mb']}]")
+        grow = [b for b in bases if b.startswith("delta_")
+                and last[f"{b}_n"] > 1.5 * max(1, mid.get(f"{b}_n", 0))]
+        if grow:
+            lines.append("  growing with the number of batches: " + ", ".join(grow)
+                         + " (until the audit maintenance compacts and cleans them)")
+    return "\n".join(lines)
+
+
+def write_outputs(soak: Soak) -> tuple[Path, Path]:
+    csv_path, json_path = soak.workdir / "soak.csv", soak.workdir / "soak.json"
+    if soak.samples:
+        keys = [k for k in soak.samples[0] if k != "workers_each_mb"]
+        for s in soak.samples:  # tables can appear after the first sample
+            keys += [k for k in s if k not in keys and k != "workers_each_mb"]
+        with csv_path.open("w", newline="") as f:
+            wr = csv.DictWriter(f, keys, extrasaction="ignore")
+            wr.writeheader()
+            wr.writerows(soak.samples)
+    json_path.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
+                                              for k, v in vars(soak.args).items()},
+                                     "result": soak.result, "samples": soak.samples,
+                                     "batches": soak.batches}, default=str))
+    return csv_path, json_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=60.0, help="soak length (default 60)")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="publishes/s (default: half the sustained rate, measured first)")
+    ap.add_argument("--backlog", type=int, default=200_000,
+                    help="publishes drained to measure the sustained rate (without --rate)")
+    ap.add_argument("--warmup-minutes", type=float, default=5.0,
+                    help="samples before this are left out of the slopes (default 5)")
+    ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--publishes", type=int, default=200_000,
+                    help="distinct publishes generated (the load cycles through them)")
+    ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="router configuration override (repeatable), as for bitroute run")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="the driver reports what it holds (benchmarks/soak_probe.py)")
+    ap.add_argument("--diagnose-every", type=float, default=30.0)
+    ap.add_argument("--tracemalloc", action="store_true", help="with --diagnose: trace allocations")
+    ap.add_argument("--trim", action="store_true", help="with --diagnose: malloc_trim each sample")
+    ap.add_argument("--table-reload-commits", type=int, default=None,
+                    help="A/B only: override streaming.delta_sink.TABLE_RELOAD_COMMITS in the "
+                         "router (0: never reload the Delta tables, the behaviour before the fix)")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-soak-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    soak = Soak(args, workdir)
+    status = 1
+    try:
+        status = run(soak)
+    except KeyboardInterrupt:
+        _log("interrupted: every process started was stopped; the figures below are partial")
+        status = 130
+    except Exception as exc:  # noqa: BLE001 - report what was sampled, then fail
+        _log(f"error: {exc}")
+        status = 1
+    print(report(soak), flush=True)
+    csv_path, json_path = write_outputs(soak)
+    _log(f"samples in {csv_path}, everything in {json_path}")
+    if not args.keep and args.workdir is None:
+        # The samples are worth keeping: only the broker's and router's state goes.
+        shutil.rmtree(workdir / "bitroute", ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

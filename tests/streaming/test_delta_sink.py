@@ -1,0 +1,75 @@
+"""The audit appender's table objects are bounded: reloaded after TABLE_RELOAD_COMMITS versions.
+
+Real Delta tables (delta-rs) in a temporary folder, no Spark, no Kafka.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from schemas.tables import ROUTED_PUBLISH, arrow_schema
+from streaming import delta_sink
+from streaming.config import load, parse_set_flags
+from streaming.delta_sink import AuditTables, PublishBatch
+
+ROUTED = arrow_schema(ROUTED_PUBLISH)
+
+
+def routed(batch_id: int, publishes: int = 2, subscribers: int = 3) -> pa.Table:
+    now = datetime.now(timezone.utc)
+    return pa.Table.from_pylist([{
+        "message_id": f"bitroute.publishes/0/{batch_id * publishes + i}",
+        "exchange": "mqtt", "routing_key": "site1/dev1/temp", "outcome": "routed", "reason": None,
+        "deliveries": [{"subscriber": f"app{j}", "subscription_ids": [f"d{j}"]}
+                       for j in range(subscribers)],
+        "headers": None, "payload_bytes": 8, "published_at": now,
+    } for i in range(publishes)], schema=ROUTED)
+
+
+def append(audit: AuditTables, batch_id: int) -> None:
+    """Batch ``batch_id`` committed alone (a group of one, as the committer commits it)."""
+    audit.append_publishes([PublishBatch(batch_id, 1, datetime.now(timezone.utc), routed(batch_id))])
+
+
+@pytest.fixture
+def audit(tmp_path):
+    config = load(None, parse_set_flags([f"delta.warehouse={tmp_path / 'delta'}",
+                                         f"streaming.checkpoint_dir={tmp_path / 'cp'}"]), environ={})
+    tables = AuditTables(config, "test-router")
+    tables.ensure()
+    yield tables
+    tables.close()
+
+
+def test_table_objects_are_reloaded_after_the_bound_and_rows_stay_exactly_once(audit, monkeypatch):
+    monkeypatch.setattr(delta_sink, "TABLE_RELOAD_COMMITS", 3)
+    seen = []
+    for batch_id in range(1, 8):
+        append(audit, batch_id)
+        seen.append(audit._tables.get("messages"))
+    # Versions 3 and 6 (created at 0) reached the bound: the object was dropped, the next
+    # append loaded a new one.
+    assert seen[2] is None and seen[5] is None
+    assert seen[0] is seen[1] and seen[3] is seen[4] and seen[6] is not None
+    assert len({id(t) for t in (seen[0], seen[3], seen[6])}) == 3
+    # A replay of a batch committed before the reload is still recognised as one.
+    append(audit, 5)
+    append(audit, 7)
+    messages = DeltaTable(audit.path("messages")).to_pyarrow_table()
+    deliveries = DeltaTable(audit.path("deliveries")).to_pyarrow_table()
+    assert messages.num_rows == 7 * 2
+    assert deliveries.num_rows == 7 * 2 * 3
+    assert len(set(messages["message_id"].to_pylist())) == 7 * 2
+
+
+def test_replays_do_not_count_towards_the_bound(audit, monkeypatch):
+    monkeypatch.setattr(delta_sink, "TABLE_RELOAD_COMMITS", 2)
+    append(audit, 1)
+    table = audit._tables["messages"]
+    for _ in range(5):
+        append(audit, 1)  # replays: nothing committed
+    assert audit._tables["messages"] is table
