@@ -220,6 +220,7 @@ def _audit_migrate(args: argparse.Namespace) -> int:
             rows = f" ({table.rows:,} rows, Delta version {table.version})" \
                 if table.result == "migrated" else ""
             print(f"{table.table}: {table.result}{rows}")
+    return 0
 
 
 def _maintain(cfg: Config, args: argparse.Namespace) -> int:
