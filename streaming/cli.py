@@ -313,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bitroute",
         description="A topic router on Spark Structured Streaming: RabbitMQ/MQTT topic "
-                    "semantics, inverted-bitmap matching, Kafka in and out, Delta audit.")
+                    "semantics, trie matching in a Rust kernel, Kafka in and out, Delta audit.")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def verb(name: str, handler: Callable[[argparse.Namespace], int], help_text: str
