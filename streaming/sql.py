@@ -85,7 +85,7 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
     try:
         for name, present in found.items():
             if present:
-                location = table_location(config, name).replace("'", "\\'")
+                location = table_location(config, name).replace("\\", "\\\\").replace("'", "\\'")
                 spark.sql(f"CREATE TABLE `{name}` USING delta LOCATION '{location}'")
         try:
             result = spark.sql(statement).toArrow()
