@@ -1,5 +1,6 @@
 """bitroute's routing index: topic grammars (AMQP, MQTT), header criteria, an
-incremental inverted-bitmap index, versioned snapshots and the matcher.
+incremental index of subscriptions, versioned snapshots and the matcher (a trie
+of the topic filters in the Rust kernel, header criteria as inverted bitmaps).
 
 Python + pyroaring (with numpy/pyarrow/pandas for columns and batches) over
 the Rust matching kernel (``bitroute_kernel``, kernel/); no Spark import, so

@@ -6,16 +6,17 @@ Three slot spaces, each a dense range of small integers with a free list:
 - a **subscriber slot** per distinct subscriber name with a live subscription;
 - a **filter slot** per distinct (exchange, filter string) with a live
   subscription: identical filters share one slot, so a million clients on one
-  filter cost one table entry, and the matcher maps the slot to the
-  subscriptions holding it (one slot, a tuple of a few, or a roaring bitmap).
+  filter cost one trie leaf, and the matcher maps the slot to the
+  subscriptions holding it (a range of a CSR array; a filter held by one
+  subscription is that subscription's slot directly).
 
 Invariants: a live subscription keeps its slot for as long as it lives
 (replacing it keeps the slot too); freed slots are reused lowest first, so the
 slot spaces stay dense and bitmaps over them stay compact; the index never
 holds a filter, subscriber or exchange that failed validation. Each filter is
-parsed and classified (:mod:`compiler.pattern`) once, when its slot is
-created; the hash tables that match topics are built per snapshot by
-:class:`~compiler.matcher.Matcher`, so the builder does no per-shape work.
+parsed (:mod:`compiler.pattern`) once, when its slot is created; the tables
+that match topics (the kernel's exact-filter map and trie) are built per
+snapshot by :class:`~compiler.matcher.Matcher`, not here.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class Matcher:
         return list(self._kernel.slot_deliveries(items))
 
     def match_frame(self, frame: "pd.DataFrame") -> "pd.DataFrame":
-        """Match a batch of publishes, for ``mapInPandas``.
+        """Match a batch of publishes given as a pandas DataFrame.
 
         Input columns: ``message_id`` (str), ``exchange`` (str),
         ``routing_key`` (bytes, as Kafka keys arrive, or str; ``None`` or

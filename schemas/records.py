@@ -28,8 +28,8 @@ Delta: ``deliveries`` (one row per message x subscriber), ``messages`` (one row
 per publish with its outcome), ``subscriptions`` (every applied change with the
 snapshot version it produced); their columns are in :mod:`schemas.tables`.
 
-Plain names only, no Spark import: ``compiler/``, the client verbs and
-``bitroute audit`` import this module without starting pyspark.
+Plain names only, no Spark import: the client verbs and ``bitroute audit``
+import this module without starting pyspark.
 """
 
 from __future__ import annotations

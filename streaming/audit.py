@@ -1,7 +1,7 @@
 """Queries over the Delta audit tables: who got which message, and the subscriptions when.
 
 The tables (``deliveries``, ``messages``, ``subscriptions``; schemas in
-:mod:`schemas.records`) live at ``config.delta.table_path(name)``. A query
+:mod:`schemas.tables`) live at ``config.delta.table_path(name)``. A query
 selects one table, optionally as of a Delta table version (time travel),
 filters it and orders it:
 

@@ -6,7 +6,7 @@ second per micro-batch (docs/benchmarks.md). The tables are ordinary Delta
 tables (protocol reader 1 / writer 2) that Spark, delta-rs and
 ``bitroute audit`` all read.
 
-Tables (schemas in :mod:`schemas.records`) live at ``config.delta.table_path(name)``:
+Tables (schemas in :mod:`schemas.tables`) live at ``config.delta.table_path(name)``:
 
 - ``deliveries``: one row per (message, subscriber) routed and acknowledged by Kafka;
 - ``messages``: one row per publish with its outcome (routed, unroutable,
@@ -84,7 +84,7 @@ every pass (``audit.maintenance_interval``, about 30 group commits apart at the 
 so a reload reads one checkpoint and the few commits after it."""
 
 ARROW_SCHEMAS = {name: arrow_schema(schema) for name, schema in AUDIT_TABLES.items()}
-"""Each audit table's Arrow schema (the Spark StructTypes of schemas.records, converted)."""
+"""Each audit table's Arrow schema (the Spark StructTypes of schemas.tables, converted)."""
 
 PUBLISH_TABLES = (MESSAGES, DELIVERIES)
 """The tables a micro-batch appends to, in the order their rows are made."""

@@ -1,6 +1,6 @@
 """Resolve the JVM artifacts of ``conf/jvm.toml`` from Maven Central, once.
 
-Each group (``spark``, ``kafka_broker``) is resolved with the machine's Maven
+Each group (``spark``, ``kafka_broker``, ``delta``) is resolved with the machine's Maven
 client into ``<cache>/jars/<group>-<hash of its coordinates>/``; a
 ``complete`` marker written last makes a later run reuse the folder without
 calling Maven. Changing a coordinate changes the hash, so stale jars are never
@@ -24,7 +24,7 @@ from pathlib import Path
 import conf
 from streaming.errors import BitrouteError
 
-GROUPS = ("spark", "kafka_broker")
+GROUPS = ("spark", "kafka_broker", "delta")
 _MARKER = "complete"
 
 

@@ -13,7 +13,7 @@ a task, in one pass:
 4. produces each delivery to its subscriber's topic and each rejected publish
    to the rejected topic, with the worker's librdkafka producer, and waits for
    Kafka's acknowledgements (:mod:`streaming.delivery`);
-5. returns one row per publish (``schemas.records.ROUTED_PUBLISH``): its
+5. returns one row per publish (``schemas.tables.ROUTED_PUBLISH``): its
    outcome, reason and the deliveries Kafka acknowledged, for the audit.
 
 No single record can fail the task (the poison-pill rule): a delivery Kafka

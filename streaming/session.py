@@ -1,8 +1,10 @@
 """The SparkSession factory: the Kafka connector and Arrow, configured once.
 
-Spark holds no Delta Lake: the router appends its audit rows and ``bitroute
-audit`` reads them with delta-rs (:mod:`streaming.delta_sink`, :mod:`streaming.audit`),
-so the session needs neither Delta's jars nor its SQL extension and catalog.
+The router's session holds no Delta Lake: the router appends its audit rows and
+``bitroute audit`` reads them with delta-rs (:mod:`streaming.delta_sink`,
+:mod:`streaming.audit`), so that session needs neither Delta's jars nor its SQL
+extension and catalog. ``bitroute sql`` (:mod:`streaming.sql`) builds its own
+session through the same factory, with the ``delta`` jars and Delta's two settings.
 
 ``spark_session(config)`` returns the active session when one exists (under
 ``spark-submit`` the master and jars come from the submitter, and only the
@@ -73,10 +75,17 @@ def session_settings(config: Config) -> dict[str, str]:
     return settings
 
 
-def spark_session(config: Config) -> SparkSession:
-    """Return the configured SparkSession (see module docstring)."""
+def spark_session(config: Config, jar_group: str = "spark",
+                  extra_settings: dict[str, str] | None = None) -> SparkSession:
+    """Return the configured SparkSession (see module docstring).
+
+    ``jar_group`` names the conf/jvm.toml group handed to Spark (the router's is
+    ``spark``, the Kafka connector; ``bitroute sql`` uses ``delta``), and
+    ``extra_settings`` are added on top of :func:`session_settings` (the Delta
+    extension and catalog of :mod:`streaming.sql`).
+    """
     active = SparkSession.getActiveSession()
-    settings = session_settings(config)
+    settings = {**session_settings(config), **(extra_settings or {})}
     if active is not None:
         for key, value in settings.items():
             if key.startswith("spark.sql.") and active.conf.get(key, None) is None:
@@ -93,7 +102,7 @@ def spark_session(config: Config) -> SparkSession:
         session = builder.getOrCreate()
     else:
         conf = (SparkConf().setMaster(config.spark.master)
-                .set("spark.jars", ",".join(str(p) for p in jvm.jars("spark")))
+                .set("spark.jars", ",".join(str(p) for p in jvm.jars(jar_group)))
                 .setAll(settings.items()))
         gateway = None
         if SparkContext._gateway is None:  # else the JVM of a stopped session is reused

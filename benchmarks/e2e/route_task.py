@@ -2,7 +2,7 @@
 producing to a real broker, without Spark. Prints records/s and the CPU split.
 
     python -m benchmarks.e2e.route_task [--size 100k] [--publishes 50000] [--profile devices]
-                                       [--cprofile FILE] [--headers]
+                                       [--cprofile FILE] [--handover arrow|pandas|ab]
 
 It starts an embedded broker of its own on free ports, creates the delivery
 topics, builds the snapshot from the workload's subscriptions, then times
@@ -10,6 +10,12 @@ topics, builds the snapshot from the workload's subscriptions, then times
 (wall and CPU seconds of this process; the broker runs beside it). This is
 the delivery producer "alone" of issue 10: compare its deliveries/s with the
 router's ``route`` stage in ``benchmarks/e2e/run.sh``.
+
+``--handover pandas`` times the task as ``mapInPandas`` would run it, with the
+column layout of issue 20 (:mod:`benchmarks.e2e.pandas_handover`); ``ab`` routes
+every batch both ways in one run, alternating which goes first, and prints the
+pandas path's cost against the Arrow path's (median and spread of the per-batch
+ratios). Pin it with ``taskset`` (the broker it starts inherits the pinning).
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                     default="topic-per-subscriber", help="kafka.delivery_layout")
     ap.add_argument("--shared-partitions", type=int, default=16,
                     help="partitions of the shared delivery topic (shared layout)")
+    ap.add_argument("--handover", choices=("arrow", "pandas", "ab"), default="arrow",
+                    help="mapInArrow's hand-over (today's), mapInPandas's with issue 20's layout, "
+                         "or both on every batch (A/B)")
     args = ap.parse_args(argv)
 
     w = workload.generate(args.profile, workload.SIZES[args.size], 1, args.publishes * args.batches)
@@ -83,37 +92,78 @@ def main(argv: list[str] | None = None) -> int:
                       [NewTopic(f"bitroute.deliveries.{s}", args.partitions, 1) for s in w.subscribers])
             for future in admin.create_topics([*topics, NewTopic("bitroute.rejected", 1, 1)]).values():
                 future.result(60)
+            # A long delivery timeout: on a loaded machine the broker beside the task
+            # may take minutes over the first records to 1,000 new topics.
             producer = DeliveryProducer(ProducerSettings(broker.bootstrap, 1_048_576,
+                                                         message_timeout_ms=600_000,
                                                          keyed_partitions=shared is not None))
             settings = RouteSettings(workload.EXCHANGE, "bitroute.deliveries.", "bitroute.rejected",
                                      1, False, producer.settings, shared)
             # Warm-up: the producer learns every topic's metadata.
             route_batch(matcher, producer, source_batch(w.publishes[:2000], 0), settings)
+            if args.handover != "arrow":
+                from benchmarks.e2e import pandas_handover
             profile = cProfile.Profile() if args.cprofile else None
             results = []
+            paths = {"arrow": ["arrow"], "pandas": ["pandas"], "ab": ["arrow", "pandas"]}[args.handover]
             for b in range(args.batches):
                 topics = w.publishes[b * args.publishes:(b + 1) * args.publishes]
                 batch = source_batch(topics, (b + 1) * args.publishes)
-                wall, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
-                if profile:
-                    profile.enable()
-                rows = route_batch(matcher, producer, batch, settings)
-                if profile:
-                    profile.disable()
-                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                main = time.thread_time() - main
-                deliveries = sum(len(d) for d in rows.column("deliveries").to_pylist())
-                results.append({"publishes": len(topics), "deliveries": deliveries, "wall_s": wall,
-                                "cpu_s": cpu, "python_thread_cpu_s": main, "deliveries_per_s": deliveries / wall})
-                print(json.dumps(results[-1]), flush=True)
+                for path in (paths if b % 2 == 0 else paths[::-1]):
+                    task_input = batch
+                    if path == "pandas":  # the plan's binary headers column, built untimed
+                        task_input = batch.drop_columns(["headers"]).append_column(
+                            "headers_bin", pandas_handover.encode_headers(batch.column("headers")))
+                    wall, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
+                    if profile:
+                        profile.enable()
+                    if path == "arrow":
+                        rows = route_batch(matcher, producer, task_input, settings)
+                    else:
+                        rows = pandas_handover.route_pandas(matcher, producer, task_input, settings)
+                    if profile:
+                        profile.disable()
+                    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                    main = time.thread_time() - main
+                    deliveries = _deliveries(rows)
+                    results.append({"batch": b, "path": path, "publishes": len(topics),
+                                    "deliveries": deliveries, "wall_s": wall, "cpu_s": cpu,
+                                    "python_thread_cpu_s": main, "deliveries_per_s": deliveries / wall})
+                    print(json.dumps(results[-1]), flush=True)
             if profile:
                 profile.dump_stats(args.cprofile)
         finally:
             broker.stop()
+    if args.handover == "ab":
+        _print_ab(results)
+    results = [r for r in results if r["path"] == "arrow"] or results
     best = max(r["deliveries_per_s"] for r in results)
     print(f"route_task {args.profile} {args.size} {args.layout}: best {best:,.0f} deliveries/s "
           f"({results[-1]['deliveries'] / results[-1]['publishes']:.2f} per publish)")
     return 0
+
+
+def _deliveries(rows: pa.RecordBatch) -> int:
+    if "deliveries" in rows.schema.names:
+        return sum(len(d) for d in rows.column("deliveries").to_pylist())
+    flat = rows.column(0)  # mapInPandas's output: one struct column, deliveries as JSON
+    return sum(len(json.loads(text)) for text in flat.field("deliveries_json").to_pylist())
+
+
+def _print_ab(results: list[dict]) -> None:
+    """Per batch, the pandas path's cost over the Arrow path's (1.00 = equal)."""
+    import statistics
+
+    by_batch: dict[int, dict[str, dict]] = {}
+    for r in results:
+        by_batch.setdefault(r["batch"], {})[r["path"]] = r
+    pairs = [v for v in by_batch.values() if len(v) == 2]
+    for measure in ("wall_s", "cpu_s", "python_thread_cpu_s"):
+        ratios = [p["pandas"][measure] / p["arrow"][measure] for p in pairs]
+        print(f"A/B {measure}: pandas/arrow median {statistics.median(ratios):.3f} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} batches)")
+    assert all(p["pandas"]["deliveries"] == p["arrow"]["deliveries"] for p in pairs), \
+        "the two paths delivered differently"
 
 
 if __name__ == "__main__":
