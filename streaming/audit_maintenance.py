@@ -57,6 +57,7 @@ The background form is :class:`BackgroundMaintenance` (``start``/``stop``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -73,8 +74,8 @@ from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
+from streaming.audit import arrow_table
 from streaming.config import AuditConfig, Config
-from streaming.delta_sink import table_properties, writer_properties as audit_writer_properties
 
 MAINTENANCE_FILE = "maintenance.json"
 """The last pass's report, under ``<checkpoint_dir>/router``."""
@@ -201,7 +202,9 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
             report.stopped = True
             break
         path = config.delta.table_path(name)
-        props = (writer_properties or audit_writer_properties)(name)
+        if writer_properties is None:
+            from streaming.delta_sink import writer_properties  # pyspark's schemas: not for status
+        props = writer_properties(name)
         table_report = _TablePass(name, path, config.audit, props, progress, stop, clock).run()
         report.tables.append(table_report)
         if table_report.step == "stopped":
@@ -212,6 +215,22 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
     if record:
         write_report(config, report)
     return report
+
+
+def table_properties(audit: AuditConfig) -> dict[str, str]:
+    """The Delta table properties every audit table carries, from ``[audit]``: how long
+    the log keeps commits (``log_retention``) and removed files stay (``file_retention``),
+    and expired-log cleanup on. Set at creation and kept in line by the maintenance."""
+    return {
+        "delta.logRetentionDuration": _delta_interval(audit.log_retention_s),
+        "delta.deletedFileRetentionDuration": _delta_interval(audit.file_retention_s),
+        "delta.enableExpiredLogCleanup": "true",
+    }
+
+
+def _delta_interval(seconds: float) -> str:
+    """A duration as Delta's interval text (whole seconds, at least one)."""
+    return f"interval {max(1, math.ceil(seconds))} seconds"
 
 
 class _Stopped(Exception):
@@ -371,7 +390,7 @@ def table_stats(table: DeltaTable | str, log_dir: Path | None = None) -> TableSt
     if isinstance(table, str):
         log_dir = _local_log_dir(table)
         table = DeltaTable(table)
-    sizes = pa.table(table.get_add_actions(flatten=False).select(["size_bytes"]))["size_bytes"]
+    sizes = arrow_table(table.get_add_actions(flatten=False).select(["size_bytes"]))["size_bytes"]
     entries = _log_entries(log_dir)
     return TableStats(files=len(sizes), bytes=int(pc.sum(sizes).as_py() or 0),
                       log_entries=None if entries is None else len(entries),
@@ -382,7 +401,7 @@ def small_files_by_partition(table: DeltaTable, columns: Sequence[str], target: 
                              ) -> dict[tuple, list[str]]:
     """Per partition (a tuple of the partition columns' values; ``()`` unpartitioned), the
     paths of its files smaller than ``SMALL_FRACTION * target``."""
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = arrow_table(table.get_add_actions(flatten=True))
     limit = SMALL_FRACTION * target
     paths = actions["path"].to_pylist()
     sizes = actions["size_bytes"].to_pylist()
@@ -514,7 +533,7 @@ def _date_partition_column(table: DeltaTable) -> str | None:
 
 
 def _rows_in_partitions_before(table: DeltaTable, column: str, day: date) -> int:
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = arrow_table(table.get_add_actions(flatten=True))
     rows = 0
     for value, records in zip(actions[f"partition.{column}"].to_pylist(),
                               actions["num_records"].to_pylist()):

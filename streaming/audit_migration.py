@@ -25,6 +25,7 @@ from deltalake.exceptions import DeltaError
 
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
+from streaming.audit import arrow_table
 from streaming.config import Config
 from streaming.delta_sink import (
     ARROW_SCHEMAS,
@@ -117,7 +118,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None]) -> Migr
 
 def _rows(table: DeltaTable) -> int:
     try:
-        counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+        counts = arrow_table(table.get_add_actions(flatten=True)).column("num_records")
         return sum(int(n) for n in counts.to_pylist() if n is not None)
     except (KeyError, DeltaError):
         return 0

@@ -51,7 +51,6 @@ after it has followed :data:`TABLE_RELOAD_COMMITS` versions.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -74,7 +73,8 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
-from streaming.config import AuditConfig, Config, KafkaConfig
+from streaming.audit_maintenance import table_properties
+from streaming.config import Config, KafkaConfig
 from streaming.kafka.records import delivery_topic_column
 
 TABLE_RELOAD_COMMITS = 100
@@ -102,22 +102,6 @@ ROW_GROUP_ROWS = 131_072
 """Rows per Parquet row group of the audit tables' files."""
 
 BLOOM_FILTER_FPP = 0.01
-
-
-def table_properties(audit: AuditConfig) -> dict[str, str]:
-    """The Delta table properties every audit table carries, from ``[audit]``: how long
-    the log keeps commits (``log_retention``) and removed files stay (``file_retention``),
-    and expired-log cleanup on. Set at creation and kept in line by the maintenance."""
-    return {
-        "delta.logRetentionDuration": _delta_interval(audit.log_retention_s),
-        "delta.deletedFileRetentionDuration": _delta_interval(audit.file_retention_s),
-        "delta.enableExpiredLogCleanup": "true",
-    }
-
-
-def _delta_interval(seconds: float) -> str:
-    """A duration as Delta's interval text (whole seconds, at least one)."""
-    return f"interval {max(1, math.ceil(seconds))} seconds"
 
 
 def writer_properties(table: str, rows: int | None = None) -> WriterProperties:

@@ -8,20 +8,8 @@
   "local queue full, wait for room" loop;
 - :mod:`streaming.kafka.records`: the rules of the records bitroute reads and writes;
 - :mod:`streaming.kafka.partitioner`: Kafka's default partitioner (shared layout).
+
+Import the modules themselves (``from streaming.kafka.clients import producer``):
+this package imports nothing, so that loading the configuration (which needs
+:mod:`streaming.kafka.settings` only) does not load librdkafka for every verb.
 """
-
-from streaming.kafka.clients import (
-    KAFKA_LOG,
-    ClientErrors,
-    KafkaAccessError,
-    access_failure,
-    admin,
-    consumer,
-    denied,
-    produce_when_room,
-    producer,
-)
-from streaming.kafka.settings import ClientSettings
-
-__all__ = ["KAFKA_LOG", "ClientErrors", "ClientSettings", "KafkaAccessError", "access_failure",
-           "admin", "consumer", "denied", "produce_when_room", "producer"]
