@@ -9,7 +9,24 @@
 - :mod:`streaming.kafka.records`: the rules of the records bitroute reads and writes;
 - :mod:`streaming.kafka.partitioner`: Kafka's default partitioner (shared layout).
 
-Import the modules themselves (``from streaming.kafka.clients import producer``):
-this package imports nothing, so that loading the configuration (which needs
-:mod:`streaming.kafka.settings` only) does not load librdkafka for every verb.
+The package's names load their module on first use (PEP 562), so that loading
+the configuration (which needs :mod:`streaming.kafka.settings` only) does not
+load librdkafka for every verb.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_CLIENT_NAMES = ("KAFKA_LOG", "ClientErrors", "KafkaAccessError", "access_failure", "admin",
+                 "consumer", "denied", "produce_when_room", "producer")
+__all__ = [*_CLIENT_NAMES, "ClientSettings"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT_NAMES:
+        return getattr(importlib.import_module("streaming.kafka.clients"), name)
+    if name == "ClientSettings":
+        return importlib.import_module("streaming.kafka.settings").ClientSettings
+    raise AttributeError(f"module 'streaming.kafka' has no attribute {name!r}")
