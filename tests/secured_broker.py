@@ -1,10 +1,14 @@
 """A secured Kafka broker for tests: the embedded broker's jars, TLS, SASL and an authorizer.
 
-One KRaft node on loopback with three listeners:
+One KRaft node on loopback with five listeners:
 
 - ``SECURE`` (SASL_SSL): PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512;
+- ``SASLPLAIN`` (SASL_PLAINTEXT): the same mechanisms and users, no TLS;
 - ``MTLS`` (SSL, client certificates required): the broker's own inter-broker
   listener too, and a client's mTLS listener;
+- ``TLS`` (SSL, ``ssl.client.auth=none``): a client needs only the CA file; its
+  principal is ``User:ANONYMOUS`` (no certificate to name it), so what it may do
+  is what the ACLs grant ``User:ANONYMOUS``;
 - ``CONTROLLER`` (SSL, client certificates required).
 
 ``StandardAuthorizer`` is on with ``super.users`` = the ``admin`` SCRAM user and
@@ -52,11 +56,17 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
+def make_ca(folder: Path, name: str = "ca") -> Path:
+    """A self-signed CA, ``<name>.pem`` and ``<name>.key`` in ``folder``; returns the PEM."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+             f"{name}.pem", "-days", "2", "-subj", f"/CN=bitroute-test-{name}", cwd=folder)
+    return folder / f"{name}.pem"
+
+
 def make_certificates(folder: Path) -> None:
     """ca.pem/ca.key, broker.pem/broker.key (SAN 127.0.0.1, localhost), carol.pem/carol.key."""
-    folder.mkdir(parents=True, exist_ok=True)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-             "ca.pem", "-days", "2", "-subj", "/CN=bitroute-test-ca", cwd=folder)
+    make_ca(folder)
     (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name, ext in (("broker", ["-extfile", "san.ext"]), (CLIENT_CERT_CN, [])):
         _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
@@ -73,7 +83,9 @@ class SecuredBroker:
     folder: Path
     host: str = "127.0.0.1"
     secure_port: int = field(default_factory=free_port)
+    sasl_plaintext_port: int = field(default_factory=free_port)
     mtls_port: int = field(default_factory=free_port)
+    tls_port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
@@ -86,18 +98,33 @@ class SecuredBroker:
         return f"{self.host}:{self.secure_port}"
 
     @property
+    def sasl_plaintext_bootstrap(self) -> str:
+        return f"{self.host}:{self.sasl_plaintext_port}"
+
+    @property
     def mtls_bootstrap(self) -> str:
         return f"{self.host}:{self.mtls_port}"
 
-    def sasl_properties(self, user: str) -> dict[str, str]:
-        """``[kafka.client]`` for ``user`` on the SASL_SSL listener (its own mechanism)."""
+    @property
+    def tls_bootstrap(self) -> str:
+        return f"{self.host}:{self.tls_port}"
+
+    def sasl_properties(self, user: str, tls: bool = True) -> dict[str, str]:
+        """``[kafka.client]`` for ``user`` (its own mechanism) on the SASL_SSL listener, or
+        with ``tls=False`` on the SASL_PLAINTEXT one."""
         if user in PLAIN_USERS:
             mechanism, password = "PLAIN", PLAIN_USERS[user]
         else:
             mechanism, password = SCRAM_USERS[user]
-        return {"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism,
-                "sasl.username": user, "sasl.password": password,
-                "ssl.ca.location": str(self.certs / "ca.pem")}
+        props = {"security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT",
+                 "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+        if tls:
+            props["ssl.ca.location"] = str(self.certs / "ca.pem")
+        return props
+
+    def tls_properties(self, ca: Path | None = None) -> dict[str, str]:
+        """``[kafka.client]`` for the TLS listener: the CA file only (``ca``, else the right one)."""
+        return {"security.protocol": "SSL", "ssl.ca.location": str(ca or self.certs / "ca.pem")}
 
     def mtls_properties(self) -> dict[str, str]:
         return {"security.protocol": "SSL", "ssl.ca.location": str(self.certs / "ca.pem"),
@@ -163,30 +190,40 @@ class SecuredBroker:
     def _properties(self) -> str:
         certs = self.certs
         plain_users = " ".join(f'user_{u}="{p}"' for u, p in PLAIN_USERS.items())
+        listeners = [("SECURE", self.secure_port), ("SASLPLAIN", self.sasl_plaintext_port),
+                     ("MTLS", self.mtls_port), ("TLS", self.tls_port),
+                     ("CONTROLLER", self.controller_port)]
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
-            "listeners": (f"SECURE://{self.host}:{self.secure_port},MTLS://{self.host}:"
-                          f"{self.mtls_port},CONTROLLER://{self.host}:{self.controller_port}"),
-            "advertised.listeners": (f"SECURE://{self.host}:{self.secure_port},"
-                                     f"MTLS://{self.host}:{self.mtls_port}"),
+            "listeners": ",".join(f"{name}://{self.host}:{port}" for name, port in listeners),
+            "advertised.listeners": ",".join(f"{name}://{self.host}:{port}"
+                                             for name, port in listeners if name != "CONTROLLER"),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "MTLS",
-            "listener.security.protocol.map": "CONTROLLER:SSL,SECURE:SASL_SSL,MTLS:SSL",
+            "listener.security.protocol.map": ("CONTROLLER:SSL,SECURE:SASL_SSL,"
+                                               "SASLPLAIN:SASL_PLAINTEXT,MTLS:SSL,TLS:SSL"),
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(certs / "broker.keystore.pem"),
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(certs / "ca.pem"),
             "listener.name.mtls.ssl.client.auth": "required",
             "listener.name.controller.ssl.client.auth": "required",
+            "listener.name.tls.ssl.client.auth": "none",
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-            "listener.name.secure.plain.sasl.jaas.config":
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
-            "listener.name.secure.scram-sha-256.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-            "listener.name.secure.scram-sha-512.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        }
+        for listener in ("secure", "saslplain"):  # the same mechanisms and users on both
+            settings |= {
+                f"listener.name.{listener}.plain.sasl.jaas.config":
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f"{plain_users};",
+                f"listener.name.{listener}.scram-sha-256.sasl.jaas.config":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                f"listener.name.{listener}.scram-sha-512.sasl.jaas.config":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            }
+        settings |= {
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:admin;User:CN=broker",
             "log.dirs": str(self.folder / "logs"),

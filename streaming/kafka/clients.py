@@ -50,6 +50,8 @@ AUTHORIZATION_ERRORS = frozenset({
     KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
     KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 })
+_VERIFY_FAILED = "certificate verify failed"
+"""OpenSSL's words, in librdkafka's handshake error, for a peer certificate not verified."""
 _SUPPRESSED = re.compile(r"\s*\(after \d+ms in state [A-Z_]+(?:, \d+ identical error\(s\) suppressed)?\)")
 
 
@@ -61,11 +63,25 @@ def is_access_error(error: KafkaError) -> bool:
 
 def authentication_failure(settings: ClientSettings, error: KafkaError) -> KafkaAccessError:
     reason = _SUPPRESSED.sub("", error.str())
+    if error.code() == KafkaError._SSL and _VERIFY_FAILED in reason:
+        return untrusted_broker(settings)
     return KafkaAccessError(
         f"Kafka at {settings.bootstrap} did not accept {settings.principal()} "
         f"({settings.describe()}): {reason}; check [kafka.client] (security.protocol, "
         "sasl.mechanism, sasl.username, sasl.password, the TLS files) and that the cluster "
         "holds this principal's credential")
+
+
+def untrusted_broker(settings: ClientSettings) -> KafkaAccessError:
+    """The one line for a broker certificate the client does not trust: the client refused
+    the broker (not the other way round), so it names the CA file, not the principal."""
+    ca = settings.props.get("ssl.ca.location")
+    trusted = f"the CA in ssl.ca.location ({ca})" if ca else "a CA the system trusts"
+    return KafkaAccessError(
+        f"Kafka at {settings.bootstrap} presented a TLS certificate bitroute does not trust "
+        f"(SSL handshake failed: {_VERIFY_FAILED}): it must be signed by {trusted} and name the "
+        "host in kafka.bootstrap; set [kafka.client] ssl.ca.location to the CA that signed the "
+        "brokers' certificates")
 
 
 def denied(settings: ClientSettings, operation: str, kind: str, name: str,

@@ -83,3 +83,31 @@ def test_plaintext_is_the_default_and_adds_nothing():
     settings = _load({}).kafka.client_settings
     assert settings.librdkafka() == {"bootstrap.servers": "127.0.0.1:9092"}
     assert settings.spark_options() == {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+@pytest.mark.parametrize("client, spark", [
+    *[({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+        "sasl.username": "u", "sasl.password": "env:PW"},
+       {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": mechanism})
+      for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")],
+    ({"security.protocol": "SSL", "ssl.ca.location": "CA"},
+     {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "PEM"}),
+])
+def test_the_tested_combinations_are_accepted(tmp_path, client, spark):
+    """SASL_PLAINTEXT with each mechanism (no TLS file), and TLS with only a CA file (no
+    client certificate): what tests/streaming/test_secured_kafka.py runs against a broker."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    client = {k: str(ca) if v == "CA" else v for k, v in client.items()}
+    cfg = _load({f"kafka.client.{k}": v for k, v in client.items()}, {"PW": "pw-1"})
+    settings = cfg.kafka.client_settings
+    assert settings.librdkafka() == {"bootstrap.servers": "127.0.0.1:9092",
+                                     **{k: "pw-1" if v == "env:PW" else v
+                                        for k, v in client.items()}}
+    options = settings.spark_options()
+    assert spark.items() <= options.items(), options
+    assert ("kafka.sasl.jaas.config" in options) == ("sasl.mechanism" in client)
+    tls = client["security.protocol"] == "SSL"
+    assert any(k.startswith("kafka.ssl.") for k in options) == tls, options
+    assert "kafka.ssl.keystore.type" not in options
+    assert settings.principal() == ("User:u" if "sasl.username" in client else "User:ANONYMOUS")

@@ -1,4 +1,5 @@
-"""bitroute on a secured Kafka: SASL_SSL (PLAIN, SCRAM-SHA-256/512), mTLS, ACLs.
+"""bitroute on a secured Kafka: SASL_SSL and SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256/512),
+TLS with a CA file only, mTLS, ACLs.
 
 One broker for the module (tests/secured_broker.py), started once and stopped
 always. Each principal's ``[kafka.client]`` is a config file whose password
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker
+from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker, make_ca
 from streaming import kafka
 from streaming.config import load
 
@@ -236,3 +237,69 @@ def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(brok
     assert f"does not allow User:alice to Write topic {prefix}fred" in message, message
     assert "--operation Write" in message
     _no_secret(message)
+
+
+@pytest.mark.parametrize("user, mechanism", [("pat", "PLAIN"), ("alice", "SCRAM-SHA-256"),
+                                             ("bob", "SCRAM-SHA-512")])
+def test_sasl_plaintext_publish_then_tail_with_each_mechanism(broker, tmp_path, names, user,
+                                                              mechanism):
+    """The user's own publish read back by its own tail, both over SASL_PLAINTEXT: the config
+    names the user's delivery topic as its publishes topic, so one topic the user may Read
+    and Write carries the round trip."""
+    prefix = names["kafka.deliveries_topic_prefix"]
+    subscriber = f"{user}-plain"
+    _subscribe_as_admin(broker, tmp_path, names, subscriber)
+    topic = prefix + subscriber
+    broker.grant(f"User:{user}", "topic", topic, ["Read", "Write"])
+    client = broker.sasl_properties(user, tls=False)
+    assert client["sasl.mechanism"] == mechanism and client["security.protocol"] == "SASL_PLAINTEXT"
+    config, env = _config_file(tmp_path, broker.sasl_plaintext_bootstrap,
+                               {**names, "kafka.publishes_topic": topic}, client)
+
+    payload = f"over SASL_PLAINTEXT as {mechanism}"
+    status, out, err, _ = _cli(config, env, "publish", "--routing-key", "a.b", payload)
+    assert status == 0, err
+    assert out.strip().startswith(f"{topic}/"), out
+    status, out, err, _ = _cli(config, env, "tail", subscriber, "--from-beginning", "--max", "1",
+                               "--timeout", "60")
+    assert status == 0, err
+    assert out.strip().endswith(json.dumps(payload)), out
+
+
+def test_tls_with_only_a_ca_file_is_the_anonymous_principal(broker, tmp_path, names):
+    """Without a client certificate the TLS listener's principal is User:ANONYMOUS: it reads
+    what ACLs grant User:ANONYMOUS and is refused the rest, the refusal naming it."""
+    prefix = names["kafka.deliveries_topic_prefix"]
+    for subscriber in ("gina", "hank"):
+        _subscribe_as_admin(broker, tmp_path, names, subscriber)
+        _deliver(broker, prefix + subscriber, f"for {subscriber}".encode())
+    broker.grant("User:ANONYMOUS", "topic", prefix + "gina", ["Read"])
+    config, env = _config_file(tmp_path, broker.tls_bootstrap, names, broker.tls_properties())
+
+    status, out, err, _ = _cli(config, env, "tail", "gina", "--from-beginning", "--max", "1",
+                               "--timeout", "60")
+    assert status == 0, err
+    assert out.strip().endswith('"for gina"'), out
+
+    status, out, err, took = _cli(config, env, "tail", "hank", "--from-beginning", "--max", "1",
+                                  "--timeout", "60")
+    line = _one_line(err)
+    assert status == 1 and out == "" and took < FAIL_WITHIN_S, (status, err, took)
+    assert "User:ANONYMOUS" in line and f"{prefix}hank" in line and "--operation Read" in line
+
+
+def test_a_broker_certificate_from_another_ca_fails_in_seconds_with_one_line(broker, tmp_path,
+                                                                              names):
+    other_ca = make_ca(tmp_path / "other", "other-ca")
+    _subscribe_as_admin(broker, tmp_path, names, "ivan")
+    for bootstrap, client in (
+            (broker.tls_bootstrap, broker.tls_properties(other_ca)),
+            (broker.sasl_bootstrap, {**broker.sasl_properties("alice"),
+                                     "ssl.ca.location": str(other_ca)})):
+        config, env = _config_file(tmp_path, bootstrap, names, client)
+        status, out, err, took = _cli(config, env, "tail", "ivan", "--from-beginning",
+                                      "--timeout", "60")
+        line = _one_line(err)
+        assert status == 1 and out == "" and took < FAIL_WITHIN_S, (status, err, took)
+        assert line.startswith("bitroute: error: ") and "certificate" in line, line
+        assert str(other_ca) in line, line
