@@ -42,7 +42,7 @@ import tracemalloc
 
 import pyarrow as pa
 
-from benchmarks.e2e.router_probe import _print_probe
+from benchmarks.e2e.router_probe import _print_probe, serve
 from streaming.config import load, parse_set_flags
 from streaming.router import Router
 
@@ -161,14 +161,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     if args.every > 0:
         diagnostics.start()
-    while not stop.is_set() and not query.awaitTermination(0.5):
-        pass
-    if stop.is_set():
-        router.stop_after_current_batch()
-        return 0
-    router.stop()
-    print(f"router query ended: {query.exception()}", file=sys.stderr)
-    return 1
+    return serve(router, query, stop)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,21 @@ class BrokerError(BitrouteError):
     """The embedded broker could not be started, reached or stopped."""
 
 
+SINGLE_NODE_SETTINGS = {
+    "num.partitions": "1",
+    # A single node: every internal topic has one replica.
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    # Consumers in tests and the CLI join at once instead of after 3 s.
+    "group.initial.rebalance.delay.ms": "0",
+}
+"""Broker settings of a one-node KRaft cluster (the embedded broker, the tests' secured one)."""
+
+
 @dataclass(frozen=True)
 class EmbeddedBroker:
     """A single-node KRaft broker bound to ``host:port`` (controller on ``controller_port``)."""
@@ -158,16 +173,7 @@ class EmbeddedBroker:
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.data_dir / "logs"),
-            "num.partitions": "1",
-            # A single node: every internal topic has one replica.
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            # Consumers in tests and the CLI join at once instead of after 3 s.
-            "group.initial.rebalance.delay.ms": "0",
+            **SINGLE_NODE_SETTINGS,
             "log.cleaner.backoff.ms": "1000",
         }
         return "".join(f"{k}={v}\n" for k, v in settings.items())

@@ -38,7 +38,7 @@ from confluent_kafka.admin import (
 
 import conf
 from streaming import jvm, kafka
-from streaming.broker import free_port
+from streaming.broker import SINGLE_NODE_SETTINGS, free_port
 from streaming.kafka.settings import ClientSettings
 
 SCRAM_USERS = {  # name: (mechanism, password)
@@ -227,14 +227,7 @@ class SecuredBroker:
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:admin;User:CN=broker",
             "log.dirs": str(self.folder / "logs"),
-            "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
+            **SINGLE_NODE_SETTINGS,
             "auto.create.topics.enable": "false",
         }
         return "".join(f"{k}={v}\n" for k, v in settings.items())

@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     query = router.start()
     print(f"STARTED {json.dumps({'open_s': time.time() - t, 'subscriptions': len(router.subscriptions), 'version': router.subscriptions.version})}",
           flush=True)
+    return serve(router, query, stop)
+
+
+def serve(router, query, stop) -> int:
+    """Run ``router``'s started ``query`` until ``stop`` is set (0: stopped after the batch
+    in progress) or the query ends on its own (1, its error on stderr)."""
     while not stop.is_set() and not query.awaitTermination(0.5):
         pass
     if stop.is_set():

@@ -166,8 +166,7 @@ def test_a_full_journal_makes_the_audit_stage_wait_until_the_committer_drains_it
     returned = threading.Event()
     waiter = threading.Thread(target=lambda: (committer.submit(_batch(2)), returned.set()))
     waiter.start()
-    time.sleep(0.5)
-    assert not returned.is_set(), "the third batch waits for room"
+    assert not returned.wait(0.5), "the third batch waits for room"
     assert "audit.max_pending_batches = 2" in capsys.readouterr().err
     committer.start()  # the committer drains the journal; the batch goes on
     assert returned.wait(30)

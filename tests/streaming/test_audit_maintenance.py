@@ -43,6 +43,26 @@ APP = f"bitroute-{ROUTER}-publishes"
 NOW = datetime.now(timezone.utc)
 
 
+def _wait_until(condition, timeout: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail the test at ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _log_older_than(config, table: str, seconds: float):
+    """A condition: every entry of ``table``'s log is older than ``seconds`` (a retention
+    measured from the commits' times has passed for all of them)."""
+    return _files_older_than(Path(config.delta.table_path(table)) / "_delta_log", seconds)
+
+
+def _files_older_than(folder: Path, seconds: float):
+    """A condition: every file under ``folder`` was last written more than ``seconds`` ago."""
+    return lambda: time.time() - max(p.stat().st_mtime for p in folder.rglob("*")
+                                     if p.is_file()) > seconds
+
+
 def _config(tmp_path: Path, **audit_keys: object):
     overrides = {"delta.warehouse": str(tmp_path / "delta"),
                  "streaming.checkpoint_dir": str(tmp_path / "checkpoints")}
@@ -143,7 +163,7 @@ def test_expired_log_cleanup_keeps_the_log_within_its_bound(tmp_path, tables):
     _append(sink, range(40))
     log = Path(config.delta.table_path("messages")) / "_delta_log"
     assert len(os.listdir(log)) == 41
-    time.sleep(1.5)
+    _wait_until(_log_older_than(config, "messages", 1.0))
     report = maintain(config, tables=["messages"])
 
     assert report.ok, report.error
@@ -170,7 +190,8 @@ def test_retention_deletes_old_rows_and_vacuum_their_files(tmp_path, tables):
     first = maintain(config, tables=["messages", "deliveries"])
     assert first.ok, first.error
     assert [t.rows_deleted for t in first.tables] == [5 * 4, 5 * 4 * 3]
-    time.sleep(1.5)
+    for table in ("messages", "deliveries"):  # the deletions are older than file_retention
+        _wait_until(_log_older_than(config, table, config.audit.file_retention_s))
     second = maintain(config, tables=["messages", "deliveries"])
     assert second.ok and all(t.files_vacuumed >= 5 for t in second.tables)
 
@@ -230,9 +251,7 @@ def test_background_maintenance_reports_a_failure_once_and_stops_fast(tmp_path, 
     reports = []
     background.listeners.append(reports.append)
     background.start()
-    deadline = time.monotonic() + 120
-    while len(reports) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _wait_until(lambda: len(reports) >= 2, timeout=120)
     started = time.monotonic()
     background.stop()
     assert time.monotonic() - started < 5
@@ -289,7 +308,7 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
         _append(sink, range(batches, batches + 100))
         batches += 100
         maintain(config, tables=["deliveries"])
-        time.sleep(1.5)
+        _wait_until(_log_older_than(config, "deliveries", config.audit.file_retention_s))
     version = DeltaTable(path).version()
     process = subprocess.Popen([sys.executable, "-c", KILLED_PASS, config.delta.warehouse,
                                 str(config.streaming.checkpoint_dir)],
@@ -310,11 +329,12 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
     deliveries = table.to_pyarrow_table(columns=["message_id", "subscriber"])
     assert deliveries.num_rows == batches * 4 * 3
     assert table.transaction_version(APP) == batches - 1
-    time.sleep(1.1)
+    _wait_until(_files_older_than(Path(path), config.audit.file_retention_s))
     after = maintain(config, tables=["deliveries"])
     assert after.ok, after.error
     assert DeltaTable(path).to_pyarrow_table(columns=["message_id"]).num_rows == batches * 4 * 3
-    time.sleep(1.1)  # what that pass removed is now past file_retention: vacuumed
+    # what that pass removed is now past file_retention: vacuumed
+    _wait_until(_files_older_than(Path(path), config.audit.file_retention_s))
     assert maintain(config, tables=["deliveries"]).ok
     files = {p.name for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts}
     assert files == {Path(p).name for p in DeltaTable(path).file_uris()}  # no orphan left
