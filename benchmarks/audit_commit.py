@@ -47,7 +47,7 @@ PUBLISHES, FANOUT = 40, 8
 
 
 def routed(batch_id: int) -> pa.Table:
-    from streaming.routing import ROUTED_ARROW
+    from streaming.router.routing import ROUTED_ARROW
 
     now = datetime.now(timezone.utc)
     return pa.Table.from_pylist([{
@@ -79,9 +79,9 @@ def run_before(root: Path, batches: int, repeat: int, hours: float) -> dict:
     """In the child process on the merge base's files: append_batch per batch, timed
     after 10 earlier batches (a fresh table) and after ``batches`` (a table filled to
     that; one left by an interrupted run is continued, not refilled)."""
-    from streaming import delta_sink
+    from streaming.audit import writer as delta_sink
 
-    print(f"before: streaming.delta_sink from {delta_sink.__file__}", file=sys.stderr)
+    print(f"before: streaming.audit.writer from {delta_sink.__file__}", file=sys.stderr)
     samples: dict[str, list[float]] = {}
     for mark, folder in ((10, root / "at-10"), (batches, root)):
         tables = delta_sink.AuditTables(config(folder), "bench")
@@ -104,9 +104,9 @@ def run_before(root: Path, batches: int, repeat: int, hours: float) -> dict:
 
 
 def run_after(root: Path, batches: int, group: int, repeat: int, hours: float) -> dict:
-    from streaming.audit_committer import AuditCommitter
-    from streaming.audit_journal import AuditJournal
-    from streaming.delta_sink import AuditTables, PublishBatch
+    from streaming.audit.committer import AuditCommitter
+    from streaming.audit.journal import AuditJournal
+    from streaming.audit.writer import AuditTables, PublishBatch
 
     tables = AuditTables(config(root), "bench")
     tables.ensure()

@@ -3,9 +3,9 @@
     python -m benchmarks.audit_maintenance_bench [--batches N] [--folder DIR]
 
 Appends N batches (4 publishes x 3 subscribers each) through the router's own
-writer (``streaming.delta_sink.AuditTables``), then prints, for the
+writer (``streaming.audit.writer.AuditTables``), then prints, for the
 ``deliveries`` table: data files and ``_delta_log`` entries before and after
-one pass (:func:`streaming.audit_maintenance.maintain`), the pass's seconds per
+one pass (:func:`streaming.audit.maintenance.maintain`), the pass's seconds per
 table, a full read's seconds before and after, and the median append latency
 alone, while a pass runs in another thread, and after it (the figures are from one run:
 see docs/benchmarks.md for how noisy this machine is).
@@ -25,10 +25,10 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from streaming.audit_maintenance import maintain, table_stats
+from streaming.audit.maintenance import maintain, table_stats
 from streaming.config import load
-from streaming.delta_sink import AuditTables, PublishBatch
-from streaming.routing import ROUTED_ARROW
+from streaming.audit.writer import AuditTables, PublishBatch
+from streaming.router.routing import ROUTED_ARROW
 
 
 def routed(batch_id: int) -> pa.Table:

@@ -62,7 +62,7 @@ def routed_batch(template: pa.Table, batch_id: int, publishes: int) -> pa.Table:
 
 
 def template_batch(publishes: int, fanout: int, subscribers: int) -> pa.Table:
-    from streaming.routing import ROUTED_ARROW
+    from streaming.router.routing import ROUTED_ARROW
 
     now = datetime.now(timezone.utc)
     return pa.Table.from_pylist([{
@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from streaming import config as bitroute_config
-    from streaming.audit_committer import AuditCommitter
-    from streaming.audit_journal import JOURNAL_DIR, AuditJournal
-    from streaming.audit_maintenance import BackgroundMaintenance
-    from streaming.delta_sink import AuditTables, PublishBatch, writer_properties
+    from streaming.audit.committer import AuditCommitter
+    from streaming.audit.journal import JOURNAL_DIR, AuditJournal
+    from streaming.audit.maintenance import BackgroundMaintenance
+    from streaming.audit.writer import AuditTables, PublishBatch, writer_properties
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-week-"))
     speedup = args.rate / REAL_BATCHES_PER_S

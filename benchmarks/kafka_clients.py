@@ -22,7 +22,7 @@ from pathlib import Path
 import confluent_kafka
 import kafka
 
-from streaming.broker import EmbeddedBroker, free_port
+from streaming.kafka.broker import EmbeddedBroker, free_port
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 50000
 R = int(sys.argv[2]) if len(sys.argv) > 2 else 3

@@ -137,7 +137,7 @@ def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
 
 
 RETENTION = {
-    "pins_n": "16 pins (streaming.snapshots.PINS_KEPT)",
+    "pins_n": "16 pins (streaming.router.snapshots.PINS_KEPT)",
     "snapshots_n": "2 files per kept version (the latest and those the 16 pins name)",
     "spark_offsets_n": "about 100 (spark.sql.streaming.minBatchesToRetain) + temporaries",
     "spark_commits_n": "about 100 (spark.sql.streaming.minBatchesToRetain)",
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracemalloc", action="store_true", help="with --diagnose: trace allocations")
     ap.add_argument("--trim", action="store_true", help="with --diagnose: malloc_trim each sample")
     ap.add_argument("--table-reload-commits", type=int, default=None,
-                    help="A/B only: override streaming.delta_sink.TABLE_RELOAD_COMMITS in the "
+                    help="A/B only: override streaming.audit.writer.TABLE_RELOAD_COMMITS in the "
                          "router (0: never reload the Delta tables, the behaviour before the fix)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")

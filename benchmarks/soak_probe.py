@@ -19,7 +19,7 @@ line of every batch, a thread prints every ``--every`` seconds one line
   freed memory glibc kept, not a leak.
 
 ``--table-reload-commits N`` overrides how often the audit appender reloads its
-Delta tables (:data:`streaming.delta_sink.TABLE_RELOAD_COMMITS`; 0: never, as
+Delta tables (:data:`streaming.audit.writer.TABLE_RELOAD_COMMITS`; 0: never, as
 before that bound existed), for an A/B in one session.
 
 Usage: ``python -m benchmarks.soak_probe [--every S] [--tracemalloc] [--trim]
@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from benchmarks.e2e.router_probe import _print_probe, serve
 from streaming.config import load, parse_set_flags
-from streaming.router import Router
+from streaming.router.service import Router
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1 << 20
@@ -131,17 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracemalloc", action="store_true")
     parser.add_argument("--trim", action="store_true")
     parser.add_argument("--table-reload-commits", type=int, default=None,
-                        help="override streaming.delta_sink.TABLE_RELOAD_COMMITS (0: never reload), "
+                        help="override streaming.audit.writer.TABLE_RELOAD_COMMITS (0: never reload), "
                              "to compare with and without the reload in one run")
     args = parser.parse_args(argv)
     if args.table_reload_commits is not None:
-        from streaming import delta_sink
+        from streaming.audit import writer as delta_sink
 
         delta_sink.TABLE_RELOAD_COMMITS = args.table_reload_commits or sys.maxsize
     config = load(args.config, parse_set_flags(args.set))
 
-    from streaming.session import quiet_kafka_client_logs, spark_session
-    from streaming.watchdog import start_watchdog
+    from streaming.router.session import quiet_kafka_client_logs, spark_session
+    from streaming.router.watchdog import start_watchdog
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

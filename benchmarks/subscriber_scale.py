@@ -12,7 +12,7 @@ loopback ports in a temporary folder; figures in docs/benchmarks.md
 (``kafka.shared_delivery_partitions`` partitions): seconds to create them
 as the router does (until the broker serves them),
 to fetch the cluster's metadata from a fresh client, and for a fresh
-delivery producer (:class:`streaming.delivery.DeliveryProducer`, as a routing
+delivery producer (:class:`streaming.router.delivery.DeliveryProducer`, as a routing
 task has) to write one delivery to each subscriber (first write: it learns
 every topic's metadata) and then one more each (second write).
 
@@ -39,10 +39,10 @@ from benchmarks.e2e.bitroute_run import Env
 from benchmarks.e2e.workload import Workload
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, SNAPSHOT_VERSION_HEADER, SUBSCRIPTION_IDS_HEADER
 from streaming import client, kafka
-from streaming.broker import EmbeddedBroker, free_port
+from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.config import Config, load
-from streaming.delivery import DeliveryProducer, ProducerSettings
-from streaming.topics import ensure_topics
+from streaming.router.delivery import DeliveryProducer, ProducerSettings
+from streaming.kafka.topics import ensure_topics
 
 SHARED_PARTITIONS = 16
 CREATE_CHUNK = 500

@@ -1,6 +1,6 @@
 """Offline matching of JSON Lines files: the library under ``bitroute match``.
 
-Input contract (the command's front end, :mod:`streaming.match_cli`, states
+Input contract (the command's front end, :mod:`streaming.cli.match`, states
 the rest: stdout, stderr, exit status):
 
 ``SUBS.jsonl``: one JSON object a line, ``{"id", "filter", "subscriber"?,

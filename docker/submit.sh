@@ -12,7 +12,7 @@ master=${1:?usage: submit.sh SPARK_MASTER_URL [bitroute run options...]}
 shift
 python=${PYSPARK_PYTHON:-python3}
 jars=$("$python" -c "from streaming import jvm; print(','.join(str(p) for p in jvm.jars('spark', quiet=True)))")
-main=$("$python" -c "import streaming.cli as cli; print(cli.__file__)")
+main=$("$python" -c "import streaming.cli.main as cli; print(cli.__file__)")
 # bitroute keeps a local-mode driver on loopback; naming the cluster master
 # here tells it the driver must be reachable from the workers.
 export BITROUTE_SPARK_MASTER="$master"

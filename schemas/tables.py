@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 
 from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
 
-#: Output of the routing tasks (``mapInArrow``, :mod:`streaming.routing`): one
+#: Output of the routing tasks (``mapInArrow``, :mod:`streaming.router.routing`): one
 #: row per publish with what became of it. ``deliveries`` lists the deliveries
 #: Kafka acknowledged (empty when unroutable or rejected); ``reason`` is why a
 #: rejected publish was rejected. The audit rows are made from it.
@@ -105,7 +105,7 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema of one of these Spark schemas, timestamps as microseconds in UTC.
 
     That is what Spark hands Python over Arrow with ``spark.sql.session.timeZone``
-    set to UTC (streaming/session.py), and the Delta tables' timestamp type.
+    set to UTC (streaming/router/session.py), and the Delta tables' timestamp type.
     pyspark 4.0 gave UTC by default; 4.2's ``to_arrow_schema`` needs the zone named.
     """
     return to_arrow_schema(schema, timezone="UTC")

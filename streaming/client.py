@@ -45,7 +45,7 @@ from streaming.kafka.clients import (
     producer as kafka_producer,
 )
 from streaming.kafka.partitioner import default_partition
-from streaming.topics import (
+from streaming.kafka.topics import (
     COMPACTED,
     TopicCreationError,
     admin_client,

@@ -167,7 +167,7 @@ class SparkConfig:
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    """The Prometheus endpoint of ``bitroute run`` (:mod:`streaming.metrics`): port 0 = off."""
+    """The Prometheus endpoint of ``bitroute run`` (:mod:`streaming.ops.metrics`): port 0 = off."""
 
     host: str = "127.0.0.1"
     port: int = 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from streaming import config as bitroute_config
-from streaming.broker import EmbeddedBroker, free_port
+from streaming.kafka.broker import EmbeddedBroker, free_port
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +51,7 @@ def base_config(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="session")
 def spark(base_config: bitroute_config.Config):
-    from streaming.session import spark_session
+    from streaming.router.session import spark_session
 
     session = spark_session(base_config)
     try:

@@ -38,7 +38,7 @@ from confluent_kafka.admin import (
 
 import conf
 from streaming import jvm, kafka
-from streaming.broker import SINGLE_NODE_SETTINGS, free_port
+from streaming.kafka.broker import SINGLE_NODE_SETTINGS, free_port
 from streaming.kafka.settings import ClientSettings
 
 SCRAM_USERS = {  # name: (mechanism, password)

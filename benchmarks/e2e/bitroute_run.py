@@ -41,9 +41,9 @@ from benchmarks.e2e import kafka_load, procstat
 from benchmarks.e2e.workload import EXCHANGE, Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import kafka
-from streaming.broker import EmbeddedBroker, free_port
+from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.config import Config, load, parse_set_flags
-from streaming.topics import ensure_router_topics
+from streaming.kafka.topics import ensure_router_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTED_TIMEOUT_S = 900.0
@@ -117,7 +117,7 @@ class RouterProcess:
         # The JVM's class path names pyspark's folders too: only its non-JVM children are workers.
         workers = [p for p, command in commands.items()
                    if p not in jvm and ("pyspark" in command or "python" in command)
-                   and "streaming.watchdog" not in command]
+                   and "streaming.router.watchdog" not in command]
         return {"driver": [self.proc.pid], "jvm": jvm, "workers": workers}
 
     def stop(self, timeout: float = 120) -> None:

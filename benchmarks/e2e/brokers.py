@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streaming.broker import free_port
+from streaming.kafka.broker import free_port
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 MOSQUITTO = "/usr/sbin/mosquitto"

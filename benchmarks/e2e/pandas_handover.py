@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from pyspark.sql.conversion import ArrowBatchTransformer, PandasToArrowConversion
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
-from streaming.routing import route_batch
+from streaming.router.routing import route_batch
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -195,7 +195,7 @@ def _stage_costs(publishes: int, repeats: int) -> None:
 
     from benchmarks.e2e import route_task, workload
     from compiler import Matcher, RoutingIndex, Subscription
-    from streaming.routing import plan_batch
+    from streaming.router.routing import plan_batch
 
     w = workload.generate("devices", workload.SIZES["10k"], 1, publishes)
     index = RoutingIndex({workload.EXCHANGE: "mqtt"})
@@ -206,14 +206,14 @@ def _stage_costs(publishes: int, repeats: int) -> None:
     batch = route_task.source_batch(w.publishes[:publishes], 0)
     binary = batch.drop_columns(["headers"]).append_column(
         "headers_bin", encode_headers(batch.column("headers")))
-    from streaming.routing import ROUTED_ARROW, RouteSettings
-    from streaming.delivery import ProducerSettings
+    from streaming.router.routing import ROUTED_ARROW, RouteSettings
+    from streaming.router.delivery import ProducerSettings
 
     settings = RouteSettings(workload.EXCHANGE, "d.", "r", 1, False,
                              ProducerSettings("127.0.0.1:1", 1_048_576), None)
     # A routed result of the right shape without Kafka: every matched delivery "acked".
     plan = plan_batch(matcher, batch, settings)
-    from streaming.routing import _routed_rows
+    from streaming.router.routing import _routed_rows
     import numpy as np
     routed = _routed_rows(plan.publishes, plan.reasons, plan.deliveries, plan.entries, plan.owner,
                           plan.ok[plan.owner] if len(plan.owner) else np.zeros(0, dtype=bool))

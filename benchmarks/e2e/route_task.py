@@ -1,4 +1,4 @@
-"""One routing task alone: ``streaming.routing.route_batch`` on a batch of the e2e workload,
+"""One routing task alone: ``streaming.router.routing.route_batch`` on a batch of the e2e workload,
 producing to a real broker, without Spark. Prints records/s and the CPU split.
 
     python -m benchmarks.e2e.route_task [--size 100k] [--publishes 50000] [--profile devices]
@@ -32,9 +32,9 @@ import pyarrow as pa
 
 from benchmarks.e2e import workload
 from compiler import RoutingIndex, Subscription
-from streaming.broker import EmbeddedBroker, free_port
-from streaming.delivery import DeliveryProducer, ProducerSettings
-from streaming.routing import RouteSettings, route_batch
+from streaming.kafka.broker import EmbeddedBroker, free_port
+from streaming.router.delivery import DeliveryProducer, ProducerSettings
+from streaming.router.routing import RouteSettings, route_batch
 
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 

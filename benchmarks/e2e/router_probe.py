@@ -1,7 +1,7 @@
 """Run the router as ``bitroute run`` does, printing each batch's report as JSON.
 
 Each batch prints ``PROBE {json}`` on stdout: the router's own
-:class:`streaming.router.BatchReport` (id, publishes, deliveries, version,
+:class:`streaming.router.service.BatchReport` (id, publishes, deliveries, version,
 seconds) with its per-stage split (``catch_up``: the changelog catch-up,
 compile, snapshot and subscriptions audit; ``route``: the Spark job that reads
 the publishes, matches them in the Python workers and produces every delivery
@@ -20,7 +20,7 @@ import threading
 import time
 
 from streaming.config import load, parse_set_flags
-from streaming.router import BatchReport, Router
+from streaming.router.service import BatchReport, Router
 
 
 def _print_probe(report: BatchReport) -> None:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = load(args.config, parse_set_flags(args.set))
 
-    from streaming.session import quiet_kafka_client_logs, spark_session
+    from streaming.router.session import quiet_kafka_client_logs, spark_session
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,7 +1,7 @@
 """Kafka for the campaign: one embedded broker, or a 3-node KRaft quorum on loopback,
 that the campaign can SIGKILL and bring back.
 
-:class:`ClusterNode` is an :class:`streaming.broker.EmbeddedBroker` (same jars,
+:class:`ClusterNode` is an :class:`streaming.kafka.broker.EmbeddedBroker` (same jars,
 same start/stop, its own data folder) whose ``server.properties`` makes it node
 ``node_id`` of a quorum whose controllers are ``voters`` (every node is broker and
 controller), formatted with the cluster's shared id, with internal topics
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming import jvm
-from streaming.broker import _HEAP, BrokerError, EmbeddedBroker, free_port
+from streaming.kafka.broker import _HEAP, BrokerError, EmbeddedBroker, free_port
 
 
 @dataclass(frozen=True)

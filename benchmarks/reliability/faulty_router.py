@@ -2,7 +2,7 @@
 
     python -m benchmarks.reliability.faulty_router --faults DIR [--set section.key=value]...
 
-runs ``streaming.cli main(["run", ...])`` unchanged, after wrapping a few of
+runs ``streaming.cli.main main(["run", ...])`` unchanged, after wrapping a few of
 the router's own methods with a check of the file ``DIR/armed``. The file holds
 ``<point> <target>``; the first time the router passes ``<point>`` while it
 exists, the wrapper deletes it, prints ``FAULT <point> <target>`` on stdout and
@@ -59,10 +59,10 @@ def _install(faults: Path) -> None:
 
     from deltalake.table import DeltaTable, TableOptimizer
 
-    from streaming.audit_committer import AuditCommitter
-    from streaming.changelog import ChangelogReader
-    from streaming.delta_sink import AuditTables
-    from streaming.snapshots import SnapshotStore
+    from streaming.audit.committer import AuditCommitter
+    from streaming.router.changelog import ChangelogReader
+    from streaming.audit.writer import AuditTables
+    from streaming.router.snapshots import SnapshotStore
 
     armed = faults / ARMED
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     faults = Path(argv[1])
     faults.mkdir(parents=True, exist_ok=True)
     _install(faults)
-    from streaming.cli import main as bitroute
+    from streaming.cli.main import main as bitroute
 
     return bitroute(["run", *argv[2:]])
 

@@ -39,7 +39,7 @@ from benchmarks.reliability.router import Router
 from benchmarks.reliability.workload import A_VALUES, B_VALUES, EXCHANGES, Publish, Workload
 from streaming import kafka
 from streaming.config import Config, load
-from streaming.topics import ensure_router_topics
+from streaming.kafka.topics import ensure_router_topics
 
 _EXCHANGE_LIST = sorted(EXCHANGES)
 

@@ -118,7 +118,7 @@ OnError = Callable[[KafkaError], None]
 class ClientErrors:
     """A client's ``error_cb``: records the first access failure, passes the rest on.
 
-    ``then`` (e.g. :meth:`streaming.broker_watch.BrokerWatch.on_error`) gets
+    ``then`` (e.g. :meth:`streaming.kafka.broker_watch.BrokerWatch.on_error`) gets
     every error that is not about access. Thread-safe.
     """
 

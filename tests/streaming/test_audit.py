@@ -22,9 +22,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import AUDIT_TABLES, MESSAGES_TABLE, arrow_schema
-from streaming import audit
-from streaming.broker import free_port
-from streaming.cli import main
+from streaming.audit import queries as audit
+from streaming.kafka.broker import free_port
+from streaming.cli.main import main
 
 T0 = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
 BITROUTE = Path(sys.executable).with_name("bitroute")
@@ -227,7 +227,7 @@ def test_json_output_of_the_command_is_json_lines_only(warehouse, tmp_path):
 def test_the_verb_imports_no_spark(warehouse):
     script = (
         "import sys\n"
-        "from streaming.cli import main\n"
+        "from streaming.cli.main import main\n"
         f"code = main(['audit', 'messages', '--json', '--set', 'delta.warehouse={warehouse}'])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')),"
         " file=sys.stderr)\n"

@@ -16,14 +16,16 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS
-from streaming import audit, audit_migration, delta_sink
-from streaming.audit_committer import AuditCommitter, AuditStopping
-from streaming.audit_journal import AuditJournal
-from streaming.cli import main
+from streaming.audit import queries as audit
+from streaming.audit import migration as audit_migration
+from streaming.audit import writer as delta_sink
+from streaming.audit.committer import AuditCommitter, AuditStopping
+from streaming.audit.journal import AuditJournal
+from streaming.cli.main import main
 from streaming.config import Config, DeltaConfig, StreamingConfig
-from streaming.delta_sink import ARROW_SCHEMAS, AuditTables, PublishBatch
-from streaming.lock import RouterLock, RouterLockedError
-from streaming.routing import ROUTED_ARROW
+from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
+from streaming.router.lock import RouterLock, RouterLockedError
+from streaming.router.routing import ROUTED_ARROW
 
 APP = "bitroute-r1-publishes"
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)

@@ -1,7 +1,7 @@
-"""The audit tables' upkeep (streaming/audit_maintenance.py) on real Delta tables.
+"""The audit tables' upkeep (streaming/audit/maintenance.py) on real Delta tables.
 
 Rows reach the tables through the router's own writer
-(:class:`streaming.delta_sink.AuditTables`, idempotent appends with ``txn``
+(:class:`streaming.audit.writer.AuditTables`, idempotent appends with ``txn``
 versions); each test then checks what a maintenance pass promises: the file
 bound, the log bound, retention and vacuum, exactness under concurrent
 appends, a SIGKILL mid-pass.
@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from streaming import audit
-from streaming.audit_maintenance import (
+from streaming.audit import queries as audit
+from streaming.audit.maintenance import (
     BackgroundMaintenance,
     maintain,
     read_report,
@@ -35,8 +35,8 @@ from streaming.audit_maintenance import (
     table_stats,
 )
 from streaming.config import load
-from streaming.delta_sink import AuditTables, PublishBatch
-from streaming.routing import ROUTED_ARROW
+from streaming.audit.writer import AuditTables, PublishBatch
+from streaming.router.routing import ROUTED_ARROW
 
 ROUTER = "r1"
 APP = f"bitroute-{ROUTER}-publishes"
@@ -270,14 +270,14 @@ def test_the_verb_runs_a_pass_with_progress_and_json(tmp_path, tables):
     env = dict(os.environ, BITROUTE_DELTA_WAREHOUSE=config.delta.warehouse,
                BITROUTE_STREAMING_CHECKPOINT_DIR=str(config.streaming.checkpoint_dir),
                BITROUTE_AUDIT_COMPACT_MIN_FILES="4")
-    done = subprocess.run([sys.executable, "-m", "streaming.cli", "audit", "maintain",
+    done = subprocess.run([sys.executable, "-m", "streaming.cli.main", "audit", "maintain",
                            "--table", "messages", "--json"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["tables"][0]["files_compacted"] == 6
     assert "messages: compact" in done.stderr
-    broken = subprocess.run([sys.executable, "-m", "streaming.cli", "audit", "maintain",
+    broken = subprocess.run([sys.executable, "-m", "streaming.cli.main", "audit", "maintain",
                              "--table", "nope"], env=env, capture_output=True, text=True,
                             timeout=60)
     assert broken.returncode == 2 and "nope" in broken.stderr
@@ -285,7 +285,7 @@ def test_the_verb_runs_a_pass_with_progress_and_json(tmp_path, tables):
 
 KILLED_PASS = """
 import sys
-from streaming.audit_maintenance import maintain
+from streaming.audit.maintenance import maintain
 from streaming.config import load
 config = load(overrides={"delta.warehouse": sys.argv[1], "streaming.checkpoint_dir": sys.argv[2],
                          "audit.compact_min_files": "2", "audit.file_retention": "1 second"},
@@ -341,7 +341,7 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
 
 
 def test_status_shows_each_tables_size_and_the_last_pass(tmp_path, tables):
-    from streaming import status
+    from streaming.ops import status
 
     config = _config(tmp_path, compact_min_files=4)
     _append(tables(config), range(6))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from streaming.broker import free_port
+from streaming.kafka.broker import free_port
 
 
 def test_produce_and_consume_a_record(kafka_bootstrap: str, new_topic):
@@ -36,7 +36,7 @@ def test_produce_and_consume_a_record(kafka_bootstrap: str, new_topic):
 
 
 def _bitroute(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streaming.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=180)
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from streaming import kafka
 
-from streaming.broker import EmbeddedBroker, free_port
-from streaming.broker_watch import BrokerWatch
-from streaming.router import failure_summary
+from streaming.kafka.broker import EmbeddedBroker, free_port
+from streaming.kafka.broker_watch import BrokerWatch
+from streaming.router.service import failure_summary
 
 
 def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path):
@@ -53,10 +53,10 @@ def test_a_spark_failure_is_summed_up_in_its_python_error_line():
   File "/x/pyspark/sql/utils.py", line 120, in call
     raise e
 pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query [id = 1] terminated
-  File "/work/streaming/changelog.py", line 200, in read_to_end
-streaming.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but the router has read up to 9
+  File "/work/streaming/router/changelog.py", line 200, in read_to_end
+streaming.router.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but the router has read up to 9
 """
-    assert failure_summary(text) == ("streaming.changelog.ChangelogError: changelog 'subs' partition 0 "
+    assert failure_summary(text) == ("streaming.router.changelog.ChangelogError: changelog 'subs' partition 0 "
                                      "ends at 3 but the router has read up to 9")
     assert failure_summary("just one line\nand more") == "just one line"
     assert failure_summary("") == "no reason given"

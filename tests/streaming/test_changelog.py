@@ -14,8 +14,8 @@ import pytest
 from compiler import RoutingIndex
 from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
 from schemas.tables import SUBSCRIPTIONS_TABLE
-from streaming.changelog import Change, apply_record
-from streaming.subscription_sync import changes_table
+from streaming.router.changelog import Change, apply_record
+from streaming.router.subscription_sync import changes_table
 
 APPLIED_AT_MS = 1_700_000_000_000
 
@@ -109,7 +109,7 @@ def _changelog(base_config, new_topic, records: int):
 
 
 def test_read_to_end_reports_progress_from_zero_to_the_offsets_it_covers(base_config, new_topic):
-    from streaming.changelog import POLL_MAX_RECORDS, ChangelogReader
+    from streaming.router.changelog import POLL_MAX_RECORDS, ChangelogReader
 
     records = 3 * POLL_MAX_RECORDS + 500
     config = _changelog(base_config, new_topic, records)
@@ -145,8 +145,8 @@ def test_read_to_end_reports_progress_from_zero_to_the_offsets_it_covers(base_co
 def test_a_slow_catch_up_prints_progress_lines_and_its_total(base_config, new_topic):
     import io
 
-    from streaming.changelog import ChangelogReader
-    from streaming.metrics import CatchUpProgress
+    from streaming.router.changelog import ChangelogReader
+    from streaming.ops.metrics import CatchUpProgress
 
     records = 2500
     config = _changelog(base_config, new_topic, records)
@@ -169,8 +169,8 @@ def test_a_catch_up_stays_pending_until_committed_and_a_rollback_reads_it_again(
         base_config, new_topic, tmp_path):
     from confluent_kafka import Producer
 
-    from streaming.changelog import RejectedRecord, Subscriptions
-    from streaming.snapshots import SnapshotStore
+    from streaming.router.changelog import RejectedRecord, Subscriptions
+    from streaming.router.snapshots import SnapshotStore
 
     config = _changelog(base_config, new_topic, 3)
     topic = config.kafka.subscriptions_topic

@@ -14,7 +14,7 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streaming.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], capture_output=True,
                           text=True, timeout=120, env=env)
 
 

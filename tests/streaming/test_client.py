@@ -23,7 +23,7 @@ from schemas.records import (
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
 )
-from streaming.cli import main
+from streaming.cli.main import main
 
 DEADLINE_S = 60.0
 
@@ -45,7 +45,7 @@ def _flags(topics: dict[str, str]) -> list[str]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streaming.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], capture_output=True,
                           text=True, timeout=120)
 
 
@@ -207,7 +207,7 @@ def test_publish_rejects_malformed_headers(topics, capsys, header, message):
 def _deliver(topics: dict[str, str], subscriber: str, records: list[tuple]) -> str:
     """Produce records in the delivery format to ``subscriber``'s delivery topic."""
     from streaming.config import load
-    from streaming.topics import ensure_topics
+    from streaming.kafka.topics import ensure_topics
 
     config = load(overrides=topics, environ={})
     topic = config.kafka.deliveries_topic(subscriber)
@@ -257,7 +257,7 @@ def test_tail_stops_when_idle_for_the_timeout(topics, capsys):
 def test_tail_starts_from_now_by_default(topics):
     _deliver(topics, "gina", [("pubs/0/1", b"old", b"old", [], ["s"], 1)])
     process = subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli", "tail", "gina", "--max", "1", "--json",
+        [sys.executable, "-m", "streaming.cli.main", "tail", "gina", "--max", "1", "--json",
          "--timeout", str(DEADLINE_S), *_flags(topics)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -278,7 +278,7 @@ def test_tail_right_after_subscribe_reads_the_delivery_within_seconds(topics):
     assert main(["subscribe", "--exchange", "amq.topic", "--subscriber", "hana", "--filter", "a.#",
                  *_flags(topics)]) == 0
     process = subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli", "tail", "hana", "--from-beginning", "--max", "1",
+        [sys.executable, "-m", "streaming.cli.main", "tail", "hana", "--from-beginning", "--max", "1",
          "--json", "--timeout", str(DEADLINE_S), *_flags(topics)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

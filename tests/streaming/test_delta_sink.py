@@ -12,9 +12,9 @@ import pytest
 from deltalake import DeltaTable
 
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
-from streaming import delta_sink
+from streaming.audit import writer as delta_sink
 from streaming.config import load, parse_set_flags
-from streaming.delta_sink import AuditTables, PublishBatch
+from streaming.audit.writer import AuditTables, PublishBatch
 
 ROUTED = arrow_schema(ROUTED_PUBLISH)
 

@@ -17,11 +17,11 @@ import pytest
 from compiler import RoutingIndex, Subscription
 from compiler.shared import choose_member, group_key
 from streaming import client
-from streaming.broker import free_port
-from streaming.changelog import ChangelogReader, apply_record
-from streaming.cli import main
+from streaming.kafka.broker import free_port
+from streaming.router.changelog import ChangelogReader, apply_record
+from streaming.cli.main import main
 from streaming.config import Config, load
-from streaming.snapshots import SnapshotStore
+from streaming.router.snapshots import SnapshotStore
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The ``bitroute match`` contract (issue 3, item 6) through ``streaming.match_cli.run_match``."""
+"""The ``bitroute match`` contract (issue 3, item 6) through ``streaming.cli.match.run_match``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.match_cli import run_match
+from streaming.cli.match import run_match
 
 
 def _write(path: Path, lines: list) -> str:

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from streaming import client
-from streaming.broker import free_port
+from streaming.kafka.broker import free_port
 from streaming.config import Config, ConfigError, load
-from streaming.metrics import (
+from streaming.ops.metrics import (
     CONTENT_TYPE,
     METRICS,
     STAGES,
@@ -247,7 +247,7 @@ def test_input_lag_is_latest_minus_end_offsets_per_topic():
 
 
 def test_router_metrics_count_batch_reports_and_query_events():
-    from streaming.router import BatchReport
+    from streaming.router.service import BatchReport
 
     clock = iter([1000.0, 1005.0, 1010.0]).__next__
     metrics = RouterMetrics(load(environ={}).metrics, clock=clock)
@@ -411,7 +411,7 @@ def test_a_metrics_port_in_use_stops_bitroute_run_before_spark(base_config: Conf
         settings = _settings(base_config, tmp_path, **{"metrics.port": str(port)})
         started = time.monotonic()
         result = subprocess.run(
-            [sys.executable, "-m", "streaming.cli", "run",
+            [sys.executable, "-m", "streaming.cli.main", "run",
              *[arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")]],
             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1

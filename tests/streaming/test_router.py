@@ -38,7 +38,7 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
-from streaming.router import Router
+from streaming.router.service import Router
 
 KAFKA_TIMEOUT_S = 30.0
 

@@ -31,7 +31,7 @@ from deltalake import DeltaTable
 
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, message_id
 from streaming import client
-from streaming.broker import free_port
+from streaming.kafka.broker import free_port
 from streaming.config import Config, load
 
 DEADLINE_S = 600.0
@@ -45,7 +45,7 @@ class RouterProcess:
         flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
         self._log = log.open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streaming.cli", "run", *flags],
+            [sys.executable, "-m", "streaming.cli.main", "run", *flags],
             stdout=subprocess.PIPE, stderr=self._log, text=True, start_new_session=True, cwd=cwd,
         )
         self.lines: queue.Queue[str] = queue.Queue()
@@ -239,7 +239,7 @@ def test_one_router_per_state_folder_and_its_jvm_ends_with_it(base_config: Confi
     first = RouterProcess(settings, tmp_path / "router.log")
     try:
         first.wait_for(re.compile(r"Ctrl-C stops after the current batch"))
-        second = subprocess.run([sys.executable, "-m", "streaming.cli", "run",
+        second = subprocess.run([sys.executable, "-m", "streaming.cli.main", "run",
                                  *[a for k, v in settings.items() for a in ("--set", f"{k}={v}")]],
                                 capture_output=True, text=True, timeout=120)
         assert second.returncode == 1

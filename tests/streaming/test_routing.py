@@ -9,8 +9,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
-from streaming.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
-from streaming.routing import RouteSettings, route_safely
+from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+from streaming.router.routing import RouteSettings, route_safely
 from test_kafka_records import source_batch
 
 

@@ -67,7 +67,7 @@ def _config_file(folder: Path, bootstrap: str, names: dict[str, str],
 def _cli(config: Path, env: dict[str, str], *args: str, timeout: float = 120
          ) -> tuple[int, str, str, float]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "streaming.cli", *args, "--config", str(config)],
+    done = subprocess.run([sys.executable, "-m", "streaming.cli.main", *args, "--config", str(config)],
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **env, "PYTHONPATH": str(REPO)})
     _no_secret(done.stdout + done.stderr)
@@ -168,7 +168,7 @@ def test_a_client_without_credentials_fails_in_seconds_with_one_line(broker, tmp
 def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, names, spark,
                                                            capfd):
     """The router principal holds exactly the ACLs docs/running.md lists."""
-    from streaming.router import Router
+    from streaming.router.service import Router
 
     prefix = names["kafka.deliveries_topic_prefix"]
     router = "User:router"
@@ -222,7 +222,7 @@ def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(brok
                                                                            names):
     """The workers' producer: a delivery topic the router may not write fails the batch
     (retried by the router) with the grant line, never rejects the publishes."""
-    from streaming.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+    from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 
     prefix = names["kafka.deliveries_topic_prefix"]
     _subscribe_as_admin(broker, tmp_path, names, "fred")

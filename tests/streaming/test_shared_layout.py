@@ -22,7 +22,7 @@ from schemas.records import (
 from streaming import client
 from streaming.config import Config
 from streaming.kafka.partitioner import default_partition, murmur2
-from streaming.router import Router
+from streaming.router.service import Router
 from test_router import headers_of, read_topic, router_config
 
 SHARED_PARTITIONS = 4

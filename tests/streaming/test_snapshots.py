@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.snapshots import PINS_KEPT, SnapshotStore, SnapshotStoreError
+from streaming.router.snapshots import PINS_KEPT, SnapshotStore, SnapshotStoreError
 
 
 def test_versions_round_trip_with_their_changes(tmp_path: Path):

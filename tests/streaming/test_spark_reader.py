@@ -34,9 +34,10 @@ from deltalake import DeltaTable
 from test_router_process import RouterProcess, _settings  # the router as a child process
 
 from schemas.tables import AUDIT_TABLES, arrow_schema
-from streaming import audit, client, jvm
+from streaming import client, jvm
+from streaming.audit import queries as audit
 from streaming.config import Config, load
-from streaming.delta_sink import AuditTables
+from streaming.audit.writer import AuditTables
 
 ROOT = Path(__file__).resolve().parents[2]
 BITROUTE = Path(sys.executable).with_name("bitroute")

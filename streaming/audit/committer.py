@@ -1,9 +1,9 @@
 """The background committer: journaled batches group-committed to the Delta audit tables.
 
 The router's audit stage hands each batch to :meth:`AuditCommitter.submit`,
-which writes it to the journal (:mod:`streaming.audit_journal`) and returns;
+which writes it to the journal (:mod:`streaming.audit.journal`) and returns;
 a thread appends every pending batch to ``messages`` and ``deliveries``
-every ``audit.commit_interval`` (:meth:`streaming.delta_sink.AuditTables.append_publishes`:
+every ``audit.commit_interval`` (:meth:`streaming.audit.writer.AuditTables.append_publishes`:
 one transaction per table for the whole group, its ``txn`` version the
 group's highest batch id) and only then removes the batches from the journal.
 
@@ -36,8 +36,8 @@ from collections.abc import Callable
 
 from deltalake.exceptions import DeltaError
 
-from streaming.audit_journal import AuditJournal
-from streaming.delta_sink import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditTables, PublishBatch
+from streaming.audit.journal import AuditJournal
+from streaming.audit.writer import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditTables, PublishBatch
 from streaming.errors import BitrouteError
 
 RETRY_BASE_S = 0.5

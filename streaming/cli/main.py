@@ -57,7 +57,7 @@ def _jars(args: argparse.Namespace) -> int:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from streaming.broker import BrokerError, EmbeddedBroker
+    from streaming.kafka.broker import BrokerError, EmbeddedBroker
 
     cfg = _config(args, {"broker.port": args.port})
     broker = EmbeddedBroker.from_config(cfg.broker)
@@ -78,13 +78,13 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from streaming.run import serve
+    from streaming.cli.run import serve
 
     return serve(_config(args))
 
 
 def _match(args: argparse.Namespace) -> int:
-    from streaming.match_cli import run_match
+    from streaming.cli.match import run_match
 
     return run_match(args.dialect, args.subscriptions, args.topics, sys.stdout, sys.stderr)
 
@@ -167,7 +167,7 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from streaming import audit
+    from streaming.audit import queries as audit
 
     if args.table == "migrate":
         return _audit_migrate(args)
@@ -192,8 +192,8 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _audit_migrate(args: argparse.Namespace) -> int:
-    from streaming import audit_migration
-    from streaming.lock import RouterLockedError
+    from streaming.audit import migration as audit_migration
+    from streaming.router.lock import RouterLockedError
 
     given = [f"--{name.replace('_', '-')}" for name in
              ("subscriber", "message_id", "since", "until", "as_of_version", "state")
@@ -226,7 +226,7 @@ def _audit_migrate(args: argparse.Namespace) -> int:
 def _maintain(cfg: Config, args: argparse.Namespace) -> int:
     """``bitroute audit maintain``: one maintenance pass, progress on stderr, the summary on
     stdout; exit 1 when a table's pass failed."""
-    from streaming import audit_maintenance
+    from streaming.audit import maintenance as audit_maintenance
 
     def progress(table: str, step: str, detail: str) -> None:
         if detail != "start":
@@ -245,8 +245,8 @@ def _maintain(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from streaming import sql
-    from streaming.audit import render_table
+    from streaming.audit import sql
+    from streaming.audit.queries import render_table
 
     cfg = _config(args)
     print("bitroute: starting Spark with Delta Lake (takes seconds; `bitroute audit` answers "
@@ -261,7 +261,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from streaming import status
+    from streaming.ops import status
 
     report = status.router_status(_config(args))
     if args.json:
@@ -272,7 +272,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from streaming import client, inspect
+    from streaming import client
+    from streaming.ops import inspect
 
     cfg = _config(args)
     with _reported(client.InvalidRequest, client.ClientError):
@@ -291,7 +292,7 @@ def _explain(args: argparse.Namespace) -> int:
                              "subscriptions": r.subscriptions} for r in receivers],
         }, ensure_ascii=False))
         return 0
-    from streaming.audit import render_table
+    from streaming.audit.queries import render_table
 
     names = [r.subscriber + ("" if r.certain else " (if chosen)") for r in receivers]
     print(f"{exchange} {args.routing_key}: "
@@ -306,7 +307,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _subscriptions(args: argparse.Namespace) -> int:
-    from streaming import inspect
+    from streaming.ops import inspect
 
     cfg = _config(args)
     with _reported(inspect.RejectedPublish, inspect.InspectError):
@@ -316,7 +317,7 @@ def _subscriptions(args: argparse.Namespace) -> int:
     if args.json:
         _print_lines(map(json.JSONEncoder(ensure_ascii=False).encode, rows))
         return 0
-    from streaming.audit import render_table
+    from streaming.audit.queries import render_table
 
     print(state.describe())
     print("\n".join(render_table(inspect.SUBSCRIPTION_COLUMNS, rows)))

@@ -8,7 +8,7 @@ own, so the difference is the number of records it holds (an upper bound:
 transaction markers and compacted-away offsets count too).
 
 The router uses the figure to route a small batch in the driver, without a
-Python worker round trip (:mod:`streaming.router`); when it cannot be known
+Python worker round trip (:mod:`streaming.router.service`); when it cannot be known
 (the first batch, a purged or unreadable log entry) it returns None and the
 batch is distributed, which is always correct.
 """

@@ -13,7 +13,7 @@ so a restart, or a rebuild after compaction, reaches the same state:
   subscriber name, bad header criteria, no key) is rejected with a reason:
   it goes to the rejected topic and, as ``change = "rejected"``, to the
   Delta ``subscriptions`` table (both written by
-  :mod:`streaming.subscription_sync`). When it replaces a live subscription,
+  :mod:`streaming.router.subscription_sync`). When it replaces a live subscription,
   that subscription is removed and the row says ``change = "remove"`` with
   the reason, because after compaction the invalid value is all the changelog
   holds for that id.
@@ -27,9 +27,9 @@ catch-up that read any record returns a :class:`PendingVersion` (the next
 snapshot version: its changes, the rejected records among them, the offsets
 it covers), already applied to the index; the caller writes what the version
 implies, then makes it current with :meth:`Subscriptions.commit` (persisted in
-the :class:`~streaming.snapshots.SnapshotStore`) or drops it with
+the :class:`~streaming.router.snapshots.SnapshotStore`) or drops it with
 :meth:`Subscriptions.rollback` (the index goes back to the current version and
-the next catch-up re-reads the records). :mod:`streaming.subscription_sync`
+the next catch-up re-reads the records). :mod:`streaming.router.subscription_sync`
 does that writing, in the order that makes a crash safe.
 """
 
@@ -48,7 +48,7 @@ from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.config import Config
 from streaming.errors import BitrouteError
 from streaming.kafka.clients import OnError, access_failure, consumer
-from streaming.snapshots import SnapshotStore
+from streaming.router.snapshots import SnapshotStore
 
 CATCH_UP_TIMEOUT_S = 60.0
 """A catch-up that cannot read the changelog to its end offsets in this time fails the batch."""

@@ -1,13 +1,13 @@
 """Writing what each new subscription version implies, in the order that makes a crash safe.
 
-:class:`streaming.changelog.Subscriptions` is the subscription state alone:
+:class:`streaming.router.changelog.Subscriptions` is the subscription state alone:
 its catch-up returns a pending version (the changes, the rejected records,
 the offsets). :meth:`SubscriptionSync.catch_up` makes that version current
 only after, in this order:
 
 1. its rejected records are in the rejected topic (at least once);
 2. each new subscriber's delivery topic exists;
-3. the version is persisted (:meth:`~streaming.changelog.Subscriptions.commit`);
+3. the version is persisted (:meth:`~streaming.router.changelog.Subscriptions.commit`);
 
 and then appends its changes to Delta ``subscriptions`` (exactly once, keyed
 by the version) before returning it. A failure before 3 rolls the state back
@@ -28,14 +28,14 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from schemas.records import SOURCE_SUBSCRIPTION, message_id
 from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema, utc_date
-from streaming.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
+from streaming.router.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
 from streaming.config import Config
-from streaming.delivery import RECORD_ERRORS
-from streaming.delta_sink import AuditTables
+from streaming.router.delivery import RECORD_ERRORS
+from streaming.audit.writer import AuditTables
 from streaming.kafka.clients import OnError, produce_when_room, producer
 from streaming.kafka.records import kept_headers, rejected_copy
-from streaming.snapshots import SnapshotStore
-from streaming.topics import admin_client, ensure_delivery_topics
+from streaming.router.snapshots import SnapshotStore
+from streaming.kafka.topics import admin_client, ensure_delivery_topics
 
 _KAFKA_TIMEOUT_S = 30.0
 _SUBSCRIPTIONS_ARROW = arrow_schema(SUBSCRIPTIONS_TABLE)
@@ -104,7 +104,7 @@ class SubscriptionSync:
         """Apply the changelog up to its current end offsets and write what the new
         version implies (module docstring); return the current version.
 
-        ``progress`` is passed to :meth:`streaming.changelog.ChangelogReader.read_to_end`.
+        ``progress`` is passed to :meth:`streaming.router.changelog.ChangelogReader.read_to_end`.
         """
         if self._unaudited is not None:
             self._audit.append_subscriptions(*self._unaudited)
@@ -143,7 +143,7 @@ class SubscriptionSync:
         goes without its value; one Kafka refuses even so is left out of the
         topic (its ``subscriptions`` audit row still holds the reason): a bad
         record never stops the catch-up. Any other failure raises
-        :class:`~streaming.changelog.ChangelogError` (the batch retries).
+        :class:`~streaming.router.changelog.ChangelogError` (the batch retries).
         """
         if not rejected:
             return

@@ -9,7 +9,7 @@ Each Python worker loads a version once: :func:`cached_matcher` keeps the
 :class:`compiler.Matcher` of the last :data:`MATCHERS_CACHED` broadcasts in a
 module-level cache (a reused worker serves many tasks), so the cost of
 ``Snapshot.from_bytes`` and of building the matcher's tables is paid once per
-version per worker, not per task. :mod:`streaming.routing` uses both.
+version per worker, not per task. :mod:`streaming.router.routing` uses both.
 """
 
 from __future__ import annotations

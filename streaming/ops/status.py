@@ -5,7 +5,7 @@ never talks to the router itself, so it answers the same whether the router
 is up, stuck or gone:
 
 - ``<streaming.checkpoint_dir>/router.lock``: held by the running router for
-  its lifetime (:mod:`streaming.lock`), then by its watchdog until its JVM is
+  its lifetime (:mod:`streaming.router.lock`), then by its watchdog until its JVM is
   gone; running = the lock is held and its driver process lives (on another
   host that cannot be checked: held = running); stopping = held, driver exited.
 - ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
@@ -13,7 +13,7 @@ is up, stuck or gone:
   ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
   ``seconds``, ``stages``, ``routed_in``, ``finished_at``, ``subscriptions``,
   ``audit_pending_batches``, ``audit_lag_seconds``).
-- the audit tables (:func:`streaming.audit_maintenance.table_stats`): each
+- the audit tables (:func:`streaming.audit.maintenance.table_stats`): each
   one's live data files, bytes, ``_delta_log`` entries and Delta version, read
   from its newest checkpoint and the commits after it (milliseconds on a
   maintained table); and ``<checkpoint_dir>/router/maintenance.json``, the
@@ -23,7 +23,7 @@ is up, stuck or gone:
   stands: input lag = the publishes topic's end offsets minus those (a
   partition the checkpoint does not name yet counts from its earliest offset,
   as the router's ``startingOffsets=earliest`` reads it).
-- the latest persisted snapshot (:func:`streaming.inspect.latest_snapshot`):
+- the latest persisted snapshot (:func:`streaming.ops.inspect.latest_snapshot`):
   subscription and subscriber counts, and changelog lag = the changelog's end
   offsets minus the snapshot's offsets.
 
@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from streaming import lock
+from streaming.router import lock
 from streaming.config import Config
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
@@ -114,7 +114,7 @@ def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None]:
     from deltalake.exceptions import TableNotFoundError
 
     from schemas.records import AUDIT_TABLE_NAMES
-    from streaming.audit_maintenance import read_report, table_stats
+    from streaming.audit.maintenance import read_report, table_stats
 
     tables: dict[str, dict] = {}
     for name in AUDIT_TABLE_NAMES:
@@ -141,7 +141,7 @@ class _Local(NamedTuple):
 
 
 def _local_state(config: Config) -> _Local:
-    from streaming.inspect import InspectError, latest_snapshot
+    from streaming.ops.inspect import InspectError, latest_snapshot
 
     checkpoints = Path(config.streaming.checkpoint_dir).absolute()
     notes: list[str] = []

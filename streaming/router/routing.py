@@ -12,7 +12,7 @@ a task, in one pass:
    broker would refuse a larger record, and would refuse it forever);
 4. produces each delivery to its subscriber's topic and each rejected publish
    to the rejected topic, with the worker's librdkafka producer, and waits for
-   Kafka's acknowledgements (:mod:`streaming.delivery`);
+   Kafka's acknowledgements (:mod:`streaming.router.delivery`);
 5. returns one row per publish (``schemas.tables.ROUTED_PUBLISH``): its
    outcome, reason and the deliveries Kafka acknowledged, for the audit.
 
@@ -21,7 +21,7 @@ refuses for a reason of the record's own (too large, invalid) rejects its
 publish, with Kafka's reason, and the rest is routed; and should the batch
 still raise on something unforeseen, :func:`route_safely` splits it in halves
 until the record(s) responsible are alone, rejects them with the error as the
-reason and routes the others. Only :class:`~streaming.delivery.DeliveryUnavailable`
+reason and routes the others. Only :class:`~streaming.router.delivery.DeliveryUnavailable`
 (Kafka down, not about any record) fails the task: the router retries the
 batch with backoff, and never turns such a failure into rejections.
 
@@ -55,7 +55,7 @@ from schemas.records import (
     message_id,
 )
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
-from streaming.delivery import (
+from streaming.router.delivery import (
     DeliveryProducer,
     DeliveryUnavailable,
     FailedRecord,
@@ -74,7 +74,7 @@ from streaming.kafka.records import (
     subscription_ids_json,
     text,
 )
-from streaming.matching import cached_matcher
+from streaming.router.matching import cached_matcher
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 """Arrow schema of the rows :class:`RoutePartitions` returns."""

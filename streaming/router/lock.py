@@ -9,7 +9,7 @@ names its holder as one JSON object ``{"pid", "host", "started_at"}``
 known), which :func:`holder` reads and the refusal message quotes.
 
 The router hands the lock's file descriptor to its JVM watchdog
-(:mod:`streaming.watchdog`), so the folder stays locked until the Spark JVM
+(:mod:`streaming.router.watchdog`), so the folder stays locked until the Spark JVM
 of a killed router is gone too: a held lock whose ``pid`` has exited is a
 router stopping, not running (:func:`driver_alive`).
 

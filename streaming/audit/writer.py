@@ -19,10 +19,10 @@ time column (:data:`schemas.tables.PARTITION_COLUMNS`: ``routed_date``,
 ``applied_date``, the last column of each schema). A table created
 unpartitioned by an earlier version (without the date column) is appended to
 in its own layout, never rewritten here: :func:`unpartitioned` names it and
-``bitroute audit migrate`` (:mod:`streaming.audit_migration`) rewrites it
+``bitroute audit migrate`` (:mod:`streaming.audit.migration`) rewrites it
 once on request. Every write uses :func:`writer_properties` and no post-commit
 hook: checkpoints and expired-log cleanup are the background maintenance's
-(streaming/audit_maintenance.py), off the critical path.
+(streaming/audit/maintenance.py), off the critical path.
 
 Exactly once: every append is an idempotent write, a Delta application
 transaction (``txn`` action: app id + version) committed atomically with the
@@ -32,7 +32,7 @@ The publish tables use micro-batch ids as versions (a group of batches
 committed together, :meth:`AuditTables.append_publishes`, carries the highest
 id of the group, and each table drops the batches at or below its committed
 version first), the subscriptions table the snapshot version, under app ids
-derived from the router id (:meth:`streaming.snapshots.SnapshotStore.router_id`),
+derived from the router id (:meth:`streaming.router.snapshots.SnapshotStore.router_id`),
 so a replayed batch or a re-applied version adds no row, and a new router (a
 fresh checkpoint folder) is not mistaken for a replay of an old one. The same
 ``txn`` actions are what Spark's ``txnAppId``/``txnVersion`` wrote in earlier
@@ -73,7 +73,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
-from streaming.audit_maintenance import table_properties
+from streaming.audit.maintenance import table_properties
 from streaming.config import Config, KafkaConfig
 from streaming.kafka.records import delivery_topic_column
 

@@ -74,7 +74,7 @@ from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
-from streaming.audit import arrow_table
+from streaming.audit.queries import arrow_table
 from streaming.config import AuditConfig, Config
 
 MAINTENANCE_FILE = "maintenance.json"
@@ -191,7 +191,7 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
     compares with (tests). ``record`` writes the report to
     ``<checkpoint_dir>/router/maintenance.json``. ``writer_properties(table)``
     gives the parquet properties of rewritten files; by default the appends' own
-    (:func:`streaming.delta_sink.writer_properties`), so every file of a table has one layout.
+    (:func:`streaming.audit.writer.writer_properties`), so every file of a table has one layout.
     """
     clock = now or (lambda: datetime.now(timezone.utc))
     stop = should_stop or (lambda: False)
@@ -203,7 +203,7 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
             break
         path = config.delta.table_path(name)
         if writer_properties is None:
-            from streaming.delta_sink import writer_properties  # pyspark's schemas: not for status
+            from streaming.audit.writer import writer_properties  # pyspark's schemas: not for status
         props = writer_properties(name)
         table_report = _TablePass(name, path, config.audit, props, progress, stop, clock).run()
         report.tables.append(table_report)

@@ -11,7 +11,7 @@ application versions, so a batch replayed after the migration still adds no
 row. A table in this version's layout is left alone ("already partitioned").
 
 With the router stopped: :func:`migrate` runs under the state folder's router
-lock (:mod:`streaming.lock`), so it refuses while a router holds it.
+lock (:mod:`streaming.router.lock`), so it refuses while a router holds it.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ from deltalake.exceptions import DeltaError
 
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
-from streaming.audit import arrow_table
+from streaming.audit.queries import arrow_table
 from streaming.config import Config
-from streaming.delta_sink import (
+from streaming.audit.writer import (
     ARROW_SCHEMAS,
     NO_POST_COMMIT_HOOKS,
     is_partitioned,
     writer_properties,
 )
 from streaming.errors import BitrouteError
-from streaming.lock import RouterLock
+from streaming.router.lock import RouterLock
 
 PROGRESS_EVERY_ROWS = 1_000_000
 
@@ -57,7 +57,7 @@ class Migrated:
 
 def migrate(config: Config, progress: Callable[[str], None] = lambda _: None) -> list[Migrated]:
     """Migrate every audit table of ``config`` that needs it, under the router lock
-    (:class:`streaming.lock.RouterLockedError` while a router runs)."""
+    (:class:`streaming.router.lock.RouterLockedError` while a router runs)."""
     with RouterLock(config.streaming.checkpoint_dir):
         return [migrate_table(config.delta.table_path(name), name, progress)
                 for name in ARROW_SCHEMAS]

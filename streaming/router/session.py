@@ -1,9 +1,9 @@
 """The SparkSession factory: the Kafka connector and Arrow, configured once.
 
 The router's session holds no Delta Lake: the router appends its audit rows and
-``bitroute audit`` reads them with delta-rs (:mod:`streaming.delta_sink`,
-:mod:`streaming.audit`), so that session needs neither Delta's jars nor its SQL
-extension and catalog. ``bitroute sql`` (:mod:`streaming.sql`) builds its own
+``bitroute audit`` reads them with delta-rs (:mod:`streaming.audit.writer`,
+:mod:`streaming.audit.queries`), so that session needs neither Delta's jars nor its SQL
+extension and catalog. ``bitroute sql`` (:mod:`streaming.audit.sql`) builds its own
 session through the same factory, with the ``delta`` jars and Delta's two settings.
 
 ``spark_session(config)`` returns the active session when one exists (under
@@ -82,7 +82,7 @@ def spark_session(config: Config, jar_group: str = "spark",
     ``jar_group`` names the conf/jvm.toml group handed to Spark (the router's is
     ``spark``, the Kafka connector; ``bitroute sql`` uses ``delta``), and
     ``extra_settings`` are added on top of :func:`session_settings` (the Delta
-    extension and catalog of :mod:`streaming.sql`).
+    extension and catalog of :mod:`streaming.audit.sql`).
     """
     active = SparkSession.getActiveSession()
     settings = {**session_settings(config), **(extra_settings or {})}

@@ -15,7 +15,7 @@ router exposes every one. Counters count since this process started and end in
 
 Where the values come from (:class:`RouterMetrics`):
 
-- each finished batch's :class:`streaming.router.BatchReport`, through
+- each finished batch's :class:`streaming.router.service.BatchReport`, through
   ``Router.report_listeners``, in the batch's thread: the counters of batches,
   publishes, deliveries, rejected publishes and seconds per stage; the last
   batch's id, time and snapshot version; the live subscriptions;
@@ -61,8 +61,8 @@ from streaming.config import Config, MetricsConfig
 from streaming.errors import BitrouteError
 
 if TYPE_CHECKING:
-    from streaming.audit_maintenance import MaintenanceReport
-    from streaming.router import BatchReport, Router
+    from streaming.audit.maintenance import MaintenanceReport
+    from streaming.router.service import BatchReport, Router
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PATH = "/metrics"
@@ -393,7 +393,7 @@ class RouterMetrics:
 
     def record_tables(self, config: Config) -> None:
         """The audit tables' sizes now (at start: a pass updates them after each run)."""
-        from streaming.audit_maintenance import table_stats
+        from streaming.audit.maintenance import table_stats
 
         for table in AUDIT_TABLE_NAMES:
             try:
@@ -547,7 +547,7 @@ class CatchUpProgress:
     """The progress callback of one changelog catch-up: lines on ``stream`` (stderr).
 
     Called as ``progress(done, total)`` by
-    :meth:`streaming.changelog.ChangelogReader.read_to_end` (offsets covered,
+    :meth:`streaming.router.changelog.ChangelogReader.read_to_end` (offsets covered,
     offsets to cover). Time counts from construction: make one right before
     the catch-up. A catch-up that ends within :data:`PROGRESS_AFTER_S` prints
     nothing; a longer one prints a line at most every

@@ -1,9 +1,9 @@
 """``bitroute run``: the router as a long-lived process.
 
 :func:`serve` starts the embedded broker when configured, takes the state
-folder's lock (:mod:`streaming.lock`: a second router on the same folders is
+folder's lock (:mod:`streaming.router.lock`: a second router on the same folders is
 refused with the other's pid), starts Spark and the JVM watchdog
-(:mod:`streaming.watchdog`: the JVM ends with this process, even after a
+(:mod:`streaming.router.watchdog`: the JVM ends with this process, even after a
 SIGKILL), routes until SIGINT or SIGTERM and exits:
 
 - 0 after a signal: the batch in progress is finished first; a second signal
@@ -13,10 +13,10 @@ SIGKILL), routes until SIGINT or SIGTERM and exits:
   stderr saying what failed and what to do.
 
 The Kafka clients' own connection logs are kept off the terminal
-(:mod:`streaming.broker_watch` reports an outage in two lines instead). A
+(:mod:`streaming.kafka.broker_watch` reports an outage in two lines instead). A
 changelog catch-up longer than two seconds (at start, or after a bulk load of
 subscriptions) reports its progress on stderr. With ``metrics.port`` set, the
-Prometheus endpoint of :mod:`streaming.metrics` is bound before Spark starts (a
+Prometheus endpoint of :mod:`streaming.ops.metrics` is bound before Spark starts (a
 port in use: status 1) and served until the process ends.
 """
 
@@ -31,14 +31,14 @@ from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 
-from streaming.changelog import ChangelogError
+from streaming.router.changelog import ChangelogError
 from streaming.config import Config
 from streaming.errors import KafkaAccessError
-from streaming.lock import RouterLockedError
-from streaming.metrics import CatchUpProgress, MetricsError, RouterMetrics
-from streaming.router import Router, failure_summary
-from streaming.snapshots import SnapshotStoreError
-from streaming.topics import TopicCreationError
+from streaming.router.lock import RouterLockedError
+from streaming.ops.metrics import CatchUpProgress, MetricsError, RouterMetrics
+from streaming.router.service import Router, failure_summary
+from streaming.router.snapshots import SnapshotStoreError
+from streaming.kafka.topics import TopicCreationError
 
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
                    KafkaAccessError, RouterLockedError)
@@ -46,9 +46,9 @@ _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, Kafka
 
 def serve(config: Config) -> int:
     """Route until stopped; see the module docstring for the exit statuses."""
-    from streaming.broker import BrokerError, EmbeddedBroker
-    from streaming.session import quiet_kafka_client_logs, spark_session
-    from streaming.watchdog import start_watchdog
+    from streaming.kafka.broker import BrokerError, EmbeddedBroker
+    from streaming.router.session import quiet_kafka_client_logs, spark_session
+    from streaming.router.watchdog import start_watchdog
 
     if config.broker.embedded:
         broker = EmbeddedBroker.from_config(config.broker)
@@ -75,7 +75,7 @@ def serve(config: Config) -> int:
         stop_requested.set()
 
     # The lock is checked before Spark starts: a refused second router costs no JVM.
-    from streaming.lock import RouterLock
+    from streaming.router.lock import RouterLock
 
     probe = RouterLock(config.streaming.checkpoint_dir)
     try:

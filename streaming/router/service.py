@@ -11,19 +11,19 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    each Python worker matches its publishes against the pinned snapshot
    (broadcast once per version), produces every delivery and every rejected
    publish to Kafka with librdkafka and waits for the acks, and returns one
-   row per publish with its outcome (:mod:`streaming.routing`). The rows come
+   row per publish with its outcome (:mod:`streaming.router.routing`). The rows come
    back to the driver as Arrow. A batch of at most
    ``streaming.driver_route_max_publishes`` (its size read from the query's
-   offset log, :mod:`streaming.offsets_log`) runs the same function in the
+   offset log, :mod:`streaming.router.offsets_log`) runs the same function in the
    driver on the collected source rows instead: the Spark job then only reads
    Kafka, without the Python workers' round trip. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, reported on stderr at
    most once per :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
 c. Audit. The batch's routed rows written durably to the audit journal
-   (:mod:`streaming.audit_journal`), after Kafka's acks, so the audit never
+   (:mod:`streaming.audit.journal`), after Kafka's acks, so the audit never
    lists a delivery Kafka did not take, and before Spark commits the batch.
-   A background committer (:mod:`streaming.audit_committer`) appends the
+   A background committer (:mod:`streaming.audit.committer`) appends the
    journaled batches to the ``messages`` and ``deliveries`` Delta tables every
    ``audit.commit_interval``, a group per transaction keyed by batch ids:
    exactly once, off the batch's critical path.
@@ -34,8 +34,8 @@ Message id = ``<topic>/<partition>/<offset>``; exchange = the last
 ``exchange`` header, else ``exchanges.default``.
 
 State: the Spark checkpoint in ``<checkpoint_dir>/publishes``, the router's
-snapshots and pins in ``<checkpoint_dir>/router`` (:mod:`streaming.snapshots`),
-held by one router at a time (:mod:`streaming.lock`). A router killed at any
+snapshots and pins in ``<checkpoint_dir>/router`` (:mod:`streaming.router.snapshots`),
+held by one router at a time (:mod:`streaming.router.lock`). A router killed at any
 point and restarted on the same folders replays the unfinished batch with its
 pinned version: no delivery lost, Kafka repeats possible, Delta rows exactly
 once (a journal a crash left is committed at open, before routing starts).
@@ -66,22 +66,22 @@ from pyspark.sql.streaming import StreamingQuery
 
 from schemas.records import OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH
-from streaming.broker_watch import BrokerWatch
-from streaming.changelog import ChangelogError, Subscriptions
-from streaming.audit_maintenance import BackgroundMaintenance
+from streaming.kafka.broker_watch import BrokerWatch
+from streaming.router.changelog import ChangelogError, Subscriptions
+from streaming.audit.maintenance import BackgroundMaintenance
 from streaming.config import Config
-from streaming.delivery import DeliveryUnavailable, ProducerSettings
-from streaming.audit_committer import AuditCommitter
-from streaming.audit_journal import JOURNAL_DIR, AuditJournal
-from streaming.delta_sink import AuditTables, PublishBatch
+from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
+from streaming.audit.committer import AuditCommitter
+from streaming.audit.journal import JOURNAL_DIR, AuditJournal
+from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.errors import BitrouteError, KafkaAccessError
-from streaming.lock import RouterLock
-from streaming.matching import SnapshotBroadcasts
-from streaming.offsets_log import batch_records
-from streaming.routing import ROUTED_ARROW, RoutePartitions, RouteSettings
-from streaming.snapshots import SnapshotStore
-from streaming.subscription_sync import SubscriptionSync
-from streaming.topics import ensure_router_topics
+from streaming.router.lock import RouterLock
+from streaming.router.matching import SnapshotBroadcasts
+from streaming.router.offsets_log import batch_records
+from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings
+from streaming.router.snapshots import SnapshotStore
+from streaming.router.subscription_sync import SubscriptionSync
+from streaming.kafka.topics import ensure_router_topics
 
 REPORTS_KEPT = 100
 """Progress reports of recent batches kept in memory (:attr:`Router.reports`)."""
@@ -152,7 +152,7 @@ class Router:
         self._committer: AuditCommitter | None = None
         self.maintenance = BackgroundMaintenance(config)
         """The audit tables' upkeep, in its own thread while the router is open
-        (:mod:`streaming.audit_maintenance`): never on a batch's path."""
+        (:mod:`streaming.audit.maintenance`): never on a batch's path."""
         self._broadcasts = SnapshotBroadcasts(spark.sparkContext)
         self._batch_done = threading.Condition()
         self._status_lock = threading.Lock()
@@ -166,7 +166,7 @@ class Router:
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
-        catch up the changelog. Raises :class:`streaming.lock.RouterLockedError` when
+        catch up the changelog. Raises :class:`streaming.router.lock.RouterLockedError` when
         another router holds the folder."""
         if self.subscription_sync is not None:
             return

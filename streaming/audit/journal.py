@@ -2,7 +2,7 @@
 
 The router's audit stage writes a batch's routed rows here and returns
 (:meth:`AuditJournal.write`); the background committer
-(:mod:`streaming.audit_committer`) appends the journaled batches to Delta in
+(:mod:`streaming.audit.committer`) appends the journaled batches to Delta in
 groups and then removes them (:meth:`AuditJournal.remove`). So "the audit of
 batch N is durable before Spark commits batch N" holds without a Delta commit
 on the critical path.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from streaming.delta_sink import PublishBatch
+from streaming.audit.writer import PublishBatch
 
 JOURNAL_DIR = "audit-journal"
 _SUFFIX = ".arrow"

@@ -7,9 +7,9 @@ with, from, in order:
 
 1. the latest snapshot the router persisted under
    ``<streaming.checkpoint_dir>/router/snapshots/`` (the layout of
-   :mod:`streaming.snapshots`);
+   :mod:`streaming.router.snapshots`);
 2. the changelog records after that snapshot's offsets, applied with the
-   router's own :func:`streaming.changelog.apply_record`, so the answer is as
+   router's own :func:`streaming.router.changelog.apply_record`, so the answer is as
    of now, not as of the router's last batch;
 3. without a snapshot (no router ever ran on this checkpoint folder), or with
    one made for other exchanges than the configured ones (the router would
@@ -194,7 +194,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
                      offsets: Mapping[int, int]) -> tuple[RoutingIndex | None, dict[int, int], int]:
     """Apply the changelog from ``offsets`` to its end to the index ``make_index()``
     makes at the first record; (that index or None, the new offsets, records read)."""
-    from streaming.changelog import ChangelogError, ChangelogReader, apply_record
+    from streaming.router.changelog import ChangelogError, ChangelogReader, apply_record
 
     applied_at_ms = int(time.time() * 1000)
     index: RoutingIndex | None = None

@@ -1,0 +1,12 @@
+"""The audit: the Delta tables of who got what, when and why.
+
+- :mod:`~streaming.audit.writer`: the three tables, their schemas on disk and
+  the exactly-once appends (delta-rs);
+- :mod:`~streaming.audit.journal`, :mod:`~streaming.audit.committer`: a batch's
+  rows journaled on its critical path and group-committed in the background;
+- :mod:`~streaming.audit.maintenance`: compaction, retention, vacuum and log
+  upkeep, so that a table's cost does not grow with time;
+- :mod:`~streaming.audit.migration`: older table layouts rewritten to the current one;
+- :mod:`~streaming.audit.queries`: ``bitroute audit``'s look-ups (DataFusion);
+- :mod:`~streaming.audit.sql`: ``bitroute sql`` (Spark SQL with delta-spark).
+"""
