@@ -30,6 +30,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     ResourcePatternType,
@@ -185,6 +186,15 @@ class SecuredBroker:
         bindings = [AclBinding(kind, name, pattern, principal, "*", AclOperation[op.upper()],
                                AclPermissionType.ALLOW) for op in operations]
         for future in admin.create_acls(bindings).values():
+            future.result(30)
+
+    def revoke(self, principal: str, resource: str, name: str) -> None:
+        """Remove every ACL of ``principal`` on a literal topic or group ``name``."""
+        admin = kafka.admin(self.settings("admin"))
+        kind = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}[resource]
+        refusal = AclBindingFilter(kind, name, ResourcePatternType.LITERAL, principal, None,
+                                   AclOperation.ANY, AclPermissionType.ANY)
+        for future in admin.delete_acls([refusal]).values():
             future.result(30)
 
     def _properties(self) -> str:

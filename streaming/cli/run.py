@@ -12,6 +12,11 @@ SIGKILL), routes until SIGINT or SIGTERM and exits:
 - 1 when the router could not start or its query failed, with one line on
   stderr saying what failed and what to do.
 
+Kafka refusing the publishes topic to the router's principal (an ACL or a
+credential the Spark Kafka source is refused) does not end the process: the
+line says what to grant, and the query is started again every
+:data:`ACCESS_RETRY_S` seconds until the grant lands or a signal stops it.
+
 The Kafka clients' own connection logs are kept off the terminal
 (:mod:`streaming.kafka.broker_watch` reports an outage in two lines instead). A
 changelog catch-up longer than two seconds (at start, or after a bulk load of
@@ -26,6 +31,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
@@ -34,12 +40,15 @@ from pyspark.errors import StreamingQueryException
 from streaming.router.changelog import ChangelogError
 from streaming.config import Config
 from streaming.errors import KafkaAccessError
+from streaming.kafka.clients import java_access_failure
 from streaming.router.lock import RouterLockedError
 from streaming.ops.metrics import CatchUpProgress, MetricsError, RouterMetrics
 from streaming.router.service import Router, failure_summary
 from streaming.router.snapshots import SnapshotStoreError
 from streaming.kafka.topics import TopicCreationError
 
+ACCESS_RETRY_S = 10.0
+"""How long ``bitroute run`` waits before starting a query Kafka refused again."""
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
                    KafkaAccessError, RouterLockedError)
 
@@ -135,21 +144,13 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         metrics.router_started(router)
     _announce(router, metrics)
     try:
-        while not stop_requested.is_set() and not query.awaitTermination(1):
-            pass
-    except StreamingQueryException as exc:
-        if stop_requested.is_set():
-            router.stop()
-            print("bitroute: stopped (the unfinished batch is replayed at the next start)", flush=True)
-            return 0
-        router.stop()
-        print(f"bitroute: error: the router's query failed: {_failure_line(router, exc)}",
-              file=sys.stderr)
-        return 1
+        ended = _await_query(router, query, stop_requested)
     except Py4JError:
         print("bitroute: error: the Spark JVM ended unexpectedly; start the router again "
               "(the unfinished batch is replayed)", file=sys.stderr)
         return 1
+    if ended is not None:
+        return ended
     if not stop_requested.is_set():
         router.stop()
         print("bitroute: error: the router's query was stopped from outside", file=sys.stderr)
@@ -157,6 +158,43 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
     router.stop_after_current_batch()
     print("bitroute: stopped", flush=True)
     return 0
+
+
+def _await_query(router: Router, query, stop_requested: threading.Event) -> int | None:
+    """Wait for a stop request or the query's end; the exit status when the router
+    ended here, None when the query ended (or a stop was requested) otherwise.
+
+    A query Kafka refused (an ACL or credential of the router's principal) is
+    reported in one line and started again every :data:`ACCESS_RETRY_S`.
+    """
+    refused_since = 0.0
+    while True:
+        try:
+            while not stop_requested.is_set() and not query.awaitTermination(1):
+                pass
+            return None
+        except StreamingQueryException as exc:
+            if stop_requested.is_set():
+                router.stop()
+                print("bitroute: stopped (the unfinished batch is replayed at the next start)",
+                      flush=True)
+                return 0
+            refused = java_access_failure(router.config.kafka.client_settings, exc,
+                                          router.config.kafka.publishes_topic)
+            if refused is None:
+                router.stop()
+                print(f"bitroute: error: the router's query failed: {_failure_line(router, exc)}",
+                      file=sys.stderr)
+                return 1
+            refused_since = refused_since or time.monotonic()
+            print(f"bitroute: reading the publishes failed (for "
+                  f"{time.monotonic() - refused_since:.0f}s): {refused}; retrying in "
+                  f"{ACCESS_RETRY_S:g}s", file=sys.stderr, flush=True)
+            if stop_requested.wait(ACCESS_RETRY_S):
+                router.stop()
+                print("bitroute: stopped", flush=True)
+                return 0
+            query = router.start()
 
 
 def _jvm_pid(router: Router) -> int:

@@ -111,6 +111,42 @@ def access_failure(settings: ClientSettings, error: KafkaError, operation: str, 
     return None
 
 
+_JAVA_TOPIC_REFUSED = re.compile(
+    r"TopicAuthorizationException: (?:Not authorized to access topics: \[([^\]]*)\])?")
+_JAVA_GROUP_REFUSED = re.compile(r"GroupAuthorizationException: Not authorized to access group: (\S+)")
+_JAVA_CLUSTER_REFUSED = "ClusterAuthorizationException"
+_JAVA_NOT_AUTHENTICATED = re.compile(
+    r"(?:SaslAuthenticationException|SslAuthenticationException|AuthenticationException): ([^\n]*)")
+
+
+def java_access_failure(settings: ClientSettings, failure: object,
+                        source_topic: str) -> KafkaAccessError | None:
+    """The one line for a Java Kafka client's access failure inside ``failure``'s text
+    (the Spark Kafka source reads ``source_topic`` with Kafka's Java client: its
+    refusals reach bitroute as JVM exception text), else None.
+
+    A refused topic is a missing Read (Kafka's Read implies the Describe the
+    source also needs); the Java client names the topics only when a fetch was
+    refused, a refused metadata request ("Topic authorization failed.") is
+    about ``source_topic``. A refused group is a missing group Read.
+    """
+    text = str(failure)
+    if (topics := _JAVA_TOPIC_REFUSED.search(text)) is not None:
+        names = [name.strip() for name in (topics.group(1) or "").split(",") if name.strip()]
+        return denied(settings, "Read", "topic", ", ".join(names) or source_topic)
+    if (group := _JAVA_GROUP_REFUSED.search(text)) is not None:
+        return denied(settings, "Read", "group", group.group(1))
+    if _JAVA_CLUSTER_REFUSED in text:
+        return denied(settings, "Describe", "cluster", "kafka-cluster")
+    if (refused := _JAVA_NOT_AUTHENTICATED.search(text)) is not None:
+        return KafkaAccessError(
+            f"Kafka at {settings.bootstrap} did not accept {settings.principal()} "
+            f"({settings.describe()}) for the Spark Kafka source: {refused.group(1).strip()}; "
+            "check [kafka.client] (security.protocol, sasl.mechanism, sasl.username, "
+            "sasl.password, the TLS files) and that the cluster holds this principal's credential")
+    return None
+
+
 OnError = Callable[[KafkaError], None]
 """A client's handler of the errors that are not about access (e.g. the router's outage watch)."""
 

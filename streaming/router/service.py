@@ -75,6 +75,7 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import JOURNAL_DIR, AuditJournal
 from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.kafka.clients import java_access_failure
 from streaming.router.lock import RouterLock
 from streaming.router.matching import SnapshotBroadcasts
 from streaming.router.offsets_log import batch_records
@@ -377,7 +378,7 @@ class Router:
                 delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
                 if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
                     print(f"bitroute: batch {batch_id}: {stage} failed (attempt {attempt}, for "
-                          f"{now - failing_since:.0f}s): {failure_summary(exc)}; retrying",
+                          f"{now - failing_since:.0f}s): {self.failure_line(exc)}; retrying",
                           file=sys.stderr, flush=True)
                     last_report = now
                 self._stopping.wait(delay)
@@ -386,6 +387,13 @@ class Router:
                 print(f"bitroute: batch {batch_id}: {stage} succeeded at attempt {attempt}, after "
                       f"{time.monotonic() - failing_since:.0f}s", file=sys.stderr, flush=True)
             return result
+
+    def failure_line(self, failure: object) -> str:
+        """One line for ``failure``: Kafka's refusal of the router's principal (the Spark
+        Kafka source's included) as what to grant, else the innermost message."""
+        refused = java_access_failure(self.config.kafka.client_settings, failure,
+                                      self.config.kafka.publishes_topic)
+        return str(refused) if refused is not None else failure_summary(failure)
 
     def flush_audit(self, timeout: float | None = None) -> bool:
         """Commit the journaled audit to Delta now; True when nothing is pending within

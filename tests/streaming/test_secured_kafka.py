@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -216,6 +217,110 @@ def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, nam
         spark.conf.get("spark.redaction.regex"))
     for key in ("kafka.sasl.jaas.config", "kafka.ssl.key.password", "kafka.ssl.keystore.key"):
         assert pattern.matcher(key).find(), key
+
+
+def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
+        broker, tmp_path, names, spark, capfd):
+    """The Spark Kafka source (Kafka's Java client) refused the publishes: the batch is
+    retried with one line naming the grant, and routes once the grant lands."""
+    from streaming.router.service import Router
+
+    prefix, publishes = names["kafka.deliveries_topic_prefix"], names["kafka.publishes_topic"]
+    router = "User:router"
+    broker.grant(router, "topic", publishes, ["Describe", "Create"])  # no Read yet
+    broker.grant(router, "topic", names["kafka.subscriptions_topic"], ["Read", "Describe", "Create"])
+    broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
+    broker.grant(router, "topic", prefix, ["Write", "Describe", "Create"], prefixed=True)
+    _subscribe_as_admin(broker, tmp_path, names, "gail")
+    path, env = _as(broker, tmp_path, names, "router")
+    config = load(path, overrides={"streaming.checkpoint_dir": str(tmp_path / "checkpoints"),
+                                   "delta.warehouse": str(tmp_path / "delta")}, environ=env)
+    admin_config, admin_env = _as(broker, tmp_path, names, "admin")
+    status, _, err, _ = _cli(admin_config, admin_env, "publish", "--routing-key", "a.b", "held")
+    assert status == 0, err
+
+    running = Router(config, spark)
+    running.start()
+    try:
+        expected = (f"does not allow {router} to Read topic {publishes}: grant it with "
+                    f"kafka-acls.sh --add --allow-principal {router} --operation Read "
+                    f"--topic {publishes}")
+        seen = ""
+        deadline = time.monotonic() + 120
+        while expected not in seen:
+            assert time.monotonic() < deadline, seen[-3000:]
+            time.sleep(0.5)
+            seen += capfd.readouterr().err
+        refusal = next(line for line in seen.splitlines() if expected in line)
+        assert refusal.startswith("bitroute: batch ") and refusal.endswith("; retrying"), refusal
+        assert "Exception" not in refusal and "Traceback" not in seen, refusal
+        assert running.query.isActive, "the router gave up instead of retrying"
+
+        broker.grant(router, "topic", publishes, ["Read"])
+        running.process_all_available()
+    finally:
+        running.stop()
+    reader = dataclasses.replace(config, kafka=dataclasses.replace(
+        config.kafka, client=broker.sasl_properties("admin")))
+    from streaming import client
+
+    got = list(client.tail(reader, "gail", from_beginning=True, max_records=1, timeout_s=60))
+    assert [d.payload for d in got] == [b"held"]
+    _no_secret(seen + capfd.readouterr().err)
+
+
+def test_bitroute_run_keeps_trying_a_publishes_topic_kafka_stopped_serving_it(
+        broker, tmp_path, names):
+    """ACLs revoked under a running `bitroute run`: the Spark Kafka source's query fails
+    in the driver; the process says what to grant in one line, keeps trying, and
+    routes again once the grant is back."""
+    prefix, publishes = names["kafka.deliveries_topic_prefix"], names["kafka.publishes_topic"]
+    router = "User:router"
+    broker.grant(router, "topic", publishes, ["Read", "Describe", "Create"])
+    broker.grant(router, "topic", names["kafka.subscriptions_topic"], ["Read", "Describe", "Create"])
+    broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
+    broker.grant(router, "topic", prefix, ["Write", "Describe", "Create"], prefixed=True)
+    _subscribe_as_admin(broker, tmp_path, names, "hugo")
+    config, env = _as(broker, tmp_path, names, "router")
+    admin_config, admin_env = _as(broker, tmp_path, names, "admin")
+    out, err = tmp_path / "run.out", tmp_path / "run.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streaming.cli", "run", "--config", str(config),
+             "--set", f"streaming.checkpoint_dir={tmp_path / 'checkpoints'}",
+             "--set", f"delta.warehouse={tmp_path / 'delta'}",
+             "--set", "broker.embedded=false", "--set", "streaming.trigger_interval=1 second"],
+            stdout=stdout, stderr=stderr, env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+            start_new_session=True)
+
+    def wait_for(path: Path, text: str, timeout: float = 180) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in path.read_text():
+            assert process.poll() is None, f"bitroute run exited: {err.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, path.read_text()[-3000:]
+            time.sleep(0.5)
+        return path.read_text()
+
+    try:
+        wait_for(out, "Ctrl-C stops after the current batch")
+        broker.revoke(router, "topic", publishes)
+        expected = f"does not allow {router} to Read topic {publishes}: grant it with"
+        refusal = next(line for line in wait_for(err, expected).splitlines() if expected in line)
+        assert refusal.startswith("bitroute: reading the publishes failed"), refusal
+        assert "Exception" not in refusal and "Traceback" not in err.read_text(), refusal
+
+        broker.grant(router, "topic", publishes, ["Read"])
+        status, _, published, _ = _cli(admin_config, admin_env, "publish", "--routing-key",
+                                       "a.b", "after the grant")
+        assert status == 0, published
+        wait_for(out, "1 publishes, 1 deliveries")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(120) == 0, err.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+    _no_secret(out.read_text() + err.read_text())
 
 
 def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(broker, tmp_path,
