@@ -58,9 +58,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="MQTT subscriber connections (default: one per subscriber)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="router configuration override (repeatable), as for bitroute run")
+    ap.add_argument("--config", type=Path, default=None, metavar="FILE",
+                    help="bitroute side on an existing Kafka cluster: FILE's [kafka] and "
+                         "[kafka.client] (TLS, SASL; secrets as env:NAME) instead of a broker "
+                         "of its own (needs --first-route none)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     args = ap.parse_args(argv)
+    if args.config is not None and args.first_route != "none":
+        ap.error("--config runs on an existing cluster; the first-route phase needs a fresh "
+                 "broker of its own: add --first-route none")
     signal.signal(signal.SIGTERM, _interrupt)
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -83,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if "bitroute" in systems:
             results["bitroute"] = asdict(bitroute_run.run(
                 workdir / "bitroute", w, args.set, backlog, args.warmup, args.measure,
-                args.publishers, args.consumers, _log))
+                args.publishers, args.consumers, _log, args.config))
         if "mosquitto" in systems:
             results["mosquitto"] = asdict(compare.mosquitto(
                 workdir / "mosquitto", files, per_publish, args.warmup, args.measure,

@@ -142,28 +142,42 @@ class Env:
 
     folder: Path
     user_sets: list[str]
+    config_file: Path | None = None
+    """A bitroute configuration whose ``[kafka]`` (bootstrap, ``[kafka.client]``:
+    TLS, SASL) names an existing cluster: no broker of its own is started."""
     broker: EmbeddedBroker | None = None
     config: Config | None = None
     router: RouterProcess | None = None
     sets: list[str] = field(default_factory=list)
 
     def start_broker(self) -> None:
+        """Start the broker of its own (unless ``config_file`` names a cluster) and
+        create the router's topics."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        port, cport = free_port(), free_port()
-        self.broker = EmbeddedBroker(self.folder / "kafka", "127.0.0.1", port, cport)
-        self.broker.start()
-        self.sets = [
-            f"kafka.bootstrap={self.broker.bootstrap}",
-            "broker.embedded=false",
+        self.sets = ["broker.embedded=false"]
+        if self.config_file is None:
+            port, cport = free_port(), free_port()
+            self.broker = EmbeddedBroker(self.folder / "kafka", "127.0.0.1", port, cport)
+            self.broker.start()
+            self.sets.append(f"kafka.bootstrap={self.broker.bootstrap}")
+        self.sets += [
             f"delta.warehouse={self.folder / 'delta'}",
             f"streaming.checkpoint_dir={self.folder / 'checkpoints'}",
             *self.user_sets,
         ]
-        self.config = load(None, parse_set_flags(self.sets), environ={})
+        # env:NAME secrets of [kafka.client] are read here and, by the children, from
+        # the environment they inherit: never written to the command line.
+        self.config = load(self.config_file, parse_set_flags(self.sets))
         ensure_router_topics(self.config)
 
+    def describe_cluster(self) -> str:
+        kafka = self.config.kafka
+        own = "its own broker" if self.broker is not None else "an existing cluster"
+        return f"{own} on {kafka.bootstrap} ({kafka.client_settings.describe()})"
+
     def start_router(self) -> dict:
-        self.router = RouterProcess(self.sets, self.folder / "router.log").start()
+        args = ("--config", str(self.config_file)) if self.config_file is not None else ()
+        self.router = RouterProcess(self.sets, self.folder / "router.log", args=args).start()
         return self.router.wait_started()
 
     def delivery_topics(self, w: Workload) -> list[str]:
@@ -180,7 +194,8 @@ class Env:
             "router: Python driver": lambda: r.pids()["driver"],
             "router: Spark JVM": lambda: r.pids()["jvm"],
             "router: Python workers": lambda: r.pids()["workers"],
-            "Kafka broker": lambda: [self.broker.pid()] if self.broker.pid() else [],
+            "Kafka broker": lambda: ([self.broker.pid()] if self.broker is not None
+                                     and self.broker.pid() else []),
         }
 
     def stop(self) -> None:
@@ -307,11 +322,12 @@ class BitrouteResult:
 
 
 def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: float,
-        measure: float, publishers: int, consumers: int, log) -> BitrouteResult:
-    env = Env(folder, user_sets)
+        measure: float, publishers: int, consumers: int, log,
+        config_file: Path | None = None) -> BitrouteResult:
+    env = Env(folder, user_sets, config_file)
     try:
         env.start_broker()
-        log(f"bitroute: Kafka broker on {env.broker.bootstrap}; settings {' '.join(user_sets) or '(defaults)'}")
+        log(f"bitroute: Kafka: {env.describe_cluster()}; settings {' '.join(user_sets) or '(defaults)'}")
         t0, t1 = kafka_load.load_changelog(env.config.kafka.client_settings,
                                            env.config.kafka.subscriptions_topic, w, EXCHANGE)
         log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
