@@ -54,6 +54,9 @@ public final class Main {
         ChangelogFollower follower = new ChangelogFollower(subscriptions, args.bootstrap,
                 args.subscriptionsTopic, args.deliveriesPrefix, args.deliveryPartitions);
         follower.catchUp(CATCH_UP_TIMEOUT);
+        System.err.printf(Locale.ROOT, "kstreams-peer: changelog read (%d subscriptions, %d refused) and "
+                        + "%d delivery topics ensured in %.1fs%n", subscriptions.size(), follower.refused(),
+                subscriptions.subscribers().size(), (System.nanoTime() - t0) / 1e9);
         Thread followerThread = new Thread(follower, "changelog-follower");
         followerThread.setDaemon(true);
         followerThread.start();
@@ -90,6 +93,8 @@ public final class Main {
                 System.exit(1);
             }
         }
+        System.err.printf(Locale.ROOT, "kstreams-peer: topology running after %.1fs%n",
+                (System.nanoTime() - t0) / 1e9);
         System.out.printf(Locale.ROOT, "STARTED {\"open_s\": %.3f, \"subscriptions\": %d, \"version\": %d}%n",
                 (System.nanoTime() - t0) / 1e9, subscriptions.size(), subscriptions.version());
         System.out.flush();
