@@ -1,7 +1,8 @@
 """``python -m benchmarks.e2e``: the end-to-end table in one run.
 
     python -m benchmarks.e2e [--profile devices] [--size 100k] [--first-route 1m]
-                             [--systems bitroute,rabbitmq,mosquitto] [--set section.key=value]...
+                             [--systems bitroute,kstreams,rabbitmq,mosquitto]
+                             [--set section.key=value]... [--kstreams-set key=value]...
 
 Everything listens on loopback and is started and stopped by this command;
 ``benchmarks/e2e/run.sh`` installs the brokers and clients first. Run by hand,
@@ -22,9 +23,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, compare, workload
+from benchmarks.e2e import bitroute_run, compare, kstreams_run, workload
 
 MB = 1 << 20
+SYSTEMS = ("bitroute", "kstreams", "rabbitmq", "mosquitto")
+#: Systems whose sustained rate is a drain measured by the router's own reports.
+KAFKA_SYSTEMS = ("bitroute", "kstreams")
 
 
 def _log(msg: str) -> None:
@@ -41,23 +45,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=sorted(workload.PROFILES), default="devices")
     ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--systems", default="bitroute,rabbitmq,mosquitto")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help="comma-separated, among " + ", ".join(SYSTEMS))
     ap.add_argument("--first-route", choices=["none", *sorted(workload.SIZES)], default="1m",
                     help="changelog size for the time-to-first-routed-publish phase")
     ap.add_argument("--publishes", type=int, default=400_000,
                     help="distinct publishes generated (the drivers cycle through them)")
     ap.add_argument("--backlog", type=int, default=0,
-                    help="bitroute saturation backlog in publishes (default 300,000; for fanout "
-                         "use far fewer, with a smaller streaming.max_offsets_per_trigger)")
+                    help="bitroute and kstreams saturation backlog in publishes (default 300,000; "
+                         "for fanout use far fewer, with a smaller "
+                         "streaming.max_offsets_per_trigger)")
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--measure", type=float, default=20.0)
-    ap.add_argument("--publishers", type=int, default=2, help="bitroute load-driver processes")
-    ap.add_argument("--consumers", type=int, default=1, help="bitroute delivery-consumer processes")
+    ap.add_argument("--publishers", type=int, default=2,
+                    help="bitroute and kstreams load-driver processes")
+    ap.add_argument("--consumers", type=int, default=1,
+                    help="bitroute and kstreams delivery-consumer processes")
     ap.add_argument("--rabbit-threads", type=int, default=4)
     ap.add_argument("--mqtt-clients", type=int, default=0,
                     help="MQTT subscriber connections (default: one per subscriber)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                    help="router configuration override (repeatable), as for bitroute run")
+                    help="router configuration override (repeatable), as for bitroute run; "
+                         "kstreams takes its topic names, partitions and exchanges from it too")
+    ap.add_argument("--kstreams-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="Kafka Streams or client setting of the kstreams peer (repeatable), e.g. "
+                         "num.stream.threads=1 or producer.linger.ms=20")
     ap.add_argument("--config", type=Path, default=None, metavar="FILE",
                     help="bitroute side on an existing Kafka cluster: FILE's [kafka] and "
                          "[kafka.client] (TLS, SASL; secrets as env:NAME) instead of a broker "
@@ -71,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        ap.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-e2e-"))
     workdir.mkdir(parents=True, exist_ok=True)
     n = workload.SIZES[args.size]
@@ -84,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"profile": args.profile, "size": args.size, "n": n, "seed": args.seed,
                      "description": w.description, "matches_per_publish": matches,
                      "deliveries_per_publish": per_publish, "sets": args.set,
+                     "kstreams_sets": args.kstreams_set,
                      "machine": _machine(), "loadavg": {"start": os.getloadavg()}}
     backlog = args.backlog or 300_000
     try:
@@ -91,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             results["bitroute"] = asdict(bitroute_run.run(
                 workdir / "bitroute", w, args.set, backlog, args.warmup, args.measure,
                 args.publishers, args.consumers, _log, args.config))
+        if "kstreams" in systems:
+            results["kstreams"] = asdict(kstreams_run.run(
+                workdir / "kstreams", w, args.set, args.kstreams_set, backlog, args.warmup,
+                args.measure, args.publishers, args.consumers, _log))
         if "mosquitto" in systems:
             results["mosquitto"] = asdict(compare.mosquitto(
                 workdir / "mosquitto", files, per_publish, args.warmup, args.measure,
@@ -150,11 +170,11 @@ def _busiest(cores: dict[str, float]) -> str:
 
 
 def table(r: dict) -> str:
-    cols = [s for s in ("bitroute", "rabbitmq", "mosquitto") if s in r]
+    cols = [s for s in SYSTEMS if s in r]
     rows: list[tuple[str, list[str]]] = []
 
     def sustained(s: str) -> tuple[float, float]:
-        if s == "bitroute":
+        if s in KAFKA_SYSTEMS:
             sat = r[s]["saturation"]
             return sat["publishes_per_s"], sat["deliveries_per_s"]
         return r[s]["sustained_publishes"], r[s]["sustained_deliveries"]
@@ -169,21 +189,22 @@ def table(r: dict) -> str:
     rows.append(("deliveries/s at 90% rate", [_f(at(s, "at90")["deliveries_per_s"]) for s in cols]))
 
     def rss(s: str, role: str) -> str:
-        run = r[s]["saturation"] if s == "bitroute" else r[s]["full"]
+        run = r[s]["saturation"] if s in KAFKA_SYSTEMS else r[s]["full"]
         v = run["peak_rss"].get(role)
         return _f(v / MB) if v else "-"
 
     rows.append(("broker RSS MB (peak, full speed)",
-                 [rss(s, "Kafka broker") if s == "bitroute" else rss(s, "broker") for s in cols]))
+                 [rss(s, "Kafka broker") if s in KAFKA_SYSTEMS else rss(s, "broker")
+                  for s in cols]))
 
     def busiest(s: str) -> str:
-        run = r[s]["saturation"] if s == "bitroute" else r[s]["full"]
+        run = r[s]["saturation"] if s in KAFKA_SYSTEMS else r[s]["full"]
         return _busiest(run["max_core"])
 
     rows.append(("busiest process at full speed (cores)", [busiest(s) for s in cols]))
     if "bitroute" in r:
         b = sustained("bitroute")[1]
-        for s in ("rabbitmq", "mosquitto"):
+        for s in ("kstreams", "rabbitmq", "mosquitto"):
             if s in r and sustained(s)[1]:
                 rows.append((f"bitroute/{s} deliveries/s", [f"{b / sustained(s)[1]:.2f}x"]
                              + [""] * (len(cols) - 1)))
@@ -194,7 +215,9 @@ def table(r: dict) -> str:
            f"{r['deliveries_per_publish']:.2f} deliveries per publish); {r['machine']}",
            "load average (1 min) at start / end: "
            + " / ".join(f"{load[k][0]:.1f}" for k in ("start", "end") if k in load),
-           f"router settings: {' '.join(r['sets']) or '(defaults)'}", "",
+           f"router settings: {' '.join(r['sets']) or '(defaults)'}"
+           + (f"; Kafka Streams overrides: {' '.join(r.get('kstreams_sets') or []) or '(none)'}"
+              if "kstreams" in r else ""), "",
            "".ljust(width) + "".join(c.rjust(cw) for c in cols)]
     out += [name.ljust(width) + "".join(v.rjust(cw) for v in vals) for name, vals in rows]
 
@@ -233,6 +256,18 @@ def table(r: dict) -> str:
                    f"changelog: {fr['first_route_s']:.1f}s after Kafka acked it (written in "
                    f"{fr['write_s']:.1f}s; router catch-up {fr['catch_up_s']:.1f}s, that batch "
                    f"{fr['batch_s']:.1f}s); restart open {_f(fr['open_s_restart'], 1)}s")
+    if "kstreams" in r:
+        ks = r["kstreams"]
+        sat = ks["saturation"]
+        out.append(f"kstreams start with {r['n']:,} subscriptions in the changelog: changelog "
+                   f"written in {ks['changelog_write_s']:.1f}s, topology running after "
+                   f"{ks['open_s']:.1f}s; saturated: "
+                   + ", ".join(f"{k} {sat['cores'].get(k, 0):.2f} cores (peak RSS "
+                               f"{_f(v / MB)} MB)" for k, v in sat["peak_rss"].items()))
+        for key in ("at50", "at90"):
+            phase = ks[key]
+            out.append(f"kstreams at {key[2:]}%: {phase['publishes_per_s']:,.0f} publishes/s, "
+                       f"all processed {phase['lag_after_s']:.1f}s after the last publish")
     for s in ("rabbitmq", "mosquitto"):
         if s in r:
             full = r[s]["full"]
@@ -278,6 +313,10 @@ def _targets(r: dict) -> list[str]:
         m = r["mosquitto"]["sustained_deliveries"]
         out.append(f"deliveries/s >= Mosquitto: {b:,.0f} vs {m:,.0f} -> "
                    f"{'met' if b >= m else f'missed by {100 * (1 - b / m):.0f}%'}")
+    if "kstreams" in r:
+        k = r["kstreams"]["saturation"]["deliveries_per_s"]
+        out.append(f"deliveries/s ahead of the Kafka Streams peer (issue 22): {b:,.0f} vs {k:,.0f} "
+                   f"-> {'met' if b > k else f'missed by {100 * (1 - b / k):.0f}%'}")
     if "rabbitmq" in r:
         q = 3 * r["rabbitmq"]["sustained_deliveries"]
         out.append(f"deliveries/s >= 3x RabbitMQ: {b:,.0f} vs {q:,.0f} -> "

@@ -142,6 +142,7 @@ class Env:
 
     folder: Path
     user_sets: list[str]
+    name: str = "bitroute"  # in the progress log
     config_file: Path | None = None
     """A bitroute configuration whose ``[kafka]`` (bootstrap, ``[kafka.client]``:
     TLS, SASL) names an existing cluster: no broker of its own is started."""
@@ -227,8 +228,27 @@ class Phase:
     consumer: dict = field(default_factory=dict)
 
 
-def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: int, log) -> Phase:
-    """Produce ``backlog`` publishes as fast as possible; measure the drain."""
+def full_batch_rates(batches: list[dict]) -> tuple[float, float]:
+    """(publishes/s, deliveries/s) routed over the router's full batches after the first
+    (the first also pays the trigger's start): wall time from that batch's end to the last's."""
+    full = [b for b in batches if b["rows"] >= 0.9 * max(b["rows"] for b in batches)]
+    steady = full[1:] if len(full) > 2 else full
+    if len(steady) >= 2:
+        span = steady[-1]["end"] - steady[0]["end"]
+        rows = sum(b["rows"] for b in steady[1:])
+        dels = sum(b["deliveries"] for b in steady[1:])
+    else:
+        span = sum(b["seconds"] for b in steady)
+        rows = sum(b["rows"] for b in steady)
+        dels = sum(b["deliveries"] for b in steady)
+    span = max(span, 1e-9)
+    return rows / span, dels / span
+
+
+def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: int, log,
+              rates=full_batch_rates) -> Phase:
+    """Produce ``backlog`` publishes as fast as possible; measure the drain: ``rates`` of
+    the router's progress reports (``router.probes``) while it drained."""
     r = env.router
     routed0 = r.routed()
     n_probes0 = len(r.probes)
@@ -245,28 +265,17 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
     time.sleep(max(0.0, start_at - time.time()))
     sampler.start()
     pub = kafka_load.join_publishers(procs, pout, timeout=1800)
-    log(f"bitroute: backlog of {pub['sent']:,} publishes produced in {pub['seconds']:.1f}s "
+    log(f"{env.name}: backlog of {pub['sent']:,} publishes produced in {pub['seconds']:.1f}s "
         f"({pub['sent'] / pub['seconds']:,.0f}/s)")
     ok = r.wait_routed(routed0 + pub["sent"], timeout=1800)
     sampler.stop()
     if not ok:
-        log("bitroute: WARNING: the backlog was not drained in time")
+        log(f"{env.name}: WARNING: the backlog was not drained in time")
     for p in consumer_procs:
         p.terminate()
     batches = r.probes[n_probes0:]
-    # Full batches after the first one (the first also pays the trigger's start).
-    full = [b for b in batches if b["rows"] >= 0.9 * max(b["rows"] for b in batches)]
-    steady = full[1:] if len(full) > 2 else full
-    if len(steady) >= 2:
-        span = steady[-1]["end"] - steady[0]["end"]
-        rows = sum(b["rows"] for b in steady[1:])
-        dels = sum(b["deliveries"] for b in steady[1:])
-    else:
-        span = sum(b["seconds"] for b in steady)
-        rows = sum(b["rows"] for b in steady)
-        dels = sum(b["deliveries"] for b in steady)
-    span = max(span, 1e-9)
-    return Phase(rows / span, dels / span, batches=batches,
+    publishes_per_s, deliveries_per_s = rates(batches)
+    return Phase(publishes_per_s, deliveries_per_s, batches=batches,
                  cores={k: sampler.cores(k) for k in sampler.stats},
                  max_core={k: v.max_core for k, v in sampler.stats.items()},
                  peak_rss={k: v.peak_rss for k, v in sampler.stats.items()})
@@ -324,7 +333,7 @@ class BitrouteResult:
 def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: float,
         measure: float, publishers: int, consumers: int, log,
         config_file: Path | None = None) -> BitrouteResult:
-    env = Env(folder, user_sets, config_file)
+    env = Env(folder, user_sets, config_file=config_file)
     try:
         env.start_broker()
         log(f"bitroute: Kafka: {env.describe_cluster()}; settings {' '.join(user_sets) or '(defaults)'}")

@@ -3,9 +3,10 @@
 #
 #   benchmarks/e2e/run.sh [python -m benchmarks.e2e options...]
 #
-# Installs RabbitMQ and Mosquitto from Debian's packages and compiles the C
-# clients (setup.sh), then runs bitroute, RabbitMQ and Mosquitto on the same
-# workload, loopback only, and prints the table. Bounded: the whole run is
+# Installs RabbitMQ and Mosquitto from Debian's packages, compiles the C
+# clients and builds the Kafka Streams peer (setup.sh), then runs bitroute, the
+# Kafka Streams peer, RabbitMQ and Mosquitto (--systems) on the same workload,
+# loopback only, and prints the table. Bounded: the whole run is
 # stopped after BITROUTE_E2E_TIMEOUT seconds (default 5400), and everything it
 # started is stopped with it.
 set -euo pipefail

@@ -1,0 +1,159 @@
+"""The Kafka Streams side of the benchmark (issue 22): the router a Kafka shop would
+write instead of bitroute (``benchmarks/e2e/kstreams/``, built by ``setup.sh``), on
+an embedded Kafka broker of its own, with bitroute's topics, changelog, load driver
+and delivery consumer (:mod:`benchmarks.e2e.bitroute_run`, :mod:`benchmarks.e2e.kafka_load`).
+
+The application reads the subscription changelog to its end before its topology
+starts (``open_s``), then routes each publish to ``kafka.deliveries_topic_prefix +
+subscriber`` with bitroute's delivery headers, the publish's own included (so the
+consumer's latency works unchanged). It prints a ``PROBE`` line every second
+(publishes processed, deliveries Kafka acknowledged), which stands in for
+bitroute's per-batch reports:
+
+1. warm-up: a paced trickle (the JIT, the producers' metadata of 1,000 topics).
+2. saturation: a backlog produced as fast as the driver can; sustained rate =
+   publishes processed (deliveries acknowledged) per second of wall time between
+   the seconds at which 5% and 95% of the backlog had been processed, every
+   second in between counted (:func:`drain_rates`).
+3. latency at 50% and 90% of that rate, exactly as for bitroute.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.e2e import bitroute_run, kafka_load
+from benchmarks.e2e.bitroute_run import ROOT, Env, Phase, RouterProcess
+from benchmarks.e2e.workload import EXCHANGE, Workload
+
+PROJECT = Path(__file__).resolve().parent / "kstreams"
+JAR = PROJECT / "target" / "kstreams-peer.jar"
+LIB = PROJECT / "target" / "lib"
+MAIN = "bitroute.bench.kstreams.Main"
+JVM_OPTIONS = ("-Xms256m", "-Xmx1g")
+#: The peer writes one topic per subscriber whatever the router's settings say.
+LAYOUT = "kafka.delivery_layout=topic-per-subscriber"
+
+
+class KStreamsProcess(RouterProcess):
+    """The Kafka Streams JVM, its ``STARTED``/``PROBE`` stdout parsed as the router's."""
+
+    def __init__(self, command: list[str], log_path: Path) -> None:
+        super().__init__([], log_path)
+        self.command = command
+
+    def start(self) -> "KStreamsProcess":
+        self.proc = subprocess.Popen(self.command, cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=open(self.log_path, "ab"), text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def pids(self) -> dict[str, list[int]]:
+        alive = self.proc is not None and self.proc.poll() is None
+        return {"jvm": [self.proc.pid] if alive else []}
+
+
+def command(env: Env, stream_sets: list[str]) -> list[str]:
+    """The ``java`` command line of the peer on ``env``'s broker and topics."""
+    if not JAR.exists():
+        raise RuntimeError(f"{JAR} is missing: run benchmarks/e2e/setup.sh")
+    k, ex = env.config.kafka, env.config.exchanges
+    argv = ["java", *JVM_OPTIONS, "-cp", f"{JAR}:{LIB}/*", MAIN,
+            "--bootstrap", env.broker.bootstrap, "--state-dir", str(env.folder / "streams-state"),
+            "--publishes-topic", k.publishes_topic, "--subscriptions-topic", k.subscriptions_topic,
+            "--deliveries-prefix", k.deliveries_topic_prefix,
+            "--delivery-partitions", str(k.delivery_partitions),
+            "--default-exchange", ex.default]
+    for name, dialect in ex.dialects.items():
+        argv += ["--exchange", f"{name}={dialect}"]
+    for s in stream_sets:
+        argv += ["--set", s]
+    return argv
+
+
+@dataclass
+class KStreamsEnv(Env):
+    """A broker and the Kafka Streams peer on loopback, in ``folder``."""
+
+    stream_sets: list[str] = field(default_factory=list)
+
+    def start_router(self) -> dict:
+        self.router = KStreamsProcess(command(self, self.stream_sets),
+                                      self.folder / "kstreams.log").start()
+        return self.router.wait_started()
+
+    def roles(self) -> dict:
+        r = self.router
+        return {
+            "kstreams: JVM": lambda: r.pids()["jvm"],
+            "Kafka broker": lambda: [self.broker.pid()] if self.broker.pid() else [],
+        }
+
+
+def drain_rates(probes: list[dict], lo: float = 0.05, hi: float = 0.95) -> tuple[float, float]:
+    """(publishes/s, deliveries/s) over the drain of a backlog, from per-second probes:
+    between the probe at which ``lo`` of the phase's publishes had been processed and the
+    one at which ``hi`` had, every second in between counted (a slow second is not dropped)."""
+    total = sum(p["rows"] for p in probes)
+    if not total:
+        return 0.0, 0.0
+    rows = dels = 0
+    first = last = None
+    for p in probes:
+        rows += p["rows"]
+        if first is None and rows >= lo * total:
+            first, rows0, dels0 = p, rows, dels + p["deliveries"]
+        dels += p["deliveries"]
+        if rows >= hi * total:
+            last = p
+            break
+    span = last["end"] - first["end"]
+    if span <= 0:  # the whole drain within a probe interval
+        return total / last["seconds"], dels / last["seconds"]
+    return (rows - rows0) / span, (dels - dels0) / span
+
+
+@dataclass
+class KStreamsResult:
+    changelog_write_s: float
+    open_s: float
+    saturation: Phase
+    at50: Phase
+    at90: Phase
+    stream_sets: list[str] = field(default_factory=list)
+
+
+def run(folder: Path, w: Workload, user_sets: list[str], stream_sets: list[str], backlog: int,
+        warmup: float, measure: float, publishers: int, consumers: int, log) -> KStreamsResult:
+    env = KStreamsEnv(folder, [*user_sets, LAYOUT], name="kstreams", stream_sets=stream_sets)
+    try:
+        env.start_broker()
+        log(f"kstreams: Kafka broker on {env.broker.bootstrap}; Streams overrides "
+            f"{' '.join(stream_sets) or '(none)'}")
+        t0, t1 = kafka_load.load_changelog(env.config.kafka.client_settings,
+                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
+        log(f"kstreams: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
+        started = env.start_router()
+        log(f"kstreams: topology running with {started['subscriptions']:,} subscriptions "
+            f"(open {started['open_s']:.1f}s, {time.time() - t1:.1f}s after the changelog)")
+        warm = bitroute_run._paced(env, w, 2000, 2, 5, 1, 1, log)
+        log(f"kstreams: warm-up done (p50 {warm.p50_ms:.0f} ms)")
+        sat = bitroute_run._saturate(env, w, backlog, publishers, consumers, log, drain_rates)
+        log(f"kstreams: sustained {sat.publishes_per_s:,.0f} publishes/s, "
+            f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
+            + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
+        at50 = bitroute_run._paced(env, w, 0.5 * sat.publishes_per_s, warmup, measure,
+                                   publishers, consumers, log)
+        log(f"kstreams: 50% -> p50 {at50.p50_ms:.0f} ms p99 {at50.p99_ms:.0f} ms, "
+            f"{at50.deliveries_per_s:,.0f} deliveries/s")
+        at90 = bitroute_run._paced(env, w, 0.9 * sat.publishes_per_s, warmup, measure,
+                                   publishers, consumers, log)
+        log(f"kstreams: 90% -> p50 {at90.p50_ms:.0f} ms p99 {at90.p99_ms:.0f} ms, "
+            f"{at90.deliveries_per_s:,.0f} deliveries/s")
+        return KStreamsResult(t1 - t0, started["open_s"], sat, at50, at90, stream_sets)
+    finally:
+        env.stop()
