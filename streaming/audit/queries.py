@@ -143,22 +143,6 @@ def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, ob
     return table.column_names, _json_rows(table)
 
 
-def render_table(columns: list[str], rows: list[dict[str, object]]) -> list[str]:
-    """An aligned text table: a header, a rule, one line per row, then ``(N rows)``.
-
-    Lists are joined with ``,``, maps shown as ``name=value`` (``name`` alone
-    for a null value), nulls as empty cells.
-    """
-    cells = [[_cell(row[c]) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-
-    def line(values: list[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
-
-    return [line(columns), line(["-" * w for w in widths]), *map(line, cells),
-            f"({len(rows)} row{'' if len(rows) == 1 else 's'})"]
-
-
 def _read(path: str, query: AuditQuery) -> pa.Table:
     """The rows of the table at ``path`` (as of ``query.as_of_version``) that pass the
     query's filters, but for ``subscriber`` under ``state``, which applies after the
@@ -328,16 +312,6 @@ def _json_rows(table: pa.Table) -> list[dict[str, object]]:
             columns.append(column.to_pylist())
     names = table.column_names
     return [dict(zip(names, values)) for values in zip(*columns)]
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return ",".join(_cell(v) for v in value)
-    if isinstance(value, dict):
-        return ",".join(k if v is None else f"{k}={_cell(v)}" for k, v in value.items())
-    return str(value)
 
 
 def _one_line(exc: BaseException) -> str:
