@@ -544,8 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streaming.cli.logs import configure_logging
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logging()
     try:
         return args.handler(args)
     except ConfigError as exc:

@@ -3,9 +3,9 @@
 librdkafka calls a client's ``error_cb`` for every failed connection attempt
 (several per second per broker during an outage). :class:`BrokerWatch` turns
 them into one log line (a warning) when the cluster becomes unreachable and
-one (info) when it answers again, with the outage's length and the count of failed
-attempts in between; the clients' own log lines go to a silent logger
-(:data:`streaming.kafka.KAFKA_LOG`). Give :meth:`BrokerWatch.on_error` as the
+one (info) when it answers again, with the outage's length and the count of
+failed attempts in between; the clients' own log lines go to their own logger
+(:data:`streaming.kafka.KAFKA_LOG`, silent in ``bitroute``). Give :meth:`BrokerWatch.on_error` as the
 ``on_error`` of every client of the driver (:mod:`streaming.kafka`).
 """
 

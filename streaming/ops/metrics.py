@@ -195,6 +195,9 @@ class Registry:
 
     def inc(self, name: str, amount: float = 1.0, **labels: object) -> None:
         """Add ``amount`` (>= 0) to a counter's sample."""
+        if not amount >= 0:  # before the sample exists: a refused update leaves no trace
+            raise ValueError(f"{name}: a counter only goes up: inc() needs a non-negative "
+                             f"amount, got {amount!r}")
         metric = self._sample(name, "counter", labels)
         with self._lock:
             metric.inc(amount)

@@ -38,7 +38,6 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 

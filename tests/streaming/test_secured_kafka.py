@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -166,8 +167,10 @@ def test_a_client_without_credentials_fails_in_seconds_with_one_line(broker, tmp
 
 
 def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, names, spark,
-                                                           capfd):
+                                                           capfd, caplog):
     """The router principal holds exactly the ACLs docs/running.md lists."""
+    for logger in ("streaming", "bitroute.kafka"):  # the library's logs and librdkafka's
+        caplog.set_level(logging.INFO, logger=logger)
     from streaming.router.service import Router
 
     prefix = names["kafka.deliveries_topic_prefix"]
@@ -200,7 +203,7 @@ def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, nam
     assert [d.payload for d in got] == [b"routed securely"]
 
     out, err = capfd.readouterr()
-    _no_secret(out + err)
+    _no_secret(out + err + caplog.text)
     for path in (tmp_path / "checkpoints").rglob("*"):
         if path.is_file():
             data = path.read_bytes()
