@@ -118,18 +118,6 @@ class AuditQuery:
             raise InvalidQuery(f"--as-of-version must be >= 0, got {self.as_of_version}")
 
 
-def parse_time(text: str, flag: str) -> datetime:
-    """An ISO-8601 timestamp as an aware UTC datetime; one without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidQuery(f"{flag}: expected an ISO-8601 timestamp such as "
-                           f"2025-01-31T12:00:00Z, got {text!r}") from None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
-
-
 def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, object]]]:
     """The query's column names and rows (see module docstring)."""
     path = config.delta.table_path(query.table)

@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
@@ -105,9 +106,9 @@ def _subscribe(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     criteria = _criteria(args.header or [])
+    if args.filter is None and not criteria:
+        raise UsageError("--filter is required unless --header is given")
     with _reported(client.InvalidRequest, client.ClientError):
-        if args.filter is None and not criteria:
-            raise client.InvalidRequest("--filter is required unless --header is given")
         print(client.subscribe(cfg, args.exchange, args.subscriber,
                                "#" if args.filter is None else args.filter,
                                criteria, args.match, args.id))
@@ -211,8 +212,8 @@ def _audit(args: argparse.Namespace) -> int:
     with _reported(audit.InvalidQuery, audit.AuditError):
         query = audit.AuditQuery(
             table=args.table, subscriber=args.subscriber, message_id=args.message_id,
-            since=None if args.since is None else audit.parse_time(args.since, "--since"),
-            until=None if args.until is None else audit.parse_time(args.until, "--until"),
+            since=None if args.since is None else _time(args.since, "--since"),
+            until=None if args.until is None else _time(args.until, "--until"),
             as_of_version=args.as_of_version, state=args.state)
         columns, rows = audit.run(cfg, query)
     if args.json:
@@ -221,6 +222,18 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         print("\n".join(table(columns, rows)))
     return 0
+
+
+def _time(text: str, flag: str) -> datetime:
+    """An ISO-8601 timestamp as an aware UTC datetime; one without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{flag}: expected an ISO-8601 timestamp such as "
+                         f"2025-01-31T12:00:00Z, got {text!r}") from None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
 
 
 def _audit_migrate(args: argparse.Namespace) -> int:
