@@ -5,7 +5,8 @@ The library only names its loggers (``logging.getLogger(__name__)``, all under
 line each, as ``bitroute: <message>``, from INFO up (a failure being retried is
 a warning, its recovery info); stdout stays the command's output. librdkafka's
 own lines (``bitroute.kafka``, :data:`streaming.kafka.KAFKA_LOG`) are kept off
-the terminal: bitroute reports a Kafka outage itself
+the terminal, and so are the JVM Kafka clients' warnings once Spark runs
+(:func:`quiet_kafka_client_logs`): bitroute reports a Kafka outage itself
 (:mod:`streaming.kafka.broker_watch`).
 """
 
@@ -13,6 +14,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LIBRARY = "streaming"
 KAFKA = "bitroute.kafka"
@@ -43,3 +48,15 @@ def configure_logging() -> None:
         library.addHandler(handler)
     library.setLevel(logging.INFO)
     logging.getLogger(KAFKA).propagate = False
+
+
+def quiet_kafka_client_logs(spark: SparkSession) -> None:
+    """Keep the JVM Kafka clients' per-attempt connection warnings off the terminal.
+
+    During a broker outage the Kafka source's consumer logs a WARN line per
+    reconnection attempt (hundreds in a few seconds); the router reports an
+    outage itself, once when it starts failing and once when it recovers.
+    """
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        "org.apache.kafka", jvm.org.apache.logging.log4j.Level.ERROR)

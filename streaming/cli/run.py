@@ -49,7 +49,8 @@ _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, Kafka
 def serve(config: Config) -> int:
     """Route until stopped; see the module docstring for the exit statuses."""
     from streaming.kafka.broker import BrokerError, EmbeddedBroker
-    from streaming.router.session import quiet_kafka_client_logs, spark_session
+    from streaming.cli.logs import quiet_kafka_client_logs
+    from streaming.router.session import spark_session
     from streaming.router.watchdog import start_watchdog
 
     if config.broker.embedded:
