@@ -26,6 +26,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from streaming.audit.maintenance import maintain, table_stats
+from streaming.cli.render import maintenance_lines
 from streaming.config import load
 from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.router.routing import ROUTED_ARROW
@@ -93,7 +94,7 @@ def main() -> None:
             append_one(sink, batch_id)
             later.append(time.perf_counter() - started)
             batch_id += 1
-        print("\n".join(report.lines()))
+        print("\n".join(maintenance_lines(report)))
         print(f"deliveries: data files {before.files} -> {after.files}, log entries "
               f"{before.log_entries} -> {after.log_entries}, full read {read_before:.2f}s -> "
               f"{read_after:.2f}s ({read_before / read_after:.1f}x)")

@@ -140,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         delta_sink.TABLE_RELOAD_COMMITS = args.table_reload_commits or sys.maxsize
     config = load(args.config, parse_set_flags(args.set))
 
-    from streaming.router.session import quiet_kafka_client_logs, spark_session
+    from streaming.cli.logs import configure_logging, quiet_kafka_client_logs
+    from streaming.router.session import spark_session
+
+    configure_logging()  # the router's logs on stderr, as `bitroute run` has them
     from streaming.router.watchdog import start_watchdog
 
     stop = threading.Event()

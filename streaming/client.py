@@ -74,17 +74,6 @@ class InvalidRequest(ClientError):
 
 # --- subscriptions ---------------------------------------------------------------
 
-def parse_criteria(items: Sequence[str]) -> dict[str, str | None]:
-    """``["color=red", "urgent"]`` -> ``{"color": "red", "urgent": None}`` (``NAME`` alone is presence)."""
-    criteria: dict[str, str | None] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if name in criteria:
-            raise InvalidRequest(f"--header {item!r}: header {name!r} is given twice")
-        criteria[name] = value if sep else None
-    return criteria
-
-
 def subscription_record(config: Config, exchange: str, subscriber: str, filter_: str,
                         criteria: dict[str, str | None] | None = None, match: str = "all",
                         sub_id: str | None = None) -> tuple[bytes, bytes]:
@@ -144,21 +133,6 @@ def unsubscribe(config: Config, sub_id: str) -> None:
 
 
 # --- publishes -------------------------------------------------------------------
-
-def parse_headers(items: Sequence[str]) -> list[tuple[str, bytes]]:
-    """``["color=red"]`` -> ``[("color", b"red")]``; names may repeat, as Kafka allows."""
-    headers = []
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise InvalidRequest(f"--header {item!r}: expected NAME=VALUE")
-        if name == EXCHANGE_HEADER:
-            raise InvalidRequest(f"--header {item!r}: give the exchange with --exchange")
-        if name in ROUTER_HEADERS:
-            raise InvalidRequest(f"--header {item!r}: {name!r} is set by the router")
-        headers.append((name, value.encode("utf-8")))
-    return headers
-
 
 def publish(config: Config, exchange: str, routing_key: str, payload: bytes,
             headers: Sequence[tuple[str, bytes]] = ()) -> str:
@@ -222,38 +196,6 @@ class Delivery:
             return self.payload.decode("utf-8"), "utf-8"
         except UnicodeDecodeError:
             return base64.b64encode(self.payload).decode("ascii"), "base64"
-
-    def to_json(self) -> str:
-        """One JSON object: message_id, routing_key, headers, subscription_ids,
-        snapshot_version, payload, payload_encoding (``utf-8`` or ``base64``)."""
-        payload, encoding = self.payload_text()
-        return json.dumps({
-            "message_id": self.message_id,
-            "routing_key": self.routing_key,
-            "headers": self.headers,
-            "subscription_ids": self.subscription_ids,
-            "snapshot_version": self.snapshot_version,
-            "payload": payload,
-            "payload_encoding": encoding,
-        }, ensure_ascii=False)
-
-    def to_line(self) -> str:
-        """One human line: ``<message id> <routing key> subs=<ids> v<version> [name=value...] <payload>``.
-
-        Strings with spaces, quotes or control characters are JSON-quoted; a
-        payload that is not UTF-8 is shown as ``base64:<data>``.
-        """
-        payload, encoding = self.payload_text()
-        parts = [
-            self.message_id or "-",
-            _show(self.routing_key) if self.routing_key is not None else "-",
-            "subs=" + (",".join(map(_show, self.subscription_ids))
-                       if self.subscription_ids is not None else "-"),
-            f"v{self.snapshot_version}" if self.snapshot_version is not None else "v-",
-            *(f"{_show(n)}={_show(v) if v is not None else ''}" for n, v in self.headers.items()),
-            _show(payload) if encoding == "utf-8" else f"base64:{payload}",
-        ]
-        return " ".join(parts)
 
 
 def tail(config: Config, subscriber: str, from_beginning: bool = False,
@@ -431,10 +373,3 @@ def _json_strings(text: str | None) -> list[str] | None:
 
 def _decimal(text: str | None) -> int | None:
     return int(text) if text is not None and text.isascii() and text.isdecimal() else None
-
-
-def _show(text: str) -> str:
-    """``text`` as is when it is one plain token, else JSON-quoted."""
-    if text and text.isprintable() and not any(c in text for c in ' "\\'):
-        return text
-    return json.dumps(text, ensure_ascii=False)

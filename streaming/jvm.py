@@ -16,13 +16,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import shutil
+import logging
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import conf
 from streaming.errors import BitrouteError
+
+_log = logging.getLogger(__name__)
 
 GROUPS = ("spark", "kafka_broker", "delta")
 _MARKER = "complete"
@@ -49,7 +51,7 @@ def coordinates(group: str) -> dict:
     return table[group]
 
 
-def jars(group: str, quiet: bool = False) -> list[Path]:
+def jars(group: str) -> list[Path]:
     """Return the jar paths of ``group``, resolving them with Maven on first use."""
     spec = coordinates(group)
     artifacts = list(spec["artifacts"])
@@ -60,7 +62,7 @@ def jars(group: str, quiet: bool = False) -> list[Path]:
         with (folder.parent / f".{group}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (folder / _MARKER).is_file():
-                _resolve(group, artifacts, folder, quiet)
+                _resolve(group, artifacts, folder)
                 if spec.get("skip_pyspark_provided", False):
                     _drop_pyspark_provided(folder)
                 (folder / _MARKER).write_text("\n".join(artifacts) + "\n")
@@ -72,12 +74,11 @@ def classpath(group: str) -> str:
     return ":".join(str(p) for p in jars(group))
 
 
-def _resolve(group: str, artifacts: list[str], folder: Path, quiet: bool) -> None:
+def _resolve(group: str, artifacts: list[str], folder: Path) -> None:
     if shutil.which("mvn") is None:
         raise JvmResolutionError("Maven ('mvn') is not on PATH; install it (apt-get install maven)")
-    if not quiet:
-        print(f"bitroute: resolving {len(artifacts)} JVM artifact(s) for '{group}' from "
-              f"Maven Central into {folder} (first run only)...", file=sys.stderr, flush=True)
+    _log.info(f"resolving {len(artifacts)} JVM artifact(s) for '{group}' from Maven Central "
+              f"into {folder} (first run only)...")
     shutil.rmtree(folder, ignore_errors=True)
     work = folder.with_name(folder.name + ".pom")
     work.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = load(args.config, parse_set_flags(args.set))
 
-    from streaming.router.session import quiet_kafka_client_logs, spark_session
+    from streaming.cli.logs import configure_logging, quiet_kafka_client_logs
+    from streaming.router.session import spark_session
+
+    configure_logging()  # the router's logs on stderr, as `bitroute run` has them
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

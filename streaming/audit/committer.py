@@ -16,11 +16,11 @@ Invariants:
   committed ``txn`` version, so a crash between the two tables' commits, or
   after both but before the journal removal, adds no row twice.
 - Bounded: while ``audit.max_pending_batches`` batches wait, ``submit`` waits
-  (back-pressure; said once on stderr per episode).
+  (back-pressure; logged once per episode).
 - An audit row lands within ``audit.commit_interval`` (plus the commit's own
   time) of its batch while Delta is reachable. A failing commit (``DeltaError``,
-  ``OSError``) is retried with backoff (0.5 s doubling to 30 s), reported on
-  stderr at its first failure, then at most every 30 s, then at its recovery.
+  ``OSError``) is retried with backoff (0.5 s doubling to 30 s), logged at its
+  first failure, then at most every 30 s, then at its recovery.
 
 Call :meth:`recover` before routing starts (it commits what a crash left in
 the journal), then :meth:`start`; :meth:`flush` commits now and waits;
@@ -29,7 +29,7 @@ the journal), then :meth:`start`; :meth:`flush` commits now and waits;
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +39,8 @@ from deltalake.exceptions import DeltaError
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditTables, PublishBatch
 from streaming.errors import BitrouteError
+
+_log = logging.getLogger(__name__)
 
 RETRY_BASE_S = 0.5
 RETRY_CAP_S = 30.0
@@ -89,8 +91,8 @@ class AuditCommitter:
         """Commit what the journal holds (a crash's leftovers), retrying, before routing starts."""
         self._committed_through = self._both_committed()
         if len(self.journal):
-            print(f"bitroute: committing {len(self.journal)} journaled audit batches left by "
-                  "the last run", file=sys.stderr, flush=True)
+            _log.info(f"committing {len(self.journal)} journaled audit batches left by the "
+                      "last run")
         self._commit_retrying(give_up=self._stopping.is_set)
 
     def start(self) -> None:
@@ -132,8 +134,8 @@ class AuditCommitter:
         if self._thread is None:
             return
         if not self.flush(timeout) and len(self.journal):
-            print(f"bitroute: {len(self.journal)} audit batches left in the journal; they are "
-                  "committed at the next start", file=sys.stderr, flush=True)
+            _log.warning(f"{len(self.journal)} audit batches left in the journal; they are "
+                         "committed at the next start")
         self._done.set()
         with self._changed:
             self._changed.notify_all()
@@ -144,9 +146,8 @@ class AuditCommitter:
         with self._changed:
             if len(self.journal) < self.max_pending:
                 return
-            print(f"bitroute: batch {batch_id}: {len(self.journal)} audit batches wait for "
-                  f"Delta (audit.max_pending_batches = {self.max_pending}); the batch waits",
-                  file=sys.stderr, flush=True)
+            _log.warning(f"batch {batch_id}: {len(self.journal)} audit batches wait for Delta "
+                         f"(audit.max_pending_batches = {self.max_pending}); the batch waits")
             self._flush_wanted = True
             self._changed.notify_all()
             while len(self.journal) >= self.max_pending:
@@ -178,9 +179,9 @@ class AuditCommitter:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
-                    print(f"bitroute: the audit commit of {len(self.journal)} pending batches "
-                          f"failed (attempt {attempt}, for {now - failing_since:.0f}s): "
-                          f"{_one_line(exc)}; retrying", file=sys.stderr, flush=True)
+                    _log.warning(f"the audit commit of {len(self.journal)} pending batches "
+                                 f"failed (attempt {attempt}, for {now - failing_since:.0f}s): "
+                                 f"{_one_line(exc)}; retrying")
                     last_report = now
                 delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
                 end = time.monotonic() + delay
@@ -190,8 +191,8 @@ class AuditCommitter:
                     self._done.wait(min(0.1, end - time.monotonic()))
                 continue
             if failing_since:
-                print(f"bitroute: the audit commit succeeded at attempt {attempt}, after "
-                      f"{time.monotonic() - failing_since:.0f}s", file=sys.stderr, flush=True)
+                _log.info(f"the audit commit succeeded at attempt {attempt}, after "
+                          f"{time.monotonic() - failing_since:.0f}s")
                 attempt = 0
                 failing_since = 0.0
             with self._changed:

@@ -57,9 +57,9 @@ The background form is :class:`BackgroundMaintenance` (``start``/``stop``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -76,6 +76,8 @@ from deltalake.exceptions import TableNotFoundError
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.audit.queries import arrow_table
 from streaming.config import AuditConfig, Config
+
+_log = logging.getLogger(__name__)
 
 MAINTENANCE_FILE = "maintenance.json"
 """The last pass's report, under ``<checkpoint_dir>/router``."""
@@ -118,22 +120,6 @@ class TableReport:
     error: str | None = None
     step: str | None = None
 
-    def line(self) -> str:
-        if self.skipped:
-            return f"{self.table}: skipped ({self.skipped})"
-        text = (f"{self.table}: files {self.files_before} -> {self.files_after}, "
-                f"bytes {_size(self.bytes_before)} -> {_size(self.bytes_after)}; "
-                f"compacted {self.files_compacted} files into {self.compacted_into} "
-                f"({self.partitions_compacted} partitions); {self.rows_deleted} rows deleted; "
-                f"{self.files_vacuumed} files vacuumed; checkpoint "
-                f"{'-' if self.checkpoint_version is None else 'v' + str(self.checkpoint_version)}; "
-                f"{_count(self.log_entries_removed)} log entries removed, "
-                f"{_count(self.log_entries)} left; version {_count(self.version)}; "
-                f"{self.seconds:.2f}s")
-        if self.error:
-            text += f"; FAILED at {self.step}: {self.error}"
-        return text
-
 
 @dataclass
 class MaintenanceReport:
@@ -161,10 +147,6 @@ class MaintenanceReport:
         data = asdict(self)
         data["ok"], data["error"] = self.ok, self.error
         return data
-
-    def lines(self) -> list[str]:
-        return [t.line() for t in self.tables] + [
-            f"pass: {'ok' if self.ok else 'FAILED'}, {self.seconds:.2f}s, finished {self.finished_at}"]
 
 
 @dataclass(frozen=True)
@@ -443,7 +425,7 @@ class BackgroundMaintenance:
     """A daemon thread running :func:`maintain` every ``audit.maintenance_interval``.
 
     The first pass runs one interval after :meth:`start`. A failed pass is
-    reported on stderr in one line (so at most once per interval) and the next
+    logged as one warning (so at most once per interval) and the next
     pass tries again; nothing here raises into the router. :meth:`stop` asks
     the pass to end at its next step and waits at most :data:`STOP_WAIT_S`:
     a compaction already inside delta-rs is left to finish or to die with the
@@ -480,8 +462,8 @@ class BackgroundMaintenance:
         report = maintain(self.config, writer_properties=self.writer_properties,
                           should_stop=self._stop.is_set)
         if not report.ok and not self._stop.is_set():
-            print(f"bitroute: audit maintenance failed ({report.error}); retrying in "
-                  f"{self.config.audit.maintenance_interval}", file=sys.stderr, flush=True)
+            _log.warning(f"audit maintenance failed ({report.error}); retrying in "
+                         f"{self.config.audit.maintenance_interval}")
         for listener in self.listeners:
             listener(report)
         return report
@@ -491,8 +473,8 @@ class BackgroundMaintenance:
             try:
                 self.run_once()
             except Exception as exc:  # noqa: BLE001 (never stops routing)
-                print(f"bitroute: audit maintenance failed ({_one_line(exc)}); retrying in "
-                      f"{self.config.audit.maintenance_interval}", file=sys.stderr, flush=True)
+                _log.warning(f"audit maintenance failed ({_one_line(exc)}); retrying in "
+                             f"{self.config.audit.maintenance_interval}")
 
 
 # --- small helpers ---------------------------------------------------------------------
@@ -554,15 +536,3 @@ def _iso(moment: datetime) -> str:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _count(value: int | None) -> str:
-    return "?" if value is None else str(value)

@@ -118,18 +118,6 @@ class AuditQuery:
             raise InvalidQuery(f"--as-of-version must be >= 0, got {self.as_of_version}")
 
 
-def parse_time(text: str, flag: str) -> datetime:
-    """An ISO-8601 timestamp as an aware UTC datetime; one without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidQuery(f"{flag}: expected an ISO-8601 timestamp such as "
-                           f"2025-01-31T12:00:00Z, got {text!r}") from None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
-
-
 def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, object]]]:
     """The query's column names and rows (see module docstring)."""
     path = config.delta.table_path(query.table)
@@ -141,22 +129,6 @@ def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, ob
         keys = _order_keys(table, query.table)
         table = table.take(pc.sort_indices(keys, [(k, "ascending") for k in keys.column_names]))
     return table.column_names, _json_rows(table)
-
-
-def render_table(columns: list[str], rows: list[dict[str, object]]) -> list[str]:
-    """An aligned text table: a header, a rule, one line per row, then ``(N rows)``.
-
-    Lists are joined with ``,``, maps shown as ``name=value`` (``name`` alone
-    for a null value), nulls as empty cells.
-    """
-    cells = [[_cell(row[c]) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-
-    def line(values: list[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
-
-    return [line(columns), line(["-" * w for w in widths]), *map(line, cells),
-            f"({len(rows)} row{'' if len(rows) == 1 else 's'})"]
 
 
 def _read(path: str, query: AuditQuery) -> pa.Table:
@@ -328,16 +300,6 @@ def _json_rows(table: pa.Table) -> list[dict[str, object]]:
             columns.append(column.to_pylist())
     names = table.column_names
     return [dict(zip(names, values)) for values in zip(*columns)]
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return ",".join(_cell(v) for v in value)
-    if isinstance(value, dict):
-        return ",".join(k if v is None else f"{k}={_cell(v)}" for k, v in value.items())
-    return str(value)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,7 +1,14 @@
 """bitroute's command line. The library (every other package in ``streaming``)
-never imports it: verbs parse arguments, call the library and render its results.
+never imports it (``tests/streaming/test_cli_boundary.py``): verbs parse
+arguments, call the library, and render what it returns.
 
-- :mod:`~streaming.cli.main`: the ``bitroute`` entry point and its verbs;
+- :mod:`~streaming.cli.main`: the ``bitroute`` entry point, its verbs and flags;
 - :mod:`~streaming.cli.run`: ``bitroute run``, the router in the foreground;
-- :mod:`~streaming.cli.match`: ``bitroute match``, offline matching.
+- :mod:`~streaming.cli.match`: ``bitroute match``, offline matching;
+- :mod:`~streaming.cli.render`: every text a verb prints (tables, status lines,
+  deliveries, batch and maintenance lines), from the library's data;
+- :mod:`~streaming.cli.progress`: ``bitroute run``'s listeners: a line per batch
+  on stdout, the progress of a long changelog catch-up on stderr;
+- :mod:`~streaming.cli.logs`: logging set up at the command's start (the
+  library's loggers on stderr).
 """

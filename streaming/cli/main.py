@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
@@ -104,10 +105,10 @@ def _subscribe(args: argparse.Namespace) -> int:
     from streaming import client
 
     cfg = _config(args)
+    criteria = _criteria(args.header or [])
+    if args.filter is None and not criteria:
+        raise UsageError("--filter is required unless --header is given")
     with _reported(client.InvalidRequest, client.ClientError):
-        criteria = client.parse_criteria(args.header or [])
-        if args.filter is None and not criteria:
-            raise client.InvalidRequest("--filter is required unless --header is given")
         print(client.subscribe(cfg, args.exchange, args.subscriber,
                                "#" if args.filter is None else args.filter,
                                criteria, args.match, args.id))
@@ -128,12 +129,42 @@ def _publish(args: argparse.Namespace) -> int:
     from streaming import client
 
     cfg = _config(args)
+    headers = _headers(args.header or [])
+    payload = _payload(args)
     with _reported(client.InvalidRequest, client.ClientError):
-        headers = client.parse_headers(args.header or [])
-        payload = _payload(args)
         print(client.publish(cfg, args.exchange or cfg.exchanges.default, args.routing_key,
                              payload, headers))
     return 0
+
+
+def _criteria(items: Sequence[str]) -> dict[str, str | None]:
+    """``--header`` of subscribe: ``["color=red", "urgent"]`` -> ``{"color": "red", "urgent":
+    None}`` (``NAME`` alone is presence)."""
+    criteria: dict[str, str | None] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if name in criteria:
+            raise UsageError(f"--header {item!r}: header {name!r} is given twice")
+        criteria[name] = value if sep else None
+    return criteria
+
+
+def _headers(items: Sequence[str]) -> list[tuple[str, bytes]]:
+    """``--header`` of publish and explain: ``["color=red"]`` -> ``[("color", b"red")]``;
+    names may repeat, as Kafka allows; the router's own headers may not be given."""
+    from schemas.records import EXCHANGE_HEADER, ROUTER_HEADERS
+
+    headers = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--header {item!r}: expected NAME=VALUE")
+        if name == EXCHANGE_HEADER:
+            raise UsageError(f"--header {item!r}: give the exchange with --exchange")
+        if name in ROUTER_HEADERS:
+            raise UsageError(f"--header {item!r}: {name!r} is set by the router")
+        headers.append((name, value.encode("utf-8")))
+    return headers
 
 
 def _payload(args: argparse.Namespace) -> bytes:
@@ -152,6 +183,7 @@ def _payload(args: argparse.Namespace) -> bytes:
 
 def _tail(args: argparse.Namespace) -> int:
     from streaming import client
+    from streaming.cli.render import delivery_json, delivery_line
 
     cfg = _config(args)
 
@@ -162,12 +194,13 @@ def _tail(args: argparse.Namespace) -> int:
     with _reported(client.InvalidRequest, client.ClientError):
         for delivery in client.tail(cfg, args.subscriber, args.from_beginning, args.max,
                                     args.timeout, started):
-            print(delivery.to_json() if args.json else delivery.to_line(), flush=True)
+            print(delivery_json(delivery) if args.json else delivery_line(delivery), flush=True)
     return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
     from streaming.audit import queries as audit
+    from streaming.cli.render import table
 
     if args.table == "migrate":
         return _audit_migrate(args)
@@ -179,16 +212,28 @@ def _audit(args: argparse.Namespace) -> int:
     with _reported(audit.InvalidQuery, audit.AuditError):
         query = audit.AuditQuery(
             table=args.table, subscriber=args.subscriber, message_id=args.message_id,
-            since=None if args.since is None else audit.parse_time(args.since, "--since"),
-            until=None if args.until is None else audit.parse_time(args.until, "--until"),
+            since=None if args.since is None else _time(args.since, "--since"),
+            until=None if args.until is None else _time(args.until, "--until"),
             as_of_version=args.as_of_version, state=args.state)
         columns, rows = audit.run(cfg, query)
     if args.json:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
     else:
-        print("\n".join(audit.render_table(columns, rows)))
+        print("\n".join(table(columns, rows)))
     return 0
+
+
+def _time(text: str, flag: str) -> datetime:
+    """An ISO-8601 timestamp as an aware UTC datetime; one without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{flag}: expected an ISO-8601 timestamp such as "
+                         f"2025-01-31T12:00:00Z, got {text!r}") from None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
 
 
 def _audit_migrate(args: argparse.Namespace) -> int:
@@ -227,6 +272,7 @@ def _maintain(cfg: Config, args: argparse.Namespace) -> int:
     """``bitroute audit maintain``: one maintenance pass, progress on stderr, the summary on
     stdout; exit 1 when a table's pass failed."""
     from streaming.audit import maintenance as audit_maintenance
+    from streaming.cli.render import maintenance_lines
 
     def progress(table: str, step: str, detail: str) -> None:
         if detail != "start":
@@ -237,7 +283,7 @@ def _maintain(cfg: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:
-        print("\n".join(report.lines()))
+        print("\n".join(maintenance_lines(report)))
     if not report.ok:
         print(f"bitroute: error: audit maintenance failed: {report.error}", file=sys.stderr)
         return 1
@@ -246,7 +292,7 @@ def _maintain(cfg: Config, args: argparse.Namespace) -> int:
 
 def _sql(args: argparse.Namespace) -> int:
     from streaming.audit import sql
-    from streaming.audit.queries import render_table
+    from streaming.cli.render import table
 
     cfg = _config(args)
     print("bitroute: starting Spark with Delta Lake (takes seconds; `bitroute audit` answers "
@@ -256,28 +302,27 @@ def _sql(args: argparse.Namespace) -> int:
     if args.json:
         _print_lines(json.dumps(row, ensure_ascii=False) for row in rows)
     else:
-        print("\n".join(render_table(columns, rows)))
+        print("\n".join(table(columns, rows)))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
+    from streaming.cli.render import status_lines
     from streaming.ops import status
 
     report = status.router_status(_config(args))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
-        print("\n".join(status.render(report)))
+        print("\n".join(status_lines(report)))
     return 0 if report["running"] else 3
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from streaming import client
     from streaming.ops import inspect
 
     cfg = _config(args)
-    with _reported(client.InvalidRequest, client.ClientError):
-        headers = client.parse_headers(args.header or [])
+    headers = _headers(args.header or [])
     exchange = args.exchange or cfg.exchanges.default
     with _reported(inspect.RejectedPublish, inspect.InspectError):
         state = inspect.load_state(cfg)
@@ -292,17 +337,17 @@ def _explain(args: argparse.Namespace) -> int:
                              "subscriptions": r.subscriptions} for r in receivers],
         }, ensure_ascii=False))
         return 0
-    from streaming.audit.queries import render_table
+    from streaming.cli.render import state_source, table
 
     names = [r.subscriber + ("" if r.certain else " (if chosen)") for r in receivers]
     print(f"{exchange} {args.routing_key}: "
           + (f"{len(names)} subscriber{'' if len(names) == 1 else 's'}: {', '.join(names)}"
              if names else "no subscriber")
-          + f" ({state.describe()})")
+          + f" ({state_source(state)})")
     if receivers:
         columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
                    "shared_group"]
-        print("\n".join(render_table(columns, [row for r in receivers for row in r.subscriptions])))
+        print("\n".join(table(columns, [row for r in receivers for row in r.subscriptions])))
     return 0
 
 
@@ -317,10 +362,10 @@ def _subscriptions(args: argparse.Namespace) -> int:
     if args.json:
         _print_lines(map(json.JSONEncoder(ensure_ascii=False).encode, rows))
         return 0
-    from streaming.audit.queries import render_table
+    from streaming.cli.render import state_source, table
 
-    print(state.describe())
-    print("\n".join(render_table(inspect.SUBSCRIPTION_COLUMNS, rows)))
+    print(state_source(state))
+    print("\n".join(table(inspect.SUBSCRIPTION_COLUMNS, rows)))
     return 0
 
 
@@ -512,8 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streaming.cli.logs import configure_logging
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logging()
     try:
         return args.handler(args)
     except ConfigError as exc:

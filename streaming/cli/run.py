@@ -20,7 +20,8 @@ line says what to grant, and the query is started again every
 The Kafka clients' own connection logs are kept off the terminal
 (:mod:`streaming.kafka.broker_watch` reports an outage in two lines instead). A
 changelog catch-up longer than two seconds (at start, or after a bulk load of
-subscriptions) reports its progress on stderr. With ``metrics.port`` set, the
+subscriptions) reports its progress on stderr, and each batch prints one line on
+stdout (:mod:`streaming.cli.progress`). With ``metrics.port`` set, the
 Prometheus endpoint of :mod:`streaming.ops.metrics` is bound before Spark starts (a
 port in use: status 1) and served until the process ends.
 """
@@ -42,7 +43,8 @@ from streaming.config import Config
 from streaming.errors import KafkaAccessError
 from streaming.kafka.clients import java_access_failure
 from streaming.router.lock import RouterLockedError
-from streaming.ops.metrics import CatchUpProgress, MetricsError, RouterMetrics
+from streaming.cli.progress import BatchLines, CatchUpProgress
+from streaming.ops.metrics import MetricsError, RouterMetrics
 from streaming.router.service import Router, failure_summary
 from streaming.router.snapshots import SnapshotStoreError
 from streaming.kafka.topics import TopicCreationError
@@ -56,7 +58,8 @@ _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, Kafka
 def serve(config: Config) -> int:
     """Route until stopped; see the module docstring for the exit statuses."""
     from streaming.kafka.broker import BrokerError, EmbeddedBroker
-    from streaming.router.session import quiet_kafka_client_logs, spark_session
+    from streaming.cli.logs import quiet_kafka_client_logs
+    from streaming.router.session import spark_session
     from streaming.router.watchdog import start_watchdog
 
     if config.broker.embedded:
@@ -111,6 +114,7 @@ def serve(config: Config) -> int:
         # the call the main thread is making.
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
         router = Router(config, spark)
+        router.report_listeners.append(BatchLines())
         router.catch_up_progress = CatchUpProgress
         if metrics is not None:
             metrics.observe(router)

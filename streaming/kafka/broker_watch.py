@@ -2,24 +2,25 @@
 
 librdkafka calls a client's ``error_cb`` for every failed connection attempt
 (several per second per broker during an outage). :class:`BrokerWatch` turns
-them into one line on stderr when the cluster becomes unreachable and one
-when it answers again, with the outage's length and the count of failed
-attempts in between; the clients' own log lines go to a silent logger
-(:data:`streaming.kafka.KAFKA_LOG`). Give :meth:`BrokerWatch.on_error` as the
+them into one log line (a warning) when the cluster becomes unreachable and
+one (info) when it answers again, with the outage's length and the count of
+failed attempts in between; the clients' own log lines go to their own logger
+(:data:`streaming.kafka.KAFKA_LOG`, silent in ``bitroute``). Give :meth:`BrokerWatch.on_error` as the
 ``on_error`` of every client of the driver (:mod:`streaming.kafka`).
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
-from typing import TextIO
 
 from confluent_kafka import KafkaError
 
 from streaming import kafka
 from streaming.kafka.settings import ClientSettings
+
+_log = logging.getLogger(__name__)
 
 PROBE_INTERVAL_S = 1.0
 """While the cluster is unreachable, how often to check whether it answers again."""
@@ -33,11 +34,10 @@ _OUTAGE_ERRORS = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
 class BrokerWatch:
     """One outage report per outage for the cluster at ``bootstrap``; thread-safe."""
 
-    def __init__(self, settings: ClientSettings | str, out: TextIO | None = None) -> None:
+    def __init__(self, settings: ClientSettings | str) -> None:
         self.settings = (settings if isinstance(settings, ClientSettings)
                          else ClientSettings.of(settings))
         self.bootstrap = self.settings.bootstrap
-        self._out = out
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self._recovered_at = float("-inf")
@@ -60,8 +60,8 @@ class BrokerWatch:
                 return
             self._down_since = time.monotonic()
             self.outages += 1
-        self._print(f"bitroute: Kafka at {self.bootstrap} is unreachable ({error.str()}); "
-                    "routing waits and resumes when it answers")
+        _log.warning(f"Kafka at {self.bootstrap} is unreachable ({error.str()}); "
+                     "routing waits and resumes when it answers")
         threading.Thread(target=self._wait_for_recovery, name="bitroute-broker-watch",
                          daemon=True).start()
 
@@ -77,8 +77,5 @@ class BrokerWatch:
             since, failures = self._down_since, self._failures
             self._down_since, self._failures = None, 0
             self._recovered_at = time.monotonic()
-        self._print(f"bitroute: Kafka at {self.bootstrap} answers again after "
-                    f"{time.monotonic() - since:.1f}s ({failures} failed connection attempts)")
-
-    def _print(self, line: str) -> None:
-        print(line, file=self._out or sys.stderr, flush=True)
+        _log.info(f"Kafka at {self.bootstrap} answers again after "
+                  f"{time.monotonic() - since:.1f}s ({failures} failed connection attempts)")

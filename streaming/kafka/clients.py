@@ -3,7 +3,7 @@
 :func:`producer`, :func:`consumer` and :func:`admin` build clients from
 :class:`~streaming.kafka.settings.ClientSettings` plus the caller's own
 properties (which may not override the connection's). Every client logs to
-:data:`KAFKA_LOG` (silent unless configured: bitroute reports failures itself)
+:data:`KAFKA_LOG` (which ``bitroute`` keeps silent: it reports failures itself)
 and may be given a :class:`ClientErrors`, its ``error_cb``.
 
 Authentication and authorization failures become one line each
@@ -33,9 +33,11 @@ from streaming.errors import KafkaAccessError
 from streaming.kafka.settings import ClientSettings
 
 KAFKA_LOG = logging.getLogger("bitroute.kafka")
-"""librdkafka's log lines: silent unless the caller configures this logger."""
+"""librdkafka's log lines: nowhere unless the program configures logging (its only handler
+is the do-nothing one the logging HOWTO asks of a library, so that Python's last-resort
+handler does not print them, in the Spark workers either); ``bitroute`` keeps them off
+even a configured root logger (:mod:`streaming.cli.logs`)."""
 KAFKA_LOG.addHandler(logging.NullHandler())
-KAFKA_LOG.propagate = False
 
 CHECK_EVERY_S = 0.25
 """How often a bounded wait looks for a recorded authentication failure."""

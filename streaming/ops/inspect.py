@@ -96,16 +96,6 @@ class RoutingState:
     changes_applied: int
     stale: str | None
 
-    def describe(self) -> str:
-        """Where the state comes from, in a few words, for the text output."""
-        if self.base_version is None:
-            where = f"rebuilt from the changelog ({self.changes_applied} records)"
-        elif self.stale is None:
-            where = f"snapshot v{self.base_version} + {self.changes_applied} newer changelog records"
-        else:
-            where = f"snapshot v{self.base_version} only"
-        return where if self.stale is None else f"{where}; changelog not read: {self.stale}"
-
     def json_fields(self) -> dict[str, object]:
         return {"snapshot_version": self.base_version, "changes_after_snapshot": self.changes_applied,
                 "stale": self.stale}

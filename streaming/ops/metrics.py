@@ -1,17 +1,26 @@
-"""The router's Prometheus metrics endpoint, and its progress lines for long catch-ups.
+"""The router's Prometheus metrics endpoint.
 
 Metrics are off by default (``metrics.port = 0``). With a port set, ``bitroute
-run`` serves the Prometheus text exposition format (version 0.0.4) at
-``http://<metrics.host>:<metrics.port>/metrics``; the host must be a loopback
-address (the configuration refuses any other), so the endpoint is reachable
-from the router's machine only. The port is bound before Spark starts: a port
-in use stops the command at once with a one-line error.
+run`` serves the Prometheus text exposition format (version 0.0.4; OpenMetrics
+to a scraper that asks for it) at ``http://<metrics.host>:<metrics.port>/metrics``;
+the host must be a loopback address (the configuration refuses any other), so
+the endpoint is reachable from the router's machine only. The port is bound
+before Spark starts: a port in use stops the command at once with a one-line
+error.
 
 Every metric is declared in :data:`METRICS` (name, type, help text, label
 names); ``docs/operations.md`` lists the same names, and
 ``tests/streaming/test_metrics.py`` checks that the two agree and that a live
 router exposes every one. Counters count since this process started and end in
 ``_total``; a restart resets them, as Prometheus's ``rate()`` expects.
+
+The samples, the text format and the HTTP server are ``prometheus_client``'s
+(:class:`Registry` holds one of its metrics per declaration and
+:class:`MetricsServer` is its ``start_http_server``). What bitroute adds: a
+scrape sees a batch's updates all or none (one lock around updates and
+collection), a gauge without a value yet has no sample (rather than a 0 that
+would read as, say, batch 0), and no ``_created`` series (the names are exactly
+the declared ones).
 
 Where the values come from (:class:`RouterMetrics`):
 
@@ -32,28 +41,22 @@ offsets Kafka reported when that batch was planned) minus its ``endOffset``
 idle event (no new data at a trigger) sets it to 0. While a batch runs no
 event comes: ``bitroute_last_batch_timestamp_seconds`` tells how old the
 figure is.
-
-:class:`CatchUpProgress` turns the changelog reader's progress callback into
-lines on stderr for a catch-up that takes longer than
-:data:`PROGRESS_AFTER_S` (the router's start and the first batch after a bulk
-load at a million subscriptions take tens of seconds).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import Metric as Family
+from prometheus_client.validation import METRIC_LABEL_NAME_RE, METRIC_NAME_RE
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from schemas.records import AUDIT_TABLE_NAMES
@@ -64,15 +67,11 @@ if TYPE_CHECKING:
     from streaming.audit.maintenance import MaintenanceReport
     from streaming.router.service import BatchReport, Router
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""The answer's type to a plain ``GET`` (``curl``): text format 0.0.4."""
 PATH = "/metrics"
 STAGES = ("catch_up", "route", "audit")
 """The stages of a batch (``BatchReport.stages``), present at 0 from the start."""
-PROGRESS_AFTER_S = 2.0
-"""A catch-up prints progress once it has run this long, then at most this often."""
-
-_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 class MetricsError(BitrouteError):
@@ -81,12 +80,26 @@ class MetricsError(BitrouteError):
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric family: ``kind`` is ``counter`` (name ends in ``_total``) or ``gauge``."""
+    """One metric family: ``kind`` is ``counter`` (name ends in ``_total``) or ``gauge``.
+
+    Names and labels follow Prometheus's classic rules (what every scraper reads);
+    a declaration breaking them is a ``ValueError``.
+    """
 
     name: str
     kind: str
     help: str
     labels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not METRIC_NAME_RE.match(self.name):
+            raise ValueError(f"metric {self.name!r}: invalid name")
+        if self.kind not in ("counter", "gauge"):
+            raise ValueError(f"metric {self.name!r}: kind must be counter or gauge")
+        if (self.kind == "counter") != self.name.endswith("_total"):
+            raise ValueError(f"metric {self.name!r}: counters and only counters end in _total")
+        if not all(METRIC_LABEL_NAME_RE.match(label) for label in self.labels):
+            raise ValueError(f"metric {self.name!r}: invalid label name")
 
 
 METRICS: tuple[Metric, ...] = (
@@ -152,46 +165,49 @@ METRICS: tuple[Metric, ...] = (
 
 
 class Registry:
-    """Declared metric families and their current samples. Thread-safe.
+    """The declared metrics as ``prometheus_client`` metrics, in their own
+    :class:`prometheus_client.CollectorRegistry` (:attr:`collectors`, what the server
+    and :meth:`render` read). Thread-safe.
 
-    Every update and :meth:`render` take one lock; :meth:`atomic` holds it
+    Every update and every collection take one lock; :meth:`atomic` holds it
     across several updates, so a scrape sees a batch's counters all updated or
-    none. A metric is updated with exactly its
-    declared labels; a counter only goes up. Breaking either is a programming
-    error (``ValueError``).
+    none. A metric is updated with exactly its declared labels, a counter only
+    goes up (``ValueError`` otherwise). A gauge without labels has no sample
+    until it is first set.
     """
 
     def __init__(self, metrics: Iterable[Metric]) -> None:
-        self._metrics: dict[str, Metric] = {}
+        self._declared: dict[str, Metric] = {}
+        self._metrics: dict[str, Counter | Gauge] = {}
+        self._unset: set[str] = set()
         for metric in metrics:
-            if not _NAME.match(metric.name) or metric.name in self._metrics:
-                raise ValueError(f"metric {metric.name!r}: invalid or repeated name")
-            if metric.kind not in ("counter", "gauge"):
-                raise ValueError(f"metric {metric.name!r}: kind must be counter or gauge")
-            if (metric.kind == "counter") != metric.name.endswith("_total"):
-                raise ValueError(f"metric {metric.name!r}: counters and only counters end in _total")
-            if not all(_LABEL.match(label) for label in metric.labels):
-                raise ValueError(f"metric {metric.name!r}: invalid label name")
-            self._metrics[metric.name] = metric
-        self._samples: dict[str, dict[tuple[str, ...], float]] = {m: {} for m in self._metrics}
+            if metric.name in self._declared:
+                raise ValueError(f"metric {metric.name!r}: repeated name")
+            kind = Counter if metric.kind == "counter" else Gauge
+            self._declared[metric.name] = metric
+            self._metrics[metric.name] = kind(metric.name, metric.help, metric.labels,
+                                              registry=None)
+            if metric.kind == "gauge" and not metric.labels:
+                self._unset.add(metric.name)
         self._lock = threading.RLock()
+        self.collectors = CollectorRegistry()
+        self.collectors.register(_Collector(self))
 
     def inc(self, name: str, amount: float = 1.0, **labels: object) -> None:
         """Add ``amount`` (>= 0) to a counter's sample."""
-        if self._metric(name, labels).kind != "counter" or not amount >= 0:
-            raise ValueError(f"{name}: inc() needs a counter and an amount >= 0, got {amount!r}")
-        key = self._key(name, labels)
+        if not amount >= 0:  # before the sample exists: a refused update leaves no trace
+            raise ValueError(f"{name}: a counter only goes up: inc() needs a non-negative "
+                             f"amount, got {amount!r}")
+        metric = self._sample(name, "counter", labels)
         with self._lock:
-            samples = self._samples[name]
-            samples[key] = samples.get(key, 0.0) + float(amount)
+            metric.inc(amount)
 
     def set(self, name: str, value: float, **labels: object) -> None:
         """Set a gauge's sample."""
-        if self._metric(name, labels).kind != "gauge":
-            raise ValueError(f"{name}: set() needs a gauge")
-        key = self._key(name, labels)
+        metric = self._sample(name, "gauge", labels)
         with self._lock:
-            self._samples[name][key] = float(value)
+            metric.set(value)
+            self._unset.discard(name)
 
     @contextmanager
     def atomic(self) -> Iterator[Registry]:
@@ -201,82 +217,89 @@ class Registry:
 
     def clear(self, name: str) -> None:
         """Drop every sample of ``name`` (a family whose label values come and go)."""
-        if name not in self._metrics:
-            raise ValueError(f"{name}: not a declared metric")
+        metric = self._family(name)
         with self._lock:
-            self._samples[name].clear()
+            metric.clear()
 
     def value(self, name: str, **labels: object) -> float | None:
         """A sample's current value, ``None`` when it has none yet."""
-        key = self._key(name, labels)
-        with self._lock:
-            return self._samples[name].get(key)
+        wanted = {label: str(value) for label, value in labels.items()}
+        for sample in self._samples(name):
+            if sample.labels == wanted:
+                return sample.value
+        return None
 
     def label_values(self, name: str) -> list[tuple[str, ...]]:
         """The label values of every sample ``name`` has now."""
-        with self._lock:
-            return sorted(self._samples[name])
+        declared = self._declared[name].labels
+        return sorted(tuple(s.labels[label] for label in declared) for s in self._samples(name))
 
     def render(self) -> str:
-        """The text exposition format: per family ``# HELP``, ``# TYPE``, then its samples
-        (a family without samples yet has its two comment lines only)."""
-        lines: list[str] = []
-        with self._lock:
-            for name, metric in self._metrics.items():
-                lines.append(f"# HELP {name} {_escape_help(metric.help)}")
-                lines.append(f"# TYPE {name} {metric.kind}")
-                for key, value in sorted(self._samples[name].items()):
-                    labels = ",".join(f'{label}="{_escape_label(v)}"'
-                                      for label, v in zip(metric.labels, key))
-                    lines.append(f"{name}{{{labels}}} {_number(value)}" if labels
-                                 else f"{name} {_number(value)}")
-        return "\n".join(lines) + "\n"
+        """The text exposition format 0.0.4: per family ``# HELP``, ``# TYPE``, then its
+        samples (a family without samples yet has its two comment lines only)."""
+        return generate_latest(self.collectors).decode("utf-8")
 
-    def _metric(self, name: str, labels: Mapping[str, object]) -> Metric:
+    def collect(self) -> list[Family]:
+        """Every family with its samples now, in declaration order (under the lock)."""
+        with self._lock:
+            return [self._now(name) for name in self._metrics]
+
+    def _now(self, name: str) -> Family:
+        """``name``'s family now: no sample while unset, no ``_created`` series."""
+        [family] = self._metrics[name].collect()
+        family.samples = [] if name in self._unset else [
+            s for s in family.samples if not s.name.endswith("_created")]
+        return family
+
+    def _samples(self, name: str) -> list:
+        self._family(name)
+        with self._lock:
+            return self._now(name).samples
+
+    def _family(self, name: str) -> Counter | Gauge:
         metric = self._metrics.get(name)
         if metric is None:
             raise ValueError(f"{name}: not a declared metric")
-        if set(labels) != set(metric.labels):
-            raise ValueError(f"{name}: labels {sorted(labels)} given, {list(metric.labels)} declared")
         return metric
 
-    def _key(self, name: str, labels: Mapping[str, object]) -> tuple[str, ...]:
-        return tuple(str(labels[label]) for label in self._metric(name, labels).labels)
+    def _sample(self, name: str, kind: str, labels: Mapping[str, object]) -> Counter | Gauge:
+        metric = self._family(name)
+        declared = self._declared[name]
+        if declared.kind != kind:
+            raise ValueError(f"{name}: {'inc' if kind == 'counter' else 'set'}() needs a {kind}")
+        if set(labels) != set(declared.labels):
+            raise ValueError(f"{name}: labels {sorted(labels)} given, {list(declared.labels)} "
+                             "declared")
+        return metric.labels(**{k: str(v) for k, v in labels.items()}) if labels else metric
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+class _Collector:
+    """The registry's families, as a ``prometheus_client`` collector."""
 
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
 
-def _escape_label(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    def collect(self) -> list[Family]:
+        return self._registry.collect()
 
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < 2 ** 53:
-        return str(int(value))
-    return repr(value)
+    def describe(self) -> list[Family]:
+        return self._registry.collect()
 
 
 class MetricsServer:
-    """``GET /metrics`` over HTTP/1.1 from a daemon thread, on ``host:port``.
+    """``GET /metrics`` over HTTP from a daemon thread, on ``host:port``
+    (``prometheus_client.start_http_server``).
 
     :meth:`start` binds (raising :class:`MetricsError` naming the address when
     it cannot) and returns at once; each request is answered in its own daemon
-    thread with ``registry.render()``. Any other path is a 404. Port 0 binds a
-    free port (see :attr:`port`).
+    thread. Port 0 binds a free port (see :attr:`port`).
     """
 
     def __init__(self, registry: Registry, host: str, port: int) -> None:
         self._registry = registry
         self._host = host
         self._port = port
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server = None
 
     @property
     def port(self) -> int:
@@ -289,38 +312,12 @@ class MetricsServer:
         return f"http://{host}:{self.port}{PATH}"
 
     def start(self) -> None:
-        registry = self._registry
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 (the http.server convention)
-                if self.path.split("?", 1)[0] != PATH:
-                    self._send(404, "text/plain; charset=utf-8", f"not found: try {PATH}\n")
-                    return
-                self._send(200, CONTENT_TYPE, registry.render())
-
-            def _send(self, status: int, content_type: str, text: str) -> None:
-                body = text.encode("utf-8")
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass  # a scrape every few seconds is not worth a line on stderr
-
-        server_class = _IPv6Server if ":" in self._host else ThreadingHTTPServer
         try:
-            self._server = server_class((self._host, self._port), Handler)
+            self._server, _ = start_http_server(self._port, self._host,
+                                                self._registry.collectors)
         except OSError as exc:
             raise MetricsError(f"cannot serve metrics on {self._host}:{self._port}: "
                                f"{exc.strerror or exc}") from None
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="bitroute-metrics",
-                                        daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
         """Stop serving and close the socket (idempotent)."""
@@ -328,10 +325,6 @@ class MetricsServer:
         if server is not None:
             server.shutdown()
             server.server_close()
-
-
-class _IPv6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
 
 
 class RouterMetrics:
@@ -541,61 +534,3 @@ class _QueryListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         self._metrics.set_query_active(False)
-
-
-class CatchUpProgress:
-    """The progress callback of one changelog catch-up: lines on ``stream`` (stderr).
-
-    Called as ``progress(done, total)`` by
-    :meth:`streaming.router.changelog.ChangelogReader.read_to_end` (offsets covered,
-    offsets to cover). Time counts from construction: make one right before
-    the catch-up. A catch-up that ends within :data:`PROGRESS_AFTER_S` prints
-    nothing; a longer one prints a line at most every
-    :data:`PROGRESS_AFTER_S` and, at ``done == total``, a final line with the
-    total.
-    """
-
-    def __init__(self, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._stream = stream
-        self._clock = clock
-        self._started = clock()
-        self._printed: float | None = None
-
-    def __call__(self, done: int, total: int) -> None:
-        now = self._clock()
-        elapsed = now - self._started
-        if done >= total:
-            if self._printed is not None or (elapsed >= PROGRESS_AFTER_S and total > 0):
-                self._print(finished_line(total, elapsed))
-                self._printed = now
-        elif elapsed >= PROGRESS_AFTER_S and (self._printed is None
-                                               or now - self._printed >= PROGRESS_AFTER_S):
-            self._print(progress_line(done, total, elapsed))
-            self._printed = now
-
-    def _print(self, line: str) -> None:
-        print(f"bitroute: {line}", file=self._stream or sys.stderr, flush=True)
-
-
-def progress_line(done: int, total: int, elapsed: float) -> str:
-    """``catching up the changelog: 412,000 of 1,000,000 records (98,000/s, about 6s left)``."""
-    rate = done / elapsed if elapsed > 0 else 0.0
-    left = f", about {_duration((total - done) / rate)} left" if rate > 0 else ""
-    return f"catching up the changelog: {done:,} of {total:,} records ({rate:,.0f}/s{left})"
-
-
-def finished_line(total: int, elapsed: float) -> str:
-    """``caught up the changelog: 1,000,000 records in 10.2s (98,000/s)``."""
-    rate = total / elapsed if elapsed > 0 else 0.0
-    return f"caught up the changelog: {total:,} records in {elapsed:.1f}s ({rate:,.0f}/s)"
-
-
-def _duration(seconds: float) -> str:
-    """Whole seconds as ``6s``, ``2m05s`` or ``1h02m``, rounded up (0 -> ``1s``)."""
-    whole = max(math.ceil(seconds), 1)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"

@@ -38,7 +38,6 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
@@ -159,69 +158,6 @@ def _local_state(config: Config) -> _Local:
     return _Local(holder, last, committed_batch, committed, snapshot, notes)
 
 
-def render(status: Mapping[str, object], now: datetime | None = None) -> list[str]:
-    """``status`` as aligned ``name: value`` lines for people."""
-    now = now or datetime.now(timezone.utc)
-    router = status["router"]
-    if status.get("stopping"):
-        # The watchdog holds the lock until the JVM of an exited driver is gone.
-        jvm = router.get("jvm_pid")
-        running = (f"stopping: the driver (pid {router.get('pid', '?')}) exited, its JVM "
-                   + (f"{jvm} " if jvm is not None else "") + "is ending")
-    elif router is not None:
-        running = (f"running, pid {router.get('pid', '?')} on {router.get('host', '?')}, "
-                   f"since {router.get('started_at', '?')}")
-    else:
-        running = "NOT RUNNING"
-    last = status["last_batch"]
-    lines = [("router", running)]
-    if last is not None:
-        lines.append(("query", f"{last.get('query_id', '?')} (run {last.get('run_id', '?')})"))
-        stages = last.get("stages") or {}
-        split = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in stages.items())
-        if last.get("routed_in"):
-            split += f"; routed in the {last['routed_in']}"
-        lines.append(("last batch", (
-            f"{last.get('batch_id', '?')}: {last.get('publishes', '?')} publishes, "
-            f"{last.get('deliveries', '?')} deliveries, {last.get('rejected', '?')} rejected, "
-            f"snapshot v{last.get('snapshot_version', '?')}, {_seconds(last.get('seconds'))}"
-            + (f" ({split})" if split else "")
-            + f", finished {last.get('finished_at', '?')}{_ago(last.get('finished_at'), now)}")))
-    else:
-        lines.append(("last batch", "none recorded"))
-    lines.append(("input lag", _lag_text(status["input_lag"], "publishes not routed",
-                                         f"committed batch {status['committed_batch']}"
-                                         if status["committed_batch"] is not None
-                                         else "no committed batch")))
-    version = status["snapshot_version"]
-    lines.append(("changelog lag", _lag_text(status["changelog_lag"], "changes not applied",
-                                             f"snapshot v{version}" if version is not None
-                                             else "no snapshot")))
-    if status["subscriptions"] is not None:
-        lines.append(("subscriptions", f"{status['subscriptions']} live, {status['subscribers']} "
-                                       f"subscribers (snapshot v{version})"))
-    else:
-        lines.append(("subscriptions", "unknown (no snapshot)"))
-    if last is not None and "audit_pending_batches" in last:
-        lag = last.get("audit_lag_seconds")
-        lines.append(("audit", f"{last['audit_pending_batches']} batches pending"
-                               + ("" if lag is None else f", {_seconds(lag)} behind")))
-    for name, table in (status.get("audit_tables") or {}).items():
-        if "error" in table:
-            lines.append((f"table {name}", table["error"]))
-        else:
-            lines.append((f"table {name}", (
-                f"{table['files']} data files, {_bytes(table['bytes'])}, "
-                f"{'?' if table['log_entries'] is None else table['log_entries']} log entries, "
-                f"version {table['version']}")))
-    lines.append(("maintenance", _maintenance_text(status.get("maintenance"), now)))
-    if status["kafka_error"] is not None:
-        lines.append(("kafka", status["kafka_error"]))
-    lines += [("note", note) for note in status["notes"]]
-    width = max(len(name) for name, _ in lines) + 1
-    return [f"{name + ':':<{width}} {value}" for name, value in lines]
-
-
 # --- the pieces ----------------------------------------------------------------------
 
 def _read_json(path: Path, notes: list[str]) -> dict | None:
@@ -307,46 +243,3 @@ def _lag(topic: str, ends: Mapping[str, Mapping[int, tuple[int, int]]],
                   for p, (low, end) in ends.get(topic, {}).items()}
     return {"topic": topic, "records": sum(partitions.values()),
             "partitions": {str(p): n for p, n in partitions.items()}}
-
-
-def _lag_text(lag: Mapping[str, object], what: str, since: str) -> str:
-    if lag["records"] is None:
-        return f"unknown (Kafka did not answer; {since})"
-    return f"{lag['records']} {what} in {lag['topic']} ({since})"
-
-
-def _maintenance_text(report: Mapping[str, object] | None, now: datetime) -> str:
-    if not report:
-        return "no pass recorded yet"
-    finished = report.get("finished_at")
-    when = f"{finished}{_ago(finished, now)}"
-    if not report.get("ok"):
-        return f"FAILED, {when}: {report.get('error')}"
-    tables = report.get("tables") or []
-    done = "; ".join(
-        f"{t['table']} {t['files_compacted']} files compacted, {t['rows_deleted']} rows deleted, "
-        f"{t['files_vacuumed']} vacuumed, {t.get('log_entries_removed') or 0} log entries removed"
-        for t in tables if not t.get("skipped"))
-    return f"ok, {when}, {report.get('seconds', 0):.1f}s" + (f" ({done})" if done else "")
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _seconds(value: object) -> str:
-    return f"{value:.2f}s" if isinstance(value, (int, float)) else "?"
-
-
-def _ago(text: object, now: datetime) -> str:
-    try:
-        then = datetime.fromisoformat(str(text))
-    except ValueError:
-        return ""
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
-    return f" ({(now - then).total_seconds():.0f}s ago)"

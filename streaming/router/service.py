@@ -18,8 +18,8 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    driver on the collected source rows instead: the Spark job then only reads
    Kafka, without the Python workers' round trip. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
-   unreachable, a worker lost) is retried with backoff, reported on stderr at
-   most once per :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
+   unreachable, a worker lost) is retried with backoff, logged at most once per
+   :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
 c. Audit. The batch's routed rows written durably to the audit journal
    (:mod:`streaming.audit.journal`), after Kafka's acks, so the audit never
    lists a delivery Kafka did not take, and before Spark commits the batch.
@@ -27,8 +27,9 @@ c. Audit. The batch's routed rows written durably to the audit journal
    journaled batches to the ``messages`` and ``deliveries`` Delta tables every
    ``audit.commit_interval``, a group per transaction keyed by batch ids:
    exactly once, off the batch's critical path.
-d. Report. One progress line on stdout, and ``<checkpoint_dir>/router/status.json``
-   (:class:`BatchReport` as JSON, for ``bitroute status``).
+d. Report. ``<checkpoint_dir>/router/status.json`` (:class:`BatchReport` as JSON,
+   for ``bitroute status``), then each of :attr:`Router.report_listeners` with the
+   :class:`BatchReport` (``bitroute run``'s line on stdout, the metrics).
 
 Message id = ``<topic>/<partition>/<offset>``; exchange = the last
 ``exchange`` header, else ``exchanges.default``.
@@ -44,8 +45,8 @@ once (a journal a crash left is committed at open, before routing starts).
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -83,6 +84,8 @@ from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSetting
 from streaming.router.snapshots import SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 from streaming.kafka.topics import ensure_router_topics
+
+_log = logging.getLogger(__name__)
 
 REPORTS_KEPT = 100
 """Progress reports of recent batches kept in memory (:attr:`Router.reports`)."""
@@ -123,13 +126,6 @@ class BatchReport:
     routed_in: str = ROUTED_IN_EXECUTORS
     """Where the route stage ran: :data:`ROUTED_IN_DRIVER` or :data:`ROUTED_IN_EXECUTORS`."""
 
-    def line(self) -> str:
-        replay = " (replayed with its pinned version)" if self.replayed else ""
-        split = " ".join(f"{k} {v:.2f}s" for k, v in self.stages.items())
-        return (f"batch {self.batch_id}: {self.rows} publishes, {self.deliveries} deliveries, "
-                f"{self.rejected} rejected, snapshot v{self.snapshot_version}, "
-                f"{self.seconds:.2f}s ({split}, routed in the {self.routed_in}){replay}")
-
 
 class Router:
     """One router: ``start()``, then ``process_all_available()`` or wait, then ``stop()``.
@@ -161,7 +157,8 @@ class Router:
         self._stopping = threading.Event()
         self.broker_watch = BrokerWatch(config.kafka.client_settings)
         self.report_listeners: list[Callable[[BatchReport], None]] = []
-        """Each is called with every batch's report after it is printed (benchmarks, metrics)."""
+        """Each is called, in the batch's thread, with every batch's report once status.json
+        has it (``bitroute run``'s line on stdout, the metrics, benchmarks)."""
         self.catch_up_progress: Callable[[], Callable[[int, int], None]] | None = None
         """Makes the progress callback of each changelog catch-up (``bitroute run``'s lines)."""
 
@@ -186,10 +183,10 @@ class Router:
             self._committer = self._committer_for(journal)
             self._audit = self._committer.tables
             for name in self._audit.unpartitioned():
-                print(f"bitroute: the audit table {name} ({self._audit.path(name)}) has an "
-                      "earlier version's layout (not partitioned by day): it is appended to as "
-                      "it is; `bitroute audit migrate` (router stopped) partitions it",
-                      file=sys.stderr, flush=True)
+                _log.warning(f"the audit table {name} ({self._audit.path(name)}) has an "
+                             "earlier version's layout (not partitioned by day): it is appended "
+                             "to as it is; `bitroute audit migrate` (router stopped) "
+                             "partitions it")
             self._committer.recover()  # a crash's leftovers, before routing starts
             self._committer.start()
             self.subscription_sync = SubscriptionSync.open(self.config, self.store, self._audit,
@@ -343,7 +340,6 @@ class Router:
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in)
         self.reports.append(report)
-        print(report.line(), flush=True)
         self._write_status(report)
         for listener in self.report_listeners:
             listener(report)
@@ -357,7 +353,7 @@ class Router:
 
         Record problems never get here (routing rejects them), so what does is
         the cluster, the disk or a lost worker: the batch waits for them, and
-        says so on stderr at its first failure, then at most every
+        logs so at its first failure, then at most every
         :data:`RETRY_REPORT_INTERVAL_S`, and once it succeeds. A stop request
         ends the wait with :class:`RouterStopping` (the batch is replayed at
         the next start).
@@ -377,15 +373,14 @@ class Router:
                 failing_since = failing_since or now
                 delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
                 if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
-                    print(f"bitroute: batch {batch_id}: {stage} failed (attempt {attempt}, for "
-                          f"{now - failing_since:.0f}s): {self.failure_line(exc)}; retrying",
-                          file=sys.stderr, flush=True)
+                    _log.warning(f"batch {batch_id}: {stage} failed (attempt {attempt}, for "
+                                 f"{now - failing_since:.0f}s): {self.failure_line(exc)}; retrying")
                     last_report = now
                 self._stopping.wait(delay)
                 continue
             if attempt > 1:
-                print(f"bitroute: batch {batch_id}: {stage} succeeded at attempt {attempt}, after "
-                      f"{time.monotonic() - failing_since:.0f}s", file=sys.stderr, flush=True)
+                _log.info(f"batch {batch_id}: {stage} succeeded at attempt {attempt}, after "
+                          f"{time.monotonic() - failing_since:.0f}s")
             return result
 
     def failure_line(self, failure: object) -> str:

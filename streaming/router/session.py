@@ -127,15 +127,3 @@ def _under_spark_submit() -> bool:
     environment; a plain ``python`` run has no such variable.
     """
     return "PYSPARK_GATEWAY_PORT" in os.environ
-
-
-def quiet_kafka_client_logs(spark: SparkSession) -> None:
-    """Keep the JVM Kafka clients' per-attempt connection warnings off the terminal.
-
-    During a broker outage the Kafka source's consumer logs a WARN line per
-    reconnection attempt (hundreds in a few seconds); the router reports an
-    outage itself, once when it starts failing and once when it recovers.
-    """
-    jvm = spark.sparkContext._jvm
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-        "org.apache.kafka", jvm.org.apache.logging.log4j.Level.ERROR)

@@ -20,7 +20,7 @@ idempotently, so a crash at any point loses no change and no audit row.
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
@@ -36,6 +36,8 @@ from streaming.kafka.clients import OnError, produce_when_room, producer
 from streaming.kafka.records import kept_headers, rejected_copy
 from streaming.router.snapshots import SnapshotStore
 from streaming.kafka.topics import admin_client, ensure_delivery_topics
+
+_log = logging.getLogger(__name__)
 
 _KAFKA_TIMEOUT_S = 30.0
 _SUBSCRIPTIONS_ARROW = arrow_schema(SUBSCRIPTIONS_TABLE)
@@ -171,6 +173,6 @@ class SubscriptionSync:
                                  f"changes to {self._config.kafka.rejected_topic!r}: "
                                  f"{failures[:1] or 'timed out'}")
         if refused:
-            print(f"bitroute: {len(refused)} rejected subscription changes were refused by "
-                  f"{self._config.kafka.rejected_topic!r} ({refused[0]}); their reasons are in "
-                  "the subscriptions audit table", file=sys.stderr, flush=True)
+            _log.warning(f"{len(refused)} rejected subscription changes were refused by "
+                         f"{self._config.kafka.rejected_topic!r} ({refused[0]}); their reasons "
+                         "are in the subscriptions audit table")

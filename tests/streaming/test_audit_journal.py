@@ -4,6 +4,7 @@ on real Delta tables (delta-rs) in temporary folders; no Spark, no Kafka."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -159,7 +160,7 @@ def test_a_crash_after_both_commits_before_the_journal_removal_adds_nothing(tmp_
 
 
 def test_a_full_journal_makes_the_audit_stage_wait_until_the_committer_drains_it(
-        tmp_path, capsys):
+        tmp_path, caplog):
     tables = _tables(tmp_path)
     committer = _committer(tmp_path, tables, max_pending=2)
     committer.recover()
@@ -169,7 +170,7 @@ def test_a_full_journal_makes_the_audit_stage_wait_until_the_committer_drains_it
     waiter = threading.Thread(target=lambda: (committer.submit(_batch(2)), returned.set()))
     waiter.start()
     assert not returned.wait(0.5), "the third batch waits for room"
-    assert "audit.max_pending_batches = 2" in capsys.readouterr().err
+    assert "audit.max_pending_batches = 2" in caplog.text
     committer.start()  # the committer drains the journal; the batch goes on
     assert returned.wait(30)
     waiter.join()
@@ -186,7 +187,8 @@ def test_a_full_journal_makes_the_audit_stage_wait_until_the_committer_drains_it
     tables.close()
 
 
-def test_a_failing_commit_is_retried_reported_and_recovers(tmp_path, capsys, monkeypatch):
+def test_a_failing_commit_is_retried_reported_and_recovers(tmp_path, caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="streaming.audit.committer")
     tables = _tables(tmp_path)
     committer = _committer(tmp_path, tables)
     committer.recover()
@@ -203,7 +205,7 @@ def test_a_failing_commit_is_retried_reported_and_recovers(tmp_path, capsys, mon
     monkeypatch.setattr(AuditTables, "append_publishes", failing)
     committer.start()
     assert committer.flush(30)
-    err = capsys.readouterr().err
+    err = caplog.text
     assert err.count("failed (attempt") == 1 and "disk unreachable" in err
     assert "succeeded at attempt 3" in err
     committer.stop(10)

@@ -3,7 +3,7 @@ client pointed at a port where the broker is down, then started there."""
 
 from __future__ import annotations
 
-import io
+import logging
 import time
 from pathlib import Path
 
@@ -14,11 +14,15 @@ from streaming.kafka.broker_watch import BrokerWatch
 from streaming.router.service import failure_summary
 
 
-def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path):
+def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path, caplog):
+    caplog.set_level(logging.INFO, logger="streaming.kafka.broker_watch")
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
-    out = io.StringIO()
-    watch = BrokerWatch(bootstrap, out)
+    watch = BrokerWatch(bootstrap)
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "streaming.kafka.broker_watch"]
+
     consumer = kafka.consumer(watch.settings, "watch", {"reconnect.backoff.ms": 100,
                                                         "reconnect.backoff.max.ms": 200},
                               on_error=watch.on_error)
@@ -29,8 +33,8 @@ def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path):
         assert watch.down
         for _ in range(10):  # two more seconds of failed attempts: no more lines
             consumer.poll(0.2)
-        assert out.getvalue().count("\n") == 1
-        assert f"Kafka at {bootstrap} is unreachable" in out.getvalue()
+        assert len(lines()) == 1
+        assert f"Kafka at {bootstrap} is unreachable" in lines()[0]
 
         broker = EmbeddedBroker(tmp_path / "kafka", port=port, controller_port=free_port())
         broker.start()
@@ -42,9 +46,8 @@ def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path):
             broker.stop()
     finally:
         consumer.close()
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 2, lines
-    assert "answers again after" in lines[1] and "failed connection attempts" in lines[1]
+    assert len(lines()) == 2, lines()
+    assert "answers again after" in lines()[1] and "failed connection attempts" in lines()[1]
     assert watch.outages == 1
 
 

@@ -146,7 +146,7 @@ def test_a_slow_catch_up_prints_progress_lines_and_its_total(base_config, new_to
     import io
 
     from streaming.router.changelog import ChangelogReader
-    from streaming.ops.metrics import CatchUpProgress
+    from streaming.cli.progress import CatchUpProgress
 
     records = 2500
     config = _changelog(base_config, new_topic, records)

@@ -1,4 +1,4 @@
-"""The metrics endpoint and the catch-up progress lines.
+"""The metrics endpoint, and the lines ``bitroute run`` prints as it routes.
 
 Unit tests of the registry, the text format, the HTTP server, the input lag
 and the progress lines need no Spark or Kafka; the end-to-end test scrapes a
@@ -23,21 +23,19 @@ from pathlib import Path
 import pytest
 
 from streaming import client
+from streaming.cli.progress import BatchLines, CatchUpProgress, finished_line, progress_line
 from streaming.kafka.broker import free_port
 from streaming.config import Config, ConfigError, load
 from streaming.ops.metrics import (
     CONTENT_TYPE,
     METRICS,
     STAGES,
-    CatchUpProgress,
     Metric,
     MetricsError,
     MetricsServer,
     Registry,
     RouterMetrics,
-    finished_line,
     input_lag,
-    progress_line,
 )
 from test_router_process import RouterProcess, _publish, _settings
 
@@ -91,11 +89,11 @@ def test_render_writes_help_type_and_samples_with_escaped_labels():
     assert registry.render() == (
         "# HELP demo_events_total Events.\\nSecond line with a \\\\ backslash.\n"
         "# TYPE demo_events_total counter\n"
-        'demo_events_total{kind="a \\"quoted\\"\\nname"} 1\n'
+        'demo_events_total{kind="a \\"quoted\\"\\nname"} 1.0\n'
         'demo_events_total{kind="b"} 3.5\n'
         "# HELP demo_level A level.\n"
         "# TYPE demo_level gauge\n"
-        "demo_level 7\n"
+        "demo_level 7.0\n"
         "# HELP demo_unset Never set.\n"
         "# TYPE demo_unset gauge\n"
     )
@@ -116,16 +114,30 @@ def test_special_values_are_written_as_prometheus_reads_them():
                      'demo_value{case="small"} 0.125'}
 
 
-@pytest.mark.parametrize("metric", [
-    Metric("demo_events", "counter", "a counter must end in _total"),
-    Metric("demo_level_total", "gauge", "a gauge must not"),
-    Metric("demo level", "gauge", "bad name"),
-    Metric("demo_x", "histogram", "unsupported kind"),
-    Metric("demo_x", "gauge", "bad label", ("bad-label",)),
+@pytest.mark.parametrize("declaration", [
+    ("demo_events", "counter", "a counter must end in _total"),
+    ("demo_level_total", "gauge", "a gauge must not"),
+    ("demo level", "gauge", "bad name"),
+    ("demo_x", "histogram", "unsupported kind"),
+    ("demo_x", "gauge", "bad label", ("bad-label",)),
 ])
-def test_bad_declarations_are_refused(metric):
+def test_bad_declarations_are_refused(declaration):
     with pytest.raises(ValueError):
-        Registry([metric])
+        Metric(*declaration)
+
+
+def test_a_name_is_declared_once():
+    with pytest.raises(ValueError, match="repeated"):
+        Registry([Metric("demo_level", "gauge", "a"), Metric("demo_level", "gauge", "b")])
+
+
+def test_a_gauge_has_no_sample_until_set_and_no_created_series_is_exposed():
+    registry = Registry([Metric("demo_total", "counter", "c"), Metric("demo_last", "gauge", "g")])
+    assert parse_exposition(registry.render()) == {"demo_total": {(): 0.0}}
+    assert registry.value("demo_last") is None
+    registry.set("demo_last", 0)
+    assert parse_exposition(registry.render()) == {"demo_total": {(): 0.0}, "demo_last": {(): 0.0}}
+    assert "_created" not in registry.render()
 
 
 def test_updates_must_match_the_declaration():
@@ -133,7 +145,7 @@ def test_updates_must_match_the_declaration():
                          Metric("demo_gauge", "gauge", "g")])
     with pytest.raises(ValueError, match="labels"):
         registry.inc("demo_total")
-    with pytest.raises(ValueError, match="amount >= 0"):
+    with pytest.raises(ValueError, match="non-negative"):
         registry.inc("demo_total", -1, stage="x")
     with pytest.raises(ValueError, match="needs a gauge"):
         registry.set("demo_total", 1, stage="x")
@@ -187,7 +199,13 @@ def _get(url: str) -> tuple[int, str, str]:
         return exc.code, exc.headers["Content-Type"], exc.read().decode()
 
 
-def test_the_server_answers_metrics_on_loopback_and_404_elsewhere():
+def _get_as(url: str, accept: str) -> tuple[str, str]:
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.headers["Content-Type"], response.read().decode()
+
+
+def test_the_server_answers_metrics_on_loopback_in_the_format_asked_for():
     registry = Registry([Metric("demo_total", "counter", "c")])
     registry.inc("demo_total", 3)
     server = MetricsServer(registry, "127.0.0.1", 0)
@@ -199,8 +217,10 @@ def test_the_server_answers_metrics_on_loopback_and_404_elsewhere():
         assert body == registry.render()
         registry.inc("demo_total")
         assert parse_exposition(_get(server.url)[2]) == {"demo_total": {(): 4.0}}
-        status, _, body = _get(f"http://127.0.0.1:{server.port}/")
-        assert status == 404 and "/metrics" in body
+        # A Prometheus server asks for OpenMetrics first: same samples, same names.
+        content_type, body = _get_as(server.url, "application/openmetrics-text;version=1.0.0")
+        assert content_type.startswith("application/openmetrics-text")
+        assert "demo_total 4.0" in body.splitlines() and body.endswith("# EOF\n")
     finally:
         server.stop()
     with pytest.raises(urllib.error.URLError):
@@ -289,6 +309,24 @@ def test_router_metrics_count_batch_reports_and_query_events():
     metrics.record_idle()
     assert metrics.registry.value("bitroute_input_lag_records", topic="pub") == 0
 
+
+# --- the lines bitroute run prints ---------------------------------------------------
+
+def test_each_batch_is_one_line_on_stdout():
+    from streaming.router.service import BatchReport
+
+    out = io.StringIO()
+    lines = BatchLines(out)
+    lines(BatchReport(7, 10, 25, 1, 3, 0.5, False, {"catch_up": 0.1, "route": 0.3, "audit": 0.1}))
+    lines(BatchReport(7, 10, 25, 1, 3, 0.25, True, {"catch_up": 0.0, "route": 0.2, "audit": 0.05},
+                      routed_in="driver"))
+    assert out.getvalue().splitlines() == [
+        "batch 7: 10 publishes, 25 deliveries, 1 rejected, snapshot v3, 0.50s "
+        "(catch_up 0.10s route 0.30s audit 0.10s, routed in the executors)",
+        "batch 7: 10 publishes, 25 deliveries, 1 rejected, snapshot v3, 0.25s "
+        "(catch_up 0.00s route 0.20s audit 0.05s, routed in the driver) "
+        "(replayed with its pinned version)",
+    ]
 
 # --- catch-up progress lines -----------------------------------------------------------
 

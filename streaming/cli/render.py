@@ -1,0 +1,257 @@
+"""What the verbs print: the library's data (dataclasses, dicts, rows) as text for people
+or as JSON.
+
+Every function here is pure: it returns lines or a string and prints nothing
+(the verbs print). The library never imports this module: it returns data, and
+the shapes below are the command line's, not the library's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: a verb imports no more of the library than it calls
+    from streaming.audit.maintenance import MaintenanceReport, TableReport
+    from streaming.client import Delivery
+    from streaming.ops.inspect import RoutingState
+    from streaming.router.service import BatchReport
+
+_TABLE_UNITS = ("B", "KB", "MB", "GB", "TB")
+
+
+# --- tables (audit, sql, explain, subscriptions) ----------------------------------------
+
+def table(columns: Sequence[str], rows: Sequence[Mapping[str, object]]) -> list[str]:
+    """An aligned text table: a header, a rule, one line per row, then ``(N rows)``.
+
+    Lists are joined with ``,``, maps shown as ``name=value`` (``name`` alone
+    for a null value), nulls as empty cells.
+    """
+    cells = [[_cell(row[c]) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+
+    return [line(columns), line(["-" * w for w in widths]), *map(line, cells),
+            f"({len(rows)} row{'' if len(rows) == 1 else 's'})"]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        return ",".join(k if v is None else f"{k}={_cell(v)}" for k, v in value.items())
+    return str(value)
+
+
+# --- tail ----------------------------------------------------------------------------------
+
+def delivery_json(delivery: Delivery) -> str:
+    """One JSON object: message_id, routing_key, headers, subscription_ids,
+    snapshot_version, payload, payload_encoding (``utf-8`` or ``base64``)."""
+    payload, encoding = delivery.payload_text()
+    return json.dumps({
+        "message_id": delivery.message_id,
+        "routing_key": delivery.routing_key,
+        "headers": delivery.headers,
+        "subscription_ids": delivery.subscription_ids,
+        "snapshot_version": delivery.snapshot_version,
+        "payload": payload,
+        "payload_encoding": encoding,
+    }, ensure_ascii=False)
+
+
+def delivery_line(delivery: Delivery) -> str:
+    """One human line: ``<message id> <routing key> subs=<ids> v<version> [name=value...] <payload>``.
+
+    Strings with spaces, quotes or control characters are JSON-quoted; a
+    payload that is not UTF-8 is shown as ``base64:<data>``.
+    """
+    payload, encoding = delivery.payload_text()
+    parts = [
+        delivery.message_id or "-",
+        _show(delivery.routing_key) if delivery.routing_key is not None else "-",
+        "subs=" + (",".join(map(_show, delivery.subscription_ids))
+                   if delivery.subscription_ids is not None else "-"),
+        f"v{delivery.snapshot_version}" if delivery.snapshot_version is not None else "v-",
+        *(f"{_show(n)}={_show(v) if v is not None else ''}" for n, v in delivery.headers.items()),
+        _show(payload) if encoding == "utf-8" else f"base64:{payload}",
+    ]
+    return " ".join(parts)
+
+
+def _show(text: str) -> str:
+    """``text`` as is when it is one plain token, else JSON-quoted."""
+    if text and text.isprintable() and not any(c in text for c in ' "\\'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+# --- explain, subscriptions ------------------------------------------------------------------
+
+def state_source(state: RoutingState) -> str:
+    """Where the routing state comes from, in a few words."""
+    if state.base_version is None:
+        where = f"rebuilt from the changelog ({state.changes_applied} records)"
+    elif state.stale is None:
+        where = f"snapshot v{state.base_version} + {state.changes_applied} newer changelog records"
+    else:
+        where = f"snapshot v{state.base_version} only"
+    return where if state.stale is None else f"{where}; changelog not read: {state.stale}"
+
+
+# --- run ------------------------------------------------------------------------------------
+
+def batch_line(report: BatchReport) -> str:
+    """The line ``bitroute run`` prints on stdout after each batch."""
+    replay = " (replayed with its pinned version)" if report.replayed else ""
+    split = " ".join(f"{k} {v:.2f}s" for k, v in report.stages.items())
+    return (f"batch {report.batch_id}: {report.rows} publishes, {report.deliveries} deliveries, "
+            f"{report.rejected} rejected, snapshot v{report.snapshot_version}, "
+            f"{report.seconds:.2f}s ({split}, routed in the {report.routed_in}){replay}")
+
+
+# --- audit maintain --------------------------------------------------------------------------
+
+def maintenance_lines(report: MaintenanceReport) -> list[str]:
+    """One line per table, then the pass's outcome."""
+    return [_table_line(t) for t in report.tables] + [
+        f"pass: {'ok' if report.ok else 'FAILED'}, {report.seconds:.2f}s, "
+        f"finished {report.finished_at}"]
+
+
+def _table_line(t: TableReport) -> str:
+    if t.skipped:
+        return f"{t.table}: skipped ({t.skipped})"
+    text = (f"{t.table}: files {t.files_before} -> {t.files_after}, "
+            f"bytes {_bytes(t.bytes_before, 4)} -> {_bytes(t.bytes_after, 4)}; "
+            f"compacted {t.files_compacted} files into {t.compacted_into} "
+            f"({t.partitions_compacted} partitions); {t.rows_deleted} rows deleted; "
+            f"{t.files_vacuumed} files vacuumed; checkpoint "
+            f"{'-' if t.checkpoint_version is None else 'v' + str(t.checkpoint_version)}; "
+            f"{_count(t.log_entries_removed)} log entries removed, "
+            f"{_count(t.log_entries)} left; version {_count(t.version)}; "
+            f"{t.seconds:.2f}s")
+    if t.error:
+        text += f"; FAILED at {t.step}: {t.error}"
+    return text
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+# --- status ---------------------------------------------------------------------------------
+
+def status_lines(status: Mapping[str, object], now: datetime | None = None) -> list[str]:
+    """:func:`streaming.ops.status.router_status` as aligned ``name: value`` lines."""
+    now = now or datetime.now(timezone.utc)
+    router = status["router"]
+    if status.get("stopping"):
+        # The watchdog holds the lock until the JVM of an exited driver is gone.
+        jvm = router.get("jvm_pid")
+        running = (f"stopping: the driver (pid {router.get('pid', '?')}) exited, its JVM "
+                   + (f"{jvm} " if jvm is not None else "") + "is ending")
+    elif router is not None:
+        running = (f"running, pid {router.get('pid', '?')} on {router.get('host', '?')}, "
+                   f"since {router.get('started_at', '?')}")
+    else:
+        running = "NOT RUNNING"
+    last = status["last_batch"]
+    lines = [("router", running)]
+    if last is not None:
+        lines.append(("query", f"{last.get('query_id', '?')} (run {last.get('run_id', '?')})"))
+        stages = last.get("stages") or {}
+        split = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in stages.items())
+        if last.get("routed_in"):
+            split += f"; routed in the {last['routed_in']}"
+        lines.append(("last batch", (
+            f"{last.get('batch_id', '?')}: {last.get('publishes', '?')} publishes, "
+            f"{last.get('deliveries', '?')} deliveries, {last.get('rejected', '?')} rejected, "
+            f"snapshot v{last.get('snapshot_version', '?')}, {_seconds(last.get('seconds'))}"
+            + (f" ({split})" if split else "")
+            + f", finished {last.get('finished_at', '?')}{_ago(last.get('finished_at'), now)}")))
+    else:
+        lines.append(("last batch", "none recorded"))
+    lines.append(("input lag", _lag_text(status["input_lag"], "publishes not routed",
+                                         f"committed batch {status['committed_batch']}"
+                                         if status["committed_batch"] is not None
+                                         else "no committed batch")))
+    version = status["snapshot_version"]
+    lines.append(("changelog lag", _lag_text(status["changelog_lag"], "changes not applied",
+                                             f"snapshot v{version}" if version is not None
+                                             else "no snapshot")))
+    if status["subscriptions"] is not None:
+        lines.append(("subscriptions", f"{status['subscriptions']} live, {status['subscribers']} "
+                                       f"subscribers (snapshot v{version})"))
+    else:
+        lines.append(("subscriptions", "unknown (no snapshot)"))
+    if last is not None and "audit_pending_batches" in last:
+        lag = last.get("audit_lag_seconds")
+        lines.append(("audit", f"{last['audit_pending_batches']} batches pending"
+                               + ("" if lag is None else f", {_seconds(lag)} behind")))
+    for name, table_status in (status.get("audit_tables") or {}).items():
+        if "error" in table_status:
+            lines.append((f"table {name}", table_status["error"]))
+        else:
+            lines.append((f"table {name}", (
+                f"{table_status['files']} data files, {_bytes(table_status['bytes'])}, "
+                f"{'?' if table_status['log_entries'] is None else table_status['log_entries']} "
+                f"log entries, version {table_status['version']}")))
+    lines.append(("maintenance", _maintenance_text(status.get("maintenance"), now)))
+    if status["kafka_error"] is not None:
+        lines.append(("kafka", status["kafka_error"]))
+    lines += [("note", note) for note in status["notes"]]
+    width = max(len(name) for name, _ in lines) + 1
+    return [f"{name + ':':<{width}} {value}" for name, value in lines]
+
+
+def _lag_text(lag: Mapping[str, object], what: str, since: str) -> str:
+    if lag["records"] is None:
+        return f"unknown (Kafka did not answer; {since})"
+    return f"{lag['records']} {what} in {lag['topic']} ({since})"
+
+
+def _maintenance_text(report: Mapping[str, object] | None, now: datetime) -> str:
+    if not report:
+        return "no pass recorded yet"
+    finished = report.get("finished_at")
+    when = f"{finished}{_ago(finished, now)}"
+    if not report.get("ok"):
+        return f"FAILED, {when}: {report.get('error')}"
+    tables = report.get("tables") or []
+    done = "; ".join(
+        f"{t['table']} {t['files_compacted']} files compacted, {t['rows_deleted']} rows deleted, "
+        f"{t['files_vacuumed']} vacuumed, {t.get('log_entries_removed') or 0} log entries removed"
+        for t in tables if not t.get("skipped"))
+    return f"ok, {when}, {report.get('seconds', 0):.1f}s" + (f" ({done})" if done else "")
+
+
+def _bytes(n: float, units: int = len(_TABLE_UNITS)) -> str:
+    """``n`` bytes in the largest of the first ``units`` of B, KB, MB, GB, TB under 1024."""
+    names = _TABLE_UNITS[:units]
+    for unit in names:
+        if n < 1024 or unit == names[-1]:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.2f}s" if isinstance(value, (int, float)) else "?"
+
+
+def _ago(text: object, now: datetime) -> str:
+    try:
+        then = datetime.fromisoformat(str(text))
+    except ValueError:
+        return ""
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return f" ({(now - then).total_seconds():.0f}s ago)"
