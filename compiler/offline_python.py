@@ -21,11 +21,15 @@ from .errors import CompilerError, HeaderCriteriaError, HeaderError, InputFileEr
 from .headers import HeaderCriteria
 from .index import RoutingIndex
 from .matcher import Matcher
+from .shared import shared_filters
 from .offline import EXCHANGE, OfflineResult, read_file
 from .subscription import Subscription, validate_subscriber
 
 BLOCK_ROWS = 8192
 """Topic lines per output chunk."""
+
+MEMO_CHARS = 64 << 20
+"""Bound of the output lines kept for topics that repeat."""
 
 
 def python_result(dialect, subscriptions_path: str, topics_path: str) -> OfflineResult:
@@ -114,7 +118,10 @@ class _Subscriptions:
         index = RoutingIndex({EXCHANGE: dialect})
         self.rejections: list[str] = []
         self.given_ids: dict[str, object] = {}
-        """Internal id (``json.dumps`` of the id as given) -> the id as given."""
+        """Internal id (``json.dumps`` of the id as given, also its output text) -> the id as given."""
+        # Output order: ids as given by _id_order, ties as the deliveries
+        # list them (subscriber, then internal id).
+        order_keys: dict[str, tuple] = {}
         for _, record in records:
             given_id = record.get("id")
             try:
@@ -126,20 +133,50 @@ class _Subscriptions:
                 self.rejections.append(_rejection(given_id, str(exc)))
                 continue
             self.given_ids[sub.id] = given_id
-        self.matcher = Matcher(index.snapshot(0, {}))
+            order_keys[sub.id] = (_id_order(given_id), sub.subscriber, sub.id)
+        snapshot = index.snapshot(0, {})
+        self.matcher = Matcher(snapshot)
+        self.lines: dict[str, str] | None = None
+        """Output lines by topic (at most :data:`MEMO_CHARS`), when no
+        subscription has header criteria or a shared group: then a line
+        depends only on its topic."""
+        self.lines_chars = 0
+        if not index.has_header_criteria and not shared_filters(snapshot).any():
+            self.lines = {}
+        self.rank = {sub_id: position for position, sub_id in enumerate(sorted(order_keys, key=order_keys.__getitem__))}
+        """Internal id -> its position in every output line."""
 
     def line(self, record: dict, line_number: int) -> str:
         """The output line of one topic line."""
         topic = record.get("topic")
         try:
             headers, message_id = _message(record, line_number)
+        except CompilerError as exc:
+            return _error_line(topic, exc)
+        if self.lines is None or topic.__class__ is not str:
+            return self._line(topic, headers, message_id)
+        line = self.lines.get(topic)
+        if line is None:
+            line = self._line(topic, headers, message_id)
+            if self.lines_chars + len(line) <= MEMO_CHARS:
+                self.lines[topic] = line
+                self.lines_chars += len(line)
+        return line
+
+    def _line(self, topic: object, headers, message_id: str) -> str:
+        try:
             deliveries = self.matcher.match(EXCHANGE, topic, headers, message_id)
         except CompilerError as exc:
-            return json.dumps({"topic": topic, "error": str(exc)}) + "\n"
-        given_ids = self.given_ids
-        ids = [given_ids[sub_id] for delivery in deliveries for sub_id in delivery.subscription_ids]
-        ids.sort(key=_id_order)
-        return json.dumps({"topic": topic, "subscriptions": ids}) + "\n"
+            return _error_line(topic, exc)
+        ids = [sub_id for delivery in deliveries for sub_id in delivery.subscription_ids]
+        ids.sort(key=self.rank.__getitem__)
+        # An internal id is json.dumps of the id as given: the line is
+        # json.dumps({"topic": topic, "subscriptions": [ids as given]}).
+        return f'{{"topic": {json.dumps(topic)}, "subscriptions": [{", ".join(ids)}]}}\n'
+
+
+def _error_line(topic: object, exc: CompilerError) -> str:
+    return json.dumps({"topic": topic, "error": str(exc)}) + "\n"
 
 
 def _lines(subs: _Subscriptions, records: list[tuple[int, dict]]) -> Iterator[str]:

@@ -168,3 +168,24 @@ def test_the_kernel_applies_the_grammar_rules_it_is_handed():
     assert offline.offline_match(named, b"", mqtt, SUBSCRIBER_RULE._replace(characters="abc")) is None
     assert offline.offline_match(named, b"", mqtt, SUBSCRIBER_RULE._replace(max_chars=1)) is None
     assert offline.offline_match(named, b"", mqtt, SUBSCRIBER_RULE._replace(reserved=("c1",))) is None
+
+
+def test_equal_numeric_ids_keep_the_order_of_their_deliveries(tmp_path):
+    # Ties of _id_order (1 and 1.0, -0.0 and 0) stay in delivery order (subscriber, then id);
+    # a repeated topic answers the same, a bad header or message id is that line's error.
+    subs = _lines([{"id": 1.0, "filter": "#", "subscriber": "b"}, {"id": 1, "filter": "#", "subscriber": "a"},
+                   {"id": 0, "filter": "#", "subscriber": "c"}, {"id": -0.0, "filter": "#", "subscriber": "a"},
+                   {"id": "x", "filter": "#"}, {"id": 2, "filter": "#", "subscriber": "a"},
+                   {"id": 2.0, "filter": "q", "subscriber": "a"}])
+    topics = _lines([{"topic": "q"}, {"topic": "a.b"}, {"topic": "q", "headers": 3}, {"topic": "q", "message_id": 7},
+                     {"topic": "q"}])
+    (tmp_path / "s").write_text(subs)
+    (tmp_path / "t").write_text(topics)
+    result = offline.match_files("amqp", str(tmp_path / "s"), str(tmp_path / "t"))
+    assert "".join(result.lines()).splitlines() == [
+        '{"topic": "q", "subscriptions": [-0.0, 0, 1, 1.0, 2, 2.0, "x"]}',
+        '{"topic": "a.b", "subscriptions": [-0.0, 0, 1, 1.0, 2, "x"]}',
+        '{"topic": "q", "error": "headers must be an object of string or null values, not 3"}',
+        '{"topic": "q", "error": "message_id must be a string, not 7"}',
+        '{"topic": "q", "subscriptions": [-0.0, 0, 1, 1.0, 2, 2.0, "x"]}',
+    ]
