@@ -92,7 +92,7 @@ def read_file(path: str, what: str) -> bytes:
     try:
         with open(path, "rb") as handle:
             data = handle.read()
-        data.decode("utf-8")  # the record path reads text: same failure here
+        data.decode("utf-8")  # the reference path reads text: same failure here
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"cannot read {what} file {path}: {exc}") from None
     return data
