@@ -23,6 +23,7 @@ _EXPORTS = {
     "FilterError": "errors",
     "HeaderCriteriaError": "errors",
     "HeaderError": "errors",
+    "InputFileError": "errors",
     "SnapshotFormatError": "errors",
     "SubscriptionError": "errors",
     "TopicError": "errors",

@@ -40,7 +40,7 @@ Matching is RabbitMQ's: ``#`` matches the empty routing key, ``*`` does not;
 from __future__ import annotations
 
 from .errors import FilterError, TopicError, quote
-from .pattern import FilterKind, ParsedFilter, classify
+from .pattern import ParsedFilter
 from .text import check_utf8_size
 
 SEPARATOR = "."
@@ -51,6 +51,9 @@ MAX_BYTES = 255
 
 DOLLAR_RULE = False
 """AMQP has no rule for topics starting with ``$``."""
+
+SHARE_PREFIX = None
+"""AMQP has no shared subscriptions."""
 
 _MAX_SAFE_CHARS = MAX_BYTES // 4
 """Strings of at most this many characters cannot exceed :data:`MAX_BYTES`."""
@@ -66,15 +69,11 @@ def _check_size(text: str, what: str, error: type[Exception]) -> None:
 
 
 def parse_filter(text: str) -> ParsedFilter:
-    """Validate a binding key and classify it; raises :class:`FilterError`."""
+    """Validate a binding key; raises :class:`FilterError`."""
     if type(text) is not str:
         raise FilterError(f"binding key must be a string, not {type(text).__name__}: {quote(text)}")
     _check_size(text, "binding key", FilterError)
-    words = tuple(split(text))
-    if ONE not in text and MANY not in text:
-        return ParsedFilter(text, words, None, FilterKind.EXACT, None)
-    kind, shape = classify(words, ONE, MANY)
-    return ParsedFilter(text, words, None, kind, shape)
+    return ParsedFilter(text, tuple(split(text)), None)
 
 
 def parse_topic(key: str) -> list[str]:

@@ -7,17 +7,19 @@ same spirit). The bound is on *estimated bytes*, not entries: at a million
 subscriptions one fan-out result can hold thousands of slots, and a cache of
 10k such results was measured at 1.5 GB.
 
-Keys are ``(exchange, topic)`` pairs of strings; values are result triples
-``(items, flags, shared)`` (see :mod:`compiler.resolve`): ``items`` the
-finished deliveries when ``flags`` is 0, else subscription slots; ``shared``
-filter slots. An entry is estimated at :data:`ENTRY_OVERHEAD_BYTES` plus its
-key's characters plus :data:`DELIVERY_BYTES` per delivery or
-:data:`SLOT_BYTES` per slot.
+Keys are ``(exchange, topic)`` pairs of strings; values are
+:class:`~compiler.resolve.TopicResult`. An entry is estimated at
+:data:`ENTRY_OVERHEAD_BYTES` plus its key's characters plus
+:data:`DELIVERY_BYTES` per delivery and :data:`SLOT_BYTES` per slot (matched
+subscription or shared filter).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .resolve import TopicResult
 
 MATCH_CACHE_MAX_BYTES = 64 * 1024 * 1024
 """Default bound of one matcher's topic cache, in estimated bytes."""
@@ -46,13 +48,13 @@ one-subscription deliveries are shared with the matcher, so this
 over-estimates the common small result."""
 
 Key = tuple[str, str]
-Result = tuple[Sequence, int, Sequence[int]]
 
 
-def entry_bytes(key: Key, result: Result) -> int:
-    """The estimated size of one cache entry (inlined in :meth:`TopicCache.put`)."""
-    items = (SLOT_BYTES if result[1] else DELIVERY_BYTES) * len(result[0])
-    return ENTRY_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + items + SLOT_BYTES * len(result[2])
+def entry_bytes(key: Key, result: TopicResult) -> int:
+    """The estimated size of one cache entry."""
+    deliveries, slots, _, shared = result
+    return (ENTRY_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + DELIVERY_BYTES * len(deliveries)
+            + SLOT_BYTES * (len(slots) + len(shared)))
 
 
 class TopicCache:
@@ -64,7 +66,7 @@ class TopicCache:
     def __init__(self, max_bytes: int = MATCH_CACHE_MAX_BYTES) -> None:
         if max_bytes < 0:
             raise ValueError(f"cache bound must be >= 0 bytes, not {max_bytes}")
-        self._entries: dict[Key, Result] = {}
+        self._entries: dict[Key, TopicResult] = {}
         self._bytes = 0
         self._max_bytes = max_bytes
         self._max_entry_bytes = max_bytes // MATCH_CACHE_MAX_ENTRY_FRACTION
@@ -85,11 +87,10 @@ class TopicCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, key: Key, result: Result) -> None:
+    def put(self, key: Key, result: TopicResult) -> None:
         """Cache ``result`` for ``key`` (precondition: not cached yet) unless it
         is too big; evict the oldest entries to make room."""
-        items = (SLOT_BYTES if result[1] else DELIVERY_BYTES) * len(result[0])
-        size = ENTRY_OVERHEAD_BYTES + len(key[0]) + len(key[1]) + items + SLOT_BYTES * len(result[2])
+        size = entry_bytes(key, result)
         if size > self._max_entry_bytes:
             return
         entries = self._entries

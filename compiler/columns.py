@@ -9,6 +9,7 @@ which is what makes snapshots fast to build and load.
 from __future__ import annotations
 
 from array import array
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -48,18 +49,24 @@ def string_column(values: list[str | None]) -> pa.StringArray:
     return pa.array(values, type=pa.string())
 
 
-def string_buffers(column: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
-    """``(offsets, data)`` of a string column, without copying the data:
-    string ``i`` is ``data[offsets[i]:offsets[i + 1]]`` (int64 offsets,
-    uint8 data; a null is empty)."""
+class StringColumn(NamedTuple):
+    """A string column as the kernel reads it: string ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]`` (int64 offsets, uint8 data; a null is empty)."""
+
+    offsets: np.ndarray
+    data: np.ndarray
+
+
+def string_buffers(column: pa.StringArray) -> StringColumn:
+    """The :class:`StringColumn` of an Arrow string column, without copying the data."""
     if len(column) == 0:
-        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+        return StringColumn(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
     _, offsets_buffer, data_buffer = column.buffers()[:3]
     width = 8 if pa.types.is_large_string(column.type) else 4
     offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if width == 8 else np.int32, count=len(column) + 1,
                             offset=width * column.offset).astype(np.int64)
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, dtype=np.uint8)
-    return offsets, data
+    return StringColumn(offsets, data)
 
 
 def live_slots(column: pa.StringArray) -> FrozenBitMap:
@@ -94,9 +101,3 @@ def bool_mask(column: pa.Array) -> np.ndarray:
         column = pc.fill_null(column, False)
     return numpy_of(pc.cast(column, pa.uint8())).astype(bool)
 
-
-def object_array(column: pa.Array) -> np.ndarray:
-    """An Arrow array as a numpy object array of Python values (without pandas)."""
-    out = np.empty(len(column), dtype=object)
-    out[:] = column.to_pylist()
-    return out

@@ -55,3 +55,8 @@ class UnknownExchangeError(SubscriptionError, TopicError):
 
 class SnapshotFormatError(CompilerError):
     """Snapshot bytes are corrupt, foreign, or of an unsupported format version."""
+
+
+class InputFileError(CompilerError):
+    """An input file of ``bitroute match`` (:mod:`compiler.offline`) cannot be
+    read or is not JSON Lines; nothing was matched."""

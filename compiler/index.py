@@ -14,7 +14,7 @@ Invariants: a live subscription keeps its slot for as long as it lives
 (replacing it keeps the slot too); freed slots are reused lowest first, so the
 slot spaces stay dense and bitmaps over them stay compact; the index never
 holds a filter, subscriber or exchange that failed validation. Each filter is
-parsed (:mod:`compiler.pattern`) once, when its slot is created; the tables
+validated by its dialect's grammar once, when its slot is created; the tables
 that match topics (the kernel's exact-filter map and trie) are built per
 snapshot by :class:`~compiler.matcher.Matcher`, not here.
 """
@@ -32,7 +32,6 @@ from .dialect import Dialect
 from .errors import CompilerError, SubscriptionError, UnknownExchangeError, quote
 from .grammar import grammar_for, parse_dialect
 from .headers import HeaderCriteria
-from .pattern import CODE_EXACT, CODE_MULTI, CODE_SHAPE_BASE, FilterKind, ParsedFilter, Shape
 from .snapshot import Snapshot, SnapshotTables
 from .subscription import Subscription, validate_subscriber
 from .text import is_utf8_text
@@ -73,12 +72,8 @@ class RoutingIndex:
         self._filter_slot: list[dict[str, int]] = [{} for _ in self._exchanges]
         self._filter_text: list[str | None] = []
         self._filter_exchange = array("I")
-        self._filter_code = array("I")
         self._filter_refs = array("I")
         self._free_filters: list[int] = []
-
-        self._shapes: list[Shape] = []
-        self._shape_code: dict[Shape, int] = {}
 
     @property
     def exchanges(self) -> Mapping[str, Dialect]:
@@ -144,10 +139,9 @@ class RoutingIndex:
         if criteria is not None and not isinstance(criteria, HeaderCriteria):
             raise SubscriptionError(f"subscription {quote(sub_id)}: headers must be HeaderCriteria or None")
         fslot = self._filter_slot[exchange].get(sub.filter) if type(sub.filter) is str else None
-        parsed = None
         if fslot is None:
             try:
-                parsed = self._grammars[exchange].parse_filter(sub.filter)
+                self._grammars[exchange].parse_filter(sub.filter)
             except CompilerError as exc:
                 raise type(exc)(f"subscription {quote(sub_id)}: {exc}") from None
 
@@ -161,7 +155,7 @@ class RoutingIndex:
             return
         # Validated: from here on nothing raises.
         if fslot is None:
-            fslot = self._new_filter(exchange, parsed)
+            fslot = self._new_filter(exchange, sub.filter)
         self._filter_refs[fslot] += 1
         if subscriber_slot is None:
             subscriber_slot = self._new_subscriber(sub.subscriber)
@@ -210,7 +204,6 @@ class RoutingIndex:
         criteria_ref = [sets.setdefault(self._criteria[slot], len(sets)) for slot in criteria_slots]
         tables = SnapshotTables(
             exchange_names=self._exchange_names,
-            shapes=tuple(self._shapes),
             sub_ids=string_column(self._ids),
             sub_filter=slot_array(self._sub_filter),
             sub_subscriber=slot_array(self._sub_subscriber),
@@ -220,7 +213,6 @@ class RoutingIndex:
             subscriber_names=string_column(self._subscriber_names),
             filter_text=string_column(self._filter_text),
             filter_exchange=slot_array(self._filter_exchange),
-            filter_code=slot_array(self._filter_code),
         )
         snap = Snapshot(version, offsets, self._exchanges, tables, len(self._slot_of))
         self._last_version = version
@@ -258,38 +250,20 @@ class RoutingIndex:
                 index._filter_slot[exchange][text] = fslot
         index._free_filters = [fslot for fslot, text in enumerate(texts) if text is None]
         index._filter_exchange = _uint_array(t.filter_exchange)
-        index._filter_code = _uint_array(t.filter_code)
         index._filter_refs = _uint_array(np.bincount(t.sub_filter[live], minlength=len(texts)))
-
-        index._shapes = list(t.shapes)
-        index._shape_code = {shape: CODE_SHAPE_BASE + i for i, shape in enumerate(t.shapes)}
         return index
 
-    def _new_filter(self, exchange: int, parsed: ParsedFilter) -> int:
-        if parsed.kind is FilterKind.EXACT:
-            code = CODE_EXACT
-        elif parsed.kind is FilterKind.MULTI:
-            code = CODE_MULTI
-        else:
-            code = self._shape_code.get(parsed.shape)
-            if code is None:
-                # Shapes are never dropped: their number is bounded by the
-                # grammar (positions x lengths), not by the subscriptions.
-                code = CODE_SHAPE_BASE + len(self._shapes)
-                self._shapes.append(parsed.shape)
-                self._shape_code[parsed.shape] = code
+    def _new_filter(self, exchange: int, text: str) -> int:
         if self._free_filters:
             fslot = heapq.heappop(self._free_filters)
-            self._filter_text[fslot] = parsed.text
+            self._filter_text[fslot] = text
             self._filter_exchange[fslot] = exchange
-            self._filter_code[fslot] = code
         else:
             fslot = len(self._filter_text)
-            self._filter_text.append(parsed.text)
+            self._filter_text.append(text)
             self._filter_exchange.append(exchange)
-            self._filter_code.append(code)
             self._filter_refs.append(0)
-        self._filter_slot[exchange][parsed.text] = fslot
+        self._filter_slot[exchange][text] = fslot
         return fslot
 
     def _new_subscriber(self, name: str) -> int:

@@ -36,20 +36,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-from bitroute_kernel import Kernel
+from bitroute_kernel import Kernel, TableError
 import pyarrow.compute as pc
 
 from .batch import Units
 from .cache import MATCH_CACHE_MAX_BYTES, MATCH_CACHE_MIN_ITEMS, TopicCache
 from .criteria_index import CriteriaIndex
 from .columns import bool_mask, string_buffers
-from .errors import TopicError, UnknownExchangeError, quote
+from .errors import SnapshotFormatError, TopicError, UnknownExchangeError, quote
 from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
-from .grammar import grammar_for
+from .grammar import grammar_for, kernel_grammar
 from .output import DELIVERIES_TYPE, Delivery, deliveries_column
-from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver
+from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver, TopicResult
+from .shared import shared_filters
 from .snapshot import Snapshot
-from .tables import filter_subscriptions, slot_ranks
+from .tables import KernelTables, filter_subscriptions, slot_ranks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,24 +94,34 @@ class Matcher:
             self._criteria = CriteriaIndex(t.criteria_slots, t.criteria_ref, t.criteria_sets)
             for f in np.unique(t.sub_filter[t.criteria_slots]).tolist():
                 flags[f] = HAS_CRITERIA
-        filter_exchange = np.where(bool_mask(pc.is_valid(t.filter_text)), t.filter_exchange.astype(np.int64), -1)
-        shared_dialects = [number for number, grammar in enumerate(self._grammars) if grammar.DOLLAR_RULE]
-        if shared_dialects:
-            shared = bool_mask(pc.starts_with(t.filter_text, "$share/")) & np.isin(filter_exchange, shared_dialects)
-            for f in np.flatnonzero(shared).tolist():
-                flags[f] = flags.get(f, 0) | HAS_SHARED
+        for f in np.flatnonzero(shared_filters(snapshot)).tolist():
+            flags[f] = flags.get(f, 0) | HAS_SHARED
         hit_code = np.where(single >= 0, single, ~np.arange(len(single)))
         special = np.zeros(len(single), dtype=np.uint8)
         if flags:
             conditioned = np.fromiter(flags, dtype=np.int64, count=len(flags))
             hit_code[conditioned] = ~conditioned
             special[conditioned] = 1
-        self._kernel = Kernel(
-            Delivery, self._names, *string_buffers(t.subscriber_names), *string_buffers(t.sub_ids), rank,
-            owners, fs_start, fs_count, fs_slots, special,
-            [snapshot.exchanges[name].value for name in t.exchange_names], *string_buffers(t.filter_text),
-            filter_exchange, hit_code,
+        tables = KernelTables(
+            delivery_type=Delivery,
+            names=self._names,
+            name_text=string_buffers(t.subscriber_names),
+            ids=string_buffers(t.sub_ids),
+            rank=rank,
+            owners=owners,
+            filter_start=fs_start,
+            filter_count=fs_count,
+            filter_slots=fs_slots,
+            special=special,
+            grammars=[kernel_grammar(snapshot.exchanges[name]) for name in t.exchange_names],
+            filter_text=string_buffers(t.filter_text),
+            filter_exchange=np.where(bool_mask(pc.is_valid(t.filter_text)), t.filter_exchange.astype(np.int64), -1),
+            hit_code=hit_code,
         )
+        try:
+            self._kernel = Kernel(tables)
+        except TableError as exc:
+            raise SnapshotFormatError(f"snapshot {snapshot.version}: the matching kernel refuses its tables: {exc}") from exc
         self._kernel_deliveries = self._kernel.deliveries
         self._resolver = Resolver(self._kernel, self._names, owners, flags, t.sub_filter, t.filter_text)
 
@@ -149,17 +160,23 @@ class Matcher:
         except TypeError:  # an unhashable exchange or routing key: invalid below
             result = None
         if result is None:
-            result = self._lookup(exchange, routing_key)
-        items, flags, shared = result
-        if not flags:
-            return list(items)  # the finished deliveries (see compiler.resolve)
-        if flags & HAS_CRITERIA:
-            items = self._resolver.criteria_filtered(
-                self._criteria, items, relevant_headers(headers, self._criteria.names)
+            number = self._exchange_number.get(exchange) if exchange.__class__ is str else None
+            if number is None:
+                raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
+            deliveries = self._kernel_deliveries(number, routing_key)
+            if deliveries is not None and len(deliveries) < MATCH_CACHE_MIN_ITEMS:
+                return list(deliveries)  # small and without conditions: not cached
+            result = self._lookup(number, exchange, routing_key, deliveries)
+        deliveries, slots, conditions, shared = result
+        if not conditions:
+            return list(deliveries)
+        if conditions & HAS_CRITERIA:
+            slots = self._resolver.criteria_filtered(
+                self._criteria, slots, relevant_headers(headers, self._criteria.names)
             )
-        if flags & HAS_SHARED:
-            items = self._resolver.shared(exchange, items, shared, message_id)
-        return list(self._kernel.slot_deliveries(items))
+        if conditions & HAS_SHARED:
+            slots = self._resolver.shared(exchange, slots, shared, message_id)
+        return list(self._kernel.slot_deliveries(slots))
 
     def match_frame(self, frame: "pd.DataFrame") -> "pd.DataFrame":
         """Match a batch of publishes given as a pandas DataFrame.
@@ -292,7 +309,7 @@ class Matcher:
                         distinct_error[j] = topic_errors[topic]
                         continue
                     row = distinct_rows[j]
-                    slots, flags, shared = conditioned[topic]
+                    _, slots, flags, shared = conditioned[topic]
                     if flags & HAS_CRITERIA:
                         slots = self._resolver.criteria_filtered(
                             self._criteria, slots, relevant_mapping(row[2] if len(row) > 2 else ())
@@ -322,25 +339,24 @@ class Matcher:
                 errors[i] = error
 
     def match_topics(
-        self, exchange: str, topics: list[str], rank: np.ndarray | None = None
-    ) -> tuple[tuple, dict[int, str], dict[int, tuple]]:
+        self, exchange: str, topics: list[str]
+    ) -> tuple[tuple, dict[int, str], dict[int, TopicResult]]:
         """Match distinct topics (str) of one known exchange together, before
         per-message conditions: the batch entry point under
-        :meth:`match_frame` and ``bitroute match`` (see :mod:`compiler.batch`).
+        :meth:`match_columns` (see :mod:`compiler.batch`).
 
         Returns ``((flat, offsets), errors, conditioned)``: topic ``t``'s
-        subscription slots, sorted by ``rank[slot]`` (default: (subscriber,
-        id) order, that of deliveries), are ``flat[offsets[t]:offsets[t + 1]]``;
-        ``errors[t]`` is why topic ``t`` is invalid; ``conditioned[t]`` is
-        the result triple of a topic that hit a filter with header criteria
-        or a shared group (its slots in ``flat`` are empty: the caller
-        applies the per-message conditions, e.g. through :meth:`match`).
-        Raises ``KeyError`` for an exchange not in the snapshot.
+        subscription slots, in (subscriber, id) order (that of deliveries),
+        are ``flat[offsets[t]:offsets[t + 1]]``; ``errors[t]`` is why topic
+        ``t`` is invalid; ``conditioned[t]`` is the result, in slot form, of
+        a topic that hit a filter with header criteria or a shared group (its
+        slots in ``flat`` are empty: the caller applies the per-message
+        conditions). Raises ``KeyError`` for an exchange not in the snapshot.
         """
         number = self._exchange_number[exchange]
-        flat, offsets, unhandled, special = self._kernel.match_topics(number, topics, rank)
+        flat, offsets, unhandled, special = self._kernel.match_topics(number, topics)
         errors: dict[int, str] = {}
-        conditioned: dict[int, tuple] = {}
+        conditioned: dict[int, TopicResult] = {}
         for t in unhandled + special:
             try:
                 words = self._grammars[number].parse_topic(topics[t])
@@ -350,23 +366,17 @@ class Matcher:
                 conditioned[t] = self._resolver.slots(self._kernel.hits(number, words))
         return (np.frombuffer(flat, dtype=np.int64), np.frombuffer(offsets, dtype=np.int64)), errors, conditioned
 
-    def _lookup(self, exchange: str, topic: str) -> tuple:
-        """Compute the result (:mod:`compiler.resolve`) of a topic not in the
-        cache, and cache it unless it is small (:data:`~compiler.cache.MATCH_CACHE_MIN_ITEMS`):
-        the kernel's finished deliveries, or for a topic that hit a filter
-        with per-message conditions, its slots.
+    def _lookup(self, number: int, exchange: str, topic: str, deliveries: tuple | None) -> TopicResult:
+        """The result of a topic not in the cache, cached: ``deliveries``, the
+        kernel's finished deliveries of a topic without conditions, or for
+        ``None`` (an invalid topic, or a hit of a filter with per-message
+        conditions) its slots.
 
-        Raises UnknownExchangeError / TopicError for invalid input (not cached).
+        Raises TopicError for an invalid topic (not cached).
         """
-        number = self._exchange_number.get(exchange) if exchange.__class__ is str else None
-        if number is None:
-            raise UnknownExchangeError(f"unknown exchange {quote(exchange)}")
-        items = self._kernel_deliveries(number, topic)
-        if items is not None:
-            result = (items, 0, ())
-            if len(items) < MATCH_CACHE_MIN_ITEMS:
-                return result
-        else:  # an invalid topic (the grammar raises its error) or a conditioned filter hit
+        if deliveries is not None:
+            result = TopicResult(deliveries, (), 0, ())
+        else:  # the grammar raises an invalid topic's error
             words = self._grammars[number].parse_topic(topic)
             result = self._resolver.result(self._kernel.hits(number, words))
         self._cache.put((exchange, topic), result)

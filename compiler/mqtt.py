@@ -42,7 +42,7 @@ Invalid topics::
 from __future__ import annotations
 
 from .errors import FilterError, TopicError, quote
-from .pattern import FilterKind, ParsedFilter, classify
+from .pattern import ParsedFilter
 from .text import check_utf8_size
 
 SEPARATOR = "/"
@@ -52,6 +52,9 @@ MAX_BYTES = 65535
 """Longest topic name or topic filter, in UTF-8 bytes."""
 
 SHARE_PREFIX = "$share/"
+"""A filter starting with this is a shared subscription, ``$share/<group>/<filter>``:
+the one place the prefix is written (the kernel is handed it, see
+:func:`compiler.grammar.kernel_grammar`)."""
 
 DOLLAR_RULE = True
 """Topics starting with ``$`` are not matched by a filter whose first level is a wildcard."""
@@ -84,14 +87,14 @@ def _split_share(text: str) -> tuple[str | None, str]:
 
 
 def parse_filter(text: str) -> ParsedFilter:
-    """Validate a topic filter and classify it; raises :class:`FilterError`."""
+    """Validate a topic filter; raises :class:`FilterError`."""
     if type(text) is not str:
         raise FilterError(f"topic filter must be a string, not {type(text).__name__}: {quote(text)}")
     _check_text(text, "topic filter", FilterError)
     group, inner = _split_share(text)
     words = tuple(inner.split(SEPARATOR))
     if "+" not in inner and "#" not in inner:
-        return ParsedFilter(text, words, group, FilterKind.EXACT, None)
+        return ParsedFilter(text, words, group)
     last = len(words) - 1
     for i, word in enumerate(words):
         if "#" in word:
@@ -101,10 +104,7 @@ def parse_filter(text: str) -> ParsedFilter:
                 raise FilterError(f"'#' must be the last level: {quote(text)}")
         elif "+" in word and word != ONE:
             raise FilterError(f"'+' must occupy a whole level: {quote(text)}")
-    kind, shape = classify(words, ONE, MANY)
-    # Only a trailing '#' passes validation, so MULTI cannot occur in MQTT.
-    assert kind is not FilterKind.MULTI
-    return ParsedFilter(text, words, group, kind, shape)
+    return ParsedFilter(text, words, group)
 
 
 def parse_topic(topic: str) -> list[str]:
@@ -118,9 +118,3 @@ def parse_topic(topic: str) -> list[str]:
         _check_text(topic, "topic", TopicError)
     return topic.split(SEPARATOR)
 
-
-def match_part(text: str) -> str:
-    """An already validated filter without its ``$share/<group>/`` prefix."""
-    if text.startswith(SHARE_PREFIX):
-        return text.split(SEPARATOR, 2)[2]
-    return text

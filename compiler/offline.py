@@ -22,14 +22,19 @@ strings, lexicographically) or ``{"topic": ..., "error": "reason"}``.
 Blank lines are skipped. A file that cannot be read or a non-blank line that
 is not a JSON object raises :class:`InputFileError` before any output.
 
-Three paths, one result. The *kernel* path (``bitroute_kernel.offline_match``,
+Two paths, one result. The *kernel* path (``bitroute_kernel.offline_match``,
 Rust) reads, matches and writes the whole pair of files when every line is
 one it reads exactly as Python's ``json`` does and none needs a message
 (no rejection, no error line, no shared subscription, no header criteria,
 ids strings or integers, no line break but ``\\n``). Any other pair goes to
-the Python paths (:mod:`compiler.offline_python`: columnar, then record),
-which write the same lines and the messages. This module imports neither
-numpy nor pyarrow, so the kernel path starts in a few milliseconds.
+the Python reference path (:mod:`compiler.offline_python`: ``json.loads``,
+``RoutingIndex.upsert`` and ``Matcher.match`` per line), which writes the
+same lines and the messages. The grammar's rules the kernel needs (the MQTT
+shared-subscription prefix, the subscriber-name characters) are handed to it
+from :mod:`compiler` (:func:`compiler.grammar.kernel_grammar`,
+:data:`compiler.subscription.SUBSCRIBER_RULE`). This module
+imports neither numpy nor pyarrow, so the kernel path starts in a few
+milliseconds.
 """
 
 from __future__ import annotations
@@ -39,14 +44,12 @@ from dataclasses import dataclass, field
 
 from bitroute_kernel import offline_match
 
-from .grammar import parse_dialect
+from .errors import InputFileError
+from .grammar import kernel_grammar, parse_dialect
+from .subscription import SUBSCRIBER_RULE
 
 EXCHANGE = "offline"
 """The one exchange every offline subscription and topic belongs to."""
-
-
-class InputFileError(Exception):
-    """A file that cannot be read or is not JSON Lines; nothing was matched."""
 
 
 @dataclass
@@ -70,10 +73,13 @@ def match_files(dialect: str, subscriptions_path: str, topics_path: str) -> Offl
     chosen = parse_dialect(dialect)
     try:
         output = offline_match(
-            chosen.value, read_file(subscriptions_path, "subscriptions"), read_file(topics_path, "topics")
+            read_file(subscriptions_path, "subscriptions"),
+            read_file(topics_path, "topics"),
+            kernel_grammar(chosen),
+            SUBSCRIBER_RULE,
         )
     except InputFileError:
-        output = None  # the Python paths raise it again, in their order
+        output = None  # the Python path raises it again, in its order
     if output is not None:
         return OfflineResult([], (chunk.decode("ascii") for chunk in output))
     from .offline_python import python_result
@@ -86,7 +92,7 @@ def read_file(path: str, what: str) -> bytes:
     try:
         with open(path, "rb") as handle:
             data = handle.read()
-        data.decode("utf-8")  # the record path reads text: same failure here
+        data.decode("utf-8")  # the reference path reads text: same failure here
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"cannot read {what} file {path}: {exc}") from None
     return data

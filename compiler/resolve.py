@@ -2,37 +2,50 @@
 back: those that matched a filter with per-message conditions (header
 criteria, a shared group).
 
-A *result* (what :class:`compiler.cache.TopicCache` holds per topic) is the
-triple ``(items, flags, shared)``:
-
-- ``flags == 0`` (no matched subscription has header criteria or a shared
-  group, the common case): ``items`` is the finished tuple of
-  :class:`~compiler.output.Delivery`, in output order, as the kernel
-  (``bitroute_kernel.Kernel.deliveries``) builds it; ``shared`` is ``()``.
-- ``flags != 0`` (``HAS_CRITERIA | HAS_SHARED``): ``items`` are the matched
-  subscription slots in (subscriber, id) order, ``shared`` the matched filter
-  slots of shared groups; per-message conditions are applied on top
-  (:meth:`Resolver.criteria_filtered`, :meth:`Resolver.shared`) and the
-  deliveries built per message (``Kernel.slot_deliveries``).
-
-A *hit code* ``h >= 0`` is the subscription slot of a filter held by exactly
-one subscription, without header criteria or shared group; ``h < 0`` stands
-for filter slot ``~h``, whose subscriptions the kernel holds and whose
-conditions are ``flags[f]``.
+A topic's :class:`TopicResult` is what :class:`compiler.cache.TopicCache`
+holds per topic. A *hit code* ``h >= 0`` is the subscription slot of a
+filter held by exactly one subscription, without header criteria or shared
+group; ``h < 0`` stands for filter slot ``~h``, whose subscriptions the
+kernel holds and whose conditions are ``flags[f]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from .output import Delivery
 from .shared import choose_member, group_key
 
 HAS_CRITERIA = 1
 HAS_SHARED = 2
 
-EMPTY_RESULT: tuple = ((), 0, ())
+
+class TopicResult(NamedTuple):
+    """What one topic matched, before the per-message conditions.
+
+    - ``conditions == 0`` (no matched subscription has header criteria or a
+      shared group, the common case): ``deliveries`` is the finished tuple
+      of :class:`~compiler.output.Delivery`, in output order, as the kernel
+      (``bitroute_kernel.Kernel.deliveries``) builds it; ``slots`` and
+      ``shared`` are empty.
+    - ``conditions != 0`` (``HAS_CRITERIA | HAS_SHARED``): ``slots`` are the
+      matched subscription slots in (subscriber, id) order, ``shared`` the
+      matched filter slots of shared groups, ``deliveries`` empty: the
+      conditions are applied per message (:meth:`Resolver.criteria_filtered`,
+      :meth:`Resolver.shared`) and the deliveries built then
+      (``Kernel.slot_deliveries``).
+    """
+
+    deliveries: tuple[Delivery, ...]
+    slots: tuple[int, ...]
+    conditions: int
+    shared: tuple[int, ...]
+
+
+EMPTY_RESULT = TopicResult((), (), 0, ())
 
 
 class Resolver:
@@ -57,26 +70,26 @@ class Resolver:
         self._sub_filter = sub_filter
         self._filter_text = filter_text
 
-    def result(self, hits: list[int]) -> tuple:
+    def result(self, hits: list[int]) -> TopicResult:
         """The result of a topic whose hit codes are ``hits`` (each once)."""
-        slots, flags, shared = self.slots(hits)
-        if not flags:
-            return self._kernel.slot_deliveries(slots), 0, ()
-        return slots, flags, shared
+        result = self.slots(hits)
+        if not result.conditions:
+            return TopicResult(self._kernel.slot_deliveries(result.slots), (), 0, ())
+        return result
 
-    def slots(self, hits: list[int]) -> tuple:
-        """``(slots, flags, shared)``: the result of a topic whose hit codes are
-        ``hits`` (each once), in slot form whatever its flags."""
+    def slots(self, hits: list[int]) -> TopicResult:
+        """The result of a topic whose hit codes are ``hits`` (each once), in
+        slot form whatever its conditions."""
         if not hits:
             return EMPTY_RESULT
-        flags = 0
+        conditions = 0
         shared: list[int] = []
         for h in hits:
             condition = self._flags.get(~h, 0) if h < 0 else 0
-            flags |= condition
+            conditions |= condition
             if condition & HAS_SHARED:
                 shared.append(~h)
-        return tuple(self._kernel.ordered_slots(hits)), flags, tuple(shared)
+        return TopicResult((), tuple(self._kernel.ordered_slots(hits)), conditions, tuple(shared))
 
     def criteria_filtered(self, criteria, slots: Sequence[int], relevant: Mapping[str, Sequence[str | None]]) -> list[int]:
         """``slots`` without the subscriptions whose header criteria (``criteria``,

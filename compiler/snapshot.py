@@ -6,14 +6,14 @@ offset covered), numbered ``version``. It is columnar (see
 :class:`SnapshotTables`), so that it serialises to bytes and loads back with
 vectorised copies instead of rebuilding millions of Python objects.
 
-Byte format, version 1 (all integers little-endian)
+Byte format, version 2 (all integers little-endian)
 ----------------------------------------------------
 
 ======  =====================================================================
 bytes   content
 ======  =====================================================================
 0-7     magic ``b"BRSNAP\\r\\n"`` (the CR LF catches text-mode mangling)
-8-9     format version, uint16 (1)
+8-9     format version, uint16 (2)
 10-11   reserved, zero
 12-15   header length ``H``, uint32
 16-19   CRC-32 (``zlib.crc32``) of every byte from offset 20 to the end
@@ -23,9 +23,8 @@ bytes   content
 ======  =====================================================================
 
 The header is ``{"version": int, "offsets": [[partition, offset], ...],
-"exchanges": [[name, dialect], ...], "shapes": [[min_len, variable,
-[positions]], ...], "subscriptions": live count, "sections": [[name,
-length], ...]}``. The sections are, for the three slot spaces (subscription,
+"exchanges": [[name, dialect], ...], "subscriptions": live count,
+"sections": [[name, length], ...]}``. The sections are, for the three slot spaces (subscription,
 subscriber, filter):
 
 - ``*_live``: the live slots, a roaring bitmap in pyroaring's portable
@@ -40,7 +39,13 @@ index into the next column), ``criteria_json.offsets``,
 ``criteria_json.data`` (one JSON ``{"match", "criteria"}`` per distinct set
 of criteria), ``subscriber_live``, ``subscriber_names.offsets``,
 ``subscriber_names.data``, ``filter_live``, ``filter_text.offsets``,
-``filter_text.data``, ``filter_exchange``, ``filter_code``.
+``filter_text.data``, ``filter_exchange``.
+
+Version 1 (written until issue 21) is version 2 plus a class per filter that
+nothing reads since the Rust kernel: a header field ``"shapes"`` and a
+section ``filter_code`` (uint32 per filter slot). :meth:`Snapshot.from_bytes`
+reads both versions (it skips the two) and the same snapshot routes the same
+either way; :meth:`Snapshot.to_bytes` writes version 2.
 
 No Python object graph is pickled. A reader refuses other magic, other format
 versions, a CRC mismatch, and sections inconsistent with each other, with
@@ -64,10 +69,12 @@ from .columns import SLOT_DTYPE, live_slots
 from .dialect import Dialect
 from .errors import HeaderCriteriaError, SnapshotFormatError
 from .headers import HeaderCriteria
-from .pattern import CODE_SHAPE_BASE, Shape
 
 MAGIC = b"BRSNAP\r\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The format version :meth:`Snapshot.to_bytes` writes."""
+READABLE_VERSIONS = (1, 2)
+"""The format versions :meth:`Snapshot.from_bytes` reads (see the module docstring)."""
 _PREFIX = struct.Struct("<8sHHII")
 _ALIGN = 8
 
@@ -83,7 +90,6 @@ class SnapshotTables:
     """
 
     exchange_names: tuple[str, ...]
-    shapes: tuple[Shape, ...]
     sub_ids: pa.StringArray
     sub_filter: np.ndarray
     sub_subscriber: np.ndarray
@@ -93,7 +99,6 @@ class SnapshotTables:
     subscriber_names: pa.StringArray
     filter_text: pa.StringArray
     filter_exchange: np.ndarray
-    filter_code: np.ndarray
 
 
 class Snapshot:
@@ -170,16 +175,12 @@ class Snapshot:
         sections += _string_sections("subscriber_names", t.subscriber_names)
         sections.append(("filter_live", live_slots(t.filter_text).serialize()))
         sections += _string_sections("filter_text", t.filter_text)
-        sections += [
-            ("filter_exchange", _slots_bytes(t.filter_exchange)),
-            ("filter_code", _slots_bytes(t.filter_code)),
-        ]
+        sections.append(("filter_exchange", _slots_bytes(t.filter_exchange)))
         header = json.dumps(
             {
                 "version": self._version,
                 "offsets": [[p, o] for p, o in self._offsets.items()],
                 "exchanges": [[name, self._exchanges[name].value] for name in t.exchange_names],
-                "shapes": [[s.min_len, s.variable, list(s.positions)] for s in t.shapes],
                 "subscriptions": self._count,
                 "sections": [[name, len(data)] for name, data in sections],
             },
@@ -200,10 +201,9 @@ class Snapshot:
         magic, fmt, _, header_len, crc = _PREFIX.unpack_from(view)
         if magic != MAGIC:
             raise SnapshotFormatError(f"not a bitroute snapshot: bad magic {bytes(magic)!r}")
-        if fmt != FORMAT_VERSION:
-            raise SnapshotFormatError(
-                f"unsupported snapshot format version {fmt}; this build reads version {FORMAT_VERSION}"
-            )
+        if fmt not in READABLE_VERSIONS:
+            readable = " and ".join(map(str, READABLE_VERSIONS))
+            raise SnapshotFormatError(f"unsupported snapshot format version {fmt}; this build reads versions {readable}")
         body = view[_PREFIX.size:]
         if zlib.crc32(body) != crc:
             raise SnapshotFormatError("snapshot is corrupt: CRC-32 mismatch")
@@ -291,7 +291,6 @@ class _Reader:
     def read(self, cls: type[Snapshot]) -> Snapshot:
         h = self.header
         exchanges = {str(name): Dialect(dialect) for name, dialect in h["exchanges"]}
-        shapes = tuple(Shape(int(m), bool(v), tuple(int(p) for p in positions)) for m, v, positions in h["shapes"])
         sub_live = self.bitmap("sub_live")
         sub_ids = self.strings("sub_ids", sub_live)
         n_subs = len(sub_ids)
@@ -302,7 +301,6 @@ class _Reader:
         sub_filter = self.slots("sub_filter", n_subs)
         sub_subscriber = self.slots("sub_subscriber", n_subs)
         filter_exchange = self.slots("filter_exchange", n_filters)
-        filter_code = self.slots("filter_code", n_filters)
         criteria_slots = self.slots("criteria_slots")
         criteria_ref = self.slots("criteria_ref", len(criteria_slots))
         criteria_sets = tuple(
@@ -317,8 +315,6 @@ class _Reader:
             raise ValueError("a live subscription refers to a free or missing filter or subscriber slot")
         if len(live_filters) and filter_exchange[live_filters].max(initial=0) >= len(exchanges):
             raise ValueError("a filter refers to a missing exchange")
-        if len(live_filters) and filter_code[live_filters].max(initial=0) >= CODE_SHAPE_BASE + len(shapes):
-            raise ValueError("a filter refers to a missing shape")
         if len(criteria_slots) and (
             criteria_ref.max() >= len(criteria_sets) or not np.isin(criteria_slots, live).all()
         ):
@@ -327,7 +323,6 @@ class _Reader:
             raise ValueError(f"header counts {h['subscriptions']} subscriptions, {len(sub_live)} are live")
         tables = SnapshotTables(
             exchange_names=tuple(exchanges),
-            shapes=shapes,
             sub_ids=sub_ids,
             sub_filter=sub_filter,
             sub_subscriber=sub_subscriber,
@@ -337,7 +332,6 @@ class _Reader:
             subscriber_names=subscriber_names,
             filter_text=filter_text,
             filter_exchange=filter_exchange,
-            filter_code=filter_code,
         )
         offsets = {int(p): int(o) for p, o in h["offsets"]}
         return cls(int(h["version"]), offsets, exchanges, tables, len(sub_live))

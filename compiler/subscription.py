@@ -16,14 +16,39 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import HeaderCriteriaError, SubscriptionError, quote
 from .headers import HeaderCriteria
 
+SUBSCRIBER_CHARACTER = "[A-Za-z0-9._-]"
+"""One character of a subscriber name (a regular expression class): the
+characters Kafka allows in a topic name."""
+
 MAX_SUBSCRIBER_CHARS = 200
 """Longest subscriber name: ``bitroute.deliveries.`` plus 200 stays under Kafka's 249."""
 
-_SUBSCRIBER = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_SUBSCRIBER_CHARS)
+RESERVED_SUBSCRIBERS = (".", "..")
+"""Names of the right characters that Kafka refuses as topic names."""
+
+_SUBSCRIBER = re.compile(f"{SUBSCRIBER_CHARACTER}{{1,{MAX_SUBSCRIBER_CHARS}}}")
+
+
+class SubscriberRule(NamedTuple):
+    """The subscriber-name rule as data, for the kernel (``bitroute_kernel.offline_match``):
+    ``characters`` a name may hold (all ASCII), its longest length, the reserved names."""
+
+    characters: str
+    max_chars: int
+    reserved: tuple[str, ...]
+
+
+SUBSCRIBER_RULE = SubscriberRule(
+    "".join(c for c in map(chr, range(128)) if re.fullmatch(SUBSCRIBER_CHARACTER, c)),
+    MAX_SUBSCRIBER_CHARS,
+    RESERVED_SUBSCRIBERS,
+)
+"""What :func:`validate_subscriber` checks, handed to the kernel rather than written again in Rust."""
 _FIELDS = {"exchange", "subscriber", "filter", "headers"}
 _REQUIRED = ("exchange", "subscriber", "filter")
 
@@ -35,10 +60,10 @@ def validate_subscriber(name: object) -> str:
     """
     if type(name) is not str:
         raise SubscriptionError(f"subscriber must be a string, not {type(name).__name__}: {quote(name)}")
-    if _SUBSCRIBER.fullmatch(name) is None or name in (".", ".."):
+    if _SUBSCRIBER.fullmatch(name) is None or name in RESERVED_SUBSCRIBERS:
         raise SubscriptionError(
-            f"subscriber name must be 1-{MAX_SUBSCRIBER_CHARS} characters of [A-Za-z0-9._-], "
-            f"not '.' or '..': {quote(name)}"
+            f"subscriber name must be 1-{MAX_SUBSCRIBER_CHARS} characters of {SUBSCRIBER_CHARACTER}, "
+            f"not {' or '.join(map(repr, RESERVED_SUBSCRIBERS))}: {quote(name)}"
         )
     return name
 

@@ -1,8 +1,48 @@
 //! The two dialects' topic rules, as the kernel applies them (mirroring
-//! `compiler/amqp.py` and `compiler/mqtt.py`).
+//! `compiler/amqp.py` and `compiler/mqtt.py`), and the rules of a grammar
+//! that `compiler/` hands in ([`Grammar`]).
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::errors::TableError;
+
+/// One exchange's grammar as `compiler.grammar.KernelGrammar` hands it over:
+/// its dialect's name and its shared-subscription prefix (MQTT's `$share/`,
+/// `None` in AMQP), the grammar's own constant rather than a copy here.
+#[derive(FromPyObject)]
+pub(crate) struct Grammar {
+    pub(crate) dialect: String,
+    pub(crate) share_prefix: Option<String>,
+}
+
+impl Grammar {
+    pub(crate) fn dialect(&self) -> PyResult<Dialect> {
+        Dialect::parse(&self.dialect)
+    }
+
+    /// The part of a validated filter that matches topics: a shared
+    /// subscription `<share_prefix><group>/<filter>` matches as `<filter>`.
+    pub(crate) fn match_part<'a>(&self, dialect: Dialect, filter: &'a str) -> &'a str {
+        let separator = dialect.separator() as char;
+        match self
+            .share_prefix
+            .as_deref()
+            .and_then(|p| filter.strip_prefix(p))
+        {
+            Some(rest) => rest
+                .split_once(separator)
+                .map_or(filter, |(_, inner)| inner),
+            None => filter,
+        }
+    }
+
+    /// Whether `filter` is a shared subscription (per-message member choice).
+    pub(crate) fn is_shared(&self, filter: &str) -> bool {
+        self.share_prefix
+            .as_deref()
+            .is_some_and(|p| filter.starts_with(p))
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
@@ -15,7 +55,7 @@ impl Dialect {
         match name {
             "amqp" => Ok(Dialect::Amqp),
             "mqtt" => Ok(Dialect::Mqtt),
-            _ => Err(PyValueError::new_err(format!("unknown dialect {name:?}"))),
+            _ => Err(TableError::new_err(format!("unknown dialect {name:?}"))),
         }
     }
 
@@ -61,15 +101,6 @@ impl Dialect {
             }
         }
         out.push((start, text.len()));
-    }
-
-    /// The words of a filter that match topics: an MQTT shared subscription
-    /// `$share/<group>/<filter>` matches as `<filter>` (already validated).
-    pub(crate) fn match_part(self, filter: &str) -> &str {
-        match (self, filter.strip_prefix("$share/")) {
-            (Dialect::Mqtt, Some(rest)) => rest.split_once('/').map_or(filter, |(_, inner)| inner),
-            _ => filter,
-        }
     }
 
     /// The MQTT `$` rule: wildcards at the first level do not match.

@@ -2,12 +2,12 @@
 
 use hashbrown::HashMap;
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyType};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
-use crate::dialect::Dialect;
+use crate::dialect::Grammar;
+use crate::errors::{ColumnOverflowError, TableError};
 use crate::trie::{with_scratch, Hit, Scratch, Trie, NONE};
 
 /// What resolving one topic's hit codes found.
@@ -58,25 +58,117 @@ pub(crate) struct Kernel {
     pub(crate) delivery: Py<PyType>,
 }
 
-/// A string column's `(offsets, data)` (int64 offsets, `len + 1` of them; uint8 data).
-pub(crate) fn string_column(
-    py: Python<'_>,
-    offsets: &Bound<'_, PyAny>,
-    data: &Bound<'_, PyAny>,
-    what: &str,
-) -> PyResult<(Vec<u32>, Vec<u8>)> {
-    let data = PyBuffer::<u8>::get(data)
-        .and_then(|b| b.to_vec(py))
-        .map_err(|e| {
-            PyValueError::new_err(format!("{what} data: expected a uint8 buffer ({e})"))
-        })?;
-    let offsets = u32_of(py, offsets, data.len() + 1, &format!("{what} offsets"))?;
-    if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
-        return Err(PyValueError::new_err(format!(
-            "{what} offsets must be non-decreasing, one more than the strings"
-        )));
+/// A string column as `compiler.tables.StringColumn` hands it over:
+/// `offsets` (int64, one more than the strings) and `data` (uint8).
+#[derive(FromPyObject)]
+pub(crate) struct StringColumn<'py> {
+    offsets: Bound<'py, PyAny>,
+    data: Bound<'py, PyAny>,
+}
+
+impl StringColumn<'_> {
+    /// `(offsets, data)`, the offsets checked against the data.
+    fn read(&self, py: Python<'_>, what: &str) -> PyResult<(Vec<u32>, Vec<u8>)> {
+        let data = PyBuffer::<u8>::get(&self.data)
+            .and_then(|b| b.to_vec(py))
+            .map_err(|e| {
+                TableError::new_err(format!("{what} data: expected a uint8 buffer ({e})"))
+            })?;
+        let offsets = u32_of(
+            py,
+            &self.offsets,
+            data.len() + 1,
+            &format!("{what} offsets"),
+        )?;
+        if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(TableError::new_err(format!(
+                "{what} offsets must be non-decreasing, one more than the strings"
+            )));
+        }
+        Ok((offsets, data))
     }
-    Ok((offsets, data))
+}
+
+/// The string `k` of a column read by [`StringColumn::read`] (`text`: its data as UTF-8).
+fn string_at<'a>(text: &'a str, offsets: &[u32], k: usize, what: &str) -> PyResult<&'a str> {
+    text.get(offsets[k] as usize..offsets[k + 1] as usize)
+        .ok_or_else(|| TableError::new_err(format!("{what}: an offset splits a character")))
+}
+
+fn utf8<'a>(data: &'a [u8], what: &str) -> PyResult<&'a str> {
+    std::str::from_utf8(data).map_err(|e| TableError::new_err(format!("{what}: not UTF-8 ({e})")))
+}
+
+/// The tables of one snapshot, as `compiler.tables.KernelTables` hands them
+/// over (read by attribute; typed in `bitroute_kernel.pyi`). Arrays are
+/// int64 unless stated.
+///
+/// `names[k]`: subscriber number `k`'s name (a list that must not change
+/// while the kernel lives; also as a string column, `name_text`). Per
+/// subscription slot: its id (`ids`), `rank[slot]` its position in
+/// (subscriber, id) order, `owners[slot]` its subscriber's number. Per
+/// filter slot: its subscriptions (CSR `filter_start`, `filter_count` into
+/// `filter_slots`), `special` (uint8: has per-message conditions), its text
+/// (`filter_text`), its exchange (a number into `grammars`; -1: a free slot)
+/// and its hit code (`hit_code`, see the crate docs).
+#[derive(FromPyObject)]
+pub(crate) struct Tables<'py> {
+    delivery_type: Bound<'py, PyType>,
+    names: Bound<'py, PyList>,
+    name_text: StringColumn<'py>,
+    ids: StringColumn<'py>,
+    rank: Bound<'py, PyAny>,
+    owners: Bound<'py, PyAny>,
+    filter_start: Bound<'py, PyAny>,
+    filter_count: Bound<'py, PyAny>,
+    filter_slots: Bound<'py, PyAny>,
+    special: Bound<'py, PyAny>,
+    grammars: Vec<Grammar>,
+    filter_text: StringColumn<'py>,
+    filter_exchange: Bound<'py, PyAny>,
+    hit_code: Bound<'py, PyAny>,
+}
+
+/// Per filter slot, its subscriptions (CSR) and whether it has per-message conditions.
+struct FilterSlots {
+    start: Vec<u32>,
+    count: Vec<u32>,
+    slots: Vec<u32>,
+    special: Vec<bool>,
+}
+
+impl FilterSlots {
+    fn read(py: Python<'_>, tables: &Tables<'_>, n_slots: usize) -> PyResult<Self> {
+        let slots = u32_of(py, &tables.filter_slots, n_slots, "filter_slots")?;
+        let start = u32_of(py, &tables.filter_start, slots.len() + 1, "filter_start")?;
+        let count = u32_of(py, &tables.filter_count, slots.len() + 1, "filter_count")?;
+        let special: Vec<bool> = PyBuffer::<u8>::get(&tables.special)
+            .and_then(|b| b.to_vec(py))
+            .map_err(|e| TableError::new_err(format!("special: expected a uint8 array ({e})")))?
+            .into_iter()
+            .map(|v| v != 0)
+            .collect();
+        if start.len() != special.len() || count.len() != special.len() {
+            return Err(TableError::new_err(
+                "filter_start, filter_count and special need one entry per filter slot",
+            ));
+        }
+        if start
+            .iter()
+            .zip(&count)
+            .any(|(&s, &c)| s as usize + c as usize > slots.len())
+        {
+            return Err(TableError::new_err(
+                "filter_start + filter_count beyond filter_slots",
+            ));
+        }
+        Ok(FilterSlots {
+            start,
+            count,
+            slots,
+            special,
+        })
+    }
 }
 
 /// An int64 array's values as u32, each checked to be below `bound`, read
@@ -89,11 +181,11 @@ pub(crate) fn u32_of(
     what: &str,
 ) -> PyResult<Vec<u32>> {
     let array = PyBuffer::<i64>::get(buffer).map_err(|e| {
-        PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
+        TableError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
     })?;
-    let values = array.as_slice(py).ok_or_else(|| {
-        PyValueError::new_err(format!("{what}: expected a contiguous int64 array"))
-    })?;
+    let values = array
+        .as_slice(py)
+        .ok_or_else(|| TableError::new_err(format!("{what}: expected a contiguous int64 array")))?;
     values
         .iter()
         .map(|cell| {
@@ -101,7 +193,7 @@ pub(crate) fn u32_of(
             if v >= 0 && (v as u64) < bound as u64 && v < NONE as i64 {
                 Ok(v as u32)
             } else {
-                Err(PyValueError::new_err(format!(
+                Err(TableError::new_err(format!(
                     "{what}: value {v} out of range 0..{bound}"
                 )))
             }
@@ -109,170 +201,50 @@ pub(crate) fn u32_of(
         .collect()
 }
 
-pub(crate) fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
+fn vec_of(py: Python<'_>, buffer: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<i64>> {
     PyBuffer::<i64>::get(buffer)
         .and_then(|b| b.to_vec(py))
         .map_err(|e| {
-            PyValueError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
+            TableError::new_err(format!("{what}: expected a contiguous int64 array ({e})"))
         })
 }
 
 #[pymethods]
 impl Kernel {
-    /// `Kernel(delivery_type, names, name_offsets, name_data, id_offsets, id_data, rank,
-    /// sub_subscriber, fs_start, fs_count, fs_slots, special, dialects,
-    /// filter_offsets, filter_data, filter_exchange, codes)`.
-    ///
-    /// `names[k]`: subscriber number `k`'s name (a list that must not change
-    /// while the kernel lives; also as a string column, `name_offsets`,
-    /// `name_data`). Per subscription slot: its id (a string
-    /// column: `id_offsets`, `id_data`, the Arrow layout), `rank[slot]` its
-    /// position in (subscriber, id) order, `sub_subscriber[slot]` its
-    /// subscriber's number. Per filter slot: its subscriptions (CSR
-    /// `fs_start`, `fs_count` into `fs_slots`), `special` (uint8: has
-    /// per-message conditions), its text (`filter_offsets`, `filter_data`),
-    /// its exchange (a number into `dialects`; -1: a free slot) and its hit
-    /// code. Arrays are int64 unless stated.
+    /// `Kernel(tables)`: the kernel of one snapshot (see [`Tables`]).
+    /// Raises `TableError` for inconsistent tables.
     #[new]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        py: Python<'_>,
-        delivery_type: Bound<'_, PyType>,
-        names: Bound<'_, PyList>,
-        name_offsets: Bound<'_, PyAny>,
-        name_data: Bound<'_, PyAny>,
-        id_offsets: Bound<'_, PyAny>,
-        id_data: Bound<'_, PyAny>,
-        rank: Bound<'_, PyAny>,
-        sub_subscriber: Bound<'_, PyAny>,
-        fs_start: Bound<'_, PyAny>,
-        fs_count: Bound<'_, PyAny>,
-        fs_slots: Bound<'_, PyAny>,
-        special: Bound<'_, PyAny>,
-        dialects: Vec<String>,
-        filter_offsets: Bound<'_, PyAny>,
-        filter_data: Bound<'_, PyAny>,
-        filter_exchange: Bound<'_, PyAny>,
-        codes: Bound<'_, PyAny>,
-    ) -> PyResult<Self> {
-        if !delivery_type.is_subclass_of::<pyo3::types::PyTuple>()? {
-            return Err(PyValueError::new_err(
+    pub(crate) fn new(py: Python<'_>, tables: Tables<'_>) -> PyResult<Self> {
+        if !tables.delivery_type.is_subclass_of::<PyTuple>()? {
+            return Err(TableError::new_err(
                 "delivery_type must be a tuple subclass",
             ));
         }
-        let (name_offsets, name_data) = string_column(py, &name_offsets, &name_data, "names")?;
-        if name_offsets.len() != names.len() + 1 {
-            return Err(PyValueError::new_err(
+        let (name_offsets, name_data) = tables.name_text.read(py, "names")?;
+        if name_offsets.len() != tables.names.len() + 1 {
+            return Err(TableError::new_err(
                 "names and their string column differ in length",
             ));
         }
-        let (id_offsets, id_data) = string_column(py, &id_offsets, &id_data, "ids")?;
-        let id_text = std::str::from_utf8(&id_data)
-            .map_err(|e| PyValueError::new_err(format!("ids: not UTF-8 ({e})")))?;
-        let ids = id_offsets
-            .windows(2)
-            .map(|w| {
-                let id = id_text.get(w[0] as usize..w[1] as usize);
-                id.map(|id| PyString::new(py, id).unbind())
-                    .ok_or_else(|| PyValueError::new_err("ids: an offset splits a character"))
-            })
+        let (id_offsets, id_data) = tables.ids.read(py, "ids")?;
+        let id_text = utf8(&id_data, "ids")?;
+        let ids = (0..id_offsets.len() - 1)
+            .map(|k| Ok(PyString::new(py, string_at(id_text, &id_offsets, k, "ids")?).unbind()))
             .collect::<PyResult<Vec<_>>>()?;
         let n_slots = ids.len();
-        let rank = u32_of(py, &rank, n_slots.max(1), "rank")?;
-        let sub_subscriber = u32_of(py, &sub_subscriber, names.len().max(1), "sub_subscriber")?;
-        let fs_slots = u32_of(py, &fs_slots, n_slots, "fs_slots")?;
-        let fs_start = u32_of(py, &fs_start, fs_slots.len() + 1, "fs_start")?;
-        let fs_count = u32_of(py, &fs_count, fs_slots.len() + 1, "fs_count")?;
-        let special: Vec<bool> = PyBuffer::<u8>::get(&special)
-            .and_then(|b| b.to_vec(py))
-            .map_err(|e| PyValueError::new_err(format!("special: expected a uint8 array ({e})")))?
-            .into_iter()
-            .map(|v| v != 0)
-            .collect();
-        if rank.len() != n_slots || sub_subscriber.len() != n_slots {
-            return Err(PyValueError::new_err(
-                "rank and sub_subscriber need one entry per subscription slot",
+        let rank = u32_of(py, &tables.rank, n_slots.max(1), "rank")?;
+        let owners = u32_of(py, &tables.owners, tables.names.len().max(1), "owners")?;
+        if rank.len() != n_slots || owners.len() != n_slots {
+            return Err(TableError::new_err(
+                "rank and owners need one entry per subscription slot",
             ));
         }
-        let n_filters = special.len();
-        if fs_start.len() != n_filters || fs_count.len() != n_filters {
-            return Err(PyValueError::new_err(
-                "fs_start, fs_count and special need one entry per filter slot",
-            ));
-        }
-        if fs_start
-            .iter()
-            .zip(&fs_count)
-            .any(|(&s, &c)| s as usize + c as usize > fs_slots.len())
-        {
-            return Err(PyValueError::new_err("fs_start + fs_count beyond fs_slots"));
-        }
-        let dialects = dialects
-            .iter()
-            .map(|d| Dialect::parse(d))
-            .collect::<PyResult<Vec<_>>>()?;
-        let (filter_offsets, filter_data) =
-            string_column(py, &filter_offsets, &filter_data, "filters")?;
-        let filter_exchange = vec_of(py, &filter_exchange, "filter_exchange")?;
-        let codes = vec_of(py, &codes, "codes")?;
-        if filter_offsets.len() != n_filters + 1
-            || filter_exchange.len() != n_filters
-            || codes.len() != n_filters
-        {
-            return Err(PyValueError::new_err(
-                "filters, filter_exchange and codes need one entry per filter slot",
-            ));
-        }
-        let text = std::str::from_utf8(&filter_data)
-            .map_err(|e| PyValueError::new_err(format!("filters: not UTF-8 ({e})")))?;
-        let mut per_exchange: Vec<(Vec<&str>, Vec<Hit>)> =
-            vec![(Vec::new(), Vec::new()); dialects.len()];
-        for f in 0..n_filters {
-            let e = filter_exchange[f];
-            if e < 0 {
-                continue; // a free filter slot
-            }
-            let Some((filters, exchange_codes)) = per_exchange.get_mut(e as usize) else {
-                return Err(PyValueError::new_err(format!(
-                    "filter_exchange: no exchange number {e}"
-                )));
-            };
-            let code = codes[f];
-            if (code >= 0 && code as usize >= n_slots)
-                || (code < 0 && (!code) as usize >= n_filters)
-            {
-                return Err(PyValueError::new_err(format!(
-                    "hit code {code} names no slot"
-                )));
-            }
-            let filter = text
-                .get(filter_offsets[f] as usize..filter_offsets[f + 1] as usize)
-                .ok_or_else(|| PyValueError::new_err("filters: an offset splits a character"))?;
-            filters.push(dialects[e as usize].match_part(filter));
-            exchange_codes.push(if code >= 0 {
-                Hit {
-                    code,
-                    rank: rank[code as usize],
-                    subscriber: sub_subscriber[code as usize],
-                }
-            } else {
-                Hit {
-                    code,
-                    ..Hit::default()
-                }
-            });
-        }
-        let tries = py.allow_threads(|| {
-            dialects
-                .iter()
-                .zip(&per_exchange)
-                .map(|(&d, (filters, codes))| Trie::build(d, filters, codes))
-                .collect()
-        });
+        let filters = FilterSlots::read(py, &tables, n_slots)?;
+        let tries = Self::tries(py, &tables, filters.special.len(), &rank, &owners)?;
         let slots = (0..n_slots)
             .map(|k| SlotInfo {
                 rank: rank[k],
-                subscriber: sub_subscriber[k],
+                subscriber: owners[k],
                 id_start: id_offsets[k],
                 id_len: id_offsets[k + 1] - id_offsets[k],
             })
@@ -280,21 +252,18 @@ impl Kernel {
         Ok(Kernel {
             tries,
             slots,
-            fs_start,
-            fs_count,
-            fs_ranks: fs_slots.iter().map(|&s| rank[s as usize]).collect(),
-            fs_subscribers: fs_slots
-                .iter()
-                .map(|&s| sub_subscriber[s as usize])
-                .collect(),
-            fs_slots,
-            special,
-            names: names.unbind(),
+            fs_ranks: filters.slots.iter().map(|&s| rank[s as usize]).collect(),
+            fs_subscribers: filters.slots.iter().map(|&s| owners[s as usize]).collect(),
+            fs_start: filters.start,
+            fs_count: filters.count,
+            fs_slots: filters.slots,
+            special: filters.special,
+            names: tables.names.unbind(),
             ids,
             id_data,
             name_offsets,
             name_data,
-            delivery: delivery_type.unbind(),
+            delivery: tables.delivery_type.unbind(),
         })
     }
 
@@ -315,7 +284,7 @@ impl Kernel {
         };
         with_scratch(|scratch| {
             trie.topic_hits(text, scratch);
-            match self.resolve(scratch, None) {
+            match self.resolve(scratch) {
                 Resolved::Special => Ok(py.None()),
                 Resolved::Slots => self.delivery_tuple(py, scratch),
             }
@@ -335,9 +304,7 @@ impl Kernel {
                 !c >= n_filters
             }
         }) {
-            return Err(PyValueError::new_err(format!(
-                "hit code {bad} names no slot"
-            )));
+            return Err(TableError::new_err(format!("hit code {bad} names no slot")));
         }
         let mut entries: Vec<(u32, i64)> = Vec::new();
         for code in codes {
@@ -365,7 +332,7 @@ impl Kernel {
             .iter()
             .find(|&&s| s < 0 || s as usize >= self.slots.len())
         {
-            return Err(PyValueError::new_err(format!("no subscription slot {bad}")));
+            return Err(TableError::new_err(format!("no subscription slot {bad}")));
         }
         with_scratch(|scratch| {
             scratch.entries.clear();
@@ -390,18 +357,15 @@ impl Kernel {
 
     /// Match distinct topics of exchange number `exchange` together:
     /// `(flat, offsets, unhandled, special)`. Topic `t`'s subscription
-    /// slots, sorted by `rank` (an int64 array per slot; default: the
-    /// kernel's), are `flat[offsets[t]:offsets[t + 1]]` (`flat` and
-    /// `offsets`: bytes of int64). `unhandled`: topics that are not valid str
-    /// topics; `special`: topics that hit a filter with per-message
-    /// conditions; both have no slots in `flat`.
-    #[pyo3(signature = (exchange, topics, rank=None))]
+    /// slots, in output order, are `flat[offsets[t]:offsets[t + 1]]` (`flat`
+    /// and `offsets`: bytes of int64). `unhandled`: topics that are not
+    /// valid str topics; `special`: topics that hit a filter with
+    /// per-message conditions; both have no slots in `flat`.
     pub(crate) fn match_topics<'py>(
         &self,
         py: Python<'py>,
         exchange: usize,
         topics: &Bound<'py, PyList>,
-        rank: Option<Bound<'py, PyAny>>,
     ) -> PyResult<(
         Bound<'py, PyBytes>,
         Bound<'py, PyBytes>,
@@ -409,15 +373,6 @@ impl Kernel {
         Vec<usize>,
     )> {
         let trie = self.trie(exchange)?;
-        let custom = match rank {
-            Some(r) => Some(u32_of(py, &r, u32::MAX as usize, "rank")?),
-            None => None,
-        };
-        if custom.as_ref().is_some_and(|r| r.len() != self.slots.len()) {
-            return Err(PyValueError::new_err(
-                "rank needs one entry per subscription slot",
-            ));
-        }
         let mut flat: Vec<i64> = Vec::new();
         let mut offsets: Vec<i64> = Vec::with_capacity(topics.len() + 1);
         offsets.push(0);
@@ -428,7 +383,7 @@ impl Kernel {
                     None => unhandled.push(t),
                     Some(text) => {
                         trie.topic_hits(text, scratch);
-                        match self.resolve(scratch, custom.as_deref()) {
+                        match self.resolve(scratch) {
                             Resolved::Special => special.push(t),
                             Resolved::Slots => flat
                                 .extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64)),
@@ -500,7 +455,7 @@ impl Kernel {
                     trie.exact.prefetch(ahead);
                 }
                 trie.topic_hits_hashed(text, hash, scratch);
-                if let Resolved::Slots = self.resolve(scratch, None) {
+                if let Resolved::Slots = self.resolve(scratch) {
                     flat.extend(scratch.entries.iter().map(|e| (e.0 & 0xFFFF_FFFF) as i64));
                     offsets.push(flat.len() as i64);
                     topic_unit.push(offsets.len() as i64 - 2);
@@ -529,7 +484,7 @@ impl Kernel {
     /// Returns `(row_offsets, group_offsets, id_offsets, id_data,
     /// name_offsets, name_data)` as bytes (offsets: int32): rows' delivery
     /// offsets, deliveries' id offsets, the ids, the deliveries' subscriber
-    /// names. Raises `ValueError` past Arrow's 2 GiB string columns.
+    /// names. Raises `ColumnOverflowError` past Arrow's 32-bit offsets.
     pub(crate) fn layout<'py>(
         &self,
         py: Python<'py>,
@@ -540,13 +495,15 @@ impl Kernel {
         let flat = u32_of(py, &flat, self.slots.len(), "flat")?;
         let offsets = u32_of(py, &offsets, flat.len() + 1, "offsets")?;
         if offsets.is_empty() || offsets.windows(2).any(|w| w[0] > w[1]) {
-            return Err(PyValueError::new_err(
+            return Err(TableError::new_err(
                 "offsets must be non-decreasing, one more than the units",
             ));
         }
         let row_unit = u32_of(py, &row_unit, offsets.len() - 1, "row_unit")?;
         let plan = py.allow_threads(|| self.plan_layout(&flat, &offsets));
-        let sizes = plan.sizes(&row_unit).map_err(PyValueError::new_err)?;
+        let sizes = plan
+            .sizes(&row_unit)
+            .map_err(ColumnOverflowError::new_err)?;
         // The six buffers are made at their final size and written in place:
         // a fan-out batch's column is gigabytes, which growing vectors and
         // then copying them into bytes objects would move two more times.
@@ -624,23 +581,93 @@ pub(crate) fn topic_bytes<'a>(trie: &Trie, topic: &'a Bound<'_, PyAny>) -> Optio
 }
 
 impl Kernel {
+    /// One trie per exchange of `tables.grammars`, of the live filter slots'
+    /// match parts (the filter text without a shared-subscription prefix)
+    /// and hit codes.
+    fn tries(
+        py: Python<'_>,
+        tables: &Tables<'_>,
+        n_filters: usize,
+        rank: &[u32],
+        owners: &[u32],
+    ) -> PyResult<Vec<Trie>> {
+        let n_slots = rank.len();
+        let dialects = tables
+            .grammars
+            .iter()
+            .map(Grammar::dialect)
+            .collect::<PyResult<Vec<_>>>()?;
+        let (filter_offsets, filter_data) = tables.filter_text.read(py, "filters")?;
+        let filter_exchange = vec_of(py, &tables.filter_exchange, "filter_exchange")?;
+        let codes = vec_of(py, &tables.hit_code, "hit_code")?;
+        if filter_offsets.len() != n_filters + 1
+            || filter_exchange.len() != n_filters
+            || codes.len() != n_filters
+        {
+            return Err(TableError::new_err(
+                "filter_text, filter_exchange and hit_code need one entry per filter slot",
+            ));
+        }
+        let text = utf8(&filter_data, "filters")?;
+        let mut per_exchange: Vec<(Vec<&str>, Vec<Hit>)> =
+            vec![(Vec::new(), Vec::new()); dialects.len()];
+        for f in 0..n_filters {
+            let e = filter_exchange[f];
+            if e < 0 {
+                continue; // a free filter slot
+            }
+            let Some((filters, hits)) = per_exchange.get_mut(e as usize) else {
+                return Err(TableError::new_err(format!(
+                    "filter_exchange: no exchange number {e}"
+                )));
+            };
+            let code = codes[f];
+            if (code >= 0 && code as usize >= n_slots)
+                || (code < 0 && (!code) as usize >= n_filters)
+            {
+                return Err(TableError::new_err(format!(
+                    "hit code {code} names no slot"
+                )));
+            }
+            let filter = string_at(text, &filter_offsets, f, "filters")?;
+            filters.push(tables.grammars[e as usize].match_part(dialects[e as usize], filter));
+            hits.push(if code >= 0 {
+                Hit {
+                    code,
+                    rank: rank[code as usize],
+                    subscriber: owners[code as usize],
+                }
+            } else {
+                Hit {
+                    code,
+                    ..Hit::default()
+                }
+            });
+        }
+        Ok(py.allow_threads(|| {
+            dialects
+                .iter()
+                .zip(&per_exchange)
+                .map(|(&d, (filters, hits))| Trie::build(d, filters, hits))
+                .collect()
+        }))
+    }
+
     pub(crate) fn trie(&self, exchange: usize) -> PyResult<&Trie> {
         self.tries
             .get(exchange)
-            .ok_or_else(|| PyValueError::new_err(format!("no exchange number {exchange}")))
+            .ok_or_else(|| TableError::new_err(format!("no exchange number {exchange}")))
     }
 
     /// Turns the hits in `scratch.codes` into the topic's subscription slots
-    /// in `scratch.entries`: `((rank << 32) | slot, subscriber)`, sorted
-    /// (`rank`: the kernel's, or per slot the given one). Ranks and
-    /// subscribers travel with the hits and beside the filters' slot lists,
-    /// so the per-slot table is not read here.
-    pub(crate) fn resolve(&self, scratch: &mut Scratch, rank: Option<&[u32]>) -> Resolved {
+    /// in `scratch.entries`: `((rank << 32) | slot, subscriber)`, sorted.
+    /// Ranks and subscribers travel with the hits and beside the filters'
+    /// slot lists, so the per-slot table is not read here.
+    pub(crate) fn resolve(&self, scratch: &mut Scratch) -> Resolved {
         let Scratch { codes, entries, .. } = scratch;
         entries.clear();
-        let entry = |slot: u32, own_rank: u32, subscriber: u32| {
-            let r = rank.map_or(own_rank, |r| r[slot as usize]);
-            (((r as u64) << 32) | slot as u64, subscriber)
+        let entry = |slot: u32, rank: u32, subscriber: u32| {
+            (((rank as u64) << 32) | slot as u64, subscriber)
         };
         for &hit in codes.iter() {
             if hit.code >= 0 {

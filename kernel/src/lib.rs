@@ -18,8 +18,14 @@
 //!   its exact error; a special filter hit).
 //! - [`layout`]: a batch's Arrow deliveries column (`Kernel.layout`).
 //! - [`offline`]: `bitroute match` on the same trie, for the files it reads
-//!   exactly as the Python paths do.
-//! - [`dialect`]: the topic rules of AMQP and MQTT.
+//!   exactly as the Python reference path does.
+//! - [`dialect`]: the topic rules of AMQP and MQTT; the rules of the
+//!   grammar that `compiler/` owns (the MQTT shared-subscription prefix,
+//!   the subscriber-name characters) are handed in, not written here.
+//! - [`errors`]: the exception classes (`KernelError` and its subclasses).
+//!
+//! The Python face is typed in `bitroute_kernel.pyi` (installed with the
+//! module, with `py.typed`).
 //!
 //! Semantics mirror `compiler/amqp.py` and `compiler/mqtt.py` (validation
 //! of topics, splitting, `*`/`+` one word, `#` zero or more words, the MQTT
@@ -28,6 +34,7 @@
 //! against the reference matcher.
 
 mod dialect;
+mod errors;
 mod exact;
 mod kernel;
 mod layout;
@@ -38,6 +45,13 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn bitroute_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("KernelError", py.get_type::<errors::KernelError>())?;
+    m.add("TableError", py.get_type::<errors::TableError>())?;
+    m.add(
+        "ColumnOverflowError",
+        py.get_type::<errors::ColumnOverflowError>(),
+    )?;
     m.add_class::<kernel::Kernel>()?;
     m.add_class::<offline::OfflineOutput>()?;
     m.add_function(wrap_pyfunction!(offline::offline_match, m)?)?;

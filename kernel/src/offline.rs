@@ -1,11 +1,14 @@
 //! `bitroute match` on the kernel: JSON Lines in, JSON Lines out, for the
 //! files whose every line the kernel reads exactly as `compiler/offline.py`'s
-//! record path does. Any other file (a rejection to report, an error line to
+//! reference path does. Any other file (a rejection to report, an error line to
 //! write, a shared subscription, header criteria, an escape or line break
 //! Python and serde might read differently) makes [`offline_match`] return
-//! `None`, and the Python paths answer it whole, with their own messages.
+//! `None`, and the Python reference path answers it whole, with its messages.
 //!
-//! The output is byte for byte the record path's: per topic line
+//! The grammar's rules this reader needs (the shared-subscription prefix,
+//! the subscriber-name rule) are handed in from `compiler/`.
+//!
+//! The output is byte for byte the reference path's: per topic line
 //! `json.dumps({"topic": topic, "subscriptions": ids})` (ASCII-escaped, ids
 //! as given: numbers first, numerically, then strings by code point).
 
@@ -18,14 +21,14 @@ use pyo3::types::PyBytes;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, Grammar};
 use crate::trie::{Hit, Scratch, Trie};
 
 /// Topic lines per output chunk.
 const BLOCK_LINES: usize = 8192;
 
 /// A present field's raw JSON text, `null` included (serde's `Option` would
-/// read `null` as absent, and the record path tells the two apart).
+/// read `null` as absent, and the reference path tells the two apart).
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
     <&RawValue>::deserialize(d).map(Some)
 }
@@ -69,7 +72,7 @@ impl GivenId {
 }
 
 impl Ord for GivenId {
-    /// The record path's `_id_order`: numbers first, numerically, then strings
+    /// The reference path's `_id_order`: numbers first, numerically, then strings
     /// by code point (the order of their UTF-8 bytes).
     fn cmp(&self, other: &Self) -> Ordering {
         match (self, other) {
@@ -120,7 +123,7 @@ fn push_json_string(out: &mut String, s: &str) {
 /// The lines of a file, or `None` when Python might split it otherwise: it
 /// must be UTF-8 and have no line break but `\n` (`str.splitlines` also
 /// breaks at `\r`, `\x0b`, `\x0c`, `\x1c`-`\x1e`, U+0085, U+2028, U+2029).
-/// Blank lines (spaces and tabs only) are dropped, as the record path does.
+/// Blank lines (spaces and tabs only) are dropped, as the reference path does.
 fn lines(data: &[u8]) -> Option<Vec<&str>> {
     let text = std::str::from_utf8(data).ok()?;
     if text
@@ -153,7 +156,7 @@ fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
     serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
 }
 
-/// An id the record path accepts and the kernel reads alike: a non-empty
+/// An id the reference path accepts and the kernel reads alike: a non-empty
 /// string or an integer.
 fn given_id(raw: &RawValue) -> Option<GivenId> {
     let text = raw.get();
@@ -163,32 +166,55 @@ fn given_id(raw: &RawValue) -> Option<GivenId> {
     }
     let digits = text.strip_prefix('-').unwrap_or(text);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None; // floats, booleans, objects: the Python paths
+        return None; // floats, booleans, objects: the Python path
     }
     text.parse::<i128>().ok().map(GivenId::Number)
 }
 
-/// `compiler.subscription.validate_subscriber`.
-fn valid_subscriber(name: &str) -> bool {
-    (1..=200).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        && name != "."
-        && name != ".."
+/// The subscriber-name rule as `compiler.subscription.SUBSCRIBER_RULE` hands
+/// it over: the characters a name may hold (ASCII), its longest length and
+/// the names it must not be.
+#[derive(FromPyObject)]
+pub(crate) struct SubscriberRule {
+    characters: String,
+    max_chars: usize,
+    reserved: Vec<String>,
 }
 
-/// Whether `parse_filter` of the dialect accepts `text` as a filter the
-/// kernel matches alone: not an MQTT shared subscription.
-fn plain_filter(dialect: Dialect, text: &str) -> bool {
+/// [`SubscriberRule`] as a byte table, for `validate_subscriber`'s check of every line.
+struct SubscriberCheck<'a> {
+    allowed: [bool; 128],
+    rule: &'a SubscriberRule,
+}
+
+impl<'a> SubscriberCheck<'a> {
+    fn new(rule: &'a SubscriberRule) -> Self {
+        let mut allowed = [false; 128];
+        for b in rule.characters.bytes().filter(|b| b.is_ascii()) {
+            allowed[b as usize] = true;
+        }
+        SubscriberCheck { allowed, rule }
+    }
+
+    fn valid(&self, name: &str) -> bool {
+        (1..=self.rule.max_chars).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii() && self.allowed[b as usize])
+            && !self.rule.reserved.iter().any(|r| r == name)
+    }
+}
+
+/// Whether `parse_filter` of the grammar accepts `text` as a filter the
+/// kernel matches alone: not a shared subscription.
+fn plain_filter(dialect: Dialect, grammar: &Grammar, text: &str) -> bool {
+    if grammar.is_shared(text) {
+        return false;
+    }
     match dialect {
         Dialect::Amqp => text.len() <= 255,
         Dialect::Mqtt => {
-            if text.is_empty()
-                || text.len() > 65535
-                || text.contains('\0')
-                || text.starts_with("$share/")
-            {
+            if text.is_empty() || text.len() > 65535 || text.contains('\0') {
                 return false;
             }
             let levels: Vec<&str> = text.split('/').collect();
@@ -255,21 +281,31 @@ impl OfflineOutput {
     }
 }
 
-/// `offline_match(dialect, subscriptions, topics)`: the output of `bitroute
-/// match` for two files' bytes, as an iterator of ASCII chunks, or `None`
-/// when the Python paths must answer (see the module docs).
+/// `offline_match(subscriptions, topics, grammar, subscribers)`: the output
+/// of `bitroute match` for two files' bytes, as an iterator of ASCII chunks,
+/// or `None` when the Python path must answer (see the module docs).
+/// `grammar` is the exchange's `compiler.grammar.KernelGrammar`,
+/// `subscribers` the subscriber-name rule.
 #[pyfunction]
 pub fn offline_match(
     py: Python<'_>,
-    dialect: &str,
     subscriptions: &[u8],
     topics: &[u8],
+    grammar: Grammar,
+    subscribers: SubscriberRule,
 ) -> PyResult<Option<OfflineOutput>> {
-    let dialect = Dialect::parse(dialect)?;
-    Ok(py.allow_threads(|| read(dialect, subscriptions, topics)))
+    let dialect = grammar.dialect()?;
+    Ok(py.allow_threads(|| read(dialect, &grammar, &subscribers, subscriptions, topics)))
 }
 
-fn read(dialect: Dialect, subscriptions: &[u8], topics: &[u8]) -> Option<OfflineOutput> {
+fn read(
+    dialect: Dialect,
+    grammar: &Grammar,
+    subscribers: &SubscriberRule,
+    subscriptions: &[u8],
+    topics: &[u8],
+) -> Option<OfflineOutput> {
+    let subscribers = SubscriberCheck::new(subscribers);
     let mut ids: Vec<GivenId> = Vec::new();
     let mut filters: Vec<String> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -277,15 +313,16 @@ fn read(dialect: Dialect, subscriptions: &[u8], topics: &[u8]) -> Option<Offline
     for line in lines(subscriptions)? {
         let record: SubscriptionLine = object(line)?;
         if record.headers.is_some_and(|h| h.get() != "null") {
-            return None; // header criteria: the Python paths
+            return None; // header criteria: the Python path
         }
         let id = given_id(record.id?)?;
         let filter = string_value(record.filter?)?;
-        if !plain_filter(dialect, &filter) {
+        if !plain_filter(dialect, grammar, &filter) {
             return None;
         }
         if let Some(raw) = record.subscriber {
-            if raw.get() != "null" && !string_value(raw).is_some_and(|name| valid_subscriber(&name))
+            if raw.get() != "null"
+                && !string_value(raw).is_some_and(|name| subscribers.valid(&name))
             {
                 return None;
             }

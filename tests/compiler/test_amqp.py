@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from compiler import FilterError, TopicError, amqp
-from compiler.pattern import FilterKind, Shape
 
 VALID = ["", "a.b.c", "a..b", ".", "a.", "*", "#", "*.b.*", "#.c", "a.#", "a.#.c", "#.#", "#.b.#",
          "a.#.b.#.c", "*.#", "a*.b#", "ü.€", "a" * 255, "é" * 127]
@@ -113,21 +112,9 @@ def test_many_hashes_match_without_blow_up(amqp_routing):
 
 
 @pytest.mark.parametrize(
-    "text, kind, shape",
-    [
-        ("a.b", FilterKind.EXACT, None),
-        ("", FilterKind.EXACT, None),
-        ("a.*.c", FilterKind.SHAPED, Shape(3, False, (0, 2))),
-        ("a.#", FilterKind.SHAPED, Shape(1, True, (0,))),
-        ("#.c", FilterKind.SHAPED, Shape(1, True, (-1,))),
-        ("a.#.*.c", FilterKind.SHAPED, Shape(3, True, (0, -1))),
-        ("a.*.#.c", FilterKind.SHAPED, Shape(3, True, (0, -1))),
-        ("#.#", FilterKind.SHAPED, Shape(0, True, ())),
-        ("*.#.*", FilterKind.SHAPED, Shape(2, True, ())),
-        ("#.a.#", FilterKind.MULTI, None),
-        ("a.#.b.#.c", FilterKind.MULTI, None),
-    ],
+    "text, words",
+    [("a.b", ("a", "b")), ("", ()), ("a.*.c", ("a", "*", "c")), ("#.a.#", ("#", "a", "#")), ("a..", ("a", "", ""))],
 )
-def test_classification(text, kind, shape):
+def test_parsed_words(text, words):
     parsed = amqp.parse_filter(text)
-    assert (parsed.kind, parsed.shape) == (kind, shape)
+    assert (parsed.text, parsed.words, parsed.share_group) == (text, words, None)

@@ -1,0 +1,114 @@
+"""bitroute's topic-matching kernel (Rust, ``kernel/src``): the typed face of
+the extension module, installed with it (maturin ships this file and
+``py.typed``). ``compiler.matcher.Matcher`` and ``compiler.offline`` are its
+callers; see kernel/src/lib.rs for what it does.
+
+Slot arrays are int64 numpy arrays (any contiguous int64 buffer); results
+named "bytes of int64" are native-endian int64 values (``np.frombuffer``).
+"""
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+
+class KernelError(Exception):
+    """Root of every exception the kernel raises."""
+
+class TableError(KernelError):
+    """The tables or arrays handed to the kernel are inconsistent (a length,
+    a slot or exchange number out of range, a string column that is not
+    UTF-8, an unknown dialect): a caller's bug or a malformed snapshot,
+    never a bad publish."""
+
+class ColumnOverflowError(KernelError):
+    """A batch's deliveries column would exceed Arrow's 32-bit offsets: the
+    batch must be matched in smaller parts."""
+
+class StringColumn(Protocol):
+    """``compiler.columns.StringColumn``: string ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]``."""
+
+    offsets: np.ndarray  # int64, one more than the strings
+    data: np.ndarray  # uint8
+
+class Grammar(Protocol):
+    """``compiler.grammar.KernelGrammar``: an exchange's dialect and the
+    prefix of its shared subscriptions (``None``: it has none)."""
+
+    dialect: str  # "amqp" or "mqtt"
+    share_prefix: str | None
+
+class SubscriberRule(Protocol):
+    """``compiler.subscription.SUBSCRIBER_RULE``."""
+
+    characters: str  # the ASCII characters a subscriber name may hold
+    max_chars: int
+    reserved: tuple[str, ...]  # names it must not be
+
+class Tables(Protocol):
+    """``compiler.tables.KernelTables`` (its docstring defines each table)."""
+
+    delivery_type: type[tuple]
+    names: list[str | None]
+    name_text: StringColumn
+    ids: StringColumn
+    rank: np.ndarray
+    owners: np.ndarray
+    filter_start: np.ndarray
+    filter_count: np.ndarray
+    filter_slots: np.ndarray
+    special: np.ndarray  # uint8
+    grammars: list[Grammar]
+    filter_text: StringColumn
+    filter_exchange: np.ndarray
+    hit_code: np.ndarray
+
+class Kernel:
+    """The matching kernel of one snapshot: per exchange, an exact-filter map
+    and a trie of the wildcard filters. Exchanges are numbered as in
+    ``tables.grammars``; a number out of range raises :class:`TableError`."""
+
+    def __init__(self, tables: Tables) -> None:
+        """Raises :class:`TableError` for inconsistent tables."""
+
+    def deliveries(self, exchange: int, topic: object) -> tuple[tuple, ...] | None:
+        """The finished deliveries (``delivery_type`` tuples, by subscriber)
+        of one topic, or ``None`` when the Python side must answer: not a
+        valid str topic, or a hit of a filter with per-message conditions."""
+
+    def ordered_slots(self, codes: list[int]) -> list[int]:
+        """The subscription slots of hit codes, conditions ignored, in
+        (subscriber, id) order."""
+
+    def slot_deliveries(self, slots: list[int]) -> tuple[tuple, ...]:
+        """The deliveries of subscription slots already in output order."""
+
+    def hits(self, exchange: int, words: list[str]) -> list[int]:
+        """The hit codes of a topic the Python grammar validated and split."""
+
+    def match_topics(self, exchange: int, topics: list[str]) -> tuple[bytes, bytes, list[int], list[int]]:
+        """``(flat, offsets, unhandled, special)`` for distinct topics: topic
+        ``t``'s slots in output order are ``flat[offsets[t]:offsets[t + 1]]``
+        (bytes of int64); ``unhandled``: invalid topics; ``special``: hits of
+        filters with per-message conditions (neither has slots in ``flat``)."""
+
+    def match_keys(self, exchange: int, keys: list[bytes | str | None]) -> tuple[bytes, bytes, bytes]:
+        """``(row_topic, flat, offsets)``, bytes of int64, for a batch's routing
+        keys: row ``r``'s slots are ``flat[offsets[t]:offsets[t + 1]]`` for
+        ``t = row_topic[r]``, -1 for a row the Python side must answer."""
+
+    def layout(self, row_unit: np.ndarray, flat: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+        """The six Arrow buffers of a batch's deliveries column (see
+        ``compiler.output.deliveries_column``). Raises
+        :class:`ColumnOverflowError` past Arrow's 32-bit offsets."""
+
+class OfflineOutput(Iterator[bytes]):
+    """The output lines of ``bitroute match``, a block of ASCII lines at a time."""
+
+    def __iter__(self) -> OfflineOutput: ...
+    def __next__(self) -> bytes: ...
+
+def offline_match(subscriptions: bytes, topics: bytes, grammar: Grammar, subscribers: SubscriberRule) -> OfflineOutput | None:
+    """``bitroute match`` of two files' bytes, or ``None`` when the Python
+    reference path must answer (see kernel/src/offline.rs)."""

@@ -1,0 +1,109 @@
+"""The kernel's Python face: its tables as one structure, its typed errors,
+its stub, and what the matcher does when the kernel refuses a snapshot."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from importlib import resources
+
+import bitroute_kernel
+import numpy as np
+import pytest
+from bitroute_kernel import ColumnOverflowError, Kernel, KernelError, TableError
+
+from compiler import Matcher, RoutingIndex, SnapshotFormatError, Subscription
+from compiler.columns import StringColumn, string_buffers
+from compiler.grammar import KernelGrammar
+from compiler.output import Delivery
+from compiler.tables import KernelTables
+
+import pyarrow as pa
+
+
+def _tables(**changes) -> KernelTables:
+    """Two subscriptions of one subscriber on filters ``a.*`` and ``$share/g/x`` (MQTT-style prefix given)."""
+    names = ["alice"]
+    tables = KernelTables(
+        delivery_type=Delivery,
+        names=names,
+        name_text=string_buffers(pa.array(names)),
+        ids=string_buffers(pa.array(["s1", "s2"])),
+        rank=np.array([0, 1]),
+        owners=np.array([0, 0]),
+        filter_start=np.array([0, 1]),
+        filter_count=np.array([1, 1]),
+        filter_slots=np.array([0, 1]),
+        special=np.zeros(2, dtype=np.uint8),
+        grammars=[KernelGrammar("mqtt", "$share/")],
+        filter_text=string_buffers(pa.array(["a/+", "$share/g/x"])),
+        filter_exchange=np.array([0, 0]),
+        hit_code=np.array([0, 1]),
+    )
+    return dataclasses.replace(tables, **changes)
+
+
+def test_the_kernel_reads_its_tables_by_name():
+    kernel = Kernel(_tables())
+    assert kernel.deliveries(0, "a/b") == (Delivery("alice", ("s1",)),)
+    # The shared filter matches as its part after the handed-in prefix and group.
+    assert kernel.deliveries(0, "x") == (Delivery("alice", ("s2",)),)
+    assert kernel.deliveries(0, "$share/g/x") == ()
+    without_prefix = Kernel(_tables(grammars=[KernelGrammar("mqtt", None)]))
+    assert without_prefix.deliveries(0, "x") == () and without_prefix.deliveries(0, "$share/g/x") != ()
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"hit_code": np.array([0, 7])}, "hit code 7 names no slot"),
+        ({"rank": np.array([0])}, "rank and owners need one entry per subscription slot"),
+        ({"filter_exchange": np.array([0, 3])}, "no exchange number 3"),
+        ({"grammars": [KernelGrammar("stomp", None)]}, "unknown dialect"),
+        ({"ids": StringColumn(np.array([0, 2, 1]), np.frombuffer(b"s1s2", dtype=np.uint8))}, "non-decreasing"),
+        ({"delivery_type": list}, "tuple subclass"),
+        ({"owners": np.array([0.0, 0.0])}, "int64"),
+    ],
+)
+def test_inconsistent_tables_raise_a_table_error(changes, message):
+    with pytest.raises(TableError, match=message):
+        Kernel(_tables(**changes))
+
+
+def test_a_missing_table_is_named():
+    tables = _tables()
+    incomplete = {f.name: getattr(tables, f.name) for f in dataclasses.fields(tables) if f.name != "special"}
+    with pytest.raises(AttributeError, match="special"):
+        Kernel(type("Incomplete", (), incomplete)())
+
+
+def test_the_errors_are_one_hierarchy():
+    assert issubclass(TableError, KernelError) and issubclass(ColumnOverflowError, KernelError)
+    assert issubclass(KernelError, Exception) and not issubclass(KernelError, ValueError)
+    with pytest.raises(TableError, match="no exchange number 5"):
+        Kernel(_tables()).match_topics(5, ["a"])
+
+
+def test_the_matcher_reports_tables_the_kernel_refuses_as_a_snapshot_error(monkeypatch):
+    index = RoutingIndex({"amq": "amqp"})
+    index.upsert(Subscription("s1", "amq", "alice", "a.*"))
+    snapshot = index.snapshot(3, {})
+
+    def refuse(tables):
+        raise TableError("hit code 9 names no slot")
+
+    monkeypatch.setattr("compiler.matcher.Kernel", refuse)
+    with pytest.raises(SnapshotFormatError, match="snapshot 3: the matching kernel refuses its tables: hit code 9"):
+        Matcher(snapshot)
+
+
+def test_the_stub_ships_with_the_module_and_names_every_public_name():
+    package = resources.files("bitroute_kernel")
+    assert (package / "py.typed").is_file()
+    stub = ast.parse((package / "__init__.pyi").read_text())
+    declared = {node.name for node in stub.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    public = {name for name in dir(bitroute_kernel) if not name.startswith("_") and name != "bitroute_kernel"}
+    assert public <= declared, public - declared
+    kernel_methods = {node.name for node in next(n for n in stub.body if getattr(n, "name", "") == "Kernel").body
+                      if isinstance(node, ast.FunctionDef)}
+    assert {name for name in dir(Kernel) if not name.startswith("_")} <= kernel_methods
