@@ -54,7 +54,7 @@ from compiler import (
     TopicError,
     UnknownExchangeError,
 )
-from compiler.grammar import grammar_for
+from compiler.shared import shared_filters
 from streaming.config import Config
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.kafka.clients import consumer as kafka_consumer
@@ -308,10 +308,7 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
     ids = [sub_id for d in deliveries for sub_id in d.subscription_ids]
     live = _live(t)
     matched = live & pc.is_in(t.sub_ids, pa.array(ids, pa.string())).to_numpy(zero_copy_only=False)
-    share_prefix = getattr(grammar_for(snapshot.exchanges[exchange]), "SHARE_PREFIX", None)
-    shared = np.zeros(len(t.filter_text), dtype=bool)
-    if share_prefix is not None and len(t.filter_text):
-        shared = pc.starts_with(t.filter_text, share_prefix).to_numpy(zero_copy_only=False)
+    shared = shared_filters(snapshot)
     if message_id is None and shared.any():
         # The other members of each matched group: same (exchange, filter), criteria holding.
         groups = np.unique(t.sub_filter[matched][shared[t.sub_filter[matched]]])
@@ -321,12 +318,12 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
             matched[slot] = found is None or found.matches(header_map)
     slots = np.flatnonzero(matched)
     table = _table(snapshot, slots)
+    table = table.append_column("shared", pa.array(shared[t.sub_filter[slots]], pa.bool_()))
     table = table.take(pc.sort_indices(table, sort_keys=[("subscriber", "ascending"),
                                                         ("subscription_id", "ascending")]))
     receivers: dict[str, list[dict[str, object]]] = {}
     for row in _rows(snapshot, table):
-        is_shared = share_prefix is not None and row["filter"].startswith(share_prefix)
-        row["shared_group"] = row["filter"] if is_shared else None
+        row["shared_group"] = row["filter"] if row.pop("shared") else None
         receivers.setdefault(row["subscriber"], []).append(row)
     return [Receiver(name, message_id is not None or any(r["shared_group"] is None for r in rows),
                      rows) for name, rows in receivers.items()]
