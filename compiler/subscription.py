@@ -17,6 +17,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from schemas.records import SUBSCRIPTION_FIELDS, SUBSCRIPTION_REQUIRED_FIELDS
+
 from .errors import HeaderCriteriaError, SubscriptionError, quote
 from .headers import HeaderCriteria
 
@@ -24,8 +26,8 @@ MAX_SUBSCRIBER_CHARS = 200
 """Longest subscriber name: ``bitroute.deliveries.`` plus 200 stays under Kafka's 249."""
 
 _SUBSCRIBER = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_SUBSCRIBER_CHARS)
-_FIELDS = {"exchange", "subscriber", "filter", "headers"}
-_REQUIRED = ("exchange", "subscriber", "filter")
+_FIELDS = frozenset(SUBSCRIPTION_FIELDS)
+_REQUIRED = SUBSCRIPTION_REQUIRED_FIELDS
 
 
 def validate_subscriber(name: object) -> str:

@@ -44,7 +44,6 @@ from streaming.kafka.clients import (
     consumer as kafka_consumer,
     producer as kafka_producer,
 )
-from streaming.kafka.partitioner import default_partition
 from streaming.kafka.topics import (
     COMPACTED,
     TopicCreationError,
@@ -279,18 +278,18 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
         validate_subscriber(subscriber)
     except CompilerError as exc:
         raise InvalidRequest(str(exc)) from None
-    kafka = config.kafka
-    topic = kafka.deliveries_topic(subscriber)
-    wanted_key = subscriber.encode("utf-8") if kafka.shared_layout else None
+    kafka, layout = config.kafka, config.kafka.layout
+    topic = layout.topic(subscriber)
+    wanted_key = layout.subscriber_key(subscriber)
     consumer = kafka_consumer(kafka.client_settings, f"bitroute-tail-{uuid.uuid4().hex}", {
         "enable.auto.offset.store": False,
         "enable.partition.eof": False,
         "topic.metadata.refresh.interval.ms": TAIL_METADATA_REFRESH_MS,
     })
     try:
-        partitions = _partitions(consumer, topic, subscriber)
+        partitions = layout.subscriber_partitions(subscriber,
+                                                  _partitions(consumer, topic, subscriber))
         if wanted_key is not None:
-            partitions = [partitions[default_partition(wanted_key, len(partitions))]]
             where = f"{topic} partition {partitions[0]} (shared layout, records keyed {subscriber})"
         else:
             where = f"{topic} ({len(partitions)} partition{'' if len(partitions) == 1 else 's'})"
