@@ -50,6 +50,7 @@ from streaming.kafka.topics import (
     admin_client,
     ensure_delivery_topics,
     ensure_topics,
+    served,
 )
 
 ACK_TIMEOUT_S = 30.0
@@ -391,7 +392,7 @@ def _partitions(consumer: BitrouteConsumer, topic: str, subscriber: str) -> list
         if metadata is None or metadata.error is not None or not metadata.partitions:
             raise ClientError(f"no delivery topic {topic}: subscriber {subscriber!r} has no "
                               f"subscription yet (bitroute subscribe creates it)")
-        if all(p.leader >= 0 for p in metadata.partitions.values()):
+        if served(metadata):
             return sorted(metadata.partitions)
         if time.monotonic() > deadline:
             raise ClientError(f"{topic} has partitions without a leader after "

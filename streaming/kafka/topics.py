@@ -89,7 +89,7 @@ def _wait_until_served(admin: BitrouteAdmin, names: list[str]) -> None:
     deadline = time.monotonic() + CREATE_TIMEOUT_S
     while waiting:
         topics = admin.topics(CREATE_TIMEOUT_S).topics
-        waiting = {name for name in waiting if not _served(topics.get(name))}
+        waiting = {name for name in waiting if not served(topics.get(name))}
         if not waiting:
             return
         if time.monotonic() > deadline:
@@ -98,7 +98,9 @@ def _wait_until_served(admin: BitrouteAdmin, names: list[str]) -> None:
         time.sleep(SERVED_POLL_S)
 
 
-def _served(topic) -> bool:
+def served(topic) -> bool:
+    """Whether a topic's metadata (``TopicMetadata`` or None) shows it served: no error,
+    and a leader for each of its partitions."""
     return (topic is not None and topic.error is None and bool(topic.partitions)
             and all(p.leader >= 0 for p in topic.partitions.values()))
 

@@ -62,6 +62,7 @@ from streaming.router.delivery import (
     ProducerSettings,
     cached_producer,
 )
+from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
     HEADER_OVERHEAD,
     Headers,
@@ -73,7 +74,6 @@ from streaming.kafka.records import (
     subscription_ids_json,
     text,
 )
-from streaming.kafka.layout import DeliveryLayout
 from streaming.router.matching import cached_matcher
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
