@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from schemas.records import SUBSCRIPTION_FIELDS, SUBSCRIPTION_REQUIRED_FIELDS
+
 from .errors import HeaderCriteriaError, SubscriptionError, quote
 from .headers import HeaderCriteria
 
@@ -49,8 +51,8 @@ SUBSCRIBER_RULE = SubscriberRule(
     RESERVED_SUBSCRIBERS,
 )
 """What :func:`validate_subscriber` checks, handed to the kernel rather than written again in Rust."""
-_FIELDS = {"exchange", "subscriber", "filter", "headers"}
-_REQUIRED = ("exchange", "subscriber", "filter")
+_FIELDS = frozenset(SUBSCRIPTION_FIELDS)
+_REQUIRED = SUBSCRIPTION_REQUIRED_FIELDS
 
 
 def validate_subscriber(name: object) -> str:

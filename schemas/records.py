@@ -3,11 +3,14 @@
 Kafka, publishes (input): key = routing key (UTF-8), value = payload (opaque,
 never parsed), headers = message properties used by header criteria, plus the
 optional :data:`EXCHANGE_HEADER` (default exchange from config). The message
-id is ``<topic>/<partition>/<offset>``: unique and stable across replays.
+id is ``<topic>/<partition>/<offset>``: unique and stable across replays; it is
+built (:func:`message_id`, :func:`message_id_column`) and parsed
+(:data:`MESSAGE_ID_PATTERN`) here and nowhere else.
 
 Kafka, subscriptions (compacted changelog): key = subscription id; value =
 JSON ``{exchange, subscriber, filter, headers?: {match, criteria}}``
-(:data:`SUBSCRIPTION_FIELDS`); a null value (tombstone) removes it.
+(:data:`SUBSCRIPTION_FIELDS`, the names the parser ``compiler.subscription`` reads);
+a null value (tombstone) removes it.
 
 Kafka, deliveries: one topic per subscriber (the default layout); value = the
 original payload, key = the routing key, headers = the original headers plus
@@ -17,7 +20,7 @@ shared layout (``kafka.delivery_layout = "shared"``) every subscriber's
 deliveries go to one shared topic keyed by subscriber: key = the subscriber
 name, partition = Kafka's default (murmur2) partition of that key, and the
 routing key moves to :data:`ROUTING_KEY_HEADER`; value and the other headers
-are as above.
+are as above. :class:`streaming.kafka.layout.DeliveryLayout` implements the layouts.
 
 Kafka, rejected: the original key, value and headers of a bad publish or a bad
 subscription change, plus :data:`REASON_HEADER`, :data:`SOURCE_HEADER`
@@ -28,8 +31,9 @@ Delta: ``deliveries`` (one row per message x subscriber), ``messages`` (one row
 per publish with its outcome), ``subscriptions`` (every applied change with the
 snapshot version it produced); their columns are in :mod:`schemas.tables`.
 
-Plain names only, no Spark import: the client verbs and ``bitroute audit``
-import this module without starting pyspark.
+Plain names only, no Spark or Arrow import: the client verbs and ``bitroute audit``
+import this module without starting pyspark (:func:`message_id_column` loads
+pyarrow when first called).
 """
 
 from __future__ import annotations
@@ -56,7 +60,10 @@ SOURCE_PUBLISH = "publish"
 SOURCE_SUBSCRIPTION = "subscription"
 
 # --- Subscription changelog JSON ---------------------------------------------
-SUBSCRIPTION_FIELDS = ("exchange", "subscriber", "filter", "headers")
+#: The fields every changelog value carries, each a string, in this order.
+SUBSCRIPTION_REQUIRED_FIELDS = ("exchange", "subscriber", "filter")
+#: Every field a changelog value may carry (``headers`` is optional, may be null).
+SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers")
 HEADER_CRITERIA_FIELDS = ("match", "criteria")
 
 # --- Message outcomes (messages.outcome) and change kinds (subscriptions.change)
@@ -68,9 +75,25 @@ CHANGE_REMOVE = "remove"
 CHANGE_REJECTED = "rejected"
 
 
+# --- Message ids -----------------------------------------------------------------
+#: A message id parsed back: groups ``topic`` (which may hold ``/``), ``partition`` and
+#: ``offset`` (decimal, at most 18 digits: they fit an int64). Python's ``re``, Arrow's
+#: RE2 (``pc.extract_regex``) and DataFusion's ``regexp_match`` read it alike.
+MESSAGE_ID_PATTERN = r"^(?P<topic>.*)/(?P<partition>[0-9]{1,18})/(?P<offset>[0-9]{1,18})$"
+
+
 def message_id(topic: str, partition: int, offset: int) -> str:
     """The id of the Kafka record at ``topic/partition/offset``."""
     return f"{topic}/{partition}/{offset}"
+
+
+def message_id_column(topics, partitions, offsets):
+    """:func:`message_id` of Arrow columns (string, integer, integer), vectorised."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()),
+                                       pc.cast(offsets, pa.string()), "/")
 
 
 # --- Delta tables --------------------------------------------------------------

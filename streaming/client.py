@@ -44,13 +44,13 @@ from streaming.kafka.clients import (
     consumer as kafka_consumer,
     producer as kafka_producer,
 )
-from streaming.kafka.partitioner import default_partition
 from streaming.kafka.topics import (
     COMPACTED,
     TopicCreationError,
     admin_client,
     ensure_delivery_topics,
     ensure_topics,
+    served,
 )
 
 ACK_TIMEOUT_S = 30.0
@@ -221,18 +221,18 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
         validate_subscriber(subscriber)
     except CompilerError as exc:
         raise InvalidRequest(str(exc)) from None
-    kafka = config.kafka
-    topic = kafka.deliveries_topic(subscriber)
-    wanted_key = subscriber.encode("utf-8") if kafka.shared_layout else None
+    kafka, layout = config.kafka, config.kafka.layout
+    topic = layout.topic(subscriber)
+    wanted_key = layout.subscriber_key(subscriber)
     consumer = kafka_consumer(kafka.client_settings, f"bitroute-tail-{uuid.uuid4().hex}", {
         "enable.auto.offset.store": False,
         "enable.partition.eof": False,
         "topic.metadata.refresh.interval.ms": TAIL_METADATA_REFRESH_MS,
     })
     try:
-        partitions = _partitions(consumer, topic, subscriber)
+        partitions = layout.subscriber_partitions(subscriber,
+                                                  _partitions(consumer, topic, subscriber))
         if wanted_key is not None:
-            partitions = [partitions[default_partition(wanted_key, len(partitions))]]
             where = f"{topic} partition {partitions[0]} (shared layout, records keyed {subscriber})"
         else:
             where = f"{topic} ({len(partitions)} partition{'' if len(partitions) == 1 else 's'})"
@@ -334,7 +334,7 @@ def _partitions(consumer: BitrouteConsumer, topic: str, subscriber: str) -> list
         if metadata is None or metadata.error is not None or not metadata.partitions:
             raise ClientError(f"no delivery topic {topic}: subscriber {subscriber!r} has no "
                               f"subscription yet (bitroute subscribe creates it)")
-        if all(p.leader >= 0 for p in metadata.partitions.values()):
+        if served(metadata):
             return sorted(metadata.partitions)
         if time.monotonic() > deadline:
             raise ClientError(f"{topic} has partitions without a leader after "

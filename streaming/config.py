@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import os
 import re
@@ -34,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import conf
-from schemas.records import DELIVERY_LAYOUTS, LAYOUT_SHARED, LAYOUT_TOPIC_PER_SUBSCRIBER
+from schemas.records import DELIVERY_LAYOUTS, LAYOUT_TOPIC_PER_SUBSCRIBER
 from streaming.errors import BitrouteError
+from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.settings import REDACTED, ClientSettings, ClientSettingsError, resolve_properties
 
 ENV_PREFIX = "BITROUTE_"
@@ -77,15 +79,11 @@ class KafkaConfig:
         """The connection every Kafka client is built from (:mod:`streaming.kafka`)."""
         return ClientSettings.of(self.bootstrap, self.client)
 
-    @property
-    def shared_layout(self) -> bool:
-        """Whether deliveries go to the shared topic, keyed by subscriber (else one topic each)."""
-        return self.delivery_layout == LAYOUT_SHARED
-
-    def deliveries_topic(self, subscriber: str) -> str:
-        """The Kafka topic holding one (already validated) subscriber's deliveries."""
-        return self.shared_deliveries_topic if self.shared_layout else (
-            self.deliveries_topic_prefix + subscriber)
+    @functools.cached_property
+    def layout(self) -> DeliveryLayout:
+        """The delivery layout (``delivery_layout`` and the topic keys it reads): a
+        subscriber's topic, its record key, the partitions of a delivery topic."""
+        return DeliveryLayout.of(self)
 
 
 @dataclass(frozen=True)

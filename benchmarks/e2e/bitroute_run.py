@@ -183,11 +183,10 @@ class Env:
 
     def delivery_topics(self, w: Workload) -> list[str]:
         """The topics the workload's deliveries arrive in (one, in the shared layout)."""
-        return sorted({self.config.kafka.deliveries_topic(s) for s in w.subscribers})
+        return sorted({self.config.kafka.layout.topic(s) for s in w.subscribers})
 
     def delivery_partitions(self) -> int:
-        kafka = self.config.kafka
-        return kafka.shared_delivery_partitions if kafka.shared_layout else kafka.delivery_partitions
+        return self.config.kafka.layout.partitions
 
     def roles(self) -> dict:
         r = self.router
@@ -381,7 +380,7 @@ def first_route(folder: Path, w: Workload, user_sets: list[str], log,
         # A probe that the last subscription of the workload matches.
         sid, subscriber, filt = w.subs[-1]
         probe_key = "/".join("x" if lvl in ("+", "#") else lvl for lvl in filt.split("/"))
-        topic = env.config.kafka.deliveries_topic(subscriber)
+        topic = env.config.kafka.layout.topic(subscriber)
         t0, t1 = kafka_load.load_changelog(bootstrap, env.config.kafka.subscriptions_topic, w,
                                            EXCHANGE)
         log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s; "
@@ -393,7 +392,7 @@ def first_route(folder: Path, w: Workload, user_sets: list[str], log,
         # the new subscriptions marks the end. The subscriber's topic may not
         # exist yet (the router creates it when it applies the subscription);
         # in the shared layout the subscriber's records are the ones keyed by it.
-        wanted_key = subscriber.encode() if env.config.kafka.shared_layout else None
+        wanted_key = env.config.kafka.layout.subscriber_key(subscriber)
         assigned = False
         arrived = None
         next_probe = 0.0

@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
 
         subscribers = sorted({s for rows in subs.values() for _, s, _ in rows})
         consumer = kafka.consumer(k.client_settings, f"check-{time.time_ns()}")
-        consumer.assign([TopicPartition(k.deliveries_topic(s), p, 0)
-                         for s in subscribers for p in range(k.delivery_partitions)])
+        consumer.assign([TopicPartition(k.layout.topic(s), p, 0)
+                         for s in subscribers for p in range(k.layout.partitions)])
         got: set[tuple[str, str, tuple[str, ...]]] = set()
         problems: list[str] = []
         deliveries = 0

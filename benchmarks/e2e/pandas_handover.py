@@ -206,11 +206,12 @@ def _stage_costs(publishes: int, repeats: int) -> None:
     batch = route_task.source_batch(w.publishes[:publishes], 0)
     binary = batch.drop_columns(["headers"]).append_column(
         "headers_bin", encode_headers(batch.column("headers")))
+    from streaming.kafka.layout import DeliveryLayout
     from streaming.router.routing import ROUTED_ARROW, RouteSettings
     from streaming.router.delivery import ProducerSettings
 
-    settings = RouteSettings(workload.EXCHANGE, "d.", "r", 1, False,
-                             ProducerSettings("127.0.0.1:1", 1_048_576), None)
+    settings = RouteSettings(workload.EXCHANGE, DeliveryLayout("d."), "r", 1, False,
+                             ProducerSettings("127.0.0.1:1", 1_048_576))
     # A routed result of the right shape without Kafka: every matched delivery "acked".
     plan = plan_batch(matcher, batch, settings)
     from streaming.router.routing import _routed_rows

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from benchmarks.e2e import workload
 from compiler import RoutingIndex, Subscription
+from streaming.config import KafkaConfig
 from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.router.delivery import DeliveryProducer, ProducerSettings
 from streaming.router.routing import RouteSettings, route_batch
@@ -87,18 +88,19 @@ def main(argv: list[str] | None = None) -> int:
             from streaming import kafka
 
             admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
-            shared = "bitroute.deliveries" if args.layout == "shared" else None
-            topics = ([NewTopic(shared, args.shared_partitions, 1)] if shared else
-                      [NewTopic(f"bitroute.deliveries.{s}", args.partitions, 1) for s in w.subscribers])
+            layout = KafkaConfig(delivery_layout=args.layout, delivery_partitions=args.partitions,
+                                 shared_delivery_partitions=args.shared_partitions).layout
+            topics = [NewTopic(t, layout.partitions, 1)
+                      for t in sorted({layout.topic(s) for s in w.subscribers})]
             for future in admin.create_topics([*topics, NewTopic("bitroute.rejected", 1, 1)]).values():
                 future.result(60)
             # A long delivery timeout: on a loaded machine the broker beside the task
             # may take minutes over the first records to 1,000 new topics.
             producer = DeliveryProducer(ProducerSettings(broker.bootstrap, 1_048_576,
                                                          message_timeout_ms=600_000,
-                                                         keyed_partitions=shared is not None))
-            settings = RouteSettings(workload.EXCHANGE, "bitroute.deliveries.", "bitroute.rejected",
-                                     1, False, producer.settings, shared)
+                                                         keyed_partitions=layout.shared))
+            settings = RouteSettings(workload.EXCHANGE, layout, "bitroute.rejected", 1, False,
+                                     producer.settings)
             # Warm-up: the producer learns every topic's metadata.
             route_batch(matcher, producer, source_batch(w.publishes[:2000], 0), settings)
             if args.handover != "arrow":

@@ -54,6 +54,7 @@ from schemas.records import (
     CHANGE_UPSERT,
     DELIVERIES,
     MESSAGES,
+    MESSAGE_ID_PATTERN,
     PARTITION_COLUMNS,
     SUBSCRIPTIONS,
 )
@@ -68,13 +69,11 @@ ORDER_COLUMNS = {
     "messages": ("routed_at", "message_id"),
     "subscriptions": ("snapshot_version", "changelog_partition", "changelog_offset"),
 }
-"""Row order; message ids sort by topic, then partition and offset as numbers."""
+"""Row order; message ids sort by topic, then partition and offset as numbers (parsed
+with :data:`schemas.records.MESSAGE_ID_PATTERN`); an id of another shape sorts as
+(id, -1, -1)."""
 _FILTER_TABLES = {"subscriber": ("deliveries", "subscriptions"),
                   "message_id": ("deliveries", "messages")}
-# <topic>/<partition>/<offset>; an id of another shape sorts as (id, -1, -1).
-_MESSAGE_ID = r"^(?P<topic>.*)/(?P<partition>[0-9]{1,18})/(?P<offset>[0-9]{1,18})$"
-_MESSAGE_ID_SQL = r"^(.*)/([0-9]{1,18})/([0-9]{1,18})$"
-"""The same pattern for DataFusion's ``regexp_match`` (groups by position)."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
@@ -188,7 +187,7 @@ def _order_by(table: str) -> str:
         if column != "message_id":
             keys.append(name)
             continue
-        parts = f"regexp_match({name}, {_text(_MESSAGE_ID_SQL)})"
+        parts = f"regexp_match({name}, {_text(MESSAGE_ID_PATTERN)})"
         keys += [f"coalesce({parts}[1], {name})",
                  f"coalesce(CAST({parts}[2] AS BIGINT), -1)",
                  f"coalesce(CAST({parts}[3] AS BIGINT), -1)"]
@@ -274,7 +273,7 @@ def _order_keys(table: pa.Table, name: str) -> pa.Table:
             keys[column] = table[column]
             continue
         ids = table[column]
-        parts = pc.extract_regex(ids, _MESSAGE_ID)
+        parts = pc.extract_regex(ids, MESSAGE_ID_PATTERN)
         matched = pc.is_valid(parts)
 
         def number(field: str) -> pa.ChunkedArray:

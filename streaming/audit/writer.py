@@ -74,8 +74,8 @@ from deltalake.exceptions import TableNotFoundError
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
 from streaming.audit.maintenance import table_properties
-from streaming.config import Config, KafkaConfig
-from streaming.kafka.records import delivery_topic_column
+from streaming.config import Config
+from streaming.kafka.layout import DeliveryLayout
 
 TABLE_RELOAD_COMMITS = 100
 """Versions one ``DeltaTable`` object follows before it is loaded afresh (module docstring):
@@ -215,7 +215,7 @@ class AuditTables:
                 part = make(batch.routed, batch.snapshot_version, batch.batch_id, batch.routed_at)
             else:
                 part = make(batch.routed, batch.snapshot_version, batch.batch_id, batch.routed_at,
-                            self._config.kafka)
+                            self._config.kafka.layout)
             group.append(part)
             rows += part.num_rows
             last = i == len(todo) - 1
@@ -286,8 +286,9 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
 
 
 def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime,
-                    kafka: KafkaConfig) -> pa.Table:
-    """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``."""
+                    layout: DeliveryLayout) -> pa.Table:
+    """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``, each with
+    the topic ``layout`` wrote it to."""
     schema = ARROW_SCHEMAS["deliveries"]
     lists = routed["deliveries"].combine_chunks()
     owner = pc.list_parent_indices(lists)
@@ -299,9 +300,7 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "subscription_ids": subscription_ids,
         "exchange": routed["exchange"].take(owner),
         "routing_key": routed["routing_key"].take(owner),
-        "delivery_topic": delivery_topic_column(
-            subscriber, kafka.deliveries_topic_prefix,
-            kafka.shared_deliveries_topic if kafka.shared_layout else None),
+        "delivery_topic": layout.topic_column(subscriber),
         "snapshot_version": pa.array([version] * n, pa.int64()),
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"].take(owner),

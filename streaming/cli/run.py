@@ -218,14 +218,12 @@ def _announce(router: Router, metrics: RouterMetrics | None) -> None:
     config = router.config
     kafka = config.kafka
     subscriptions = router.subscriptions
-    deliveries = (f"{kafka.shared_deliveries_topic} (shared, keyed by subscriber)"
-                  if kafka.shared_layout else f"{kafka.deliveries_topic_prefix}<subscriber>")
     lines = [
         f"reading publishes from {kafka.publishes_topic} and subscriptions from "
         f"{kafka.subscriptions_topic} at {kafka.bootstrap}"
         + ("" if kafka.client_settings.protocol == "PLAINTEXT"
            else f" ({kafka.client_settings.describe()})"),
-        f"writing deliveries to {deliveries}, rejected to {kafka.rejected_topic}",
+        f"writing deliveries to {kafka.layout.describe()}, rejected to {kafka.rejected_topic}",
         f"audit tables in {config.delta.warehouse}, checkpoints in {config.streaming.checkpoint_dir}",
     ]
     if metrics is not None:

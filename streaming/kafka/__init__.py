@@ -7,6 +7,7 @@
   Kafka's log, authentication and authorization failures as one line each, the
   "local queue full, wait for room" loop;
 - :mod:`streaming.kafka.records`: the rules of the records bitroute reads and writes;
+- :mod:`streaming.kafka.layout`: the delivery layout (a subscriber's topic, a delivery's key);
 - :mod:`streaming.kafka.partitioner`: Kafka's default partitioner (shared layout).
 
 The package's names load their module on first use (PEP 562), so that loading

@@ -4,7 +4,7 @@ Publishes arrive as Kafka records (key = routing key, value = payload,
 headers); :class:`PublishColumns` reads a batch of them as Arrow columns and
 derives, vectorised:
 
-- the message id ``<topic>/<partition>/<offset>`` (:func:`schemas.records.message_id`);
+- the message id ``<topic>/<partition>/<offset>`` (:func:`schemas.records.message_id_column`);
 - the exchange: the value of the *last* ``exchange`` header (Kafka's rule: the
   last header of a name wins), else the configured default; a value that is
   not UTF-8 makes the publish invalid, with a reason, never an error;
@@ -17,8 +17,8 @@ Records written (:func:`streaming.router.routing.delivery_records`,
 the router's: for a delivery the message id, the matched subscription ids
 (JSON array) and the snapshot version (and, in the shared layout, the routing
 key); for a rejected record the reason, the source (``publish`` or
-``subscription``) and the message id. A delivery's topic:
-:func:`delivery_topic_column`.
+``subscription``) and the message id. A delivery's topic and record key:
+:class:`streaming.kafka.layout.DeliveryLayout`.
 
 :func:`record_size` is the size the broker checks a record against (its
 ``max.message.bytes`` applies to the record batch; a record written alone
@@ -40,6 +40,7 @@ from schemas.records import (
     REASON_HEADER,
     ROUTER_HEADERS,
     SOURCE_HEADER,
+    message_id_column,
 )
 
 Headers = list[tuple[str, bytes | None]]
@@ -72,14 +73,6 @@ def rejected_headers(kept: Headers, reason: str, source: str, message_id: str) -
     """The headers of a rejected record: ``kept`` plus reason, source and message id."""
     return kept + [(REASON_HEADER, reason.encode("utf-8")), (SOURCE_HEADER, source.encode()),
                    (MESSAGE_ID_HEADER, message_id.encode())]
-
-
-def delivery_topic_column(subscribers: pa.Array, prefix: str, shared_topic: str | None) -> pa.Array:
-    """Per subscriber the topic of its deliveries (:meth:`streaming.config.KafkaConfig.deliveries_topic`,
-    vectorised): ``prefix + subscriber``, or ``shared_topic`` in the shared layout."""
-    if shared_topic is not None:
-        return pa.array([shared_topic] * len(subscribers), pa.string())
-    return pc.binary_join_element_wise(prefix, subscribers, "")
 
 
 def rejected_copy(key: bytes | None, value: bytes | None, kept: Headers, reason: str, source: str,
@@ -118,9 +111,8 @@ class PublishColumns:
         self.keys: pa.Array = columns["key"]
         self.values: pa.Array = columns["value"]
         self.published_at: pa.Array = columns["timestamp"]
-        self.message_ids: pa.Array = pc.binary_join_element_wise(
-            columns["topic"], pc.cast(columns["partition"], pa.string()),
-            pc.cast(columns["offset"], pa.string()), "/")
+        self.message_ids: pa.Array = message_id_column(
+            columns["topic"], columns["partition"], columns["offset"])
         headers = columns["headers"]
         self.headers: pa.ListArray = headers
         # flatten(), not .values/.field(): both honour a sliced batch's offsets.

@@ -89,7 +89,7 @@ def _wait_until_served(admin: BitrouteAdmin, names: list[str]) -> None:
     deadline = time.monotonic() + CREATE_TIMEOUT_S
     while waiting:
         topics = admin.topics(CREATE_TIMEOUT_S).topics
-        waiting = {name for name in waiting if not _served(topics.get(name))}
+        waiting = {name for name in waiting if not served(topics.get(name))}
         if not waiting:
             return
         if time.monotonic() > deadline:
@@ -98,7 +98,9 @@ def _wait_until_served(admin: BitrouteAdmin, names: list[str]) -> None:
         time.sleep(SERVED_POLL_S)
 
 
-def _served(topic) -> bool:
+def served(topic) -> bool:
+    """Whether a topic's metadata (``TopicMetadata`` or None) shows it served: no error,
+    and a leader for each of its partitions."""
     return (topic is not None and topic.error is None and bool(topic.partitions)
             and all(p.leader >= 0 for p in topic.partitions.values()))
 
@@ -107,19 +109,19 @@ def ensure_router_topics(config: Config, admin: BitrouteAdmin | None = None) -> 
     """The publishes and rejected topics, the compacted subscription changelog and,
     in the shared delivery layout, the shared delivery topic."""
     admin = admin or admin_client(config)
+    layout = config.kafka.layout
     ensure_topics(config, [config.kafka.publishes_topic, config.kafka.rejected_topic], admin=admin)
     ensure_topics(config, [config.kafka.subscriptions_topic], COMPACTED, admin=admin)
-    if config.kafka.shared_layout:
-        ensure_topics(config, [config.kafka.shared_deliveries_topic], admin=admin,
-                      partitions=config.kafka.shared_delivery_partitions)
+    if layout.shared_topic is not None:
+        ensure_topics(config, [layout.shared_topic], admin=admin, partitions=layout.partitions)
 
 
 def ensure_delivery_topics(config: Config, subscribers: Iterable[str],
                            admin: BitrouteAdmin | None = None) -> list[str]:
-    """The delivery topics of ``subscribers``: each one's own topic with
+    """The delivery topics of ``subscribers`` (:attr:`KafkaConfig.layout
+    <streaming.config.KafkaConfig.layout>`): each one's own topic with
     ``kafka.delivery_partitions`` partitions, or in the shared layout the
     shared topic with ``kafka.shared_delivery_partitions``."""
-    kafka = config.kafka
-    partitions = kafka.shared_delivery_partitions if kafka.shared_layout else kafka.delivery_partitions
-    return ensure_topics(config, {kafka.deliveries_topic(s) for s in subscribers},
-                         admin=admin, partitions=partitions)
+    layout = config.kafka.layout
+    return ensure_topics(config, {layout.topic(s) for s in subscribers},
+                         admin=admin, partitions=layout.partitions)

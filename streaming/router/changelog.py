@@ -44,7 +44,7 @@ from typing import NamedTuple
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
-from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
+from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT, SUBSCRIPTION_REQUIRED_FIELDS
 from streaming.config import Config
 from streaming.errors import BitrouteError
 from streaming.kafka.clients import OnError, access_failure, consumer
@@ -400,5 +400,5 @@ def _fields_of(value: bytes) -> tuple[str | None, str | None, str | None]:
         obj = None
     if not isinstance(obj, dict):
         obj = {}
-    exchange, subscriber, filter_ = (obj.get(name) for name in ("exchange", "subscriber", "filter"))
+    exchange, subscriber, filter_ = (obj.get(name) for name in SUBSCRIPTION_REQUIRED_FIELDS)
     return tuple(v if isinstance(v, str) else None for v in (exchange, subscriber, filter_))

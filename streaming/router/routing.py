@@ -10,7 +10,8 @@ a task, in one pass:
    turns every bad field it reads into a reason, never an error;
 3. checks every delivery's size against ``kafka.max_delivery_bytes`` (the
    broker would refuse a larger record, and would refuse it forever);
-4. produces each delivery to its subscriber's topic and each rejected publish
+4. produces each delivery to its subscriber's topic (as the delivery layout,
+   :class:`streaming.kafka.layout.DeliveryLayout`, says) and each rejected publish
    to the rejected topic, with the worker's librdkafka producer, and waits for
    Kafka's acknowledgements (:mod:`streaming.router.delivery`);
 5. returns one row per publish (``schemas.tables.ROUTED_PUBLISH``): its
@@ -48,7 +49,6 @@ from schemas.records import (
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
-    ROUTING_KEY_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
     SUBSCRIPTION_IDS_HEADER,
@@ -62,13 +62,13 @@ from streaming.router.delivery import (
     ProducerSettings,
     cached_producer,
 )
+from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
     HEADER_OVERHEAD,
     Headers,
     RECORD_BATCH_OVERHEAD,
     RECORD_OVERHEAD,
     PublishColumns,
-    delivery_topic_column,
     kept_headers,
     rejected_copy,
     subscription_ids_json,
@@ -81,7 +81,6 @@ ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 
 _ROUTER_HEADERS_SIZE = sum(len(n) + HEADER_OVERHEAD for n in
                            (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
-_ROUTING_KEY_HEADER_SIZE = len(ROUTING_KEY_HEADER) + HEADER_OVERHEAD
 _log = logging.getLogger(__name__)
 
 
@@ -89,20 +88,22 @@ _log = logging.getLogger(__name__)
 class RouteSettings:
     """Everything a routing task needs besides the snapshot (picklable).
 
-    ``shared_deliveries_topic`` None: each subscriber's deliveries go to
-    ``deliveries_topic_prefix + subscriber``, keyed by routing key; else all
-    go to that shared topic keyed by subscriber, the routing key in
-    :data:`~schemas.records.ROUTING_KEY_HEADER` (``ProducerSettings.keyed_partitions``
-    must then be set, so that Kafka's default partitioner places them).
+    ``layout`` says where each delivery goes and how it is keyed; in the shared
+    layout ``producer.keyed_partitions`` must be set, so that Kafka's default
+    partitioner places the records (a ``ValueError`` says so otherwise).
     """
 
     default_exchange: str
-    deliveries_topic_prefix: str
+    layout: DeliveryLayout
     rejected_topic: str
     snapshot_version: int
     with_headers: bool
     producer: ProducerSettings
-    shared_deliveries_topic: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout.shared and not self.producer.keyed_partitions:
+            raise ValueError("the shared delivery layout needs ProducerSettings.keyed_partitions "
+                             "(records keyed by subscriber, placed by Kafka's default partitioner)")
 
 
 class RoutePartitions:
@@ -186,11 +187,8 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     owner = pc.list_parent_indices(deliveries).to_numpy(zero_copy_only=False)
     ids_json = subscription_ids_json(subscription_ids)
     version = str(settings.snapshot_version).encode()
-    per_delivery = pc.binary_length(ids_json).to_numpy(zero_copy_only=False)
-    if settings.shared_deliveries_topic is not None:
-        # Keyed by subscriber, the routing key in a header of its own.
-        per_delivery = (per_delivery + _ROUTING_KEY_HEADER_SIZE
-                        + pc.binary_length(subscribers).to_numpy(zero_copy_only=False))
+    per_delivery = (pc.binary_length(ids_json).to_numpy(zero_copy_only=False)
+                    + settings.layout.key_bytes(subscribers))
     _reject_oversize(publishes, kept, owner, per_delivery, len(version), reasons,
                      settings.producer.max_record_bytes)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
@@ -215,33 +213,25 @@ class DeliveryRecords:
 
 
 def delivery_records(plan: BatchPlan, settings: RouteSettings) -> DeliveryRecords:
-    """The records to produce for ``plan.send``, in the configured delivery layout.
+    """The records to produce for ``plan.send``, in ``settings.layout``.
 
     Headers: the publish's kept headers, [the routing key (shared layout)],
     message id, subscription ids, snapshot version. The part that is the same
     for all of a publish's deliveries is built once per publish (this is the
     per-record hot path: one list and one tuple per delivery).
     """
+    layout = settings.layout
     send = pa.array(plan.send, pa.int64())
     rows = plan.owner[plan.send].tolist()
     values = plan.values
     ids_texts = plan.ids_json.take(send).to_pylist()
-    keys = plan.keys
     subscribers = plan.subscribers.take(send)
-    shared = settings.shared_deliveries_topic is not None
     mids = [(MESSAGE_ID_HEADER, m.encode()) for m in plan.message_ids]
-    if shared:
-        common = [kept + [(ROUTING_KEY_HEADER, key), mid]
-                  for kept, key, mid in zip(plan.kept, keys, mids)]
-        record_keys = subscribers.cast(pa.binary()).to_pylist()
-    else:
-        common = [kept + [mid] for kept, mid in zip(plan.kept, mids)]
-        record_keys = [keys[r] for r in rows]
+    common = layout.publish_headers(plan.kept, plan.keys, mids)
     version = (SNAPSHOT_VERSION_HEADER, plan.version)
     return DeliveryRecords(
-        delivery_topic_column(subscribers, settings.deliveries_topic_prefix,
-                              settings.shared_deliveries_topic).to_pylist(),
-        record_keys, [values[r] for r in rows],
+        layout.topic_column(subscribers).to_pylist(),
+        layout.record_keys(subscribers, plan.keys, rows), [values[r] for r in rows],
         [common[r] + [(SUBSCRIPTION_IDS_HEADER, ids), version] for r, ids in zip(rows, ids_texts)],
         rows)
 

@@ -290,13 +290,12 @@ class Router:
         kafka = self.config.kafka
         return RoutePartitions(broadcast, key, RouteSettings(
             default_exchange=self.config.exchanges.default,
-            deliveries_topic_prefix=kafka.deliveries_topic_prefix,
+            layout=kafka.layout,
             rejected_topic=kafka.rejected_topic,
             snapshot_version=version,
             with_headers=subscriptions.reads_headers(version),
             producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
-                                      keyed_partitions=kafka.shared_layout),
-            shared_deliveries_topic=kafka.shared_deliveries_topic if kafka.shared_layout else None,
+                                      keyed_partitions=kafka.layout.shared),
         ))
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from compiler import HeaderCriteria, Subscription, SubscriptionError, validate_subscriber
+from schemas.records import SUBSCRIPTION_FIELDS, SUBSCRIPTION_REQUIRED_FIELDS
 
 
 @pytest.mark.parametrize("name", ["a", "A-b_c.9", "x" * 200, "..a", "-"])
@@ -54,3 +55,15 @@ def test_from_changelog_names_the_problem(key, value, message):
     with pytest.raises(SubscriptionError) as info:
         Subscription.from_changelog(key, value)
     assert message in str(info.value)
+
+
+def test_the_parser_reads_the_changelog_fields_of_the_record_contract():
+    """schemas.records names the fields: each required one is required, and a subscription
+    written back carries exactly the declared ones."""
+    full = {"exchange": "e", "subscriber": "s", "filter": "#"}
+    for name in SUBSCRIPTION_REQUIRED_FIELDS:
+        value = {k: v for k, v in full.items() if k != name}
+        with pytest.raises(SubscriptionError, match=f"missing field '{name}'"):
+            Subscription.from_changelog(b"k", json.dumps(value))
+    written = Subscription("k", "e", "s", "#", HeaderCriteria("all", {})).to_changelog()[1]
+    assert set(json.loads(written)) == set(SUBSCRIPTION_FIELDS)

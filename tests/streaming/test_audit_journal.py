@@ -222,7 +222,7 @@ def _write_earlier_layout(root: Path) -> None:
         DeltaTable.create(path, schema=schema)
         for b in range(3):
             args = (_routed(b), 1, b, NOW - timedelta(days=2 - b))
-            rows = make(*args) if table == MESSAGES else make(*args, Config().kafka)
+            rows = make(*args) if table == MESSAGES else make(*args, Config().kafka.layout)
             write_deltalake(path, rows.drop_columns([PARTITION_COLUMNS[table]]), mode="append",
                             commit_properties=delta_sink.CommitProperties(
                                 app_transactions=[delta_sink.Transaction(APP, b)]))

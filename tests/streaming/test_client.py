@@ -210,7 +210,7 @@ def _deliver(topics: dict[str, str], subscriber: str, records: list[tuple]) -> s
     from streaming.kafka.topics import ensure_topics
 
     config = load(overrides=topics, environ={})
-    topic = config.kafka.deliveries_topic(subscriber)
+    topic = config.kafka.layout.topic(subscriber)
     ensure_topics(config, [topic])
     producer = Producer({"bootstrap.servers": topics["kafka.bootstrap"]})
     for message_id, key, payload, headers, sub_ids, version in records:

@@ -4,12 +4,15 @@ Spark Kafka source hands them over, and the JSON of subscription ids."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schemas.records import MESSAGE_ID_PATTERN, message_id, message_id_column
 from streaming.kafka.records import PublishColumns, kept_headers, record_size, subscription_ids_json
 
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -69,3 +72,20 @@ def test_subscription_ids_json_is_each_list_in_order_even_from_a_sliced_column(i
     column = pa.array(ids, pa.list_(pa.string())).slice(min(start, len(ids)))
     texts = subscription_ids_json(column).to_pylist()
     assert [json.loads(t) for t in texts] == ids[min(start, len(ids)):]
+
+
+@given(st.lists(st.tuples(st.from_regex(r"[A-Za-z0-9._/-]{1,20}", fullmatch=True),
+                          st.integers(0, 2**31 - 1), st.integers(0, 10**18 - 1)),
+                min_size=1, max_size=8))
+def test_a_message_id_is_built_alike_from_values_and_columns_and_parses_back(records):
+    """Any topic name (even with ``/``), partition and offset of up to 18 digits: the
+    pattern gives them back, to Arrow and to Python alike."""
+    topics, partitions, offsets = zip(*records)
+    ids = message_id_column(pa.array(topics), pa.array(partitions, pa.int32()),
+                            pa.array(offsets, pa.int64()))
+    assert ids.to_pylist() == [message_id(*r) for r in records]
+    parsed = pc.extract_regex(ids, MESSAGE_ID_PATTERN).to_pylist()
+    assert [(p["topic"], int(p["partition"]), int(p["offset"])) for p in parsed] == records
+    for text, record in zip(ids.to_pylist(), records):
+        match = re.match(MESSAGE_ID_PATTERN, text)
+        assert (match["topic"], int(match["partition"]), int(match["offset"])) == record

@@ -140,7 +140,7 @@ def headers_of(record) -> dict[str, str]:
 
 def deliveries_of(config: Config, subscriber: str) -> dict[str, dict[str, str]]:
     """message id -> headers of each record in the subscriber's topic."""
-    records = read_topic(config, config.kafka.deliveries_topic(subscriber))
+    records = read_topic(config, config.kafka.layout.topic(subscriber))
     return {headers_of(r)[MESSAGE_ID_HEADER]: headers_of(r) for r in records}
 
 
@@ -238,7 +238,7 @@ def traffic(router: Router) -> Traffic:
         t.subscription_ids.append(sub_id)
     sub(f"{n['fay']}-ok", "amq.topic", n["fay"], "good.key")
     # Poison pills: a delivery topic whose broker limit is smaller than a publish.
-    _create_topic(cfg, cfg.kafka.deliveries_topic(n["tiny"]), {"max.message.bytes": "2000"})
+    _create_topic(cfg, cfg.kafka.layout.topic(n["tiny"]), {"max.message.bytes": "2000"})
     sub(f"{n['tiny']}-s", "amq.topic", n["tiny"], "big.*")
     sub(f"{n['wide']}-s", "amq.topic", n["wide"], "big.#")
 
@@ -282,7 +282,7 @@ def test_amqp_and_mqtt_exchanges_route_side_by_side_and_stay_isolated(
     assert first["trace"] == "t-1" and first[EXCHANGE_HEADER] == "amq.topic"
     assert json.loads(first[SUBSCRIPTION_IDS_HEADER]) == [f"{alice}-amqp"]
     assert int(first[SNAPSHOT_VERSION_HEADER]) > traffic.start_version
-    record = next(r for r in read_topic(cfg, cfg.kafka.deliveries_topic(alice))
+    record = next(r for r in read_topic(cfg, cfg.kafka.layout.topic(alice))
                   if headers_of(r)[MESSAGE_ID_HEADER] == s["amqp"])
     assert (record.key(), record.value()) == (b"sensors.k1.temp", b"21.5")
 
@@ -296,10 +296,10 @@ def test_amqp_and_mqtt_exchanges_route_side_by_side_and_stay_isolated(
     assert messages[s["amqp"]].payload_bytes == 4
     deliveries = rows_for(cfg, "deliveries", "message_id", ids)
     assert sorted((r.message_id, r.subscriber, r.delivery_topic) for r in deliveries) == sorted([
-        (s["amqp"], alice, cfg.kafka.deliveries_topic(alice)),
-        (s["mqtt"], alice, cfg.kafka.deliveries_topic(alice)),
-        (s["mqtt"], bob, cfg.kafka.deliveries_topic(bob)),
-        (s["default"], alice, cfg.kafka.deliveries_topic(alice))])
+        (s["amqp"], alice, cfg.kafka.layout.topic(alice)),
+        (s["mqtt"], alice, cfg.kafka.layout.topic(alice)),
+        (s["mqtt"], bob, cfg.kafka.layout.topic(bob)),
+        (s["default"], alice, cfg.kafka.layout.topic(alice))])
 
 
 def test_header_criteria_all_any_and_presence(router: Router, traffic: Traffic):
@@ -311,7 +311,7 @@ def test_header_criteria_all_any_and_presence(router: Router, traffic: Traffic):
 def test_a_subscriber_with_two_matching_subscriptions_gets_one_delivery_listing_both(
         router: Router, traffic: Traffic):
     cfg, carol = router.config, traffic.names["carol"]
-    records = read_topic(cfg, cfg.kafka.deliveries_topic(carol))
+    records = read_topic(cfg, cfg.kafka.layout.topic(carol))
     assert len(records) == 1
     assert json.loads(headers_of(records[0])[SUBSCRIPTION_IDS_HEADER]) == [f"{carol}-1", f"{carol}-2"]
     [row] = rows_for(cfg, "deliveries", "message_id", [traffic.sent["stock"]])
@@ -398,7 +398,7 @@ def test_poison_pills_are_rejected_with_a_reason_and_routing_goes_on(
     assert "exchange header is not valid UTF-8" in messages[s["exchange_not_utf8"]].reason
     assert "kafka.max_delivery_bytes" in messages[s["oversize"]].reason
     refused = messages[s["refused"]]
-    assert f"refused the delivery to {cfg.kafka.deliveries_topic(n['tiny'])}" in refused.reason
+    assert f"refused the delivery to {cfg.kafka.layout.topic(n['tiny'])}" in refused.reason
     assert "MSG_SIZE_TOO_LARGE" in refused.reason
     # The other subscriber's copy of the refused publish was written, and is audited.
     assert refused.deliveries == 1
@@ -478,7 +478,7 @@ def test_a_replayed_batch_uses_its_pinned_version_and_adds_no_audit_rows(
         again = router.process_batch(batch, 0)  # a replay: not journaled again
         assert router._committer.pending_batches == 0
         assert again.replayed and again.snapshot_version == first.snapshot_version
-        gus_records = read_topic(cfg, cfg.kafka.deliveries_topic(gus))
+        gus_records = read_topic(cfg, cfg.kafka.layout.topic(gus))
         assert len(gus_records) == 2  # at least once: the replay writes Kafka again
         assert headers_of(gus_records[0]) == headers_of(gus_records[1])
         assert deliveries_of(cfg, hal) == {}

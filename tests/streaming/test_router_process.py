@@ -148,7 +148,7 @@ def _publish(config: Config, keys: list[tuple[str, str]]) -> list[str]:
 def _delivered(config: Config, subscriber: str, expected: set[str],
                timeout: float = DEADLINE_S) -> Counter[str]:
     """Read the subscriber's topic from the start until every expected message id arrived."""
-    topic = config.kafka.deliveries_topic(subscriber)
+    topic = config.kafka.layout.topic(subscriber)
     consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap, "group.id": uuid.uuid4().hex,
                          "enable.auto.commit": False})
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions

@@ -9,6 +9,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
+from streaming.kafka.layout import DeliveryLayout
 from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 from streaming.router.routing import RouteSettings, route_safely
 from test_kafka_records import source_batch
@@ -35,7 +36,7 @@ def _snapshot() -> Snapshot:
 
 
 def _settings(prefix: str, rejected: str, bootstrap: str, **producer) -> RouteSettings:
-    return RouteSettings("amq.topic", prefix, rejected, 1, False,
+    return RouteSettings("amq.topic", DeliveryLayout(prefix), rejected, 1, False,
                          ProducerSettings(bootstrap, 1_048_576, **producer))
 
 

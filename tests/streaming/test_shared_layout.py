@@ -1,14 +1,17 @@
-"""The shared delivery layout (``kafka.delivery_layout = "shared"``) on a real broker,
-real Spark and real Delta: every subscriber's deliveries in one shared topic, keyed by
-subscriber in the partition Kafka's default partitioner gives that key, the routing key
-in a header; ``bitroute tail`` reads a subscriber's own records back."""
+"""The delivery layouts: the layout value alone (no broker), then the shared layout
+(``kafka.delivery_layout = "shared"``) on a real broker, real Spark and real Delta: every
+subscriber's deliveries in one shared topic, keyed by subscriber in the partition Kafka's
+default partitioner gives that key, the routing key in a header; ``bitroute tail`` reads
+a subscriber's own records back."""
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -20,8 +23,12 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming import client
-from streaming.config import Config
+from streaming.config import Config, KafkaConfig
+from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition, murmur2
+from streaming.kafka.records import HEADER_OVERHEAD
+from streaming.router.delivery import ProducerSettings
+from streaming.router.routing import RouteSettings
 from streaming.router.service import Router
 from test_router import headers_of, read_topic, router_config
 
@@ -42,6 +49,52 @@ def test_default_partition_is_in_range_and_refuses_no_partitions():
     assert {default_partition(f"s{i}".encode(), 3) for i in range(200)} == {0, 1, 2}
     with pytest.raises(ValueError, match="partitions must be >= 1"):
         default_partition(b"a", 0)
+
+
+def _layouts() -> tuple[DeliveryLayout, DeliveryLayout]:
+    own = KafkaConfig(deliveries_topic_prefix="dlv.", delivery_partitions=2).layout
+    shared = KafkaConfig(delivery_layout="shared", shared_deliveries_topic="all",
+                         shared_delivery_partitions=SHARED_PARTITIONS).layout
+    return own, shared
+
+
+def test_the_layout_value_says_where_each_subscribers_deliveries_go():
+    own, shared = _layouts()
+    assert (own.shared, own.topic("ann"), own.partitions) == (False, "dlv.ann", 2)
+    assert (shared.shared, shared.topic("ann"), shared.partitions) == (True, "all", SHARED_PARTITIONS)
+    subscribers = pa.array(["ann", "bob"])
+    assert own.topic_column(subscribers).to_pylist() == ["dlv.ann", "dlv.bob"]
+    assert shared.topic_column(subscribers).to_pylist() == ["all", "all"]
+    # Delivery i goes to subscribers[i] of publish rows[i]: keyed by its routing key, or by subscriber.
+    assert own.record_keys(subscribers, [b"k0", b"k1"], [1, 0]) == [b"k1", b"k0"]
+    assert shared.record_keys(subscribers, [b"k0", b"k1"], [1, 0]) == [b"ann", b"bob"]
+    mid = (MESSAGE_ID_HEADER, b"p/0/0")
+    assert own.publish_headers([[("t", b"1")]], [b"k0"], [mid]) == [[("t", b"1"), mid]]
+    assert shared.publish_headers([[("t", b"1")]], [b"k0"], [mid]) == [
+        [("t", b"1"), (ROUTING_KEY_HEADER, b"k0"), mid]]
+    assert own.key_bytes(subscribers) == 0
+    assert shared.key_bytes(subscribers).tolist() == [len(ROUTING_KEY_HEADER) + HEADER_OVERHEAD + 3] * 2
+    # bitroute tail reads all of a subscriber's own topic, or the shared partition of its key.
+    assert (own.subscriber_key("ann"), own.subscriber_partitions("ann", [0, 1])) == (None, [0, 1])
+    assert shared.subscriber_key("ann") == b"ann"
+    assert shared.subscriber_partitions("ann", [0, 1, 2, 3]) == [
+        default_partition(b"ann", SHARED_PARTITIONS)]
+
+
+def test_the_layout_is_a_small_frozen_value_for_the_tasks():
+    for layout in _layouts():
+        data = pickle.dumps(layout)
+        assert pickle.loads(data) == layout and len(data) < 200
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            layout.partitions = 3
+
+
+def test_a_routing_task_in_the_shared_layout_needs_kafkas_partitioner():
+    _, shared = _layouts()
+    with pytest.raises(ValueError, match="keyed_partitions"):
+        RouteSettings("amq.topic", shared, "rej", 1, False, ProducerSettings("127.0.0.1:1", 4096))
+    RouteSettings("amq.topic", shared, "rej", 1, False,
+                  ProducerSettings("127.0.0.1:1", 4096, keyed_partitions=True))
 
 
 @pytest.fixture
