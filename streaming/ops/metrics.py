@@ -15,7 +15,7 @@ router exposes every one. Counters count since this process started and end in
 
 Where the values come from (:class:`RouterMetrics`):
 
-- each finished batch's :class:`streaming.router.service.BatchReport`, through
+- each finished batch's :class:`streaming.router.report.BatchReport`, through
   ``Router.report_listeners``, in the batch's thread: the counters of batches,
   publishes, deliveries, rejected publishes and seconds per stage; the last
   batch's id, time and snapshot version; the live subscriptions;
@@ -62,7 +62,8 @@ from streaming.errors import BitrouteError
 
 if TYPE_CHECKING:
     from streaming.audit.maintenance import MaintenanceReport
-    from streaming.router.service import BatchReport, Router
+    from streaming.router.report import BatchReport
+    from streaming.router.service import Router
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PATH = "/metrics"
