@@ -347,8 +347,8 @@ class Subscriptions:
 
     def commit(self, pending: PendingVersion) -> None:
         """Hand ``pending`` (its snapshot and changes) to the versions' owner, which
-        persists it and makes it the current version. If this raises, nothing is current that was not before:
-        call :meth:`rollback`."""
+        persists it and makes it the current version. If this raises, nothing is
+        current that was not before: call :meth:`rollback`."""
         if pending is not self._pending:
             raise RuntimeError(f"version {pending.version} is not the pending catch-up")
         self._snapshots.commit(SnapshotVersion.of(self._index.snapshot(pending.version,
