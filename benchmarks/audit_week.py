@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from streaming import config as bitroute_config
     from streaming.audit.committer import AuditCommitter
-    from streaming.audit.journal import JOURNAL_DIR, AuditJournal
+    from streaming.audit.journal import AuditJournal
+    from streaming.router.checkpoint import CheckpointLayout
     from streaming.audit.maintenance import BackgroundMaintenance
     from streaming.audit.writer import AuditTables, PublishBatch, writer_properties
 
@@ -155,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         commit_seconds["rounds"].append(time.monotonic() - started)
 
     tables.append_publishes = timed_append
-    committer = AuditCommitter(tables, AuditJournal(workdir / "checkpoints" / "router" / JOURNAL_DIR),
-                               config.audit.commit_interval_s, config.audit.max_pending_batches)
+    journal = AuditJournal(CheckpointLayout.of(workdir / "checkpoints").audit_journal)
+    committer = AuditCommitter(tables, journal, config.audit.commit_interval_s,
+                               config.audit.max_pending_batches)
     committer.recover()
     committer.start()
     maintenance = BackgroundMaintenance(config, writer_properties=writer_properties)

@@ -63,6 +63,7 @@ from pathlib import Path
 
 from benchmarks.e2e import bitroute_run, kafka_load, procstat, workload
 from benchmarks.e2e.workload import EXCHANGE
+from streaming.router.checkpoint import CheckpointLayout
 
 MB = 1 << 20
 FLAT_MB_PER_MIN = 1.0
@@ -100,23 +101,22 @@ def _count(folder: Path, accept=lambda name: True) -> tuple[int, int]:
 
 def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
     """Entry counts (``*_n``) and sizes in MB (``*_mb``) of every state folder."""
-    router = state / "router"
-    query = state / "publishes"
+    layout = CheckpointLayout.of(state)
     visible = lambda name: not name.startswith(".")  # noqa: E731 - skip temporary/crc files
     folders = {
-        "pins": (router / "pins", visible),
-        "snapshots": (router / "snapshots", visible),
-        "audit_journal": (router / "audit-journal", visible),
-        "spark_offsets": (query / "offsets", visible),
-        "spark_commits": (query / "commits", visible),
-        "spark_checkpoint": (query, visible),
-        "router_state": (router, visible),
+        "pins": (layout.pins, visible),
+        "snapshots": (layout.snapshots, visible),
+        "audit_journal": (layout.audit_journal, visible),
+        "spark_offsets": (layout.offsets, visible),
+        "spark_commits": (layout.commits, visible),
+        "spark_checkpoint": (layout.query, visible),
+        "router_state": (layout.state, visible),
     }
     out: dict[str, float] = {}
     for name, (path, accept) in folders.items():
         n, size = _count(path, accept)
         out[f"{name}_n"], out[f"{name}_mb"] = n, size / MB
-    status = router / "status.json"
+    status = layout.status_file
     out["status_mb"] = status.stat().st_size / MB if status.exists() else 0.0
     if warehouse.is_dir():
         for table in sorted(p for p in warehouse.iterdir() if p.is_dir()):
@@ -138,7 +138,7 @@ def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
 
 RETENTION = {
     "pins_n": "16 pins (streaming.router.snapshots.PINS_KEPT)",
-    "snapshots_n": "2 files per kept version (the latest and those the 16 pins name)",
+    "snapshots_n": "3 files per kept version (the latest and those the 16 pins name)",
     "spark_offsets_n": "about 100 (spark.sql.streaming.minBatchesToRetain) + temporaries",
     "spark_commits_n": "about 100 (spark.sql.streaming.minBatchesToRetain)",
     "status_mb": "one file, rewritten each batch",

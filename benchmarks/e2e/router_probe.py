@@ -1,7 +1,7 @@
 """Run the router as ``bitroute run`` does, printing each batch's report as JSON.
 
 Each batch prints ``PROBE {json}`` on stdout: the router's own
-:class:`streaming.router.service.BatchReport` (id, publishes, deliveries, version,
+:class:`streaming.router.report.BatchReport` (id, publishes, deliveries, version,
 seconds) with its per-stage split (``catch_up``: the changelog catch-up,
 compile, snapshot and subscriptions audit; ``route``: the Spark job that reads
 the publishes, matches them in the Python workers and produces every delivery
@@ -20,7 +20,8 @@ import threading
 import time
 
 from streaming.config import load, parse_set_flags
-from streaming.router.service import BatchReport, Router
+from streaming.router.report import BatchReport
+from streaming.router.service import Router
 
 
 def _print_probe(report: BatchReport) -> None:

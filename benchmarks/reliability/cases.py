@@ -30,6 +30,7 @@ from benchmarks.reliability.ledger import Ledger
 from benchmarks.reliability.outputs import changes_by_kind
 from benchmarks.reliability.stage import Churn, Stage
 from benchmarks.reliability.workload import Workload
+from streaming.router.checkpoint import CheckpointLayout
 
 
 @dataclass
@@ -484,13 +485,15 @@ def soak(folder: Path, o: Options) -> Result:
     return result
 
 
-_RETENTION = {"pins_files": 16 + 2, "snapshot_files": 2 * (16 + 2),
+_RETENTION = {"pins_files": 16 + 2, "snapshot_files": 3 * (16 + 2),
               "offsets_files": 100 + 5, "commits_files": 100 + 5}
 """Upper bounds of the state folders' file counts: PINS_KEPT pins (and their snapshots,
-two files each, plus the latest), and Spark's spark.sql.streaming.minBatchesToRetain (100)."""
+three files each: changes, meta, snapshot; plus the latest), and Spark's spark.sql.streaming.minBatchesToRetain (100)."""
 
 
 def _folders(checkpoint: Path) -> dict:
+    layout = CheckpointLayout.of(checkpoint)
+
     def count(path: Path) -> int:
         try:
             return sum(1 for p in path.iterdir() if not p.name.startswith("."))
@@ -505,10 +508,10 @@ def _folders(checkpoint: Path) -> dict:
         except OSError:
             pass
     return {"checkpoint_mb": total / 2**20,
-            "pins_files": count(checkpoint / "router" / "pins"),
-            "snapshot_files": count(checkpoint / "router" / "snapshots"),
-            "offsets_files": count(checkpoint / "publishes" / "offsets"),
-            "commits_files": count(checkpoint / "publishes" / "commits")}
+            "pins_files": count(layout.pins),
+            "snapshot_files": count(layout.snapshots),
+            "offsets_files": count(layout.offsets),
+            "commits_files": count(layout.commits)}
 
 
 def _slopes(samples: list[dict]) -> dict:

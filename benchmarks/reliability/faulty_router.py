@@ -95,8 +95,8 @@ def _install(faults: Path) -> None:
 
     save = SnapshotStore.save
 
-    def save_then_kill(self, version, data, changes):
-        save(self, version, data, changes)
+    def save_then_kill(self, snapshot, changes):
+        save(self, snapshot, changes)
         if changes:
             maybe_kill("catch-up")
 

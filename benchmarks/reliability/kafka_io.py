@@ -8,7 +8,6 @@ does not reach the end offsets in time raises :class:`CampaignError`.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -20,6 +19,8 @@ from confluent_kafka import Producer, TopicPartition
 from schemas.records import message_id
 from streaming import kafka
 from streaming.kafka.settings import ClientSettings
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.offsets_log import OffsetLogError, read_offsets
 
 READ_BATCH = 5000
 _QUIET = logging.getLogger("bitroute.reliability.kafka")
@@ -171,25 +172,20 @@ def headers_of(message) -> dict[str, bytes | None]:
 def committed_offsets(checkpoint_dir: Path) -> dict[int, int]:
     """Partition -> next offset of the publishes topic that the router's query has
     committed (its last ``commits/<n>`` and the ``offsets/<n>`` it closes)."""
-    root = Path(checkpoint_dir) / "publishes"
+    layout = CheckpointLayout.of(checkpoint_dir)
     try:
-        batches = sorted(int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit())
+        batches = sorted(int(p.name) for p in layout.commits.iterdir() if p.name.isdigit())
     except FileNotFoundError:
         return {}
     for batch in reversed(batches):
         try:
-            lines = (root / "offsets" / str(batch)).read_text().splitlines()
-        except FileNotFoundError:
+            topics = read_offsets(layout.offsets_file(batch))
+        except (OSError, OffsetLogError):
             continue
-        for line in lines[2:]:
-            try:
-                offsets = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            out = {}
-            for partitions in offsets.values():
-                out.update({int(p): int(o) for p, o in partitions.items()})
-            return out
+        out: dict[int, int] = {}
+        for partitions in topics.values():
+            out.update(partitions)
+        return out
     return {}
 
 

@@ -7,7 +7,8 @@ groups and then removes them (:meth:`AuditJournal.remove`). So "the audit of
 batch N is durable before Spark commits batch N" holds without a Delta commit
 on the critical path.
 
-Layout: ``<checkpoint_dir>/router/audit-journal/<batch id, 20 digits>.arrow``,
+Layout: ``<checkpoint_dir>/router/audit-journal/<batch id, 20 digits>.arrow``
+(the folder: :attr:`streaming.router.checkpoint.CheckpointLayout.audit_journal`),
 one Arrow IPC file per batch: the ``ROUTED_PUBLISH`` rows the routing step
 returned, with the batch id, snapshot version and ``routed_at`` in the
 schema's metadata. A file is written under a temporary name, fsynced,
@@ -29,7 +30,6 @@ import pyarrow as pa
 
 from streaming.audit.writer import PublishBatch
 
-JOURNAL_DIR = "audit-journal"
 _SUFFIX = ".arrow"
 _TMP_PREFIX = "."
 

@@ -76,11 +76,10 @@ from deltalake.exceptions import TableNotFoundError
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.audit.queries import arrow_table
 from streaming.config import AuditConfig, Config
+from streaming.router.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 
-MAINTENANCE_FILE = "maintenance.json"
-"""The last pass's report, under ``<checkpoint_dir>/router``."""
 TIME_COLUMNS = {DELIVERIES: "routed_at", MESSAGES: "routed_at", SUBSCRIPTIONS: "applied_at"}
 """The column retention compares with its cutoff, on a table not partitioned by day."""
 SMALL_FRACTION = 0.5
@@ -399,14 +398,14 @@ def small_files_by_partition(table: DeltaTable, columns: Sequence[str], target: 
 # --- the record for status -------------------------------------------------------------
 
 def report_path(config: Config) -> Path:
-    return Path(config.streaming.checkpoint_dir).absolute() / "router" / MAINTENANCE_FILE
+    return CheckpointLayout.of(config.streaming.checkpoint_dir).maintenance_file
 
 
 def write_report(config: Config, report: MaintenanceReport) -> None:
     """Replace ``maintenance.json`` atomically with ``report`` (the folder is created)."""
     path = report_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{MAINTENANCE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(report.to_json()) + "\n")
     os.replace(tmp, path)
 

@@ -4,7 +4,7 @@ progress of a long changelog catch-up on stderr.
 Both are listeners the command line hands to the library's
 :class:`~streaming.router.service.Router`: :class:`BatchLines` is one of its
 ``report_listeners`` (called with each batch's
-:class:`~streaming.router.service.BatchReport`), :class:`CatchUpProgress` its
+:class:`~streaming.router.report.BatchReport`), :class:`CatchUpProgress` its
 ``catch_up_progress`` (one made per catch-up, called as ``progress(done, total)``
 by :meth:`streaming.router.changelog.ChangelogReader.read_to_end`).
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 from streaming.cli.render import batch_line
 
 if TYPE_CHECKING:
-    from streaming.router.service import BatchReport
+    from streaming.router.report import BatchReport
 
 PROGRESS_AFTER_S = 2.0
 """A catch-up prints progress once it has run this long, then at most this often."""

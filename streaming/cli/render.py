@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # types only: a verb imports no more of the library than it c
     from streaming.audit.maintenance import MaintenanceReport, TableReport
     from streaming.client import Delivery
     from streaming.ops.inspect import RoutingState
-    from streaming.router.service import BatchReport
+    from streaming.router.report import BatchReport
 
 _TABLE_UNITS = ("B", "KB", "MB", "GB", "TB")
 

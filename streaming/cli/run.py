@@ -2,9 +2,13 @@
 
 :func:`serve` starts the embedded broker when configured, takes the state
 folder's lock (:mod:`streaming.router.lock`: a second router on the same folders is
-refused with the other's pid), starts Spark and the JVM watchdog
+refused with the other's pid; the router is handed the lock and holds it until
+it stops), starts Spark and the JVM watchdog
 (:mod:`streaming.router.watchdog`: the JVM ends with this process, even after a
-SIGKILL), routes until SIGINT or SIGTERM and exits:
+SIGKILL), routes until SIGINT or SIGTERM, printing each batch's progress line
+(:class:`streaming.cli.progress.BatchLines`, a report listener of
+:mod:`streaming.router.report`),
+and exits:
 
 - 0 after a signal: the batch in progress is finished first; a second signal
   ends the process at once (status 1), as a kill would, and the interrupted
@@ -42,7 +46,7 @@ from streaming.router.changelog import ChangelogError
 from streaming.config import Config
 from streaming.errors import KafkaAccessError
 from streaming.kafka.clients import java_access_failure
-from streaming.router.lock import RouterLockedError
+from streaming.router.lock import RouterLock, RouterLockedError
 from streaming.cli.progress import BatchLines, CatchUpProgress
 from streaming.ops.metrics import MetricsError, RouterMetrics
 from streaming.router.service import Router, failure_summary
@@ -86,34 +90,32 @@ def serve(config: Config) -> int:
         print(f"bitroute: {name}: stopping after the current batch (again to stop now)", flush=True)
         stop_requested.set()
 
-    # The lock is checked before Spark starts: a refused second router costs no JVM.
-    from streaming.router.lock import RouterLock
-
-    probe = RouterLock(config.streaming.checkpoint_dir)
+    # The lock is taken before Spark starts (a refused second router costs no JVM)
+    # and handed to the router, which holds it until it stops: taken once.
+    lock = RouterLock(config.streaming.checkpoint_dir)
     try:
-        probe.acquire()
+        lock.acquire()
     except RouterLockedError as exc:
         print(f"bitroute: error: cannot start the router: {exc}", file=sys.stderr)
         return 1
-    probe.release()
 
-    # Bound before Spark starts, like the lock: a port in use costs no JVM.
     metrics = None
-    if config.metrics.port:
-        metrics = RouterMetrics(config.metrics)
-        try:
-            metrics.start()
-        except MetricsError as exc:
-            print(f"bitroute: error: {exc} (metrics.port)", file=sys.stderr)
-            return 1
     try:
+        # Bound before Spark starts, like the lock: a port in use costs no JVM.
+        if config.metrics.port:
+            metrics = RouterMetrics(config.metrics)
+            try:
+                metrics.start()
+            except MetricsError as exc:
+                print(f"bitroute: error: {exc} (metrics.port)", file=sys.stderr)
+                return 1
         spark = spark_session(config)
         quiet_kafka_client_logs(spark)
         # After the session: creating a SparkContext installs pyspark's own SIGINT
         # handler, which cancels jobs through py4j from inside the signal and breaks
         # the call the main thread is making.
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        router = Router(config, spark)
+        router = Router(config, spark, lock)
         router.report_listeners.append(BatchLines())
         router.catch_up_progress = CatchUpProgress
         if metrics is not None:
@@ -128,6 +130,7 @@ def serve(config: Config) -> int:
             except Py4JError:
                 pass  # the JVM is gone already
     finally:
+        lock.release()  # released by the router's stop already, unless it never started
         if metrics is not None:
             metrics.close()
 
@@ -210,7 +213,7 @@ def _failure_line(router: Router, failure: object) -> str:
     last = router.reports[-1] if router.reports else None
     after = f"after batch {last.batch_id}" if last is not None else "before its first batch"
     return (f"{failure_summary(failure)} ({after}; the checkpoint in "
-            f"{router.query_checkpoint} is intact: fix the cause and start the router again, "
+            f"{router.layout.query} is intact: fix the cause and start the router again, "
             "the unfinished batch is replayed)")
 
 

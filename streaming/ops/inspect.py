@@ -6,8 +6,8 @@ subscriptions (``bitroute subscriptions``) and who would receive a publish now
 with, from, in order:
 
 1. the latest snapshot the router persisted under
-   ``<streaming.checkpoint_dir>/router/snapshots/`` (the layout of
-   :mod:`streaming.router.snapshots`);
+   ``<streaming.checkpoint_dir>/router/snapshots/``, read through the store's
+   read-only view (:class:`streaming.router.snapshots.SnapshotFiles`);
 2. the changelog records after that snapshot's offsets, applied with the
    router's own :func:`streaming.router.changelog.apply_record`, so the answer is as
    of now, not as of the router's last batch;
@@ -17,9 +17,9 @@ with, from, in order:
 
 It writes nothing anywhere: nothing is published, nothing committed to Kafka
 (the changelog is read by explicit assignment, :class:`ChangelogReader`), and
-the snapshot folder is only read. (Not through ``SnapshotStore``, whose
-constructor creates folders and deletes temporary files: a running router's
-write in progress would lose its temporary file.)
+the snapshot folder is only read (never through the writable
+``SnapshotStore``, whose constructor creates folders and deletes temporary
+files: a running router's write in progress would lose its temporary file).
 
 When Kafka does not answer within :data:`KAFKA_PROBE_TIMEOUT_S`, a persisted
 snapshot still answers, and :attr:`RoutingState.stale` says why it may be
@@ -32,11 +32,9 @@ exchange's dialect) is a :class:`RejectedPublish` with the router's reason.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -58,13 +56,11 @@ from compiler.shared import shared_filters
 from streaming.config import Config
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.snapshots import SnapshotFiles, SnapshotStoreError
 
 KAFKA_PROBE_TIMEOUT_S = 2.0
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
-SNAPSHOT_SUFFIX = ".snapshot"
-_READ_ATTEMPTS = 5
-"""The latest snapshot can be pruned between listing and reading it (a newer one
-was saved meanwhile): list again, at most this many times."""
 
 SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "header_match",
                         "header_criteria"]
@@ -101,32 +97,16 @@ class RoutingState:
                 "stale": self.stale}
 
 
-def snapshots_folder(config: Config) -> Path:
-    return Path(config.streaming.checkpoint_dir).absolute() / "router" / "snapshots"
-
-
 def latest_snapshot(config: Config) -> Snapshot | None:
     """The latest snapshot the router persisted, or None when there is none. Reads only."""
-    folder = snapshots_folder(config)
-    for _ in range(_READ_ATTEMPTS):
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            return None
-        stems = (name[:-len(SNAPSHOT_SUFFIX)] for name in names if name.endswith(SNAPSHOT_SUFFIX))
-        versions = sorted(int(stem) for stem in stems if stem.isdigit())
-        if not versions:
-            return None
-        path = folder / f"{versions[-1]}{SNAPSHOT_SUFFIX}"
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            continue  # pruned after a newer version was saved: list again
-        try:
-            return Snapshot.from_bytes(data)
-        except SnapshotFormatError as exc:
-            raise InspectError(f"{path}: {exc}") from None
-    raise InspectError(f"{folder}: the latest snapshot kept disappearing while being read")
+    files = SnapshotFiles(CheckpointLayout.of(config.streaming.checkpoint_dir))
+    try:
+        latest = files.latest()
+        return None if latest is None else Snapshot.from_bytes(latest.data)
+    except SnapshotStoreError as exc:
+        raise InspectError(str(exc)) from None
+    except SnapshotFormatError as exc:
+        raise InspectError(f"{files.layout.snapshot_file(latest.version)}: {exc}") from None
 
 
 def load_state(config: Config) -> RoutingState:
@@ -150,7 +130,9 @@ def load_state(config: Config) -> RoutingState:
             snapshot = index.snapshot(base.version, offsets)
         return RoutingState(snapshot, base.version, applied, None)
     if problem is not None:
-        raise InspectError(f"no router snapshot in {snapshots_folder(config)} and {problem}")
+        raise InspectError(f"no router snapshot in "
+                           f"{CheckpointLayout.of(config.streaming.checkpoint_dir).snapshots} "
+                           f"and {problem}")
     index, offsets, applied = _apply_changelog(config, lambda: RoutingIndex(exchanges), {})
     if index is None:
         index = RoutingIndex(exchanges)

@@ -24,7 +24,7 @@ the declared ones).
 
 Where the values come from (:class:`RouterMetrics`):
 
-- each finished batch's :class:`streaming.router.service.BatchReport`, through
+- each finished batch's :class:`streaming.router.report.BatchReport`, through
   ``Router.report_listeners``, in the batch's thread: the counters of batches,
   publishes, deliveries, rejected publishes and seconds per stage; the last
   batch's id, time and snapshot version; the live subscriptions;
@@ -65,7 +65,8 @@ from streaming.errors import BitrouteError
 
 if TYPE_CHECKING:
     from streaming.audit.maintenance import MaintenanceReport
-    from streaming.router.service import BatchReport, Router
+    from streaming.router.report import BatchReport
+    from streaming.router.service import Router
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The answer's type to a plain ``GET`` (``curl``): text format 0.0.4."""

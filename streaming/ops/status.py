@@ -1,8 +1,9 @@
 """Whether a router runs on a configuration and what it last did (``bitroute status``).
 
-Read only, from what the router leaves on disk and from Kafka's offsets; it
-never talks to the router itself, so it answers the same whether the router
-is up, stuck or gone:
+Read only, from what the router leaves on disk (the paths of
+:mod:`streaming.router.checkpoint`) and from Kafka's offsets; it never talks to
+the router itself, so it answers the same whether the router is up, stuck or
+gone:
 
 - ``<streaming.checkpoint_dir>/router.lock``: held by the running router for
   its lifetime (:mod:`streaming.router.lock`), then by its watchdog until its JVM is
@@ -19,11 +20,12 @@ is up, stuck or gone:
   maintained table); and ``<checkpoint_dir>/router/maintenance.json``, the
   last maintenance pass (when, what it did per table, or its error).
 - ``<checkpoint_dir>/publishes/{offsets,commits}/<batch>``: Spark's
-  checkpoint. The offsets of the last committed batch are where routing
-  stands: input lag = the publishes topic's end offsets minus those (a
+  checkpoint, read by :mod:`streaming.router.offsets_log`. The offsets of the
+  last committed batch are where routing stands: input lag = the publishes topic's end offsets minus those (a
   partition the checkpoint does not name yet counts from its earliest offset,
   as the router's ``startingOffsets=earliest`` reads it).
-- the latest persisted snapshot (:func:`streaming.ops.inspect.latest_snapshot`):
+- the latest persisted snapshot (:func:`streaming.ops.inspect.latest_snapshot`,
+  through the store's read-only view):
   subscription and subscriber counts, and changelog lag = the changelog's end
   offsets minus the snapshot's offsets.
 
@@ -47,10 +49,11 @@ from streaming.router import lock
 from streaming.config import Config
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 
 KAFKA_BUDGET_S = 1.0
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
-STATUS_FILE = "status.json"
 
 
 class KafkaUnavailable(BitrouteError):
@@ -142,18 +145,18 @@ class _Local(NamedTuple):
 def _local_state(config: Config) -> _Local:
     from streaming.ops.inspect import InspectError, latest_snapshot
 
-    checkpoints = Path(config.streaming.checkpoint_dir).absolute()
+    layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
     notes: list[str] = []
-    holder = lock.holder(checkpoints)
-    last = _read_json(checkpoints / "router" / STATUS_FILE, notes)
-    committed_batch, committed = _committed_offsets(checkpoints / "publishes", notes)
+    holder = lock.holder(layout.root)
+    last = _read_json(layout.status_file, notes)
+    committed_batch, committed = _committed_offsets(layout, notes)
     try:
         snapshot = latest_snapshot(config)
     except InspectError as exc:
         notes.append(str(exc))
         snapshot = None
     if snapshot is None:
-        notes.append(f"no persisted snapshot in {checkpoints / 'router'}: the router has not run "
+        notes.append(f"no persisted snapshot in {layout.state}: the router has not run "
                      "on this checkpoint folder")
     return _Local(holder, last, committed_batch, committed, snapshot, notes)
 
@@ -174,27 +177,20 @@ def _read_json(path: Path, notes: list[str]) -> dict | None:
     return value
 
 
-def _committed_offsets(query_checkpoint: Path, notes: list[str]
+def _committed_offsets(layout: CheckpointLayout, notes: list[str]
                        ) -> tuple[int | None, dict[str, dict[int, int]] | None]:
-    """The last committed batch id and its end offsets per topic and partition
-    (Spark's offset log: a version line, a metadata line, one line per source)."""
-    try:
-        batches = [int(p.name) for p in (query_checkpoint / "commits").iterdir() if p.name.isdigit()]
-    except FileNotFoundError:
+    """The last committed batch id and its end offsets per topic and partition."""
+    batch = last_committed_batch(layout)
+    if batch is None:
         return None, None
-    if not batches:
-        return None, None
-    batch = max(batches)
-    path = query_checkpoint / "offsets" / str(batch)
+    path = layout.offsets_file(batch)
     try:
-        lines = path.read_text(encoding="utf-8").strip().splitlines()
-        sources = json.loads(lines[-1])
-        offsets = {topic: {int(p): int(o) for p, o in partitions.items()}
-                   for topic, partitions in sources.items()}
-    except (OSError, ValueError, IndexError, AttributeError) as exc:
+        return batch, read_offsets(path)
+    except OffsetLogError as exc:
+        notes.append(str(exc))
+    except OSError as exc:
         notes.append(f"{path}: not a Spark offset log of the Kafka source ({exc})")
-        return batch, None
-    return batch, offsets
+    return batch, None
 
 
 def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:

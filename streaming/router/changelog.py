@@ -19,15 +19,17 @@ so a restart, or a rebuild after compaction, reaches the same state:
   holds for that id.
 
 This module is the subscription state alone: it reads the changelog and
-applies it to the :class:`~compiler.RoutingIndex`, and writes nothing but its
-own snapshots. :meth:`Subscriptions.catch_up` reads every partition up to the
-end offsets fetched when it is called (the happens-before guarantee: a change
-Kafka acknowledged before the call is in the index when it returns). A
-catch-up that read any record returns a :class:`PendingVersion` (the next
-snapshot version: its changes, the rejected records among them, the offsets
-it covers), already applied to the index; the caller writes what the version
-implies, then makes it current with :meth:`Subscriptions.commit` (persisted in
-the :class:`~streaming.router.snapshots.SnapshotStore`) or drops it with
+applies it to the :class:`~compiler.RoutingIndex`, and makes snapshot
+versions of it, which it hands to their owner
+(:class:`~streaming.router.snapshots.BatchSnapshots`). :meth:`Subscriptions.catch_up`
+reads every partition up to the end offsets fetched when it is called (the
+happens-before guarantee: a change Kafka acknowledged before the call is in
+the index when it returns). A catch-up that read any record returns a
+:class:`PendingVersion` (the next snapshot version: its changes, the rejected
+records among them, the offsets it covers), already applied to the index; the
+caller writes what the version implies, then makes it current with
+:meth:`Subscriptions.commit` (the version's bytes and whether it reads headers
+go to :meth:`BatchSnapshots.commit`, which persists them) or drops it with
 :meth:`Subscriptions.rollback` (the index goes back to the current version and
 the next catch-up re-reads the records). :mod:`streaming.router.subscription_sync`
 does that writing, in the order that makes a crash safe.
@@ -48,7 +50,7 @@ from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT, SUBSC
 from streaming.config import Config
 from streaming.errors import BitrouteError
 from streaming.kafka.clients import OnError, access_failure, consumer
-from streaming.router.snapshots import SnapshotStore
+from streaming.router.snapshots import BatchSnapshots, SnapshotVersion
 
 CATCH_UP_TIMEOUT_S = 60.0
 """A catch-up that cannot read the changelog to its end offsets in this time fails the batch."""
@@ -250,7 +252,7 @@ class PendingVersion:
 
 
 class Subscriptions:
-    """The routing index, its current snapshot version and the changelog position.
+    """The routing index and the changelog position; the version is its owner's.
 
     Build with :meth:`open`. Not thread-safe: the router calls it from one
     batch at a time. Versions only grow; version 0 is the empty index. At most
@@ -258,19 +260,16 @@ class Subscriptions:
     run until it is committed or rolled back.
     """
 
-    def __init__(self, config: Config, store: SnapshotStore, index: RoutingIndex, version: int,
-                 data: bytes, offsets: Mapping[int, int],
-                 on_error: OnError | None = None) -> None:
-        self._store = store
+    def __init__(self, config: Config, snapshots: BatchSnapshots, index: RoutingIndex,
+                 offsets: Mapping[int, int], on_error: OnError | None = None) -> None:
+        self._snapshots = snapshots
         self._index = index
-        self._version = version
-        self._data = data
         self._offsets = dict(offsets)
         self._pending: PendingVersion | None = None
         self._reader = ChangelogReader(config, on_error)
 
     @classmethod
-    def open(cls, config: Config, store: SnapshotStore,
+    def open(cls, config: Config, snapshots: BatchSnapshots,
              on_error: OnError | None = None) -> tuple[Subscriptions, list[Change]]:
         """Rebuild from the latest persisted version (plus nothing else yet: call
         :meth:`catch_up` for the changelog after it), or from an empty index;
@@ -281,25 +280,24 @@ class Subscriptions:
         reused: the index is rebuilt from the whole changelog as the next version.
         """
         exchanges = {name: Dialect(d) for name, d in config.exchanges.dialects.items()}
-        stored = store.latest()
+        stored = snapshots.current
         if stored is not None:
             snapshot = _reusable(stored.data, exchanges)
             if snapshot is not None:
-                state = cls(config, store, RoutingIndex.from_snapshot(snapshot), stored.version,
-                            stored.data, snapshot.offsets, on_error)
-                return state, [Change(*c) for c in stored.changes]
+                state = cls(config, snapshots, RoutingIndex.from_snapshot(snapshot),
+                            snapshot.offsets, on_error)
+                return state, [Change(*c) for c in snapshots.changes(stored.version)]
         # From scratch: an empty index at offsets {} as a new version, so
         # that the next catch-up reads the whole changelog.
         version = 0 if stored is None else stored.version + 1
         index = RoutingIndex(exchanges)
-        data = index.snapshot(version, {}).to_bytes()
-        store.save(version, data, [])
-        return cls(config, store, index, version, data, {}, on_error), []
+        snapshots.commit(SnapshotVersion.of(index.snapshot(version, {})), [])
+        return cls(config, snapshots, index, {}, on_error), []
 
     @property
     def version(self) -> int:
         """The current (committed) snapshot version."""
-        return self._version
+        return self._snapshots.current.version
 
     @property
     def offsets(self) -> dict[int, int]:
@@ -308,17 +306,6 @@ class Subscriptions:
 
     def __len__(self) -> int:
         return len(self._index)
-
-    def reads_headers(self, version: int) -> bool:
-        """Whether matching against ``version`` needs the publishes' headers: the
-        current version knows; an older one is assumed to."""
-        return version != self._version or self._index.has_header_criteria
-
-    def data(self, version: int) -> bytes:
-        """The snapshot bytes of ``version``: the current one, or a persisted one."""
-        if version == self._version:
-            return self._data
-        return self._store.load(version).data
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> PendingVersion | None:
         """Apply the changelog up to its current end offsets to the index; return
@@ -355,18 +342,19 @@ class Subscriptions:
         if not changes:
             self._offsets = offsets
             return None
-        self._pending = PendingVersion(self._version + 1, changes, rejected, offsets)
+        self._pending = PendingVersion(self.version + 1, changes, rejected, offsets)
         return self._pending
 
     def commit(self, pending: PendingVersion) -> None:
-        """Persist ``pending`` (its changes, then its snapshot) and make it the
-        current version. If this raises, nothing is current that was not before:
-        call :meth:`rollback`."""
+        """Hand ``pending`` (its snapshot and changes) to the versions' owner, which
+        persists it and makes it the current version. If this raises, nothing is
+        current that was not before: call :meth:`rollback`."""
         if pending is not self._pending:
             raise RuntimeError(f"version {pending.version} is not the pending catch-up")
-        data = self._index.snapshot(pending.version, pending.offsets).to_bytes()
-        self._store.save(pending.version, data, pending.changes)
-        self._version, self._data, self._offsets = pending.version, data, dict(pending.offsets)
+        self._snapshots.commit(SnapshotVersion.of(self._index.snapshot(pending.version,
+                                                                       pending.offsets)),
+                               pending.changes)
+        self._offsets = dict(pending.offsets)
         self._pending = None
 
     def rollback(self) -> None:
@@ -380,7 +368,7 @@ class Subscriptions:
         self._reader.close()
 
     def _restore_index(self) -> None:
-        self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._data))
+        self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._snapshots.current.data))
 
 
 def _reusable(data: bytes, exchanges: Mapping[str, Dialect]) -> Snapshot | None:

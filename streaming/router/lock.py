@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from streaming.errors import BitrouteError
+from streaming.router.checkpoint import CheckpointLayout
 
-LOCK_FILE = "router.lock"
 LOCK_WAIT_S = 10.0
 """How long a starting router waits for the lock before refusing to start."""
 
@@ -38,14 +38,10 @@ class RouterLockedError(BitrouteError):
     """Another process holds the router lock; the message names it."""
 
 
-def lock_path(checkpoint_dir: str | Path) -> Path:
-    return Path(checkpoint_dir).absolute() / LOCK_FILE
-
-
 def holder(checkpoint_dir: str | Path) -> dict | None:
     """The holder ``{"pid", "host", "started_at"}`` while a router holds the lock (``{}``
     for a moment while it starts), else None."""
-    path = lock_path(checkpoint_dir)
+    path = CheckpointLayout.of(checkpoint_dir).lock_file
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -89,8 +85,13 @@ class RouterLock:
     """The exclusive lock of one checkpoint folder; ``acquire()`` or raise, ``release()``."""
 
     def __init__(self, checkpoint_dir: str | Path) -> None:
-        self.path = lock_path(checkpoint_dir)
+        self.path = CheckpointLayout.of(checkpoint_dir).lock_file
         self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock (between :meth:`acquire` and :meth:`release`)."""
+        return self._fd is not None
 
     @property
     def fd(self) -> int:

@@ -1,24 +1,22 @@
-"""The snapshot a micro-batch matches against: broadcast once per version, loaded once per worker.
+"""The worker side of a batch's snapshot: each broadcast version loaded once per worker.
 
 The driver ships a snapshot's bytes to the executors once per version with
 ``SparkContext.broadcast`` (no shared file system needed) and keeps exactly
-one broadcast alive (:class:`SnapshotBroadcasts`); a released version's
-broadcast is destroyed, which also drops it from the Python workers.
+one broadcast alive (:class:`streaming.router.snapshots.BatchSnapshots`); a
+released version's broadcast is destroyed, which also drops it from the
+Python workers.
 
 Each Python worker loads a version once: :func:`cached_matcher` keeps the
 :class:`compiler.Matcher` of the last :data:`MATCHERS_CACHED` broadcasts in a
 module-level cache (a reused worker serves many tasks), so the cost of
 ``Snapshot.from_bytes`` and of building the matcher's tables is paid once per
-version per worker, not per task. :mod:`streaming.router.routing` uses both.
+version per worker, not per task (:mod:`streaming.router.routing` calls it).
 """
 
 from __future__ import annotations
 
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-
-from pyspark import Broadcast, SparkContext
 
 from compiler import Matcher, Snapshot
 
@@ -52,31 +50,3 @@ def cached_matcher(key: str, load: Callable[[], bytes]) -> Matcher:
 def cached_versions() -> list[int]:
     """Snapshot versions of the matchers this process holds, least recently used first."""
     return [m.version for m in _matchers.values()]
-
-
-class SnapshotBroadcasts:
-    """The driver's one live snapshot broadcast (not thread-safe; one batch at a time)."""
-
-    def __init__(self, context: SparkContext) -> None:
-        self._context = context
-        self._version: int | None = None
-        self._broadcast: Broadcast | None = None
-        self._key = ""
-
-    def broadcast(self, version: int, load: Callable[[], bytes]) -> tuple[Broadcast, str]:
-        """The broadcast of ``version`` and its cache key, broadcasting ``load()`` unless it is live.
-
-        The previous broadcast is destroyed: the batch that used it is over
-        (batches run one at a time), and a replay broadcasts again.
-        """
-        if self._version != version or self._broadcast is None:
-            broadcast = self._context.broadcast(load())
-            self.close()
-            self._version, self._broadcast, self._key = version, broadcast, uuid.uuid4().hex
-        return self._broadcast, self._key
-
-    def close(self) -> None:
-        """Destroy the live broadcast, if any."""
-        if self._broadcast is not None:
-            self._broadcast.destroy(blocking=False)
-        self._version, self._broadcast = None, None

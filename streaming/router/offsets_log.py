@@ -1,16 +1,29 @@
-"""How many publishes a micro-batch holds, read from the query's offset log before it runs.
+"""Spark's offset log of the router's query, read back: the one parser of its format.
 
-Spark writes ``<query checkpoint>/offsets/<batch id>`` (its write-ahead log)
-before it runs the batch: a version line, a metadata line, then one JSON line
-per source, for the Kafka source ``{"<topic>": {"<partition>": <end offset>}}``.
-The batch reads, per partition, from the previous batch's end offset to its
-own, so the difference is the number of records it holds (an upper bound:
-transaction markers and compacted-away offsets count too).
+Spark writes ``<query checkpoint>/offsets/<batch id>`` (its write-ahead log,
+``OffsetSeqLog``) before it runs the batch: a version line (``v1``, or ``v2``
+from Spark 4.1 on), a metadata line (JSON, possibly empty), then one line per
+source of the query: its end offsets as JSON, or ``-`` when the source has
+none; version 2 prefixes each source line with ``<source id>:``. The Kafka
+source's offsets are ``{"<topic>": {"<partition>": <end offset>}}``.
 
-The router uses the figure to route a small batch in the driver, without a
-Python worker round trip (:mod:`streaming.router.service`); when it cannot be known
-(the first batch, a purged or unreadable log entry) it returns None and the
-batch is distributed, which is always correct.
+The router's query has one source, so its offsets are the third line; this
+parser reads every source line after the metadata (skipping ``-``) and merges
+their topics, so it stays right for either version and for a query of several
+sources.
+
+Two readers use it:
+
+- :func:`batch_records`: how many publishes a batch holds before it runs. The
+  batch reads, per partition, from the previous batch's end offset to its own,
+  so the difference is the number of records (an upper bound: transaction
+  markers and compacted-away offsets count too). The router routes a small
+  batch in the driver, without a Python worker round trip
+  (:mod:`streaming.router.service`); when the figure cannot be known (the
+  first batch, a purged or unreadable entry) it is None and the batch is
+  distributed, which is always correct.
+- ``bitroute status``: where routing stands, the end offsets of
+  :func:`last_committed_batch` (:mod:`streaming.ops.status`).
 """
 
 from __future__ import annotations
@@ -18,22 +31,60 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from streaming.errors import BitrouteError
+from streaming.router.checkpoint import CheckpointLayout
 
-def batch_records(query_checkpoint: Path, batch_id: int, topic: str) -> int | None:
+VOID_OFFSET = "-"
+"""Spark's line for a source without offsets in a batch."""
+
+
+class OffsetLogError(BitrouteError):
+    """An offset log entry is not one of Spark's (the message names the file and why)."""
+
+
+def read_offsets(path: Path) -> dict[str, dict[int, int]]:
+    """The end offsets per topic and partition in the offset log entry ``path``.
+
+    Raises :class:`OffsetLogError` for a file that is not an offset log entry of
+    Kafka sources, and ``OSError`` (``FileNotFoundError``) when it cannot be read.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if len(lines) < 2 or lines[0] not in ("v1", "v2"):
+        raise OffsetLogError(f"{path}: not a Spark offset log entry (first line "
+                             f"{lines[0] if lines else ''!r})")
+    offsets: dict[str, dict[int, int]] = {}
+    for line in lines[2:]:
+        if lines[0] == "v2":
+            _, _, line = line.partition(":")
+        if line.strip() == VOID_OFFSET:
+            continue
+        try:
+            source = json.loads(line)
+            for topic, partitions in source.items():
+                offsets[topic] = {int(p): int(o) for p, o in partitions.items()}
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise OffsetLogError(f"{path}: not a Spark offset log of the Kafka source ({exc})") from None
+    return offsets
+
+
+def batch_records(layout: CheckpointLayout, batch_id: int, topic: str) -> int | None:
     """Records of ``topic`` that batch ``batch_id`` reads, or None when unknown."""
     if batch_id < 1:
         return None
-    end, start = (_end_offsets(query_checkpoint / "offsets" / str(b), topic)
-                  for b in (batch_id, batch_id - 1))
+    try:
+        end, start = (read_offsets(layout.offsets_file(b)).get(topic)
+                      for b in (batch_id, batch_id - 1))
+    except (OSError, OffsetLogError):
+        return None
     if end is None or start is None or not set(start) <= set(end):
         return None
     return sum(offset - start.get(partition, 0) for partition, offset in end.items())
 
 
-def _end_offsets(path: Path, topic: str) -> dict[str, int] | None:
+def last_committed_batch(layout: CheckpointLayout) -> int | None:
+    """The last batch Spark committed (its ``commits/<batch id>``), None before the first."""
     try:
-        lines = path.read_text().splitlines()
-        offsets = json.loads(lines[2])[topic]
-        return {str(p): int(o) for p, o in offsets.items()}
-    except (OSError, IndexError, KeyError, TypeError, ValueError):
+        batches = [int(p.name) for p in layout.commits.iterdir() if p.name.isdigit()]
+    except FileNotFoundError:
         return None
+    return max(batches, default=None)

@@ -2,11 +2,14 @@
 
 Per micro-batch, in ``foreachBatch`` (:meth:`Router.process_batch`):
 
-a. Pin. A batch id seen for the first time catches the subscription
-   changelog up to its end offsets (happens-before: a subscription Kafka
-   acknowledged before a publish of this batch is applied to it) and records
-   ``batch id -> snapshot version`` durably before anything is written. A
-   replayed batch id (after a crash) reuses its pinned version.
+a. Pin. The batch's snapshot comes from its one owner,
+   :class:`~streaming.router.snapshots.BatchSnapshots`, in one call: a batch id
+   seen for the first time catches the subscription changelog up to its end
+   offsets (happens-before: a subscription Kafka acknowledged before a
+   publish of this batch is applied to it) and records ``batch id -> snapshot
+   version`` durably before anything is written; a replayed batch id (after a
+   crash) reuses its pinned version. The version comes back broadcast, with
+   whether its matcher reads headers.
 b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    each Python worker matches its publishes against the pinned snapshot
    (broadcast once per version), produces every delivery and every rejected
@@ -27,16 +30,18 @@ c. Audit. The batch's routed rows written durably to the audit journal
    journaled batches to the ``messages`` and ``deliveries`` Delta tables every
    ``audit.commit_interval``, a group per transaction keyed by batch ids:
    exactly once, off the batch's critical path.
-d. Report. ``<checkpoint_dir>/router/status.json`` (:class:`BatchReport` as JSON,
-   for ``bitroute status``), then each of :attr:`Router.report_listeners` with the
-   :class:`BatchReport` (``bitroute run``'s line on stdout, the metrics).
+d. Report. A :class:`~streaming.router.report.BatchReport` to every registered
+   listener (:attr:`Router.report_listeners`): ``status.json`` for ``bitroute
+   status``, and whatever the caller registered (``bitroute run``'s progress
+   line on stdout, the metrics). The library prints no progress itself.
 
 Message id = ``<topic>/<partition>/<offset>``; exchange = the last
 ``exchange`` header, else ``exchanges.default``.
 
-State: the Spark checkpoint in ``<checkpoint_dir>/publishes``, the router's
-snapshots and pins in ``<checkpoint_dir>/router`` (:mod:`streaming.router.snapshots`),
-held by one router at a time (:mod:`streaming.router.lock`). A router killed at any
+State: the checkpoint folder (:mod:`streaming.router.checkpoint`): Spark's
+checkpoint of the query, the router's snapshots and pins
+(:mod:`streaming.router.snapshots`), held by one router at a time
+(:mod:`streaming.router.lock`). A router killed at any
 point and restarted on the same folders replays the unfinished batch with its
 pinned version: no delivery lost, Kafka repeats possible, Delta rows exactly
 once (a journal a crash left is committed at open, before routing starts).
@@ -44,16 +49,12 @@ once (a journal a crash left is committed at open, before routing starts).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
@@ -71,17 +72,24 @@ from streaming.kafka.broker_watch import BrokerWatch
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.audit.maintenance import BackgroundMaintenance
 from streaming.config import Config
+from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.audit.committer import AuditCommitter
-from streaming.audit.journal import JOURNAL_DIR, AuditJournal
+from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.kafka.clients import java_access_failure
 from streaming.router.lock import RouterLock
-from streaming.router.matching import SnapshotBroadcasts
 from streaming.router.offsets_log import batch_records
+from streaming.router.report import (
+    ROUTED_IN_DRIVER,
+    ROUTED_IN_EXECUTORS,
+    BatchReport,
+    ReportListener,
+    StatusFile,
+)
 from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings
-from streaming.router.snapshots import SnapshotStore
+from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 from streaming.kafka.topics import ensure_router_topics
 
@@ -99,9 +107,6 @@ RETRY_REPORT_INTERVAL_S = 30.0
 RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, DeliveryUnavailable, KafkaException,
                   KafkaAccessError, DeltaError, OSError)
 """Failures of a batch's steps that are retried (none of them is about a record)."""
-STATUS_FILE = "status.json"
-ROUTED_IN_DRIVER = "driver"
-ROUTED_IN_EXECUTORS = "executors"
 T = TypeVar("T")
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
@@ -110,55 +115,39 @@ class RouterStopping(BitrouteError):
     """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
 
 
-@dataclass(frozen=True)
-class BatchReport:
-    """What one micro-batch did, with the seconds of each stage."""
-
-    batch_id: int
-    rows: int
-    deliveries: int
-    rejected: int
-    snapshot_version: int
-    seconds: float
-    replayed: bool
-    stages: dict[str, float] = field(default_factory=dict)
-    attempts: int = 1
-    routed_in: str = ROUTED_IN_EXECUTORS
-    """Where the route stage ran: :data:`ROUTED_IN_DRIVER` or :data:`ROUTED_IN_EXECUTORS`."""
-
-
 class Router:
     """One router: ``start()``, then ``process_all_available()`` or wait, then ``stop()``.
 
-    ``open()`` (called by ``start()``) takes the state folder's lock and
-    prepares everything but the query: topics, audit tables, the rebuilt
-    subscription index; tests drive :meth:`process_batch` directly after it.
+    ``open()`` (called by ``start()``) takes the state folder's lock, unless
+    the ``lock`` given is held already (``bitroute run`` takes it before Spark
+    starts, and hands it over: it is taken once), and prepares everything but
+    the query: topics, audit tables, the rebuilt subscription index; tests
+    drive :meth:`process_batch` directly after it. The router releases the
+    lock at :meth:`stop`.
     """
 
-    def __init__(self, config: Config, spark: SparkSession) -> None:
+    def __init__(self, config: Config, spark: SparkSession, lock: RouterLock | None = None) -> None:
         self.config = config
         self.spark = spark
-        checkpoints = Path(config.streaming.checkpoint_dir).absolute()
-        self.query_checkpoint = checkpoints / "publishes"
-        self.lock = RouterLock(checkpoints)
-        self.store = SnapshotStore(checkpoints / "router")
+        self.layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
+        self.lock = lock if lock is not None else RouterLock(self.layout.root)
         self.reports: deque[BatchReport] = deque(maxlen=REPORTS_KEPT)
         self.query: StreamingQuery | None = None
         self.subscription_sync: SubscriptionSync | None = None
+        self._snapshots: BatchSnapshots | None = None
         self._audit: AuditTables | None = None
         self._committer: AuditCommitter | None = None
         self.maintenance = BackgroundMaintenance(config)
         """The audit tables' upkeep, in its own thread while the router is open
         (:mod:`streaming.audit.maintenance`): never on a batch's path."""
-        self._broadcasts = SnapshotBroadcasts(spark.sparkContext)
         self._batch_done = threading.Condition()
-        self._status_lock = threading.Lock()
         self._in_batch = False
         self._stopping = threading.Event()
         self.broker_watch = BrokerWatch(config.kafka.client_settings)
-        self.report_listeners: list[Callable[[BatchReport], None]] = []
-        """Each is called, in the batch's thread, with every batch's report once status.json
-        has it (``bitroute run``'s line on stdout, the metrics, benchmarks)."""
+        self._status = StatusFile(self.layout.status_file, self._status_figures)
+        self.report_listeners: list[ReportListener] = [self._status]
+        """Each is called with every finished batch's report, in this order
+        (:mod:`streaming.router.report`); ``status.json`` is the first."""
         self.catch_up_progress: Callable[[], Callable[[int, int], None]] | None = None
         """Makes the progress callback of each changelog catch-up (``bitroute run``'s lines)."""
 
@@ -168,19 +157,21 @@ class Router:
         another router holds the folder."""
         if self.subscription_sync is not None:
             return
-        self.lock.acquire()
+        if not self.lock.held:
+            self.lock.acquire()
         try:
-            journal = AuditJournal(self.store.root / JOURNAL_DIR)
-            if self.store.has_pins() and not (self.query_checkpoint / "offsets").is_dir():
+            store = SnapshotStore(self.layout)  # writable: only with the lock held
+            journal = AuditJournal(self.layout.audit_journal)
+            if store.has_pins() and not self.layout.offsets.is_dir():
                 # Pins of batches of a checkpoint that is gone: the new query's
                 # batch ids start again at 0 and must not meet them, nor the
                 # journal's (committed first, under the old router id).
-                previous = self._committer_for(journal)
+                previous = self._committer_for(store, journal)
                 previous.recover()
                 previous.tables.close()
-                self.store.forget_batches()
+                store.forget_batches()
             ensure_router_topics(self.config)
-            self._committer = self._committer_for(journal)
+            self._committer = self._committer_for(store, journal)
             self._audit = self._committer.tables
             for name in self._audit.unpartitioned():
                 _log.warning(f"the audit table {name} ({self._audit.path(name)}) has an "
@@ -189,7 +180,8 @@ class Router:
                              "partitions it")
             self._committer.recover()  # a crash's leftovers, before routing starts
             self._committer.start()
-            self.subscription_sync = SubscriptionSync.open(self.config, self.store, self._audit,
+            self._snapshots = BatchSnapshots(store, self.spark.sparkContext)
+            self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
                                                            self.broker_watch.on_error)
             self.subscription_sync.catch_up(self._catch_up_progress())
             self.maintenance.start()
@@ -197,13 +189,13 @@ class Router:
             self.lock.release()
             raise
 
-    def _committer_for(self, journal: AuditJournal) -> AuditCommitter:
+    def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""
-        tables = AuditTables(self.config, self.store.router_id())
+        tables = AuditTables(self.config, store.router_id())
         tables.ensure()
         return AuditCommitter(tables, journal, self.config.audit.commit_interval_s,
                               self.config.audit.max_pending_batches, stopping=self._stopping,
-                              on_commit=self._refresh_status)
+                              on_commit=self._status.refresh)
 
     def start(self) -> StreamingQuery:
         """Open, then start the streaming query (it resumes from its checkpoint)."""
@@ -219,7 +211,7 @@ class Router:
         self.query = (source.writeStream
                       .foreachBatch(self.process_batch)
                       .trigger(processingTime=streaming.trigger_interval)
-                      .option("checkpointLocation", str(self.query_checkpoint))
+                      .option("checkpointLocation", str(self.layout.query))
                       .start())
         return self.query
 
@@ -240,7 +232,9 @@ class Router:
                 self.query.stop()
         finally:
             self.maintenance.stop()
-            self._broadcasts.close()
+            if self._snapshots is not None:
+                self._snapshots.close()
+                self._snapshots = None
             if self._committer is not None:
                 self._committer.stop()
                 self._committer = None
@@ -283,37 +277,30 @@ class Router:
                 self._batch_done.notify_all()
         return report
 
-    def route_function(self, version: int) -> RoutePartitions:
-        """The ``mapInArrow`` function that routes a batch against snapshot ``version``."""
-        subscriptions = self._require_open().subscriptions
-        broadcast, key = self._broadcasts.broadcast(version, lambda: subscriptions.data(version))
+    def _route_function(self, snapshot: BatchSnapshot) -> RoutePartitions:
+        """The ``mapInArrow`` function that routes a batch against ``snapshot``."""
         kafka = self.config.kafka
-        return RoutePartitions(broadcast, key, RouteSettings(
+        return RoutePartitions(snapshot.broadcast, snapshot.key, RouteSettings(
             default_exchange=self.config.exchanges.default,
             layout=kafka.layout,
             rejected_topic=kafka.rejected_topic,
-            snapshot_version=version,
-            with_headers=subscriptions.reads_headers(version),
+            snapshot_version=snapshot.version,
+            with_headers=snapshot.reads_headers,
             producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
                                       keyed_partitions=kafka.layout.shared),
         ))
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
-        sync = self._require_open()
+        sync, snapshots = self._require_open()
         attempts = [0]
-        version = self.store.pinned(batch_id)
-        replayed = version is not None
-        if version is None:
-            version = self._retrying(batch_id, "the changelog catch-up",
-                                     lambda: sync.catch_up(self._catch_up_progress()),
-                                     attempts)
-            self.store.pin(batch_id, version)
-            self.store.prune()
+        snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
+            batch_id, "the changelog catch-up", lambda: sync.catch_up(self._catch_up_progress()),
+            attempts))
         caught_up = time.monotonic()
-        route = self.route_function(version)
+        route = self._route_function(snapshot)
         source = batch.select(*SOURCE_COLUMNS)
-        records = batch_records(self.query_checkpoint, batch_id, self.config.kafka.publishes_topic)
+        records = batch_records(self.layout, batch_id, self.config.kafka.publishes_topic)
         if records is not None and records <= self.config.streaming.driver_route_max_publishes:
             # A small batch: the same routing function, run in this process on
             # the collected rows, skips the Python workers' round trip.
@@ -328,18 +315,17 @@ class Router:
         routed = self._retrying(batch_id, "routing", routing, attempts)
         route_done = time.monotonic()
         if routed.num_rows:
-            audit = PublishBatch(batch_id, version, datetime.now(timezone.utc), routed)
+            audit = PublishBatch(batch_id, snapshot.version, datetime.now(timezone.utc), routed)
             self._retrying(batch_id, "the audit journal write",
                            lambda: self._committer.submit(audit), attempts)
         audited = time.monotonic()
         deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
         rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
-        report = BatchReport(batch_id, routed.num_rows, deliveries, rejected, version,
-                             audited - started, replayed,
+        report = BatchReport(batch_id, routed.num_rows, deliveries, rejected, snapshot.version,
+                             audited - started, snapshot.replayed,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in)
         self.reports.append(report)
-        self._write_status(report)
         for listener in self.report_listeners:
             listener(report)
         return report
@@ -394,40 +380,21 @@ class Router:
         ``timeout`` (tests and benchmarks that read the tables right after a batch)."""
         return self._committer.flush(timeout) if self._committer is not None else True
 
-    def _refresh_status(self) -> None:
-        """status.json again after a commit round: the audit figures move between batches."""
-        if self.reports:
-            self._write_status(self.reports[-1])
-
-    def _write_status(self, report: BatchReport) -> None:
-        query = self.query
-        committer = self._committer
-        status = {
+    def _status_figures(self) -> dict[str, object]:
+        """What ``status.json`` holds besides the report (:class:`StatusFile`)."""
+        query, committer, subscriptions = self.query, self._committer, self.subscriptions
+        return {
             "query_id": str(query.id) if query is not None else None,
             "run_id": str(query.runId) if query is not None else None,
-            "batch_id": report.batch_id,
-            "publishes": report.rows,
-            "deliveries": report.deliveries,
-            "rejected": report.rejected,
-            "snapshot_version": report.snapshot_version,
-            "seconds": round(report.seconds, 4),
-            "stages": {k: round(v, 4) for k, v in report.stages.items()},
-            "routed_in": report.routed_in,
-            "finished_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "subscriptions": len(self.subscriptions) if self.subscriptions is not None else 0,
+            "subscriptions": len(subscriptions) if subscriptions is not None else 0,
             "audit_pending_batches": committer.pending_batches if committer is not None else 0,
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
         }
-        path = self.store.root / STATUS_FILE
-        with self._status_lock:  # the batch and the committer's thread both write it
-            tmp = path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(status) + "\n")
-            os.replace(tmp, path)
 
-    def _require_open(self) -> SubscriptionSync:
-        if self.subscription_sync is None:
+    def _require_open(self) -> tuple[SubscriptionSync, BatchSnapshots]:
+        if self.subscription_sync is None or self._snapshots is None:
             raise RuntimeError("the router is not open: call open() or start() first")
-        return self.subscription_sync
+        return self.subscription_sync, self._snapshots
 
     def _require_query(self) -> StreamingQuery:
         if self.query is None:

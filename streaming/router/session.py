@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 import conf
 from streaming import jvm
 from streaming.config import Config
+from streaming.router.checkpoint import CheckpointLayout
 from streaming.kafka.settings import SPARK_REDACTION_REGEX
 
 
@@ -117,7 +118,7 @@ def spark_session(config: Config, jar_group: str = "spark",
 
 def jvm_folder(config: Config) -> Path:
     """The working folder of a JVM bitroute launches: ``<streaming.checkpoint_dir>/spark``."""
-    return Path(config.streaming.checkpoint_dir).absolute() / "spark"
+    return CheckpointLayout.of(config.streaming.checkpoint_dir).jvm
 
 
 def _under_spark_submit() -> bool:

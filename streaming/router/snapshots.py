@@ -1,26 +1,47 @@
-"""The router's durable state: snapshot versions and the batch -> version pins.
+"""A batch's snapshot: the versions the changelog makes, saved, pinned, loaded and broadcast.
 
-Layout under ``<streaming.checkpoint_dir>/router/``::
+:class:`BatchSnapshots` is the one owner of the snapshot version in the
+router's driver. The subscription state (:mod:`streaming.router.changelog`)
+hands it each new version (:meth:`BatchSnapshots.commit`); a micro-batch gets
+its version from it in one call (:meth:`BatchSnapshots.for_batch`): the pinned
+version of a replayed batch, or else the version current after a changelog
+catch-up, pinned; old pins and versions pruned; the version's bytes taken from
+memory or from disk and broadcast to the executors once (one broadcast alive
+at a time). What a batch needs of its version travels in the returned
+:class:`BatchSnapshot`, including whether its matcher reads the publishes'
+headers, a fact recorded with each version (:class:`SnapshotVersion`), not
+guessed.
+
+On disk (paths: :class:`streaming.router.checkpoint.CheckpointLayout`)::
 
     router-id                    this router's identity (the Delta txnAppId stem)
     snapshots/<version>.changes  JSON: the changelog changes that produced <version>
+    snapshots/<version>.meta     JSON: {"reads_headers": bool}
     snapshots/<version>.snapshot the compiler's snapshot bytes (Snapshot.to_bytes)
     pins/<batch id>              the snapshot version micro-batch <batch id> used
+
+:class:`SnapshotFiles` reads them and never writes (``bitroute status``,
+``explain``, ``subscriptions`` use it while a router runs);
+:class:`SnapshotStore` is the router's writable store.
 
 Invariants:
 
 - Every file is written whole or not at all (temporary file, fsync, rename,
   fsync of the folder), so a router killed at any instant leaves either the
   old state or the new one.
-- A version's ``.changes`` file is written before its ``.snapshot`` file, so a
-  version whose snapshot exists also has its changes: a restart re-appends
-  them to the Delta ``subscriptions`` table (idempotently), which is how a
-  crash between persisting a version and auditing it loses no audit row.
+- A version's ``.changes`` and ``.meta`` files are written before its
+  ``.snapshot`` file, so a version whose snapshot exists also has its changes:
+  a restart re-appends them to the Delta ``subscriptions`` table
+  (idempotently), which is how a crash between persisting a version and
+  auditing it loses no audit row. A version saved by an earlier build has no
+  ``.meta``: what it records is read from the snapshot itself.
 - A pin is written before a batch writes anything and is never rewritten: a
   replayed batch finds it and uses the same version (deterministic replay).
 - :meth:`SnapshotStore.prune` keeps the pins of the last :data:`PINS_KEPT`
   batches, the snapshots they name, and the latest snapshot. Spark replays
   only the last batch whose commit was not written, so that is ample.
+- The current version is the latest persisted one: versions only grow, and a
+  version is current once it is on disk.
 """
 
 from __future__ import annotations
@@ -28,17 +49,24 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streaming.errors import BitrouteError
+from streaming.router.checkpoint import CheckpointLayout
+
+if TYPE_CHECKING:
+    from pyspark import Broadcast, SparkContext
+
+    from compiler import Snapshot
 
 PINS_KEPT = 16
 """Pins of this many most recent batch ids survive pruning (Spark replays at most the last)."""
-
-_SNAPSHOT_SUFFIX = ".snapshot"
-_CHANGES_SUFFIX = ".changes"
+READ_ATTEMPTS = 5
+"""A reader beside a running router lists the latest version again when it was pruned
+between listing and reading (a newer one was saved meanwhile), at most this many times."""
 
 
 class SnapshotStoreError(BitrouteError):
@@ -46,27 +74,128 @@ class SnapshotStoreError(BitrouteError):
 
 
 @dataclass(frozen=True)
-class StoredVersion:
-    """One persisted snapshot version: its bytes and the changes (JSON arrays) that made it."""
+class SnapshotVersion:
+    """One snapshot version: its bytes and what is recorded about it.
+
+    ``reads_headers``: whether matching against it needs the publishes'
+    headers (some live subscription has header criteria); when False the
+    routing tasks do not build them.
+    """
 
     version: int
     data: bytes
-    changes: list[list]
+    reads_headers: bool
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> SnapshotVersion:
+        """The version of a compiled snapshot, with the facts read from its tables."""
+        return cls(snapshot.version, snapshot.to_bytes(), _reads_headers(snapshot))
+
+    def meta(self) -> dict[str, object]:
+        """What the ``.meta`` file records."""
+        return {"reads_headers": self.reads_headers}
 
 
-class SnapshotStore:
-    """Snapshot versions and batch pins in one local folder (see the module docstring).
+def _reads_headers(snapshot: Snapshot) -> bool:
+    return len(snapshot.tables.criteria_slots) > 0
 
-    Used by one router process at a time; not thread-safe.
+
+class SnapshotFiles:
+    """The snapshot versions and pins of a checkpoint folder, read only.
+
+    Safe beside a running router: it creates, deletes and locks nothing, and a
+    latest version pruned while it is read is looked up again.
     """
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root).absolute()
-        self._snapshots = self.root / "snapshots"
-        self._pins = self.root / "pins"
-        self._snapshots.mkdir(parents=True, exist_ok=True)
-        self._pins.mkdir(parents=True, exist_ok=True)
-        for folder in (self.root, self._snapshots, self._pins):
+    def __init__(self, layout: CheckpointLayout) -> None:
+        self.layout = layout
+
+    def versions(self) -> list[int]:
+        """The persisted versions, ascending (a version is its ``.snapshot`` file)."""
+        try:
+            names = os.listdir(self.layout.snapshots)
+        except FileNotFoundError:
+            return []
+        found = (self.layout.snapshot_version(name) for name in names)
+        return sorted(v for v in found if v is not None)
+
+    def latest(self) -> SnapshotVersion | None:
+        """The highest persisted version, or None when there is none."""
+        for _ in range(READ_ATTEMPTS):
+            versions = self.versions()
+            if not versions:
+                return None
+            try:
+                return self.load(versions[-1])
+            except SnapshotStoreError:
+                if versions[-1] in self.versions():
+                    raise
+        raise SnapshotStoreError(f"{self.layout.snapshots}: the latest snapshot kept disappearing "
+                                 "while being read")
+
+    def load(self, version: int) -> SnapshotVersion:
+        """The persisted ``version``; raises :class:`SnapshotStoreError` when it is gone."""
+        try:
+            data = self.layout.snapshot_file(version).read_bytes()
+        except FileNotFoundError:
+            raise SnapshotStoreError(f"snapshot version {version} is not in "
+                                     f"{self.layout.snapshots}") from None
+        try:
+            meta = json.loads(self.layout.meta_file(version).read_bytes())
+            return SnapshotVersion(version, data, bool(meta["reads_headers"]))
+        except FileNotFoundError:  # saved by an earlier build: the snapshot says it
+            from compiler import Snapshot  # late: the compiler is slow to import
+
+            return SnapshotVersion(version, data, _reads_headers(Snapshot.from_bytes(data)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotStoreError(f"{self.layout.meta_file(version)} is unreadable: "
+                                     f"{exc}") from None
+
+    def changes(self, version: int) -> list[list]:
+        """The changes (JSON arrays) that made ``version``."""
+        path = self.layout.changes_file(version)
+        try:
+            return json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise SnapshotStoreError(f"snapshot version {version} is not in "
+                                     f"{self.layout.snapshots}") from None
+        except json.JSONDecodeError as exc:
+            raise SnapshotStoreError(f"changes of snapshot version {version} are unreadable: "
+                                     f"{exc}") from None
+
+    def pinned(self, batch_id: int) -> int | None:
+        """The version pinned for ``batch_id``, or None when the batch never started writing."""
+        try:
+            text = self.layout.pin_file(batch_id).read_text().strip()
+        except FileNotFoundError:
+            return None
+        if not text.isdigit():
+            raise SnapshotStoreError(f"pin of batch {batch_id} is unreadable: {text!r}")
+        return int(text)
+
+    def pinned_batches(self) -> list[int]:
+        """The batch ids with a pin, ascending."""
+        try:
+            return sorted(int(name) for name in os.listdir(self.layout.pins) if name.isdigit())
+        except FileNotFoundError:
+            return []
+
+    def has_pins(self) -> bool:
+        return bool(self.pinned_batches())
+
+
+class SnapshotStore(SnapshotFiles):
+    """The router's snapshot versions and batch pins (module docstring): read and written.
+
+    Used by one router process at a time (the router lock); not thread-safe.
+    Its constructor creates the folders and deletes the temporary files a
+    killed writer left, so only the lock holder may build one.
+    """
+
+    def __init__(self, layout: CheckpointLayout) -> None:
+        super().__init__(layout)
+        for folder in (layout.state, layout.snapshots, layout.pins):
+            folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob(".*.tmp"):  # left by a process killed mid-write
                 stale.unlink(missing_ok=True)
 
@@ -76,82 +205,139 @@ class SnapshotStore:
         A fresh checkpoint folder is a fresh router: its Delta writes are not
         mistaken for replays of another router's batches.
         """
-        path = self.root / "router-id"
+        path = self.layout.router_id_file
         try:
             return path.read_text().strip()
         except FileNotFoundError:
             _write_atomic(path, f"{uuid.uuid4().hex}\n".encode())
             return path.read_text().strip()
 
-    def save(self, version: int, data: bytes, changes: Sequence[Sequence]) -> None:
-        """Persist ``version`` (its changes first, then its bytes); overwrites nothing else."""
-        _write_atomic(self._snapshots / f"{version}{_CHANGES_SUFFIX}",
+    def save(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
+        """Persist ``snapshot`` (its changes and metadata first, then its bytes);
+        overwrites nothing else."""
+        _write_atomic(self.layout.changes_file(snapshot.version),
                       json.dumps(changes, ensure_ascii=False).encode("utf-8"))
-        _write_atomic(self._snapshots / f"{version}{_SNAPSHOT_SUFFIX}", data)
-
-    def versions(self) -> list[int]:
-        """The persisted versions, ascending."""
-        return sorted(int(p.name[:-len(_SNAPSHOT_SUFFIX)]) for p in self._snapshots.iterdir()
-                      if p.name.endswith(_SNAPSHOT_SUFFIX) and p.name[:-len(_SNAPSHOT_SUFFIX)].isdigit())
-
-    def latest(self) -> StoredVersion | None:
-        """The highest persisted version, or None when there is none."""
-        versions = self.versions()
-        return self.load(versions[-1]) if versions else None
-
-    def load(self, version: int) -> StoredVersion:
-        """The persisted ``version``; raises :class:`SnapshotStoreError` when it is gone."""
-        try:
-            data = (self._snapshots / f"{version}{_SNAPSHOT_SUFFIX}").read_bytes()
-            changes = json.loads((self._snapshots / f"{version}{_CHANGES_SUFFIX}").read_bytes())
-        except FileNotFoundError:
-            raise SnapshotStoreError(f"snapshot version {version} is not in {self._snapshots}") from None
-        except json.JSONDecodeError as exc:
-            raise SnapshotStoreError(f"changes of snapshot version {version} are unreadable: {exc}") from None
-        return StoredVersion(version, data, changes)
+        _write_atomic(self.layout.meta_file(snapshot.version), json.dumps(snapshot.meta()).encode())
+        _write_atomic(self.layout.snapshot_file(snapshot.version), snapshot.data)
 
     def pin(self, batch_id: int, version: int) -> None:
         """Record that ``batch_id`` uses ``version``; a batch's pin is written once."""
-        path = self._pins / str(batch_id)
+        path = self.layout.pin_file(batch_id)
         if path.exists():
             raise SnapshotStoreError(f"batch {batch_id} is pinned already (to {self.pinned(batch_id)})")
         _write_atomic(path, f"{version}\n".encode())
-
-    def pinned(self, batch_id: int) -> int | None:
-        """The version pinned for ``batch_id``, or None when the batch never started writing."""
-        try:
-            text = (self._pins / str(batch_id)).read_text().strip()
-        except FileNotFoundError:
-            return None
-        if not text.isdigit():
-            raise SnapshotStoreError(f"pin of batch {batch_id} is unreadable: {text!r}")
-        return int(text)
 
     def forget_batches(self) -> None:
         """Drop every pin and take a new router id: the batch ids of a new
         streaming checkpoint start again at 0 and must not meet old pins, nor
         be mistaken by Delta for replays of the old batches."""
-        for pin in self._pins.iterdir():
-            pin.unlink(missing_ok=True)
-        _write_atomic(self.root / "router-id", f"{uuid.uuid4().hex}\n".encode())
-
-    def has_pins(self) -> bool:
-        return any(p.name.isdigit() for p in self._pins.iterdir())
+        for batch_id in self.pinned_batches():
+            self.layout.pin_file(batch_id).unlink(missing_ok=True)
+        _write_atomic(self.layout.router_id_file, f"{uuid.uuid4().hex}\n".encode())
 
     def prune(self) -> None:
         """Drop pins older than the last :data:`PINS_KEPT` batches and every snapshot
         that is neither the latest nor pinned by a kept pin."""
-        batches = sorted(int(p.name) for p in self._pins.iterdir() if p.name.isdigit())
+        batches = self.pinned_batches()
         for batch_id in batches[:-PINS_KEPT]:
-            (self._pins / str(batch_id)).unlink(missing_ok=True)
+            self.layout.pin_file(batch_id).unlink(missing_ok=True)
         keep = {self.pinned(b) for b in batches[-PINS_KEPT:]}
         versions = self.versions()
         keep.update(versions[-1:])
         for version in versions:
             if version not in keep:
                 # The snapshot goes first: a version without its snapshot file is no version.
-                (self._snapshots / f"{version}{_SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
-                (self._snapshots / f"{version}{_CHANGES_SUFFIX}").unlink(missing_ok=True)
+                self.layout.snapshot_file(version).unlink(missing_ok=True)
+                self.layout.changes_file(version).unlink(missing_ok=True)
+                self.layout.meta_file(version).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class BatchSnapshot:
+    """The snapshot version one micro-batch routes with, as the batch's steps need it.
+
+    ``broadcast`` holds the version's bytes for the executors and ``key`` names
+    that broadcast in the workers' matcher cache
+    (:func:`streaming.router.matching.cached_matcher`); ``replayed``: the batch
+    was pinned before (Spark runs it again after a crash).
+    """
+
+    batch_id: int
+    version: int
+    reads_headers: bool
+    replayed: bool
+    broadcast: Broadcast
+    key: str
+
+
+class BatchSnapshots:
+    """The one owner of the snapshot version in the driver (module docstring).
+
+    Not thread-safe: the router calls it from one batch at a time.
+    """
+
+    def __init__(self, store: SnapshotStore, context: SparkContext | None = None) -> None:
+        self._store = store
+        self._context = context
+        self._current: SnapshotVersion | None = None
+        self._live: tuple[int, Broadcast, str] | None = None
+
+    @property
+    def current(self) -> SnapshotVersion | None:
+        """The latest persisted version (None before the first), kept in memory."""
+        if self._current is None:
+            self._current = self._store.latest()
+        return self._current
+
+    def changes(self, version: int) -> list[list]:
+        """The changes (JSON arrays) that made the persisted ``version``."""
+        return self._store.changes(version)
+
+    def commit(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
+        """Persist ``snapshot`` with the ``changes`` that made it and make it current.
+        If this raises, the current version is unchanged."""
+        self._store.save(snapshot, changes)
+        self._current = snapshot
+
+    def for_batch(self, batch_id: int, catch_up: Callable[[], object]) -> BatchSnapshot:
+        """The version batch ``batch_id`` routes with, broadcast.
+
+        A batch pinned before is a replay and gets its pinned version. Any other
+        first calls ``catch_up()``, which brings the changelog up to its end
+        offsets and commits a new version when it read changes (happens-before),
+        then pins the current version before anything of the batch is written.
+        """
+        version = self._store.pinned(batch_id)
+        replayed = version is not None
+        if version is None:
+            catch_up()
+            version = self.current.version
+            self._store.pin(batch_id, version)
+            self._store.prune()
+        snapshot = self.current if version == self.current.version else self._store.load(version)
+        broadcast, key = self._broadcast(snapshot)
+        return BatchSnapshot(batch_id, version, snapshot.reads_headers, replayed, broadcast, key)
+
+    def _broadcast(self, snapshot: SnapshotVersion) -> tuple[Broadcast, str]:
+        """The live broadcast of ``snapshot``, made unless it is live already.
+
+        The previous one is destroyed (which drops it from the Python workers
+        too): the batch that used it is over (batches run one at a time), and a
+        replay broadcasts again.
+        """
+        if self._live is None or self._live[0] != snapshot.version:
+            if self._context is None:
+                raise RuntimeError("no SparkContext to broadcast snapshots with")
+            broadcast = self._context.broadcast(snapshot.data)
+            self.close()
+            self._live = (snapshot.version, broadcast, uuid.uuid4().hex)
+        return self._live[1], self._live[2]
+
+    def close(self) -> None:
+        """Destroy the live broadcast, if any."""
+        if self._live is not None:
+            self._live[1].destroy(blocking=False)
+            self._live = None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

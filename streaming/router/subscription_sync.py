@@ -7,7 +7,8 @@ only after, in this order:
 
 1. its rejected records are in the rejected topic (at least once);
 2. each new subscriber's delivery topic exists;
-3. the version is persisted (:meth:`~streaming.router.changelog.Subscriptions.commit`);
+3. the version is persisted (:meth:`~streaming.router.changelog.Subscriptions.commit`
+   hands it to :class:`~streaming.router.snapshots.BatchSnapshots`);
 
 and then appends its changes to Delta ``subscriptions`` (exactly once, keyed
 by the version) before returning it. A failure before 3 rolls the state back
@@ -34,7 +35,7 @@ from streaming.router.delivery import RECORD_ERRORS
 from streaming.audit.writer import AuditTables
 from streaming.kafka.clients import OnError, produce_when_room, producer
 from streaming.kafka.records import kept_headers, rejected_copy
-from streaming.router.snapshots import SnapshotStore
+from streaming.router.snapshots import BatchSnapshots
 from streaming.kafka.topics import admin_client, ensure_delivery_topics
 
 _log = logging.getLogger(__name__)
@@ -87,12 +88,12 @@ class SubscriptionSync:
         self._unaudited: tuple[int, pa.Table] | None = None
 
     @classmethod
-    def open(cls, config: Config, store: SnapshotStore, audit: AuditTables,
+    def open(cls, config: Config, snapshots: BatchSnapshots, audit: AuditTables,
              on_error: OnError | None = None) -> SubscriptionSync:
         """Open the state at the latest persisted version
         (:meth:`Subscriptions.open`) and re-append that version's changes to Delta
         (a no-op when they are there already). Call :meth:`catch_up` next."""
-        subscriptions, changes = Subscriptions.open(config, store, on_error)
+        subscriptions, changes = Subscriptions.open(config, snapshots, on_error)
         try:
             if changes:
                 version = subscriptions.version

@@ -170,16 +170,17 @@ def test_a_catch_up_stays_pending_until_committed_and_a_rollback_reads_it_again(
     from confluent_kafka import Producer
 
     from streaming.router.changelog import RejectedRecord, Subscriptions
-    from streaming.router.snapshots import SnapshotStore
+    from streaming.router.checkpoint import CheckpointLayout
+    from streaming.router.snapshots import BatchSnapshots, SnapshotStore
 
     config = _changelog(base_config, new_topic, 3)
     topic = config.kafka.subscriptions_topic
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
     producer.produce(topic, key=b"bad", value=b"{not json", partition=0, headers=[("h", b"1")])
     assert producer.flush(30) == 0
-    store = SnapshotStore(tmp_path / "router")
+    store = SnapshotStore(CheckpointLayout.of(tmp_path))
 
-    state, resumed = Subscriptions.open(config, store)
+    state, resumed = Subscriptions.open(config, BatchSnapshots(store))
     try:
         assert (state.version, resumed, store.versions()) == (0, [], [0])
         pending = state.catch_up()
@@ -203,11 +204,12 @@ def test_a_catch_up_stays_pending_until_committed_and_a_rollback_reads_it_again(
             state.commit(pending)
         state.commit(again)
         assert (state.version, state.offsets, store.versions()) == (1, again.offsets, [0, 1])
+        assert not store.load(1).reads_headers  # recorded with the version: no criteria in it
         assert state.catch_up() is None and state.version == 1
     finally:
         state.close()
 
-    reopened, resumed = Subscriptions.open(config, store)
+    reopened, resumed = Subscriptions.open(config, BatchSnapshots(store))
     try:
         assert (reopened.version, len(reopened), reopened.offsets) == (1, 3, again.offsets)
         assert resumed == again.changes

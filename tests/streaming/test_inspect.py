@@ -21,7 +21,8 @@ from streaming.kafka.broker import free_port
 from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.cli.main import main
 from streaming.config import Config, load
-from streaming.router.snapshots import SnapshotStore
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
 
 @pytest.fixture
@@ -75,8 +76,8 @@ def _persist_snapshot(cfg: Config, version: int, *extra: Subscription) -> dict[i
             index, m.key(), m.value(), m.partition(), m.offset(), None, 0))
     finally:
         reader.close()
-    store = SnapshotStore(Path(cfg.streaming.checkpoint_dir) / "router")
-    store.save(version, index.snapshot(version, offsets).to_bytes(), [])
+    store = SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir))
+    store.save(SnapshotVersion.of(index.snapshot(version, offsets)), [])
     return offsets
 
 

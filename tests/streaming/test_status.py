@@ -27,7 +27,8 @@ from streaming.kafka.broker import free_port
 from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.cli.main import main
 from streaming.config import Config, load
-from streaming.router.snapshots import SnapshotStore
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
 REPO = Path(__file__).resolve().parents[2]
 LAST_BATCH = {
@@ -120,8 +121,8 @@ def _persist_snapshot(cfg: Config, version: int) -> None:
             index, m.key(), m.value(), m.partition(), m.offset(), None, 0))
     finally:
         reader.close()
-    SnapshotStore(Path(cfg.streaming.checkpoint_dir) / "router").save(
-        version, index.snapshot(version, offsets).to_bytes(), [])
+    SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir)).save(
+        SnapshotVersion.of(index.snapshot(version, offsets)), [])
 
 
 def test_status_of_a_running_router(capsys, settings, cfg, router_lock):

@@ -1,0 +1,102 @@
+"""What a finished micro-batch did, and who hears of it: the router's report listeners.
+
+The router builds one :class:`BatchReport` per finished batch and calls every
+registered :data:`ReportListener` with it (``Router.report_listeners``), in
+the batch's thread, in registration order, after the batch's audit is durable
+and before Spark commits the batch. The library prints nothing for a batch;
+what a report becomes is the listeners':
+
+- ``status.json`` (:class:`StatusFile`), which the router registers first, so
+  that whoever sees a batch anywhere else finds it in ``bitroute status`` too;
+- the progress line on stdout (:meth:`BatchReport.line`), registered by
+  ``bitroute run`` (:mod:`streaming.cli.run`);
+- the Prometheus metrics (:mod:`streaming.ops.metrics`), and benchmarks' probes.
+
+A listener that raises fails the batch like a failed step: Spark replays it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROUTED_IN_DRIVER = "driver"
+ROUTED_IN_EXECUTORS = "executors"
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did, with the seconds of each stage."""
+
+    batch_id: int
+    rows: int
+    deliveries: int
+    rejected: int
+    snapshot_version: int
+    seconds: float
+    replayed: bool
+    stages: dict[str, float] = field(default_factory=dict)
+    attempts: int = 1
+    routed_in: str = ROUTED_IN_EXECUTORS
+    """Where the route stage ran: :data:`ROUTED_IN_DRIVER` or :data:`ROUTED_IN_EXECUTORS`."""
+
+
+ReportListener = Callable[[BatchReport], None]
+"""Called with each finished batch's report (module docstring)."""
+
+
+class StatusFile:
+    """``<checkpoint_dir>/router/status.json``: the last batch's report with the router's
+    figures of the moment, replaced atomically; a :data:`ReportListener`.
+
+    ``figures()`` gives what the report does not hold: ``query_id``, ``run_id``,
+    ``subscriptions``, ``audit_pending_batches``, ``audit_lag_seconds``.
+    Thread-safe: the batch writes it, and :meth:`refresh` rewrites it from
+    the audit committer's thread (the audit figures move between batches).
+    ``bitroute status`` reads it (:mod:`streaming.ops.status`).
+    """
+
+    def __init__(self, path: Path, figures: Callable[[], dict[str, object]]) -> None:
+        self.path = Path(path)
+        self._figures = figures
+        self._lock = threading.Lock()
+        self._last: tuple[BatchReport, str] | None = None
+
+    def __call__(self, report: BatchReport) -> None:
+        finished_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        with self._lock:
+            self._last = (report, finished_at)
+            self._write(report, finished_at)
+
+    def refresh(self) -> None:
+        """Write the last report again with the figures of now (no batch yet: nothing)."""
+        with self._lock:
+            if self._last is not None:
+                self._write(*self._last)
+
+    def _write(self, report: BatchReport, finished_at: str) -> None:
+        figures = self._figures()
+        status = {
+            "query_id": figures.get("query_id"),
+            "run_id": figures.get("run_id"),
+            "batch_id": report.batch_id,
+            "publishes": report.rows,
+            "deliveries": report.deliveries,
+            "rejected": report.rejected,
+            "snapshot_version": report.snapshot_version,
+            "seconds": round(report.seconds, 4),
+            "stages": {k: round(v, 4) for k, v in report.stages.items()},
+            "routed_in": report.routed_in,
+            "finished_at": finished_at,
+            "subscriptions": figures.get("subscriptions", 0),
+            "audit_pending_batches": figures.get("audit_pending_batches", 0),
+            "audit_lag_seconds": figures.get("audit_lag_seconds", 0.0),
+        }
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(status) + "\n")
+        os.replace(tmp, self.path)
