@@ -279,7 +279,7 @@ def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
             assert DeltaTable(config.delta.table_path(table), version=run["readVersion"]) \
                 .to_pyarrow_table().num_rows > 0
     assert all("subscriber" in run["zOrderBy"] for run in optimized["deliveries"]["commits"])
-    assert not any(run["zOrderBy"] for run in optimized["messages"]["commits"])
+    assert all(run["zOrderBy"] in (None, "[]") for run in optimized["messages"]["commits"])
     print(f"{len(sent)} publishes; the user's OPTIMIZE commits {json.dumps(optimized)}",
           file=sys.stderr)
 
@@ -296,7 +296,7 @@ def _assert_exact(config: Config, sent: dict[str, tuple[str, str]], before: dict
     """One messages row per publish with its outcome, one deliveries row per (message,
     subscriber) delivered, and every row of ``before`` unchanged (as bitroute audit reads)."""
     messages, deliveries = _rows(config, "messages"), _rows(config, "deliveries")
-    assert Counter(r["message_id"] for r in messages) == Counter(sent)
+    assert Counter(r["message_id"] for r in messages) == Counter(list(sent))
     for row in messages:
         exchange, key = sent[row["message_id"]]
         expected = ("rejected" if exchange == REJECTED_EXCHANGE
