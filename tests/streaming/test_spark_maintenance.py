@@ -45,7 +45,9 @@ from test_router_process import RouterProcess, _settings
 from test_spark_reader import SPARK_TIMEOUT_S, _docs_session_script
 
 from schemas.records import EXCHANGE_HEADER, message_id
-from streaming import audit, audit_maintenance, client, jvm
+from streaming import client, jvm
+from streaming.audit import maintenance as audit_maintenance
+from streaming.audit import queries as audit
 from streaming.config import Config, load
 
 PUBLISH_TABLES = ("messages", "deliveries")
