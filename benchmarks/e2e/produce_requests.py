@@ -1,6 +1,6 @@
 """What the delivery producer's ``linger.ms`` costs the broker (issue 22, direction 1).
 
-    python -m benchmarks.e2e.produce_requests [--lingers 5,50,200,1000] [--publishes 3500,20000]
+    python -m benchmarks.e2e.produce_requests [--lingers 5/seq,5,50,200,1000] [--publishes 3500,20000]
                                               [--rounds 2] [--size 100k] [--layout ...]
 
 One embedded broker of its own (its JMX port open on loopback), the devices
@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -70,10 +71,26 @@ class BrokerMeters:
             self._proc.wait()
 
 
+class _InPlace:
+    """An executor that runs each call at once: the shards flushed one after another (the
+    delivery producer before issue 22), for the A/B against flushing them all at once."""
+
+    def submit(self, fn, *args):
+        future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
 class TimedProducer(DeliveryProducer):
     """The delivery producer, its produce and flush phases timed."""
 
     produce_s = flush_s = 0.0
+
+    def __init__(self, settings: ProducerSettings, sequential: bool = False) -> None:
+        super().__init__(settings)
+        if sequential:
+            self._flushers.shutdown()
+            self._flushers = _InPlace()
 
     def produce_many(self, *args, **kwargs) -> None:
         t = time.perf_counter()
@@ -105,9 +122,19 @@ class Step:
     load: float
 
 
-def start_broker(folder: Path, jmx_port: int) -> EmbeddedBroker:
+@dataclass(frozen=True)
+class TunedBroker(EmbeddedBroker):
+    """The embedded broker with some of its server properties overridden (direction 2)."""
+
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    def _server_properties(self) -> str:
+        return super()._server_properties() + "".join(f"{k}={v}\n" for k, v in self.overrides)
+
+
+def start_broker(folder: Path, jmx_port: int, overrides: tuple = ()) -> EmbeddedBroker:
     """An embedded broker whose JVM opens JMX on loopback (``JAVA_TOOL_OPTIONS``, only for it)."""
-    broker = EmbeddedBroker(folder, port=free_port(), controller_port=free_port())
+    broker = TunedBroker(folder, port=free_port(), controller_port=free_port(), overrides=overrides)
     saved = os.environ.get("JAVA_TOOL_OPTIONS")
     os.environ["JAVA_TOOL_OPTIONS"] = " ".join([
         f"-Dcom.sun.management.jmxremote.port={jmx_port}",
@@ -125,81 +152,117 @@ def start_broker(folder: Path, jmx_port: int) -> EmbeddedBroker:
     return broker
 
 
+def _broker_spec(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``NAME`` or ``NAME:key=value,key=value`` (server properties over the embedded broker's)."""
+    name, _, props = text.partition(":")
+    return name, tuple(tuple(kv.split("=", 1)) for kv in props.split(",") if kv)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="produce_requests")
     ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
-    ap.add_argument("--lingers", default="5,50,200,1000",
-                    help="linger.ms settings, comma-separated; the first is the baseline")
+    ap.add_argument("--lingers", default="5/seq,5,50,200,1000",
+                    help="linger.ms settings, comma-separated, the first the baseline; /seq: the "
+                         "shards flushed one after another (before issue 22) instead of at once")
+    ap.add_argument("--broker", action="append", type=_broker_spec, default=[],
+                    help="NAME[:key=value,...]: a broker of its own with these server properties "
+                         "(repeat to compare; every linger runs against each); default: one "
+                         "embedded broker as bitroute starts it")
     ap.add_argument("--publishes", default="3500,20000",
                     help="publishes per batch, comma-separated (3,500: a batch at the 50%% rate "
                          "of issue 22's run; 20,000: a large one)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--warmup-rounds", type=int, default=1,
+                    help="rounds run first and not counted (the broker's JIT, the partitions' segments)")
     ap.add_argument("--layout", choices=("topic-per-subscriber", "shared"),
                     default="topic-per-subscriber")
     ap.add_argument("--json", action="store_true", help="print each step as a JSON line")
     args = ap.parse_args(argv)
-    lingers = [int(v) for v in args.lingers.split(",")]
+    brokers_spec = args.broker or [("default", ())]
+    lingers = args.lingers.split(",")
     sizes = [int(v) for v in args.publishes.split(",")]
+    settings_list = [(b, linger) for b, _ in brokers_spec for linger in lingers]
 
-    total = args.rounds * len(lingers) * sum(sizes)
-    w = workload.generate("devices", workload.SIZES[args.size], 1, total + 2000 * len(lingers))
+    def label(b: str, linger: str) -> str:
+        return f"{b} {linger}" if len(brokers_spec) > 1 else f"linger {linger}"
+
+    total = (args.warmup_rounds + args.rounds) * len(settings_list) * sum(sizes)
+    w = workload.generate("devices", workload.SIZES[args.size], 1,
+                          total + 2000 * len(settings_list))
     index = RoutingIndex({workload.EXCHANGE: "mqtt"})
     for sub_id, subscriber, filt in w.subs:
         index.upsert(Subscription.from_changelog(
             sub_id, workload.changelog_value(workload.EXCHANGE, subscriber, filt)))
     matcher = Matcher(index.snapshot(1, {}))
+    shared = "bitroute.deliveries" if args.layout == "shared" else None
 
     with tempfile.TemporaryDirectory() as folder:
-        jmx_port = free_port()
-        broker = start_broker(Path(folder), jmx_port)
-        meters = None
+        brokers: dict[str, tuple[EmbeddedBroker, int, BrokerMeters | None]] = {}
         try:
-            from confluent_kafka.admin import NewTopic
-
-            from streaming import kafka
-
-            admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
-            shared = "bitroute.deliveries" if args.layout == "shared" else None
-            topics = ([NewTopic(shared, 16, 1)] if shared else
-                      [NewTopic(f"bitroute.deliveries.{s}", 1, 1) for s in w.subscribers])
-            for future in admin.create_topics([*topics, NewTopic("bitroute.rejected", 1, 1)]).values():
-                future.result(120)
-            meters = BrokerMeters(jmx_port)
-            base = ProducerSettings(broker.bootstrap, 1_048_576, message_timeout_ms=600_000,
-                                    keyed_partitions=shared is not None)
+            for name, overrides in brokers_spec:
+                jmx_port = free_port()
+                broker = start_broker(Path(folder) / name, jmx_port, overrides)
+                brokers[name] = (broker, broker.pid(), None)
+                _create_topics(broker, w.subscribers, shared)
+                brokers[name] = (broker, broker.pid(), BrokerMeters(jmx_port))
             producers = {}
             cursor = 0
-            for linger in lingers:
-                producer = TimedProducer(replace(base, linger_ms=linger))
+            for b, linger in settings_list:
+                base = ProducerSettings(brokers[b][0].bootstrap, 1_048_576,
+                                        message_timeout_ms=600_000, keyed_partitions=shared is not None)
+                producer = TimedProducer(replace(base, linger_ms=int(linger.split("/")[0])),
+                                         sequential=linger.endswith("/seq"))
                 settings = RouteSettings(workload.EXCHANGE, "bitroute.deliveries.", "bitroute.rejected",
                                          1, False, producer.settings, shared)
                 # Warm-up: the producer learns every topic's metadata, the broker its partitions.
                 route_batch(matcher, producer, source_batch(w.publishes[cursor:cursor + 2000], cursor),
                             settings)
                 cursor += 2000
-                producers[linger] = (producer, settings)
-            pid = broker.pid()
-            idle = _idle_broker(pid, meters)
-            print(f"broker idle: {idle['cpu_per_s']:.3f} cores, {idle['requests_per_s']:.1f} "
-                  f"requests/s (load {os.getloadavg()[0]:.1f})", flush=True)
+                producers[b, linger] = (producer, settings)
+            _print_idle(brokers)
             steps: list[Step] = []
-            for r in range(args.rounds):
-                order = lingers[r % len(lingers):] + lingers[:r % len(lingers)]
-                for linger in order:
-                    producer, settings = producers[linger]
+            for r in range(-args.warmup_rounds, args.rounds):
+                k = r % len(settings_list)
+                for b, linger in settings_list[k:] + settings_list[:k]:
+                    producer, settings = producers[b, linger]
+                    _, pid, meters = brokers[b]
                     for size in sizes:
                         batch = source_batch(w.publishes[cursor:cursor + size], cursor)
                         cursor += size
-                        steps.append(_step(f"linger {linger}", matcher, producer, batch, settings,
-                                           pid, meters))
+                        step = _step(label(b, linger), matcher, producer, batch, settings, pid, meters)
+                        if r >= 0:
+                            steps.append(step)
                         if args.json:
-                            print(json.dumps(steps[-1].__dict__), flush=True)
-            _print_summary(steps, [f"linger {v}" for v in lingers], sizes)
+                            print(json.dumps({"round": r, **step.__dict__}), flush=True)
+            _print_idle(brokers)
+            for name, overrides in brokers_spec:
+                print(f"broker {name}: {dict(overrides) or 'as embedded'}")
+            _print_summary(steps, [label(b, linger) for b, linger in settings_list], sizes)
         finally:
-            if meters is not None:
-                meters.close()
-            broker.stop()
+            for broker, _, meters in brokers.values():
+                if meters is not None:
+                    meters.close()
+                broker.stop()
     return 0
+
+
+def _create_topics(broker: EmbeddedBroker, subscribers, shared: str | None) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    from streaming import kafka
+
+    admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
+    topics = ([NewTopic(shared, 16, 1)] if shared else
+              [NewTopic(f"bitroute.deliveries.{s}", 1, 1) for s in subscribers])
+    for future in admin.create_topics([*topics, NewTopic("bitroute.rejected", 1, 1)]).values():
+        future.result(120)
+
+
+def _print_idle(brokers: dict) -> None:
+    for name, (_, pid, meters) in brokers.items():
+        idle = _idle_broker(pid, meters)
+        print(f"broker {name} idle: {idle['cpu_per_s']:.3f} cores, {idle['requests_per_s']:.1f} "
+              f"requests/s (load {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def _idle_broker(pid: int, meters: BrokerMeters, seconds: float = 5.0) -> dict:
@@ -230,7 +293,7 @@ def _step(setting: str, matcher: Matcher, producer: TimedProducer, batch, settin
 
 def _print_summary(steps: list[Step], settings: list[str], sizes: list[int]) -> None:
     """Medians per delivery for each (setting, size); ratios against the first setting."""
-    print(f"\n{'setting':>12} {'publishes':>9} {'deliv.':>7} {'n':>2} {'broker us/d':>11} "
+    print(f"\n{'setting':>20} {'publishes':>9} {'deliv.':>7} {'n':>2} {'broker us/d':>11} "
           f"{'net us/d':>8} {'hdl us/d':>8} {'req/1k d':>8} {'rec/req':>7} {'task us/d':>9} "
           f"{'wall ms':>8} {'flush ms':>8} {'load':>9}")
     for size in sizes:
@@ -253,7 +316,7 @@ def _print_summary(steps: list[Step], settings: list[str], sizes: list[int]) -> 
                 "flush": med(lambda s: s.flush_s * 1e3),
             }
             loads = [s.load for s in ss]
-            print(f"{setting:>12} {size:>9,} {ss[0].deliveries:>7,} {len(ss):>2} {row['broker']:>11.2f} "
+            print(f"{setting:>20} {size:>9,} {ss[0].deliveries:>7,} {len(ss):>2} {row['broker']:>11.2f} "
                   f"{row['net']:>8.2f} {row['hdl']:>8.2f} {row['req']:>8.2f} "
                   f"{med(lambda s: s.messages_in / max(1, s.produce_requests)):>7.1f} "
                   f"{row['task']:>9.2f} {row['wall']:>8.0f} {row['flush']:>8.0f} "
@@ -261,7 +324,7 @@ def _print_summary(steps: list[Step], settings: list[str], sizes: list[int]) -> 
             if base is None:
                 base = row
             else:
-                print(f"{'':>12} {'vs ' + settings[0]:>17} {'':>2} "
+                print(f"{'':>12} {'vs ' + settings[0]:>25} {'':>2} "
                       + " ".join(f"{row[k] / base[k]:>{w}.2f}x" if base[k] else f"{'-':>{w + 1}}"
                                  for k, w in (("broker", 10), ("net", 7), ("hdl", 7), ("req", 7)))
                       + f" {'':>7} {row['task'] / base['task']:>8.2f}x {row['wall'] / base['wall']:>7.2f}x"

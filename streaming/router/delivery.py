@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -136,6 +137,7 @@ class DeliveryProducer:
                                                       "on_delivery": self._delivered})
                            for _ in range(settings.shards)]
         self._by_topic: dict[str, Producer] = {}
+        self._flushers = ThreadPoolExecutor(settings.shards, thread_name_prefix="bitroute-flush")
 
     def _for(self, topic: str) -> Producer:
         producer = self._by_topic.get(topic)
@@ -179,9 +181,13 @@ class DeliveryProducer:
         that is not about it (some records may be written: the caller's retry
         writes them again, which at-least-once allows).
         """
-        for client in self._producers:
-            while client.flush(FLUSH_POLL_S):
-                client.errors.check()  # credentials refused: fail now, not at message.timeout.ms
+        if len(self._producers) == 1:
+            _flush(self._producers[0])
+        else:
+            # All shards at once: a flush sends its producer's lingering records at
+            # once, and one shard after another would wait out the others' acks.
+            for done in [self._flushers.submit(_flush, c) for c in self._producers]:
+                done.result()
         failed, other = self._failed, self._other
         self._failed, self._other = [], []
         if other:
@@ -205,6 +211,12 @@ class DeliveryProducer:
             denied = access_failure(self.settings.client, error, "Write", "topic", topic)
             self._other.append(str(denied) if denied is not None
                                else f"{topic}: {error.name()}: {error.str()}")
+
+
+def _flush(client) -> None:
+    """Wait until ``client`` has no record left (librdkafka's flush lets go of the GIL)."""
+    while client.flush(FLUSH_POLL_S):
+        client.errors.check()  # credentials refused: fail now, not at message.timeout.ms
 
 
 _producers: dict[ProducerSettings, DeliveryProducer] = {}
