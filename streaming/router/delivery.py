@@ -66,7 +66,10 @@ class ProducerSettings:
     """The connection (:class:`streaming.kafka.ClientSettings`); a bare bootstrap string means
     plaintext."""
     max_record_bytes: int
-    linger_ms: int = 5
+    linger_ms: int = 1000
+    """``kafka.delivery_linger_ms``: how long a record may wait for others to the same
+    partition while the task is still producing. A flush sends at once, so a batch never
+    waits it out (see the key in conf/bitroute.toml)."""
     message_timeout_ms: int = 60_000
     shards: int = 8
     keyed_partitions: bool = False

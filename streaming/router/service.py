@@ -298,6 +298,7 @@ class Router:
             snapshot_version=version,
             with_headers=subscriptions.reads_headers(version),
             producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
+                                      linger_ms=kafka.delivery_linger_ms,
                                       keyed_partitions=kafka.shared_layout),
             shared_deliveries_topic=kafka.shared_deliveries_topic if kafka.shared_layout else None,
         ))
