@@ -2,6 +2,7 @@
 
     python -m benchmarks.e2e.produce_requests [--lingers 5/seq,5,50,200,1000] [--publishes 3500,20000]
                                               [--rounds 2] [--size 100k] [--layout ...]
+                                              [--broker NAME:key=value,... ...] [--json]
 
 One embedded broker of its own (its JMX port open on loopback), the devices
 workload's delivery topics (1,000 subscribers: one topic of one partition each
@@ -13,10 +14,16 @@ produce every delivery, flush. Per step it records
 - the route step's wall time, and its produce and flush phases;
 - the broker's CPU seconds (``/proc/<pid>/stat``, every thread, GC included) and,
   over JMX (``BrokerMeters.java``), its Produce requests, records in, and the CPU
-  of its network and request-handler threads;
+  of its network and request-handler threads (the request path: steadier than the
+  whole process, whose background work and GC come and go).
 
-and prints, per setting and size, the medians per delivery and the ratios
-against the first setting (linger 5, today's default), with the load average
+``--broker`` compares broker settings, each on a broker of its own in the same
+run. Run such a comparison twice, the brokers in both start orders: on the
+2-core machine the broker started first used up to 2x the CPU per delivery of the
+same settings started second (docs/benchmarks.md).
+
+It prints, per setting and size, the medians per delivery and the ratios
+against the first setting (``5/seq``: the producer before issue 22), with the load average
 beside them: on a shared machine, CPU seconds and request counts per delivery
 hold where wall-clock rates do not.
 """
@@ -294,7 +301,7 @@ def _step(setting: str, matcher: Matcher, producer: TimedProducer, batch, settin
 def _print_summary(steps: list[Step], settings: list[str], sizes: list[int]) -> None:
     """Medians per delivery for each (setting, size); ratios against the first setting."""
     print(f"\n{'setting':>20} {'publishes':>9} {'deliv.':>7} {'n':>2} {'broker us/d':>11} "
-          f"{'net us/d':>8} {'hdl us/d':>8} {'req/1k d':>8} {'rec/req':>7} {'task us/d':>9} "
+          f"{'net us/d':>8} {'hdl us/d':>8} {'req/1k d':>8} {'req/s':>6} {'rec/req':>7} {'task us/d':>9} "
           f"{'wall ms':>8} {'flush ms':>8} {'load':>9}")
     for size in sizes:
         base = None
@@ -318,6 +325,7 @@ def _print_summary(steps: list[Step], settings: list[str], sizes: list[int]) -> 
             loads = [s.load for s in ss]
             print(f"{setting:>20} {size:>9,} {ss[0].deliveries:>7,} {len(ss):>2} {row['broker']:>11.2f} "
                   f"{row['net']:>8.2f} {row['hdl']:>8.2f} {row['req']:>8.2f} "
+                  f"{med(lambda s: s.produce_requests / s.wall_s):>6,.0f} "
                   f"{med(lambda s: s.messages_in / max(1, s.produce_requests)):>7.1f} "
                   f"{row['task']:>9.2f} {row['wall']:>8.0f} {row['flush']:>8.0f} "
                   f"{min(loads):>4.1f}-{max(loads):<4.1f}")
@@ -327,7 +335,7 @@ def _print_summary(steps: list[Step], settings: list[str], sizes: list[int]) -> 
                 print(f"{'':>12} {'vs ' + settings[0]:>25} {'':>2} "
                       + " ".join(f"{row[k] / base[k]:>{w}.2f}x" if base[k] else f"{'-':>{w + 1}}"
                                  for k, w in (("broker", 10), ("net", 7), ("hdl", 7), ("req", 7)))
-                      + f" {'':>7} {row['task'] / base['task']:>8.2f}x {row['wall'] / base['wall']:>7.2f}x"
+                      + f" {'':>6} {'':>7} {row['task'] / base['task']:>8.2f}x {row['wall'] / base['wall']:>7.2f}x"
                       f" {row['flush'] / base['flush']:>7.2f}x")
 
 
