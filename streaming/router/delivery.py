@@ -184,12 +184,13 @@ class DeliveryProducer:
         that is not about it (some records may be written: the caller's retry
         writes them again, which at-least-once allows).
         """
-        if len(self._producers) == 1:
-            _flush(self._producers[0])
-        else:
+        busy = [client for client in self._producers if len(client)]  # records or reports left
+        if len(busy) == 1:
+            _flush(busy[0])
+        elif busy:
             # All shards at once: a flush sends its producer's lingering records at
             # once, and one shard after another would wait out the others' acks.
-            for done in [self._flushers.submit(_flush, c) for c in self._producers]:
+            for done in [self._flushers.submit(_flush, client) for client in busy]:
                 done.result()
         failed, other = self._failed, self._other
         self._failed, self._other = [], []
