@@ -69,7 +69,7 @@ class ProducerSettings:
     linger_ms: int = 1000
     """``kafka.delivery_linger_ms``: how long a record may wait for others to the same
     partition while the task is still producing. A flush sends at once, so a batch never
-    waits it out (see the key in conf/bitroute.toml)."""
+    waits it out (the key's figures: conf/bitroute.toml)."""
     message_timeout_ms: int = 60_000
     shards: int = 8
     keyed_partitions: bool = False
