@@ -335,8 +335,8 @@ def _print_summary(steps: list[Step], settings: list[str], sizes: list[int]) -> 
                 print(f"{'':>12} {'vs ' + settings[0]:>25} {'':>2} "
                       + " ".join(f"{row[k] / base[k]:>{w}.2f}x" if base[k] else f"{'-':>{w + 1}}"
                                  for k, w in (("broker", 10), ("net", 7), ("hdl", 7), ("req", 7)))
-                      + f" {'':>6} {'':>7} {row['task'] / base['task']:>8.2f}x {row['wall'] / base['wall']:>7.2f}x"
-                      f" {row['flush'] / base['flush']:>7.2f}x")
+                      + f" {'':>6} {'':>7} {row['task'] / base['task']:>8.2f}x"
+                      f" {row['wall'] / base['wall']:>7.2f}x {row['flush'] / base['flush']:>7.2f}x")
 
 
 if __name__ == "__main__":
