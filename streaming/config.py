@@ -67,6 +67,7 @@ class KafkaConfig:
     delivery_partitions: int = 1
     min_insync_replicas: int = 0
     max_delivery_bytes: int = 1_048_576
+    delivery_linger_ms: int = 1000
     delivery_layout: str = LAYOUT_TOPIC_PER_SUBSCRIBER
     shared_deliveries_topic: str = "bitroute.deliveries"
     shared_delivery_partitions: int = 16
@@ -426,6 +427,9 @@ def _validate(config: Config) -> None:
             "0 (the broker's default) or 1..kafka.replication_factor", kafka.min_insync_replicas)
     require(1024 <= kafka.max_delivery_bytes <= 1 << 30, "kafka.max_delivery_bytes",
             "an integer of bytes in 1024..1073741824", kafka.max_delivery_bytes)
+    # librdkafka refuses a linger.ms at or above the message timeout (60 s).
+    require(0 <= kafka.delivery_linger_ms < 60_000, "kafka.delivery_linger_ms",
+            "an integer of milliseconds in 0..59999", kafka.delivery_linger_ms)
 
     broker = config.broker
     for name in ("port", "controller_port"):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -65,7 +66,10 @@ class ProducerSettings:
     """The connection (:class:`streaming.kafka.ClientSettings`); a bare bootstrap string means
     plaintext."""
     max_record_bytes: int
-    linger_ms: int = 5
+    linger_ms: int = 1000
+    """``kafka.delivery_linger_ms``: how long a record may wait for others to the same
+    partition while the task is still producing. A flush sends at once, so a batch never
+    waits it out (the key's figures: conf/bitroute.toml)."""
     message_timeout_ms: int = 60_000
     shards: int = 8
     keyed_partitions: bool = False
@@ -136,6 +140,7 @@ class DeliveryProducer:
                                                       "on_delivery": self._delivered})
                            for _ in range(settings.shards)]
         self._by_topic: dict[str, Producer] = {}
+        self._flushers = ThreadPoolExecutor(settings.shards, thread_name_prefix="bitroute-flush")
 
     def _for(self, topic: str) -> Producer:
         producer = self._by_topic.get(topic)
@@ -179,9 +184,14 @@ class DeliveryProducer:
         that is not about it (some records may be written: the caller's retry
         writes them again, which at-least-once allows).
         """
-        for client in self._producers:
-            while client.flush(FLUSH_POLL_S):
-                client.errors.check()  # credentials refused: fail now, not at message.timeout.ms
+        busy = [client for client in self._producers if len(client)]  # records or reports left
+        if len(busy) == 1:
+            _flush(busy[0])
+        elif busy:
+            # All shards at once: a flush sends its producer's lingering records at
+            # once, and one shard after another would wait out the others' acks.
+            for done in [self._flushers.submit(_flush, client) for client in busy]:
+                done.result()
         failed, other = self._failed, self._other
         self._failed, self._other = [], []
         if other:
@@ -205,6 +215,12 @@ class DeliveryProducer:
             denied = access_failure(self.settings.client, error, "Write", "topic", topic)
             self._other.append(str(denied) if denied is not None
                                else f"{topic}: {error.name()}: {error.str()}")
+
+
+def _flush(client) -> None:
+    """Wait until ``client`` has no record left (librdkafka's flush lets go of the GIL)."""
+    while client.flush(FLUSH_POLL_S):
+        client.errors.check()  # credentials refused: fail now, not at message.timeout.ms
 
 
 _producers: dict[ProducerSettings, DeliveryProducer] = {}

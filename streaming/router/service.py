@@ -287,6 +287,7 @@ class Router:
             snapshot_version=snapshot.version,
             with_headers=snapshot.reads_headers,
             producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
+                                      linger_ms=kafka.delivery_linger_ms,
                                       keyed_partitions=kafka.layout.shared),
         ))
 

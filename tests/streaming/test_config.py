@@ -46,6 +46,8 @@ def test_environment_values_are_converted_to_the_field_type():
     ({"spark.log_level": "LOUD"}, "spark.log_level"),
     ({"streaming.trigger_interval": "soon"}, "streaming.trigger_interval"),
     ({"kafka.no_such_key": "1"}, "kafka.no_such_key"),
+    ({"kafka.delivery_linger_ms": "-1"}, "kafka.delivery_linger_ms"),
+    ({"kafka.delivery_linger_ms": "60000"}, "kafka.delivery_linger_ms"),
 ])
 def test_bad_value_names_the_key(overrides, key):
     with pytest.raises(ConfigError) as err:

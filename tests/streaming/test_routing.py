@@ -4,6 +4,8 @@ not about a record, which must fail the task instead of becoming rejections."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -82,6 +84,25 @@ def test_kafka_unreachable_fails_the_task_and_rejects_nothing():
     with pytest.raises(DeliveryUnavailable, match="did not acknowledge"):
         route_safely(Matcher(_snapshot()), producer, batch,
                      _settings("dlv.", "rejected", "127.0.0.1:1", message_timeout_ms=1500))
+
+
+def test_a_flush_sends_at_once_whatever_the_linger(kafka_bootstrap, new_topic):
+    """``kafka.delivery_linger_ms`` never delays a batch: the flush sends every shard's
+    lingering records at once (a 50 s linger would otherwise hold them for 50 s)."""
+    topics = [new_topic() for _ in range(6)]  # spread over the producer's shards
+    producer = DeliveryProducer(ProducerSettings(kafka_bootstrap, 1_048_576, linger_ms=50_000))
+    producer.produce_many([t for t in topics for _ in range(3)], [b"k"] * 18, [b"v"] * 18,
+                          [[]] * 18, range(18))
+    started = time.monotonic()
+    assert producer.flush() == []
+    assert time.monotonic() - started < 25
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "t"})
+    try:
+        written = {t: consumer.get_watermark_offsets(TopicPartition(t, 0), timeout=30)[1]
+                   for t in topics}
+    finally:
+        consumer.close()
+    assert written == {t: 3 for t in topics}
 
 
 def new_topic_named(bootstrap: str, name: str) -> str:
