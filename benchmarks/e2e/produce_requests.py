@@ -46,6 +46,7 @@ from benchmarks.e2e.procstat import cpu_seconds
 from benchmarks.e2e.route_task import source_batch
 from compiler import Matcher, RoutingIndex, Subscription
 from streaming.kafka.broker import EmbeddedBroker, free_port
+from streaming.kafka.layout import DeliveryLayout
 from streaming.router.delivery import DeliveryProducer, ProducerSettings
 from streaming.router.routing import RouteSettings, route_batch
 
@@ -219,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                                         message_timeout_ms=600_000, keyed_partitions=shared is not None)
                 producer = TimedProducer(replace(base, linger_ms=int(linger.split("/")[0])),
                                          sequential=linger.endswith("/seq"))
-                settings = RouteSettings(workload.EXCHANGE, "bitroute.deliveries.", "bitroute.rejected",
-                                         1, False, producer.settings, shared)
+                layout = DeliveryLayout("bitroute.deliveries.", shared, 16 if shared else 1)
+                settings = RouteSettings(workload.EXCHANGE, layout, "bitroute.rejected",
+                                         1, False, producer.settings)
                 # Warm-up: the producer learns every topic's metadata, the broker its partitions.
                 route_batch(matcher, producer, source_batch(w.publishes[cursor:cursor + 2000], cursor),
                             settings)
