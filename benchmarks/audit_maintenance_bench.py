@@ -26,9 +26,9 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from streaming.audit.maintenance import maintain, table_stats
+from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.cli.render import maintenance_lines
 from streaming.config import load
-from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.router.routing import ROUTED_ARROW
 
 

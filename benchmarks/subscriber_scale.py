@@ -39,10 +39,10 @@ from benchmarks.e2e.bitroute_run import Env
 from benchmarks.e2e.workload import Workload
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, SNAPSHOT_VERSION_HEADER, SUBSCRIPTION_IDS_HEADER
 from streaming import client, kafka
-from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.config import Config, load
-from streaming.router.delivery import DeliveryProducer, ProducerSettings
+from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.topics import ensure_topics
+from streaming.router.delivery import DeliveryProducer, ProducerSettings
 
 SHARED_PARTITIONS = 16
 CREATE_CHUNK = 500

@@ -41,8 +41,8 @@ from benchmarks.e2e import kafka_load, procstat
 from benchmarks.e2e.workload import EXCHANGE, Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import kafka
-from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.config import Config, load, parse_set_flags
+from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.topics import ensure_router_topics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -42,16 +42,16 @@ from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 
-from streaming.router.changelog import ChangelogError
+from streaming.cli.progress import BatchLines, CatchUpProgress
 from streaming.config import Config
 from streaming.errors import KafkaAccessError
 from streaming.kafka.clients import java_access_failure
-from streaming.router.lock import RouterLock, RouterLockedError
-from streaming.cli.progress import BatchLines, CatchUpProgress
+from streaming.kafka.topics import TopicCreationError
 from streaming.ops.metrics import MetricsError, RouterMetrics
+from streaming.router.changelog import ChangelogError
+from streaming.router.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router, failure_summary
 from streaming.router.snapshots import SnapshotStoreError
-from streaming.kafka.topics import TopicCreationError
 
 ACCESS_RETRY_S = 10.0
 """How long ``bitroute run`` waits before starting a query Kafka refused again."""

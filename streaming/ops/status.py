@@ -45,10 +45,10 @@ from typing import NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from streaming.router import lock
 from streaming.config import Config
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
+from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 

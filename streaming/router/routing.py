@@ -55,13 +55,6 @@ from schemas.records import (
     message_id,
 )
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
-from streaming.router.delivery import (
-    DeliveryProducer,
-    DeliveryUnavailable,
-    FailedRecord,
-    ProducerSettings,
-    cached_producer,
-)
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
     HEADER_OVERHEAD,
@@ -73,6 +66,13 @@ from streaming.kafka.records import (
     rejected_copy,
     subscription_ids_json,
     text,
+)
+from streaming.router.delivery import (
+    DeliveryProducer,
+    DeliveryUnavailable,
+    FailedRecord,
+    ProducerSettings,
+    cached_producer,
 )
 from streaming.router.matching import cached_matcher
 

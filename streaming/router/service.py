@@ -68,17 +68,18 @@ from pyspark.sql.streaming import StreamingQuery
 
 from schemas.records import OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH
-from streaming.kafka.broker_watch import BrokerWatch
-from streaming.router.changelog import ChangelogError, Subscriptions
-from streaming.audit.maintenance import BackgroundMaintenance
-from streaming.config import Config
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
+from streaming.audit.maintenance import BackgroundMaintenance
 from streaming.audit.writer import AuditTables, PublishBatch
+from streaming.config import Config
 from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.kafka.broker_watch import BrokerWatch
 from streaming.kafka.clients import java_access_failure
+from streaming.kafka.topics import ensure_router_topics
+from streaming.router.changelog import ChangelogError, Subscriptions
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.router.lock import RouterLock
 from streaming.router.offsets_log import batch_records
 from streaming.router.report import (
@@ -91,7 +92,6 @@ from streaming.router.report import (
 from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings
 from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
-from streaming.kafka.topics import ensure_router_topics
 
 _log = logging.getLogger(__name__)
 

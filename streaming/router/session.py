@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 import conf
 from streaming import jvm
 from streaming.config import Config
-from streaming.router.checkpoint import CheckpointLayout
 from streaming.kafka.settings import SPARK_REDACTION_REGEX
+from streaming.router.checkpoint import CheckpointLayout
 
 
 LOG4J2_CONFIG = Path(conf.__file__).parent / "spark-log4j2.properties"

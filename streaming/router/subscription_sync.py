@@ -29,14 +29,14 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from schemas.records import SOURCE_SUBSCRIPTION, message_id
 from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema, utc_date
-from streaming.router.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
-from streaming.config import Config
-from streaming.router.delivery import RECORD_ERRORS
 from streaming.audit.writer import AuditTables
+from streaming.config import Config
 from streaming.kafka.clients import OnError, produce_when_room, producer
 from streaming.kafka.records import kept_headers, rejected_copy
-from streaming.router.snapshots import BatchSnapshots
 from streaming.kafka.topics import admin_client, ensure_delivery_topics
+from streaming.router.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
+from streaming.router.delivery import RECORD_ERRORS
+from streaming.router.snapshots import BatchSnapshots
 
 _log = logging.getLogger(__name__)
 

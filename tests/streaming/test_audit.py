@@ -23,8 +23,8 @@ from deltalake import DeltaTable, write_deltalake
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import AUDIT_TABLES, MESSAGES_TABLE, arrow_schema
 from streaming.audit import queries as audit
-from streaming.kafka.broker import free_port
 from streaming.cli.main import main
+from streaming.kafka.broker import free_port
 
 T0 = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
 BITROUTE = Path(sys.executable).with_name("bitroute")

@@ -22,9 +22,9 @@ from streaming.audit import migration as audit_migration
 from streaming.audit import writer as delta_sink
 from streaming.audit.committer import AuditCommitter, AuditStopping
 from streaming.audit.journal import AuditJournal
+from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
 from streaming.cli.main import main
 from streaming.config import Config, DeltaConfig, StreamingConfig
-from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
 from streaming.router.lock import RouterLock, RouterLockedError
 from streaming.router.routing import ROUTED_ARROW
 

@@ -34,8 +34,8 @@ from streaming.audit.maintenance import (
     small_files_by_partition,
     table_stats,
 )
-from streaming.config import load
 from streaming.audit.writer import AuditTables, PublishBatch
+from streaming.config import load
 from streaming.router.routing import ROUTED_ARROW
 
 ROUTER = "r1"

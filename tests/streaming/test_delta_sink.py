@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.audit import writer as delta_sink
-from streaming.config import load, parse_set_flags
 from streaming.audit.writer import AuditTables, PublishBatch
+from streaming.config import load, parse_set_flags
 
 ROUTED = arrow_schema(ROUTED_PUBLISH)
 

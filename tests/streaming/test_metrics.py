@@ -24,8 +24,8 @@ import pytest
 
 from streaming import client
 from streaming.cli.progress import BatchLines, CatchUpProgress, finished_line, progress_line
-from streaming.kafka.broker import free_port
 from streaming.config import Config, ConfigError, load
+from streaming.kafka.broker import free_port
 from streaming.ops.metrics import (
     CONTENT_TYPE,
     METRICS,

@@ -31,8 +31,8 @@ from deltalake import DeltaTable
 
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, message_id
 from streaming import client
-from streaming.kafka.broker import free_port
 from streaming.config import Config, load
+from streaming.kafka.broker import free_port
 
 DEADLINE_S = 600.0
 BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries")

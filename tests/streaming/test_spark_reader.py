@@ -36,8 +36,8 @@ from test_router_process import RouterProcess, _settings  # the router as a chil
 from schemas.tables import AUDIT_TABLES, arrow_schema
 from streaming import client, jvm
 from streaming.audit import queries as audit
-from streaming.config import Config, load
 from streaming.audit.writer import AuditTables
+from streaming.config import Config, load
 
 ROOT = Path(__file__).resolve().parents[2]
 BITROUTE = Path(sys.executable).with_name("bitroute")

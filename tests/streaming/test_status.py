@@ -23,10 +23,10 @@ from confluent_kafka import Producer
 
 from compiler import RoutingIndex
 from streaming import client
-from streaming.kafka.broker import free_port
-from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.cli.main import main
 from streaming.config import Config, load
+from streaming.kafka.broker import free_port
+from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
