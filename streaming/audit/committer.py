@@ -2,8 +2,10 @@
 
 The router's audit stage hands each batch to :meth:`AuditCommitter.submit`,
 which writes it to the journal (:mod:`streaming.audit.journal`) and returns;
-a thread appends every pending batch to ``messages`` and ``deliveries``
-every ``audit.commit_interval`` (:meth:`streaming.audit.writer.AuditTables.append_publishes`:
+a thread appends every pending batch to ``messages`` and ``deliveries`` in
+rounds at least ``audit.commit_interval`` apart: a batch journaled when the
+last round is that old is committed at once, under steady traffic the
+batches of an interval go together (:meth:`streaming.audit.writer.AuditTables.append_publishes`:
 one transaction per table for the whole group, its ``txn`` version the
 group's highest batch id) and only then removes the batches from the journal.
 
@@ -74,6 +76,9 @@ class AuditCommitter:
         self._done = threading.Event()
         self._changed = threading.Condition()
         self._flush_wanted = False
+        self._last_round = float("-inf")
+        """When the last commit round started (monotonic): rounds start at least
+        ``interval_s`` apart, so the tables gain at most one commit per interval."""
         self._thread: threading.Thread | None = None
         self._committed_through: int | None = None
 
@@ -111,6 +116,8 @@ class AuditCommitter:
             return False
         self._wait_for_room(batch.batch_id)
         self.journal.write(batch)
+        with self._changed:
+            self._changed.notify_all()
         return True
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -159,12 +166,18 @@ class AuditCommitter:
     def _run(self) -> None:
         while not self._done.is_set():
             with self._changed:
-                self._changed.wait_for(lambda: self._flush_wanted or self._done.is_set(),
-                                       self.interval_s)
+                self._changed.wait_for(lambda: self._flush_wanted or self._done.is_set()
+                                       or len(self.journal) > 0, self.interval_s)
+                # Rounds at least interval_s apart, unless a flush is wanted.
+                self._changed.wait_for(
+                    lambda: self._flush_wanted or self._done.is_set(),
+                    max(0.0, self._last_round + self.interval_s - time.monotonic()))
                 self._flush_wanted = False
             if self._done.is_set():
                 break
-            self._commit_retrying(give_up=self._done.is_set)
+            if len(self.journal):
+                self._last_round = time.monotonic()
+                self._commit_retrying(give_up=self._done.is_set)
 
     def _commit_retrying(self, give_up: Callable[[], bool]) -> None:
         """Commit rounds until the journal is empty, retrying failures with backoff until

@@ -317,3 +317,27 @@ def test_since_on_a_partitioned_table_reads_only_the_files_of_its_days(tmp_path)
     with pytest.raises(audit.AuditError):  # the same query without its bound reads them
         audit.run(config, audit.AuditQuery(DELIVERIES, subscriber="s1"))
     tables.close()
+
+
+def test_after_a_quiet_spell_a_batch_is_committed_at_once_then_rounds_keep_their_interval(
+        tmp_path):
+    """Rounds start at least ``interval_s`` apart: a lone batch does not wait out the
+    interval, and a second batch right after it does (one commit per interval)."""
+    tables = _tables(tmp_path)
+    committer = AuditCommitter(tables, AuditJournal(tmp_path / "journal"), 30.0, 100)
+    committer.recover()
+    committer.start()
+    try:
+        committer.submit(_batch(1))
+        deadline = time.monotonic() + 15
+        while committer.pending_batches:
+            assert time.monotonic() < deadline, "a lone batch waited for the 30 s interval"
+            time.sleep(0.05)
+        assert sum(_rows(tmp_path, MESSAGES).values()) > 0
+        committer.submit(_batch(2))
+        time.sleep(1.0)  # well inside the interval: the round must not have started
+        assert committer.pending_batches == 1
+        assert committer.flush(30)
+    finally:
+        committer.stop()
+        tables.close()
