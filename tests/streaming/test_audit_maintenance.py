@@ -26,6 +26,8 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from waiting import wait_until
+
 from streaming.audit import queries as audit
 from streaming.audit.maintenance import (
     BackgroundMaintenance,
@@ -41,14 +43,6 @@ from streaming.router.routing import ROUTED_ARROW
 ROUTER = "r1"
 APP = f"bitroute-{ROUTER}-publishes"
 NOW = datetime.now(timezone.utc)
-
-
-def _wait_until(condition, timeout: float = 60.0) -> None:
-    """Poll ``condition`` until it holds; fail the test at ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def _log_older_than(config, table: str, seconds: float):
@@ -163,7 +157,7 @@ def test_expired_log_cleanup_keeps_the_log_within_its_bound(tmp_path, tables):
     _append(sink, range(40))
     log = Path(config.delta.table_path("messages")) / "_delta_log"
     assert len(os.listdir(log)) == 41
-    _wait_until(_log_older_than(config, "messages", 1.0))
+    wait_until(_log_older_than(config, "messages", 1.0))
     report = maintain(config, tables=["messages"])
 
     assert report.ok, report.error
@@ -191,7 +185,7 @@ def test_retention_deletes_old_rows_and_vacuum_their_files(tmp_path, tables):
     assert first.ok, first.error
     assert [t.rows_deleted for t in first.tables] == [5 * 4, 5 * 4 * 3]
     for table in ("messages", "deliveries"):  # the deletions are older than file_retention
-        _wait_until(_log_older_than(config, table, config.audit.file_retention_s))
+        wait_until(_log_older_than(config, table, config.audit.file_retention_s))
     second = maintain(config, tables=["messages", "deliveries"])
     assert second.ok and all(t.files_vacuumed >= 5 for t in second.tables)
 
@@ -251,7 +245,7 @@ def test_background_maintenance_reports_a_failure_once_and_stops_fast(tmp_path, 
     reports = []
     background.listeners.append(reports.append)
     background.start()
-    _wait_until(lambda: len(reports) >= 2, timeout=120)
+    wait_until(lambda: len(reports) >= 2, timeout=120)
     started = time.monotonic()
     background.stop()
     assert time.monotonic() - started < 5
@@ -308,7 +302,7 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
         _append(sink, range(batches, batches + 100))
         batches += 100
         maintain(config, tables=["deliveries"])
-        _wait_until(_log_older_than(config, "deliveries", config.audit.file_retention_s))
+        wait_until(_log_older_than(config, "deliveries", config.audit.file_retention_s))
     version = DeltaTable(path).version()
     process = subprocess.Popen([sys.executable, "-c", KILLED_PASS, config.delta.warehouse,
                                 str(config.streaming.checkpoint_dir)],
@@ -329,12 +323,12 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
     deliveries = table.to_pyarrow_table(columns=["message_id", "subscriber"])
     assert deliveries.num_rows == batches * 4 * 3
     assert table.transaction_version(APP) == batches - 1
-    _wait_until(_files_older_than(Path(path), config.audit.file_retention_s))
+    wait_until(_files_older_than(Path(path), config.audit.file_retention_s))
     after = maintain(config, tables=["deliveries"])
     assert after.ok, after.error
     assert DeltaTable(path).to_pyarrow_table(columns=["message_id"]).num_rows == batches * 4 * 3
     # what that pass removed is now past file_retention: vacuumed
-    _wait_until(_files_older_than(Path(path), config.audit.file_retention_s))
+    wait_until(_files_older_than(Path(path), config.audit.file_retention_s))
     assert maintain(config, tables=["deliveries"]).ok
     files = {p.name for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts}
     assert files == {Path(p).name for p in DeltaTable(path).file_uris()}  # no orphan left

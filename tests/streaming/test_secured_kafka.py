@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from waiting import wait_until
 from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker, make_ca
 from streaming import kafka
 from streaming.config import load
@@ -104,6 +105,18 @@ def _subscribe_as_admin(broker, tmp_path, names, subscriber: str) -> None:
     assert status == 0, err
 
 
+def _grant_router_acls(broker: SecuredBroker, names: dict[str, str],
+                       publishes: tuple[str, ...] = ("Read", "Describe", "Create")) -> None:
+    """The router principal's ACLs as docs/running.md lists them (``publishes``: its
+    operations on the publishes topic, to withhold one)."""
+    router = "User:router"
+    broker.grant(router, "topic", names["kafka.publishes_topic"], list(publishes))
+    broker.grant(router, "topic", names["kafka.subscriptions_topic"], ["Read", "Describe", "Create"])
+    broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
+    broker.grant(router, "topic", names["kafka.deliveries_topic_prefix"],
+                 ["Write", "Describe", "Create"], prefixed=True)
+
+
 def test_a_subscriber_reads_its_own_topic_and_is_refused_another(broker, tmp_path, names):
     prefix = names["kafka.deliveries_topic_prefix"]
     for subscriber in ("alice", "bob"):
@@ -175,11 +188,7 @@ def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, nam
     from streaming.router.service import Router
 
     prefix = names["kafka.deliveries_topic_prefix"]
-    router = "User:router"
-    for topic in (names["kafka.publishes_topic"], names["kafka.subscriptions_topic"]):
-        broker.grant(router, "topic", topic, ["Read", "Describe", "Create"])
-    broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
-    broker.grant(router, "topic", prefix, ["Write", "Describe", "Create"], prefixed=True)
+    _grant_router_acls(broker, names)
     _subscribe_as_admin(broker, tmp_path, names, "erin")
     broker.grant("User:alice", "topic", prefix + "erin", ["Read"])
 
@@ -228,12 +237,9 @@ def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
     retried with one line naming the grant, and routes once the grant lands."""
     from streaming.router.service import Router
 
-    prefix, publishes = names["kafka.deliveries_topic_prefix"], names["kafka.publishes_topic"]
+    publishes = names["kafka.publishes_topic"]
     router = "User:router"
-    broker.grant(router, "topic", publishes, ["Describe", "Create"])  # no Read yet
-    broker.grant(router, "topic", names["kafka.subscriptions_topic"], ["Read", "Describe", "Create"])
-    broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
-    broker.grant(router, "topic", prefix, ["Write", "Describe", "Create"], prefixed=True)
+    _grant_router_acls(broker, names, publishes=("Describe", "Create"))  # no Read yet
     _subscribe_as_admin(broker, tmp_path, names, "gail")
     path, env = _as(broker, tmp_path, names, "router")
     config = load(path, overrides={"streaming.checkpoint_dir": str(tmp_path / "checkpoints"),
@@ -248,11 +254,8 @@ def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
         expected = (f"does not allow {router} to Read topic {publishes}: grant it with "
                     f"kafka-acls.sh --add --allow-principal {router} --operation Read "
                     f"--topic {publishes}")
-        deadline = time.monotonic() + 120
-        while not any(expected in message for message in caplog.messages):
-            assert time.monotonic() < deadline, caplog.text[-3000:]
-            time.sleep(0.5)
-        refusal = next(message for message in caplog.messages if expected in message)
+        refusal = wait_until(lambda: next((m for m in caplog.messages if expected in m), None),
+                             f"the retry line naming the grant ({expected})", timeout=120)
         assert refusal.startswith("batch ") and refusal.endswith("; retrying"), refusal
         assert "\n" not in refusal and "Exception" not in refusal, refusal
         assert running.query.isActive, "the router gave up instead of retrying"
@@ -275,12 +278,9 @@ def test_bitroute_run_keeps_trying_a_publishes_topic_kafka_stopped_serving_it(
     """ACLs revoked under a running `bitroute run`: the Spark Kafka source's query fails
     in the driver; the process says what to grant in one line, keeps trying, and
     routes again once the grant is back."""
-    prefix, publishes = names["kafka.deliveries_topic_prefix"], names["kafka.publishes_topic"]
+    publishes = names["kafka.publishes_topic"]
     router = "User:router"
-    broker.grant(router, "topic", publishes, ["Read", "Describe", "Create"])
-    broker.grant(router, "topic", names["kafka.subscriptions_topic"], ["Read", "Describe", "Create"])
-    broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
-    broker.grant(router, "topic", prefix, ["Write", "Describe", "Create"], prefixed=True)
+    _grant_router_acls(broker, names)
     _subscribe_as_admin(broker, tmp_path, names, "hugo")
     config, env = _as(broker, tmp_path, names, "router")
     admin_config, admin_env = _as(broker, tmp_path, names, "admin")
@@ -295,12 +295,11 @@ def test_bitroute_run_keeps_trying_a_publishes_topic_kafka_stopped_serving_it(
             start_new_session=True)
 
     def wait_for(path: Path, text: str, timeout: float = 180) -> str:
-        deadline = time.monotonic() + timeout
-        while text not in path.read_text():
+        def written() -> str | None:
             assert process.poll() is None, f"bitroute run exited: {err.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, path.read_text()[-3000:]
-            time.sleep(0.5)
-        return path.read_text()
+            content = path.read_text()
+            return content if text in content else None
+        return wait_until(written, f"{text!r} in {path.name}", timeout)
 
     try:
         wait_for(out, "Ctrl-C stops after the current batch")

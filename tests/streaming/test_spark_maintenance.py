@@ -42,6 +42,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 from test_router_process import RouterProcess, _settings
+from waiting import wait_until
 from test_spark_reader import SPARK_TIMEOUT_S, _docs_session_script
 
 from schemas.records import EXCHANGE_HEADER, message_id
@@ -199,16 +200,6 @@ def _rows(config: Config, table: str) -> list[dict]:
     return audit.run(config, audit.AuditQuery(table))[1]
 
 
-def _wait_until(condition, what: str, timeout: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)  # polling interval
-    raise AssertionError(f"not within {timeout}s: {what}")
-
-
 def _router_commits(config: Config, table: str) -> int:
     """Commits of the router's appends (delta-rs WRITE with a txn) in ``table``'s log."""
     return sum(1 for h in DeltaTable(config.delta.table_path(table)).history()
@@ -235,8 +226,8 @@ def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
     try:
         router.wait_for(re.compile(r"snapshot v\d+ with 2 subscriptions"))
         publisher = Publisher(config)
-        _wait_until(lambda: min(_router_commits(config, t) for t in PUBLISH_TABLES) >= 3,
-                    "three router commits to each publish table")
+        wait_until(lambda: min(_router_commits(config, t) for t in PUBLISH_TABLES) >= 3,
+                   "three router commits to each publish table", DEADLINE_S)
         before = {t: _rows(config, t) for t in PUBLISH_TABLES}
         user.expect("READY")
 
@@ -246,16 +237,16 @@ def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
         user_done = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         # The router still commits, and its maintenance passes, after the user's commands.
         commits = {t: _router_commits(config, t) for t in PUBLISH_TABLES}
-        _wait_until(lambda: all(_router_commits(config, t) > commits[t] for t in commits),
-                    "a router commit to each table after the user's commands")
-        report = _wait_until(lambda: (r := audit_maintenance.read_report(config)) and
-                             r["started_at"] > user_done and r, "a maintenance pass after them")
+        wait_until(lambda: all(_router_commits(config, t) > commits[t] for t in commits),
+                   "a router commit to each table after the user's commands", DEADLINE_S)
+        report = wait_until(lambda: (r := audit_maintenance.read_report(config)) and
+                            r["started_at"] > user_done and r, "a maintenance pass after them", DEADLINE_S)
         assert report["ok"], report["error"]
 
         publisher.stop()
         sent = dict(publisher.sent)
-        _wait_until(lambda: len(_rows(config, "messages")) >= len(sent),
-                    "every publish in the messages table")
+        wait_until(lambda: len(_rows(config, "messages")) >= len(sent),
+                   "every publish in the messages table", DEADLINE_S)
         user.tell("COUNT")
         counts = user.expect("COUNTS")
     finally:
