@@ -5,7 +5,8 @@ which writes it to the journal (:mod:`streaming.audit.journal`) and returns;
 a thread appends every pending batch to ``messages`` and ``deliveries`` in
 rounds at least ``audit.commit_interval`` apart: a batch journaled when the
 last round is that old is committed at once, under steady traffic the
-batches of an interval go together (:meth:`streaming.audit.writer.AuditTables.append_publishes`:
+batches of an interval go together (a round commits what was pending when it
+began; what arrives during it waits for the next) (:meth:`streaming.audit.writer.AuditTables.append_publishes`:
 one transaction per table for the whole group, its ``txn`` version the
 group's highest batch id) and only then removes the batches from the journal.
 
@@ -172,22 +173,27 @@ class AuditCommitter:
                 self._changed.wait_for(
                     lambda: self._flush_wanted or self._done.is_set(),
                     max(0.0, self._last_round + self.interval_s - time.monotonic()))
-                self._flush_wanted = False
+                flush, self._flush_wanted = self._flush_wanted, False
             if self._done.is_set():
                 break
-            if len(self.journal):
+            pending = self.journal.pending()
+            if pending:
                 self._last_round = time.monotonic()
-                self._commit_retrying(give_up=self._done.is_set)
+                # Only what is pending now: batches journaled during this round's
+                # commit wait for the next round (else steady traffic would chain
+                # rounds back to back: a commit per batch).
+                self._commit_retrying(give_up=self._done.is_set,
+                                      through=None if flush else pending[-1])
 
-    def _commit_retrying(self, give_up: Callable[[], bool]) -> None:
-        """Commit rounds until the journal is empty, retrying failures with backoff until
-        ``give_up()`` is true."""
+    def _commit_retrying(self, give_up: Callable[[], bool], through: int | None = None) -> None:
+        """Commit rounds until no batch at or below ``through`` (None: none at all) is pending,
+        retrying failures with backoff until ``give_up()`` is true."""
         attempt = 0
         failing_since = last_report = 0.0
-        while len(self.journal):
+        while self._pending_through(through):
             attempt += 1
             try:
-                self._commit_round()
+                self._commit_round(through)
             except RETRIED_ERRORS as exc:
                 now = time.monotonic()
                 failing_since = failing_since or now
@@ -213,10 +219,15 @@ class AuditCommitter:
             if self.on_commit is not None:
                 self.on_commit()
 
-    def _commit_round(self) -> None:
-        """Commit the oldest pending batches (at most about :data:`MAX_COMMIT_ROWS` publishes,
-        at least one batch) to both tables, then drop them from the journal."""
-        ids = self.journal.pending()
+    def _pending_through(self, through: int | None) -> bool:
+        pending = self.journal.pending()
+        return bool(pending) and (through is None or pending[0] <= through)
+
+    def _commit_round(self, through: int | None = None) -> None:
+        """Commit the oldest pending batches at or below ``through`` (at most about
+        :data:`MAX_COMMIT_ROWS` publishes, at least one batch) to both tables, then drop them
+        from the journal."""
+        ids = [i for i in self.journal.pending() if through is None or i <= through]
         done = [i for i in ids if self._committed_through is not None
                 and i <= self._committed_through]
         if done:  # committed to both tables before a crash, not yet removed

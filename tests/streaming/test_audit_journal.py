@@ -343,3 +343,33 @@ def test_after_a_quiet_spell_a_batch_is_committed_at_once_then_rounds_keep_their
     finally:
         committer.stop()
         tables.close()
+
+
+def test_a_batch_journaled_during_a_commit_waits_for_the_next_round(tmp_path, monkeypatch):
+    """A round commits what was pending when it began: batches journaled while it commits
+    wait for the next round, ``interval_s`` later. Chaining rounds until the journal is
+    empty made a commit (a Delta file and log entry per table) per batch under steady
+    traffic."""
+    tables = _tables(tmp_path)
+    committer = AuditCommitter(tables, AuditJournal(tmp_path / "journal"), 30.0, 100)
+    append = tables.append_publishes
+
+    def append_while_batch_2_arrives(batches: list[PublishBatch]) -> None:
+        if batches[0].batch_id == 1:
+            committer.submit(_batch(2))
+        append(batches)
+
+    monkeypatch.setattr(tables, "append_publishes", append_while_batch_2_arrives)
+    committer.recover()
+    committer.start()
+    try:
+        committer.submit(_batch(1))
+        wait_until(lambda: _rows(tmp_path, MESSAGES), "batch 1 committed", timeout=15)
+        time.sleep(1.0)  # a negative: batch 2 stays pending inside the 30 s interval
+        assert committer.pending_batches == 1
+        assert sum(_rows(tmp_path, MESSAGES).values()) == _batch(1).routed.num_rows
+        assert committer.flush(30)
+        assert sum(_rows(tmp_path, MESSAGES).values()) == 2 * _batch(1).routed.num_rows
+    finally:
+        committer.stop()
+        tables.close()
