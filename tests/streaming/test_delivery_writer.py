@@ -49,6 +49,14 @@ def _snapshot() -> Snapshot:
     return index.snapshot(7, {})
 
 
+def _create(bootstrap: str, topics: dict[str, dict[str, str]]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, 1, 1, config=c) for t, c in topics.items()]).values():
+        future.result(30)
+
+
 def _read(bootstrap: str, topic: str, partitions: int = 1) -> list:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
     try:
@@ -89,13 +97,10 @@ def _expected(layout: DeliveryLayout) -> list[tuple]:
 @pytest.mark.parametrize("shared", [False, True], ids=["topic-per-subscriber", "shared"])
 def test_every_delivery_is_written_byte_for_byte_as_the_contract_says(kafka_bootstrap, new_topic,
                                                                       shared):
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     prefix = f"{new_topic()}."
     layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
     if not shared:
-        AdminClient({"bootstrap.servers": kafka_bootstrap}).create_topics(
-            [NewTopic(prefix + s, 1, 1) for s in ("ann", "bob")])[prefix + "bob"].result(30)
+        _create(kafka_bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
     settings = RouteSettings("amq.topic", layout, new_topic(), 7, False,
                              ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared))
     rows = route_batch(Matcher(_snapshot()), DeliveryProducer(settings.producer),
@@ -116,12 +121,8 @@ def test_a_record_too_large_for_its_topic_rejects_its_publish_alone_with_kafkas_
     """A topic whose max.message.bytes is smaller than one publish's copy: that publish is
     rejected with Kafka's reason; the other publish to the same topic, which Kafka refused
     with it in one record batch, is written again on its own and routed."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     prefix = f"{new_topic()}."
-    AdminClient({"bootstrap.servers": kafka_bootstrap}).create_topics(
-        [NewTopic(prefix + "ann", 1, 1, config={"max.message.bytes": "2000"}),
-         NewTopic(prefix + "bob", 1, 1)])[prefix + "ann"].result(30)
+    _create(kafka_bootstrap, {prefix + "ann": {"max.message.bytes": "2000"}, prefix + "bob": {}})
     rejected = new_topic()
     settings = RouteSettings("amq.topic", DeliveryLayout(prefix), rejected, 7, False,
                              ProducerSettings(kafka_bootstrap, 1_048_576))
