@@ -27,7 +27,8 @@ against the first setting, with the load average
 beside them: on a shared machine, CPU seconds and request counts per delivery
 hold where wall-clock rates do not. A setting ``<linger>/python`` writes the deliveries
 as before issue 22's direction 3 (a ``Producer.produce`` call per record,
-:mod:`benchmarks.e2e.python_produce`), ``<linger>`` with the kernel's writer.
+:mod:`benchmarks.e2e.python_produce`), ``<linger>`` with the kernel's writer,
+``<linger>/shards=N`` with N producers instead of ``ProducerSettings.shards``.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lingers", default="1000/python,1000",
                     help="linger.ms settings, comma-separated, the first the baseline; /python: "
                          "the deliveries written by a produce() call each (before issue 22, "
-                         "direction 3) instead of by the kernel's writer")
+                         "direction 3) instead of by the kernel's writer; /shards=N: N librdkafka "
+                         "producers instead of 8")
     ap.add_argument("--broker", action="append", type=_broker_spec, default=[],
                     help="NAME[:key=value,...]: a broker of its own with these server properties "
                          "(repeat to compare; every linger runs against each); default: one "
@@ -223,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                 base = ProducerSettings(brokers[b][0].bootstrap, 1_048_576,
                                         message_timeout_ms=600_000, keyed_partitions=shared is not None)
                 kind = TimedPythonProducer if linger.endswith("/python") else TimedProducer
-                producer = kind(replace(base, linger_ms=int(linger.split("/")[0])))
+                shards = int(linger.split("/shards=")[1]) if "/shards=" in linger else base.shards
+                producer = kind(replace(base, linger_ms=int(linger.split("/")[0]), shards=shards))
                 layout = DeliveryLayout("bitroute.deliveries.", shared, 16 if shared else 1)
                 settings = RouteSettings(workload.EXCHANGE, layout, "bitroute.rejected",
                                          1, False, producer.settings)
