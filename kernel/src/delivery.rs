@@ -83,7 +83,11 @@ pub(crate) struct DeliveryWriter {
     refused: Vec<(u64, i32)>,
 }
 
-const INDEX_BITS: u32 = 40;
+/// A record's opaque: the `produce` call's epoch in the high bits, its index in the low.
+const INDEX_BITS: u32 = 32;
+/// Epochs wrap here, so that every epoch fits the opaque's high bits (a router makes
+/// a `produce` call per Arrow batch for weeks: never let the count overflow them).
+const EPOCHS: u64 = 1 << (64 - INDEX_BITS);
 
 fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();
@@ -267,9 +271,6 @@ struct Column<'a> {
 }
 
 impl<'a> Column<'a> {
-    fn len(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
-    }
     /// Value `k` (None: null). `k < len()`.
     #[inline]
     fn get(&self, k: usize) -> Option<&'a [u8]> {
@@ -383,7 +384,10 @@ impl DeliveryWriter {
         let version = columns.version.as_slice();
         let keys_per_delivery = columns.keys_per_delivery;
 
-        self.epoch += 1;
+        if n as u64 >= 1 << INDEX_BITS {
+            return Err(KernelError::new_err("too many deliveries for one produce call"));
+        }
+        self.epoch = (self.epoch + 1) % EPOCHS;
         let epoch = self.epoch;
         py.allow_threads(|| {
             for i in 0..n {
