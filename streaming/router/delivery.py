@@ -22,8 +22,9 @@ Failures are sorted into two kinds, and only one of them is about a record:
   enough in-sync replicas, authorisation, ...): :class:`DeliveryUnavailable`
   is raised, the task fails, and the router retries the batch with backoff.
   Such a failure is never turned into rejections. A credentials refusal
-  raises :class:`~streaming.errors.KafkaAccessError` within about
-  :data:`FLUSH_POLL_S` instead of waiting out ``message.timeout.ms``.
+  raises :class:`~streaming.errors.KafkaAccessError` at the flush step
+  (:data:`FLUSH_POLL_S`) after librdkafka reports it, instead of waiting out
+  ``message.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -257,10 +258,11 @@ class DeliveryProducer:
     :attr:`ProducerSettings.shards` librdkafka producers each write a share of the
     topics (a hash of the name) and are flushed at once: an idempotent producer
     keeps at most 5 requests in flight per broker and librdkafka sends a request
-    per partition, so one producer's connection would make a batch to 1,000
-    topics wait for 200 round trips (docs/benchmarks.md). The writer keeps one
-    topic handle per delivery topic written to. Its client errors and log lines
-    go to a :class:`~streaming.kafka.clients.ClientErrors`, as a Python client's do.
+    per partition, so a single producer flushed a batch to 1,000 topics 1.25-2.7x
+    as slowly (docs/benchmarks.md, "Records produced natively"). The writer keeps
+    one topic handle per delivery topic written to. Its client errors and log
+    lines go to a :class:`~streaming.kafka.clients.ClientErrors`, as a Python
+    client's do.
     """
 
     def __init__(self, settings: ProducerSettings) -> None:
