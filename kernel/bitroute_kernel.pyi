@@ -1,7 +1,8 @@
 """bitroute's topic-matching kernel (Rust, ``kernel/src``): the typed face of
 the extension module, installed with it (maturin ships this file and
-``py.typed``). ``compiler.matcher.Matcher`` and ``compiler.offline`` are its
-callers; see kernel/src/lib.rs for what it does.
+``py.typed``). ``compiler.matcher.Matcher`` and ``compiler.offline`` are the
+matching kernel's callers, ``streaming.router.delivery.DeliveryProducer`` the
+delivery writer's; see kernel/src/lib.rs for what it does.
 
 Slot arrays are int64 numpy arrays (any contiguous int64 buffer); results
 named "bytes of int64" are native-endian int64 values (``np.frombuffer``).
