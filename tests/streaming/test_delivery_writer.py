@@ -146,3 +146,25 @@ def test_kafka_unreachable_raises_delivery_unavailable_and_rejects_nothing():
     with pytest.raises(DeliveryUnavailable, match="did not acknowledge 3 records"):
         route_batch(Matcher(_snapshot()), DeliveryProducer(settings.producer),
                     source_batch([(b"a.b", b"v", []), (b"z", b"v", [])]), settings)
+
+
+def test_the_writer_takes_the_python_sides_properties_and_its_errors_hold_no_secret():
+    """The writer's librdkafka properties are the connection's plus ProducerSettings', as
+    strings (not a copy in Rust); a property librdkafka refuses is named, with every secret
+    of the connection replaced in librdkafka's own text."""
+    from bitroute_kernel import DeliveryWriter, KernelError
+
+    from streaming.kafka.clients import native_config
+    from streaming.kafka.settings import ClientSettings
+
+    client = ClientSettings.of("127.0.0.1:1", {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "router", "sasl.password": "s3cret-pw"})
+    config = dict(native_config(client, ProducerSettings(client, 1_048_576).librdkafka()))
+    assert config["bootstrap.servers"] == "127.0.0.1:1" and config["sasl.password"] == "s3cret-pw"
+    assert (config["enable.idempotence"], config["linger.ms"]) == ("true", "1000")
+    with pytest.raises(KernelError) as raised:
+        DeliveryWriter([*config.items(), ("compression.type", "s3cret-pw")], 1, client.secrets())
+    message = str(raised.value)
+    assert message.startswith("librdkafka refused the property compression.type"), message
+    assert "s3cret-pw" not in message and "*****" in message, message
