@@ -279,8 +279,9 @@ def _refused(producer: DeliveryProducer, failed: list[FailedRecord],
 
     Each failure names its record, but a broker refuses a whole record batch for
     one record in it (:data:`~streaming.router.delivery.BATCH_ERRORS`): such a
-    failure is written again on its own, one at a time (its repeat is an allowed
-    duplicate), and only a refusal then counts.
+    failure is written again on its own, one at a time (a refused batch wrote none
+    of its records), and only a refusal then counts. Rare, and through
+    confluent-kafka: a flush per record.
     """
     refused = [f for f in failed if f.code not in BATCH_ERRORS]
     for failure in (f for f in failed if f.code in BATCH_ERRORS):
