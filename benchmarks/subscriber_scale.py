@@ -37,12 +37,12 @@ from confluent_kafka import TopicPartition
 from benchmarks.e2e import kafka_load
 from benchmarks.e2e.bitroute_run import Env
 from benchmarks.e2e.workload import Workload
-from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, SNAPSHOT_VERSION_HEADER, SUBSCRIPTION_IDS_HEADER
+from schemas.records import EXCHANGE_HEADER
 from streaming import client, kafka
 from streaming.config import Config, load
 from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.topics import ensure_topics
-from streaming.router.delivery import DeliveryProducer, ProducerSettings
+from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
 
 SHARED_PARTITIONS = 16
 CREATE_CHUNK = 500
@@ -51,11 +51,6 @@ EXCHANGE = "mqtt"
 
 def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def _headers(i: int) -> list[tuple[str, bytes]]:
-    return [(MESSAGE_ID_HEADER, f"bitroute.publishes/0/{i}".encode()),
-            (SUBSCRIPTION_IDS_HEADER, f'["s{i}"]'.encode()), (SNAPSHOT_VERSION_HEADER, b"1")]
 
 
 def _create(config: Config, admin: kafka.clients.BitrouteAdmin, names: list[str], partitions: int) -> float:
@@ -78,8 +73,7 @@ def _metadata(bootstrap: str) -> tuple[float, int]:
 
 def _write(producer: DeliveryProducer, topics: list[str], keys: list[bytes]) -> float:
     started = time.perf_counter()
-    producer.produce_many(topics, keys, [b"x" * 64] * len(topics),
-                          [_headers(i) for i in range(len(topics))], range(len(topics)))
+    producer.produce_deliveries(DeliveryColumns.of_records(topics, keys, [b"x" * 64] * len(topics)))
     failed = producer.flush()
     if failed:
         raise RuntimeError(f"{len(failed)} records refused: {failed[0]}")

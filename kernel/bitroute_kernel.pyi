@@ -1,7 +1,8 @@
 """bitroute's topic-matching kernel (Rust, ``kernel/src``): the typed face of
 the extension module, installed with it (maturin ships this file and
-``py.typed``). ``compiler.matcher.Matcher`` and ``compiler.offline`` are its
-callers; see kernel/src/lib.rs for what it does.
+``py.typed``). ``compiler.matcher.Matcher`` and ``compiler.offline`` are the
+matching kernel's callers, ``streaming.router.delivery.DeliveryProducer`` the
+delivery writer's; see kernel/src/lib.rs for what it does.
 
 Slot arrays are int64 numpy arrays (any contiguous int64 buffer); results
 named "bytes of int64" are native-endian int64 values (``np.frombuffer``).
@@ -102,6 +103,55 @@ class Kernel:
         """The six Arrow buffers of a batch's deliveries column (see
         ``compiler.output.deliveries_column``). Raises
         :class:`ColumnOverflowError` past Arrow's 32-bit offsets."""
+
+class BinaryColumn(Protocol):
+    """``streaming.router.delivery.BinaryColumn``: value ``i`` is
+    ``data[offsets[i]:offsets[i + 1]]``, null where ``valid[i]`` is 0."""
+
+    offsets: np.ndarray  # int32, one more than the values
+    data: np.ndarray  # uint8
+    valid: np.ndarray  # uint8, empty: no value is null
+
+class DeliveryColumns(Protocol):
+    """``streaming.router.delivery.DeliveryColumns`` (its docstring defines each)."""
+
+    topics: BinaryColumn
+    rows: np.ndarray  # int64
+    keys: BinaryColumn
+    keys_per_delivery: bool
+    routing_keys: BinaryColumn
+    routing_key_header: str | None
+    values: BinaryColumn
+    header_offsets: np.ndarray  # int32
+    header_names: BinaryColumn
+    header_values: BinaryColumn
+    message_ids: BinaryColumn
+    subscription_ids: BinaryColumn
+    version: bytes
+    header_names_router: tuple[str, str, str]
+
+class DeliveryWriter:
+    """``shards`` idempotent librdkafka producers of one configuration; a
+    topic is written by one of them (a hash of its name). Nothing the
+    configuration holds appears in a message: librdkafka's own error text is
+    given with each of ``secrets`` replaced by ``*****``."""
+
+    def __init__(self, config: list[tuple[str, str]], shards: int, secrets: list[str]) -> None:
+        """Raises :class:`KernelError` for a property librdkafka refuses."""
+
+    def produce(self, columns: DeliveryColumns) -> int:
+        """Queue one record per delivery (GIL released; a full queue is
+        served and the record queued again); returns this call's epoch.
+        Raises :class:`KernelError` for inconsistent columns."""
+
+    def flush(self, timeout_ms: int) -> int:
+        """Flush every busy producer at once for at most ``timeout_ms``
+        (GIL released); the records left."""
+
+    def take_events(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, str]], list[tuple[int, str, str]]]:
+        """What the producers reported since the last call: failed records
+        ``(epoch, index, librdkafka error code)``, client errors
+        ``(code, reason)``, log lines ``(syslog level, facility, text)``."""
 
 class OfflineOutput(Iterator[bytes]):
     """The output lines of ``bitroute match``, a block of ASCII lines at a time."""

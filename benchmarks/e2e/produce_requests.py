@@ -1,6 +1,6 @@
 """What the delivery producer's ``linger.ms`` costs the broker (issue 22, direction 1).
 
-    python -m benchmarks.e2e.produce_requests [--lingers 5/seq,5,50,200,1000] [--publishes 3500,20000]
+    python -m benchmarks.e2e.produce_requests [--lingers 1000/python,1000,5] [--publishes 3500,20000]
                                               [--rounds 2] [--size 100k] [--layout ...]
                                               [--broker NAME:key=value,... ...] [--json]
 
@@ -23,9 +23,12 @@ run. Run such a comparison twice, the brokers in both start orders: on the
 same settings started second (docs/benchmarks.md).
 
 It prints, per setting and size, the medians per delivery and the ratios
-against the first setting (``5/seq``: the producer before issue 22), with the load average
+against the first setting, with the load average
 beside them: on a shared machine, CPU seconds and request counts per delivery
-hold where wall-clock rates do not.
+hold where wall-clock rates do not. A setting ``<linger>/python`` writes the deliveries
+as before issue 22's direction 3 (a ``Producer.produce`` call per record,
+:mod:`benchmarks.e2e.python_produce`), ``<linger>`` with the kernel's writer,
+``<linger>/shards=N`` with N producers instead of ``ProducerSettings.shards``.
 """
 
 from __future__ import annotations
@@ -37,11 +40,10 @@ import statistics
 import subprocess
 import tempfile
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.e2e import workload
+from benchmarks.e2e import python_produce, workload
 from benchmarks.e2e.procstat import cpu_seconds
 from benchmarks.e2e.route_task import source_batch
 from compiler import Matcher, RoutingIndex, Subscription
@@ -79,36 +81,38 @@ class BrokerMeters:
             self._proc.wait()
 
 
-class _InPlace:
-    """An executor that runs each call at once: the shards flushed one after another (the
-    delivery producer before issue 22), for the A/B against flushing them all at once."""
-
-    def submit(self, fn, *args):
-        future = Future()
-        future.set_result(fn(*args))
-        return future
-
-
 class TimedProducer(DeliveryProducer):
     """The delivery producer, its produce and flush phases timed."""
 
     produce_s = flush_s = 0.0
 
-    def __init__(self, settings: ProducerSettings, sequential: bool = False) -> None:
-        super().__init__(settings)
-        if sequential:
-            self._flushers.shutdown()
-            self._flushers = _InPlace()
-
-    def produce_many(self, *args, **kwargs) -> None:
+    def produce_deliveries(self, columns) -> None:
         t = time.perf_counter()
-        super().produce_many(*args, **kwargs)
+        super().produce_deliveries(columns)
         self.produce_s += time.perf_counter() - t
 
     def flush(self):
         t = time.perf_counter()
         try:
             return super().flush()
+        finally:
+            self.flush_s += time.perf_counter() - t
+
+
+class TimedPythonProducer(python_produce.PythonProducer):
+    """The write before direction 3 (a ``produce`` call per record), its phases timed."""
+
+    produce_s = flush_s = 0.0
+
+    def produce_many(self, *args) -> None:
+        t = time.perf_counter()
+        super().produce_many(*args)
+        self.produce_s += time.perf_counter() - t
+
+    def flush(self) -> None:
+        t = time.perf_counter()
+        try:
+            super().flush()
         finally:
             self.flush_s += time.perf_counter() - t
 
@@ -169,9 +173,11 @@ def _broker_spec(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="produce_requests")
     ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
-    ap.add_argument("--lingers", default="5/seq,5,50,200,1000",
-                    help="linger.ms settings, comma-separated, the first the baseline; /seq: the "
-                         "shards flushed one after another (before issue 22) instead of at once")
+    ap.add_argument("--lingers", default="1000/python,1000",
+                    help="linger.ms settings, comma-separated, the first the baseline; /python: "
+                         "the deliveries written by a produce() call each (before issue 22, "
+                         "direction 3) instead of by the kernel's writer; /shards=N: N librdkafka "
+                         "producers instead of 8")
     ap.add_argument("--broker", action="append", type=_broker_spec, default=[],
                     help="NAME[:key=value,...]: a broker of its own with these server properties "
                          "(repeat to compare; every linger runs against each); default: one "
@@ -218,14 +224,15 @@ def main(argv: list[str] | None = None) -> int:
             for b, linger in settings_list:
                 base = ProducerSettings(brokers[b][0].bootstrap, 1_048_576,
                                         message_timeout_ms=600_000, keyed_partitions=shared is not None)
-                producer = TimedProducer(replace(base, linger_ms=int(linger.split("/")[0])),
-                                         sequential=linger.endswith("/seq"))
+                kind = TimedPythonProducer if linger.endswith("/python") else TimedProducer
+                shards = int(linger.split("/shards=")[1]) if "/shards=" in linger else base.shards
+                producer = kind(replace(base, linger_ms=int(linger.split("/")[0]), shards=shards))
                 layout = DeliveryLayout("bitroute.deliveries.", shared, 16 if shared else 1)
                 settings = RouteSettings(workload.EXCHANGE, layout, "bitroute.rejected",
                                          1, False, producer.settings)
                 # Warm-up: the producer learns every topic's metadata, the broker its partitions.
-                route_batch(matcher, producer, source_batch(w.publishes[cursor:cursor + 2000], cursor),
-                            settings)
+                _route(matcher, producer, source_batch(w.publishes[cursor:cursor + 2000], cursor),
+                       settings)
                 cursor += 2000
                 producers[b, linger] = (producer, settings)
             _print_idle(brokers)
@@ -282,12 +289,18 @@ def _idle_broker(pid: int, meters: BrokerMeters, seconds: float = 5.0) -> dict:
             "requests_per_s": (after["requests"] - before["requests"]) / seconds}
 
 
-def _step(setting: str, matcher: Matcher, producer: TimedProducer, batch, settings: RouteSettings,
+def _route(matcher: Matcher, producer, batch, settings: RouteSettings):
+    if isinstance(producer, python_produce.PythonProducer):
+        return python_produce.route_batch_python(matcher, producer, batch, settings)
+    return route_batch(matcher, producer, batch, settings)
+
+
+def _step(setting: str, matcher: Matcher, producer, batch, settings: RouteSettings,
           pid: int, meters: BrokerMeters) -> Step:
     producer.produce_s = producer.flush_s = 0.0
     before = meters.read()
     broker_cpu, task_cpu, wall = cpu_seconds(pid), time.process_time(), time.perf_counter()
-    rows = route_batch(matcher, producer, batch, settings)
+    rows = _route(matcher, producer, batch, settings)
     wall, task_cpu = time.perf_counter() - wall, time.process_time() - task_cpu
     broker_cpu = cpu_seconds(pid) - broker_cpu
     after = meters.read()

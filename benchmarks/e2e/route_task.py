@@ -3,6 +3,7 @@ producing to a real broker, without Spark. Prints records/s and the CPU split.
 
     python -m benchmarks.e2e.route_task [--size 100k] [--publishes 50000] [--profile devices]
                                        [--cprofile FILE] [--handover arrow|pandas|ab]
+                                       [--write native|python|ab]
 
 It starts an embedded broker of its own on free ports, creates the delivery
 topics, builds the snapshot from the workload's subscriptions, then times
@@ -69,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--handover", choices=("arrow", "pandas", "ab"), default="arrow",
                     help="mapInArrow's hand-over (today's), mapInPandas's with issue 20's layout, "
                          "or both on every batch (A/B)")
+    ap.add_argument("--write", choices=("native", "python", "ab"), default="native",
+                    help="the deliveries produced by the kernel's writer (today's), by a "
+                         "Producer.produce call each (before issue 22, direction 3), or both")
     args = ap.parse_args(argv)
+    if args.write != "native" and args.handover != "arrow":
+        ap.error("--write python|ab runs with --handover arrow")
 
     w = workload.generate(args.profile, workload.SIZES[args.size], 1, args.publishes * args.batches)
     index = RoutingIndex({workload.EXCHANGE: "mqtt"})
@@ -103,11 +109,18 @@ def main(argv: list[str] | None = None) -> int:
                                      producer.settings)
             # Warm-up: the producer learns every topic's metadata.
             route_batch(matcher, producer, source_batch(w.publishes[:2000], 0), settings)
+            if args.write != "native":
+                from benchmarks.e2e import python_produce
+
+                old = python_produce.PythonProducer(producer.settings)
+                python_produce.route_batch_python(matcher, old, source_batch(w.publishes[:2000], 0),
+                                                  settings)
             if args.handover != "arrow":
                 from benchmarks.e2e import pandas_handover
             profile = cProfile.Profile() if args.cprofile else None
             results = []
             paths = {"arrow": ["arrow"], "pandas": ["pandas"], "ab": ["arrow", "pandas"]}[args.handover]
+            paths = {"native": paths, "python": ["python"], "ab": ["arrow", "python"]}[args.write]
             for b in range(args.batches):
                 topics = w.publishes[b * args.publishes:(b + 1) * args.publishes]
                 batch = source_batch(topics, (b + 1) * args.publishes)
@@ -121,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                         profile.enable()
                     if path == "arrow":
                         rows = route_batch(matcher, producer, task_input, settings)
+                    elif path == "python":
+                        rows = python_produce.route_batch_python(matcher, old, task_input, settings)
                     else:
                         rows = pandas_handover.route_pandas(matcher, producer, task_input, settings)
                     if profile:
@@ -137,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             broker.stop()
     if args.handover == "ab":
-        _print_ab(results)
+        _print_ab(results, "pandas", "arrow")
+    if args.write == "ab":
+        _print_ab(results, "arrow", "python")
     results = [r for r in results if r["path"] == "arrow"] or results
     best = max(r["deliveries_per_s"] for r in results)
     print(f"route_task {args.profile} {args.size} {args.layout}: best {best:,.0f} deliveries/s "
@@ -152,8 +169,8 @@ def _deliveries(rows: pa.RecordBatch) -> int:
     return sum(len(json.loads(text)) for text in flat.field("deliveries_json").to_pylist())
 
 
-def _print_ab(results: list[dict]) -> None:
-    """Per batch, the pandas path's cost over the Arrow path's (1.00 = equal)."""
+def _print_ab(results: list[dict], path: str, baseline: str) -> None:
+    """Per batch, ``path``'s cost over ``baseline``'s (1.00 = equal; "arrow" is today's task)."""
     import statistics
 
     by_batch: dict[int, dict[str, dict]] = {}
@@ -161,10 +178,13 @@ def _print_ab(results: list[dict]) -> None:
         by_batch.setdefault(r["batch"], {})[r["path"]] = r
     pairs = [v for v in by_batch.values() if len(v) == 2]
     for measure in ("wall_s", "cpu_s", "python_thread_cpu_s"):
-        ratios = [p["pandas"][measure] / p["arrow"][measure] for p in pairs]
-        print(f"A/B {measure}: pandas/arrow median {statistics.median(ratios):.3f} "
-              f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} batches)")
-    assert all(p["pandas"]["deliveries"] == p["arrow"]["deliveries"] for p in pairs), \
+        ratios = [p[path][measure] / p[baseline][measure] for p in pairs]
+        per_delivery = {k: statistics.median(p[k][measure] / p[k]["deliveries"] * 1e6 for p in pairs)
+                        for k in (path, baseline)}
+        print(f"A/B {measure}: {path}/{baseline} median {statistics.median(ratios):.3f} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} batches; "
+              f"{per_delivery[path]:.2f} vs {per_delivery[baseline]:.2f} us per delivery)")
+    assert all(p[path]["deliveries"] == p[baseline]["deliveries"] for p in pairs), \
         "the two paths delivered differently"
 
 

@@ -17,6 +17,9 @@
 //!   or `None`/-1 where the Python side must answer (an invalid topic, for
 //!   its exact error; a special filter hit).
 //! - [`layout`]: a batch's Arrow deliveries column (`Kernel.layout`).
+//! - [`delivery`]: `DeliveryWriter`, a batch's deliveries produced to Kafka
+//!   from column buffers with librdkafka (`rdkafka-sys`), no Python object
+//!   per record.
 //! - [`offline`]: `bitroute match` on the same trie, for the files it reads
 //!   exactly as the Python reference path does.
 //! - [`dialect`]: the topic rules of AMQP and MQTT; the rules of the
@@ -33,6 +36,7 @@
 //! starting with `$`); `tests/compiler/test_properties.py` checks them
 //! against the reference matcher.
 
+mod delivery;
 mod dialect;
 mod errors;
 mod exact;
@@ -53,6 +57,7 @@ fn bitroute_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<errors::ColumnOverflowError>(),
     )?;
     m.add_class::<kernel::Kernel>()?;
+    m.add_class::<delivery::DeliveryWriter>()?;
     m.add_class::<offline::OfflineOutput>()?;
     m.add_function(wrap_pyfunction!(offline::offline_match, m)?)?;
     Ok(())

@@ -201,13 +201,34 @@ class ClientErrors:
             raise failure
 
 
-def _config(settings: ClientSettings, props: Mapping[str, object] | None,
-            errors: ClientErrors) -> dict[str, object]:
+def _own(settings: ClientSettings, props: Mapping[str, object] | None) -> dict[str, object]:
     own = dict(props or {})
     clash = sorted(set(own) & (set(settings.props) | {"bootstrap.servers", "error_cb"}))
     if clash:
         raise ValueError(f"client properties may not override the connection's: {clash}")
-    return {**settings.librdkafka(), "logger": errors, **own, "error_cb": errors}
+    return own
+
+
+def _config(settings: ClientSettings, props: Mapping[str, object] | None,
+            errors: ClientErrors) -> dict[str, object]:
+    return {**settings.librdkafka(), "logger": errors, **_own(settings, props), "error_cb": errors}
+
+
+def native_config(settings: ClientSettings,
+                  props: Mapping[str, object] | None = None) -> list[tuple[str, str]]:
+    """The librdkafka properties of a client made outside confluent-kafka (the kernel's
+    delivery writer): the connection's plus ``props``, as librdkafka's strings. Its owner
+    hands the client's errors and log lines to a :class:`ClientErrors` (with
+    :func:`syslog_level`), as :func:`producer` does for its own."""
+    merged = {**settings.librdkafka(), **_own(settings, props)}
+    return [(name, str(value).lower() if isinstance(value, bool) else str(value))
+            for name, value in merged.items()]
+
+
+def syslog_level(level: int) -> int:
+    """librdkafka's log level (syslog's, 0-7) as a ``logging`` level (confluent-kafka's map)."""
+    return (logging.CRITICAL if level <= 2 else logging.ERROR if level == 3
+            else logging.WARNING if level == 4 else logging.INFO if level <= 6 else logging.DEBUG)
 
 
 class _Bounded:

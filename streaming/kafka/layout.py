@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from streaming.config import KafkaConfig
-    from streaming.kafka.records import Headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,26 +75,22 @@ class DeliveryLayout:
             return pa.array([self.shared_topic] * len(subscribers), pa.string())
         return pc.binary_join_element_wise(self.topic_prefix, subscribers, "")
 
-    def record_keys(self, subscribers: pa.Array, routing_keys: list[bytes | None],
-                    rows: list[int]) -> list[bytes | None]:
-        """Per delivery its Kafka record key: its subscriber's name (shared), else the routing
-        key of its publish. Delivery ``i`` is to ``subscribers[i]`` of publish ``rows[i]``,
-        whose routing key is ``routing_keys[rows[i]]``."""
+    def record_keys(self, subscribers: pa.Array, routing_keys: pa.Array) -> tuple[pa.Array, bool]:
+        """The deliveries' Kafka record keys, and whether there is one per delivery: its
+        subscriber's name per delivery to ``subscribers[i]`` (shared), else the routing key
+        of its publish (``routing_keys``, one per publish)."""
         if self.shared_topic is not None:
             import pyarrow as pa
 
-            return subscribers.cast(pa.binary()).to_pylist()
-        return [routing_keys[r] for r in rows]
+            return subscribers.cast(pa.binary()), True
+        return routing_keys, False
 
-    def publish_headers(self, kept: list[Headers], routing_keys: list[bytes | None],
-                        message_ids: list[tuple[str, bytes]]) -> list[Headers]:
-        """Per publish, the headers each of its deliveries starts with: its ``kept`` headers,
-        in the shared layout its routing key (:data:`~schemas.records.ROUTING_KEY_HEADER`),
-        then its message id header (``message_ids[row]``)."""
-        if self.shared_topic is not None:
-            return [own + [(ROUTING_KEY_HEADER, key), mid]
-                    for own, key, mid in zip(kept, routing_keys, message_ids)]
-        return [own + [mid] for own, mid in zip(kept, message_ids)]
+    @property
+    def routing_key_header(self) -> str | None:
+        """The header that carries a delivery's routing key, after its publish's own
+        headers: :data:`~schemas.records.ROUTING_KEY_HEADER` in the shared layout (where
+        the record key is the subscriber), None when the record key is the routing key."""
+        return ROUTING_KEY_HEADER if self.shared_topic is not None else None
 
     def key_bytes(self, subscribers: pa.Array) -> np.ndarray | int:
         """Per delivery to ``subscribers[i]``, the bytes this layout adds to its record beyond

@@ -11,7 +11,7 @@ derives, vectorised:
 - text forms for the audit (routing key, header values), invalid UTF-8 shown
   with backslash escapes so that no byte is lost from view.
 
-Records written (:func:`streaming.router.routing.delivery_records`,
+Records written (:func:`streaming.router.routing.delivery_columns`,
 :func:`rejected_headers`): the publish's own headers minus the router's
 (:data:`schemas.records.ROUTER_HEADERS`, which a publisher cannot forge), plus
 the router's: for a delivery the message id, the matched subscription ids
@@ -153,6 +153,18 @@ class PublishColumns:
         offsets = (offsets - offsets[0]).tolist()
         return [list(zip(names[a:b], values[a:b])) if b > a else None
                 for a, b in zip(offsets[:-1], offsets[1:])]
+
+    def kept_header_columns(self) -> tuple[np.ndarray, pa.Array, pa.Array]:
+        """The headers :func:`kept_headers` keeps, as columns: ``(offsets, names, values)``,
+        row ``r``'s from ``offsets[r]`` to ``offsets[r + 1]`` (int32), in their order."""
+        keep = pc.invert(pc.is_in(self._names, pa.array(ROUTER_HEADERS, pa.string())))
+        keep = keep.to_numpy(zero_copy_only=False) if len(self._names) else np.zeros(0, bool)
+        counts = (np.bincount(self._parents[keep], minlength=self.n) if keep.any()
+                  else np.zeros(self.n, np.int64))
+        offsets = np.zeros(self.n + 1, dtype=np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        index = pa.array(np.flatnonzero(keep), pa.int64())
+        return offsets, self._names.take(index), self._header_values.take(index)
 
     def header_map(self) -> pa.MapArray:
         """Per row its headers as map<string, string> for the audit, the last of a name winning."""

@@ -1,8 +1,12 @@
 """Writing deliveries and rejected publishes to Kafka from the Python workers (librdkafka).
 
 Each Python worker process keeps one :class:`DeliveryProducer` per settings
-(:func:`cached_producer`); a task produces every record of its publishes and
-then :meth:`DeliveryProducer.flush` waits until Kafka acknowledged all of them
+(:func:`cached_producer`). A task hands its batch's deliveries over as columns
+(:class:`DeliveryColumns`: Arrow buffers, no Python object per record) to the
+kernel's delivery writer (``bitroute_kernel.DeliveryWriter``: librdkafka's C
+API, the GIL released while it produces and flushes); rejected publishes go
+through a confluent-kafka producer, one record at a time. Then
+:meth:`DeliveryProducer.flush` waits until Kafka acknowledged every record
 (``acks=all``, idempotent producer), so a task that returns has its records
 written: at least once (a replayed batch writes them again).
 
@@ -10,30 +14,38 @@ Failures are sorted into two kinds, and only one of them is about a record:
 
 - **record failures** (:data:`RECORD_ERRORS`: too large for the broker or the
   topic, a record the broker calls invalid, a delivery topic that does not
-  exist): the failed records are returned to the caller, which rejects the
-  publishes they belong to and routes the rest;
+  exist): the failed records are returned to the caller, each naming its
+  record (:attr:`FailedRecord.tag`: the delivery's index in its columns, or
+  the tag given to :meth:`DeliveryProducer.produce_tagged`), which rejects
+  the publishes they belong to and routes the rest;
 - **everything else** (broker unreachable past ``message.timeout.ms``, not
   enough in-sync replicas, authorisation, ...): :class:`DeliveryUnavailable`
   is raised, the task fails, and the router retries the batch with backoff.
-  Such a failure is never turned into rejections.
-
-A delivery report names a failed record by topic, key and value only (no
-headers, no per-record tag without a per-record callback, which costs about
-2 us of Python each): the caller maps failures back to its publishes, and
-re-produces ambiguous ones with :meth:`DeliveryProducer.produce_tagged`.
+  Such a failure is never turned into rejections. A credentials refusal
+  raises :class:`~streaming.errors.KafkaAccessError` at the flush step
+  (:data:`FLUSH_POLL_S`) after librdkafka reports it, instead of waiting out
+  ``message.timeout.ms``.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+import numpy as np
+import pyarrow as pa
+from bitroute_kernel import DeliveryWriter
+from confluent_kafka import KafkaError, KafkaException
 
+from schemas.records import MESSAGE_ID_HEADER, SNAPSHOT_VERSION_HEADER, SUBSCRIPTION_IDS_HEADER
 from streaming.errors import BitrouteError
-from streaming.kafka.clients import access_failure, produce_when_room, producer
+from streaming.kafka.clients import (
+    ClientErrors,
+    access_failure,
+    native_config,
+    produce_when_room,
+    producer,
+    syslog_level,
+)
 from streaming.kafka.records import Headers
 from streaming.kafka.settings import ClientSettings
 
@@ -51,7 +63,20 @@ RECORD_ERRORS = frozenset({
 })
 """librdkafka error codes that are about one record (or its topic), not the cluster."""
 
+BATCH_ERRORS = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError._BAD_MSG,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_MSG_SIZE,
+})
+"""The record errors a broker gives every record of a refused record batch: a record that
+failed with one of them may only have shared a batch with the culprit (written again on
+its own, it tells)."""
+
 FLUSH_POLL_S = 0.5
+"""How often a flush looks for a recorded access failure."""
 
 
 class DeliveryUnavailable(BitrouteError):
@@ -106,111 +131,209 @@ class ProducerSettings:
 
 @dataclass(frozen=True)
 class FailedRecord:
-    """A record Kafka refused for a reason of its own (see :data:`RECORD_ERRORS`).
+    """A record Kafka refused for a reason of its own (see :data:`RECORD_ERRORS`), or, for
+    a code of :data:`BATCH_ERRORS`, of a record in the same record batch.
 
-    ``tag`` is the caller's tag when the record is known exactly (refused at
-    ``produce`` time, or produced with :meth:`DeliveryProducer.produce_tagged`),
-    else None: a delivery report names the record by topic, key and value only.
+    ``tag``: the delivery's index in the :class:`DeliveryColumns` it was produced
+    from, or the caller's tag of :meth:`DeliveryProducer.produce_tagged`.
     """
 
     topic: str
-    key: bytes | None
-    value: bytes | None
     reason: str
-    tag: int | None = None
+    tag: int
+    code: int
+
+
+_NO_BYTES = np.zeros(0, np.uint8)
+
+
+@dataclass(frozen=True)
+class BinaryColumn:
+    """An Arrow binary or string array as the delivery writer reads it, without a copy:
+    value ``i`` is ``data[offsets[i]:offsets[i + 1]]``, null where ``valid[i]`` is 0
+    (``valid`` empty: none is null)."""
+
+    offsets: np.ndarray  # int32
+    data: np.ndarray  # uint8
+    valid: np.ndarray  # uint8
+
+    @classmethod
+    def of(cls, array: pa.Array) -> BinaryColumn:
+        if pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type):
+            array = array.cast(pa.binary())
+        n = len(array)
+        _, offsets, data = array.buffers()[:3]
+        offsets = (np.frombuffer(offsets, np.int32)[array.offset:array.offset + n + 1]
+                   if offsets is not None and n else np.zeros(n + 1, np.int32))
+        data = np.frombuffer(data, np.uint8) if data is not None else _NO_BYTES
+        valid = (array.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+                 if array.null_count else _NO_BYTES)
+        return cls(offsets, data, valid)
+
+    def get(self, i: int) -> bytes | None:
+        """Value ``i`` as bytes (None: null)."""
+        if len(self.valid) and not self.valid[i]:
+            return None
+        return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes()
+
+
+@dataclass(frozen=True)
+class DeliveryColumns:
+    """A batch's deliveries as the kernel's delivery writer produces them (the attributes
+    ``bitroute_kernel.DeliveryWriter.produce`` reads; the record contract is
+    :func:`streaming.router.routing.delivery_columns`'s).
+
+    Delivery ``i`` belongs to publish ``rows[i]`` and goes to ``topic_names[i]``;
+    its key is ``keys[i]`` when ``keys_per_delivery``, else its publish's; its value
+    its publish's; its headers: the publish's kept headers (``header_names`` and
+    ``header_values`` from ``header_offsets[r]`` to ``header_offsets[r + 1]``), the
+    routing key under ``routing_key_header`` when set, then the message id, the
+    subscription ids (``subscription_ids[i]``) and the snapshot version, under
+    ``header_names_router``.
+    """
+
+    topic_names: pa.Array
+    rows: np.ndarray  # int64
+    keys: BinaryColumn
+    keys_per_delivery: bool
+    routing_keys: BinaryColumn
+    routing_key_header: str | None
+    values: BinaryColumn
+    header_offsets: np.ndarray  # int32
+    header_names: BinaryColumn
+    header_values: BinaryColumn
+    message_ids: BinaryColumn
+    subscription_ids: BinaryColumn
+    version: bytes
+    header_names_router: tuple[str, str, str]
+    topics: BinaryColumn = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topics", BinaryColumn.of(self.topic_names))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def record(self, i: int) -> tuple[str, bytes | None, bytes | None, Headers]:
+        """Delivery ``i``'s record as Python objects, ``(topic, key, value, headers)``: what
+        the writer produces for it (for the rare record written again on its own)."""
+        r = int(self.rows[i])
+        names = self.header_names
+        own = [(names.get(h).decode(), self.header_values.get(h))
+               for h in range(self.header_offsets[r], self.header_offsets[r + 1])]
+        if self.routing_key_header is not None:
+            own.append((self.routing_key_header, self.routing_keys.get(r)))
+        mid, ids, version = self.header_names_router
+        headers = own + [(mid, self.message_ids.get(r)), (ids, self.subscription_ids.get(i)),
+                         (version, self.version)]
+        key = self.keys.get(i if self.keys_per_delivery else r)
+        return self.topics.get(i).decode(), key, self.values.get(r), headers
+
+    @classmethod
+    def of_records(cls, topics: list[str], keys: list[bytes | None],
+                   values: list[bytes | None]) -> DeliveryColumns:
+        """One record per ``(topics[i], keys[i], values[i])``, each as a publish of its own
+        without headers (message id ``str(i)``, no subscription ids, snapshot version 0):
+        for the writer's tests and benchmarks."""
+        n = len(topics)
+        return cls(
+            topic_names=pa.array(topics, pa.string()), rows=np.arange(n, dtype=np.int64),
+            keys=BinaryColumn.of(pa.array(keys, pa.binary())), keys_per_delivery=False,
+            routing_keys=BinaryColumn.of(pa.array(keys, pa.binary())), routing_key_header=None,
+            values=BinaryColumn.of(pa.array(values, pa.binary())),
+            header_offsets=np.zeros(n + 1, np.int32),
+            header_names=BinaryColumn.of(pa.array([], pa.string())),
+            header_values=BinaryColumn.of(pa.array([], pa.binary())),
+            message_ids=BinaryColumn.of(pa.array([str(i) for i in range(n)], pa.string())),
+            subscription_ids=BinaryColumn.of(pa.array(["[]"] * n, pa.string())), version=b"0",
+            header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
+                                 SNAPSHOT_VERSION_HEADER))
 
 
 class DeliveryProducer:
-    """A worker's producer: produce many records, then :meth:`flush` for the verdict.
+    """A worker's producer: produce a batch's deliveries (:meth:`produce_deliveries`) and
+    single records (:meth:`produce_tagged`), then :meth:`flush` for the verdict.
 
-    One delivery callback per librdkafka producer, not one per record: a
-    per-record callback object cost about 2 us of Python per record. Records
-    are spread over :attr:`ProducerSettings.shards` librdkafka producers by
-    topic: librdkafka finds a topic by name in a list on every produce and
-    serves each partition with its own requests, so its cost per record grows
-    with the topics one producer writes to (11 us of CPU per record over 1,000
-    topics, 8 us with 16 producers of ~60 topics each; docs/benchmarks.md).
+    The deliveries go through the kernel's writer, whose
+    :attr:`ProducerSettings.shards` librdkafka producers each write a share of the
+    topics (a hash of the name) and are flushed at once: an idempotent producer
+    keeps at most 5 requests in flight per broker and librdkafka sends a request
+    per partition, so a single producer flushed a batch to 1,000 topics 1.25-2.7x
+    as slowly (docs/benchmarks.md, "Records produced natively"). The writer keeps
+    one topic handle per delivery topic written to. Its client errors and log
+    lines go to a :class:`~streaming.kafka.clients.ClientErrors`, as a Python
+    client's do.
     """
 
     def __init__(self, settings: ProducerSettings) -> None:
         self.settings = settings
+        client = settings.client
+        self._errors = ClientErrors(client)
+        self._writer = DeliveryWriter(native_config(client, settings.librdkafka()),
+                                      settings.shards, client.secrets())
+        self._epoch = 0
+        self._topics: pa.Array | None = None
+        self._producer = producer(client, settings.librdkafka())
         self._failed: list[FailedRecord] = []
         self._other: list[str] = []
-        self._producers = [producer(settings.client, {**settings.librdkafka(),
-                                                      "on_delivery": self._delivered})
-                           for _ in range(settings.shards)]
-        self._by_topic: dict[str, Producer] = {}
-        self._flushers = ThreadPoolExecutor(settings.shards, thread_name_prefix="bitroute-flush")
 
-    def _for(self, topic: str) -> Producer:
-        producer = self._by_topic.get(topic)
-        if producer is None:
-            producer = self._by_topic[topic] = self._producers[
-                zlib.crc32(topic.encode()) % len(self._producers)]
-        return producer
-
-    def produce_many(self, topics: Iterable[str], keys: Iterable[bytes | None],
-                     values: Iterable[bytes | None], headers: Iterable[Headers],
-                     tags: Iterable[int]) -> None:
-        """Queue one record per aligned item (the hot loop: one Python call per record)."""
-        by_topic, shard = self._by_topic, self._for
-        for topic, key, value, hdrs, tag in zip(topics, keys, values, headers, tags):
-            producer = by_topic.get(topic) or shard(topic)
-            try:
-                producer.produce(topic, value, key, headers=hdrs)
-            except BufferError:  # the local queue is full: serve delivery reports, retry
-                self._produce_when_room(topic, key, value, hdrs, tag, None)
-            except KafkaException as exc:
-                self._report(exc.args[0], topic, key, value, tag)
+    def produce_deliveries(self, columns: DeliveryColumns) -> None:
+        """Queue every delivery of ``columns`` (a failure's tag is the delivery's index)."""
+        if not len(columns):
+            return
+        self._topics = columns.topic_names
+        self._epoch = self._writer.produce(columns)
 
     def produce_tagged(self, topic: str, key: bytes | None, value: bytes | None,
                        headers: Headers, tag: int) -> None:
-        """Queue one record whose failure, if any, comes back with ``tag`` (slower: a callback each)."""
+        """Queue one record whose failure, if any, comes back with ``tag``."""
         def delivered(error: KafkaError | None, _message: object) -> None:
             if error is not None:
-                self._report(error, topic, key, value, tag)
+                self._report(error, topic, tag)
 
         try:
-            self._for(topic).produce(topic, value, key, headers=headers, on_delivery=delivered)
-        except BufferError:
-            self._produce_when_room(topic, key, value, headers, tag, delivered)
+            produce_when_room(self._producer, topic, value, key, headers, delivered)
         except KafkaException as exc:
-            self._report(exc.args[0], topic, key, value, tag)
+            self._report(exc.args[0], topic, tag)
 
     def flush(self) -> list[FailedRecord]:
         """Wait for every queued record; return the record failures, raise on any other.
 
         Raises :class:`DeliveryUnavailable` when a record failed for a reason
         that is not about it (some records may be written: the caller's retry
-        writes them again, which at-least-once allows).
+        writes them again, which at-least-once allows), and a recorded access
+        failure (``KafkaAccessError``) as soon as it is seen.
         """
-        busy = [client for client in self._producers if len(client)]  # records or reports left
-        if len(busy) == 1:
-            _flush(busy[0])
-        elif busy:
-            # All shards at once: a flush sends its producer's lingering records at
-            # once, and one shard after another would wait out the others' acks.
-            for done in [self._flushers.submit(_flush, client) for client in busy]:
-                done.result()
+        poll_ms = int(FLUSH_POLL_S * 1000)
+        while True:
+            left = self._writer.flush(poll_ms)
+            self._take_events()
+            self._errors.check()  # credentials refused: fail now, not at message.timeout.ms
+            if not left:
+                break
+        if len(self._producer):
+            _flush(self._producer)
         failed, other = self._failed, self._other
         self._failed, self._other = [], []
         if other:
             raise DeliveryUnavailable(f"Kafka did not acknowledge {len(other)} records: {other[0]}")
         return failed
 
-    def _produce_when_room(self, topic, key, value, headers, tag, callback) -> None:
-        try:
-            produce_when_room(self._for(topic), topic, value, key, headers, callback)
-        except KafkaException as exc:
-            self._report(exc.args[0], topic, key, value, tag)
+    def _take_events(self) -> None:
+        failed, errors, logs = self._writer.take_events()
+        for level, facility, text in logs:
+            self._errors.log(syslog_level(level), "%s %s", facility, text)
+        for code, reason in errors:
+            self._errors(KafkaError(code, reason))
+        topics = self._topics
+        for epoch, index, code in failed:
+            if epoch == self._epoch and topics is not None:  # else an earlier, failed batch's
+                self._report(KafkaError(code), topics[index].as_py(), index)
 
-    def _delivered(self, error: KafkaError | None, message) -> None:
-        if error is not None:
-            self._report(error, message.topic(), message.key(), message.value(), None)
-
-    def _report(self, error: KafkaError, topic: str, key, value, tag: int | None) -> None:
+    def _report(self, error: KafkaError, topic: str, tag: int) -> None:
         if error.code() in RECORD_ERRORS:
-            self._failed.append(FailedRecord(topic, key, value, f"{error.name()}: {error.str()}", tag))
+            self._failed.append(FailedRecord(topic, f"{error.name()}: {error.str()}", tag,
+                                             error.code()))
         else:
             denied = access_failure(self.settings.client, error, "Write", "topic", topic)
             self._other.append(str(denied) if denied is not None

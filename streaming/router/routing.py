@@ -58,7 +58,6 @@ from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
     HEADER_OVERHEAD,
-    Headers,
     RECORD_BATCH_OVERHEAD,
     RECORD_OVERHEAD,
     PublishColumns,
@@ -68,6 +67,9 @@ from streaming.kafka.records import (
     text,
 )
 from streaming.router.delivery import (
+    BATCH_ERRORS,
+    BinaryColumn,
+    DeliveryColumns,
     DeliveryProducer,
     DeliveryUnavailable,
     FailedRecord,
@@ -197,43 +199,34 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
                      send, message_ids, keys, publishes.values.to_pylist(), kept, version)
 
 
-@dataclass
-class DeliveryRecords:
-    """The Kafka records of a batch's deliveries, aligned: record ``i`` belongs to
-    publish ``rows[i]`` and is flattened delivery ``send[i]`` of the plan."""
+def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
+    """The records to produce for ``plan.send``, in ``settings.layout``, as columns (no
+    Python object per record: the kernel's delivery writer reads the Arrow buffers).
 
-    topics: list[str]
-    keys: list[bytes | None]
-    values: list[bytes | None]
-    headers: list[Headers]
-    rows: list[int]
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-def delivery_records(plan: BatchPlan, settings: RouteSettings) -> DeliveryRecords:
-    """The records to produce for ``plan.send``, in ``settings.layout``.
-
-    Headers: the publish's kept headers, [the routing key (shared layout)],
-    message id, subscription ids, snapshot version. The part that is the same
-    for all of a publish's deliveries is built once per publish (this is the
-    per-record hot path: one list and one tuple per delivery).
+    Record ``i`` is flattened delivery ``plan.send[i]``, of publish ``rows[i]``: its
+    topic and key as the layout says, its publish's payload as value, and its headers
+    in this order: the publish's kept headers, [the routing key (shared layout)],
+    message id, subscription ids, snapshot version.
     """
     layout = settings.layout
+    publishes = plan.publishes
     send = pa.array(plan.send, pa.int64())
-    rows = plan.owner[plan.send].tolist()
-    values = plan.values
-    ids_texts = plan.ids_json.take(send).to_pylist()
     subscribers = plan.subscribers.take(send)
-    mids = [(MESSAGE_ID_HEADER, m.encode()) for m in plan.message_ids]
-    common = layout.publish_headers(plan.kept, plan.keys, mids)
-    version = (SNAPSHOT_VERSION_HEADER, plan.version)
-    return DeliveryRecords(
-        layout.topic_column(subscribers).to_pylist(),
-        layout.record_keys(subscribers, plan.keys, rows), [values[r] for r in rows],
-        [common[r] + [(SUBSCRIPTION_IDS_HEADER, ids), version] for r, ids in zip(rows, ids_texts)],
-        rows)
+    keys, per_delivery = layout.record_keys(subscribers, publishes.keys)
+    header_offsets, header_names, header_values = publishes.kept_header_columns()
+    return DeliveryColumns(
+        topic_names=layout.topic_column(subscribers),
+        rows=plan.owner[plan.send].astype(np.int64),
+        keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
+        routing_keys=BinaryColumn.of(publishes.keys),
+        routing_key_header=layout.routing_key_header,
+        values=BinaryColumn.of(publishes.values),
+        header_offsets=header_offsets,
+        header_names=BinaryColumn.of(header_names), header_values=BinaryColumn.of(header_values),
+        message_ids=BinaryColumn.of(publishes.message_ids),
+        subscription_ids=BinaryColumn.of(plan.ids_json.take(send)),
+        version=plan.version,
+        header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
 
 
 def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
@@ -241,18 +234,18 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     """Route one Arrow batch of Kafka rows, producing with ``producer``; return its
     ``ROUTED_ARROW`` rows (the deliveries listed are the ones Kafka acknowledged)."""
     plan = plan_batch(matcher, batch, settings)
-    records = delivery_records(plan, settings)
-    producer.produce_many(records.topics, records.keys, records.values, records.headers,
-                          range(len(records)))
+    columns = delivery_columns(plan, settings)
+    producer.produce_deliveries(columns)
     reasons, owner = plan.reasons, plan.owner
     acked = plan.ok[owner] if len(owner) else np.zeros(0, dtype=bool)
-    failed = producer.flush()
+    failed = _refused(producer, producer.flush(), columns)
     if failed:
-        refused, failed_sends = _refused_rows(producer, failed, records)
-        for row, reason in refused.items():
-            reasons[row] = reason
-        # A refused publish lists only the deliveries Kafka did acknowledge.
-        acked[plan.send[sorted(failed_sends)]] = False
+        # Each failure names its record (its index in the columns): reject its publish
+        # with Kafka's reason; a refused publish lists only the deliveries Kafka acknowledged.
+        for failure in failed:
+            row = int(columns.rows[failure.tag])
+            reasons[row] = reasons[row] or _why(failure)
+        acked[plan.send[sorted({failure.tag for failure in failed})]] = False
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
                      plan.message_ids)
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked)
@@ -280,35 +273,21 @@ def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
                             f"than kafka.max_delivery_bytes ({limit:,}): the broker would refuse it")
 
 
-def _refused_rows(producer: DeliveryProducer, failed: list[FailedRecord],
-                  records: DeliveryRecords) -> tuple[dict[int, str], set[int]]:
-    """Map Kafka's record failures back to publish rows (row -> reason) and to the
-    indices of the failed records.
+def _refused(producer: DeliveryProducer, failed: list[FailedRecord],
+             columns: DeliveryColumns) -> list[FailedRecord]:
+    """Of the deliveries that failed, those Kafka refuses for a reason of their own.
 
-    Failures refused at ``produce`` time carry their record index. A failure
-    reported later names only topic, key and value: the records that match one
-    are produced again one by one with a tag each (their repeats are allowed
-    duplicates), which tells exactly which ones Kafka refuses.
+    Each failure names its record, but a broker refuses a whole record batch for
+    one record in it (:data:`~streaming.router.delivery.BATCH_ERRORS`): such a
+    failure is written again on its own, one at a time (a refused batch wrote none
+    of its records), and only a refusal then counts. Rare, and through
+    confluent-kafka: a flush per record.
     """
-    refused: dict[int, str] = {}
-    failed_sends: set[int] = set()
-    suspects: set[tuple[str, bytes | None, bytes | None]] = set()
-    for failure in failed:
-        if failure.tag is not None:
-            refused.setdefault(records.rows[failure.tag], _why(failure))
-            failed_sends.add(failure.tag)
-        else:
-            suspects.add((failure.topic, failure.key, failure.value))
-    if suspects:
-        # One at a time: Kafka refuses a whole record batch for one record in
-        # it, so suspects produced together could fail each other again.
-        for i, record in enumerate(zip(records.topics, records.keys, records.values)):
-            if record in suspects:
-                producer.produce_tagged(*record, records.headers[i], i)
-                for failure in producer.flush():
-                    refused.setdefault(records.rows[failure.tag], _why(failure))
-                    failed_sends.add(failure.tag)
-    return refused, failed_sends
+    refused = [f for f in failed if f.code not in BATCH_ERRORS]
+    for failure in (f for f in failed if f.code in BATCH_ERRORS):
+        producer.produce_tagged(*columns.record(failure.tag), failure.tag)
+        refused += producer.flush()
+    return refused
 
 
 def _why(failure: FailedRecord) -> str:

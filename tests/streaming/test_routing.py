@@ -12,7 +12,12 @@ from confluent_kafka import Consumer, TopicPartition
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
 from streaming.kafka.layout import DeliveryLayout
-from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+from streaming.router.delivery import (
+    DeliveryColumns,
+    DeliveryProducer,
+    DeliveryUnavailable,
+    ProducerSettings,
+)
 from streaming.router.routing import RouteSettings, route_safely
 from test_kafka_records import source_batch
 
@@ -91,8 +96,8 @@ def test_a_flush_sends_at_once_whatever_the_linger(kafka_bootstrap, new_topic):
     lingering records at once (a 50 s linger would otherwise hold them for 50 s)."""
     topics = [new_topic() for _ in range(6)]  # spread over the producer's shards
     producer = DeliveryProducer(ProducerSettings(kafka_bootstrap, 1_048_576, linger_ms=50_000))
-    producer.produce_many([t for t in topics for _ in range(3)], [b"k"] * 18, [b"v"] * 18,
-                          [[]] * 18, range(18))
+    producer.produce_deliveries(DeliveryColumns.of_records(
+        [t for t in topics for _ in range(3)], [b"k"] * 18, [b"v"] * 18))
     started = time.monotonic()
     assert producer.flush() == []
     assert time.monotonic() - started < 25

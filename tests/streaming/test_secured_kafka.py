@@ -327,20 +327,74 @@ def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(brok
                                                                            names):
     """The workers' producer: a delivery topic the router may not write fails the batch
     (retried by the router) with the grant line, never rejects the publishes."""
-    from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+    from streaming.router.delivery import (
+        DeliveryColumns,
+        DeliveryProducer,
+        DeliveryUnavailable,
+        ProducerSettings,
+    )
 
     prefix = names["kafka.deliveries_topic_prefix"]
     _subscribe_as_admin(broker, tmp_path, names, "fred")
     producer = DeliveryProducer(ProducerSettings(broker.settings("alice"), 1_048_576,
                                                  message_timeout_ms=10_000))
     started = time.monotonic()
-    producer.produce_many([prefix + "fred"], [b"a.b"], [b"x"], [[]], [0])
+    producer.produce_deliveries(DeliveryColumns.of_records([prefix + "fred"], [b"a.b"], [b"x"]))
     with pytest.raises(DeliveryUnavailable) as raised:
         producer.flush()
     assert time.monotonic() - started < FAIL_WITHIN_S
     message = str(raised.value)
     assert f"does not allow User:alice to Write topic {prefix}fred" in message, message
     assert "--operation Write" in message
+    _no_secret(message)
+
+
+@pytest.mark.parametrize("user", ["router", "alice", "pat"])
+def test_the_delivery_writer_writes_over_sasl_ssl(broker, names, user):
+    """The kernel's delivery writer (librdkafka built into the kernel, TLS through the system
+    OpenSSL) over SASL_SSL with SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN: the record arrives."""
+    from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
+
+    topic = names["kafka.deliveries_topic_prefix"] + user
+    admin = kafka.admin(broker.settings("admin"))
+    from confluent_kafka.admin import NewTopic
+
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    broker.grant(f"User:{user}", "topic", topic, ["Write", "Describe"])
+    settings = kafka.ClientSettings.of(broker.sasl_bootstrap, broker.sasl_properties(user))
+    producer = DeliveryProducer(ProducerSettings(settings, 1_048_576, message_timeout_ms=20_000))
+    producer.produce_deliveries(DeliveryColumns.of_records([topic], [b"a.b"], [b"over tls"]))
+    assert producer.flush() == []
+    reader = kafka.consumer(broker.settings("admin"), "t")
+    try:
+        from confluent_kafka import TopicPartition
+
+        reader.assign([TopicPartition(topic, 0, 0)])
+        records = reader.consume(1, timeout=30)
+    finally:
+        reader.close()
+    assert [(m.key(), m.value()) for m in records] == [(b"a.b", b"over tls")]
+    assert dict(records[0].headers())["bitroute.snapshot_version"] == b"0"
+
+
+def test_the_delivery_writer_refused_credentials_fail_fast_naming_the_principal(broker, names):
+    """A wrong password: the delivery writer's flush raises the one-line access failure within
+    seconds, not at message.timeout.ms, and no secret is in it."""
+    from streaming.errors import KafkaAccessError
+    from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
+
+    wrong = {**broker.sasl_properties("alice"), "sasl.password": "not-the-password"}
+    settings = kafka.ClientSettings.of(broker.sasl_bootstrap, wrong)
+    producer = DeliveryProducer(ProducerSettings(settings, 1_048_576, message_timeout_ms=120_000))
+    started = time.monotonic()
+    producer.produce_deliveries(DeliveryColumns.of_records(
+        [names["kafka.deliveries_topic_prefix"] + "x"], [b"a.b"], [b"x"]))
+    with pytest.raises(KafkaAccessError) as raised:
+        producer.flush()
+    assert time.monotonic() - started < FAIL_WITHIN_S
+    message = str(raised.value)
+    assert "User:alice" in message and "authentication" in message.lower(), message
+    assert "not-the-password" not in message
     _no_secret(message)
 
 

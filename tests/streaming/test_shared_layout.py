@@ -65,13 +65,14 @@ def test_the_layout_value_says_where_each_subscribers_deliveries_go():
     subscribers = pa.array(["ann", "bob"])
     assert own.topic_column(subscribers).to_pylist() == ["dlv.ann", "dlv.bob"]
     assert shared.topic_column(subscribers).to_pylist() == ["all", "all"]
-    # Delivery i goes to subscribers[i] of publish rows[i]: keyed by its routing key, or by subscriber.
-    assert own.record_keys(subscribers, [b"k0", b"k1"], [1, 0]) == [b"k1", b"k0"]
-    assert shared.record_keys(subscribers, [b"k0", b"k1"], [1, 0]) == [b"ann", b"bob"]
-    mid = (MESSAGE_ID_HEADER, b"p/0/0")
-    assert own.publish_headers([[("t", b"1")]], [b"k0"], [mid]) == [[("t", b"1"), mid]]
-    assert shared.publish_headers([[("t", b"1")]], [b"k0"], [mid]) == [
-        [("t", b"1"), (ROUTING_KEY_HEADER, b"k0"), mid]]
+    # Delivery i goes to subscribers[i]: keyed by its publish's routing key, or by subscriber.
+    routing_keys = pa.array([b"k0", b"k1"], pa.binary())
+    keys, per_delivery = own.record_keys(subscribers, routing_keys)
+    assert (keys.to_pylist(), per_delivery) == ([b"k0", b"k1"], False)
+    keys, per_delivery = shared.record_keys(subscribers, routing_keys)
+    assert (keys.to_pylist(), per_delivery) == ([b"ann", b"bob"], True)
+    # The routing key moves to a header after the publish's own in the shared layout.
+    assert (own.routing_key_header, shared.routing_key_header) == (None, ROUTING_KEY_HEADER)
     assert own.key_bytes(subscribers) == 0
     assert shared.key_bytes(subscribers).tolist() == [len(ROUTING_KEY_HEADER) + HEADER_OVERHEAD + 3] * 2
     # bitroute tail reads all of a subscriber's own topic, or the shared partition of its key.
