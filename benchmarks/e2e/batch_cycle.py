@@ -70,13 +70,26 @@ class CycleEnv(Env):
         self.sets = ["broker.embedded=false", f"kafka.bootstrap={self.bootstrap}",
                      f"kafka.publishes_topic=bitroute.publishes.{self.folder.name}",
                      f"delta.warehouse={self.folder / 'delta'}",
-                     f"streaming.checkpoint_dir={self.folder / 'checkpoints'}", *self.user_sets]
+                     f"streaming.checkpoint_dir={self.folder / 'checkpoints'}",
+                     *(s for s in self.user_sets if not s.startswith("env."))]
         self.config = load(None, parse_set_flags(self.sets))
         ensure_router_topics(self.config)
 
     def start_router(self) -> dict:
-        self.router = RouterProcess(self.sets, self.folder / "router.log",
-                                    args=("--timings", str(self.folder / "timings"))).start()
+        # A variant's "env.NAME=VALUE" items are the router process's environment.
+        env = {s[4:].partition("=")[0]: s.partition("=")[2] for s in self.user_sets
+               if s.startswith("env.")}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            self.router = RouterProcess(self.sets, self.folder / "router.log",
+                                        args=("--timings", str(self.folder / "timings"))).start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         return self.router.wait_started()
 
 
@@ -184,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--measure", type=float, default=15.0)
     ap.add_argument("--variant", action="append", default=[],
-                    help="NAME:section.key=value,... (repeatable; default one 'default:')")
+                    help="NAME:section.key=value,... (repeatable; default one 'default:'); "
+                         "an item env.NAME=VALUE sets the router process's environment")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true")

@@ -153,6 +153,14 @@ class TimedRouter(Router):
               parts=self._parts)
         return report
 
+    if os.environ.get("BATCH_CYCLE_DRIVER_CALLS") == "per-partition":
+        # The driver path before issue 22's batch-cycle change, for an A/B in one run:
+        # a routing call (and a flush) per record batch toArrow hands back.
+        @staticmethod
+        def _route_in_driver(source, route):
+            return pa.Table.from_batches(route(iter(source.toArrow().to_batches())),
+                                         routing.ROUTED_ARROW)
+
     def _route_function(self, snapshot):
         return TimedRoutePartitions(super()._route_function(snapshot), self._batch_id,
                                     self.timings)
