@@ -6,8 +6,11 @@ seconds) with its per-stage split (``catch_up``: the changelog catch-up,
 compile, snapshot and subscriptions audit; ``route``: the Spark job that reads
 the publishes, matches them in the Python workers and produces every delivery
 to Kafka, acked; ``audit``: the Delta appends), and the wall-clock end. Usage:
-``python -m benchmarks.e2e.router_probe [--config FILE] [--set section.key=value]...``;
-SIGTERM stops after the current batch.
+``python -m benchmarks.e2e.router_probe [--config FILE] [--set section.key=value]...
+[--timings DIR]``; SIGTERM stops after the current batch. ``--timings DIR`` runs
+:class:`benchmarks.e2e.cycle_timing.TimedRouter` instead: ``DIAG`` lines of Spark's
+own per-batch durations and of the whole ``foreachBatch`` call, and the routing calls'
+steps in ``DIR`` (:mod:`benchmarks.e2e.cycle_timing`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="router_probe")
     parser.add_argument("--config")
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--timings", help="time the batch cycle into this folder")
     args = parser.parse_args(argv)
     config = load(args.config, parse_set_flags(args.set))
 
@@ -48,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     spark = spark_session(config)
     quiet_kafka_client_logs(spark)
-    router = Router(config, spark)
+    if args.timings:
+        from benchmarks.e2e.cycle_timing import SparkProgress, TimedRouter
+
+        router = TimedRouter(config, spark, timings=args.timings)
+        spark.streams.addListener(SparkProgress())
+    else:
+        router = Router(config, spark)
     router.report_listeners.append(_print_probe)
     t = time.time()
     query = router.start()

@@ -55,7 +55,13 @@ from streaming.router.snapshots import BatchSnapshots, SnapshotVersion
 CATCH_UP_TIMEOUT_S = 60.0
 """A catch-up that cannot read the changelog to its end offsets in this time fails the batch."""
 POLL_MAX_RECORDS = 1000
-_POLL_TIMEOUT_S = 0.5
+_POLL_TIMEOUT_S = 0.02
+"""One ``consume`` call's wait. librdkafka's ``consume`` returns once it holds
+``POLL_MAX_RECORDS`` records or at this timeout, and the read ends at the end
+offsets whatever it waits: with 0.5 s every catch-up that found a few new
+changes (a batch after a subscribe) waited out the 0.5 s (docs/benchmarks.md,
+"The batch cycle"); a short wait costs only a few more turns of the loop."""
+_FETCH_WAIT_MS = 10
 _KAFKA_TIMEOUT_S = 30.0
 
 
@@ -125,6 +131,10 @@ class ChangelogReader:
         # librdkafka insists on a group id; it is never joined or committed to.
         self._consumer = consumer(config.kafka.client_settings, "bitroute-router-changelog", {
             "enable.partition.eof": True,
+            # A fetch at the end of a partition waits this long on the broker for
+            # more, and the next catch-up's end-offset requests wait behind it on
+            # the same connection (Kafka's default: 500 ms per catch-up).
+            "fetch.wait.max.ms": _FETCH_WAIT_MS,
             "auto.offset.reset": "earliest",
         }, on_error=on_error)
 

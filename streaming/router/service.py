@@ -18,8 +18,9 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    back to the driver as Arrow. A batch of at most
    ``streaming.driver_route_max_publishes`` (its size read from the query's
    offset log, :mod:`streaming.router.offsets_log`) runs the same function in the
-   driver on the collected source rows instead: the Spark job then only reads
-   Kafka, without the Python workers' round trip. No record can fail this step (bad records are
+   driver on the collected source rows instead, in one call for the whole batch
+   (one flush): the Spark job then only reads Kafka, without the Python workers'
+   round trip. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, logged at most once per
    :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
@@ -308,8 +309,7 @@ class Router:
             routed_in = ROUTED_IN_DRIVER
 
             def routing() -> pa.Table:
-                return pa.Table.from_batches(route(iter(source.toArrow().to_batches())),
-                                             ROUTED_ARROW)
+                return self._route_in_driver(source, route)
         else:
             routed_in = ROUTED_IN_EXECUTORS
             routing = source.mapInArrow(route, ROUTED_PUBLISH).toArrow
@@ -330,6 +330,19 @@ class Router:
         for listener in self.report_listeners:
             listener(report)
         return report
+
+    @staticmethod
+    def _route_in_driver(source: DataFrame, route: RoutePartitions) -> pa.Table:
+        """Route a small batch in this process, in ONE routing call.
+
+        ``toArrow`` hands back a record batch per Kafka partition, and every
+        routing call ends with a flush, which sends a Produce request to each
+        delivery partition the call wrote to: one call per batch instead of one
+        per publishes partition halves a batch's flushes and its requests
+        (docs/benchmarks.md, "The batch cycle").
+        """
+        rows = source.toArrow().combine_chunks()
+        return pa.Table.from_batches(route(iter(rows.to_batches())), ROUTED_ARROW)
 
     def _catch_up_progress(self) -> Callable[[int, int], None] | None:
         return self.catch_up_progress() if self.catch_up_progress is not None else None

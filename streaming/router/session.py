@@ -38,7 +38,8 @@ from streaming.router.checkpoint import CheckpointLayout
 
 
 LOG4J2_CONFIG = Path(conf.__file__).parent / "spark-log4j2.properties"
-"""The Spark JVM's logging: to stderr, Kafka clients' reconnection warnings off."""
+"""The Spark JVM's logging: to stderr; the Kafka clients' reconnection warnings and the
+trigger's "Current batch is falling behind" (one per batch over the interval) off."""
 LOCAL_DRIVER_MEMORY = "4g"
 """Heap of the JVM bitroute launches for a ``local[...]`` master (``spark.options`` may override)."""
 

@@ -38,6 +38,7 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
+from streaming.router.routing import ROUTED_ARROW
 from streaming.router.service import Router
 
 KAFKA_TIMEOUT_S = 30.0
@@ -157,6 +158,23 @@ def table(config: Config, name: str) -> list:
 def rows_for(config: Config, name: str, column: str, values) -> list:
     wanted = set(values)
     return [r for r in table(config, name) if getattr(r, column) in wanted]
+
+
+def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
+    # toArrow hands back a record batch per partition; each routing call ends with a
+    # flush (a Produce request per delivery partition): the driver makes one call.
+    calls: list[int] = []
+
+    def route(batches):
+        for batch in batches:
+            calls.append(batch.num_rows)
+            yield pa.RecordBatch.from_pylist([], schema=ROUTED_ARROW)
+
+    source = spark.range(0, 10, numPartitions=2)
+    assert len(source.toArrow().to_batches()) == 2
+    routed = Router._route_in_driver(source, route)
+    assert calls == [10]
+    assert routed.schema == ROUTED_ARROW and routed.num_rows == 0
 
 
 # --- one running router, one round of traffic ------------------------------------------
