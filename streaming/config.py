@@ -152,7 +152,7 @@ class StreamingConfig:
     checkpoint_dir: Path = Path(".bitroute/checkpoints")
     trigger_interval: str = "100 milliseconds"
     max_offsets_per_trigger: int = 100_000
-    driver_route_max_publishes: int = 5_000
+    driver_route_max_publishes: int = 20_000
 
 
 @dataclass(frozen=True)
