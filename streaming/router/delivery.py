@@ -49,20 +49,6 @@ from streaming.kafka.clients import (
 from streaming.kafka.records import Headers
 from streaming.kafka.settings import ClientSettings
 
-RECORD_ERRORS = frozenset({
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError.INVALID_RECORD,
-    KafkaError._BAD_MSG,
-    KafkaError.RECORD_LIST_TOO_LARGE,
-    KafkaError.INVALID_MSG,
-    KafkaError.INVALID_MSG_SIZE,
-    KafkaError._INVALID_ARG,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError.TOPIC_EXCEPTION,
-})
-"""librdkafka error codes that are about one record (or its topic), not the cluster."""
-
 BATCH_ERRORS = frozenset({
     KafkaError.MSG_SIZE_TOO_LARGE,
     KafkaError.INVALID_RECORD,
@@ -74,6 +60,14 @@ BATCH_ERRORS = frozenset({
 """The record errors a broker gives every record of a refused record batch: a record that
 failed with one of them may only have shared a batch with the culprit (written again on
 its own, it tells)."""
+
+RECORD_ERRORS = BATCH_ERRORS | frozenset({
+    KafkaError._INVALID_ARG,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.TOPIC_EXCEPTION,
+})
+"""librdkafka error codes that are about one record (or its topic), not the cluster."""
 
 FLUSH_POLL_S = 0.5
 """How often a flush looks for a recorded access failure."""
