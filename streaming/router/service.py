@@ -314,14 +314,8 @@ class Router:
         ))
 
     def _routes_in_driver(self, publishes: int | None) -> bool:
-        """Whether a batch of ``publishes`` is within the driver's bounds; its deliveries
-        are estimated from the most deliveries per publish of the recent batches."""
-        max_publishes, max_deliveries = self.driver_bounds
-        if publishes is None or publishes > max_publishes:
-            return False
-        recent = list(self.reports)[-FANOUT_BATCHES:]
-        fanout = max((r.deliveries / r.publishes for r in recent if r.publishes), default=1.0)
-        return publishes * max(fanout, 1.0) <= max_deliveries
+        return within_driver_bounds(publishes, self.driver_bounds,
+                                    list(self.reports)[-FANOUT_BATCHES:])
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
@@ -455,6 +449,19 @@ class Router:
         if self.query is None:
             raise RuntimeError("the router's query is not started: call start() first")
         return self.query
+
+
+def within_driver_bounds(publishes: int | None, bounds: tuple[int, int],
+                         recent: list[BatchReport]) -> bool:
+    """Whether a batch of ``publishes`` (None: unknown) is routed in the driver under
+    ``bounds`` (publishes, deliveries; a bound of 0 publishes: never): its deliveries
+    are estimated as ``publishes`` times the most deliveries per publish of the ``recent``
+    batches (at least 1)."""
+    max_publishes, max_deliveries = bounds
+    if publishes is None or publishes > max_publishes or max_publishes == 0:
+        return False
+    fanout = max((r.deliveries / r.rows for r in recent if r.rows), default=1.0)
+    return publishes * max(fanout, 1.0) <= max_deliveries
 
 
 def failure_summary(failure: object) -> str:
