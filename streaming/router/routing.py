@@ -27,9 +27,13 @@ refuses for a reason of the record's own (too large, invalid) rejects its
 publish, with Kafka's reason, and the rest is routed; and should the batch
 still raise on something unforeseen, :func:`route_safely` splits it in halves
 until the record(s) responsible are alone, rejects them with the error as the
-reason and routes the others. Only :class:`~streaming.router.delivery.DeliveryUnavailable`
-(Kafka down, not about any record) fails the task: the router retries the
-batch with backoff, and never turns such a failure into rejections.
+reason and routes the others. A batch whose deliveries overflow Arrow's
+32-bit offsets (the kernel's ``ColumnOverflowError``) is routed in halves.
+Only failures that are not about a record fail the task:
+:class:`~streaming.router.delivery.DeliveryUnavailable` (Kafka down) and the
+kernel's other errors (``KernelError``: inconsistent tables or columns, a
+bug); the router retries the batch with backoff and reports it, and never
+turns such a failure into rejections.
 
 Delivery semantics: a returned task has every listed delivery acknowledged
 by Kafka (at least once: a retried or replayed batch writes them again, with
@@ -48,6 +52,7 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from bitroute_kernel import ColumnOverflowError, KernelError
 from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
@@ -205,8 +210,14 @@ def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordB
     """:func:`route_batch`, bisecting around records that make it raise (see module docstring)."""
     try:
         return route_batch(matcher, producer, batch, settings)
-    except DeliveryUnavailable:
-        raise
+    except ColumnOverflowError:
+        if batch.num_rows <= 1:
+            raise  # one publish cannot fill Arrow's 32-bit offsets: a kernel bug
+        half = batch.num_rows // 2
+        return pa.concat_batches([route_safely(matcher, producer, batch.slice(0, half), settings),
+                                  route_safely(matcher, producer, batch.slice(half), settings)])
+    except (DeliveryUnavailable, KernelError):
+        raise  # not about a record: the task fails, the batch is retried and reported
     except Exception as exc:  # noqa: BLE001 - the poison-pill net: any error of a record
         if batch.num_rows <= 1:
             return _unroutable_record(producer, batch, settings, exc)
