@@ -1,4 +1,4 @@
-"""Routing one micro-batch in the Python workers: match, validate, deliver, report.
+"""Routing one micro-batch, in a Python worker (or the driver): match, validate, deliver, report.
 
 :class:`RoutePartitions` is the ``mapInArrow`` function of a batch. For each
 Arrow batch of Kafka source rows (:class:`streaming.kafka.records.PublishColumns`)
