@@ -107,6 +107,8 @@ class ExchangesConfig:
 @dataclass(frozen=True)
 class DeltaConfig:
     warehouse: str = ".bitroute/delta"
+    allow_unsafe_commits: bool = False
+    """Accept an object store that ignores conditional writes (:mod:`streaming.audit.storage`)."""
 
     def table_path(self, table: str) -> str:
         """Location of one audit table (deliveries, messages, subscriptions)."""
@@ -153,6 +155,12 @@ class StreamingConfig:
     trigger_interval: str = "100 milliseconds"
     max_offsets_per_trigger: int = 100_000
     driver_route_max_publishes: int = 20_000
+    lease_timeout: str = "60 seconds"
+    """A router lease not renewed for this long is stale (:mod:`streaming.router.lease`)."""
+
+    @property
+    def lease_timeout_s(self) -> float:
+        return duration_seconds(self.lease_timeout)
 
 
 @dataclass(frozen=True)
@@ -460,6 +468,9 @@ def _validate(config: Config) -> None:
             "an integer >= 1", streaming.max_offsets_per_trigger)
     require(streaming.driver_route_max_publishes >= 0, "streaming.driver_route_max_publishes",
             "an integer >= 0 (0: every batch is distributed)", streaming.driver_route_max_publishes)
+    require(bool(_DURATION.match(streaming.lease_timeout.strip()))
+            and duration_seconds(streaming.lease_timeout) >= 5, "streaming.lease_timeout",
+            "a duration of at least 5 seconds, such as '60 seconds'", streaming.lease_timeout)
 
     audit = config.audit
     for name in ("commit_interval", "maintenance_interval", "file_retention", "log_retention"):

@@ -75,6 +75,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.audit.queries import arrow_table
+from streaming.audit.storage import StorageOptions, storage_options
 from streaming.config import AuditConfig, Config
 from streaming.router.checkpoint import CheckpointLayout
 
@@ -186,7 +187,8 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
         if writer_properties is None:
             from streaming.audit.writer import writer_properties  # pyspark's schemas: not for status
         props = writer_properties(name)
-        table_report = _TablePass(name, path, config.audit, props, progress, stop, clock).run()
+        table_report = _TablePass(name, path, config.audit, props, progress, stop, clock,
+                                  storage_options(config.delta)).run()
         report.tables.append(table_report)
         if table_report.step == "stopped":
             report.stopped = True
@@ -221,8 +223,9 @@ class _Stopped(Exception):
 class _TablePass:
     def __init__(self, name: str, path: str, audit: AuditConfig, writer_properties,
                  progress: Progress | None, stop: Callable[[], bool],
-                 clock: Callable[[], datetime]) -> None:
+                 clock: Callable[[], datetime], storage: StorageOptions) -> None:
         self.name, self.path, self.audit = name, path, audit
+        self.storage = storage
         self.writer_properties = writer_properties
         self.progress = progress or (lambda table, step, detail: None)
         self.stop, self.clock = stop, clock
@@ -235,7 +238,7 @@ class _TablePass:
         step = "open"
         try:
             try:
-                table = DeltaTable(self.path)
+                table = DeltaTable(self.path, storage_options=self.storage)
             except TableNotFoundError:
                 report.skipped = "no table yet"
                 self.progress(self.name, "skipped", "no table yet")
@@ -362,7 +365,8 @@ class _TablePass:
 
 # --- reading a table's size cheaply (status, metrics) ----------------------------------
 
-def table_stats(table: DeltaTable | str, log_dir: Path | None = None) -> TableStats:
+def table_stats(table: DeltaTable | str, log_dir: Path | None = None,
+                storage: StorageOptions | None = None) -> TableStats:
     """Live data files, bytes, log entries (``None`` for a non-local table) and version.
 
     Reads the newest checkpoint and the commits after it (what delta-rs loads
@@ -370,7 +374,7 @@ def table_stats(table: DeltaTable | str, log_dir: Path | None = None) -> TableSt
     """
     if isinstance(table, str):
         log_dir = _local_log_dir(table)
-        table = DeltaTable(table)
+        table = DeltaTable(table, storage_options=storage)
     sizes = arrow_table(table.get_add_actions(flatten=False).select(["size_bytes"]))["size_bytes"]
     entries = _log_entries(log_dir)
     return TableStats(files=len(sizes), bytes=int(pc.sum(sizes).as_py() or 0),

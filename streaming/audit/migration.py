@@ -26,6 +26,7 @@ from deltalake.exceptions import DeltaError
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
 from streaming.audit.queries import arrow_table
+from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.writer import (
     ARROW_SCHEMAS,
     NO_POST_COMMIT_HOOKS,
@@ -58,17 +59,20 @@ class Migrated:
 def migrate(config: Config, progress: Callable[[str], None] = lambda _: None) -> list[Migrated]:
     """Migrate every audit table of ``config`` that needs it, under the router lock
     (:class:`streaming.router.lock.RouterLockedError` while a router runs)."""
+    storage = storage_options(config.delta)
+    check_commit_safety(config.delta)
     with RouterLock(config.streaming.checkpoint_dir):
-        return [migrate_table(config.delta.table_path(name), name, progress)
+        return [migrate_table(config.delta.table_path(name), name, progress, storage)
                 for name in ARROW_SCHEMAS]
 
 
-def migrate_table(path: str, name: str, progress: Callable[[str], None]) -> Migrated:
+def migrate_table(path: str, name: str, progress: Callable[[str], None],
+                  storage: StorageOptions | None = None) -> Migrated:
     """Rewrite audit table ``name`` at ``path`` partitioned by day, in one commit."""
     try:
-        if not DeltaTable.is_deltatable(path):
+        if not DeltaTable.is_deltatable(path, storage_options=storage):
             return Migrated(name, path, "missing")
-        table = DeltaTable(path)
+        table = DeltaTable(path, storage_options=storage)
     except (DeltaError, OSError) as exc:
         raise MigrationError(f"{path}: {_one_line(exc)}") from None
     if is_partitioned(table, name):
@@ -109,7 +113,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None]) -> Migr
                         mode="overwrite", schema_mode="overwrite", partition_by=[day],
                         writer_properties=writer_properties(name),  # full row groups
                         post_commithook_properties=NO_POST_COMMIT_HOOKS)
-        version = DeltaTable(path).version()
+        version = DeltaTable(path, storage_options=storage).version()
     except (DeltaError, OSError) as exc:
         raise MigrationError(f"{path}: {_one_line(exc)}") from None
     progress(f"{name}: {written[0]:,} rows migrated (Delta version {version})")

@@ -71,7 +71,16 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
     """Run ``statement`` and return its column names and JSON-ready rows."""
     from deltalake import DeltaTable  # delta-rs: is the table there? (no JVM needed)
 
-    found = {name: DeltaTable.is_deltatable(table_location(config, name)) for name in TABLES}
+    from streaming.audit.storage import StorageError, one_line, spark_settings, storage_options
+
+    try:
+        storage = storage_options(config.delta)
+        s3a = spark_settings(config.delta)
+        found = {name: DeltaTable.is_deltatable(table_location(config, name),
+                                                storage_options=storage) for name in TABLES}
+    except (StorageError, OSError) as exc:
+        raise SqlError(str(exc) if isinstance(exc, StorageError) else
+                       f"delta.warehouse {config.delta.warehouse}: {one_line(exc)}") from None
     if not any(found.values()):
         raise SqlError(f"no audit table under {config.delta.warehouse}: has the router run?")
 
@@ -81,7 +90,7 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
 
     spark = spark_session(config, jar_group="delta",
                           extra_settings={"spark.app.name": f"{config.spark.app_name} sql",
-                                          **DELTA_SETTINGS})
+                                          **DELTA_SETTINGS, **s3a})
     try:
         for name, present in found.items():
             if present:

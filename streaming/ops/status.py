@@ -117,11 +117,16 @@ def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None]:
 
     from schemas.records import AUDIT_TABLE_NAMES
     from streaming.audit.maintenance import read_report, table_stats
+    from streaming.audit.storage import StorageError, storage_options
 
     tables: dict[str, dict] = {}
+    try:
+        storage = storage_options(config.delta)
+    except StorageError as exc:
+        return {name: {"error": str(exc)} for name in AUDIT_TABLE_NAMES}, read_report(config)
     for name in AUDIT_TABLE_NAMES:
         try:
-            stats = table_stats(config.delta.table_path(name))
+            stats = table_stats(config.delta.table_path(name), storage=storage)
             tables[name] = {"files": stats.files, "bytes": stats.bytes,
                             "log_entries": stats.log_entries, "version": stats.version}
         except TableNotFoundError:
