@@ -75,7 +75,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.audit.queries import arrow_table
-from streaming.audit.storage import StorageOptions, storage_options
+from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.config import AuditConfig, Config
 from streaming.router.checkpoint import CheckpointLayout
 
@@ -174,7 +174,11 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
     ``<checkpoint_dir>/router/maintenance.json``. ``writer_properties(table)``
     gives the parquet properties of rewritten files; by default the appends' own
     (:func:`streaming.audit.writer.writer_properties`), so every file of a table has one layout.
+    Raises :class:`streaming.audit.storage.StorageError` (and runs no step) when the
+    warehouse's settings are missing or its store cannot commit safely.
     """
+    storage = storage_options(config.delta)  # StorageError: no pass at all
+    check_commit_safety(config.delta)
     clock = now or (lambda: datetime.now(timezone.utc))
     stop = should_stop or (lambda: False)
     report = MaintenanceReport(started_at=_iso(clock()))
@@ -188,7 +192,7 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
             from streaming.audit.writer import writer_properties  # pyspark's schemas: not for status
         props = writer_properties(name)
         table_report = _TablePass(name, path, config.audit, props, progress, stop, clock,
-                                  storage_options(config.delta)).run()
+                                  storage).run()
         report.tables.append(table_report)
         if table_report.step == "stopped":
             report.stopped = True

@@ -233,13 +233,14 @@ def _uri(warehouse: str) -> str:
     return Path(warehouse).absolute().as_uri()
 
 
-def spark_settings(delta: DeltaConfig) -> dict[str, str]:
+def spark_settings(delta: DeltaConfig, environ: Mapping[str, str] | None = None
+                   ) -> dict[str, str]:
     """The Spark settings that let a session read ``s3://`` tables through S3A, from the
     same environment (empty for other warehouses). No secret: the S3A credentials come
     from the JVM's environment (``EnvironmentVariableCredentialsProvider``)."""
     if scheme(delta.warehouse) not in S3_SCHEMES:
         return {}
-    options = storage_options(delta)
+    options = storage_options(delta, environ)
     settings = {
         "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.hadoop.fs.s3a.aws.credentials.provider":
