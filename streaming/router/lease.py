@@ -108,7 +108,7 @@ class _ObjectBlob:
 
         try:
             got = obstore.get(self._store, self._name)
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):  # obstore raises the latter
             return None
         return bytes(got.bytes()), got.meta["e_tag"]
 
@@ -127,7 +127,7 @@ class _ObjectBlob:
 
         try:
             return obstore.put(self._store, self._name, data, mode={"e_tag": tag})["e_tag"]
-        except (PreconditionError, NotFoundError):
+        except (PreconditionError, NotFoundError, FileNotFoundError):
             raise _Conflict from None
 
 
