@@ -88,9 +88,12 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
 
     from streaming.router.session import spark_session
 
-    spark = spark_session(config, jar_group="delta",
-                          extra_settings={"spark.app.name": f"{config.spark.app_name} sql",
-                                          **DELTA_SETTINGS, **s3a})
+    settings = {"spark.app.name": f"{config.spark.app_name} sql", **DELTA_SETTINGS, **s3a}
+    if s3a:  # an s3:// warehouse: Hadoop's S3A connector too (conf/jvm.toml [s3a])
+        from streaming import jvm
+
+        settings["spark.jars"] = ",".join(str(p) for p in [*jvm.jars("delta"), *jvm.jars("s3a")])
+    spark = spark_session(config, jar_group="delta", extra_settings=settings)
     try:
         for name, present in found.items():
             if present:
