@@ -100,6 +100,8 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
                 location = table_location(config, name).replace("\\", "\\\\").replace("'", "\\'")
                 spark.sql(f"CREATE TABLE `{name}` USING delta LOCATION '{location}'")
         try:
+            if s3a:
+                _refuse_writes(spark, statement, config.delta.warehouse)
             result = spark.sql(statement).toArrow()
         except PySparkException as exc:
             missing = [n for n, present in found.items() if not present and f"`{n}`" in str(exc)]
@@ -111,6 +113,34 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
     finally:
         spark.stop()
     return result.column_names, json_rows(result)
+
+
+READ_ONLY_COMMANDS = frozenset({
+    "DescribeDeltaHistory", "DescribeDeltaHistoryCommand", "DescribeDeltaDetailCommand",
+    "DescribeRelation", "DescribeColumn", "DescribeTableCommand", "DescribeColumnCommand",
+    "ShowTables", "ShowColumns", "ShowTableProperties", "ShowCreateTable", "ShowFunctions",
+    "DescribeFunction", "ShowNamespaces", "ShowViews", "ShowPartitions", "SetCommand",
+    "ExplainCommand", "ShowTablesCommand", "ShowColumnsCommand",
+})
+"""Commands ``bitroute sql`` runs on an object-store warehouse: they read, never commit."""
+
+
+def _refuse_writes(spark, statement: str, warehouse: str) -> None:
+    """Raise :class:`SqlError` when ``statement`` would write: delta-spark 4.4 commits to S3
+    without a conditional put (``S3SingleDriverLogStore``), which could overwrite a commit
+    the router makes at the same moment (docs/running.md, "Concurrent writers"). Parsed,
+    not run: a query is read-only; a command is unless it is a known reader."""
+    plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(statement)
+    command = spark._jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.catalyst.plans.logical.Command")
+    kind = plan.getClass().getSimpleName()
+    writes = (command.isInstance(plan) and kind not in READ_ONLY_COMMANDS) or any(
+        word in kind for word in ("Insert", "Restore", "Clone", "Optimize", "Vacuum", "Merge"))
+    if writes:
+        raise SqlError(f"bitroute sql does not write to {warehouse} ({kind}): Delta-Spark's "
+                       "commits on S3 are not safe beside the router's (docs/running.md, "
+                       "\"Concurrent writers\"); `bitroute audit maintain` compacts and "
+                       "vacuums the tables")
 
 
 def json_rows(table: pa.Table) -> list[dict[str, object]]:

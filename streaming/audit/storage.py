@@ -243,6 +243,9 @@ def spark_settings(delta: DeltaConfig, environ: Mapping[str, str] | None = None
     options = storage_options(delta, environ)
     settings = {
         "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        # Hadoop 3.5's default "analytics" stream hung reading a Delta log from an
+        # S3-compatible server here (waiting on a block forever); the classic stream reads it.
+        "spark.hadoop.fs.s3a.input.stream.type": "classic",
         "spark.hadoop.fs.s3a.aws.credentials.provider":
             "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
     }

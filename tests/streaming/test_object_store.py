@@ -249,3 +249,26 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
     assert router_lease.read(config)["released_at"] is not None
     routed = sorted(r["routing_key"] for r in _rows(settings, "deliveries"))
     assert routed == ["orders.asia.paid", "orders.eu.paid", "orders.us.paid"]
+
+
+def test_bitroute_sql_reads_an_s3_warehouse_through_s3a_and_refuses_to_write_it(
+        s3_env: S3Server, tmp_path: Path):
+    settings = {"delta.warehouse": s3_env.warehouse(f"sql-{tmp_path.name}"),
+                "streaming.checkpoint_dir": str(tmp_path / "c"), "spark.master": "local[1]",
+                "spark.log_level": "ERROR"}
+    config = load(overrides=settings, environ={})
+    uri = config.delta.table_path("deliveries")
+    write_deltalake(uri, pa.table({"subscriber": ["alpha", "beta", "alpha"]}),
+                    storage_options=storage_options(config.delta))
+    result = _bitroute(settings, "sql", "--json", "SELECT subscriber, count(*) AS n FROM "
+                       "deliveries GROUP BY subscriber ORDER BY subscriber", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [json.loads(line) for line in result.stdout.splitlines()] == \
+        [{"subscriber": "alpha", "n": 2}, {"subscriber": "beta", "n": 1}]
+    assert s3_env.environ["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
+    refused = _bitroute(settings, "sql", "OPTIMIZE deliveries", timeout=900)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        f"bitroute: error: bitroute sql does not write to {settings['delta.warehouse']} "
+        "(OptimizeTableCommand): Delta-Spark's commits on S3 are not safe"), refused.stderr[-2000:]
+    assert DeltaTable(uri, storage_options=storage_options(config.delta)).version() == 0
