@@ -11,7 +11,8 @@ application versions, so a batch replayed after the migration still adds no
 row. A table in this version's layout is left alone ("already partitioned").
 
 With the router stopped: :func:`migrate` runs under the state folder's router
-lock (:mod:`streaming.router.lock`), so it refuses while a router holds it.
+lock (:mod:`streaming.router.lock`) and refuses while a router holds it, or holds
+the lease of the publishes topic and warehouse (:mod:`streaming.router.lease`).
 """
 
 from __future__ import annotations
@@ -59,9 +60,12 @@ class Migrated:
 def migrate(config: Config, progress: Callable[[str], None] = lambda _: None) -> list[Migrated]:
     """Migrate every audit table of ``config`` that needs it, under the router lock
     (:class:`streaming.router.lock.RouterLockedError` while a router runs)."""
+    from streaming.router.lease import ensure_free
+
     storage = storage_options(config.delta)
     check_commit_safety(config.delta)
     with RouterLock(config.streaming.checkpoint_dir):
+        ensure_free(config)  # a router of another checkpoint folder, on any host
         return [migrate_table(config.delta.table_path(name), name, progress, storage)
                 for name in ARROW_SCHEMAS]
 

@@ -197,6 +197,20 @@ def read(config: Config) -> dict | None:
     return _parse(found[0]) if found is not None else None
 
 
+def ensure_free(config: Config) -> None:
+    """Raise :class:`LeaseHeldError` while a router holds a fresh lease of ``config``'s
+    publishes topic and warehouse (``bitroute audit migrate`` wants no router running, on
+    any host)."""
+    record = read(config)
+    if record is None or record.get("released_at"):
+        return
+    age = age_seconds(record)
+    if age is None or age <= config.streaming.lease_timeout_s:
+        raise LeaseHeldError(f"{describe(record)} holds the lease of "
+                             f"{config.kafka.publishes_topic} in {config.delta.warehouse}, "
+                             f"renewed {'?' if age is None else f'{max(age, 0):.0f}s'} ago")
+
+
 def describe(record: dict) -> str:
     """The holder as one phrase: ``router 1a2b... on host-3 (checkpoint /var/..., epoch 4)``."""
     return (f"router {record.get('router_id', '?')} on {record.get('host', '?')} "

@@ -84,3 +84,19 @@ def test_a_stale_lease_is_taken_over_with_a_warning_and_a_released_one_at_once(
     third.acquire(lambda: "router-3")  # released: no wait
     assert third.record["epoch"] == 3
     third.release()
+
+
+def test_audit_migrate_is_refused_while_a_router_of_another_checkpoint_holds_the_lease(
+        tmp_path: Path):
+    from streaming.audit.migration import migrate
+    from streaming.router.lock import RouterLockedError
+
+    running = RouterLease(_config(tmp_path, "one"))
+    running.acquire(lambda: "router-1")
+    try:
+        with pytest.raises(RouterLockedError, match=r"router router-1 on .* holds the lease of "
+                                                    r"pub in .*, renewed 0s ago"):
+            migrate(_config(tmp_path, "two"))
+    finally:
+        running.release()
+    assert {m.result for m in migrate(_config(tmp_path, "two"))} == {"missing"}
