@@ -113,6 +113,24 @@ def test_concurrent_delta_rs_writers_on_s3_lose_no_commit(s3_env: S3Server):
         [-1] + sorted(n * 100 + i for n in range(3) for i in range(6))
 
 
+def test_files_written_outside_delta_rs_reach_the_same_bucket(s3_env: S3Server):
+    """warehouse_filesystem: the pyarrow filesystem of files written outside delta-rs (the
+    routing tasks' audit files), with the same settings: what it writes, obstore lists."""
+    import obstore
+    import pyarrow.parquet as pq
+
+    config = load(overrides={"delta.warehouse": s3_env.warehouse("files")}, environ={})
+    filesystem, root = storage.warehouse_filesystem(config.delta)
+    assert root == f"{s3_env.bucket}/files"
+    pq.write_table(pa.table({"a": [1, 2]}), f"{root}/staged/part-0.parquet",
+                   filesystem=filesystem)
+    listed = [m["path"] for batch in obstore.list(storage.object_store(config.delta, "staged"))
+              for m in batch]
+    assert listed == ["part-0.parquet"]  # paths relative to the store's prefix
+    assert pq.read_table(f"{root}/staged/part-0.parquet", filesystem=filesystem)["a"].to_pylist() \
+        == [1, 2]
+
+
 class _DroppingProxy(http.server.BaseHTTPRequestHandler):
     """Forwards to the S3 server without the conditional headers: a store that ignores them."""
 
