@@ -62,7 +62,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -234,7 +234,7 @@ class _TablePass:
         self.progress = progress or (lambda table, step, detail: None)
         self.stop, self.clock = stop, clock
         self.report = TableReport(name)
-        self.log_dir = _local_log_dir(path)
+        self.log_dir = _log_dir(path, storage)
 
     def run(self) -> TableReport:
         started = time.monotonic()
@@ -369,15 +369,16 @@ class _TablePass:
 
 # --- reading a table's size cheaply (status, metrics) ----------------------------------
 
-def table_stats(table: DeltaTable | str, log_dir: Path | None = None,
+def table_stats(table: DeltaTable | str, log_dir: Path | _ObjectLog | None = None,
                 storage: StorageOptions | None = None) -> TableStats:
-    """Live data files, bytes, log entries (``None`` for a non-local table) and version.
+    """Live data files, bytes, log entries (listed in the folder or with obstore; ``None``
+    when they cannot be) and version.
 
     Reads the newest checkpoint and the commits after it (what delta-rs loads
     anyway) and lists ``_delta_log``: milliseconds on a maintained table.
     """
     if isinstance(table, str):
-        log_dir = _local_log_dir(table)
+        log_dir = _log_dir(table, storage or {})
         table = DeltaTable(table, storage_options=storage)
     sizes = arrow_table(table.get_add_actions(flatten=False).select(["size_bytes"]))["size_bytes"]
     entries = _log_entries(log_dir)
@@ -486,17 +487,48 @@ class BackgroundMaintenance:
 
 # --- small helpers ---------------------------------------------------------------------
 
-def _local_log_dir(path: str) -> Path | None:
+class _ObjectLog:
+    """A table's ``_delta_log`` on an object store, listed and read with obstore."""
+
+    def __init__(self, uri: str, storage: Mapping[str, str]) -> None:
+        from streaming.audit.storage import object_store_at
+
+        self.store = object_store_at(uri, storage)
+
+    def names(self) -> set[str]:
+        import obstore
+
+        listed = obstore.list(self.store)
+        return {m["path"].rsplit("/", 1)[-1] for batch in listed for m in batch
+                if "/" not in m["path"].strip("/")}
+
+    def read(self, name: str) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self.store, name).bytes())
+
+
+def _log_dir(path: str, storage: Mapping[str, str]) -> Path | _ObjectLog | None:
+    """Where table ``path``'s log is listed: a folder, an object-store prefix, or None
+    (a scheme obstore does not know)."""
     parsed = urlparse(path)
     if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # a Windows drive letter
         return Path(parsed.path if parsed.scheme == "file" else path) / "_delta_log"
-    return None
+    try:
+        return _ObjectLog(f"{path.rstrip('/')}/_delta_log", storage)
+    except Exception:  # noqa: BLE001 (sizes then say "?" for the log)
+        return None
 
 
-def _log_entries(log_dir: Path | None) -> set[str] | None:
+def _log_entries(log_dir: Path | _ObjectLog | None) -> set[str] | None:
     """Names in ``_delta_log`` (commits, checkpoints, ``_last_checkpoint``; not folders)."""
     if log_dir is None:
         return None
+    if isinstance(log_dir, _ObjectLog):
+        try:
+            return {n for n in log_dir.names() if not n.startswith(".")}
+        except Exception:  # noqa: BLE001 (the sizes say "?" for the log)
+            return None
     try:
         with os.scandir(log_dir) as entries:
             return {e.name for e in entries if e.is_file() and not e.name.startswith(".")}
@@ -504,12 +536,14 @@ def _log_entries(log_dir: Path | None) -> set[str] | None:
         return set()
 
 
-def _last_checkpoint_version(log_dir: Path | None) -> int | None:
+def _last_checkpoint_version(log_dir: Path | _ObjectLog | None) -> int | None:
     if log_dir is None:
         return None
     try:
-        return int(json.loads((log_dir / "_last_checkpoint").read_text())["version"])
-    except (OSError, ValueError, KeyError, TypeError):
+        text = log_dir.read("_last_checkpoint") if isinstance(log_dir, _ObjectLog) \
+            else (log_dir / "_last_checkpoint").read_bytes()
+        return int(json.loads(text)["version"])
+    except Exception:  # noqa: BLE001 (none yet, or unreadable: a checkpoint is written)
         return None
 
 

@@ -166,12 +166,18 @@ def warehouse_filesystem(delta: DeltaConfig) -> tuple[object, str]:
 def object_store(delta: DeltaConfig, prefix: str):
     """An obstore store rooted at ``<delta.warehouse>/<prefix>`` (an object store only),
     configured like delta-rs (:func:`storage_options`)."""
+    return object_store_at(f"{delta.warehouse.rstrip('/')}/{prefix.strip('/')}",
+                           storage_options(delta))
+
+
+def object_store_at(uri: str, options: Mapping[str, str]):
+    """An obstore store rooted at object-store ``uri``, with delta-rs's ``options``."""
     from obstore.store import S3Store, from_url
 
-    url = urlparse(delta.warehouse)
-    root = f"{url.path.strip('/')}/{prefix.strip('/')}".strip("/")
-    if scheme(delta.warehouse) in S3_SCHEMES:
-        config = {_obstore_key(k): v for k, v in storage_options(delta).items()}
+    url = urlparse(uri)
+    root = url.path.strip("/")
+    if url.scheme.lower() in S3_SCHEMES:
+        config = {_obstore_key(k): v for k, v in options.items()}
         return S3Store(url.netloc, prefix=root, config=config,
                        client_options={"connect_timeout": "5s", "timeout": "30s"})
     return from_url(f"{url.scheme}://{url.netloc}/{root}")
