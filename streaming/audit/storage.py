@@ -49,10 +49,14 @@ import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from streaming.config import DeltaConfig
 from streaming.errors import BitrouteError
+
+if TYPE_CHECKING:
+    from pyarrow import fs
 
 S3_SCHEMES = ("s3", "s3a")
 REDACTED = "***"
@@ -138,7 +142,7 @@ def storage_options(delta: DeltaConfig, environ: Mapping[str, str] | None = None
     return options
 
 
-def warehouse_filesystem(delta: DeltaConfig) -> tuple[object, str]:
+def warehouse_filesystem(delta: DeltaConfig) -> tuple[fs.FileSystem, str]:
     """The pyarrow filesystem holding ``delta.warehouse`` and the warehouse's path inside
     it (no trailing slash). A plain path is the local filesystem (made absolute); ``s3://``
     is an ``S3FileSystem`` with :func:`storage_options`' credentials, region and endpoint."""
