@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlparse
 
 from streaming.audit.storage import (
     StorageError,
@@ -135,7 +136,10 @@ class _FileBlob:
     """The lease as a local (or mounted) file, swapped under an ``flock``."""
 
     def __init__(self, config: Config, name: str) -> None:
-        self.path = Path(config.delta.warehouse) / LEASE_FOLDER / name
+        warehouse = config.delta.warehouse
+        if warehouse.startswith("file://"):
+            warehouse = urlparse(warehouse).path
+        self.path = Path(warehouse) / LEASE_FOLDER / name
 
     def read(self) -> tuple[bytes, str] | None:
         try:
