@@ -107,6 +107,8 @@ class ExchangesConfig:
 @dataclass(frozen=True)
 class DeltaConfig:
     warehouse: str = ".bitroute/delta"
+    allow_unsafe_commits: bool = False
+    """Accept an object store that ignores conditional writes (:mod:`streaming.audit.storage`)."""
 
     def table_path(self, table: str) -> str:
         """Location of one audit table (deliveries, messages, subscriptions)."""
@@ -164,6 +166,12 @@ class StreamingConfig:
     max_offsets_per_trigger: int = 100_000
     driver_route_max_publishes: AutoCount = None
     driver_route_max_deliveries: AutoCount = None
+    lease_timeout: str = "60 seconds"
+    """A router lease not renewed for this long is stale (:mod:`streaming.router.lease`)."""
+
+    @property
+    def lease_timeout_s(self) -> float:
+        return duration_seconds(self.lease_timeout)
 
     def driver_route_bounds(self, master: str) -> tuple[int, int]:
         """The largest batch routed in the driver under Spark master ``master``, as
@@ -494,6 +502,9 @@ def _validate(config: Config) -> None:
         value = getattr(streaming, name)
         require(value is None or value >= 0, f"streaming.{name}",
                 '"auto" or an integer >= 0 (0: every batch is routed on the executors)', value)
+    require(bool(_DURATION.match(streaming.lease_timeout.strip()))
+            and duration_seconds(streaming.lease_timeout) >= 5, "streaming.lease_timeout",
+            "a duration of at least 5 seconds, such as '60 seconds'", streaming.lease_timeout)
 
     audit = config.audit
     for name in ("commit_interval", "maintenance_interval", "file_retention", "log_retention"):

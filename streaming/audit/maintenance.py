@@ -62,7 +62,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -75,6 +75,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.audit.queries import arrow_table
+from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.config import AuditConfig, Config
 from streaming.router.checkpoint import CheckpointLayout
 
@@ -173,7 +174,11 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
     ``<checkpoint_dir>/router/maintenance.json``. ``writer_properties(table)``
     gives the parquet properties of rewritten files; by default the appends' own
     (:func:`streaming.audit.writer.writer_properties`), so every file of a table has one layout.
+    Raises :class:`streaming.audit.storage.StorageError` (and runs no step) when the
+    warehouse's settings are missing or its store cannot commit safely.
     """
+    storage = storage_options(config.delta)  # StorageError: no pass at all
+    check_commit_safety(config.delta)
     clock = now or (lambda: datetime.now(timezone.utc))
     stop = should_stop or (lambda: False)
     report = MaintenanceReport(started_at=_iso(clock()))
@@ -186,7 +191,8 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
         if writer_properties is None:
             from streaming.audit.writer import writer_properties  # pyspark's schemas: not for status
         props = writer_properties(name)
-        table_report = _TablePass(name, path, config.audit, props, progress, stop, clock).run()
+        table_report = _TablePass(name, path, config.audit, props, progress, stop, clock,
+                                  storage).run()
         report.tables.append(table_report)
         if table_report.step == "stopped":
             report.stopped = True
@@ -221,13 +227,14 @@ class _Stopped(Exception):
 class _TablePass:
     def __init__(self, name: str, path: str, audit: AuditConfig, writer_properties,
                  progress: Progress | None, stop: Callable[[], bool],
-                 clock: Callable[[], datetime]) -> None:
+                 clock: Callable[[], datetime], storage: StorageOptions) -> None:
         self.name, self.path, self.audit = name, path, audit
+        self.storage = storage
         self.writer_properties = writer_properties
         self.progress = progress or (lambda table, step, detail: None)
         self.stop, self.clock = stop, clock
         self.report = TableReport(name)
-        self.log_dir = _local_log_dir(path)
+        self.log_dir = _log_dir(path, storage)
 
     def run(self) -> TableReport:
         started = time.monotonic()
@@ -235,7 +242,7 @@ class _TablePass:
         step = "open"
         try:
             try:
-                table = DeltaTable(self.path)
+                table = DeltaTable(self.path, storage_options=self.storage)
             except TableNotFoundError:
                 report.skipped = "no table yet"
                 self.progress(self.name, "skipped", "no table yet")
@@ -362,15 +369,17 @@ class _TablePass:
 
 # --- reading a table's size cheaply (status, metrics) ----------------------------------
 
-def table_stats(table: DeltaTable | str, log_dir: Path | None = None) -> TableStats:
-    """Live data files, bytes, log entries (``None`` for a non-local table) and version.
+def table_stats(table: DeltaTable | str, log_dir: Path | _ObjectLog | None = None,
+                storage: StorageOptions | None = None) -> TableStats:
+    """Live data files, bytes, log entries (listed in the folder or with obstore; ``None``
+    when they cannot be) and version.
 
     Reads the newest checkpoint and the commits after it (what delta-rs loads
     anyway) and lists ``_delta_log``: milliseconds on a maintained table.
     """
     if isinstance(table, str):
-        log_dir = _local_log_dir(table)
-        table = DeltaTable(table)
+        log_dir = _log_dir(table, storage or {})
+        table = DeltaTable(table, storage_options=storage)
     sizes = arrow_table(table.get_add_actions(flatten=False).select(["size_bytes"]))["size_bytes"]
     entries = _log_entries(log_dir)
     return TableStats(files=len(sizes), bytes=int(pc.sum(sizes).as_py() or 0),
@@ -478,17 +487,48 @@ class BackgroundMaintenance:
 
 # --- small helpers ---------------------------------------------------------------------
 
-def _local_log_dir(path: str) -> Path | None:
+class _ObjectLog:
+    """A table's ``_delta_log`` on an object store, listed and read with obstore."""
+
+    def __init__(self, uri: str, storage: Mapping[str, str]) -> None:
+        from streaming.audit.storage import object_store_at
+
+        self.store = object_store_at(uri, storage)
+
+    def names(self) -> set[str]:
+        import obstore
+
+        listed = obstore.list(self.store)
+        return {m["path"].rsplit("/", 1)[-1] for batch in listed for m in batch
+                if "/" not in m["path"].strip("/")}
+
+    def read(self, name: str) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self.store, name).bytes())
+
+
+def _log_dir(path: str, storage: Mapping[str, str]) -> Path | _ObjectLog | None:
+    """Where table ``path``'s log is listed: a folder, an object-store prefix, or None
+    (a scheme obstore does not know)."""
     parsed = urlparse(path)
     if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # a Windows drive letter
         return Path(parsed.path if parsed.scheme == "file" else path) / "_delta_log"
-    return None
+    try:
+        return _ObjectLog(f"{path.rstrip('/')}/_delta_log", storage)
+    except Exception:  # noqa: BLE001 (sizes then say "?" for the log)
+        return None
 
 
-def _log_entries(log_dir: Path | None) -> set[str] | None:
+def _log_entries(log_dir: Path | _ObjectLog | None) -> set[str] | None:
     """Names in ``_delta_log`` (commits, checkpoints, ``_last_checkpoint``; not folders)."""
     if log_dir is None:
         return None
+    if isinstance(log_dir, _ObjectLog):
+        try:
+            return {n for n in log_dir.names() if not n.startswith(".")}
+        except Exception:  # noqa: BLE001 (the sizes say "?" for the log)
+            return None
     try:
         with os.scandir(log_dir) as entries:
             return {e.name for e in entries if e.is_file() and not e.name.startswith(".")}
@@ -496,12 +536,14 @@ def _log_entries(log_dir: Path | None) -> set[str] | None:
         return set()
 
 
-def _last_checkpoint_version(log_dir: Path | None) -> int | None:
+def _last_checkpoint_version(log_dir: Path | _ObjectLog | None) -> int | None:
     if log_dir is None:
         return None
     try:
-        return int(json.loads((log_dir / "_last_checkpoint").read_text())["version"])
-    except (OSError, ValueError, KeyError, TypeError):
+        text = log_dir.read("_last_checkpoint") if isinstance(log_dir, _ObjectLog) \
+            else (log_dir / "_last_checkpoint").read_bytes()
+        return int(json.loads(text)["version"])
+    except Exception:  # noqa: BLE001 (none yet, or unreadable: a checkpoint is written)
         return None
 
 

@@ -11,7 +11,8 @@ application versions, so a batch replayed after the migration still adds no
 row. A table in this version's layout is left alone ("already partitioned").
 
 With the router stopped: :func:`migrate` runs under the state folder's router
-lock (:mod:`streaming.router.lock`), so it refuses while a router holds it.
+lock (:mod:`streaming.router.lock`) and refuses while a router holds it, or holds
+the lease of the publishes topic and warehouse (:mod:`streaming.router.lease`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from deltalake.exceptions import DeltaError
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
 from streaming.audit.queries import arrow_table
+from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.writer import (
     ARROW_SCHEMAS,
     NO_POST_COMMIT_HOOKS,
@@ -58,17 +60,23 @@ class Migrated:
 def migrate(config: Config, progress: Callable[[str], None] = lambda _: None) -> list[Migrated]:
     """Migrate every audit table of ``config`` that needs it, under the router lock
     (:class:`streaming.router.lock.RouterLockedError` while a router runs)."""
+    from streaming.router.lease import ensure_free
+
+    storage = storage_options(config.delta)
+    check_commit_safety(config.delta)
     with RouterLock(config.streaming.checkpoint_dir):
-        return [migrate_table(config.delta.table_path(name), name, progress)
+        ensure_free(config)  # a router of another checkpoint folder, on any host
+        return [migrate_table(config.delta.table_path(name), name, progress, storage)
                 for name in ARROW_SCHEMAS]
 
 
-def migrate_table(path: str, name: str, progress: Callable[[str], None]) -> Migrated:
+def migrate_table(path: str, name: str, progress: Callable[[str], None],
+                  storage: StorageOptions | None = None) -> Migrated:
     """Rewrite audit table ``name`` at ``path`` partitioned by day, in one commit."""
     try:
-        if not DeltaTable.is_deltatable(path):
+        if not DeltaTable.is_deltatable(path, storage_options=storage):
             return Migrated(name, path, "missing")
-        table = DeltaTable(path)
+        table = DeltaTable(path, storage_options=storage)
     except (DeltaError, OSError) as exc:
         raise MigrationError(f"{path}: {_one_line(exc)}") from None
     if is_partitioned(table, name):
@@ -109,7 +117,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None]) -> Migr
                         mode="overwrite", schema_mode="overwrite", partition_by=[day],
                         writer_properties=writer_properties(name),  # full row groups
                         post_commithook_properties=NO_POST_COMMIT_HOOKS)
-        version = DeltaTable(path).version()
+        version = DeltaTable(path, storage_options=storage).version()
     except (DeltaError, OSError) as exc:
         raise MigrationError(f"{path}: {_one_line(exc)}") from None
     progress(f"{name}: {written[0]:,} rows migrated (Delta version {version})")

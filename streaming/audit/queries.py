@@ -58,6 +58,7 @@ from schemas.records import (
     PARTITION_COLUMNS,
     SUBSCRIPTIONS,
 )
+from streaming.audit.storage import StorageError, StorageOptions, storage_options
 from streaming.config import Config
 from streaming.errors import BitrouteError
 
@@ -120,7 +121,11 @@ class AuditQuery:
 def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, object]]]:
     """The query's column names and rows (see module docstring)."""
     path = config.delta.table_path(query.table)
-    table = _read(path, query)  # ordered by DataFusion, but under state
+    try:
+        storage = storage_options(config.delta)
+    except StorageError as exc:
+        raise AuditError(str(exc)) from None
+    table = _read(path, query, storage)  # ordered by DataFusion, but under state
     if query.state:
         table = _in_force(table)
         if query.subscriber is not None:
@@ -130,7 +135,7 @@ def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, ob
     return table.column_names, _json_rows(table)
 
 
-def _read(path: str, query: AuditQuery) -> pa.Table:
+def _read(path: str, query: AuditQuery, storage: StorageOptions | None = None) -> pa.Table:
     """The rows of the table at ``path`` (as of ``query.as_of_version``) that pass the
     query's filters, but for ``subscriber`` under ``state``, which applies after the
     reduction.
@@ -141,16 +146,16 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
     table's Arrow types (strings as ``string``, not DataFusion's ``string_view``).
     """
     try:
-        found = DeltaTable.is_deltatable(path)
+        found = DeltaTable.is_deltatable(path, storage_options=storage)
     except OSError as exc:  # storage unreachable: a URI's host, credentials
         raise AuditError(f"{path}: {_one_line(exc)}") from None
     if not found:
         raise AuditError(f"no audit table at {path}: has the router run?")
     try:
-        delta = DeltaTable(path, version=query.as_of_version)
+        delta = DeltaTable(path, version=query.as_of_version, storage_options=storage)
     except DeltaError as exc:
         if query.as_of_version is not None:
-            latest = DeltaTable(path).version()
+            latest = DeltaTable(path, storage_options=storage).version()
             if query.as_of_version > latest:
                 raise AuditError(f"{path}: no Delta version {query.as_of_version} "
                                  f"(the latest is {latest})") from None

@@ -71,7 +71,16 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
     """Run ``statement`` and return its column names and JSON-ready rows."""
     from deltalake import DeltaTable  # delta-rs: is the table there? (no JVM needed)
 
-    found = {name: DeltaTable.is_deltatable(table_location(config, name)) for name in TABLES}
+    from streaming.audit.storage import StorageError, one_line, spark_settings, storage_options
+
+    try:
+        storage = storage_options(config.delta)
+        s3a = spark_settings(config.delta)
+        found = {name: DeltaTable.is_deltatable(table_location(config, name),
+                                                storage_options=storage) for name in TABLES}
+    except (StorageError, OSError) as exc:
+        raise SqlError(str(exc) if isinstance(exc, StorageError) else
+                       f"delta.warehouse {config.delta.warehouse}: {one_line(exc)}") from None
     if not any(found.values()):
         raise SqlError(f"no audit table under {config.delta.warehouse}: has the router run?")
 
@@ -79,15 +88,20 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
 
     from streaming.router.session import spark_session
 
-    spark = spark_session(config, jar_group="delta",
-                          extra_settings={"spark.app.name": f"{config.spark.app_name} sql",
-                                          **DELTA_SETTINGS})
+    settings = {"spark.app.name": f"{config.spark.app_name} sql", **DELTA_SETTINGS, **s3a}
+    if s3a:  # an s3:// warehouse: Hadoop's S3A connector too (conf/jvm.toml [s3a])
+        from streaming import jvm
+
+        settings["spark.jars"] = ",".join(str(p) for p in [*jvm.jars("delta"), *jvm.jars("s3a")])
+    spark = spark_session(config, jar_group="delta", extra_settings=settings)
     try:
         for name, present in found.items():
             if present:
                 location = table_location(config, name).replace("\\", "\\\\").replace("'", "\\'")
                 spark.sql(f"CREATE TABLE `{name}` USING delta LOCATION '{location}'")
         try:
+            if s3a:
+                _refuse_writes(spark, statement, config.delta.warehouse)
             result = spark.sql(statement).toArrow()
         except PySparkException as exc:
             missing = [n for n, present in found.items() if not present and f"`{n}`" in str(exc)]
@@ -99,6 +113,34 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
     finally:
         spark.stop()
     return result.column_names, json_rows(result)
+
+
+READ_ONLY_COMMANDS = frozenset({
+    "DescribeDeltaHistory", "DescribeDeltaHistoryCommand", "DescribeDeltaDetailCommand",
+    "DescribeRelation", "DescribeColumn", "DescribeTableCommand", "DescribeColumnCommand",
+    "ShowTables", "ShowColumns", "ShowTableProperties", "ShowCreateTable", "ShowFunctions",
+    "DescribeFunction", "ShowNamespaces", "ShowViews", "ShowPartitions", "SetCommand",
+    "ExplainCommand", "ShowTablesCommand", "ShowColumnsCommand",
+})
+"""Commands ``bitroute sql`` runs on an object-store warehouse: they read, never commit."""
+
+
+def _refuse_writes(spark, statement: str, warehouse: str) -> None:
+    """Raise :class:`SqlError` when ``statement`` would write: delta-spark 4.4 commits to S3
+    without a conditional put (``S3SingleDriverLogStore``), which could overwrite a commit
+    the router makes at the same moment (docs/running.md, "Concurrent writers"). Parsed,
+    not run: a query is read-only; a command is unless it is a known reader."""
+    plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(statement)
+    command = spark._jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.catalyst.plans.logical.Command")
+    kind = plan.getClass().getSimpleName()
+    writes = (command.isInstance(plan) and kind not in READ_ONLY_COMMANDS) or any(
+        word in kind for word in ("Insert", "Restore", "Clone", "Optimize", "Vacuum", "Merge"))
+    if writes:
+        raise SqlError(f"bitroute sql does not write to {warehouse} ({kind}): Delta-Spark's "
+                       "commits on S3 are not safe beside the router's (docs/running.md, "
+                       "\"Concurrent writers\"); `bitroute audit maintain` compacts and "
+                       "vacuums the tables")
 
 
 def json_rows(table: pa.Table) -> list[dict[str, object]]:

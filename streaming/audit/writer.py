@@ -84,7 +84,7 @@ from streaming.audit.files import (
     write_table_files,
 )
 from streaming.audit.maintenance import table_properties
-from streaming.audit.storage import warehouse_filesystem
+from streaming.audit.storage import storage_options, warehouse_filesystem
 from streaming.config import Config
 from streaming.kafka.layout import DeliveryLayout
 
@@ -177,6 +177,7 @@ class AuditTables:
 
     def __init__(self, config: Config, router_id: str) -> None:
         self._config = config
+        self._storage = storage_options(config.delta)
         self._publishes_app = f"bitroute-{router_id}-publishes"
         self._changelog_app = f"bitroute-{router_id}-changelog"
         self._tables: dict[str, DeltaTable] = {}
@@ -195,9 +196,10 @@ class AuditTables:
         left as they are."""
         for name, schema in ARROW_SCHEMAS.items():
             try:
-                table = DeltaTable(self.path(name))
+                table = DeltaTable(self.path(name), storage_options=self._storage)
             except TableNotFoundError:
                 table = DeltaTable.create(self.path(name), schema=schema, mode="ignore",
+                                          storage_options=self._storage,
                                           partition_by=[PARTITION_COLUMNS[name]],
                                           configuration=table_properties(self._config.audit))
             self._tables[name] = table
@@ -317,7 +319,8 @@ class AuditTables:
         with self._lock:
             table = self._tables.get(name)
             if table is None:
-                table = self._tables[name] = DeltaTable(self.path(name))
+                table = self._tables[name] = DeltaTable(self.path(name),
+                                                        storage_options=self._storage)
                 self._loaded_at[name] = table.version()
             return table
 

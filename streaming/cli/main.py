@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
+from streaming.audit.storage import StorageError
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.jvm import JvmResolutionError
 
@@ -570,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"bitroute: error: {exc}", file=sys.stderr)
         return 2
-    except (CommandError, JvmResolutionError, KafkaAccessError) as exc:
+    except (CommandError, JvmResolutionError, KafkaAccessError, StorageError) as exc:
         print(f"bitroute: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -205,11 +205,23 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
                 f"{'?' if table_status['log_entries'] is None else table_status['log_entries']} "
                 f"log entries, version {table_status['version']}")))
     lines.append(("maintenance", _maintenance_text(status.get("maintenance"), now)))
+    lease = status.get("lease")
+    if lease is not None:
+        lines.append(("lease", lease["error"] if "error" in lease else _lease_text(lease)))
     if status["kafka_error"] is not None:
         lines.append(("kafka", status["kafka_error"]))
     lines += [("note", note) for note in status["notes"]]
     width = max(len(name) for name, _ in lines) + 1
     return [f"{name + ':':<{width}} {value}" for name, value in lines]
+
+
+def _lease_text(lease: Mapping[str, object]) -> str:
+    """The router lease of the publishes topic and warehouse (streaming.router.lease)."""
+    age = lease.get("age_seconds")
+    state = (f"released {lease['released_at']}" if lease.get("released_at") else
+             f"renewed {'?' if age is None else _seconds(max(float(age), 0.0))} ago")
+    return (f"router {lease.get('router_id')} on {lease.get('host')} (checkpoint "
+            f"{lease.get('checkpoint_dir')}), epoch {lease.get('epoch')}, {state}")
 
 
 def _lag_text(lag: Mapping[str, object], what: str, since: str) -> str:

@@ -44,6 +44,7 @@ from pyspark.errors import StreamingQueryException
 
 from streaming.cli.progress import BatchLines, CatchUpProgress
 from streaming.config import Config
+from streaming.audit.storage import StorageError
 from streaming.errors import KafkaAccessError
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.topics import TopicCreationError
@@ -56,7 +57,7 @@ from streaming.router.snapshots import SnapshotStoreError
 ACCESS_RETRY_S = 10.0
 """How long ``bitroute run`` waits before starting a query Kafka refused again."""
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
-                   KafkaAccessError, RouterLockedError)
+                   KafkaAccessError, RouterLockedError, StorageError)
 
 
 def serve(config: Config) -> int:

@@ -71,7 +71,9 @@ def router_status(config: Config) -> dict[str, object]:
     ``snapshot_version``, ``subscriptions``, ``subscribers``,
     ``kafka_error``, ``audit_tables`` (per table ``{files, bytes, log_entries,
     version}`` or ``{error}``), ``maintenance`` (the last pass's report as
-    recorded, or None), ``notes`` (why something is missing).
+    recorded, or None), ``lease`` (the router lease of the publishes topic and
+    warehouse: :mod:`streaming.router.lease`'s record plus ``age_seconds``, or
+    ``{error}``, or None), ``notes`` (why something is missing).
     """
     kafka = config.kafka
     # Kafka's round trips and the Delta log reads overlap the local reads (librdkafka
@@ -80,7 +82,7 @@ def router_status(config: Config) -> dict[str, object]:
         asked = pool.submit(_watermarks, config, [kafka.publishes_topic, kafka.subscriptions_topic])
         tables = pool.submit(_audit_tables, config)
         local = _local_state(config)
-        audit_tables, maintenance = tables.result()
+        audit_tables, maintenance, lease = tables.result()
         kafka_error = None
         try:
             ends = asked.result()
@@ -108,27 +110,48 @@ def router_status(config: Config) -> dict[str, object]:
         "kafka_error": kafka_error,
         "audit_tables": audit_tables,
         "maintenance": maintenance,
+        "lease": lease,
         "notes": notes,
     }
 
 
-def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None]:
+def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None, dict | None]:
     from deltalake.exceptions import TableNotFoundError
 
     from schemas.records import AUDIT_TABLE_NAMES
     from streaming.audit.maintenance import read_report, table_stats
+    from streaming.audit.storage import StorageError, storage_options
 
     tables: dict[str, dict] = {}
+    try:
+        storage = storage_options(config.delta)
+    except StorageError as exc:
+        return ({name: {"error": str(exc)} for name in AUDIT_TABLE_NAMES}, read_report(config),
+                {"error": str(exc)})
     for name in AUDIT_TABLE_NAMES:
         try:
-            stats = table_stats(config.delta.table_path(name))
+            stats = table_stats(config.delta.table_path(name), storage=storage)
             tables[name] = {"files": stats.files, "bytes": stats.bytes,
                             "log_entries": stats.log_entries, "version": stats.version}
         except TableNotFoundError:
             tables[name] = {"error": "no table yet"}
         except Exception as exc:  # noqa: BLE001 (status reports what it can)
             tables[name] = {"error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
-    return tables, read_report(config)
+    return tables, read_report(config), _lease(config)
+
+
+def _lease(config: Config) -> dict | None:
+    """The router lease of this publishes topic and warehouse as recorded, with its age
+    (:mod:`streaming.router.lease`), ``{error}`` when unreadable, None when there is none."""
+    from streaming.router import lease
+
+    try:
+        record = lease.read(config)
+    except BitrouteError as exc:
+        return {"error": str(exc)}
+    if record is not None:
+        record["age_seconds"] = lease.age_seconds(record)
+    return record
 
 
 class _Local(NamedTuple):

@@ -90,6 +90,7 @@ from streaming.kafka.topics import ensure_router_topics
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
+from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
 from streaming.router.offsets_log import batch_records
 from streaming.router.report import (
@@ -144,6 +145,8 @@ class Router:
         self.spark = spark
         self.layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
         self.lock = lock if lock is not None else RouterLock(self.layout.root)
+        self.lease = RouterLease(config)
+        """One router per publishes topic and warehouse (:mod:`streaming.router.lease`)."""
         self.reports: deque[BatchReport] = deque(maxlen=REPORTS_KEPT)
         self.query: StreamingQuery | None = None
         self.subscription_sync: SubscriptionSync | None = None
@@ -171,13 +174,15 @@ class Router:
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
         catch up the changelog. Raises :class:`streaming.router.lock.RouterLockedError` when
-        another router holds the folder."""
+        another router holds the folder, or (:class:`streaming.router.lease.LeaseHeldError`)
+        the publishes topic and warehouse."""
         if self.subscription_sync is not None:
             return
         if not self.lock.held:
             self.lock.acquire()
         try:
             store = SnapshotStore(self.layout)  # writable: only with the lock held
+            self.lease.acquire(store.router_id)  # before anything is written or routed
             journal = AuditJournal(self.layout.audit_journal)
             if store.has_pins() and not self.layout.offsets.is_dir():
                 # Pins of batches of a checkpoint that is gone: the new query's
@@ -205,6 +210,7 @@ class Router:
             self.subscription_sync.catch_up(self._catch_up_progress())
             self.maintenance.start()
         except BaseException:
+            self.lease.release()
             self.lock.release()
             raise
 
@@ -262,6 +268,7 @@ class Router:
             if self.subscription_sync is not None:
                 self.subscription_sync.close()
                 self.subscription_sync = None
+            self.lease.release()
             self.lock.release()
 
     def stop_after_current_batch(self) -> None:
@@ -319,6 +326,7 @@ class Router:
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
+        self.lease.check()  # a router whose lease was taken over routes nothing more
         sync, snapshots = self._require_open()
         attempts = [0]
         snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
