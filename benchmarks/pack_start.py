@@ -7,9 +7,11 @@
 - first task: a Spark standalone master and one one-core worker on loopback
   (pyspark's own ``spark-class``), a new application, one job of one task whose
   ``mapInArrow`` function imports what a routing task imports (bitroute's
-  routing modules, the kernel, pyarrow, pandas); the time from the session's
-  start to that job's result, then a second job (the Python worker warm). Two
-  ways, in the same run:
+  routing modules, the kernel, pyarrow, pandas); the clock starts once the
+  worker has registered with the master: the time from the session's start to
+  that job's result, then a second job (the Python worker warm), and from the
+  executor's log the archive's fetch and unpack and the Python worker's boot
+  and init (Spark's ``Times:`` line). Two ways, in the same run:
 
   * archive: the worker's environment has no bitroute Python (no virtualenv on
     PATH, no PYTHONPATH); the executor fetches and unpacks the archive
@@ -24,13 +26,17 @@ The machine is shared: figures are noisy, the load average is printed with them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pyspark
@@ -64,12 +70,12 @@ def _cluster(root: Path, env: dict[str, str]):
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     env = dict(env, SPARK_HOME=str(Path(pyspark.__file__).parent), SPARK_LOCAL_IP="127.0.0.1",
                SPARK_LOG_DIR=str(root / "logs"))
-    port = free_port()
+    port, ui = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     with (root / "cluster.log").open("a") as logs:
         processes = [subprocess.Popen(
             [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(port), "--webui-port", str(free_port())],
+             "--port", str(port), "--webui-port", str(ui)],
             env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True)]
         processes.append(subprocess.Popen(
             [str(spark_class), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
@@ -77,6 +83,7 @@ def _cluster(root: Path, env: dict[str, str]):
              "--work-dir", str(root / "work")],
             env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True))
         try:
+            _wait_for_worker(ui)
             yield url
         finally:
             for process in processes:
@@ -86,6 +93,45 @@ def _cluster(root: Path, env: dict[str, str]):
                     process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     os.killpg(process.pid, signal.SIGKILL)
+
+
+def _wait_for_worker(ui: int, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as reply:
+                if json.load(reply).get("aliveworkers", 0) >= 1:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit("the worker did not register with the master")
+
+
+_STAMP = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) ")
+
+
+def _executor_phases(root: Path) -> str:
+    """The archive's fetch + unpack (to the next log line) and the Python worker's
+    boot and init, from the executor's stderr."""
+    stderr = next((root / "work").glob("app-*/*/stderr"), None)
+    if stderr is None:
+        return "no executor log"
+    lines = stderr.read_text().splitlines()
+    when = lambda line: datetime.strptime(_STAMP.match(line).group(1), "%y/%m/%d %H:%M:%S")
+    parts = []
+    fetch = next((i for i, l in enumerate(lines) if "Fetching spark://" in l and ".tar.gz#" in l), None)
+    unpack = next((i for i, l in enumerate(lines) if "Unpacking an archive" in l), None)
+    if fetch is not None and unpack is not None and unpack + 1 < len(lines):
+        after = next(l for l in lines[unpack + 1:] if _STAMP.match(l))
+        parts.append(f"fetch {(when(lines[unpack]) - when(lines[fetch])).seconds} s, "
+                     f"unpack {(when(after) - when(lines[unpack])).seconds} s (1 s resolution)")
+    times = next((l for l in lines if "Times: total" in l), "")
+    found = re.search(r"boot = (\d+), init = (\d+)", times)
+    if found:
+        parts.append(f"Python worker boot {int(found.group(1)) / 1000:.1f} s, "
+                     f"init {int(found.group(2)) / 1000:.1f} s")
+    return "; ".join(parts)
 
 
 def _first_task(root: Path, baseline: bool) -> tuple[float, float]:
@@ -137,8 +183,9 @@ def main() -> None:
                 folder = root / f"{'baseline' if baseline else 'archive'}-{n}"
                 folder.mkdir()
                 first, second = _first_task(folder, baseline)
-                print(f"first task, {name}: {first:.1f} s from session start; "
-                      f"second job {second:.1f} s; load average {os.getloadavg()[0]:.1f}")
+                print(f"first task, {name}: {first:.1f} s from session start "
+                      f"({_executor_phases(folder)}); second job {second:.1f} s; "
+                      f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 if __name__ == "__main__":
