@@ -8,7 +8,10 @@ router's real audit path, with the maintenance running beside it, as fast as
 a router running ``--speedup`` times faster than real time would:
 
 - each batch goes through ``AuditCommitter.submit`` (the router's audit
-  stage: the journal write, and the wait when the journal is full);
+  stage: the journal write, and the wait when the journal is full): its rows,
+  as a batch routed in the driver, or with ``--tasks N`` the records of the
+  audit files ``N`` routing tasks wrote first (``write_task_audit``, as a
+  batch routed on the executors: a file per task, table and day);
 - the committer group-commits the journal to ``messages`` and ``deliveries``
   every ``audit.commit_interval / speedup``;
 - ``BackgroundMaintenance`` runs every ``audit.maintenance_interval / speedup``
@@ -114,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="days of routed_at the run covers (default 7)")
     parser.add_argument("--file-retention", default="2 minutes")
     parser.add_argument("--log-retention", default="10 minutes")
+    parser.add_argument("--tasks", type=int, default=0,
+                        help="write each batch as this many routing tasks' audit files (the "
+                             "executors' path); 0 (default): journal its rows (the driver's)")
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args(argv)
 
@@ -122,7 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     from streaming.audit.journal import AuditJournal
     from streaming.router.checkpoint import CheckpointLayout
     from streaming.audit.maintenance import BackgroundMaintenance
-    from streaming.audit.writer import AuditTables, PublishBatch, writer_properties
+    from streaming.audit.writer import AuditTables, FileBatch, PublishBatch, writer_properties
+    from streaming.router.delivery import ProducerSettings
+    from streaming.router.routing import RouteSettings, TaskAudit, write_task_audit
+
+    def task_files_batch(batch_id: int, routed_at: datetime, routed: pa.Table) -> FileBatch:
+        """``routed`` as ``args.tasks`` routing tasks write it: their files' records."""
+        settings = RouteSettings("amq.topic", config.kafka.layout, "rejected", 1, False,
+                                 ProducerSettings("127.0.0.1:1", 1 << 20),
+                                 TaskAudit(config.delta, batch_id, routed_at,
+                                           frozenset({"messages", "deliveries"})))
+        step = -(-routed.num_rows // args.tasks)
+        rows = [write_task_audit(routed.slice(i, step), settings)
+                for i in range(0, routed.num_rows, step)]
+        files = pa.Table.from_struct_array(
+            pa.concat_arrays([r.column("files").flatten() for r in rows]))
+        return FileBatch(batch_id, 1, routed_at, files, routed.num_rows)
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-week-"))
     speedup = args.rate / REAL_BATCHES_PER_S
@@ -142,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
           f"deliveries at {args.rate:g} batches/s ({speedup:g}x a router's {REAL_BATCHES_PER_S}/s); "
           f"commit every {config.audit.commit_interval}, maintenance every "
           f"{config.audit.maintenance_interval}, file retention {args.file_retention}, log "
-          f"retention {args.log_retention}; {args.simulated_span:g} simulated days; in {workdir}",
+          f"retention {args.log_retention}; {args.simulated_span:g} simulated days; "
+          f"{f'{args.tasks} task files per table and batch' if args.tasks else 'rows journaled'}; "
+          f"in {workdir}",
           flush=True)
 
     tables = AuditTables(config, "week")
@@ -181,8 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             if pause > 0:
                 time.sleep(pause)
             routed_at = start_at + step * batch_id
-            batch = PublishBatch(batch_id, 1, routed_at, routed_batch(template, batch_id,
-                                                                       args.publishes))
+            routed = routed_batch(template, batch_id, args.publishes)
+            batch = (task_files_batch(batch_id, routed_at, routed) if args.tasks
+                     else PublishBatch(batch_id, 1, routed_at, routed))
             begun = time.monotonic()
             committer.submit(batch)
             stage.append(time.monotonic() - begun)

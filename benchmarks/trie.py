@@ -5,7 +5,7 @@ One dict of children per node, a separate child for the one-level wildcard
 of subscription ids whose filter ends at the node.  No bitmaps, no caching:
 this is what bitroute's index has to beat.
 
-Semantics are the ones in DESIGN.md, "Semantics (normative)":
+Semantics are the ones in docs/design.md, "Semantics (normative)":
 
 - AMQP: '.'-separated words, '*' one word, '#' zero or more words anywhere and
   any number of times.  Every way a '#' can stretch is explored; a

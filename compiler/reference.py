@@ -3,7 +3,7 @@ the "naive scan" baseline for the benchmark.
 
 It keeps the subscriptions in a dict and, for every publish, checks every
 subscription of the exchange with a word-by-word matcher written straight
-from the semantics in DESIGN.md (memoised on positions, so several ``#``
+from the semantics in docs/design.md (memoised on positions, so several ``#``
 cannot blow up). It shares only input validation (the grammar modules) and the
 shared-group choice (:mod:`compiler.shared`) with the real index; it shares no
 matching code.

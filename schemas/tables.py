@@ -44,6 +44,29 @@ ROUTED_PUBLISH = StructType([
     StructField("published_at", TimestampType(), True),
 ])
 
+#: One audit file a routing task wrote into a table's folder, not yet committed
+#: (:class:`streaming.audit.files.AuditFile`).
+AUDIT_FILE = StructType([
+    StructField("table", StringType(), False),
+    StructField("path", StringType(), False),
+    StructField("size", LongType(), False),
+    StructField("partition_column", StringType(), True),
+    StructField("partition_value", StringType(), True),
+    StructField("records", LongType(), False),
+    StructField("modification_time", LongType(), False),
+    StructField("stats", StringType(), False),
+])
+
+#: Output of a routing task that wrote its audit itself (a batch routed on the
+#: executors, :mod:`streaming.router.routing`): one row per task with its counts
+#: and the audit files it wrote, so the driver receives no per-publish row.
+ROUTED_TASK = StructType([
+    StructField("publishes", LongType(), False),
+    StructField("deliveries", LongType(), False),
+    StructField("rejected", LongType(), False),
+    StructField("files", ArrayType(AUDIT_FILE, False), False),
+])
+
 #: Delta table ``deliveries``: one row per (message, subscriber).
 DELIVERIES_TABLE = StructType([
     StructField("message_id", StringType(), False),

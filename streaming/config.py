@@ -147,12 +147,37 @@ class AuditConfig:
         return duration_seconds(self.log_retention)
 
 
+AutoCount = int | None
+"""A count that may be ``"auto"`` in the file and the environment (None here)."""
+
+LOCAL_DRIVER_ROUTE_MAX_PUBLISHES = 20_000
+"""``streaming.driver_route_max_publishes = "auto"`` on a ``local[...]`` master (conf/bitroute.toml
+says why)."""
+DRIVER_ROUTE_DELIVERIES_PER_PUBLISH = 5
+"""``streaming.driver_route_max_deliveries = "auto"``: this many times the publishes' bound."""
+
+
 @dataclass(frozen=True)
 class StreamingConfig:
     checkpoint_dir: Path = Path(".bitroute/checkpoints")
     trigger_interval: str = "100 milliseconds"
     max_offsets_per_trigger: int = 100_000
-    driver_route_max_publishes: int = 20_000
+    driver_route_max_publishes: AutoCount = None
+    driver_route_max_deliveries: AutoCount = None
+
+    def driver_route_bounds(self, master: str) -> tuple[int, int]:
+        """The largest batch routed in the driver under Spark master ``master``, as
+        (publishes, deliveries). ``driver_route_max_publishes = "auto"`` (None) is
+        :data:`LOCAL_DRIVER_ROUTE_MAX_PUBLISHES` on a ``local[...]`` master and 0 on a
+        cluster, where the executors route every batch and the driver does no work per
+        publish or delivery; ``driver_route_max_deliveries = "auto"`` is
+        :data:`DRIVER_ROUTE_DELIVERIES_PER_PUBLISH` times the publishes' bound."""
+        publishes, deliveries = self.driver_route_max_publishes, self.driver_route_max_deliveries
+        if publishes is None:
+            publishes = LOCAL_DRIVER_ROUTE_MAX_PUBLISHES if master.startswith("local") else 0
+        if deliveries is None:
+            deliveries = DRIVER_ROUTE_DELIVERIES_PER_PUBLISH * publishes
+        return publishes, deliveries
 
 
 @dataclass(frozen=True)
@@ -360,6 +385,13 @@ def _build_section(section: str, values: Mapping[str, Any]) -> Any:
 def _convert(key: str, type_name: Any, value: Any) -> Any:
     """Convert a TOML or string value to the field's type, or raise ConfigError."""
     kind = str(type_name)
+    if kind == "AutoCount":
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return None
+        try:
+            return _convert(key, "int", value)
+        except ConfigError:
+            raise ConfigError(f"{key}: expected \"auto\" or an integer, got {value!r}") from None
     if kind == "int":
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
@@ -458,8 +490,10 @@ def _validate(config: Config) -> None:
             "an interval such as '1 second' or '500 milliseconds'", streaming.trigger_interval)
     require(streaming.max_offsets_per_trigger >= 1, "streaming.max_offsets_per_trigger",
             "an integer >= 1", streaming.max_offsets_per_trigger)
-    require(streaming.driver_route_max_publishes >= 0, "streaming.driver_route_max_publishes",
-            "an integer >= 0 (0: every batch is distributed)", streaming.driver_route_max_publishes)
+    for name in ("driver_route_max_publishes", "driver_route_max_deliveries"):
+        value = getattr(streaming, name)
+        require(value is None or value >= 0, f"streaming.{name}",
+                '"auto" or an integer >= 0 (0: every batch is routed on the executors)', value)
 
     audit = config.audit
     for name in ("commit_interval", "maintenance_interval", "file_retention", "log_retention"):

@@ -57,6 +57,7 @@ class Options:
     kill_after_s: tuple[float, float] = (3.0, 15.0)  # random wait before each router kill
     broker_kill_after_s: tuple[float, float] = (10.0, 25.0)  # random wait before a broker kill
     bootstrap: str | None = None  # an existing Kafka (kills and fuzz only); None = start one
+    executors: bool = False  # kills: every batch routed on the executors (their audit files)
 
 
 @dataclass
@@ -135,6 +136,12 @@ def _subscribe(stage: Stage, w: Workload) -> None:
 
 
 # --- kills -------------------------------------------------------------------------------
+EXECUTOR_SETTINGS = {
+    "streaming.driver_route_max_publishes": "0",
+    "spark.options.spark.python.daemon.module": "benchmarks.reliability.worker_faults",
+}
+"""``Options.executors``: every batch routed on the executors, whose Python workers carry
+the ``task-files`` kill point (:mod:`benchmarks.reliability.worker_faults`)."""
 KILL_PLAN = (
     ("audit", "group"), ("catch-up", "group"), ("random", "jvm"), ("mid-audit", "python"),
     ("random", "group"), ("catch-up-read", "group"), ("after-audit", "group"),
@@ -157,7 +164,8 @@ def kills(folder: Path, o: Options) -> Result:
         plan = [KILL_PLAN[i % len(KILL_PLAN)] for i in range(o.kills)]
         rng.shuffle(plan)
     w = _workload(o)
-    with Stage(folder, 1, bootstrap=o.bootstrap) as stage:
+    with Stage(folder, 1, EXECUTOR_SETTINGS if o.executors else None,
+               bootstrap=o.bootstrap) as stage:
         stage.start(o.max_offsets)
         _subscribe(stage, w)
         stage.start_router()
@@ -174,6 +182,17 @@ def kills(folder: Path, o: Options) -> Result:
                           Path(stage.settings["streaming.checkpoint_dir"]))
             jvms = stage.router.pids()["jvm"]
             fired = point
+            if target == "worker":
+                # A routing task's Python worker alone: the router lives on and routes
+                # the batch again; there is nothing to restart.
+                arm(stage.router.faults, point, target)
+                if not stage.router.wait_worker_fault(120):
+                    fired = "worker point not reached"
+                _log(f"kill {number}/{len(plan)}: {fired}, {target}; {pending:,} publishes "
+                     "pending")
+                done_kills.append({"point": fired, "target": target, "pending": pending,
+                                   "at": time.time()})
+                continue
             if point != "random":
                 arm(stage.router.faults, point, target)
                 if not stage.router.wait_fault(120):

@@ -27,6 +27,9 @@ POINTS = {
                 "the batch not pinned",
     "audit": "the batch's deliveries written and acknowledged by Kafka, its audit not journaled",
     "journaled": "the batch's audit journaled, Spark's commit of the batch not written",
+    "task-files": "in a routing task on the executors (target ``worker``: its Python worker "
+                  "alone, through :mod:`.worker_faults`): its audit files written, its result "
+                  "not returned",
     "mid-audit": "in the background committer: the messages table committed a group of "
                  "journaled batches, the deliveries table maybe not, the journal kept",
     "after-audit": "in the background committer: both audit tables committed a group, its "
@@ -37,7 +40,7 @@ POINTS = {
                   "the VACUUM END commit not written)",
 }
 __doc__ += "".join(f"\n- ``{name}``: {what};" for name, what in POINTS.items())
-TARGETS = ("group", "python")
+TARGETS = ("group", "python", "worker")
 ARMED = "armed"
 
 
@@ -114,10 +117,10 @@ def _install(faults: Path) -> None:
         append_publishes(self, *args, **kwargs)
         maybe_kill("after-audit")
 
-    append = AuditTables._append
+    commit_files = AuditTables._commit_files
 
-    def append_then_kill(self, name, *args, **kwargs):
-        append(self, name, *args, **kwargs)
+    def commit_then_kill_one(self, name, *args, **kwargs):
+        commit_files(self, name, *args, **kwargs)
         if name == "messages":
             maybe_kill("mid-audit")
 
@@ -141,7 +144,7 @@ def _install(faults: Path) -> None:
     SnapshotStore.save = save_then_kill
     AuditCommitter.submit = kill_then_journal
     AuditTables.append_publishes = commit_then_kill
-    AuditTables._append = append_then_kill
+    AuditTables._commit_files = commit_then_kill_one
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     faults = Path(argv[1])
     faults.mkdir(parents=True, exist_ok=True)
     _install(faults)
+    # The routing tasks' kill point lives in the Python workers (worker_faults), which
+    # find the folder here; Spark starts them from the driver's environment.
+    os.environ["BITROUTE_FAULTS"] = str(faults.absolute())
     from streaming.cli.main import main as bitroute
 
     return bitroute(["run", *argv[2:]])

@@ -3,7 +3,7 @@ and good publishes with hostile but valid content.
 
 Every generator is deterministic for a seed and draws its category uniformly
 from its table. A *bad* record is one the design says the router must reject
-with a reason (DESIGN.md, Semantics and Record contracts); a *hostile good*
+with a reason (docs/design.md, Semantics and Record contracts); a *hostile good*
 publish is valid and must be delivered (random payload bytes, header values
 that are not UTF-8, a forged ``bitroute.message_id`` header, a junk ``exchange``
 header followed by a valid one: the last one wins).

@@ -101,6 +101,21 @@ class Router:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def wait_worker_fault(self, timeout: float) -> bool:
+        """Wait until a Python worker passed the armed kill point and killed itself
+        (:mod:`.worker_faults`); the router keeps running."""
+        fired = self.faults / "fired"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if fired.exists():
+                self.fault_lines.append(f"FAULT {fired.read_text().strip()}")
+                fired.unlink()
+                return True
+            if not self.alive():
+                return False
+            time.sleep(0.2)
+        return False
+
     def wait_fault(self, timeout: float) -> bool:
         """Wait until the armed kill point fired (and the router is gone)."""
         if not self._fault.wait(timeout):

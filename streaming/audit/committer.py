@@ -40,7 +40,7 @@ from collections.abc import Callable
 from deltalake.exceptions import DeltaError
 
 from streaming.audit.journal import AuditJournal
-from streaming.audit.writer import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditTables, PublishBatch
+from streaming.audit.writer import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditBatch, AuditTables
 from streaming.errors import BitrouteError
 
 _log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class AuditCommitter:
                                             daemon=True)
             self._thread.start()
 
-    def submit(self, batch: PublishBatch) -> bool:
+    def submit(self, batch: AuditBatch) -> bool:
         """Journal ``batch`` (durable on return); False when it is a replay (journaled or
         committed already). Waits while the journal is full; raises :class:`AuditStopping`
         if the router stops meanwhile."""
@@ -233,14 +233,14 @@ class AuditCommitter:
         if done:  # committed to both tables before a crash, not yet removed
             self.journal.remove(done)
             ids = ids[len(done):]
-        batches: list[PublishBatch] = []
+        batches: list[AuditBatch] = []
         rows = 0
         for batch_id in ids:
             batch = self.journal.read(batch_id)
-            if batches and rows + batch.routed.num_rows > MAX_COMMIT_ROWS:
+            if batches and rows + batch.publishes > MAX_COMMIT_ROWS:
                 break
             batches.append(batch)
-            rows += batch.routed.num_rows
+            rows += batch.publishes
         if not batches:
             return
         self.tables.append_publishes(batches)

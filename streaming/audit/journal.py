@@ -9,9 +9,12 @@ on the critical path.
 
 Layout: ``<checkpoint_dir>/router/audit-journal/<batch id, 20 digits>.arrow``
 (the folder: :attr:`streaming.router.checkpoint.CheckpointLayout.audit_journal`),
-one Arrow IPC file per batch: the ``ROUTED_PUBLISH`` rows the routing step
-returned, with the batch id, snapshot version and ``routed_at`` in the
-schema's metadata. A file is written under a temporary name, fsynced,
+one Arrow IPC file per batch: for a batch routed in the driver, the
+``ROUTED_PUBLISH`` rows the routing step returned (a :class:`PublishBatch`);
+for a batch routed on the executors, the records of the audit files its tasks
+wrote (a :class:`FileBatch`: a few hundred bytes per file, whatever the
+batch's size); with the batch id, snapshot version and ``routed_at`` (and for
+files, the publishes' count) in the schema's metadata. A file is written under a temporary name, fsynced,
 renamed, and the folder fsynced: a file with its final name is complete.
 Temporary files left by a crash are deleted at open.
 
@@ -28,9 +31,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from streaming.audit.writer import PublishBatch
+from streaming.audit.writer import AuditBatch, FileBatch, PublishBatch
 
 _SUFFIX = ".arrow"
+_FILES_OF = b"files_of_publishes"
+"""Metadata key of a :class:`FileBatch`'s journal file: its publishes' count."""
 _TMP_PREFIX = "."
 
 
@@ -67,12 +72,16 @@ class AuditJournal:
             oldest = min(self._pending.values(), default=None)
         return 0.0 if oldest is None else max(0.0, time.time() - oldest)
 
-    def write(self, batch: PublishBatch) -> None:
+    def write(self, batch: AuditBatch) -> None:
         """Make ``batch`` durable under its id (replacing a file of the same id)."""
         meta = {b"batch_id": str(batch.batch_id).encode(),
                 b"snapshot_version": str(batch.snapshot_version).encode(),
                 b"routed_at": batch.routed_at.isoformat().encode()}
-        table = batch.routed.replace_schema_metadata(meta)
+        if isinstance(batch, FileBatch):
+            meta[_FILES_OF] = str(batch.publishes).encode()
+            table = batch.files.replace_schema_metadata(meta)
+        else:
+            table = batch.routed.replace_schema_metadata(meta)
         path = self._path(batch.batch_id)
         tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.tmp")
         with open(tmp, "wb") as file:
@@ -85,14 +94,18 @@ class AuditJournal:
         with self._lock:
             self._pending[batch.batch_id] = time.time()
 
-    def read(self, batch_id: int) -> PublishBatch:
+    def read(self, batch_id: int) -> AuditBatch:
         """The batch journaled under ``batch_id``."""
         with pa.OSFile(str(self._path(batch_id))) as source:  # read into memory, not mapped
             table = pa.ipc.open_file(source).read_all()
         meta = table.schema.metadata
-        return PublishBatch(batch_id=int(meta[b"batch_id"]),
-                            snapshot_version=int(meta[b"snapshot_version"]),
-                            routed_at=datetime.fromisoformat(meta[b"routed_at"].decode()),
+        batch_id = int(meta[b"batch_id"])
+        version = int(meta[b"snapshot_version"])
+        routed_at = datetime.fromisoformat(meta[b"routed_at"].decode())
+        if _FILES_OF in meta:
+            return FileBatch(batch_id, version, routed_at, table.replace_schema_metadata(None),
+                             int(meta[_FILES_OF]))
+        return PublishBatch(batch_id=batch_id, snapshot_version=version, routed_at=routed_at,
                             routed=table.replace_schema_metadata(None))
 
     def remove(self, batch_ids: list[int]) -> None:

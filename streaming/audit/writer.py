@@ -1,9 +1,12 @@
 """The Delta audit tables: created if missing, appended exactly once per batch or version.
 
-Written with delta-rs (the ``deltalake`` package) from the driver: no Spark
+Committed with delta-rs (the ``deltalake`` package) from the driver: no Spark
 job, so a commit costs milliseconds where a Spark Delta write cost about a
-second per micro-batch (docs/benchmarks.md). The tables are ordinary Delta
-tables (protocol reader 1 / writer 2) that Spark, delta-rs and
+second per micro-batch (docs/benchmarks.md). The publish tables' data files
+are written by whoever routed the batch (:mod:`streaming.audit.files`): the
+routing tasks on the executors, or, for a batch routed in the driver, the
+committer itself; a commit adds them (``add`` actions). The tables are
+ordinary Delta tables (protocol reader 1 / writer 2) that Spark, delta-rs and
 ``bitroute audit`` all read.
 
 Tables (schemas in :mod:`schemas.tables`) live at ``config.delta.table_path(name)``:
@@ -73,7 +76,15 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
+from streaming.audit.files import (
+    BLOOM_FILTER_FPP,
+    ROW_GROUP_ROWS,
+    AuditFile,
+    audit_files,
+    write_table_files,
+)
 from streaming.audit.maintenance import table_properties
+from streaming.audit.storage import warehouse_filesystem
 from streaming.config import Config
 from streaming.kafka.layout import DeliveryLayout
 
@@ -97,11 +108,6 @@ NO_POST_COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False,
                                                 cleanup_expired_logs=False)
 """Appends write no checkpoint and delete no log: the maintenance does, in the background."""
 
-
-ROW_GROUP_ROWS = 131_072
-"""Rows per Parquet row group of the audit tables' files."""
-
-BLOOM_FILTER_FPP = 0.01
 
 
 def writer_properties(table: str, rows: int | None = None) -> WriterProperties:
@@ -129,12 +135,38 @@ def writer_properties(table: str, rows: int | None = None) -> WriterProperties:
 
 @dataclass(frozen=True)
 class PublishBatch:
-    """One micro-batch's audit: its ``ROUTED_PUBLISH`` rows and what they were routed with."""
+    """One micro-batch routed in the driver: its ``ROUTED_PUBLISH`` rows and what they were
+    routed with (the committer writes their files)."""
 
     batch_id: int
     snapshot_version: int
     routed_at: datetime
     routed: pa.Table
+
+    @property
+    def publishes(self) -> int:
+        return self.routed.num_rows
+
+
+@dataclass(frozen=True)
+class FileBatch:
+    """One micro-batch routed on the executors: the audit files its tasks wrote
+    (``files``: a table of :data:`streaming.audit.files.AUDIT_FILE_ARROW` columns) and its
+    publishes' count."""
+
+    batch_id: int
+    snapshot_version: int
+    routed_at: datetime
+    files: pa.Table
+    publishes: int
+
+    def table_files(self, table: str) -> list[AuditFile]:
+        """The files of ``table`` (messages or deliveries)."""
+        return [f for f in audit_files(self.files) if f.table == table]
+
+
+AuditBatch = PublishBatch | FileBatch
+"""A journaled batch's audit, in either form."""
 
 
 class AuditTables:
@@ -151,6 +183,7 @@ class AuditTables:
         self._loaded_at: dict[str, int] = {}  # the version each table object was loaded at
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-audit")
+        self._filesystem, self._root = warehouse_filesystem(config.delta)
 
     def path(self, table: str) -> str:
         return self._config.delta.table_path(table)
@@ -190,7 +223,7 @@ class AuditTables:
         delta.update_incremental()
         return delta.transaction_version(self._publishes_app)
 
-    def append_publishes(self, batches: Sequence[PublishBatch]) -> None:
+    def append_publishes(self, batches: Sequence[AuditBatch]) -> None:
         """The ``messages`` and ``deliveries`` rows of ``batches`` (increasing ids), once each.
 
         The two tables are appended concurrently, each in as few transactions
@@ -198,31 +231,62 @@ class AuditTables:
         the highest batch id it holds. A table first drops the batches at or
         below its committed version: after a crash between the two tables'
         commits, the table that has them adds nothing and the other catches up.
+        A :class:`FileBatch` brings its files; the rows of a :class:`PublishBatch`
+        are written as files here, the group's rows together.
         """
         futures = [self._threads.submit(self._append_group, name, batches)
                    for name in PUBLISH_TABLES]
         for future in futures:
             future.result()
 
-    def _append_group(self, name: str, batches: Sequence[PublishBatch]) -> None:
+    def _append_group(self, name: str, batches: Sequence[AuditBatch]) -> None:
         committed = self.publishes_version(name)
         todo = [b for b in batches if committed is None or b.batch_id > committed]
-        make = messages_rows if name == MESSAGES else deliveries_rows
-        group: list[pa.Table] = []
+        group: list[AuditBatch] = []
         rows = 0
+        sizes = [_table_rows(b, name) for b in todo]
         for i, batch in enumerate(todo):
-            if name == MESSAGES:
-                part = make(batch.routed, batch.snapshot_version, batch.batch_id, batch.routed_at)
-            else:
-                part = make(batch.routed, batch.snapshot_version, batch.batch_id, batch.routed_at,
-                            self._config.kafka.layout)
-            group.append(part)
-            rows += part.num_rows
+            group.append(batch)
+            rows += sizes[i]
             last = i == len(todo) - 1
-            if last or rows + todo[i + 1].routed.num_rows > MAX_COMMIT_ROWS:
+            if last or rows + sizes[i + 1] > MAX_COMMIT_ROWS:
                 # A commit even when the group has no row: its txn version records the batches.
-                self._append(name, pa.concat_tables(group), self._publishes_app, batch.batch_id)
+                self._commit_files(name, group, batch.batch_id)
                 group, rows = [], 0
+
+    def _commit_files(self, name: str, group: Sequence[AuditBatch], txn_version: int) -> None:
+        """Add the files of ``group`` to table ``name`` in one transaction (``txn_version``),
+        writing the files of its driver-routed batches first."""
+        table = self._table(name)
+        table.update_incremental()
+        committed = table.transaction_version(self._publishes_app)
+        if committed is not None and committed >= txn_version:
+            return  # a replay: these rows are in the table already
+        partitioned = is_partitioned(table, name)
+        files = [f for b in group if isinstance(b, FileBatch) for f in b.table_files(name)]
+        routed = [b for b in group if isinstance(b, PublishBatch)]
+        if routed:
+            rows = pa.concat_tables([self._rows(name, b) for b in routed])
+            if not partitioned:  # an earlier version's table: its own columns
+                rows = rows.drop_columns([PARTITION_COLUMNS[name]])
+            files += write_table_files(
+                self._filesystem, f"{self._root}/{name}", name, rows,
+                PARTITION_COLUMNS[name] if partitioned else None, f"b{txn_version:010d}-driver")
+        table.create_write_transaction(
+            [f.add_action() for f in files], mode="append", schema=table.schema(),
+            partition_by=[PARTITION_COLUMNS[name]] if partitioned else None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(self._publishes_app, txn_version)]),
+            post_commithook_properties=NO_POST_COMMIT_HOOKS)
+        table.update_incremental()  # the object does not follow its own transaction
+        self._reload_if_grown(name, table)
+
+    def _rows(self, name: str, batch: PublishBatch) -> pa.Table:
+        if name == MESSAGES:
+            return messages_rows(batch.routed, batch.snapshot_version, batch.batch_id,
+                                 batch.routed_at)
+        return deliveries_rows(batch.routed, batch.snapshot_version, batch.batch_id,
+                               batch.routed_at, self._config.kafka.layout)
 
     def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int) -> None:
         table = self._table(name)
@@ -256,6 +320,15 @@ class AuditTables:
                 table = self._tables[name] = DeltaTable(self.path(name))
                 self._loaded_at[name] = table.version()
             return table
+
+
+def _table_rows(batch: AuditBatch, name: str) -> int:
+    """The rows ``batch`` adds to publish table ``name``."""
+    if isinstance(batch, FileBatch):
+        return sum(f.records for f in batch.table_files(name))
+    if name == MESSAGES:
+        return batch.routed.num_rows
+    return pc.sum(pc.list_value_length(batch.routed["deliveries"])).as_py() or 0
 
 
 def is_partitioned(table: DeltaTable, name: str) -> bool:

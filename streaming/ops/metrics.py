@@ -62,6 +62,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from schemas.records import AUDIT_TABLE_NAMES
 from streaming.config import Config, MetricsConfig
 from streaming.errors import BitrouteError
+from streaming.router.report import ROUTED_IN_DRIVER, ROUTED_IN_EXECUTORS
 
 if TYPE_CHECKING:
     from streaming.audit.maintenance import MaintenanceReport
@@ -109,6 +110,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("bitroute_batches_total", "counter", "Micro-batches the router finished."),
     Metric("bitroute_batches_replayed_total", "counter",
            "Finished micro-batches that were replays (routed with their pinned snapshot version)."),
+    Metric("bitroute_batches_routed_total", "counter",
+           "Finished micro-batches by where they were routed: in the driver (small batches on a "
+           "local master) or on the executors.", ("routed_in",)),
     Metric("bitroute_publishes_total", "counter", "Publishes read and routed or rejected."),
     Metric("bitroute_deliveries_total", "counter",
            "Deliveries written to subscribers' topics and acknowledged by Kafka."),
@@ -347,6 +351,8 @@ class RouterMetrics:
             registry.inc(name, 0)
         for stage in STAGES:
             registry.inc("bitroute_batch_stage_seconds_total", 0, stage=stage)
+        for where in (ROUTED_IN_DRIVER, ROUTED_IN_EXECUTORS):
+            registry.inc("bitroute_batches_routed_total", 0, routed_in=where)
         for name in ("bitroute_audit_maintenance_last_timestamp_seconds",
                      "bitroute_audit_maintenance_last_seconds",
                      "bitroute_audit_maintenance_last_ok"):
@@ -412,6 +418,7 @@ class RouterMetrics:
             r.inc("bitroute_batches_total")
             if report.replayed:
                 r.inc("bitroute_batches_replayed_total")
+            r.inc("bitroute_batches_routed_total", routed_in=report.routed_in)
             r.inc("bitroute_publishes_total", report.rows)
             r.inc("bitroute_deliveries_total", report.deliveries)
             r.inc("bitroute_rejected_total", report.rejected)

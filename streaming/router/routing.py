@@ -1,4 +1,4 @@
-"""Routing one micro-batch in the Python workers: match, validate, deliver, report.
+"""Routing one micro-batch, in a Python worker (or the driver): match, validate, deliver, report.
 
 :class:`RoutePartitions` is the ``mapInArrow`` function of a batch. For each
 Arrow batch of Kafka source rows (:class:`streaming.kafka.records.PublishColumns`)
@@ -15,16 +15,25 @@ a task, in one pass:
    to the rejected topic, with the worker's librdkafka producer, and waits for
    Kafka's acknowledgements (:mod:`streaming.router.delivery`);
 5. returns one row per publish (``schemas.tables.ROUTED_PUBLISH``): its
-   outcome, reason and the deliveries Kafka acknowledged, for the audit.
+   outcome, reason and the deliveries Kafka acknowledged, for the audit; or,
+   when the task writes its audit itself (``RouteSettings.audit``: a batch
+   routed on the executors), writes the ``messages`` and ``deliveries`` files
+   of those rows into the tables' folders (:mod:`streaming.audit.files`) and
+   returns one row for the whole task (``schemas.tables.ROUTED_TASK``): its
+   counts and the files' records, which the driver journals and commits.
 
 No single record can fail the task (the poison-pill rule): a delivery Kafka
 refuses for a reason of the record's own (too large, invalid) rejects its
 publish, with Kafka's reason, and the rest is routed; and should the batch
 still raise on something unforeseen, :func:`route_safely` splits it in halves
 until the record(s) responsible are alone, rejects them with the error as the
-reason and routes the others. Only :class:`~streaming.router.delivery.DeliveryUnavailable`
-(Kafka down, not about any record) fails the task: the router retries the
-batch with backoff, and never turns such a failure into rejections.
+reason and routes the others. A batch whose deliveries overflow Arrow's
+32-bit offsets (the kernel's ``ColumnOverflowError``) is routed in halves.
+Only failures that are not about a record fail the task:
+:class:`~streaming.router.delivery.DeliveryUnavailable` (Kafka down) and the
+kernel's other errors (``KernelError``: inconsistent tables or columns, a
+bug); the router retries the batch with backoff and reports it, and never
+turns such a failure into rejections.
 
 Delivery semantics: a returned task has every listed delivery acknowledged
 by Kafka (at least once: a retried or replayed batch writes them again, with
@@ -33,15 +42,18 @@ the same message id header).
 
 from __future__ import annotations
 
+import functools
 import logging
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import Broadcast
+from bitroute_kernel import ColumnOverflowError, KernelError
+from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
 from schemas.records import (
@@ -51,10 +63,15 @@ from schemas.records import (
     OUTCOME_UNROUTABLE,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
+    PARTITION_COLUMNS,
     SUBSCRIPTION_IDS_HEADER,
     message_id,
 )
-from schemas.tables import ROUTED_PUBLISH, arrow_schema
+from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK, arrow_schema
+from streaming.audit.files import AuditFile, write_table_files
+from streaming.audit.storage import warehouse_filesystem
+from streaming.audit.writer import PUBLISH_TABLES, deliveries_rows, messages_rows
+from streaming.config import DeltaConfig
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
     HEADER_OVERHEAD,
@@ -79,11 +96,27 @@ from streaming.router.delivery import (
 from streaming.router.matching import cached_matcher
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
-"""Arrow schema of the rows :class:`RoutePartitions` returns."""
+"""Arrow schema of the rows :class:`RoutePartitions` returns (without ``RouteSettings.audit``)."""
+ROUTED_TASK_ARROW = arrow_schema(ROUTED_TASK)
+"""Arrow schema of the row a task returns when it writes its audit (``RouteSettings.audit``)."""
 
 _ROUTER_HEADERS_SIZE = sum(len(n) + HEADER_OVERHEAD for n in
                            (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskAudit:
+    """What a routing task needs to write its batch's audit files (picklable).
+
+    ``partitioned``: the publish tables in this version's layout (day partitions);
+    a table an earlier version created unpartitioned gets files without the column.
+    """
+
+    delta: DeltaConfig
+    batch_id: int
+    routed_at: datetime
+    partitioned: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -101,6 +134,8 @@ class RouteSettings:
     snapshot_version: int
     with_headers: bool
     producer: ProducerSettings
+    audit: TaskAudit | None = None
+    """Set: each task writes its audit files and returns one ``ROUTED_TASK`` row."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -123,8 +158,51 @@ class RoutePartitions:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         matcher = cached_matcher(self._key, lambda: self._broadcast.value)
         producer = cached_producer(self.settings.producer)
-        for batch in batches:
-            yield route_safely(matcher, producer, batch, self.settings)
+        if self.settings.audit is None:
+            for batch in batches:
+                yield route_safely(matcher, producer, batch, self.settings)
+            return
+        routed = [route_safely(matcher, producer, batch, self.settings) for batch in batches]
+        if routed:
+            yield write_task_audit(pa.Table.from_batches(routed, ROUTED_ARROW), self.settings)
+
+
+def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatch:
+    """Write the ``messages`` and ``deliveries`` files of a task's routed rows (every
+    delivery in them acknowledged by Kafka); return the task's ``ROUTED_TASK_ARROW`` row."""
+    audit = settings.audit
+    filesystem, root = _warehouse(audit.delta)
+    label = _task_label(audit.batch_id)
+    files: list[AuditFile] = []
+    for name in PUBLISH_TABLES:
+        if name == "messages":
+            rows = messages_rows(routed, settings.snapshot_version, audit.batch_id, audit.routed_at)
+        else:
+            rows = deliveries_rows(routed, settings.snapshot_version, audit.batch_id,
+                                   audit.routed_at, settings.layout)
+        partition = PARTITION_COLUMNS[name] if name in audit.partitioned else None
+        if partition is None:
+            rows = rows.drop_columns([PARTITION_COLUMNS[name]])
+        files += write_table_files(filesystem, f"{root}/{name}", name, rows, partition, label)
+    deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
+    rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+    return pa.RecordBatch.from_pylist(
+        [{"publishes": routed.num_rows, "deliveries": deliveries, "rejected": rejected,
+          "files": [f.as_row() for f in files]}], schema=ROUTED_TASK_ARROW)
+
+
+@functools.lru_cache(maxsize=4)
+def _warehouse(delta: DeltaConfig):
+    """The warehouse's filesystem, made once per worker process (an object store's client)."""
+    return warehouse_filesystem(delta)
+
+
+def _task_label(batch_id: int) -> str:
+    """``b<batch>-t<partition>-a<attempt>`` in a Spark task; ``b<batch>-driver`` elsewhere."""
+    task = TaskContext.get()
+    if task is None:
+        return f"b{batch_id:010d}-driver"
+    return f"b{batch_id:010d}-t{task.partitionId():05d}-a{task.attemptNumber()}"
 
 
 def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
@@ -132,8 +210,14 @@ def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordB
     """:func:`route_batch`, bisecting around records that make it raise (see module docstring)."""
     try:
         return route_batch(matcher, producer, batch, settings)
-    except DeliveryUnavailable:
-        raise
+    except ColumnOverflowError:
+        if batch.num_rows <= 1:
+            raise  # one publish cannot fill Arrow's 32-bit offsets: a kernel bug
+        half = batch.num_rows // 2
+        return pa.concat_batches([route_safely(matcher, producer, batch.slice(0, half), settings),
+                                  route_safely(matcher, producer, batch.slice(half), settings)])
+    except (DeliveryUnavailable, KernelError):
+        raise  # not about a record: the task fails, the batch is retried and reported
     except Exception as exc:  # noqa: BLE001 - the poison-pill net: any error of a record
         if batch.num_rows <= 1:
             return _unroutable_record(producer, batch, settings, exc)

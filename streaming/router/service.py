@@ -13,24 +13,33 @@ a. Pin. The batch's snapshot comes from its one owner,
 b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    each Python worker matches its publishes against the pinned snapshot
    (broadcast once per version), produces every delivery and every rejected
-   publish to Kafka with librdkafka and waits for the acks, and returns one
-   row per publish with its outcome (:mod:`streaming.router.routing`). The rows come
-   back to the driver as Arrow. A batch of at most
-   ``streaming.driver_route_max_publishes`` (its size read from the query's
-   offset log, :mod:`streaming.router.offsets_log`) runs the same function in the
-   driver on the collected source rows instead, in one call for the whole batch
-   (one flush): the Spark job then only reads Kafka, without the Python workers'
-   round trip. No record can fail this step (bad records are
+   publish to Kafka with librdkafka and waits for the acks, then writes the
+   audit files of its publishes (``messages`` and ``deliveries`` Parquet files
+   in the tables' folders, :mod:`streaming.audit.files`) and returns one row:
+   its counts and the files' records (:mod:`streaming.router.routing`). So the
+   driver receives a few hundred bytes per task, whatever the batch's size. A
+   batch within the driver's bounds (``streaming.driver_route_max_publishes``
+   publishes, its size read from the query's offset log,
+   :mod:`streaming.router.offsets_log`, and ``driver_route_max_deliveries``
+   deliveries, estimated from the recent batches' fan-out; by default only on
+   a ``local[...]`` master, :meth:`streaming.config.StreamingConfig.driver_route_bounds`)
+   is routed in the driver instead, on the collected source rows, in one call
+   for the whole batch (one flush): the Spark job then only reads Kafka,
+   without the Python workers' round trip, and the routed rows are journaled
+   for the committer to write. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, logged at most once per
    :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
-c. Audit. The batch's routed rows written durably to the audit journal
-   (:mod:`streaming.audit.journal`), after Kafka's acks, so the audit never
-   lists a delivery Kafka did not take, and before Spark commits the batch.
-   A background committer (:mod:`streaming.audit.committer`) appends the
-   journaled batches to the ``messages`` and ``deliveries`` Delta tables every
-   ``audit.commit_interval``, a group per transaction keyed by batch ids:
-   exactly once, off the batch's critical path.
+c. Audit. The batch's audit written durably to the audit journal
+   (:mod:`streaming.audit.journal`: the files' records, or the rows routed in
+   the driver), after Kafka's acks, so the audit never lists a delivery Kafka
+   did not take, and before Spark commits the batch. A background committer
+   (:mod:`streaming.audit.committer`) adds the journaled batches to the
+   ``messages`` and ``deliveries`` Delta tables every ``audit.commit_interval``,
+   a group per transaction keyed by batch ids: exactly once, off the batch's
+   critical path. Files a task wrote whose result Spark discarded (a failed or
+   speculative attempt) or a batch the driver never journaled (a crash) are
+   never committed; the maintenance's vacuum deletes them.
 d. Report. A :class:`~streaming.router.report.BatchReport` to every registered
    listener (:attr:`Router.report_listeners`): ``status.json`` for ``bitroute
    status``, and whatever the caller registered (``bitroute run``'s progress
@@ -67,12 +76,12 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.records import OUTCOME_REJECTED
-from schemas.tables import ROUTED_PUBLISH
+from schemas.records import OUTCOME_REJECTED, PARTITION_COLUMNS
+from schemas.tables import ROUTED_TASK
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.maintenance import BackgroundMaintenance
-from streaming.audit.writer import AuditTables, PublishBatch
+from streaming.audit.writer import PUBLISH_TABLES, AuditTables, FileBatch, PublishBatch
 from streaming.config import Config
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.kafka.broker_watch import BrokerWatch
@@ -90,7 +99,7 @@ from streaming.router.report import (
     ReportListener,
     StatusFile,
 )
-from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings
+from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings, TaskAudit
 from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 
@@ -98,6 +107,9 @@ _log = logging.getLogger(__name__)
 
 REPORTS_KEPT = 100
 """Progress reports of recent batches kept in memory (:attr:`Router.reports`)."""
+FANOUT_BATCHES = 10
+"""A batch's deliveries are estimated, before routing, as its publishes times the most
+deliveries per publish of this many recent batches (the driver's deliveries bound)."""
 STOP_COMMIT_TIMEOUT_S = 30.0
 """On a stop request, how long to wait for Spark to commit the batch that just finished."""
 RETRY_BASE_S = 0.5
@@ -138,6 +150,10 @@ class Router:
         self._snapshots: BatchSnapshots | None = None
         self._audit: AuditTables | None = None
         self._committer: AuditCommitter | None = None
+        self._partitioned: frozenset[str] = frozenset(PUBLISH_TABLES)
+        self.driver_bounds = config.streaming.driver_route_bounds(spark.sparkContext.master)
+        """(publishes, deliveries): the largest batch routed in the driver, for the master
+        Spark runs (:meth:`streaming.config.StreamingConfig.driver_route_bounds`)."""
         self.maintenance = BackgroundMaintenance(config)
         """The audit tables' upkeep, in its own thread while the router is open
         (:mod:`streaming.audit.maintenance`): never on a batch's path."""
@@ -174,7 +190,9 @@ class Router:
             ensure_router_topics(self.config)
             self._committer = self._committer_for(store, journal)
             self._audit = self._committer.tables
-            for name in self._audit.unpartitioned():
+            unpartitioned = self._audit.unpartitioned()
+            self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
+            for name in unpartitioned:
                 _log.warning(f"the audit table {name} ({self._audit.path(name)}) has an "
                              "earlier version's layout (not partitioned by day): it is appended "
                              "to as it is; `bitroute audit migrate` (router stopped) "
@@ -278,8 +296,10 @@ class Router:
                 self._batch_done.notify_all()
         return report
 
-    def _route_function(self, snapshot: BatchSnapshot) -> RoutePartitions:
-        """The ``mapInArrow`` function that routes a batch against ``snapshot``."""
+    def _route_function(self, snapshot: BatchSnapshot,
+                        audit: TaskAudit | None = None) -> RoutePartitions:
+        """The ``mapInArrow`` function that routes a batch against ``snapshot`` (with
+        ``audit``: each task writes its audit files)."""
         kafka = self.config.kafka
         return RoutePartitions(snapshot.broadcast, snapshot.key, RouteSettings(
             default_exchange=self.config.exchanges.default,
@@ -290,7 +310,12 @@ class Router:
             producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
                                       linger_ms=kafka.delivery_linger_ms,
                                       keyed_partitions=kafka.layout.shared),
+            audit=audit,
         ))
+
+    def _routes_in_driver(self, publishes: int | None) -> bool:
+        return within_driver_bounds(publishes, self.driver_bounds,
+                                    list(self.reports)[-FANOUT_BATCHES:])
 
     def _process(self, batch: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
@@ -300,29 +325,39 @@ class Router:
             batch_id, "the changelog catch-up", lambda: sync.catch_up(self._catch_up_progress()),
             attempts))
         caught_up = time.monotonic()
-        route = self._route_function(snapshot)
+        routed_at = datetime.now(timezone.utc)
         source = batch.select(*SOURCE_COLUMNS)
         records = batch_records(self.layout, batch_id, self.config.kafka.publishes_topic)
-        if records is not None and records <= self.config.streaming.driver_route_max_publishes:
+        audit: PublishBatch | FileBatch | None
+        if self._routes_in_driver(records):
             # A small batch: the same routing function, run in this process on
             # the collected rows, skips the Python workers' round trip.
             routed_in = ROUTED_IN_DRIVER
-
-            def routing() -> pa.Table:
-                return self._route_in_driver(source, route)
+            route = self._route_function(snapshot)
+            routed = self._retrying(batch_id, "routing",
+                                    lambda: self._route_in_driver(source, route), attempts)
+            publishes = routed.num_rows
+            deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
+            rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            audit = PublishBatch(batch_id, snapshot.version, routed_at, routed)
         else:
+            # The executors route and write the audit files; the driver gets a row per task.
             routed_in = ROUTED_IN_EXECUTORS
-            routing = source.mapInArrow(route, ROUTED_PUBLISH).toArrow
-        routed = self._retrying(batch_id, "routing", routing, attempts)
+            route = self._route_function(snapshot, TaskAudit(
+                self.config.delta, batch_id, routed_at, self._partitioned))
+            tasks = self._retrying(batch_id, "routing",
+                                   source.mapInArrow(route, ROUTED_TASK).toArrow, attempts)
+            publishes = pc.sum(tasks["publishes"]).as_py() or 0
+            deliveries = pc.sum(tasks["deliveries"]).as_py() or 0
+            rejected = pc.sum(tasks["rejected"]).as_py() or 0
+            files = pa.Table.from_struct_array(pc.list_flatten(tasks["files"]).combine_chunks())
+            audit = FileBatch(batch_id, snapshot.version, routed_at, files, publishes)
         route_done = time.monotonic()
-        if routed.num_rows:
-            audit = PublishBatch(batch_id, snapshot.version, datetime.now(timezone.utc), routed)
+        if publishes:
             self._retrying(batch_id, "the audit journal write",
                            lambda: self._committer.submit(audit), attempts)
         audited = time.monotonic()
-        deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
-        rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
-        report = BatchReport(batch_id, routed.num_rows, deliveries, rejected, snapshot.version,
+        report = BatchReport(batch_id, publishes, deliveries, rejected, snapshot.version,
                              audited - started, snapshot.replayed,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in)
@@ -414,6 +449,19 @@ class Router:
         if self.query is None:
             raise RuntimeError("the router's query is not started: call start() first")
         return self.query
+
+
+def within_driver_bounds(publishes: int | None, bounds: tuple[int, int],
+                         recent: list[BatchReport]) -> bool:
+    """Whether a batch of ``publishes`` (None: unknown) is routed in the driver under
+    ``bounds`` (publishes, deliveries; a bound of 0 publishes: never): its deliveries
+    are estimated as ``publishes`` times the most deliveries per publish of the ``recent``
+    batches (at least 1)."""
+    max_publishes, max_deliveries = bounds
+    if publishes is None or publishes > max_publishes or max_publishes == 0:
+        return False
+    fanout = max((r.deliveries / r.rows for r in recent if r.rows), default=1.0)
+    return publishes * max(fanout, 1.0) <= max_deliveries
 
 
 def failure_summary(failure: object) -> str:

@@ -93,3 +93,37 @@ def test_relative_local_paths_are_resolved_against_the_current_directory(workdir
     assert cfg.broker.data_dir == workdir / ".bitroute" / "broker"
     remote = load(overrides={"delta.warehouse": "s3a://bucket/audit"}, environ={})
     assert remote.delta.warehouse == "s3a://bucket/audit"
+
+
+def test_the_driver_route_bounds_are_chosen_by_the_master_unless_set():
+    config = load(environ={})
+    assert config.streaming.driver_route_max_publishes is None  # "auto" in conf/bitroute.toml
+    assert config.streaming.driver_route_bounds("local[*]") == (20_000, 100_000)
+    assert config.streaming.driver_route_bounds("spark://master:7077") == (0, 0)
+    assert config.streaming.driver_route_bounds("yarn") == (0, 0)
+    set_both = load(overrides={"streaming.driver_route_max_publishes": "500",
+                               "streaming.driver_route_max_deliveries": "auto"}, environ={})
+    assert set_both.streaming.driver_route_bounds("spark://master:7077") == (500, 2_500)
+    from_env = load(environ={"BITROUTE_STREAMING_DRIVER_ROUTE_MAX_DELIVERIES": "7"})
+    assert from_env.streaming.driver_route_bounds("local[2]") == (20_000, 7)
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "1.5"])
+def test_a_bad_driver_route_bound_names_the_key(value):
+    with pytest.raises(ConfigError, match="streaming.driver_route_max_deliveries"):
+        load(overrides={"streaming.driver_route_max_deliveries": value}, environ={})
+
+
+def test_a_batch_is_routed_in_the_driver_only_within_both_bounds():
+    from streaming.router.report import BatchReport
+    from streaming.router.service import within_driver_bounds
+
+    bounds = (20_000, 100_000)
+    assert within_driver_bounds(20_000, bounds, [])  # no history: one delivery per publish
+    assert not within_driver_bounds(20_001, bounds, [])
+    assert not within_driver_bounds(None, bounds, [])  # size unknown: the executors
+    assert not within_driver_bounds(1, (0, 0), [])
+    fan_out = [BatchReport(1, 100, 1_000, 0, 1, 0.1, False),  # 10 per publish
+               BatchReport(2, 0, 0, 0, 1, 0.1, False)]
+    assert within_driver_bounds(10_000, bounds, fan_out)
+    assert not within_driver_bounds(10_001, bounds, fan_out)  # 100,010 estimated deliveries

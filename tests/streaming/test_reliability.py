@@ -62,6 +62,24 @@ def test_router_sigkilled_at_its_kill_points_loses_nothing_and_audits_once(
     assert result.figures["summary"]["pairs"] > 1000
 
 
+def test_batches_routed_on_the_executors_lose_nothing_and_audit_once_through_their_kill_points(
+        tmp_path: Path, kafka_bootstrap: str):
+    """Every batch routed on the executors, each task writing its audit files: a task's
+    Python worker SIGKILLed after its files were written (the batch routed again, the
+    files never committed), the router killed after the tasks wrote and acked but before
+    the batch was journaled, after it was journaled, and between the two tables' commits
+    of executor-written files: every pair is in Kafka, audited exactly once."""
+    result = cases.kills(tmp_path, Options(
+        publishes=3000, subscriptions=1000, subscribers=50, rate=300.0, max_offsets=200,
+        kill_plan=(("task-files", "worker"), ("audit", "group"), ("journaled", "group"),
+                   ("mid-audit", "group")), kill_after_s=(1.0, 2.0), executors=True,
+        bootstrap=kafka_bootstrap, timeout_s=100))
+    assert result.passed, _failed(result)
+    assert _value(result, "kills (point, target)") == \
+        "task-files/worker, audit/group, journaled/group, mid-audit/group"
+    assert result.figures["summary"]["pairs"] > 1000
+
+
 def test_broker_sigkilled_and_restarted_mid_run_loses_nothing_without_operator_action(
         tmp_path: Path):
     """The router's only broker SIGKILLed while publishes flow and started again 3 s

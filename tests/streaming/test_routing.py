@@ -9,6 +9,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from bitroute_kernel import ColumnOverflowError, TableError
+
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
 from streaming.kafka.layout import DeliveryLayout
@@ -116,3 +118,40 @@ def new_topic_named(bootstrap: str, name: str) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
     return name
+
+
+class KernelFails(Matcher):
+    """A real matcher whose kernel call fails as the kernel does: ``error`` raised for every
+    batch of more than ``rows_at_most`` publishes (None: for every batch)."""
+
+    def __init__(self, snapshot: Snapshot, error: Exception, rows_at_most: int | None = None):
+        super().__init__(snapshot)
+        self.error, self.rows_at_most = error, rows_at_most
+
+    def match_columns(self, message_ids, exchanges, keys, headers=None):
+        if self.rows_at_most is None or len(keys) > self.rows_at_most:
+            raise self.error
+        return super().match_columns(message_ids, exchanges, keys, headers)
+
+
+def test_a_kernel_error_fails_the_task_instead_of_rejecting_the_batch(kafka_bootstrap, new_topic):
+    rejected = new_topic()
+    batch = source_batch([(b"a.1", b"v", []), (b"a.2", b"v", [])])
+    producer = DeliveryProducer(ProducerSettings(kafka_bootstrap, 1_048_576))
+    with pytest.raises(TableError, match="slot out of range"):
+        route_safely(KernelFails(_snapshot(), TableError("slot out of range")), producer, batch,
+                     _settings("dlv.", rejected, kafka_bootstrap))
+    assert _message_ids(kafka_bootstrap, rejected) == []  # a bug is not bad input
+
+
+def test_a_batch_whose_deliveries_overflow_arrow_is_routed_in_halves(kafka_bootstrap, new_topic):
+    rejected = new_topic()
+    prefix = f"{new_topic()}."
+    ann_topic = new_topic_named(kafka_bootstrap, f"{prefix}ann")
+    batch = source_batch([(f"a.{i}".encode(), b"v", []) for i in range(4)])
+    producer = DeliveryProducer(ProducerSettings(kafka_bootstrap, 1_048_576))
+    rows = route_safely(KernelFails(_snapshot(), ColumnOverflowError("too many"), rows_at_most=1),
+                        producer, batch, _settings(prefix, rejected, kafka_bootstrap)).to_pylist()
+    assert [r["outcome"] for r in rows] == [OUTCOME_ROUTED] * 4
+    assert sorted(_message_ids(kafka_bootstrap, ann_topic)) == [f"p/0/{i}" for i in range(4)]
+    assert _message_ids(kafka_bootstrap, rejected) == []

@@ -1,0 +1,165 @@
+"""The two ways executors can write a batch's audit, per batch, on this machine (issue 28).
+
+    python -m benchmarks.audit_write_paths [--publishes 1000,30000] [--fanout 10]
+                                           [--tasks 2] [--batches 5]
+
+- ``delta-spark``: Delta Lake's own writer inside foreachBatch: the routed rows as a
+  cached DataFrame over ``--tasks`` partitions (what the routing tasks return),
+  ``messages`` and ``deliveries`` derived with Spark SQL and appended with
+  ``txnAppId``/``txnVersion`` (the executors write the files, the driver commits the log
+  entry), one Spark job and one Delta commit per table per batch.
+- ``task-files`` (what the router does): each of ``--tasks`` slices written by
+  :func:`streaming.router.routing.write_task_audit` (what a routing task runs after
+  Kafka's acks), then the driver's commit of the files' records
+  (:meth:`streaming.audit.writer.AuditTables.append_publishes`, one transaction per
+  table).
+
+Both in local mode on one machine, into fresh tables under a temporary folder. Printed
+per path and batch size: the median wall time per batch, the CPU seconds per batch of the
+whole process tree (this Python process and its Spark JVM, which runs the local
+executors), and for ``task-files`` the driver's part (the commit) alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from benchmarks.e2e.procstat import children, cpu_seconds
+from schemas.records import DELIVERIES, MESSAGES
+from streaming.audit.writer import AuditTables, FileBatch
+from streaming.config import load
+from streaming.kafka.layout import DeliveryLayout
+from streaming.router.delivery import ProducerSettings
+from streaming.router.routing import ROUTED_ARROW, RouteSettings, TaskAudit, write_task_audit
+
+
+def routed_rows(publishes: int, fanout: int, subscribers: int = 200) -> pa.Table:
+    """``publishes`` routed rows, each delivered to ``fanout`` of ``subscribers``."""
+    now = datetime.now(timezone.utc)
+    return pa.Table.from_pylist([{
+        "message_id": f"bitroute.publishes/0/{i}", "exchange": "amq.topic",
+        "routing_key": f"orders.r{i % 50}.paid", "outcome": "routed", "reason": None,
+        "deliveries": [{"subscriber": f"s{(i + j) % subscribers}",
+                        "subscription_ids": [f"sub-{(i + j) % subscribers}"]}
+                       for j in range(fanout)],
+        "headers": {"unit": "celsius"}, "payload_bytes": 64, "published_at": now,
+    } for i in range(publishes)], schema=ROUTED_ARROW)
+
+
+def tree_cpu() -> float:
+    """CPU seconds of this process and all its descendants (the Spark JVM)."""
+    pids, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children(pid))
+    return sum(cpu_seconds(p) for p in pids)
+
+
+def task_files(folder: Path, routed: pa.Table, tasks: int, batches: int) -> dict[str, float]:
+    config = load(overrides={"delta.warehouse": str(folder / "delta"),
+                             "streaming.checkpoint_dir": str(folder / "cp")}, environ={})
+    tables = AuditTables(config, "bench")
+    tables.ensure()
+    walls, cpus, driver = [], [], []
+    step = -(-routed.num_rows // tasks)
+    for batch_id in range(1, batches + 1):
+        cpu, start = tree_cpu(), time.perf_counter()
+        settings = RouteSettings("amq.topic", DeliveryLayout("bitroute.deliveries."), "rej", 1,
+                                 False, ProducerSettings("127.0.0.1:1", 1 << 20),
+                                 TaskAudit(config.delta, batch_id, datetime.now(timezone.utc),
+                                           frozenset({MESSAGES, DELIVERIES})))
+        rows = [write_task_audit(routed.slice(i, step), settings)
+                for i in range(0, routed.num_rows, step)]
+        commit = time.perf_counter()
+        files = pa.Table.from_struct_array(
+            pa.concat_arrays([r.column("files").flatten() for r in rows]))
+        tables.append_publishes([FileBatch(batch_id, 1, settings.audit.routed_at, files,
+                                           routed.num_rows)])
+        end = time.perf_counter()
+        walls.append(end - start)
+        driver.append(end - commit)
+        cpus.append(tree_cpu() - cpu)
+    tables.close()
+    # The first batch warms up (imports, table loads): not counted.
+    return {"wall": statistics.median(walls[1:]), "cpu": statistics.median(cpus[1:]),
+            "driver_wall": statistics.median(driver[1:])}
+
+
+def delta_spark(folder: Path, routed: pa.Table, tasks: int, batches: int) -> dict[str, float]:
+    from pyspark.sql import functions as F
+
+    from streaming.audit.sql import DELTA_SETTINGS
+    from streaming.router.session import spark_session
+
+    config = load(overrides={"delta.warehouse": str(folder / "delta"),
+                             "streaming.checkpoint_dir": str(folder / "cp"),
+                             "spark.master": f"local[{tasks}]", "spark.log_level": "ERROR"},
+                  environ={})
+    spark = spark_session(config, "delta", DELTA_SETTINGS)
+    frame = spark.createDataFrame(routed).repartition(tasks).cache()
+    frame.count()
+    walls, cpus = [], []
+    for batch_id in range(1, batches + 1):
+        cpu, start = tree_cpu(), time.perf_counter()
+        routed_at = F.lit(datetime.now(timezone.utc)).cast("timestamp")
+        messages = frame.select(
+            "message_id", "exchange", "routing_key", "outcome",
+            F.size("deliveries").alias("deliveries"), "reason", "headers", "payload_bytes",
+            F.lit(1).cast("long").alias("snapshot_version"),
+            F.lit(batch_id).cast("long").alias("batch_id"), "published_at",
+            routed_at.alias("routed_at"), F.to_date(routed_at).alias("routed_date"))
+        deliveries = frame.select(
+            "message_id", "exchange", "routing_key", "published_at",
+            F.explode("deliveries").alias("d")).select(
+            "message_id", F.col("d.subscriber").alias("subscriber"),
+            F.col("d.subscription_ids").alias("subscription_ids"), "exchange", "routing_key",
+            F.concat(F.lit("bitroute.deliveries."), F.col("d.subscriber")).alias("delivery_topic"),
+            F.lit(1).cast("long").alias("snapshot_version"),
+            F.lit(batch_id).cast("long").alias("batch_id"), "published_at",
+            routed_at.alias("routed_at"), F.to_date(routed_at).alias("routed_date"))
+        for name, rows in ((MESSAGES, messages), (DELIVERIES, deliveries)):
+            (rows.write.format("delta").mode("append").partitionBy("routed_date")
+             .option("txnAppId", "bench-publishes").option("txnVersion", batch_id)
+             .save(str(folder / "delta" / name)))
+        walls.append(time.perf_counter() - start)
+        cpus.append(tree_cpu() - cpu)
+    spark.stop()
+    return {"wall": statistics.median(walls[1:]), "cpu": statistics.median(cpus[1:])}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--publishes", default="1000,30000",
+                        help="comma-separated batch sizes in publishes (default 1000,30000)")
+    parser.add_argument("--fanout", type=int, default=10)
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=5, help="timed batches per path and size")
+    args = parser.parse_args(argv)
+    print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+    results = []
+    for publishes in (int(p) for p in args.publishes.split(",")):
+        routed = routed_rows(publishes, args.fanout)
+        with tempfile.TemporaryDirectory(prefix="bitroute-writepaths-") as tmp:
+            files = task_files(Path(tmp) / "files", routed, args.tasks, args.batches + 1)
+            spark = delta_spark(Path(tmp) / "spark", routed, args.tasks, args.batches + 1)
+        results.append((publishes, files, spark))
+        print(f"{publishes:>7,} publishes, {publishes * args.fanout:>9,} deliveries per batch: "
+              f"task-files {files['wall']:.3f} s wall, {files['cpu']:.2f} CPU s "
+              f"(driver's commit {files['driver_wall']:.3f} s); delta-spark "
+              f"{spark['wall']:.3f} s wall, {spark['cpu']:.2f} CPU s; delta-spark / task-files: "
+              f"{spark['wall'] / files['wall']:.1f}x wall, {spark['cpu'] / files['cpu']:.1f}x CPU",
+              flush=True)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
