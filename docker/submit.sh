@@ -34,9 +34,7 @@ submit=$(dirname "$python")/spark-submit
 "$bitroute" pack >&2
 jars=$("$python" -c "from streaming import jvm; print(','.join(str(p) for p in jvm.jars('spark')))")
 main=$("$python" -c "import streaming.cli.main as cli; print(cli.__file__)")
-# The session takes the master from spark-submit; naming it in bitroute's
-# configuration too keeps what bitroute reports about it the same.
-export BITROUTE_SPARK_MASTER="$master"
+# The session takes the master from spark-submit (BITROUTE_SPARK_MASTER is not needed).
 exec "$submit" \
   --master "$master" \
   --deploy-mode client \
