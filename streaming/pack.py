@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import logging
 import os
 import re
@@ -249,8 +250,7 @@ def _build(path: Path, distributions: list[metadata.Distribution],
             for file, name in _dist_files(dist):
                 tar.add(file, arcname=f"{site}/{name}", recursive=False, filter=_plain)
                 count += 1
-            _log.info(f"  {_label(dist)} "
-                      f"({time.monotonic() - started:.0f} s)")
+            _log.info(f"  {_label(dist)} ({time.monotonic() - started:.0f} s)")
         for file, name in sources:
             tar.add(file, arcname=f"{site}/{name}", recursive=False, filter=_plain)
         _log.info(f"  bitroute: {len(sources)} files of {', '.join(PACKAGES)}")
@@ -267,8 +267,6 @@ def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
-    import io
-
     data = text.encode()
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
@@ -294,5 +292,5 @@ def describe(packed: Packed, emit: Callable[[str], None]) -> None:
     emit(f"  {packed.size_bytes / 1e6:.0f} MB, bitroute and {packed.distributions} distributions, "
          + (f"built in {packed.seconds:.1f} s" if packed.built else "reused from the cache"))
     emit(f"  workers need: Java 17 and Python {_python_version()} at {packed.worker_python}")
-    emit(f"  executors use it through: " + " ".join(
+    emit("  executors use it through: " + " ".join(
         f"{key}={value}" for key, value in packed.spark_settings().items()))
