@@ -1,7 +1,7 @@
 # Two entry points for a fresh machine (see README): `make run` and `make test`.
 # Everything they need is installed by them: Java and Maven from Debian's
 # packages if missing, Python packages into .venv (the Rust matching kernel,
-# kernel/, built there by cargo through maturin), JVM jars into .cache/. A
+# kernel/, a dependency of bitroute's, built there by cargo through maturin), JVM jars into .cache/. A
 # second run finds it all there and starts at once.
 
 PYTHON ?= python3
@@ -32,8 +32,7 @@ KERNEL_SOURCES := kernel/Cargo.toml kernel/pyproject.toml $(wildcard kernel/src/
 $(STAMP): pyproject.toml $(KERNEL_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "building the matching kernel (kernel/, Rust) into $(VENV)"
-	$(BIN)/pip install --quiet ./kernel
+	@echo "installing bitroute into $(VENV), with its matching kernel (kernel/, Rust, built by cargo)"
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

@@ -4,23 +4,42 @@
 #
 #   docker/submit.sh spark://spark-master:7077 [bitroute run options...]
 #
-# Needs bitroute installed in this Python (and in the workers' Python at the
-# same path), and the BITROUTE_* settings of docs/running.md in the environment.
-# SPARK_DRIVER_HOST (default: this host's name) must be reachable from the workers.
+# Needs the `bitroute` command on PATH (the Python it runs with is the driver's,
+# with pyspark's spark-submit beside it) and the BITROUTE_* settings of
+# docs/running.md in the environment. The executors get bitroute, its kernel and
+# its dependencies from the application: `bitroute pack` builds the packed
+# environment once (then reuses it) and the driver hands it to them
+# (spark.archives); a worker needs only Java 17 and the Python `bitroute pack`
+# names. SPARK_DRIVER_HOST (default: this host's name) must be reachable from
+# the workers.
 set -eu
 master=${1:?usage: submit.sh SPARK_MASTER_URL [bitroute run options...]}
 shift
-python=${PYSPARK_PYTHON:-python3}
-jars=$("$python" -c "from streaming import jvm; print(','.join(str(p) for p in jvm.jars('spark', quiet=True)))")
+bitroute=$(command -v bitroute) || {
+  echo "submit.sh: no bitroute command on PATH: activate the environment bitroute is installed in" >&2
+  exit 2
+}
+# pip writes the interpreter of the environment into its commands' #! line
+# (or, for a long path, a /bin/sh line that execs it: then it is the python beside).
+python=$(sed -n '1s/^#!//p' "$bitroute")
+case "$python" in */sh|"") python=$(dirname "$bitroute")/python ;; esac
+"$python" -c "import streaming.cli.main" 2>/dev/null || {
+  echo "submit.sh: $python (the Python of $bitroute) cannot import bitroute" >&2
+  exit 2
+}
+submit=$(dirname "$python")/spark-submit
+[ -x "$submit" ] || submit=spark-submit
+# The executors' environment: built now (progress and summary on stderr) rather
+# than by the driver after spark-submit's start.
+"$bitroute" pack >&2
+jars=$("$python" -c "from streaming import jvm; print(','.join(str(p) for p in jvm.jars('spark')))")
 main=$("$python" -c "import streaming.cli.main as cli; print(cli.__file__)")
-# bitroute keeps a local-mode driver on loopback; naming the cluster master
-# here tells it the driver must be reachable from the workers.
-export BITROUTE_SPARK_MASTER="$master"
-exec spark-submit \
+# The session takes the master from spark-submit (BITROUTE_SPARK_MASTER is not needed).
+exec "$submit" \
   --master "$master" \
   --deploy-mode client \
   --jars "$jars" \
   --conf "spark.driver.host=${SPARK_DRIVER_HOST:-$(hostname)}" \
   --conf spark.driver.bindAddress=0.0.0.0 \
-  --conf "spark.pyspark.python=$python" \
+  --conf "spark.pyspark.driver.python=$python" \
   "$main" run "$@"

@@ -21,6 +21,7 @@ from streaming.config import Config, ConfigError, load, parse_set_flags
 from streaming.audit.storage import StorageError
 from streaming.errors import BitrouteError, KafkaAccessError
 from streaming.jvm import JvmResolutionError
+from streaming.pack import PackError
 
 
 class CommandError(BitrouteError):
@@ -55,6 +56,17 @@ def _jars(args: argparse.Namespace) -> int:
     for group in jvm.GROUPS:
         paths = jvm.jars(group)
         print(f"{group}: {len(paths)} jars in {paths[0].parent if paths else '-'}")
+    return 0
+
+
+def _pack(args: argparse.Namespace) -> int:
+    from streaming import pack
+
+    packed = pack.archive()
+    if args.json:
+        print(json.dumps(packed.to_json()))
+    else:
+        pack.describe(packed, print)
     return 0
 
 
@@ -434,6 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
     verb("version", _version, "print the versions of bitroute, pyspark and python")
     verb("jars", _jars, "resolve the JVM jars of conf/jvm.toml from Maven Central (cached)")
 
+    pack = verb("pack", _pack, "pack bitroute, its kernel and dependencies for a cluster's "
+                               "executors (spark.archives; cached, rebuilt when they change)")
+    pack.add_argument("--json", action="store_true", help="one JSON object")
+
     broker = verb("broker", _broker, "start, stop or query the embedded Kafka broker")
     broker.add_argument("action", choices=("start", "stop", "status"))
     broker.add_argument("--port", type=int, help="listener port (default: broker.port)")
@@ -571,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"bitroute: error: {exc}", file=sys.stderr)
         return 2
-    except (CommandError, JvmResolutionError, KafkaAccessError, StorageError) as exc:
+    except (CommandError, JvmResolutionError, KafkaAccessError, StorageError, PackError) as exc:
         print(f"bitroute: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

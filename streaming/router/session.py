@@ -11,7 +11,8 @@ session through the same factory, with the ``delta`` jars and Delta's two settin
 settings below that are not already set are added), else builds one on
 ``spark.master`` (``local[*]`` by default) with the jars of ``conf/jvm.toml``
 resolved by :mod:`streaming.jvm` and handed to Spark as ``spark.jars``, so a
-cluster's executors receive them too.
+cluster's executors receive them too. With a cluster master, in both cases, the
+executors' Python comes with the application (:func:`executor_python`).
 
 A JVM that bitroute launches works in ``<streaming.checkpoint_dir>/spark/``
 (:func:`jvm_folder`), with Spark's SQL warehouse in ``warehouse/`` there: whatever
@@ -22,6 +23,7 @@ nothing may land in the folder bitroute was started from.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ from streaming.config import Config
 from streaming.kafka.settings import SPARK_REDACTION_REGEX
 from streaming.router.checkpoint import CheckpointLayout
 
+_log = logging.getLogger(__name__)
 
 LOG4J2_CONFIG = Path(conf.__file__).parent / "spark-log4j2.properties"
 """The Spark JVM's logging: to stderr; the Kafka clients' reconnection warnings and the
@@ -93,10 +96,21 @@ def spark_session(config: Config, jar_group: str = "spark",
             if key.startswith("spark.sql.") and active.conf.get(key, None) is None:
                 active.conf.set(key, value)
         return active
-    # pyspark starts Python workers with $PYSPARK_PYTHON, else "python3" from PATH,
+    if _under_spark_submit():
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM: its settings
+        submitted = dict(SparkConf().getAll())
+        master = submitted.get("spark.master", config.spark.master)
+    else:
+        submitted, master = {}, config.spark.master
+    settings.update(executor_python(master, {**submitted, **settings}))
+    # pyspark starts Python workers with $PYSPARK_PYTHON (not spark.pyspark.python,
+    # which only spark-submit turns into that variable), else "python3" from PATH,
     # which need not be this virtualenv's interpreter (the one with pandas,
-    # pyarrow and compiler/ installed). Executors of a cluster use the same path.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # pyarrow and compiler/ installed). A local master's workers run here.
+    if "spark.pyspark.python" in settings:
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if _under_spark_submit():
         builder = SparkSession.builder
         for key, value in settings.items():
@@ -115,6 +129,29 @@ def spark_session(config: Config, jar_group: str = "spark",
         session = SparkSession(SparkContext(conf=conf, gateway=gateway))
     session.sparkContext.setLogLevel(config.spark.log_level)
     return session
+
+
+def executor_python(master: str, settings: dict[str, str]) -> dict[str, str]:
+    """The settings that give a cluster's executors their Python, given the others.
+
+    With a cluster master (anything but ``local...``) the executors get bitroute,
+    its kernel and its dependencies from the packed environment of
+    :mod:`streaming.pack` (built on first use, then cached): ``spark.archives``
+    and ``spark.pyspark.python`` inside it, the driver keeping its own interpreter
+    (``spark.pyspark.driver.python``). Nothing when the master is local (the
+    workers run on this machine, with this Python) or when the user chose the
+    executors' Python already (``spark.pyspark.python`` or ``spark.archives`` in
+    ``spark.options`` or given to spark-submit).
+    """
+    if master.startswith("local") or {"spark.pyspark.python", "spark.archives"} & settings.keys():
+        return {}
+    from streaming import pack
+
+    packed = pack.archive()
+    _log.info(f"executors run Python from {packed.path.name} ({packed.size_bytes / 1e6:.0f} MB, "
+              f"spark.archives; workers need Python {sys.version.split()[0]} at "
+              f"{packed.worker_python})")
+    return packed.spark_settings()
 
 
 def jvm_folder(config: Config) -> Path:

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pyspark
@@ -41,12 +41,16 @@ BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries")
 class RouterProcess:
     """A `bitroute run` child process whose stdout lines are collected as they come."""
 
-    def __init__(self, settings: dict[str, str], log: Path, cwd: Path | None = None) -> None:
+    def __init__(self, settings: dict[str, str], log: Path, cwd: Path | None = None,
+                 command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        """``command`` (default: this Python's ``bitroute run``) gets ``settings`` as
+        ``--set`` flags after it."""
         flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
         self._log = log.open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streaming.cli.main", "run", *flags],
+            [*(command or [sys.executable, "-m", "streaming.cli.main", "run"]), *flags],
             stdout=subprocess.PIPE, stderr=self._log, text=True, start_new_session=True, cwd=cwd,
+            env=env,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -303,12 +307,14 @@ def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
 def standalone_cluster(root: Path, workers: int = 2) -> Iterator[tuple[str, list[Path]]]:
     """A Spark standalone master and ``workers`` one-core workers on loopback.
 
-    Started from the pyspark distribution's own ``spark-class``; yields the
-    master URL and the workers' work folders (one sub-folder per executor
-    launched there). Everything is stopped on exit.
+    Started from the pyspark distribution's own ``spark-class``, in
+    :func:`_bare_environment`: the workers' Python has none of bitroute's
+    packages, so executors route only with what the application ships them.
+    Yields the master URL and the workers' work folders (one sub-folder per
+    executor launched there). Everything is stopped on exit.
     """
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(root / "logs"))
+    env = dict(_bare_environment(), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(root / "logs"))
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = (root / "cluster.log").open("a")
@@ -336,28 +342,130 @@ def standalone_cluster(root: Path, workers: int = 2) -> Iterator[tuple[str, list
         logs.close()
 
 
+_PYTHON_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+                     "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")
+
+
+def _bare_environment() -> dict[str, str]:
+    """A worker host's environment: this one without bitroute's Python.
+
+    No virtualenv on PATH, none of the Python variables (PYTHONPATH would hand
+    the workers this checkout), SPARK_HOME the pyspark distribution: the Spark
+    a worker runs and, for Python, only what ``bitroute pack`` says it needs.
+    """
+    venv_bin = Path(sys.executable).parent
+    path = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+            if p and Path(p) != venv_bin and not (Path(p) / "bitroute").exists()]
+    env = {k: v for k, v in os.environ.items() if k not in _PYTHON_VARIABLES}
+    return dict(env, PATH=os.pathsep.join(path), SPARK_HOME=str(Path(pyspark.__file__).parent))
+
+
+def _driver_environment() -> dict[str, str]:
+    """The router host's: bitroute's environment activated (its bin first on PATH),
+    PYSPARK_PYTHON unset, as docs/running.md has it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def _assert_workers_python_is_bare(tmp_path: Path) -> None:
+    """The interpreter the packed environment runs on a worker imports none of
+    bitroute's packages by itself."""
+    from streaming import pack
+
+    for module in ("streaming", "bitroute_kernel", "numpy", "pyarrow"):
+        bare = subprocess.run([pack.base_interpreter(), "-c", f"import {module}"],
+                              env=_bare_environment(), cwd=tmp_path, capture_output=True)
+        assert bare.returncode != 0, f"the workers' Python imports {module} by itself"
+
+
+def _assert_executors_ran_the_packed_python(work_dirs: list[Path]) -> None:
+    """Matching ran in executors that the workers launched as separate processes,
+    in the Python of the archive Spark unpacked in each executor's folder."""
+    from streaming import pack
+
+    executors = [d for w in work_dirs for d in w.glob("app-*/*") if d.is_dir()]
+    assert len(executors) >= 2, executors
+    unpacked = [d / pack.ENVIRONMENT for d in executors]
+    assert all((env / "bin" / "python").exists() for env in unpacked), unpacked
+    # The archive holds bitroute's sources without bytecode: a __pycache__ of the
+    # routing code there is the workers' Python having imported it from the archive.
+    compiled = [env for env in unpacked
+                if list(env.glob("lib/python3.*/site-packages/streaming/router/__pycache__/*.pyc"))]
+    assert compiled, unpacked
+
+
+CLUSTER_SETTINGS = {
+    "spark.options.spark.executor.memory": "512m",
+    # Every batch through the executors' Python workers, none routed in the driver.
+    "streaming.driver_route_max_publishes": "0",
+}
+
+
+def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter, Counter]:
+    """Publish 41 messages (40 matching) through a started router; stop it; return
+    the publishes' ids and what gamma and delta received."""
+    try:
+        router.wait_for(re.compile(r"snapshot v\d+ with 2 subscriptions"))
+        ids = _publish(config, [("amq.topic", f"stock.s{i}.nyse") for i in range(20)]
+                       + [("mqtt", f"sensors/s{i}/temp") for i in range(20)]
+                       + [("amq.topic", "sensors.x.temp")])
+        gamma = _delivered(config, "gamma", set(ids[:20]))
+        delta = _delivered(config, "delta", set(ids[20:40]))
+    except BaseException:
+        router.kill()
+        raise
+    return ids, gamma, delta
+
+
 def test_the_router_routes_on_a_standalone_cluster_with_matching_on_executors(
         base_config: Config, tmp_path: Path):
+    """`bitroute run --set spark.master=spark://...` as docs/running.md gives it: the
+    executors get bitroute from the application (bitroute pack, spark.archives)."""
+    _assert_workers_python_is_bare(tmp_path)
     with standalone_cluster(tmp_path) as (master, work_dirs):
-        settings = _settings(base_config, tmp_path, **{
-            "spark.master": master,
-            "spark.options.spark.executor.memory": "512m",
-        })
+        settings = _settings(base_config, tmp_path, **{"spark.master": master}, **CLUSTER_SETTINGS)
         config = load(overrides=settings, environ={})
         client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
         client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
-        router = RouterProcess(settings, tmp_path / "router.log")
-        try:
-            router.wait_for(re.compile(r"snapshot v\d+ with 2 subscriptions"))
-            ids = _publish(config, [("amq.topic", f"stock.s{i}.nyse") for i in range(20)]
-                           + [("mqtt", f"sensors/s{i}/temp") for i in range(20)]
-                           + [("amq.topic", "sensors.x.temp")])
-            gamma = _delivered(config, "gamma", set(ids[:20]))
-            delta = _delivered(config, "delta", set(ids[20:40]))
-        finally:
-            status = router.terminate()
+        router = RouterProcess(settings, tmp_path / "router.log",
+                               command=[str(Path(sys.executable).parent / "bitroute"), "run"],
+                               env=_driver_environment())
+        ids, gamma, delta = _route_on(config, router)
+        status = router.terminate()
         assert status == 0
         assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
-        # Matching ran in executors that the workers launched as separate processes.
-        executors = [d for w in work_dirs for d in w.glob("app-*/*") if d.is_dir()]
-        assert len(executors) >= 2, executors
+        _assert_executors_ran_the_packed_python(work_dirs)
+
+
+SUBMIT = Path(__file__).resolve().parents[2] / "docker" / "submit.sh"
+
+
+def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
+        base_config: Config, tmp_path: Path):
+    """docker/submit.sh as docs/running.md shows it: the settings in BITROUTE_*
+    variables, no Python named; pyspark's spark-submit starts the driver."""
+    _assert_workers_python_is_bare(tmp_path)
+    with standalone_cluster(tmp_path) as (master, work_dirs):
+        settings = _settings(base_config, tmp_path)
+        del settings["spark.master"]  # spark-submit's --master rules
+        config = load(overrides=settings, environ={})
+        client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
+        client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
+        env = _driver_environment()
+        env.update({f"BITROUTE_{key.replace('.', '_').upper()}": value
+                    for key, value in settings.items()})
+        env["SPARK_DRIVER_HOST"] = "127.0.0.1"
+        router = RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
+                               command=[str(SUBMIT), master], env=env, cwd=tmp_path)
+        ids, gamma, delta = _route_on(config, router)
+        # SIGTERM reaches spark-submit's JVM and the Python driver alike (its
+        # process group, as Ctrl-C does): the stop may be abrupt, and safe.
+        os.killpg(router.process.pid, signal.SIGTERM)
+        try:
+            router.process.wait(timeout=120)
+        finally:
+            with suppress(ProcessLookupError):  # nothing of the group left
+                router.kill()
+        assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
+        _assert_executors_ran_the_packed_python(work_dirs)
