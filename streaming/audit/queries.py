@@ -41,8 +41,10 @@ apply, a malformed timestamp).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -117,28 +119,223 @@ class AuditQuery:
             raise InvalidQuery(f"--as-of-version must be >= 0, got {self.as_of_version}")
 
 
-def run(config: Config, query: AuditQuery) -> tuple[list[str], list[dict[str, object]]]:
-    """The query's column names and rows (see module docstring)."""
+@dataclass(frozen=True)
+class Answer:
+    """A query's answer as it is read: its column names, and its rows as Arrow record
+    batches in the query's order (:data:`ORDER_COLUMNS`), each batch produced when the
+    part of the table holding it has been read (the first batch does not wait for
+    the last), in the table's Arrow types (timestamps as microseconds in UTC)."""
+
+    schema: pa.Schema
+    batches: Iterator[pa.RecordBatch]
+
+    @property
+    def columns(self) -> list[str]:
+        return self.schema.names
+
+
+def read(config: Config, query: AuditQuery, limit: int | None = None) -> Answer:
+    """The query's answer, streamed (see :class:`Answer`); with ``limit``, only the newest
+    ``limit`` rows in the query's order (still oldest first), read from the newest
+    part of the table back until they are found.
+
+    The table is opened and the plan made before this returns (so a missing
+    table or version raises here); a part of the table that cannot be read
+    raises :class:`AuditError` from the iteration.
+
+    How it streams: a deliveries or messages query (but for ``message_id``,
+    whose answer is small) is split into time windows planned from the Delta
+    log's per-file statistics of the time column: files whose time ranges
+    overlap share a window, and consecutive files are joined until a window
+    holds :data:`FIRST_WINDOW_ROWS` rows of the table, doubling window after
+    window up to :data:`MAX_WINDOW_ROWS`. Each window is one sorted DataFusion
+    query whose time (and day) bounds prune every file of other windows, so
+    a window's rows are in order among themselves and after every earlier
+    window's. The first rows therefore come after one small window's read,
+    whatever the answer's size; a window is as large as the largest group of
+    overlapping files (a day compacted into one file is one window).
+    """
+    if limit is not None and limit < 1:
+        raise InvalidQuery(f"--limit must be >= 1, got {limit}")
     path = config.delta.table_path(query.table)
-    table = _read(path, query)  # ordered by DataFusion, but under state
+    delta = _open(path, query)
+    schema = pa.schema(delta.schema().to_arrow())
+    day = PARTITION_COLUMNS[query.table]
+    partitioned = delta.metadata().partition_columns == [day]
+    columns = [name for name in schema.names if name != day]
+    output = pa.schema([schema.field(name) for name in columns])
     if query.state:
-        table = _in_force(table)
-        if query.subscriber is not None:
-            table = table.filter(pc.field("subscriber") == query.subscriber)
-        keys = _order_keys(table, query.table)
-        table = table.take(pc.sort_indices(keys, [(k, "ascending") for k in keys.column_names]))
-    return table.column_names, _json_rows(table)
+        return Answer(output, _state_batches(path, delta, query, columns, output, partitioned,
+                                             limit))
+    windows = _windows(delta, query, newest_first=limit is not None)
+    if limit is None:
+        batches = (batch for window in windows
+                   for batch in _scan(path, delta, query, columns, output, partitioned, window))
+    else:
+        batches = _newest(path, delta, query, columns, output, partitioned, windows, limit)
+    return Answer(output, batches)
 
 
-def _read(path: str, query: AuditQuery) -> pa.Table:
-    """The rows of the table at ``path`` (as of ``query.as_of_version``) that pass the
-    query's filters, but for ``subscriber`` under ``state``, which applies after the
-    reduction.
+def run(config: Config, query: AuditQuery,
+        limit: int | None = None) -> tuple[list[str], list[dict[str, object]]]:
+    """The query's column names and rows, collected (see module docstring); :func:`read`
+    streams them."""
+    answer = read(config, query, limit)
+    table = pa.Table.from_batches(list(answer.batches), answer.schema)
+    return answer.columns, _json_rows(table)
 
-    delta-rs's own reader (DataFusion SQL) scans the table: it reads what Spark
+
+FIRST_WINDOW_ROWS = 65_536
+"""Table rows (every subscriber's) of a query's first time window: small, so that the
+first rows are on screen quickly."""
+MAX_WINDOW_ROWS = 4_194_304
+"""Table rows of the largest time window: large, so that the per-query cost of a window
+(planning, file pruning over the log) is paid rarely."""
+_STATS_PAD_US = 1_000
+"""Delta statistics of timestamps may be truncated to milliseconds (Spark writes them
+so): a file's rows may lie up to 1 ms after its recorded maximum."""
+
+Window = tuple[int | None, int | None]
+"""A time window of a query: [lower, upper) in microseconds since the epoch (None: open)."""
+
+
+def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool) -> list[Window]:
+    """The time windows of ``query`` over ``delta``'s files, oldest first (see :func:`read`);
+    joined from the newest file back when ``newest_first`` (a ``--limit``, which reads
+    from the newest window back)."""
+    whole: list[Window] = [(None, None)]
+    if query.table == SUBSCRIPTIONS or query.message_id is not None:
+        return whole
+    time = TIME_COLUMNS[query.table]
+    actions = arrow_table(delta.get_add_actions(flatten=True))
+    names = actions.column_names
+    if f"min.{time}" not in names or f"max.{time}" not in names or not actions.num_rows:
+        return whole
+    low = actions[f"min.{time}"].cast(pa.int64())
+    high = actions[f"max.{time}"].cast(pa.int64())
+    if low.null_count or high.null_count:  # a file without statistics: no plan
+        return whole
+    since = None if query.since is None else _micros(query.since)
+    until = None if query.until is None else _micros(query.until)
+    files = sorted(
+        (lo, hi + _STATS_PAD_US, rows or 0)
+        for lo, hi, rows in zip(low.to_pylist(), high.to_pylist(),
+                                actions["num_records"].to_pylist())
+        if (since is None or hi + _STATS_PAD_US > since) and (until is None or lo < until))
+    groups: list[list[int]] = []  # [start, end (exclusive), rows] of overlapping files
+    for lo, end, rows in files:
+        if groups and lo < groups[-1][1]:
+            groups[-1][1] = max(groups[-1][1], end)
+            groups[-1][2] += rows
+        else:
+            groups.append([lo, end, rows])
+    if newest_first:
+        groups.reverse()
+    starts = []  # each window's first group, in reading order
+    budget, held = FIRST_WINDOW_ROWS, None
+    for i, (_, _, rows) in enumerate(groups):
+        if held is None or held >= budget:
+            if held is not None:
+                budget = min(2 * budget, MAX_WINDOW_ROWS)
+            starts.append(i)
+            held = 0
+        held += rows
+    if newest_first:  # back to time order: window k spans groups starts[k+1]+1 .. starts[k]
+        bounds = sorted(groups[i][0] for i in
+                        [starts[k + 1] - 1 for k in range(len(starts) - 1)])
+    else:
+        bounds = [groups[i][0] for i in starts[1:]]
+    edges = [None, *bounds, None]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _micros(moment: datetime) -> int:
+    """An aware datetime in microseconds since the epoch."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _moment(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _scan(path: str, delta: DeltaTable, query: AuditQuery, columns: list[str],
+          output: pa.Schema, partitioned: bool, window: Window) -> Iterator[pa.RecordBatch]:
+    """The rows of one time window, sorted, batch by batch as DataFusion yields them."""
+    where = conditions(query, partitioned) + _window_conditions(query, partitioned, window)
+    sql = (f"SELECT {', '.join(map(_name, columns))} FROM {_name(query.table)}"
+           + "".join(f"{' WHERE' if i == 0 else ' AND'} {c}" for i, c in enumerate(where))
+           + ("" if query.state else _order_by(query.table)))
+    with _reading(path, query):
+        stream = QueryBuilder().register(query.table, delta).execute(sql)
+        reader = pa.RecordBatchReader.from_stream(stream)
+        for batch in reader:
+            if batch.num_rows:
+                yield batch.cast(output)
+
+
+def _window_conditions(query: AuditQuery, partitioned: bool, window: Window) -> list[str]:
+    """The SQL bounds of one time window (and of its days, on a partitioned table)."""
+    time = _name(TIME_COLUMNS[query.table])
+    day = _name(PARTITION_COLUMNS[query.table])
+    lower, upper = window
+    found = []
+    if lower is not None:
+        found.append(f"{time} >= {_timestamp(_moment(lower))}")
+        if partitioned:
+            found.append(f"{day} >= {_date(_moment(lower))}")
+    if upper is not None:
+        found.append(f"{time} < {_timestamp(_moment(upper))}")
+        if partitioned:
+            found.append(f"{day} <= {_date(_moment(upper))}")
+    return found
+
+
+def _newest(path: str, delta: DeltaTable, query: AuditQuery, columns: list[str],
+            output: pa.Schema, partitioned: bool, windows: list[Window],
+            limit: int) -> Iterator[pa.RecordBatch]:
+    """The newest ``limit`` rows, oldest first: windows read from the newest back until
+    they hold ``limit`` rows (older windows are never read)."""
+    found: list[pa.Table] = []
+    held = 0
+    for window in reversed(windows):
+        part = pa.Table.from_batches(
+            list(_scan(path, delta, query, columns, output, partitioned, window)), output)
+        found.append(part.slice(max(0, part.num_rows - (limit - held))))
+        held += found[-1].num_rows
+        if held >= limit:
+            break
+    yield from pa.concat_tables(reversed(found)).combine_chunks().to_batches()
+
+
+def _state_batches(path: str, delta: DeltaTable, query: AuditQuery, columns: list[str],
+                   output: pa.Schema, partitioned: bool,
+                   limit: int | None) -> Iterator[pa.RecordBatch]:
+    """``--state``: every change read, reduced to the subscriptions in force (small:
+    one row per live subscription), then ordered."""
+    table = pa.Table.from_batches(
+        list(_scan(path, delta, query, columns, output, partitioned, (None, None))), output)
+    table = _in_force(table)
+    if query.subscriber is not None:
+        table = table.filter(pc.field("subscriber") == query.subscriber)
+    keys = _order_keys(table, query.table)
+    table = table.take(pc.sort_indices(keys, [(k, "ascending") for k in keys.column_names]))
+    if limit is not None:
+        table = table.slice(max(0, table.num_rows - limit))
+    yield from table.combine_chunks().to_batches()
+
+
+def _open(path: str, query: AuditQuery) -> DeltaTable:
+    """The Delta table at ``path`` as of ``query.as_of_version``.
+
+    delta-rs's own reader (DataFusion SQL) scans it: it reads what Spark
     writes as well (deletion vectors, column mapping, checkpoints), skips files
     and row groups whose statistics rule the filters out, and returns the
-    table's Arrow types (strings as ``string``, not DataFusion's ``string_view``).
+    table's Arrow types (strings as ``string``, not DataFusion's ``string_view``,
+    once cast).
     """
     try:
         found = DeltaTable.is_deltatable(path)
@@ -147,7 +344,7 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
     if not found:
         raise AuditError(f"no audit table at {path}: has the router run?")
     try:
-        delta = DeltaTable(path, version=query.as_of_version)
+        return DeltaTable(path, version=query.as_of_version)
     except DeltaError as exc:
         if query.as_of_version is not None:
             latest = DeltaTable(path).version()
@@ -156,23 +353,18 @@ def _read(path: str, query: AuditQuery) -> pa.Table:
                                  f"(the latest is {latest})") from None
         raise AuditError(f"{path}: {_one_line(exc)}") from None
 
-    schema = pa.schema(delta.schema().to_arrow())
-    day = PARTITION_COLUMNS[query.table]
-    partitioned = delta.metadata().partition_columns == [day]
-    columns = [name for name in schema.names if name != day]
-    sql = (f"SELECT {', '.join(map(_name, columns))} FROM {_name(query.table)}"
-           + "".join(f"{' WHERE' if i == 0 else ' AND'} {c}"
-                     for i, c in enumerate(conditions(query, partitioned)))
-           + ("" if query.state else _order_by(query.table)))
+
+@contextmanager
+def _reading(path: str, query: AuditQuery) -> Iterator[None]:
+    """delta-rs's and Arrow's errors while a query runs, as :class:`AuditError`."""
     try:
-        rows = arrow_table(QueryBuilder().register(query.table, delta).execute(sql))
+        yield
     except (DeltaError, OSError, pa.ArrowException) as exc:
         if query.as_of_version is not None and "not found" in str(exc):
             raise AuditError(f"{path}: version {query.as_of_version}'s files were vacuumed "
                              "(audit.file_retention); time travel reaches back only that "
                              "far") from None
         raise AuditError(f"{path}: {_one_line(exc)}") from None
-    return rows.cast(pa.schema([schema.field(name) for name in columns]))
 
 
 def _order_by(table: str) -> str:

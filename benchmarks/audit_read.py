@@ -1,0 +1,147 @@
+"""How fast ``bitroute audit`` hands rows back: one subscriber's deliveries at 10k, 100k, 1M rows.
+
+    python -m benchmarks.audit_read [--rows 10000 100000 1000000] [--files 2000]
+                                    [--baseline DIR] [--workdir DIR]
+
+For each size it builds a ``deliveries`` table with the audit writer's own
+code (``AuditTables.append_publishes``: one commit, hence one Parquet file per
+day, per micro-batch, as a router on small batches leaves them until the
+maintenance compacts them): ``--files`` batches (fewer at small sizes: at
+least 25 rows of the subscriber per batch), one second of ``routed_at``
+apart, each publish delivered to the subscriber ``s7`` and to one other, so
+the query keeps half of what it scans. Then it runs, each the installed
+command in a new process as a user runs it, stdout to ``/dev/null``:
+
+- ``bitroute audit deliveries --subscriber s7 --json`` and the table form,
+  the whole run (seconds, rows/s);
+- the same with stdout read from a pipe: seconds until the first row;
+- ``--limit 100`` (the newest hundred rows).
+
+``--baseline DIR`` runs the same commands with ``PYTHONPATH=DIR`` as well (a
+checkout of an earlier commit, e.g. ``git archive <commit> streaming schemas |
+tar -x -C DIR``), in the same run on the same tables: the before and after.
+The tables are kept in ``--workdir`` and reused when it already holds them.
+
+Runs by hand (not CI); each command is bounded by ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+SUBSCRIBER = "s7"
+
+
+def build(warehouse: Path, rows: int, files: int) -> int:
+    """A deliveries table in ``warehouse`` with ``rows`` rows of :data:`SUBSCRIBER` (as many
+    of others) in up to ``files`` micro-batches; the number of batches written."""
+    from streaming import config as bitroute_config
+    from streaming.audit.writer import AuditTables, PublishBatch
+    from streaming.router.routing import ROUTED_ARROW
+
+    batches = max(1, min(files, rows // 25))
+    per_batch = -(-rows // batches)
+    config = bitroute_config.load(overrides={"delta.warehouse": str(warehouse)}, environ={})
+    tables = AuditTables(config, "bench")
+    tables.ensure()
+    start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=batches)
+    delivery_type = ROUTED_ARROW.field("deliveries").type
+    written = 0
+    try:
+        for batch_id in range(batches):
+            n = min(per_batch, rows - written)
+            if n <= 0:
+                break
+            first = written
+            routed_at = start + timedelta(seconds=batch_id)
+            routed = pa.table({
+                "message_id": pa.array([f"bench/0/{first + i}" for i in range(n)]),
+                "exchange": pa.array(["amq.topic"] * n),
+                "routing_key": pa.array([f"sensors.d{(first + i) % 1000}.temperature"
+                                         for i in range(n)]),
+                "outcome": pa.array(["routed"] * n),
+                "reason": pa.nulls(n, pa.string()),
+                "deliveries": pa.array([[{"subscriber": SUBSCRIBER, "subscription_ids": ["sub-7"]},
+                                         {"subscriber": f"s{(first + i) % 100 + 100}",
+                                          "subscription_ids": ["sub-x", "sub-y"]}]
+                                        for i in range(n)], delivery_type),
+                "headers": pa.array([[("unit", "celsius")]] * n,
+                                    ROUTED_ARROW.field("headers").type),
+                "payload_bytes": pa.array([120] * n, pa.int32()),
+                "published_at": pa.array([routed_at - timedelta(milliseconds=5)] * n,
+                                         ROUTED_ARROW.field("published_at").type),
+            }, schema=ROUTED_ARROW)
+            tables.append_publishes([PublishBatch(batch_id, 1, routed_at, routed)])
+            written += n
+    finally:
+        tables.close()
+    return batches
+
+
+def timed(command: list[str], env: dict[str, str], timeout: float) -> tuple[float, float]:
+    """(seconds to the command's end with stdout to /dev/null, seconds to its first stdout
+    line read from a pipe)."""
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                   timeout=timeout, check=True)
+    whole = time.monotonic() - started
+    started = time.monotonic()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env=env) as process:
+        process.stdout.readline()
+        first = time.monotonic() - started
+        process.kill()
+    return whole, first
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--files", type=int, default=2000,
+                        help="micro-batches (files) per table at most (default 2000)")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout of the code to compare with (put first on PYTHONPATH)")
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-audit-read-"))
+    python = sys.executable
+    code = {"new": os.environ.get("PYTHONPATH", "")}
+    if args.baseline is not None:
+        code = {"old": str(args.baseline.absolute()), **code}
+    print(f"audit_read: {', '.join(f'{n:,}' for n in args.rows)} rows of {SUBSCRIBER}, at most "
+          f"{args.files} files per table, in {workdir}", flush=True)
+    for rows in args.rows:
+        warehouse = workdir / f"rows-{rows}"
+        if not (warehouse / "deliveries" / "_delta_log").exists():
+            started = time.monotonic()
+            batches = build(warehouse, rows, args.files)
+            print(f"{rows:>9,} rows: built in {time.monotonic() - started:.0f}s "
+                  f"({batches} batches, files of {rows // batches:,} rows of {SUBSCRIBER})",
+                  flush=True)
+        base = [python, "-m", "streaming.cli", "audit", "deliveries", "--subscriber", SUBSCRIBER,
+                "--set", f"delta.warehouse={warehouse}"]
+        for name, path in code.items():
+            env = {**os.environ, "PYTHONPATH": path}
+            for form, extra in (("--json", ["--json"]), ("table", [])):
+                whole, first = timed(base + extra, env, args.timeout)
+                print(f"{rows:>9,} rows  {name:>3}  {form:<6}  {whole:6.2f}s  "
+                      f"{rows / whole:>9,.0f} rows/s  first row {first:5.2f}s", flush=True)
+            if name == "new":
+                whole, _ = timed(base + ["--json", "--limit", "100"], env, args.timeout)
+                print(f"{rows:>9,} rows  {name:>3}  --limit 100 --json  {whole:6.2f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
