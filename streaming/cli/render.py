@@ -152,11 +152,11 @@ def _json_values(column: pa.Array) -> pa.Array:
     elif pa.types.is_timestamp(kind) and kind.tz is not None:  # Delta's: microseconds, UTC
         text = pc.binary_join_element_wise('"', pc.strftime(column, TIME_FORMAT), '"', "")
     elif pa.types.is_list(kind):
-        items = _nested(column, _json_values(column.values))
+        items = _nested(column, _json_values(_child(column, column.values)))
         text = pc.binary_join_element_wise("[", pc.binary_join(items, ", "), "]", "")
     elif pa.types.is_map(kind):
-        entries = pc.binary_join_element_wise(_json_values(column.keys), ": ",
-                                              _json_values(column.items), "")
+        entries = pc.binary_join_element_wise(_json_values(_child(column, column.keys)), ": ",
+                                              _json_values(_child(column, column.items)), "")
         text = pc.binary_join_element_wise("{", pc.binary_join(_nested(column, entries), ", "),
                                            "}", "")
     else:  # no such column in the audit tables: Python's own JSON of each value
@@ -181,12 +181,21 @@ def _json_escaped(strings: pa.Array) -> pa.Array:
     return strings
 
 
-def _nested(column: pa.Array, values: pa.Array) -> pa.Array:
-    """``values`` (one per element of list or map ``column``'s child array) as lists in
-    ``column``'s shape (its offsets and nulls)."""
-    import pyarrow as pa
+def _child(column: pa.Array, child: pa.Array) -> pa.Array:
+    """The part of list or map ``column``'s ``child`` array (its values, keys or items,
+    whole even when ``column`` is a slice) that ``column``'s elements hold."""
+    start = column.offsets[0].as_py()
+    return child.slice(start, column.offsets[-1].as_py() - start)
 
-    return pa.ListArray.from_arrays(column.offsets, values,
+
+def _nested(column: pa.Array, values: pa.Array) -> pa.Array:
+    """``values`` (one per element of list or map ``column``: :func:`_child`) as lists
+    in ``column``'s shape (its offsets and nulls)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets = pc.subtract(column.offsets, column.offsets[0])  # a new array, from 0
+    return pa.ListArray.from_arrays(offsets, values,
                                     mask=column.is_null() if column.null_count else None)
 
 
@@ -206,12 +215,11 @@ def _cell_values(column: pa.Array) -> pa.Array:
     elif pa.types.is_timestamp(kind) and kind.tz is not None:
         text = pc.strftime(column, TIME_FORMAT)
     elif pa.types.is_list(kind):
-        text = pc.binary_join(_nested(column, _cell_values(column.values)), ",")
+        text = pc.binary_join(_nested(column, _cell_values(_child(column, column.values))), ",")
     elif pa.types.is_map(kind):
-        values = column.items
-        entries = pc.if_else(pc.is_null(values), column.keys,
-                             pc.binary_join_element_wise(column.keys, "=",
-                                                         _cell_values(values), ""))
+        keys, values = _child(column, column.keys), _child(column, column.items)
+        entries = pc.if_else(pc.is_null(values), keys,
+                             pc.binary_join_element_wise(keys, "=", _cell_values(values), ""))
         text = pc.binary_join(_nested(column, entries), ",")
     else:
         text = pa.array([_cell(v) for v in column.to_pylist()], pa.string())
