@@ -8,7 +8,9 @@ the shapes below are the command line's, not the library's.
 
 from __future__ import annotations
 
+import functools
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -75,9 +77,9 @@ def json_lines(batch: pa.RecordBatch) -> bytes:
     parts: list[object] = []
     for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns)):
         key = json.dumps(name, ensure_ascii=False)
-        parts += ["{" + key + ": " if i == 0 else ", " + key + ": ", _json_values(column)]
-    parts.append("}\n")
-    return _joined(pc.binary_join_element_wise(*parts, ""))
+        parts += [_lit("{" + key + ": " if i == 0 else ", " + key + ": "), _json_values(column)]
+    parts.append(_lit("}\n"))
+    return _joined(pc.binary_join_element_wise(*parts, _lit("")))
 
 
 class TableText:
@@ -107,9 +109,9 @@ class TableText:
             return head
         parts: list[object] = []
         for i, (cell, width) in enumerate(zip(cells, widths)):
-            parts += ["  " if i else "", pc.utf8_rpad(cell, width=width, padding=" ")]
-        lines = pc.utf8_rtrim_whitespace(pc.binary_join_element_wise(*parts, ""))
-        return head + _joined(pc.binary_join_element_wise(lines, "\n", ""))
+            parts += [_lit("  " if i else ""), pc.utf8_rpad(cell, width=width, padding=" ")]
+        lines = pc.utf8_rtrim_whitespace(pc.binary_join_element_wise(*parts, _lit("")))
+        return head + _joined(pc.binary_join_element_wise(lines, _lit("\n"), _lit("")))
 
     def end(self) -> bytes:
         """The header (when no row came) and the ``(N rows)`` line."""
@@ -121,6 +123,18 @@ class TableText:
             return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
 
         return (line(self._columns) + "\n" + line(["-" * w for w in widths]) + "\n").encode()
+
+
+@functools.lru_cache(maxsize=64)
+def _lit(text: str) -> pa.Scalar:
+    """``text`` as an Arrow string scalar, built from its bytes: pyarrow converts a Python
+    value (``pa.scalar``, a ``str`` handed to a compute function) only after importing
+    pandas, 0.4-0.7 s of a short command's time."""
+    import pyarrow as pa
+
+    data = text.encode()
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
+    return pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)])[0]
 
 
 def _joined(lines: pa.Array | pa.ChunkedArray) -> bytes:
@@ -144,25 +158,29 @@ def _json_values(column: pa.Array) -> pa.Array:
 
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        text = pc.binary_join_element_wise('"', _json_escaped(column), '"', "")
+        text = pc.binary_join_element_wise(_lit('"'), _json_escaped(column), _lit('"'),
+                                           _lit(""))
     elif pa.types.is_integer(kind):
         text = pc.cast(column, pa.string())
     elif pa.types.is_boolean(kind):
-        text = pc.if_else(column, "true", "false")
+        text = pc.if_else(column, _lit("true"), _lit("false"))
     elif pa.types.is_timestamp(kind) and kind.tz is not None:  # Delta's: microseconds, UTC
-        text = pc.binary_join_element_wise('"', pc.strftime(column, TIME_FORMAT), '"', "")
+        text = pc.binary_join_element_wise(_lit('"'), pc.strftime(column, TIME_FORMAT),
+                                           _lit('"'), _lit(""))
     elif pa.types.is_list(kind):
         items = _nested(column, _json_values(_child(column, column.values)))
-        text = pc.binary_join_element_wise("[", pc.binary_join(items, ", "), "]", "")
+        text = pc.binary_join_element_wise(_lit("["), pc.binary_join(items, _lit(", ")),
+                                           _lit("]"), _lit(""))
     elif pa.types.is_map(kind):
-        entries = pc.binary_join_element_wise(_json_values(_child(column, column.keys)), ": ",
-                                              _json_values(_child(column, column.items)), "")
-        text = pc.binary_join_element_wise("{", pc.binary_join(_nested(column, entries), ", "),
-                                           "}", "")
+        entries = pc.binary_join_element_wise(
+            _json_values(_child(column, column.keys)), _lit(": "),
+            _json_values(_child(column, column.items)), _lit(""))
+        text = pc.binary_join_element_wise(
+            _lit("{"), pc.binary_join(_nested(column, entries), _lit(", ")), _lit("}"), _lit(""))
     else:  # no such column in the audit tables: Python's own JSON of each value
         text = pa.array([json.dumps(v, ensure_ascii=False, default=str)
                          for v in column.to_pylist()], pa.string())
-    return pc.fill_null(text, "null")
+    return pc.fill_null(text, _lit("null"))
 
 
 def _json_escaped(strings: pa.Array) -> pa.Array:
@@ -211,19 +229,21 @@ def _cell_values(column: pa.Array) -> pa.Array:
     elif pa.types.is_integer(kind):
         text = pc.cast(column, pa.string())
     elif pa.types.is_boolean(kind):
-        text = pc.if_else(column, "True", "False")
+        text = pc.if_else(column, _lit("True"), _lit("False"))
     elif pa.types.is_timestamp(kind) and kind.tz is not None:
         text = pc.strftime(column, TIME_FORMAT)
     elif pa.types.is_list(kind):
-        text = pc.binary_join(_nested(column, _cell_values(_child(column, column.values))), ",")
+        cells = _cell_values(_child(column, column.values))
+        text = pc.binary_join(_nested(column, cells), _lit(","))
     elif pa.types.is_map(kind):
         keys, values = _child(column, column.keys), _child(column, column.items)
         entries = pc.if_else(pc.is_null(values), keys,
-                             pc.binary_join_element_wise(keys, "=", _cell_values(values), ""))
-        text = pc.binary_join(_nested(column, entries), ",")
+                             pc.binary_join_element_wise(keys, _lit("="), _cell_values(values),
+                                                         _lit("")))
+        text = pc.binary_join(_nested(column, entries), _lit(","))
     else:
         text = pa.array([_cell(v) for v in column.to_pylist()], pa.string())
-    return pc.fill_null(text, "")
+    return pc.fill_null(text, _lit(""))
 
 
 # --- tail ----------------------------------------------------------------------------------
