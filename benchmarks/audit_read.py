@@ -84,7 +84,17 @@ def build(warehouse: Path, rows: int, files: int) -> int:
             written += n
     finally:
         tables.close()
+    checkpoint(warehouse)
     return batches
+
+
+def checkpoint(warehouse: Path) -> None:
+    """A checkpoint of each publish table, as the maintenance leaves the tables of a
+    running router: a query then reads the log from it, not from every commit."""
+    from deltalake import DeltaTable
+
+    for name in ("deliveries", "messages"):
+        DeltaTable(str(warehouse / name)).create_checkpoint()
 
 
 def timed(command: list[str], env: dict[str, str], timeout: float) -> tuple[float, float]:
