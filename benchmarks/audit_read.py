@@ -9,16 +9,15 @@ day, per micro-batch, as a router on small batches leaves them until the
 maintenance compacts them): ``--files`` batches (fewer at small sizes: at
 least 25 rows of the subscriber per batch), one second of ``routed_at``
 apart, each publish delivered to the subscriber ``s7`` and to one other, so
-the query keeps half of what it scans. Then it runs, each the installed
-command in a new process as a user runs it, stdout to ``/dev/null``:
-
-- ``bitroute audit deliveries --subscriber s7 --json`` and the table form,
-  the whole run (seconds, rows/s);
-- the same with stdout read from a pipe: seconds until the first row;
-- ``--limit 100`` (the newest hundred rows).
+the query keeps half of what it scans, and checkpoints the tables (as the
+maintenance does). Then it runs ``bitroute audit deliveries --subscriber s7
+--json`` and the table form, each the command in a new process as a user
+runs it (``python -m streaming.cli``, so that ``PYTHONPATH`` picks the code),
+stdout read from a pipe a megabyte at a time and dropped: seconds to the end
+(rows/s) and to the first line; and ``--json --limit 100`` (the newest hundred).
 
 ``--baseline DIR`` runs the same commands with ``PYTHONPATH=DIR`` as well (a
-checkout of an earlier commit, e.g. ``git archive <commit> streaming schemas |
+checkout of an earlier commit, e.g. ``git archive <commit> streaming schemas conf |
 tar -x -C DIR``), in the same run on the same tables: the before and after.
 The tables are kept in ``--workdir`` and reused when it already holds them.
 
@@ -97,20 +96,25 @@ def checkpoint(warehouse: Path) -> None:
         DeltaTable(str(warehouse / name)).create_checkpoint()
 
 
-def timed(command: list[str], env: dict[str, str], timeout: float) -> tuple[float, float]:
-    """(seconds to the command's end with stdout to /dev/null, seconds to its first stdout
-    line read from a pipe)."""
+def timed(command: list[str], env: dict[str, str], timeout: float) -> tuple[float, float, int]:
+    """(seconds to the command's end, seconds to its first line, bytes written): its stdout
+    read from a pipe a megabyte at a time and dropped."""
     started = time.monotonic()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                   timeout=timeout, check=True)
-    whole = time.monotonic() - started
-    started = time.monotonic()
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    first = None
+    size = 0
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env=env) as process:
-        process.stdout.readline()
-        first = time.monotonic() - started
-        process.kill()
-    return whole, first
+        while chunk := process.stdout.read1(1 << 20):
+            if first is None and b"\n" in chunk:
+                first = time.monotonic() - started
+            size += len(chunk)
+            if time.monotonic() - started > timeout:
+                process.kill()
+                raise SystemExit(f"audit_read: {' '.join(command)} took over {timeout:g}s")
+        error = process.stderr.read().decode().strip()
+    if process.returncode != 0:
+        raise SystemExit(f"audit_read: {' '.join(command)} failed: {error}")
+    return time.monotonic() - started, first or 0.0, size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,17 +143,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rows:>9,} rows: built in {time.monotonic() - started:.0f}s "
                   f"({batches} batches, files of {rows // batches:,} rows of {SUBSCRIBER})",
                   flush=True)
+        from deltalake import DeltaTable
+
+        files = len(DeltaTable(str(warehouse / "deliveries")).file_uris())
+        print(f"{rows:>9,} rows: {files} files in the deliveries table", flush=True)
         base = [python, "-m", "streaming.cli", "audit", "deliveries", "--subscriber", SUBSCRIBER,
                 "--set", f"delta.warehouse={warehouse}"]
         for name, path in code.items():
             env = {**os.environ, "PYTHONPATH": path}
             for form, extra in (("--json", ["--json"]), ("table", [])):
-                whole, first = timed(base + extra, env, args.timeout)
+                whole, first, size = timed(base + extra, env, args.timeout)
                 print(f"{rows:>9,} rows  {name:>3}  {form:<6}  {whole:6.2f}s  "
-                      f"{rows / whole:>9,.0f} rows/s  first row {first:5.2f}s", flush=True)
+                      f"{rows / whole:>9,.0f} rows/s  first line {first:5.2f}s  "
+                      f"{size / 2**20:6.1f} MB", flush=True)
             if name == "new":
-                whole, _ = timed(base + ["--json", "--limit", "100"], env, args.timeout)
-                print(f"{rows:>9,} rows  {name:>3}  --limit 100 --json  {whole:6.2f}s", flush=True)
+                whole, _, _ = timed(base + ["--json", "--limit", "100"], env, args.timeout)
+                print(f"{rows:>9,} rows  {name:>3}  --json --limit 100  {whole:6.2f}s", flush=True)
     return 0
 
 

@@ -150,9 +150,10 @@ def read(config: Config, query: AuditQuery, limit: int | None = None) -> Answer:
     whose answer is small) is split into time windows planned from the Delta
     log's per-file statistics of the time column: files whose time ranges
     overlap share a window, and consecutive files are joined until a window
-    holds :data:`FIRST_WINDOW_ROWS` rows of the table, doubling window after
-    window up to :data:`MAX_WINDOW_ROWS`. Each window is one sorted DataFusion
-    query whose time (and day) bounds prune every file of other windows, so
+    holds :data:`FIRST_WINDOW_ROWS` rows of the table or :data:`FIRST_WINDOW_FILES`
+    files, both doubling window after window up to :data:`MAX_WINDOW_ROWS` and
+    :data:`MAX_WINDOW_FILES`. Each window is one DataFusion query, sorted with
+    Arrow, whose time (and day) bounds prune every file of other windows, so
     a window's rows are in order among themselves and after every earlier
     window's. The first rows therefore come after one small window's read,
     whatever the answer's size; a window is as large as the largest group of
@@ -192,9 +193,15 @@ def run(config: Config, query: AuditQuery,
 FIRST_WINDOW_ROWS = 65_536
 """Table rows (every subscriber's) of a query's first time window: small, so that the
 first rows are on screen quickly."""
-MAX_WINDOW_ROWS = 4_194_304
+MAX_WINDOW_ROWS = 1_048_576
 """Table rows of the largest time window: large, so that the per-query cost of a window
-(planning, file pruning over the log) is paid rarely."""
+(planning, file pruning over the log) is paid rarely, and small enough that a window's
+answer, held to be sorted, stays within a few hundred MB when no filter drops a row."""
+FIRST_WINDOW_FILES = 64
+"""Files of a query's first time window: a file costs about half a millisecond to open
+and read however few its rows, and a router on small batches writes thousands."""
+MAX_WINDOW_FILES = 4_096
+"""Files of the largest time window."""
 _STATS_PAD_US = 1_000
 """Delta statistics of timestamps may be truncated to milliseconds (Spark writes them
 so): a file's rows may lie up to 1 ms after its recorded maximum."""
@@ -226,27 +233,30 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool) -> list[W
         for lo, hi, rows in zip(low.to_pylist(), high.to_pylist(),
                                 actions["num_records"].to_pylist())
         if (since is None or hi + _STATS_PAD_US > since) and (until is None or lo < until))
-    groups: list[list[int]] = []  # [start, end (exclusive), rows] of overlapping files
+    groups: list[list[int]] = []  # [start, end (exclusive), rows, files] of overlapping files
     for lo, end, rows in files:
         if groups and lo < groups[-1][1]:
             groups[-1][1] = max(groups[-1][1], end)
             groups[-1][2] += rows
+            groups[-1][3] += 1
         else:
-            groups.append([lo, end, rows])
+            groups.append([lo, end, rows, 1])
     if newest_first:
         groups.reverse()
     starts = []  # each window's first group, in reading order
-    budget, held = FIRST_WINDOW_ROWS, None
-    for i, (_, _, rows) in enumerate(groups):
-        if held is None or held >= budget:
-            if held is not None:
-                budget = min(2 * budget, MAX_WINDOW_ROWS)
+    rows_budget, files_budget = FIRST_WINDOW_ROWS, FIRST_WINDOW_FILES
+    held_rows = held_files = None
+    for i, (_, _, rows, count) in enumerate(groups):
+        if held_rows is None or held_rows >= rows_budget or held_files >= files_budget:
+            if held_rows is not None:
+                rows_budget = min(2 * rows_budget, MAX_WINDOW_ROWS)
+                files_budget = min(2 * files_budget, MAX_WINDOW_FILES)
             starts.append(i)
-            held = 0
-        held += rows
-    if newest_first:  # back to time order: window k spans groups starts[k+1]+1 .. starts[k]
-        bounds = sorted(groups[i][0] for i in
-                        [starts[k + 1] - 1 for k in range(len(starts) - 1)])
+            held_rows = held_files = 0
+        held_rows += rows
+        held_files += count
+    if newest_first:  # each window but the oldest begins (in time) at its oldest group
+        bounds = sorted(groups[i - 1][0] for i in starts[1:])
     else:
         bounds = [groups[i][0] for i in starts[1:]]
     edges = [None, *bounds, None]

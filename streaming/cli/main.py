@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -218,10 +219,13 @@ def _audit(args: argparse.Namespace) -> int:
         answer = audit.read(cfg, query, args.limit)
         # Each batch is written (and flushed) as it is read: the first rows show at once.
         text = None if args.json else TableText(answer.columns)
-        for batch in answer.batches:
-            _write(json_lines(batch) if text is None else text.lines(batch))
-        if text is not None:
-            _write(text.end())
+        try:
+            for batch in answer.batches:
+                _write(json_lines(batch) if text is None else text.lines(batch))
+            if text is not None:
+                _write(text.end())
+        except BrokenPipeError:  # `| head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -337,6 +337,12 @@ def small_windows(monkeypatch):
     monkeypatch.setattr(audit, "MAX_WINDOW_ROWS", 30)
 
 
+@pytest.fixture
+def few_files_windows(monkeypatch):
+    monkeypatch.setattr(audit, "FIRST_WINDOW_FILES", 3)
+    monkeypatch.setattr(audit, "MAX_WINDOW_FILES", 12)
+
+
 def _expected(warehouse: Path, table: str, keep=lambda row: True) -> list[dict]:
     """The rows of ``table`` as the verb shows them, made in Python from the whole table."""
     rows = DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
@@ -396,7 +402,7 @@ def _config(warehouse: Path):
 
 
 def test_the_first_rows_come_before_the_later_files_are_read(tmp_path, many_files,
-                                                               small_windows):
+                                                               few_files_windows):
     """The first batch of an answer is read from the oldest window alone: with every
     file of the last two days gone from disk it still comes, and the iteration fails
     only when it reaches them; ``--limit`` reads from the newest files back, so with
@@ -411,7 +417,9 @@ def test_the_first_rows_come_before_the_later_files_are_read(tmp_path, many_file
     moved.mkdir()
     for day in days[1:]:
         shutil.move(day, moved / day.name)
-    answer = audit.read(_config(copy), audit.AuditQuery("deliveries"))
+    query = audit.AuditQuery("deliveries")
+    assert len(audit._windows(DeltaTable(str(copy / "deliveries")), query, False)) > 5
+    answer = audit.read(_config(copy), query)
     first = next(answer.batches)
     assert first.num_rows and first["message_id"][0].as_py() == "p/0/0"
     with pytest.raises(audit.AuditError):
