@@ -44,10 +44,11 @@ apply, a malformed timestamp).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -63,6 +64,7 @@ from schemas.records import (
     PARTITION_COLUMNS,
     SUBSCRIPTIONS,
 )
+from streaming.audit.storage import warehouse_filesystem
 from streaming.config import Config
 from streaming.errors import BitrouteError
 
@@ -171,7 +173,8 @@ def read(config: Config, query: AuditQuery, limit: int | None = None) -> Answer:
     if query.state:
         return Answer(output, _state_batches(path, delta, query, columns, output, partitioned,
                                              limit))
-    windows = _windows(delta, query, newest_first=limit is not None)
+    windows = _windows(delta, query, newest_first=limit is not None,
+                       footer=lambda file: _footer(config, query.table, file))
     if limit is None:
         batches = (batch for window in windows
                    for batch in _batches(_scan(path, delta, query, columns, output,
@@ -210,10 +213,16 @@ Window = tuple[int | None, int | None]
 """A time window of a query: [lower, upper) in microseconds since the epoch (None: open)."""
 
 
-def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool) -> list[Window]:
+def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
+             footer: Callable[[str], object] | None = None) -> list[Window]:
     """The time windows of ``query`` over ``delta``'s files, oldest first (see :func:`read`);
     joined from the newest file back when ``newest_first`` (a ``--limit``, which reads
-    from the newest window back)."""
+    from the newest window back).
+
+    A file of more than :data:`FIRST_WINDOW_ROWS` rows (a compacted one) counts as
+    its row groups, each with its own time range, when ``footer(path)`` gives its
+    Parquet metadata: DataFusion skips the row groups outside a window's bounds,
+    so that a day compacted in time order is read a row group at a time."""
     whole: list[Window] = [(None, None)]
     if query.table == SUBSCRIPTIONS or query.message_id is not None:
         return whole
@@ -228,19 +237,31 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool) -> list[W
         return whole
     since = None if query.since is None else _micros(query.since)
     until = None if query.until is None else _micros(query.until)
+    units = []
+    for path, lo, hi, rows in zip(actions["path"].to_pylist(), low.to_pylist(),
+                                  high.to_pylist(), actions["num_records"].to_pylist()):
+        parts = None
+        if footer is not None and (rows or 0) > FIRST_WINDOW_ROWS:
+            parts = _row_groups(footer, path, time)
+        units += parts or [(lo, hi, rows or 0)]
     files = sorted(
-        (lo, hi + _STATS_PAD_US, rows or 0)
-        for lo, hi, rows in zip(low.to_pylist(), high.to_pylist(),
-                                actions["num_records"].to_pylist())
+        (lo, hi, rows) for lo, hi, rows in units
         if (since is None or hi + _STATS_PAD_US > since) and (until is None or lo < until))
-    groups: list[list[int]] = []  # [start, end (exclusive), rows, files] of overlapping files
-    for lo, end, rows in files:
-        if groups and lo < groups[-1][1]:
-            groups[-1][1] = max(groups[-1][1], end)
+    # Files (and row groups) whose time ranges overlap, each group's [start, last, rows,
+    # files]. Each window's query bounds its rows by time, not its files: a boundary
+    # inside a unit's range costs a second read of that unit, never a row. So a unit
+    # that overlaps the group only at its edge (less than half of its own range: a
+    # micro-batch cut between two row groups, compaction's bins in loose time order)
+    # starts a new group, and one that overlaps more joins it (else a unit spanning a
+    # day would be read by every window).
+    groups: list[list[int]] = []
+    for lo, hi, rows in files:
+        if groups and 2 * (groups[-1][1] - lo) >= max(hi - lo, 1):
+            groups[-1][1] = max(groups[-1][1], hi)
             groups[-1][2] += rows
             groups[-1][3] += 1
         else:
-            groups.append([lo, end, rows, 1])
+            groups.append([lo, hi, rows, 1])
     if newest_first:
         groups.reverse()
     starts = []  # each window's first group, in reading order
@@ -261,6 +282,43 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool) -> list[W
         bounds = [groups[i][0] for i in starts[1:]]
     edges = [None, *bounds, None]
     return list(zip(edges[:-1], edges[1:]))
+
+
+_TIME_UNITS = {"milliseconds": 1_000, "microseconds": 1, "nanoseconds": 0.001}
+
+
+def _row_groups(footer: Callable[[str], object], path: str,
+                column: str) -> list[tuple[int, int, int]] | None:
+    """(min, max in microseconds, rows) of each row group of the file at ``path`` (relative
+    to the table) from its ``column`` statistics; None when they cannot be had (no such
+    column: column mapping; no statistics; an INT96 timestamp; a footer unreadable)."""
+    try:
+        metadata = footer(path)
+        found = []
+        for i in range(metadata.num_row_groups):
+            group = metadata.row_group(i)
+            chunk = next(group.column(j) for j in range(group.num_columns)
+                         if group.column(j).path_in_schema == column)
+            stats = chunk.statistics
+            unit = next((scale for name, scale in _TIME_UNITS.items()
+                         if name in str(stats.logical_type)), None)
+            if chunk.physical_type != "INT64" or unit is None or not stats.has_min_max:
+                return None
+            found.append((int(stats.min_raw * unit), int(stats.max_raw * unit),
+                          group.num_rows))
+        return found or None
+    except (OSError, StopIteration, pa.ArrowException, AttributeError):
+        return None
+
+
+def _footer(config: Config, table: str, path: str) -> object:
+    """The Parquet metadata of file ``path`` (as the Delta log names it) of audit table
+    ``table``, read through the warehouse's filesystem."""
+    import pyarrow.parquet as pq
+
+    filesystem, root = warehouse_filesystem(config.delta)
+    with filesystem.open_input_file(f"{root}/{table}/{unquote(path)}") as file:
+        return pq.ParquetFile(file).metadata
 
 
 def _micros(moment: datetime) -> int:

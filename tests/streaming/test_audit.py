@@ -471,3 +471,33 @@ def test_no_rows_is_a_header_and_a_count(capsys, many_files):
     assert header.split()[:2] == ["message_id", "subscriber"]
     assert count == "(0 rows)"
     assert _json(capsys, many_files, "deliveries", "--subscriber", "nobody") == []
+
+
+def test_a_compacted_file_is_read_a_row_group_at_a_time(capsys, tmp_path, many_files,
+                                                        small_windows):
+    """Compaction leaves a file per day of many row groups, in no particular time order:
+    the windows follow the row groups' time ranges (more windows than files), and the
+    answer is the same."""
+    import shutil
+
+    from deltalake import WriterProperties
+
+    copy = tmp_path / "compacted"
+    shutil.copytree(many_files, copy)
+    table = DeltaTable(str(copy / "deliveries"))
+    table.optimize.compact(writer_properties=WriterProperties(max_row_group_size=16))
+    table = DeltaTable(str(copy / "deliveries"))
+    assert len(table.file_uris()) == 3
+    config = _config(copy)
+    query = audit.AuditQuery("deliveries")
+    footer = lambda path: audit._footer(config, "deliveries", path)  # noqa: E731
+    assert footer(table.get_add_actions(flatten=True)["path"][0].as_py()).num_row_groups > 3
+    assert len(audit._windows(table, query, False, footer)) > 6
+    assert len(audit._windows(table, query, True, footer)) > 6
+    code, out, err = _audit(capsys, copy, "deliveries", "--json")
+    assert code == 0, err
+    assert out == "".join(json.dumps(row, ensure_ascii=False) + "\n"
+                          for row in _expected(many_files, "deliveries"))
+    code, out, err = _audit(capsys, copy, "deliveries", "--json", "--limit", "11")
+    assert out.split("\n")[:-1] == [json.dumps(row, ensure_ascii=False) for row in
+                                    _expected(many_files, "deliveries")[-11:]]
