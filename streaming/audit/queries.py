@@ -153,8 +153,8 @@ def read(config: Config, query: AuditQuery, limit: int | None = None) -> Answer:
     log's per-file statistics of the time column: files whose time ranges
     overlap share a window, and consecutive files are joined until a window
     holds :data:`FIRST_WINDOW_ROWS` rows of the table or :data:`FIRST_WINDOW_FILES`
-    files, both doubling window after window up to :data:`MAX_WINDOW_ROWS` and
-    :data:`MAX_WINDOW_FILES`. Each window is one DataFusion query, sorted with
+    files, both growing :data:`WINDOW_GROWTH` times window after window up to
+    :data:`MAX_WINDOW_ROWS` and :data:`MAX_WINDOW_FILES`. Each window is one DataFusion query, sorted with
     Arrow, whose time (and day) bounds prune every file of other windows, so
     a window's rows are in order among themselves and after every earlier
     window's. The first rows therefore come after one small window's read,
@@ -205,6 +205,9 @@ FIRST_WINDOW_FILES = 64
 and read however few its rows, and a router on small batches writes thousands."""
 MAX_WINDOW_FILES = 4_096
 """Files of the largest time window."""
+WINDOW_GROWTH = 4
+"""Each window's budgets are this many times the previous one's: a window's query costs
+about 0.1 s of planning over a log of 2,000 files, so few windows, growing fast."""
 _STATS_PAD_US = 1_000
 """Delta statistics of timestamps may be truncated to milliseconds (Spark writes them
 so): a file's rows may lie up to 1 ms after its recorded maximum."""
@@ -270,8 +273,8 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
     for i, (_, _, rows, count) in enumerate(groups):
         if held_rows is None or held_rows >= rows_budget or held_files >= files_budget:
             if held_rows is not None:
-                rows_budget = min(2 * rows_budget, MAX_WINDOW_ROWS)
-                files_budget = min(2 * files_budget, MAX_WINDOW_FILES)
+                rows_budget = min(WINDOW_GROWTH * rows_budget, MAX_WINDOW_ROWS)
+                files_budget = min(WINDOW_GROWTH * files_budget, MAX_WINDOW_FILES)
             starts.append(i)
             held_rows = held_files = 0
         held_rows += rows
@@ -348,8 +351,9 @@ def _scan(path: str, delta: DeltaTable, query: AuditQuery, columns: list[str],
     with _reading(path, query):
         stream = QueryBuilder().register(query.table, delta).execute(sql)
         table = arrow_table(stream)
-    table = pa.Table.from_batches([b.cast(output) for b in table.to_batches() if b.num_rows],
-                                  output)
+    # One array per column first: DataFusion yields a batch per file, and casting (its
+    # string_view to the table's string) or sorting batch by batch costs ~0.2 ms a batch.
+    table = table.combine_chunks().cast(output)
     return table if query.state else _sorted(table, query.table)
 
 
@@ -538,10 +542,17 @@ def _sorted(table: pa.Table, name: str) -> pa.Table:
             keys.append(values)
             names.append(column)
             continue
-        parts = pc.extract_regex(values, MESSAGE_ID_PATTERN)
-        keys += [pc.if_else(pc.is_valid(parts), pc.struct_field(parts, "topic"), values),
-                 pc.cast(pc.struct_field(parts, "partition"), pa.int64()),
-                 pc.cast(pc.struct_field(parts, "offset"), pa.int64())]
+        if pc.all(pc.match_substring_regex(values, MESSAGE_ID_PATTERN)).as_py():
+            # Every id has the shape: splitting at the last two slashes is 4x cheaper than
+            # extracting the pattern's groups (0.2 against 0.8 us an id).
+            split = pc.split_pattern(values, "/", max_splits=2, reverse=True)
+            topic, partition, offset = (pc.list_element(split, i) for i in range(3))
+        else:
+            parts = pc.extract_regex(values, MESSAGE_ID_PATTERN)
+            topic = pc.if_else(pc.is_valid(parts), pc.struct_field(parts, "topic"), values)
+            partition = pc.struct_field(parts, "partition")
+            offset = pc.struct_field(parts, "offset")
+        keys += [topic, pc.cast(partition, pa.int64()), pc.cast(offset, pa.int64())]
         names += [column, f"{column}.partition", f"{column}.offset"]
     order = pc.sort_indices(pa.Table.from_arrays(keys, names),
                             [(k, "ascending", "at_start") for k in names])

@@ -501,3 +501,15 @@ def test_a_compacted_file_is_read_a_row_group_at_a_time(capsys, tmp_path, many_f
     code, out, err = _audit(capsys, copy, "deliveries", "--json", "--limit", "11")
     assert out.split("\n")[:-1] == [json.dumps(row, ensure_ascii=False) for row in
                                     _expected(many_files, "deliveries")[-11:]]
+
+
+def test_message_ids_sort_by_topic_partition_and_offset_as_numbers():
+    """An id of another shape sorts as (id, -1, -1); a topic may hold slashes."""
+    ids = ["x", "t/0/10", "t/0/2", "a/b/1/1", "t/1/0", "t/0/-1"]
+    at = pa.array([T0] * len(ids), pa.timestamp("us", tz="UTC"))
+    table = pa.table({"routed_at": at, "message_id": pa.array(ids)})
+    order = ["a/b/1/1", "t/0/2", "t/0/10", "t/1/0", "t/0/-1", "x"]  # "t" < "t/0/-1"
+    assert audit._sorted(table, "messages")["message_id"].to_pylist() == order
+    shaped = [i for i in order if i not in ("x", "t/0/-1")]  # the fast path: all of one shape
+    table = table.filter(pa.array([i in shaped for i in ids]))
+    assert audit._sorted(table, "messages")["message_id"].to_pylist() == shaped
