@@ -513,3 +513,21 @@ def test_message_ids_sort_by_topic_partition_and_offset_as_numbers():
     shaped = [i for i in order if i not in ("x", "t/0/-1")]  # the fast path: all of one shape
     table = table.filter(pa.array([i in shaped for i in ids]))
     assert audit._sorted(table, "messages")["message_id"].to_pylist() == shaped
+
+
+def test_the_verb_imports_no_pandas(many_files):
+    """pyarrow imports pandas (0.4-0.7 s) to convert any Python value: the streamed path,
+    its windows, sort and rendering, converts none."""
+    script = (
+        "import sys\n"
+        "from streaming.audit import queries\n"
+        "from streaming.cli.main import main\n"
+        "queries.FIRST_WINDOW_ROWS = 8\n"
+        f"for form in (['--json'], [], ['--limit', '3'], ['--subscriber', 'bob']):\n"
+        f"    main(['audit', 'deliveries', *form, '--set', 'delta.warehouse={many_files}'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'), file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "(3 rows)" in result.stdout
+    assert result.stderr.splitlines() == ["[]"]
