@@ -154,12 +154,13 @@ def read(config: Config, query: AuditQuery, limit: int | None = None) -> Answer:
     overlap share a window, and consecutive files are joined until a window
     holds :data:`FIRST_WINDOW_ROWS` rows of the table or :data:`FIRST_WINDOW_FILES`
     files, both growing :data:`WINDOW_GROWTH` times window after window up to
-    :data:`MAX_WINDOW_ROWS` and :data:`MAX_WINDOW_FILES`. Each window is one DataFusion query, sorted with
-    Arrow, whose time (and day) bounds prune every file of other windows, so
-    a window's rows are in order among themselves and after every earlier
-    window's. The first rows therefore come after one small window's read,
-    whatever the answer's size; a window is as large as the largest group of
-    overlapping files (a day compacted into one file is one window).
+    :data:`MAX_WINDOW_ROWS` and :data:`MAX_WINDOW_FILES` (a compacted file counts
+    as its row groups: :func:`_windows`). Each window is one DataFusion query,
+    sorted with Arrow, whose time (and day) bounds prune the files of other
+    windows, so a window's rows are in order among themselves and after every
+    earlier window's. The first rows therefore come after one small window's
+    read, whatever the answer's size; a window is as large as the largest
+    group of overlapping files.
     """
     if limit is not None and limit < 1:
         raise InvalidQuery(f"--limit must be >= 1, got {limit}")
@@ -280,9 +281,12 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
         held_rows += rows
         held_files += count
     if newest_first:  # each window but the oldest begins (in time) at its oldest group
-        bounds = sorted(groups[i - 1][0] for i in starts[1:])
+        bounds = [groups[i - 1][0] for i in starts[1:]]
     else:
         bounds = [groups[i][0] for i in starts[1:]]
+    # On whole milliseconds: a file whose statistics were truncated to milliseconds
+    # (Spark's) is then never pruned from the window that holds some of its rows.
+    bounds = sorted({bound - bound % 1_000 for bound in bounds})
     edges = [None, *bounds, None]
     return list(zip(edges[:-1], edges[1:]))
 

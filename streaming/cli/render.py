@@ -198,7 +198,6 @@ def _times(column: pa.Array, quoted: bool) -> pa.Array:
 def _json_escaped(strings: pa.Array) -> pa.Array:
     """``strings`` escaped as ``json.dumps(..., ensure_ascii=False)`` escapes them:
     backslash, quote and control characters; other characters as they are."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if not pc.any(pc.match_substring_regex(strings, r'[\x00-\x1f"\\]')).as_py():
