@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -213,7 +214,7 @@ def _tail(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from streaming.audit import queries as audit
-    from streaming.cli.render import table
+    from streaming.cli.render import TableText, json_lines
 
     if args.table == "migrate":
         return _audit_migrate(args)
@@ -228,13 +229,29 @@ def _audit(args: argparse.Namespace) -> int:
             since=None if args.since is None else _time(args.since, "--since"),
             until=None if args.until is None else _time(args.until, "--until"),
             as_of_version=args.as_of_version, state=args.state)
-        columns, rows = audit.run(cfg, query)
-    if args.json:
-        for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
-    else:
-        print("\n".join(table(columns, rows)))
+        answer = audit.read(cfg, query, args.limit)
+        # Each batch is written (and flushed) as it is read: the first rows show at once.
+        text = None if args.json else TableText(answer.columns)
+        try:
+            for batch in answer.batches:
+                _write(json_lines(batch) if text is None else text.lines(batch))
+            if text is not None:
+                _write(text.end())
+        except BrokenPipeError:  # `| head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def _write(data: bytes) -> None:
+    """Write ``data`` to stdout and flush it."""
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a text-only stdout (a test's capture)
+        sys.stdout.write(data.decode())
+        sys.stdout.flush()
+        return
+    sys.stdout.flush()
+    out.write(data)
+    out.flush()
 
 
 def _time(text: str, flag: str) -> datetime:
@@ -254,7 +271,7 @@ def _audit_migrate(args: argparse.Namespace) -> int:
     from streaming.router.lock import RouterLockedError
 
     given = [f"--{name.replace('_', '-')}" for name in
-             ("subscriber", "message_id", "since", "until", "as_of_version", "state")
+             ("subscriber", "message_id", "since", "until", "as_of_version", "state", "limit")
              if getattr(args, name) not in (None, False)]
     if given:
         raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply "
@@ -535,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="subscriptions: the subscriptions in force (latest change per id, "
                             "removed ones left out) instead of every change")
     audit.add_argument("--json", action="store_true", help="one JSON object per row")
+    audit.add_argument("--limit", type=_count, metavar="N",
+                       help="only the newest N rows (still oldest first), read from the "
+                            "newest files back")
 
     sql = verb("sql", _sql,
                "run one Spark SQL statement over the audit tables, registered as deliveries, "

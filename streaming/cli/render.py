@@ -8,12 +8,16 @@ the shapes below are the command line's, not the library's.
 
 from __future__ import annotations
 
+import functools
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types only: a verb imports no more of the library than it calls
+    import pyarrow as pa
+
     from streaming.audit.maintenance import MaintenanceReport, TableReport
     from streaming.client import Delivery
     from streaming.ops.inspect import RoutingState
@@ -48,6 +52,209 @@ def _cell(value: object) -> str:
     if isinstance(value, dict):
         return ",".join(k if v is None else f"{k}={_cell(v)}" for k, v in value.items())
     return str(value)
+
+
+# --- audit rows, streamed: Arrow record batches as text, a batch at a time -----------------
+#
+# The same text as ``json.dumps(row, ensure_ascii=False)`` of the rows
+# :func:`streaming.audit.queries.run` returns, and as :func:`table` of them, built
+# column by column with Arrow compute: no Python object per row or per value.
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+"""strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
+_JSON_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t",
+                 "\b": "\\b", "\f": "\\f"}
+
+
+def json_lines(batch: pa.RecordBatch) -> bytes:
+    """``batch``'s rows as JSON lines (one object per row, ``\\n`` after each), byte for
+    byte what ``json.dumps(row, ensure_ascii=False)`` prints of each row's JSON value
+    (timestamps as ``2025-01-31T12:00:00.000000Z``, lists as arrays, maps as objects)."""
+    import pyarrow.compute as pc
+
+    if not batch.num_rows:
+        return b""
+    parts: list[object] = []
+    for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns)):
+        key = json.dumps(name, ensure_ascii=False)
+        parts += [_lit("{" + key + ": " if i == 0 else ", " + key + ": "), _json_values(column)]
+    parts.append(_lit("}\n"))
+    return _joined(pc.binary_join_element_wise(*parts, _lit("")))
+
+
+class TableText:
+    """An aligned text table written a batch at a time: the header and rule before the
+    first batch's rows, ``(N rows)`` after the last (:meth:`end`). The same cells as
+    :func:`table`; the columns can only be aligned over the rows seen so far, so each
+    column is as wide as its widest cell up to and including the current batch: a
+    later, wider value widens its column from that batch on (the header keeps the
+    first batch's widths)."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self._columns = list(columns)
+        self._widths = [len(c) for c in columns]
+        self.rows = 0
+
+    def lines(self, batch: pa.RecordBatch) -> bytes:
+        """The text of ``batch``'s rows (preceded by the header on the first call)."""
+        import pyarrow.compute as pc
+
+        cells = [_cell_values(column) for column in batch.columns]
+        widths = [max(w, pc.max(pc.utf8_length(c)).as_py() or 0) if len(c) else w
+                  for w, c in zip(self._widths, cells)]
+        head = b"" if self.rows or not batch.num_rows else self._head(widths)
+        self._widths = widths
+        self.rows += batch.num_rows
+        if not batch.num_rows:
+            return head
+        parts: list[object] = []
+        for i, (cell, width) in enumerate(zip(cells, widths)):
+            parts += [_lit("  " if i else ""), pc.utf8_rpad(cell, width=width, padding=" ")]
+        lines = pc.utf8_rtrim_whitespace(pc.binary_join_element_wise(*parts, _lit("")))
+        return head + _joined(pc.binary_join_element_wise(lines, _lit("\n"), _lit("")))
+
+    def end(self) -> bytes:
+        """The header (when no row came) and the ``(N rows)`` line."""
+        head = b"" if self.rows else self._head(self._widths)
+        return head + f"({self.rows} row{'' if self.rows == 1 else 's'})\n".encode()
+
+    def _head(self, widths: Sequence[int]) -> bytes:
+        def line(values: Sequence[str]) -> str:
+            return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+
+        return (line(self._columns) + "\n" + line(["-" * w for w in widths]) + "\n").encode()
+
+
+@functools.lru_cache(maxsize=64)
+def _lit(text: str) -> pa.Scalar:
+    """``text`` as an Arrow string scalar, built from its bytes: pyarrow converts a Python
+    value (``pa.scalar``, a ``str`` handed to a compute function) only after importing
+    pandas, 0.4-0.7 s of a short command's time."""
+    import pyarrow as pa
+
+    data = text.encode()
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
+    return pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)])[0]
+
+
+def _joined(lines: pa.Array | pa.ChunkedArray) -> bytes:
+    """The concatenation of ``lines`` (strings, no null): their data buffer's bytes."""
+    import pyarrow as pa
+
+    if isinstance(lines, pa.ChunkedArray):
+        return b"".join(_joined(chunk) for chunk in lines.chunks)
+    if not len(lines):
+        return b""
+    _, offsets, data = lines.buffers()
+    offsets = memoryview(offsets).cast("q" if pa.types.is_large_string(lines.type) else "i")
+    start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
+    return data.slice(start, end - start).to_pybytes()
+
+
+def _json_values(column: pa.Array) -> pa.Array:
+    """Each value of ``column`` as JSON text (``null`` for a null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = pc.binary_join_element_wise(_lit('"'), _json_escaped(column), _lit('"'),
+                                           _lit(""))
+    elif pa.types.is_integer(kind):
+        text = pc.cast(column, pa.string())
+    elif pa.types.is_boolean(kind):
+        text = pc.if_else(column, _lit("true"), _lit("false"))
+    elif pa.types.is_timestamp(kind) and kind.tz is not None:  # Delta's: microseconds, UTC
+        text = _times(column, quoted=True)
+    elif pa.types.is_list(kind):
+        items = _nested(column, _json_values(_child(column, column.values)))
+        text = pc.binary_join_element_wise(_lit("["), pc.binary_join(items, _lit(", ")),
+                                           _lit("]"), _lit(""))
+    elif pa.types.is_map(kind):
+        entries = pc.binary_join_element_wise(
+            _json_values(_child(column, column.keys)), _lit(": "),
+            _json_values(_child(column, column.items)), _lit(""))
+        text = pc.binary_join_element_wise(
+            _lit("{"), pc.binary_join(_nested(column, entries), _lit(", ")), _lit("}"), _lit(""))
+    else:  # no such column in the audit tables: Python's own JSON of each value
+        text = pa.array([json.dumps(v, ensure_ascii=False, default=str)
+                         for v in column.to_pylist()], pa.string())
+    return pc.fill_null(text, _lit("null"))
+
+
+def _times(column: pa.Array, quoted: bool) -> pa.Array:
+    """Timestamps as :data:`TIME_FORMAT` text (JSON-quoted when ``quoted``), each
+    distinct value formatted once: Arrow's strftime costs about 2 us a value, and a
+    batch's rows share a few (``routed_at`` is one per micro-batch)."""
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(column)
+    text = pc.strftime(encoded.dictionary, TIME_FORMAT)
+    if quoted:
+        text = pc.binary_join_element_wise(_lit('"'), text, _lit('"'), _lit(""))
+    return text.take(encoded.indices)
+
+
+def _json_escaped(strings: pa.Array) -> pa.Array:
+    """``strings`` escaped as ``json.dumps(..., ensure_ascii=False)`` escapes them:
+    backslash, quote and control characters; other characters as they are."""
+    import pyarrow.compute as pc
+
+    if not pc.any(pc.match_substring_regex(strings, r'[\x00-\x1f"\\]')).as_py():
+        return strings
+    for char, escaped in _JSON_ESCAPES.items():  # the backslash first
+        strings = pc.replace_substring(strings, char, escaped)
+    for code in range(0x20):
+        if chr(code) not in _JSON_ESCAPES:
+            strings = pc.replace_substring(strings, chr(code), f"\\u{code:04x}")
+    return strings
+
+
+def _child(column: pa.Array, child: pa.Array) -> pa.Array:
+    """The part of list or map ``column``'s ``child`` array (its values, keys or items,
+    whole even when ``column`` is a slice) that ``column``'s elements hold."""
+    start = column.offsets[0].as_py()
+    return child.slice(start, column.offsets[-1].as_py() - start)
+
+
+def _nested(column: pa.Array, values: pa.Array) -> pa.Array:
+    """``values`` (one per element of list or map ``column``: :func:`_child`) as lists
+    in ``column``'s shape (its offsets and nulls)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets = pc.subtract(column.offsets, column.offsets[0])  # a new array, from 0
+    return pa.ListArray.from_arrays(offsets, values,
+                                    mask=column.is_null() if column.null_count else None)
+
+
+def _cell_values(column: pa.Array) -> pa.Array:
+    """Each value of ``column`` as :func:`table` shows it (:func:`_cell` of the JSON value:
+    an empty cell for a null, lists joined with ``,``, maps as ``name=value``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = column
+    elif pa.types.is_integer(kind):
+        text = pc.cast(column, pa.string())
+    elif pa.types.is_boolean(kind):
+        text = pc.if_else(column, _lit("True"), _lit("False"))
+    elif pa.types.is_timestamp(kind) and kind.tz is not None:
+        text = _times(column, quoted=False)
+    elif pa.types.is_list(kind):
+        cells = _cell_values(_child(column, column.values))
+        text = pc.binary_join(_nested(column, cells), _lit(","))
+    elif pa.types.is_map(kind):
+        keys, values = _child(column, column.keys), _child(column, column.items)
+        entries = pc.if_else(pc.is_null(values), keys,
+                             pc.binary_join_element_wise(keys, _lit("="), _cell_values(values),
+                                                         _lit("")))
+        text = pc.binary_join(_nested(column, entries), _lit(","))
+    else:
+        text = pa.array([_cell(v) for v in column.to_pylist()], pa.string())
+    return pc.fill_null(text, _lit(""))
 
 
 # --- tail ----------------------------------------------------------------------------------

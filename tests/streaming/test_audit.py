@@ -11,6 +11,7 @@ its imports are the point.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -287,3 +288,246 @@ def test_bad_queries_are_one_line_errors(capsys, warehouse, args, code, message)
     assert (result, out) == (code, "")
     [line] = err.splitlines()
     assert line.startswith("bitroute: error: ") and message in line
+
+
+# --- streamed answers: time windows, Arrow rendering, --limit ---------------------------------
+#
+# A router on small batches leaves one file per batch: ``many_files`` is 60 commits (a
+# minute apart, over three days) of messages and deliveries, with strings JSON must
+# escape. The window sizes are made small so that an answer spans many windows.
+
+TEXTS = ['plain', 'quote " and \\ backslash', 'tab\tnew\nline\r', 'ctl \x01\x1f end',
+         'unicode é ✓ \u2028', '', 'a,b=c']
+
+
+def _many_rows(commit: int) -> dict[str, list[tuple]]:
+    at = T0 - timedelta(days=2) + timedelta(hours=commit)  # 60 hours: three days
+    text = TEXTS[commit % len(TEXTS)]
+    deliveries, messages = [], []
+    for i in range(5):
+        offset = commit * 5 + i
+        for subscriber in ("alice", "bob") if i % 2 else ("alice",):
+            deliveries.append((f"p/0/{offset}", subscriber, [f"{subscriber}-1", text],
+                               "amq.topic", f"k.{text}", f"dlv.{subscriber}", 1, commit,
+                               None if i == 3 else at - timedelta(seconds=1), at))
+        messages.append((f"p/0/{offset}", "amq.topic", f"k.{text}", "routed" if i else "rejected",
+                         2 if i % 2 else 1, text if not i else None,
+                         None if i == 2 else {"h": text, "empty": None}, i, 1, commit,
+                         at - timedelta(seconds=1), at))
+    return {"deliveries": deliveries, "messages": messages}
+
+
+@pytest.fixture(scope="module")
+def many_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("many-files")
+    for name in ("deliveries", "messages"):
+        schema = arrow_schema(AUDIT_TABLES[name])
+        day = PARTITION_COLUMNS[name]
+        DeltaTable.create(root / name, schema=schema, partition_by=[day])
+        for commit in range(60):
+            rows = [(*row, row[-1].date()) for row in _many_rows(commit)[name]]
+            table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema)
+            write_deltalake(root / name, table, mode="append", partition_by=[day])
+    return root
+
+
+@pytest.fixture
+def small_windows(monkeypatch):
+    monkeypatch.setattr(audit, "FIRST_WINDOW_ROWS", 8)
+    monkeypatch.setattr(audit, "MAX_WINDOW_ROWS", 30)
+
+
+@pytest.fixture
+def few_files_windows(monkeypatch):
+    monkeypatch.setattr(audit, "FIRST_WINDOW_FILES", 3)
+    monkeypatch.setattr(audit, "MAX_WINDOW_FILES", 12)
+
+
+def _expected(warehouse: Path, table: str, keep=lambda row: True) -> list[dict]:
+    """The rows of ``table`` as the verb shows them, made in Python from the whole table."""
+    rows = DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
+    for row in rows:
+        del row[PARTITION_COLUMNS[table]]
+        for name, value in row.items():
+            if isinstance(value, datetime):
+                row[name] = value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            elif name == "headers" and value is not None:
+                row[name] = dict(value)
+    rows = [row for row in rows if keep(row)]
+    order = ("subscriber",) if table == "deliveries" else ()
+    return sorted(rows, key=lambda r: (r["routed_at"], int(r["message_id"].split("/")[2]),
+                                       *(r[c] for c in order)))
+
+
+def test_a_streamed_answer_spans_windows_and_reads_as_one(capsys, many_files, small_windows):
+    query = audit.AuditQuery("deliveries", subscriber="alice")
+    windows = audit._windows(DeltaTable(str(many_files / "deliveries")), query, False)
+    assert len(windows) > 5
+    assert windows[0][0] is None and windows[-1][1] is None
+    assert all(a[1] == b[0] for a, b in zip(windows, windows[1:]))
+    for args, keep in [
+        (["deliveries", "--subscriber", "alice"], lambda r: r["subscriber"] == "alice"),
+        (["deliveries"], lambda r: True),
+        (["messages", "--since", _iso(-20 * 60), "--until", _iso(3 * 60)],
+         lambda r: _iso(-20 * 60) <= r["routed_at"] < _iso(3 * 60)),
+    ]:
+        code, out, err = _audit(capsys, many_files, *args, "--json")
+        assert code == 0, err
+        expected = _expected(many_files, args[0], keep)
+        assert len(expected) > 20
+        # Byte for byte what json.dumps of each row prints (escapes, nulls, maps, lists).
+        assert out == "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in expected)
+
+
+def test_the_streamed_table_is_the_collected_table(capsys, many_files, small_windows,
+                                                   monkeypatch):
+    from streaming.cli.render import table
+
+    code, out, _ = _audit(capsys, many_files, "messages")
+    assert code == 0
+    columns, rows = audit.run(_config(many_files), audit.AuditQuery("messages"))
+    expected = table(columns, rows)
+    # Windows after the first may widen a column: the cells are the same, the padding
+    # not; with one window the whole text is the same.
+    assert re.sub(" +", " ", out) == re.sub(" +", " ", "\n".join(expected) + "\n")
+    assert expected[-1] == "(300 rows)"
+    monkeypatch.setattr(audit, "FIRST_WINDOW_ROWS", 10**9)
+    code, out, _ = _audit(capsys, many_files, "messages")
+    assert out == "\n".join(expected) + "\n"
+
+
+def _config(warehouse: Path):
+    from streaming import config as bitroute_config
+    return bitroute_config.load(overrides={"delta.warehouse": str(warehouse)}, environ={})
+
+
+def test_the_first_rows_come_before_the_later_files_are_read(tmp_path, many_files,
+                                                               few_files_windows):
+    """The first batch of an answer is read from the oldest window alone: with every
+    file of the last two days gone from disk it still comes, and the iteration fails
+    only when it reaches them; ``--limit`` reads from the newest files back, so with
+    the first day's files gone it still answers."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(many_files, copy)
+    days = sorted(p for p in (copy / "deliveries").iterdir() if p.name.startswith("routed_date="))
+    assert len(days) == 3
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for day in days[1:]:
+        shutil.move(day, moved / day.name)
+    query = audit.AuditQuery("deliveries")
+    assert len(audit._windows(DeltaTable(str(copy / "deliveries")), query, False)) > 5
+    answer = audit.read(_config(copy), query)
+    first = next(answer.batches)
+    assert first.num_rows and first["message_id"][0].as_py() == "p/0/0"
+    with pytest.raises(audit.AuditError):
+        list(answer.batches)
+    for day in days[1:]:
+        shutil.move(moved / day.name, day)
+    shutil.move(days[0], moved / days[0].name)
+    newest = _expected(many_files, "deliveries", lambda r: r["subscriber"] == "bob")[-4:]
+    columns, rows = audit.run(_config(copy), audit.AuditQuery("deliveries", subscriber="bob"),
+                              limit=4)
+    assert rows == newest
+
+
+@pytest.mark.parametrize("args, count", [
+    (["deliveries", "--subscriber", "alice", "--limit", "7"], 7),
+    (["deliveries", "--limit", "1000"], None),  # more than there are: all of them
+    (["messages", "--message-id", "p/0/3", "--limit", "1"], 1),
+    (["messages", "--since", _iso(-30), "--limit", "3"], 3),
+])
+def test_limit_keeps_the_newest_rows_in_time_order(capsys, many_files, small_windows, args,
+                                                   count):
+    everything = [a for a in args if a != "--limit" and not a.isdigit() or a == "p/0/3"]
+    code, out, err = _audit(capsys, many_files, *everything, "--json")
+    assert code == 0, err
+    whole = out.split("\n")[:-1]  # not splitlines: a JSON string may hold U+2028
+    code, out, err = _audit(capsys, many_files, *args, "--json")
+    assert code == 0, err
+    assert out.split("\n")[:-1] == whole[-(count or len(whole)):]
+    code, out, _ = _audit(capsys, many_files, *args)
+    assert out.split("\n")[-2] == f"({count or len(whole)} row{'s' if count != 1 else ''})"
+
+
+def test_limit_on_the_subscriptions_state_and_bad_limits(capsys, warehouse):
+    rows = _json(capsys, warehouse, "subscriptions", "--state", "--limit", "1")
+    assert [r["subscription_id"] for r in rows] == ["b2"]
+    for bad in ("0", "-2", "many"):
+        with pytest.raises(SystemExit) as exit_:
+            _audit(capsys, warehouse, "deliveries", "--limit", bad)
+        captured = capsys.readouterr()
+        assert (exit_.value.code, captured.out) == (2, "")
+        assert "argument --limit:" in captured.err.splitlines()[-1]
+    code, _, err = _audit(capsys, warehouse, "migrate", "--limit", "3")
+    assert code == 2 and "--limit does not apply to audit migrate" in err
+
+
+def test_no_rows_is_a_header_and_a_count(capsys, many_files):
+    code, out, _ = _audit(capsys, many_files, "deliveries", "--subscriber", "nobody")
+    header, rule, count = out.splitlines()
+    assert header.split()[:2] == ["message_id", "subscriber"]
+    assert count == "(0 rows)"
+    assert _json(capsys, many_files, "deliveries", "--subscriber", "nobody") == []
+
+
+def test_a_compacted_file_is_read_a_row_group_at_a_time(capsys, tmp_path, many_files,
+                                                        small_windows):
+    """Compaction leaves a file per day of many row groups, in no particular time order:
+    the windows follow the row groups' time ranges (more windows than files), and the
+    answer is the same."""
+    import shutil
+
+    from deltalake import WriterProperties
+
+    copy = tmp_path / "compacted"
+    shutil.copytree(many_files, copy)
+    table = DeltaTable(str(copy / "deliveries"))
+    table.optimize.compact(writer_properties=WriterProperties(max_row_group_size=16))
+    table = DeltaTable(str(copy / "deliveries"))
+    assert len(table.file_uris()) == 3
+    config = _config(copy)
+    query = audit.AuditQuery("deliveries")
+    footer = lambda path: audit._footer(config, "deliveries", path)  # noqa: E731
+    assert footer(table.get_add_actions(flatten=True)["path"][0].as_py()).num_row_groups > 3
+    assert len(audit._windows(table, query, False, footer)) > 6
+    assert len(audit._windows(table, query, True, footer)) > 6
+    code, out, err = _audit(capsys, copy, "deliveries", "--json")
+    assert code == 0, err
+    assert out == "".join(json.dumps(row, ensure_ascii=False) + "\n"
+                          for row in _expected(many_files, "deliveries"))
+    code, out, err = _audit(capsys, copy, "deliveries", "--json", "--limit", "11")
+    assert out.split("\n")[:-1] == [json.dumps(row, ensure_ascii=False) for row in
+                                    _expected(many_files, "deliveries")[-11:]]
+
+
+def test_message_ids_sort_by_topic_partition_and_offset_as_numbers():
+    """An id of another shape sorts as (id, -1, -1); a topic may hold slashes."""
+    ids = ["x", "t/0/10", "t/0/2", "a/b/1/1", "t/1/0", "t/0/-1"]
+    at = pa.array([T0] * len(ids), pa.timestamp("us", tz="UTC"))
+    table = pa.table({"routed_at": at, "message_id": pa.array(ids)})
+    order = ["a/b/1/1", "t/0/2", "t/0/10", "t/1/0", "t/0/-1", "x"]  # "t" < "t/0/-1"
+    assert audit._sorted(table, "messages")["message_id"].to_pylist() == order
+    shaped = [i for i in order if i not in ("x", "t/0/-1")]  # the fast path: all of one shape
+    table = table.filter(pa.array([i in shaped for i in ids]))
+    assert audit._sorted(table, "messages")["message_id"].to_pylist() == shaped
+
+
+def test_the_verb_imports_no_pandas(many_files):
+    """pyarrow imports pandas (0.4-0.7 s) to convert any Python value: the streamed path,
+    its windows, sort and rendering, converts none."""
+    script = (
+        "import sys\n"
+        "from streaming.audit import queries\n"
+        "from streaming.cli.main import main\n"
+        "queries.FIRST_WINDOW_ROWS = 8\n"
+        f"for form in (['--json'], [], ['--limit', '3'], ['--subscriber', 'bob']):\n"
+        f"    main(['audit', 'deliveries', *form, '--set', 'delta.warehouse={many_files}'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'), file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "(3 rows)" in result.stdout
+    assert result.stderr.splitlines() == ["[]"]
