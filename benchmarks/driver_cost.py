@@ -274,6 +274,26 @@ class CpuTimeline:
         return {k: b[k] - a[k] for k in a}
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (utime + stime) of ``pid``'s threads, summed by thread name with its
+    numbers dropped (``GC Thread#3`` -> ``GC Thread#``)."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for entry in os.scandir(f"/proc/{pid}/task"):
+            try:
+                with open(f"{entry.path}/stat") as f:
+                    head, rest = f.read().rsplit(")", 1)
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            name = re.sub(r"[0-9]+", "", head.split("(", 1)[1]).strip() or "?"
+            fields = rest.split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
 def process_tree() -> dict[int, list[int]]:
     """pid -> its children's pids, from /proc."""
     tree: dict[int, list[int]] = {}
@@ -394,6 +414,15 @@ class RunResult:
     """Driver CPU seconds per second with nothing left to route (after the drain)."""
     ok: bool = False
     error: str = ""
+    steady_batches: int = 0
+    steady_deliveries: int = 0
+    steady_driver_s: float = 0.0
+    """Driver CPU from the end of the first batch to the end of the last full one: the
+    batches after the first, without the first batch's warm-up (the JVM's JIT, the
+    executors' Python workers) and the audit's last commit."""
+    steady_executors_s: float = 0.0
+    driver_jvm_threads: dict[str, float] = field(default_factory=dict)
+    """The driver JVM's CPU seconds in the measured span by thread name, largest first."""
 
     @property
     def driver_s(self) -> float:
@@ -414,6 +443,18 @@ class RunResult:
     @property
     def driver_per_batch(self) -> float:
         return self.driver_s / max(self.batches, 1)
+
+    @property
+    def steady_per_million(self) -> float:
+        return self.steady_driver_s / max(self.steady_deliveries, 1) * 1e6
+
+    @property
+    def steady_per_batch(self) -> float:
+        return self.steady_driver_s / max(self.steady_batches, 1)
+
+    @property
+    def steady_share(self) -> float:
+        return self.steady_driver_s / max(self.steady_driver_s + self.steady_executors_s, 1e-9)
 
 
 def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder: Path,
@@ -462,11 +503,13 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             timeline = CpuTimeline(router_roles(router, cluster, broker), sample).start()
             messages = config.delta.table_path("messages")
             audited_at = None
+            threads_start: dict[str, float] = {}
             while time.monotonic() < deadline:
                 if not router.alive():
                     raise RuntimeError(f"the router exited; see {router.log}")
                 if counter.first_timestamp is not None and not result.load_start:
                     result.load_start = os.getloadavg()[0]
+                    threads_start = _driver_jvm_threads(router)
                 if counter.count and audited_at is None:
                     if audited_messages(messages) >= len(w.publishes):
                         audited_at = time.time()
@@ -478,6 +521,10 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
                                    f"{expected:,} deliveries consumed, audit "
                                    f"{'complete' if audited_at else 'incomplete'}")
             result.load_end = os.getloadavg()[0]
+            threads_end = _driver_jvm_threads(router)
+            result.driver_jvm_threads = dict(sorted(
+                ((k, round(v - threads_start.get(k, 0.0), 2)) for k, v in threads_end.items()
+                 if v - threads_start.get(k, 0.0) >= 0.01), key=lambda kv: -kv[1]))
             start, end = counter.first_timestamp, max(counter.done_at, audited_at)
             # The router idle (no publishes left): what the driver costs per second
             # whatever it routes.
@@ -492,6 +539,13 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             counted = [b for b in router.batches if b["publishes"]]
             result.batches = len(counted)
             result.routed_in = sorted({b["routed_in"] for b in counted})
+            full = [b for b in counted[1:] if b["publishes"] >= 0.5 * batch]
+            if full:
+                cpu = timeline.between(counted[0]["at"], full[-1]["at"])
+                result.steady_batches = len(full)
+                result.steady_deliveries = sum(b["deliveries"] for b in full)
+                result.steady_driver_s = cpu["driver Python"] + cpu["driver JVM"]
+                result.steady_executors_s = cpu["executor JVMs"] + cpu["executor Python"]
             result.ok = True
     except Exception as exc:  # one failed run is reported, the others still run
         result.error = f"{type(exc).__name__}: {exc}"
@@ -507,6 +561,16 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
     return result
 
 
+def _driver_jvm_threads(router: Router) -> dict[str, float]:
+    tree = process_tree()
+    out: dict[str, float] = {}
+    for pid in descendants(tree, router.process.pid):
+        if _is_java(pid):
+            for name, cpu in thread_cpu(pid).items():
+                out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
 # --- report ----------------------------------------------------------------------------------
 
 def run_line(r: RunResult) -> str:
@@ -518,12 +582,16 @@ def run_line(r: RunResult) -> str:
             f"{r.cpu['executor JVMs']:>6.2f} {r.cpu['executor Python']:>6.2f} "
             f"{r.executors_s:>7.2f} {r.driver_share:>6.1%} {r.wall_s:>6.1f} "
             f"{r.cpu['cluster daemons']:>6.2f} {r.cpu['Kafka broker']:>6.2f} "
-            f"{r.load_start:>5.1f} {r.load_end:>5.1f} {r.idle_driver_per_s:>6.3f}  "
-            f"{','.join(r.routed_in)}")
+            f"{r.load_start:>5.1f} {r.load_end:>5.1f} {r.idle_driver_per_s:>6.3f} | "
+            f"{r.steady_batches:>3} {r.steady_driver_s:>6.2f} {r.steady_per_million:>7.2f} "
+            f"{r.steady_per_batch:>7.3f} {r.steady_share:>6.1%}  {','.join(r.routed_in)}")
 
 
 HEADER = ("code     batch deliveries  bat  drvPy drvJVM driver  drv/1M  drv/bat "
-          "exJVM   exPy  execs  share   wall daemon broker  load0 load1 idle/s  routed in")
+          "exJVM   exPy  execs  share   wall daemon broker  load0 load1 idle/s | "
+          "bat driver  drv/1M drv/bat  share  routed in\n"
+          "(left of |: from the first delivery until all were consumed and audited; right: "
+          "the steady batches, those after the first)")
 
 
 def summary(results: list[RunResult]) -> list[str]:
@@ -542,7 +610,12 @@ def summary(results: list[RunResult]) -> list[str]:
             f"{stat(lambda r: r.driver_per_million, '.2f')} s, per batch "
             f"{stat(lambda r: r.driver_per_batch, '.3f')} s; executors "
             f"{stat(lambda r: r.executors_s, '.2f')} s; driver share "
-            f"{stat(lambda r: r.driver_share, '.1%')}; wall {stat(lambda r: r.wall_s, '.1f')} s")
+            f"{stat(lambda r: r.driver_share, '.1%')}; wall {stat(lambda r: r.wall_s, '.1f')} s"
+            + (f"; steady (batches after the first): driver per million deliveries "
+               f"{stat(lambda r: r.steady_per_million, '.2f')} s, per batch "
+               f"{stat(lambda r: r.steady_per_batch, '.3f')} s, share "
+               f"{stat(lambda r: r.steady_share, '.1%')}"
+               if all(r.steady_batches for r in group) else ""))
     for batch in sorted({r.batch for r in results if r.ok}):
         before = [r.driver_per_million for r in results if r.ok and r.code == "before"
                   and r.batch == batch]
@@ -551,6 +624,15 @@ def summary(results: list[RunResult]) -> list[str]:
         if before and after:
             lines.append(
                 f"batch {batch:,}: driver CPU per million deliveries, before / after = "
+                f"{statistics.median(before) / statistics.median(after):.1f}x (medians), "
+                f"{min(before) / min(after):.1f}x (minima)")
+        before = [r.steady_per_million for r in results if r.ok and r.code == "before"
+                  and r.batch == batch and r.steady_batches]
+        after = [r.steady_per_million for r in results if r.ok and r.code == "after"
+                 and r.batch == batch and r.steady_batches]
+        if before and after:
+            lines.append(
+                f"batch {batch:,}, steady: before / after = "
                 f"{statistics.median(before) / statistics.median(after):.1f}x (medians), "
                 f"{min(before) / min(after):.1f}x (minima)")
     return lines
@@ -600,6 +682,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, default=10.0,
                     help="seconds of the idle router measured after each drain (0: none)")
     ap.add_argument("--target", type=float, default=10e6, help="deliveries/s, for the paper sizing")
+    ap.add_argument("--threads", action="store_true",
+                    help="print the driver JVM's CPU in the measured span by thread name")
     ap.add_argument("--folder", type=Path, default=None,
                     help="where the runs' folders go (default: a temporary folder, removed)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders")
@@ -645,6 +729,10 @@ def main(argv: list[str] | None = None) -> int:
             if i == 0:
                 print(HEADER)
             print(run_line(r), flush=True)
+            if args.threads and r.ok:
+                print("    driver JVM threads (CPU s): " + ", ".join(
+                    f"{name} {cpu:.2f}" for name, cpu in list(r.driver_jvm_threads.items())[:12]),
+                    flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
