@@ -349,14 +349,14 @@ def router_roles(router: Router, cluster: Cluster, broker: EmbeddedBroker) -> di
 # --- what is watched: deliveries consumed, messages audited ---------------------------------
 
 class DeliveryCounter:
-    """Counts the records of the delivery topics from their beginning, in a thread; notes
-    the earliest record timestamp (the first delivery) and when ``expected`` were read."""
+    """Counts the records of the delivery topics from their beginning, in a thread, until
+    stopped. ``first_timestamp``: the earliest record timestamp at or after ``mark`` (epoch
+    s; the first delivery of the measured publishes); ``done_at``: when ``expected``
+    records had been read (both reset by :meth:`expect`)."""
 
     def __init__(self, config, topics: list[str], partitions: int, expected: int) -> None:
-        self.expected = expected
         self.count = 0
-        self.first_timestamp: float | None = None
-        self.done_at: float | None = None
+        self.expect(expected, 0.0)
         self._consumer = kafka.consumer(config.kafka.client_settings,
                                         f"driver-cost-{time.time_ns()}",
                                         {"fetch.wait.max.ms": 50, "enable.auto.commit": False})
@@ -366,24 +366,55 @@ class DeliveryCounter:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def expect(self, expected: int, mark: float) -> None:
+        self.expected, self.mark = expected, mark
+        self.first_timestamp: float | None = None
+        self.done_at: float | None = None
+
     def _run(self) -> None:
         try:
-            while not self._stop.is_set() and self.count < self.expected:
+            while not self._stop.is_set():
                 records = self._consumer.consume(10_000, 0.2)
                 good = [r for r in records if r.error() is None]
                 if good:
-                    first = min(r.timestamp()[1] for r in good) / 1000.0
-                    if self.first_timestamp is None or first < self.first_timestamp:
+                    first = min((t for t in (r.timestamp()[1] / 1000.0 for r in good)
+                                 if t >= self.mark), default=None)
+                    if first is not None and (self.first_timestamp is None
+                                              or first < self.first_timestamp):
                         self.first_timestamp = first
                     self.count += len(good)
-            if self.count >= self.expected:
-                self.done_at = time.time()
+                if self.done_at is None and self.count >= self.expected:
+                    self.done_at = time.time()
         finally:
             self._consumer.close()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+def _drain(router: Router, counter: DeliveryCounter, messages: str, publishes: int,
+           deadline: float, result: "RunResult", timeout: float) -> tuple[dict[str, float], float]:
+    """Wait until ``counter`` has its deliveries and the ``messages`` table ``publishes``
+    rows; note the load average and the driver JVM's threads at the first delivery.
+    Returns those threads' CPU and when the audit was complete."""
+    audited_at = None
+    threads_start: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        if not router.alive():
+            raise RuntimeError(f"the router exited; see {router.log}")
+        if counter.first_timestamp is not None and not result.load_start:
+            result.load_start = os.getloadavg()[0]
+            threads_start = _driver_jvm_threads(router)
+        if counter.count and audited_at is None:
+            if audited_messages(messages) >= publishes:
+                audited_at = time.time()
+        if counter.done_at is not None and audited_at is not None:
+            return threads_start, audited_at
+        time.sleep(0.5)
+    raise RuntimeError(f"timed out after {timeout:.0f}s: {counter.count:,} of "
+                       f"{counter.expected:,} deliveries consumed, audit "
+                       f"{'complete' if audited_at else 'incomplete'}")
 
 
 def audited_messages(path: str) -> int:
@@ -403,6 +434,8 @@ class RunResult:
     tree: str
     batch: int
     backlog: int
+    warm: bool = False
+    """Measured on a second backlog, produced after the router drained a first one."""
     deliveries: int = 0
     batches: int = 0
     routed_in: list[str] = field(default_factory=list)
@@ -421,8 +454,11 @@ class RunResult:
     batches after the first, without the first batch's warm-up (the JVM's JIT, the
     executors' Python workers) and the audit's last commit."""
     steady_executors_s: float = 0.0
+    idle_driver_python_per_s: float = 0.0
     driver_jvm_threads: dict[str, float] = field(default_factory=dict)
     """The driver JVM's CPU seconds in the measured span by thread name, largest first."""
+    idle_jvm_threads: dict[str, float] = field(default_factory=dict)
+    """The same while the router was idle after the drain (``--idle`` seconds)."""
 
     @property
     def driver_s(self) -> float:
@@ -458,10 +494,11 @@ class RunResult:
 
 
 def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder: Path,
-             timeout: float, sample: float, idle: float) -> RunResult:
+             timeout: float, sample: float, idle: float, warm: bool = False,
+             extra_sets: tuple[str, ...] = ()) -> RunResult:
     """One measured drain of ``w``'s publishes by a router of ``tree`` on a fresh cluster
     and broker in ``folder``; everything started is stopped before returning."""
-    result = RunResult(code, str(tree), batch, len(w.publishes))
+    result = RunResult(code, str(tree), batch, len(w.publishes), warm=warm)
     expected = len(w.publishes) * fanout
     deadline = time.monotonic() + timeout
     folder.mkdir(parents=True)
@@ -482,6 +519,7 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
                 f"spark.master={cluster.url}",
                 "spark.options.spark.executor.memory=512m",
                 "spark.log_level=WARN",
+                *extra_sets,
             ]
             config = load(None, parse_set_flags(sets), environ={})
             ensure_router_topics(config)
@@ -502,41 +540,46 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             router = Router(tree, sets, folder)
             timeline = CpuTimeline(router_roles(router, cluster, broker), sample).start()
             messages = config.delta.table_path("messages")
-            audited_at = None
-            threads_start: dict[str, float] = {}
-            while time.monotonic() < deadline:
-                if not router.alive():
-                    raise RuntimeError(f"the router exited; see {router.log}")
-                if counter.first_timestamp is not None and not result.load_start:
-                    result.load_start = os.getloadavg()[0]
-                    threads_start = _driver_jvm_threads(router)
-                if counter.count and audited_at is None:
-                    if audited_messages(messages) >= len(w.publishes):
-                        audited_at = time.time()
-                if counter.done_at is not None and audited_at is not None:
-                    break
-                time.sleep(0.5)
+            if warm:
+                # The same backlog once more, routed by the warm router (its JVM's JIT
+                # done, the executors' Python workers up), produced while it runs.
+                _drain(router, counter, messages, len(w.publishes), deadline, result, timeout)
+                _log(f"{code} batch {batch:,}: warm-up drained; producing the measured backlog")
+                mark = time.time()
+                counter.expect(2 * expected, mark)
+                first_batch = len(router.batches)
+                procs, out, _ = kafka_load.start_publishers(
+                    config.kafka.client_settings, config.kafka.publishes_topic, EXCHANGE, w, 0,
+                    600, processes=1, count=len(w.publishes), start_at=time.time())
+                sent = kafka_load.join_publishers(procs, out, timeout=300)
+                if sent["sent"] != len(w.publishes) or sent["unacked"]:
+                    raise RuntimeError(f"the measured backlog was not produced whole: {sent}")
+                result.load_start = 0.0
             else:
-                raise RuntimeError(f"timed out after {timeout:.0f}s: {counter.count:,} of "
-                                   f"{expected:,} deliveries consumed, audit "
-                                   f"{'complete' if audited_at else 'incomplete'}")
+                first_batch = 0
+            threads_start, audited_at = _drain(router, counter, messages,
+                                               len(w.publishes) * (2 if warm else 1), deadline,
+                                               result, timeout)
             result.load_end = os.getloadavg()[0]
             threads_end = _driver_jvm_threads(router)
-            result.driver_jvm_threads = dict(sorted(
-                ((k, round(v - threads_start.get(k, 0.0), 2)) for k, v in threads_end.items()
-                 if v - threads_start.get(k, 0.0) >= 0.01), key=lambda kv: -kv[1]))
+            result.driver_jvm_threads = _thread_diff(threads_start, threads_end)
             start, end = counter.first_timestamp, max(counter.done_at, audited_at)
             # The router idle (no publishes left): what the driver costs per second
             # whatever it routes.
+            time.sleep(max(0.0, end + 0.5 - time.time()))
+            idle_threads_start = _driver_jvm_threads(router)
             time.sleep(idle + sample * 1.5)
+            idle_threads_end = _driver_jvm_threads(router)
             timeline.stop()
             quiet = timeline.between(end + 0.5, end + 0.5 + idle) if idle else {}
             result.idle_driver_per_s = (quiet.get("driver Python", 0.0)
                                         + quiet.get("driver JVM", 0.0)) / idle if idle else 0.0
+            result.idle_driver_python_per_s = quiet.get("driver Python", 0.0) / idle if idle else 0.0
+            result.idle_jvm_threads = _thread_diff(idle_threads_start, idle_threads_end)
             result.wall_s = end - start
             result.cpu = timeline.between(start, end)
-            result.deliveries = counter.count
-            counted = [b for b in router.batches if b["publishes"]]
+            result.deliveries = counter.count - (expected if warm else 0)
+            counted = [b for b in router.batches[first_batch:] if b["publishes"]]
             result.batches = len(counted)
             result.routed_in = sorted({b["routed_in"] for b in counted})
             full = [b for b in counted[1:] if b["publishes"] >= 0.5 * batch]
@@ -559,6 +602,12 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             router.stop()
         broker.stop()
     return result
+
+
+def _thread_diff(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per thread name between two :func:`_driver_jvm_threads`, largest first."""
+    return dict(sorted(((k, round(v - start.get(k, 0.0), 2)) for k, v in end.items()
+                        if v - start.get(k, 0.0) >= 0.01), key=lambda kv: -kv[1]))
 
 
 def _driver_jvm_threads(router: Router) -> dict[str, float]:
@@ -682,6 +731,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=float, default=10.0,
                     help="seconds of the idle router measured after each drain (0: none)")
     ap.add_argument("--target", type=float, default=10e6, help="deliveries/s, for the paper sizing")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a further `bitroute run --set` for every run (both codes)")
+    ap.add_argument("--warm", action="store_true",
+                    help="measure a second backlog, produced once the router has drained a "
+                         "first one (a warm JVM and warm Python workers), instead of the first")
     ap.add_argument("--threads", action="store_true",
                     help="print the driver JVM's CPU in the measured span by thread name")
     ap.add_argument("--folder", type=Path, default=None,
@@ -716,7 +770,9 @@ def main(argv: list[str] | None = None) -> int:
           f"after = {after_tree} at {commit}" + (
               f", before = {args.before} at {_commit(args.before)}" if args.before else ""))
     print(f"workload: {w.description}; {args.fanout} deliveries per publish; backlog "
-          f"{args.backlog:,} publishes ({args.tiny_backlog:,} for the tiny batches)")
+          f"{args.backlog:,} publishes ({args.tiny_backlog:,} for the tiny batches)"
+          + (f"; measured on a second backlog (--warm)" if args.warm else "")
+          + "".join(f"; --set {s}" for s in args.set))
     sys.stdout.flush()
     base = Path(tempfile.mkdtemp(prefix="driver-cost-", dir=args.folder))
     results: list[RunResult] = []
@@ -724,7 +780,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, (code, tree, batch, workload) in enumerate(plan):
             _log(f"run {i + 1}/{len(plan)}: {code} ({tree}), batches of {batch:,}")
             r = run_once(code, tree, batch, workload, args.fanout,
-                         base / f"run{i + 1}-{code}-{batch}", args.timeout, args.sample, args.idle)
+                         base / f"run{i + 1}-{code}-{batch}", args.timeout, args.sample, args.idle, args.warm,
+                         tuple(args.set))
             results.append(r)
             if i == 0:
                 print(HEADER)
@@ -733,6 +790,11 @@ def main(argv: list[str] | None = None) -> int:
                 print("    driver JVM threads (CPU s): " + ", ".join(
                     f"{name} {cpu:.2f}" for name, cpu in list(r.driver_jvm_threads.items())[:12]),
                     flush=True)
+                print(f"    idle router ({args.idle:.0f}s): driver Python "
+                      f"{r.idle_driver_python_per_s:.3f} CPU s/s; driver JVM threads (CPU s): "
+                      + ", ".join(f"{name} {cpu:.2f}"
+                                  for name, cpu in list(r.idle_jvm_threads.items())[:10]),
+                      flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
