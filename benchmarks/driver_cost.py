@@ -25,8 +25,8 @@ stops it all at the end (or at ``--timeout``):
 
 Measured from the first delivery (the earliest Kafka timestamp of a delivery
 record, set by the executor's producer) until every delivery has been consumed
-from the delivery topics and the ``messages`` audit table (read with delta-rs)
-holds a row per publish. CPU is utime + stime from ``/proc/<pid>/stat``
+from the delivery topics and the audit tables (read with delta-rs) hold a
+``messages`` row per publish and a ``deliveries`` row per delivery. CPU is utime + stime from ``/proc/<pid>/stat``
 (:mod:`benchmarks.e2e.procstat`), sampled every ``--sample`` seconds:
 
 - driver: the ``bitroute run`` process (Python) and its descendants: its
@@ -395,11 +395,13 @@ class DeliveryCounter:
 
 def _drain(router: Router, counter: DeliveryCounter, messages: str, publishes: int,
            deadline: float, result: "RunResult", timeout: float) -> tuple[dict[str, float], float]:
-    """Wait until ``counter`` has its deliveries and the ``messages`` table ``publishes``
-    rows; note the load average and the driver JVM's threads at the first delivery.
+    """Wait until ``counter`` has its deliveries, the ``messages`` table ``publishes`` rows
+    and the ``deliveries`` table a row per delivery (the two tables are committed apart:
+    the larger one last); note the load average and the driver JVM's threads at the first delivery.
     Returns those threads' CPU and when the audit was complete."""
     audited_at = None
     threads_start: dict[str, float] = {}
+    deliveries = messages.rsplit("/", 1)[0] + "/deliveries"
     while time.monotonic() < deadline:
         if not router.alive():
             raise RuntimeError(f"the router exited; see {router.log}")
@@ -407,7 +409,8 @@ def _drain(router: Router, counter: DeliveryCounter, messages: str, publishes: i
             result.load_start = os.getloadavg()[0]
             threads_start = _driver_jvm_threads(router)
         if counter.count and audited_at is None:
-            if audited_messages(messages) >= publishes:
+            if (audited_rows(messages) >= publishes
+                    and audited_rows(deliveries) >= counter.expected):
                 audited_at = time.time()
         if counter.done_at is not None and audited_at is not None:
             return threads_start, audited_at
@@ -417,8 +420,8 @@ def _drain(router: Router, counter: DeliveryCounter, messages: str, publishes: i
                        f"{'complete' if audited_at else 'incomplete'}")
 
 
-def audited_messages(path: str) -> int:
-    """Rows of the ``messages`` table at ``path`` (0 before it exists)."""
+def audited_rows(path: str) -> int:
+    """Rows of the audit table at ``path`` (0 before it exists)."""
     from deltalake import DeltaTable
     try:
         return DeltaTable(path).count()
