@@ -41,7 +41,7 @@ settings, alternating with this tree run by run (ABAB): both use this Python
 (the shared virtualenv and its kernel); only ``PYTHONPATH`` differs. The
 figures are printed per run, then min and median per (code, batch size).
 
-Run by hand, never in CI: it needs about two minutes per run.
+Run by hand, never in CI: two to five minutes per run on a busy 2-core machine.
 """
 
 from __future__ import annotations
@@ -691,22 +691,29 @@ def summary(results: list[RunResult]) -> list[str]:
 
 
 def capacity(results: list[RunResult], target: float) -> list[str]:
-    """On paper: deliveries per second one driver core coordinates, and executors for
-    ``target`` deliveries/s, from the largest batch size's median figures."""
+    """On paper, from the median figures of this code's largest batch size: the
+    deliveries per second one driver core coordinates at that size (deliveries per batch
+    over the driver's CPU per batch, c), the executor cores for ``target`` deliveries/s,
+    and the smallest batch that lets one driver keep up with twice those cores. A
+    micro-batch's driver work is serial with its tasks: a batch of D deliveries takes
+    c + D / (N r) on N executor cores of r deliveries/s each and must take at most
+    D / target; with N r = 2 target that is D >= 2 c target."""
     after = [r for r in results if r.ok and r.code == "after"]
     if not after:
         return []
     batch = max(r.batch for r in after)
     group = [r for r in after if r.batch == batch]
-    per_delivery = statistics.median(r.driver_s / r.deliveries for r in group)
-    exec_per_delivery = statistics.median(r.executors_s / r.deliveries for r in group)
-    per_core = 1 / per_delivery
-    exec_rate = 1 / exec_per_delivery
+    per_batch = statistics.median(r.driver_per_batch for r in group)
+    per_batch_deliveries = statistics.median(r.deliveries / max(r.batches, 1) for r in group)
+    exec_rate = 1 / statistics.median(r.executors_s / r.deliveries for r in group)
     return [
-        f"on paper (after, batches of {batch:,}, medians): one driver core coordinates "
-        f"{per_core:,.0f} deliveries/s; one executor core routes {exec_rate:,.0f} deliveries/s; "
-        f"{target:,.0f} deliveries/s needs {target / exec_rate:,.0f} executor cores and "
-        f"{target / per_core:.1f} driver cores at this batch size"]
+        f"on paper (after, batches of {batch:,} publishes, medians): the driver spends "
+        f"{per_batch:.2f} CPU s per batch of {per_batch_deliveries:,.0f} deliveries, so one "
+        f"driver core coordinates {per_batch_deliveries / per_batch:,.0f} deliveries/s; one "
+        f"executor core routes {exec_rate:,.0f} deliveries/s; {target:,.0f} deliveries/s "
+        f"needs {target / exec_rate:,.0f} executor cores at full load, and with twice that "
+        f"many one driver keeps up with batches of at least {2 * per_batch * target:,.0f} "
+        f"deliveries ({2 * per_batch:.2f} s per batch)"]
 
 
 def main(argv: list[str] | None = None) -> int:
