@@ -506,11 +506,9 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
     deadline = time.monotonic() + timeout
     folder.mkdir(parents=True)
     broker = EmbeddedBroker(folder / "kafka", "127.0.0.1", free_port(), free_port())
-    router: Router | None = None
-    timeline: CpuTimeline | None = None
-    counter: DeliveryCounter | None = None
     try:
-        with standalone_cluster(folder, str(tree)) as cluster:
+        # The router, its CPU sampler and the consumer stop before the cluster does.
+        with standalone_cluster(folder, str(tree)) as cluster, contextlib.ExitStack() as stops:
             broker.start()
             sets = [
                 "broker.embedded=false",
@@ -540,8 +538,11 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             _log(f"{code} batch {batch:,}: backlog of {sent['sent']:,} publishes produced; "
                  "starting the router")
             counter = DeliveryCounter(config, topics, config.kafka.layout.partitions, expected)
+            stops.callback(counter.stop)
             router = Router(tree, sets, folder)
+            stops.callback(router.stop)
             timeline = CpuTimeline(router_roles(router, cluster, broker), sample).start()
+            stops.callback(timeline.stop)
             messages = config.delta.table_path("messages")
             if warm:
                 # The same backlog once more, routed by the warm router (its JVM's JIT
@@ -597,12 +598,6 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
         result.error = f"{type(exc).__name__}: {exc}"
         _log(f"{code} batch {batch:,}: FAILED: {result.error}")
     finally:
-        if timeline is not None:
-            timeline.stop()
-        if counter is not None:
-            counter.stop()
-        if router is not None:
-            router.stop()
         broker.stop()
     return result
 
