@@ -34,6 +34,9 @@ submit=$(dirname "$python")/spark-submit
 "$bitroute" pack >&2
 jars=$("$python" -c "from streaming import jvm; print(','.join(str(p) for p in jvm.jars('spark')))")
 main=$("$python" -c "import streaming.cli.main as cli; print(cli.__file__)")
+# spark-submit's JVM is the driver's: bitroute's logging, and the options of a driver
+# that only plans and schedules (docs/running.md, "Where a batch is routed").
+java_options=$("$python" -c "from streaming.router import session as s; print(f'-Dlog4j2.configurationFile={s.LOG4J2_CONFIG} {s.CLUSTER_DRIVER_JAVA_OPTIONS}')")
 # The session takes the master from spark-submit (BITROUTE_SPARK_MASTER is not needed).
 exec "$submit" \
   --master "$master" \
@@ -42,4 +45,5 @@ exec "$submit" \
   --conf "spark.driver.host=${SPARK_DRIVER_HOST:-$(hostname)}" \
   --conf spark.driver.bindAddress=0.0.0.0 \
   --conf "spark.pyspark.driver.python=$python" \
+  --driver-java-options "$java_options" \
   "$main" run "$@"

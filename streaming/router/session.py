@@ -43,6 +43,11 @@ _log = logging.getLogger(__name__)
 LOG4J2_CONFIG = Path(conf.__file__).parent / "spark-log4j2.properties"
 """The Spark JVM's logging: to stderr; the Kafka clients' reconnection warnings and the
 trigger's "Current batch is falling behind" (one per batch over the interval) off."""
+CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""Added to the driver JVM bitroute launches for a cluster master: there the driver only
+plans and schedules (the executors route), and the C2 compiler and a parallel collector
+were most of its CPU per batch: 0.68 -> 0.42 s per batch of 300,000 deliveries
+(docs/benchmarks.md, "Driver cost on a cluster")."""
 LOCAL_DRIVER_MEMORY = "4g"
 """Heap of the JVM bitroute launches for a ``local[...]`` master (``spark.options`` may override)."""
 
@@ -68,6 +73,8 @@ def session_settings(config: Config) -> dict[str, str]:
     }
     if not _under_spark_submit():
         settings["spark.sql.warehouse.dir"] = str(jvm_folder(config) / "warehouse")
+    if not config.spark.master.startswith("local") and not _under_spark_submit():
+        settings["spark.driver.extraJavaOptions"] += f" {CLUSTER_DRIVER_JAVA_OPTIONS}"
     if config.spark.master.startswith("local") and not _under_spark_submit():
         # Local mode serves only this machine: keep the driver on loopback.
         settings["spark.driver.host"] = "127.0.0.1"

@@ -34,6 +34,9 @@ from streaming import client
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
 
+import s3_server
+from waiting import wait_until
+
 DEADLINE_S = 600.0
 BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries")
 
@@ -304,7 +307,8 @@ def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
 
 
 @contextmanager
-def standalone_cluster(root: Path, workers: int = 2) -> Iterator[tuple[str, list[Path]]]:
+def standalone_cluster(root: Path, workers: int = 2, environ: dict[str, str] | None = None
+                       ) -> Iterator[tuple[str, list[Path]]]:
     """A Spark standalone master and ``workers`` one-core workers on loopback.
 
     Started from the pyspark distribution's own ``spark-class``, in
@@ -314,7 +318,9 @@ def standalone_cluster(root: Path, workers: int = 2) -> Iterator[tuple[str, list
     executor launched there). Everything is stopped on exit.
     """
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    env = dict(_bare_environment(), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(root / "logs"))
+    # environ: what else the hosts have, such as an object store's credentials.
+    env = dict(_bare_environment(), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(root / "logs"),
+               **(environ or {}))
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = (root / "cluster.log").open("a")
@@ -421,21 +427,62 @@ def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter
 def test_the_router_routes_on_a_standalone_cluster_with_matching_on_executors(
         base_config: Config, tmp_path: Path):
     """`bitroute run --set spark.master=spark://...` as docs/running.md gives it: the
-    executors get bitroute from the application (bitroute pack, spark.archives)."""
+    executors get bitroute from the application (bitroute pack, spark.archives), route
+    every batch and write its audit files into an object-store warehouse (a real S3
+    server on loopback, the credentials in the hosts' environment only); the driver
+    commits them; a second router on the same topic and warehouse is refused."""
     _assert_workers_python_is_bare(tmp_path)
-    with standalone_cluster(tmp_path) as (master, work_dirs):
-        settings = _settings(base_config, tmp_path, **{"spark.master": master}, **CLUSTER_SETTINGS)
+    with s3_server.running(tmp_path / "s3.log") as s3, \
+            standalone_cluster(tmp_path, environ=s3.environ) as (master, work_dirs):
+        settings = _settings(base_config, tmp_path, **{"spark.master": master},
+                             **CLUSTER_SETTINGS, **{"delta.warehouse": s3.warehouse("cluster"),
+                                                    "audit.commit_interval": "500 milliseconds"})
         config = load(overrides=settings, environ={})
         client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
         client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
-        router = RouterProcess(settings, tmp_path / "router.log",
-                               command=[str(Path(sys.executable).parent / "bitroute"), "run"],
-                               env=_driver_environment())
+        driver_env = {**_driver_environment(), **s3.environ}
+        bitroute = str(Path(sys.executable).parent / "bitroute")
+        router = RouterProcess(settings, tmp_path / "router.log", command=[bitroute, "run"],
+                               env=driver_env)
         ids, gamma, delta = _route_on(config, router)
-        status = router.terminate()
+        try:
+            other = {**settings, "streaming.checkpoint_dir": str(tmp_path / "other")}
+            second = subprocess.run(
+                [bitroute, "run", *(a for k, v in other.items() for a in ("--set", f"{k}={v}"))],
+                env=driver_env, capture_output=True, text=True, timeout=600)
+            assert second.returncode == 1, second.stderr[-2000:]
+            assert second.stderr.strip().splitlines()[-1].startswith(
+                "bitroute: error: cannot start the router: another router routes "
+                f"{settings['kafka.publishes_topic']} into {settings['delta.warehouse']}: "
+                "router "), second.stderr[-2000:]
+            audited = wait_until(lambda: _s3_audit(settings, driver_env, len(ids)),
+                                 "every publish audited on S3", timeout=120)
+        finally:
+            status = router.terminate()  # kills it if it does not stop
         assert status == 0
         assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
+        assert audited == set(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20))
+        batches = [line for line in router.seen if line.startswith("batch ")]
+        assert batches and all("routed in the executors" in line for line in batches), batches
         _assert_executors_ran_the_packed_python(work_dirs)
+        assert s3.environ["AWS_SECRET_ACCESS_KEY"] not in (tmp_path / "router.log").read_text()
+
+
+def _s3_audit(settings: dict[str, str], env: dict[str, str], publishes: int) -> set | None:
+    """The (message, subscriber) pairs of the deliveries table, read with `bitroute audit`
+    as a user would, once the messages table holds every publish (else None)."""
+    def rows(table: str) -> list[dict]:
+        result = subprocess.run(
+            [str(Path(sys.executable).parent / "bitroute"), "audit", table, "--json",
+             *(a for k, v in settings.items() for a in ("--set", f"{k}={v}"))],
+            env=env, capture_output=True, text=True, timeout=120)
+        return [json.loads(line) for line in result.stdout.splitlines()] if not result.returncode \
+            else []
+    if len(rows("messages")) < publishes:
+        return None
+    pairs = [(r["message_id"], r["subscriber"]) for r in rows("deliveries")]
+    assert len(pairs) == len(set(pairs)), "a (message, subscriber) audited twice"
+    return set(pairs)
 
 
 SUBMIT = Path(__file__).resolve().parents[2] / "docker" / "submit.sh"
