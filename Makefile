@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 
 # Java 17 runs Spark and the Kafka broker; Maven resolves conf/jvm.toml; cargo
 # builds the kernel (kernel/) from crates.io, with librdkafka compiled from source
-# (a C compiler, make, pkg-config and OpenSSL's headers).
+# (C and C++ compilers: its configure wants both; make, pkg-config and OpenSSL's headers).
 prereqs:
 	@command -v java >/dev/null && command -v mvn >/dev/null || { \
 	  echo "installing Java 17 and Maven from Debian's packages"; \
@@ -23,9 +23,9 @@ prereqs:
 	@command -v cargo >/dev/null || { \
 	  echo "installing Rust's cargo from Debian's packages (the kernel needs rustc >= 1.77; else use rustup)"; \
 	  apt-get update -qq && apt-get install -y -qq cargo >/dev/null; }
-	@command -v cc >/dev/null && command -v make >/dev/null && pkg-config --exists openssl 2>/dev/null || { \
-	  echo "installing a C compiler, make, pkg-config and OpenSSL's headers from Debian's packages (the kernel's librdkafka)"; \
-	  apt-get update -qq && apt-get install -y -qq gcc make perl pkg-config libssl-dev >/dev/null; }
+	@command -v cc >/dev/null && command -v c++ >/dev/null && command -v make >/dev/null && pkg-config --exists openssl 2>/dev/null || { \
+	  echo "installing C and C++ compilers, make, pkg-config and OpenSSL's headers from Debian's packages (the kernel's librdkafka: its configure wants a C++ compiler)"; \
+	  apt-get update -qq && apt-get install -y -qq gcc g++ make perl pkg-config libssl-dev >/dev/null; }
 
 KERNEL_SOURCES := kernel/Cargo.toml kernel/pyproject.toml $(wildcard kernel/src/*.rs)
 
