@@ -78,6 +78,25 @@ def template_batch(publishes: int, fanout: int, subscribers: int) -> pa.Table:
     } for i in range(publishes)], schema=ROUTED_ARROW)
 
 
+def task_files_batch(config, batch_id: int, routed_at: datetime, routed: pa.Table,
+                     tasks: int):
+    """``routed`` as ``tasks`` routing tasks write it (``write_task_audit`` on a slice each,
+    the executors' path): the :class:`~streaming.audit.writer.FileBatch` the driver journals."""
+    from streaming.audit.writer import FileBatch
+    from streaming.router.delivery import ProducerSettings
+    from streaming.router.routing import RouteSettings, TaskAudit, write_task_audit
+
+    settings = RouteSettings("amq.topic", config.kafka.layout, "rejected", 1, False,
+                             ProducerSettings("127.0.0.1:1", 1 << 20),
+                             TaskAudit(config.delta, batch_id, routed_at,
+                                       frozenset({"messages", "deliveries"})))
+    step = -(-routed.num_rows // tasks)
+    rows = [write_task_audit(routed.slice(i, step), settings)
+            for i in range(0, routed.num_rows, step)]
+    files = pa.Table.from_struct_array(pa.concat_arrays([r.column("files").flatten() for r in rows]))
+    return FileBatch(batch_id, 1, routed_at, files, routed.num_rows)
+
+
 def timed_command(args: list[str]) -> tuple[float, int]:
     """Seconds the command took, and the rows its ``--json`` output held."""
     started = time.monotonic()
@@ -128,22 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     from streaming.audit.journal import AuditJournal
     from streaming.router.checkpoint import CheckpointLayout
     from streaming.audit.maintenance import BackgroundMaintenance
-    from streaming.audit.writer import AuditTables, FileBatch, PublishBatch, writer_properties
-    from streaming.router.delivery import ProducerSettings
-    from streaming.router.routing import RouteSettings, TaskAudit, write_task_audit
-
-    def task_files_batch(batch_id: int, routed_at: datetime, routed: pa.Table) -> FileBatch:
-        """``routed`` as ``args.tasks`` routing tasks write it: their files' records."""
-        settings = RouteSettings("amq.topic", config.kafka.layout, "rejected", 1, False,
-                                 ProducerSettings("127.0.0.1:1", 1 << 20),
-                                 TaskAudit(config.delta, batch_id, routed_at,
-                                           frozenset({"messages", "deliveries"})))
-        step = -(-routed.num_rows // args.tasks)
-        rows = [write_task_audit(routed.slice(i, step), settings)
-                for i in range(0, routed.num_rows, step)]
-        files = pa.Table.from_struct_array(
-            pa.concat_arrays([r.column("files").flatten() for r in rows]))
-        return FileBatch(batch_id, 1, routed_at, files, routed.num_rows)
+    from streaming.audit.writer import AuditTables, PublishBatch, writer_properties
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-week-"))
     speedup = args.rate / REAL_BATCHES_PER_S
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(pause)
             routed_at = start_at + step * batch_id
             routed = routed_batch(template, batch_id, args.publishes)
-            batch = (task_files_batch(batch_id, routed_at, routed) if args.tasks
+            batch = (task_files_batch(config, batch_id, routed_at, routed, args.tasks) if args.tasks
                      else PublishBatch(batch_id, 1, routed_at, routed))
             begun = time.monotonic()
             committer.submit(batch)

@@ -10,7 +10,7 @@
   entry), one Spark job and one Delta commit per table per batch.
 - ``task-files`` (what the router does): each of ``--tasks`` slices written by
   :func:`streaming.router.routing.write_task_audit` (what a routing task runs after
-  Kafka's acks), then the driver's commit of the files' records
+  Kafka's acks; :func:`benchmarks.audit_week.task_files_batch`), then the driver's commit of the files' records
   (:meth:`streaming.audit.writer.AuditTables.append_publishes`, one transaction per
   table).
 
@@ -33,25 +33,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from benchmarks.e2e.procstat import children, cpu_seconds
+from benchmarks.audit_week import task_files_batch, template_batch
 from schemas.records import DELIVERIES, MESSAGES
-from streaming.audit.writer import AuditTables, FileBatch
+from streaming.audit.writer import AuditTables
 from streaming.config import load
-from streaming.kafka.layout import DeliveryLayout
-from streaming.router.delivery import ProducerSettings
-from streaming.router.routing import ROUTED_ARROW, RouteSettings, TaskAudit, write_task_audit
-
-
-def routed_rows(publishes: int, fanout: int, subscribers: int = 200) -> pa.Table:
-    """``publishes`` routed rows, each delivered to ``fanout`` of ``subscribers``."""
-    now = datetime.now(timezone.utc)
-    return pa.Table.from_pylist([{
-        "message_id": f"bitroute.publishes/0/{i}", "exchange": "amq.topic",
-        "routing_key": f"orders.r{i % 50}.paid", "outcome": "routed", "reason": None,
-        "deliveries": [{"subscriber": f"s{(i + j) % subscribers}",
-                        "subscription_ids": [f"sub-{(i + j) % subscribers}"]}
-                       for j in range(fanout)],
-        "headers": {"unit": "celsius"}, "payload_bytes": 64, "published_at": now,
-    } for i in range(publishes)], schema=ROUTED_ARROW)
 
 
 def tree_cpu() -> float:
@@ -70,20 +55,11 @@ def task_files(folder: Path, routed: pa.Table, tasks: int, batches: int) -> dict
     tables = AuditTables(config, "bench")
     tables.ensure()
     walls, cpus, driver = [], [], []
-    step = -(-routed.num_rows // tasks)
     for batch_id in range(1, batches + 1):
         cpu, start = tree_cpu(), time.perf_counter()
-        settings = RouteSettings("amq.topic", DeliveryLayout("bitroute.deliveries."), "rej", 1,
-                                 False, ProducerSettings("127.0.0.1:1", 1 << 20),
-                                 TaskAudit(config.delta, batch_id, datetime.now(timezone.utc),
-                                           frozenset({MESSAGES, DELIVERIES})))
-        rows = [write_task_audit(routed.slice(i, step), settings)
-                for i in range(0, routed.num_rows, step)]
+        batch = task_files_batch(config, batch_id, datetime.now(timezone.utc), routed, tasks)
         commit = time.perf_counter()
-        files = pa.Table.from_struct_array(
-            pa.concat_arrays([r.column("files").flatten() for r in rows]))
-        tables.append_publishes([FileBatch(batch_id, 1, settings.audit.routed_at, files,
-                                           routed.num_rows)])
+        tables.append_publishes([batch])
         end = time.perf_counter()
         walls.append(end - start)
         driver.append(end - commit)
@@ -147,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     results = []
     for publishes in (int(p) for p in args.publishes.split(",")):
-        routed = routed_rows(publishes, args.fanout)
+        routed = template_batch(publishes, args.fanout, subscribers=200)
         with tempfile.TemporaryDirectory(prefix="bitroute-writepaths-") as tmp:
             files = task_files(Path(tmp) / "files", routed, args.tasks, args.batches + 1)
             spark = delta_spark(Path(tmp) / "spark", routed, args.tasks, args.batches + 1)

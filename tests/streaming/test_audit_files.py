@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from schemas.records import DELIVERIES, MESSAGES
+from audit_rows import routed_rows as _routed
 from waiting import wait_until
 from streaming.audit import files as audit_files
 from streaming.audit import queries as audit
@@ -29,7 +30,7 @@ from streaming.audit.writer import AuditTables, FileBatch, PublishBatch
 from streaming.config import AuditConfig, Config, DeltaConfig, StreamingConfig
 from streaming.kafka.layout import DeliveryLayout
 from streaming.router.delivery import ProducerSettings
-from streaming.router.routing import ROUTED_ARROW, RouteSettings, TaskAudit, write_task_audit
+from streaming.router.routing import RouteSettings, TaskAudit, write_task_audit
 
 NOW = datetime(2026, 3, 10, 12, 0, 0, 123456, tzinfo=timezone.utc)
 
@@ -38,16 +39,6 @@ def _config(root: Path) -> Config:
     return Config(delta=DeltaConfig(warehouse=str(root / "delta")),
                   streaming=StreamingConfig(checkpoint_dir=root / "checkpoints"),
                   audit=AuditConfig(file_retention="0 hours"))
-
-
-def _routed(batch_id: int, publishes: int = 3, fanout: int = 2) -> pa.Table:
-    return pa.Table.from_pylist([{
-        "message_id": f"p/0/{batch_id * 100 + i}", "exchange": "amq.topic",
-        "routing_key": "a.b", "outcome": "routed" if fanout else "unroutable", "reason": None,
-        "deliveries": [{"subscriber": f"s{j}", "subscription_ids": [f"i{j}"]}
-                       for j in range(fanout)],
-        "headers": {"h": "v"}, "payload_bytes": 5, "published_at": NOW - timedelta(seconds=1),
-    } for i in range(publishes)], schema=ROUTED_ARROW)
 
 
 def _settings(config: Config, batch_id: int) -> RouteSettings:

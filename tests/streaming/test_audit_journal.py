@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from audit_rows import routed_rows as _routed
 from waiting import wait_until
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS
 from streaming.audit import queries as audit
@@ -27,7 +28,6 @@ from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
 from streaming.cli.main import main
 from streaming.config import Config, DeltaConfig, StreamingConfig
 from streaming.router.lock import RouterLock, RouterLockedError
-from streaming.router.routing import ROUTED_ARROW
 
 APP = "bitroute-r1-publishes"
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
@@ -36,16 +36,6 @@ NOW = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
 def _config(root: Path) -> Config:
     return Config(delta=DeltaConfig(warehouse=str(root / "delta")),
                   streaming=StreamingConfig(checkpoint_dir=root / "checkpoints"))
-
-
-def _routed(batch_id: int, publishes: int = 3, fanout: int = 2) -> pa.Table:
-    return pa.Table.from_pylist([{
-        "message_id": f"p/0/{batch_id * 100 + i}", "exchange": "amq.topic",
-        "routing_key": "a.b", "outcome": "routed" if fanout else "unroutable", "reason": None,
-        "deliveries": [{"subscriber": f"s{j}", "subscription_ids": [f"i{j}"]}
-                       for j in range(fanout)],
-        "headers": None, "payload_bytes": 5, "published_at": NOW,
-    } for i in range(publishes)], schema=ROUTED_ARROW)
 
 
 def _batch(batch_id: int, routed_at: datetime = NOW, **shape: int) -> PublishBatch:
