@@ -2,7 +2,12 @@
 never imports it (``tests/streaming/test_cli_boundary.py``): verbs parse
 arguments, call the library, and render what it returns.
 
-- :mod:`~streaming.cli.main`: the ``bitroute`` entry point, its verbs and flags;
+- :mod:`~streaming.cli.main`: the ``bitroute`` entry point: parse, dispatch, exit status;
+- :mod:`~streaming.cli.parser`: the verbs and their flags (public contracts);
+- :mod:`~streaming.cli.verbs`: the verbs' handlers, grouped by concern;
+- :mod:`~streaming.cli.errors`, :mod:`~streaming.cli.arguments`,
+  :mod:`~streaming.cli.output`: what the handlers share (one-line errors, the
+  configuration and headers from the arguments, writing many lines);
 - :mod:`~streaming.cli.run`: ``bitroute run``, the router in the foreground;
 - :mod:`~streaming.cli.match`: ``bitroute match``, offline matching;
 - :mod:`~streaming.cli.render`: every text a verb prints (tables, status lines,

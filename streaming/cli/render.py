@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # types only: a verb imports no more of the library than it c
     import pyarrow as pa
 
     from streaming.audit.maintenance import MaintenanceReport, TableReport
-    from streaming.client import Delivery
+    from streaming.kafka.client_verbs import Delivery
     from streaming.ops.inspect import RoutingState
     from streaming.router.report import BatchReport
 

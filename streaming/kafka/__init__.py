@@ -8,7 +8,9 @@
   "local queue full, wait for room" loop;
 - :mod:`streaming.kafka.records`: the rules of the records bitroute reads and writes;
 - :mod:`streaming.kafka.layout`: the delivery layout (a subscriber's topic, a delivery's key);
-- :mod:`streaming.kafka.partitioner`: Kafka's default partitioner (shared layout).
+- :mod:`streaming.kafka.partitioner`: Kafka's default partitioner (shared layout);
+- :mod:`streaming.kafka.client_verbs`: the Kafka side of the client verbs
+  (``bitroute subscribe``, ``unsubscribe``, ``publish``, ``tail``).
 
 The package's names load their module on first use (PEP 562), so that loading
 the configuration (which needs :mod:`streaming.kafka.settings` only) does not

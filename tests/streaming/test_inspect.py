@@ -16,7 +16,7 @@ import pytest
 
 from compiler import RoutingIndex, Subscription
 from compiler.shared import choose_member, group_key
-from streaming import client
+from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming import client
+from streaming.kafka import client_verbs as client
 from streaming.cli.progress import BatchLines, CatchUpProgress, finished_line, progress_line
 from streaming.config import Config, ConfigError, load
 from streaming.kafka.broker import free_port

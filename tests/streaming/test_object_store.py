@@ -25,7 +25,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from s3_server import S3Server, running
-from streaming import client
+from streaming.kafka import client_verbs as client
 from streaming.audit import storage
 from streaming.audit.storage import StorageError, check_commit_safety, storage_options
 from streaming.config import Config, load

@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, message_id
-from streaming import client
+from streaming.kafka import client_verbs as client
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
 

@@ -207,7 +207,7 @@ def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, nam
         running.stop()
     erin_config = dataclasses.replace(config, kafka=dataclasses.replace(
         config.kafka, client=broker.sasl_properties("alice")))
-    from streaming import client
+    from streaming.kafka import client_verbs as client
 
     got = list(client.tail(erin_config, "erin", from_beginning=True, max_records=1, timeout_s=60))
     assert [d.payload for d in got] == [b"routed securely"]
@@ -266,7 +266,7 @@ def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
         running.stop()
     reader = dataclasses.replace(config, kafka=dataclasses.replace(
         config.kafka, client=broker.sasl_properties("admin")))
-    from streaming import client
+    from streaming.kafka import client_verbs as client
 
     got = list(client.tail(reader, "gail", from_beginning=True, max_records=1, timeout_s=60))
     assert [d.payload for d in got] == [b"held"]

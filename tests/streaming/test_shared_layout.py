@@ -22,7 +22,7 @@ from schemas.records import (
     ROUTING_KEY_HEADER,
     SUBSCRIPTION_IDS_HEADER,
 )
-from streaming import client
+from streaming.kafka import client_verbs as client
 from streaming.config import Config, KafkaConfig
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition, murmur2

@@ -46,7 +46,8 @@ from waiting import wait_until
 from test_spark_reader import SPARK_TIMEOUT_S, _docs_session_script
 
 from schemas.records import EXCHANGE_HEADER, message_id
-from streaming import client, jvm
+from streaming import jvm
+from streaming.kafka import client_verbs as client
 from streaming.audit import maintenance as audit_maintenance
 from streaming.audit import queries as audit
 from streaming.config import Config, load

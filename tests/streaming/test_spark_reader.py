@@ -34,7 +34,8 @@ from deltalake import DeltaTable
 from test_router_process import RouterProcess, _settings  # the router as a child process
 
 from schemas.tables import AUDIT_TABLES, arrow_schema
-from streaming import client, jvm
+from streaming import jvm
+from streaming.kafka import client_verbs as client
 from streaming.audit import queries as audit
 from streaming.audit.writer import AuditTables
 from streaming.config import Config, load

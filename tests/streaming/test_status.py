@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compiler import RoutingIndex
-from streaming import client
+from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port

@@ -1,4 +1,4 @@
-"""The Kafka side of the command line: subscribe, unsubscribe, publish, tail.
+"""The Kafka side of the client verbs: subscribe, unsubscribe, publish, tail.
 
 Every write waits for Kafka's acknowledgement (``acks=all``) before it returns,
 so a caller that saw :func:`subscribe` return and then :func:`publish` return

@@ -1,0 +1,192 @@
+"""The ``bitroute`` command line's parser: every verb, its flags and its help, and the
+handler it dispatches to (:mod:`streaming.cli.verbs`). The verbs, flags and texts here are
+public contracts."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from streaming.cli.verbs import audit as audit_verbs
+from streaming.cli.verbs import inspection, installation, messaging, router
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _version_number(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML configuration file (default: the packaged conf/bitroute.toml)")
+    parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                        help="override one configuration value (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bitroute",
+        description="A topic router on Spark Structured Streaming: RabbitMQ/MQTT topic "
+                    "semantics, trie matching in a Rust kernel, Kafka in and out, Delta audit.")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def verb(name: str, handler: Callable[[argparse.Namespace], int], help_text: str
+             ) -> argparse.ArgumentParser:
+        sub = verbs.add_parser(name, help=help_text, description=help_text)
+        _common(sub)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    verb("run", router.run, "run the router: a long-lived Spark streaming query (Ctrl-C "
+                            "stops after the current batch)")
+    verb("version", installation.version,
+         "print the versions of bitroute, pyspark and python")
+    verb("jars", installation.jars,
+         "resolve the JVM jars of conf/jvm.toml from Maven Central (cached)")
+
+    pack = verb("pack", installation.pack,
+                "pack bitroute, its kernel and dependencies for a cluster's "
+                "executors (spark.archives; cached, rebuilt when they change)")
+    pack.add_argument("--json", action="store_true", help="one JSON object")
+
+    broker = verb("broker", installation.broker,
+                  "start, stop or query the embedded Kafka broker")
+    broker.add_argument("action", choices=("start", "stop", "status"))
+    broker.add_argument("--port", type=int, help="listener port (default: broker.port)")
+
+    match = verb("match", router.match,
+                 "match topics against subscriptions offline (JSON Lines in, JSON Lines out)")
+    match.add_argument("--dialect", required=True, choices=("amqp", "mqtt"))
+    match.add_argument("--subscriptions", required=True, metavar="SUBS.jsonl")
+    match.add_argument("--topics", required=True, metavar="TOPICS.jsonl")
+
+    subscribe = verb("subscribe", messaging.subscribe,
+                     "add or replace a subscription: validate it as the router would, create "
+                     "the subscriber's delivery topic, write the change to the changelog and "
+                     "print the subscription id once Kafka acknowledged it")
+    subscribe.add_argument("--exchange", required=True, help="a declared exchange "
+                           "(exchanges.dialects); its dialect rules the filter")
+    subscribe.add_argument("--subscriber", required=True,
+                           help="who receives the deliveries: 1-200 of [A-Za-z0-9._-]")
+    subscribe.add_argument("--filter", help="topic filter (AMQP binding key or MQTT topic "
+                           "filter); default with --header: '#', every routing key")
+    subscribe.add_argument("--id", help="subscription id (default: a fresh uuid4 hex); "
+                           "an existing id is replaced")
+    subscribe.add_argument("--header", action="append", metavar="NAME[=VALUE]",
+                           help="header criterion: NAME=VALUE (equal) or NAME (present); "
+                                "repeatable")
+    subscribe.add_argument("--match", choices=("all", "any"), default="all",
+                           help="every header criterion must hold (all, default) or one (any)")
+
+    unsubscribe = verb("unsubscribe", messaging.unsubscribe,
+                       "remove a subscription: write its tombstone to the changelog and print "
+                       "the id once Kafka acknowledged it")
+    unsubscribe.add_argument("id", metavar="ID", help="the subscription id")
+
+    publish = verb("publish", messaging.publish,
+                   "publish one message and print its message id <topic>/<partition>/<offset> "
+                   "once Kafka acknowledged it")
+    publish.add_argument("--exchange", help="exchange header (default: exchanges.default)")
+    publish.add_argument("--routing-key", required=True,
+                         help="routing key / topic name (the router rejects a bad one)")
+    publish.add_argument("--header", action="append", metavar="NAME=VALUE",
+                         help="message header (repeatable)")
+    publish.add_argument("payload", nargs="?", metavar="PAYLOAD",
+                         help="payload text, sent as UTF-8 (default: empty)")
+    publish.add_argument("--file", metavar="F", help="send the bytes of file F ('-': stdin)")
+
+    tail = verb("tail", messaging.tail,
+                "print a subscriber's deliveries as they arrive (one line each; --json: one "
+                "object per line with message_id, routing_key, headers, subscription_ids, "
+                "snapshot_version, payload, payload_encoding)")
+    tail.add_argument("subscriber", metavar="SUBSCRIBER")
+    tail.add_argument("--from-beginning", action="store_true",
+                      help="start at the oldest delivery kept (default: from now)")
+    tail.add_argument("--max", type=_count, metavar="N", help="stop after N deliveries")
+    tail.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                      help="stop when no delivery arrived for SECONDS (default: run until "
+                           "Ctrl-C)")
+    tail.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    audit = verb("audit", audit_verbs.audit,
+                 "query a Delta audit table (time column: routed_at, applied_at for "
+                 "subscriptions) and print an aligned table or JSON lines; `audit maintain` "
+                 "runs one maintenance pass (safe while the router runs); `audit migrate` "
+                 "partitions by day the tables an earlier version created (router stopped)")
+    audit.add_argument("table", choices=("deliveries", "messages", "subscriptions", "maintain",
+                                         "migrate"),
+                       help="the table to query; 'maintain': one maintenance pass over "
+                            "the tables (compaction, retention, vacuum, checkpoint, log "
+                            "cleanup; safe while the router runs); 'migrate': partition by day "
+                            "the tables an earlier version created (router stopped)")
+    audit.add_argument("--table", dest="maintain_table",
+                       choices=("deliveries", "messages", "subscriptions"), metavar="T",
+                       help="audit maintain: only table T (deliveries, messages, subscriptions)")
+    audit.add_argument("--subscriber", metavar="S", help="rows of subscriber S "
+                       "(deliveries, subscriptions)")
+    audit.add_argument("--message-id", metavar="M", help="rows of message M "
+                       "(deliveries, messages)")
+    audit.add_argument("--since", metavar="T", help="rows at or after T (ISO-8601; UTC when "
+                       "no offset is given)")
+    audit.add_argument("--until", metavar="T", help="rows before T (ISO-8601)")
+    audit.add_argument("--as-of-version", type=_version_number, metavar="V",
+                       help="read the table as it was at Delta version V (time travel)")
+    audit.add_argument("--state", action="store_true",
+                       help="subscriptions: the subscriptions in force (latest change per id, "
+                            "removed ones left out) instead of every change")
+    audit.add_argument("--json", action="store_true", help="one JSON object per row")
+    audit.add_argument("--limit", type=_count, metavar="N",
+                       help="only the newest N rows (still oldest first), read from the "
+                            "newest files back")
+
+    sql = verb("sql", audit_verbs.sql,
+               "run one Spark SQL statement over the audit tables, registered as deliveries, "
+               "messages and subscriptions, with Delta Lake: time travel (VERSION AS OF, "
+               "TIMESTAMP AS OF), DESCRIBE HISTORY, DESCRIBE DETAIL. Starting Spark takes "
+               "seconds; `bitroute audit` answers quick look-ups in about one")
+    sql.add_argument("statement", metavar="QUERY",
+                     help="e.g. \"SELECT subscriber, count(*) FROM deliveries GROUP BY subscriber\" "
+                          "or \"DESCRIBE HISTORY deliveries\"")
+    sql.add_argument("--json", action="store_true", help="one JSON object per row")
+
+    status = verb("status", inspection.status,
+                  "is a router running on this configuration, what did it last do, how far "
+                  "behind is it (exit status 0 when running, 3 when not)")
+    status.add_argument("--json", action="store_true", help="one JSON object")
+
+    explain = verb("explain", inspection.explain,
+                   "who would receive this publish now: match it against the router's latest "
+                   "snapshot plus the newer changelog records (or the whole changelog when no "
+                   "router ran), without publishing anything")
+    explain.add_argument("--exchange", help="the publish's exchange (default: exchanges.default)")
+    explain.add_argument("--routing-key", required=True, help="routing key / topic name")
+    explain.add_argument("--header", action="append", metavar="NAME=VALUE",
+                         help="message header (repeatable; the last value of a name counts)")
+    explain.add_argument("--message-id", metavar="M",
+                         help="<topic>/<partition>/<offset>: pick each shared group's member as "
+                              "the router would for message M (default: list every member)")
+    explain.add_argument("--json", action="store_true", help="one JSON object")
+
+    subscriptions = verb("subscriptions", inspection.subscriptions,
+                         "list the live subscriptions (the latest snapshot plus the newer "
+                         "changelog records; not the change history: see audit subscriptions)")
+    subscriptions.add_argument("--subscriber", metavar="S", help="only subscriber S's")
+    subscriptions.add_argument("--exchange", metavar="E", help="only exchange E's")
+    subscriptions.add_argument("--json", action="store_true", help="one JSON object per line")
+    return parser

@@ -1,0 +1,80 @@
+"""The verbs that look at a router's state: ``status``, ``explain``, ``subscriptions``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from streaming.cli.arguments import config_of, message_headers
+from streaming.cli.errors import reported
+from streaming.cli.output import print_lines
+
+
+def status(args: argparse.Namespace) -> int:
+    from streaming.cli.render import status_lines
+    from streaming.ops import status
+
+    report = status.router_status(config_of(args))
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        print("\n".join(status_lines(report)))
+    return 0 if report["running"] else 3
+
+
+def explain(args: argparse.Namespace) -> int:
+    from streaming.ops import inspect
+
+    cfg = config_of(args)
+    headers = message_headers(args.header or [])
+    exchange = args.exchange or cfg.exchanges.default
+    with reported(inspect.RejectedPublish, inspect.InspectError):
+        state = inspect.load_state(cfg)
+        receivers = inspect.explain(state, exchange, args.routing_key, headers, args.message_id)
+    _warn_stale(state)
+    if args.json:
+        print(json.dumps({
+            "exchange": exchange, "routing_key": args.routing_key,
+            "headers": {name: value.decode("utf-8") for name, value in headers},
+            "message_id": args.message_id, **state.json_fields(),
+            "subscribers": [{"subscriber": r.subscriber, "certain": r.certain,
+                             "subscriptions": r.subscriptions} for r in receivers],
+        }, ensure_ascii=False))
+        return 0
+    from streaming.cli.render import state_source, table
+
+    names = [r.subscriber + ("" if r.certain else " (if chosen)") for r in receivers]
+    print(f"{exchange} {args.routing_key}: "
+          + (f"{len(names)} subscriber{'' if len(names) == 1 else 's'}: {', '.join(names)}"
+             if names else "no subscriber")
+          + f" ({state_source(state)})")
+    if receivers:
+        columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
+                   "shared_group"]
+        print("\n".join(table(columns, [row for r in receivers for row in r.subscriptions])))
+    return 0
+
+
+def subscriptions(args: argparse.Namespace) -> int:
+    from streaming.ops import inspect
+
+    cfg = config_of(args)
+    with reported(inspect.RejectedPublish, inspect.InspectError):
+        state = inspect.load_state(cfg)
+    rows = inspect.subscriptions(state, args.subscriber, args.exchange)
+    _warn_stale(state)
+    if args.json:
+        print_lines(map(json.JSONEncoder(ensure_ascii=False).encode, rows))
+        return 0
+    from streaming.cli.render import state_source, table
+
+    print(state_source(state))
+    print("\n".join(table(inspect.SUBSCRIPTION_COLUMNS, rows)))
+    return 0
+
+
+def _warn_stale(state) -> None:
+    if state.stale is not None:
+        print(f"bitroute: warning: answering from snapshot v{state.base_version} alone, "
+              f"newer subscription changes are not included: {state.stale}", file=sys.stderr)

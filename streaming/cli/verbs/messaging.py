@@ -1,0 +1,90 @@
+"""The client verbs: ``subscribe``, ``unsubscribe``, ``publish``, ``tail``
+(their Kafka side is :mod:`streaming.kafka.client_verbs`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from streaming.cli.arguments import config_of, message_headers
+from streaming.cli.errors import UsageError, reported
+
+
+def subscribe(args: argparse.Namespace) -> int:
+    from streaming.kafka import client_verbs
+
+    cfg = config_of(args)
+    criteria = _criteria(args.header or [])
+    if args.filter is None and not criteria:
+        raise UsageError("--filter is required unless --header is given")
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+        print(client_verbs.subscribe(cfg, args.exchange, args.subscriber,
+                                     "#" if args.filter is None else args.filter,
+                               criteria, args.match, args.id))
+    return 0
+
+
+def unsubscribe(args: argparse.Namespace) -> int:
+    from streaming.kafka import client_verbs
+
+    cfg = config_of(args)
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+        client_verbs.unsubscribe(cfg, args.id)
+    print(args.id)
+    return 0
+
+
+def publish(args: argparse.Namespace) -> int:
+    from streaming.kafka import client_verbs
+
+    cfg = config_of(args)
+    headers = message_headers(args.header or [])
+    payload = _payload(args)
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+        print(client_verbs.publish(cfg, args.exchange or cfg.exchanges.default, args.routing_key,
+                             payload, headers))
+    return 0
+
+
+def _criteria(items: Sequence[str]) -> dict[str, str | None]:
+    """``--header`` of subscribe: ``["color=red", "urgent"]`` -> ``{"color": "red", "urgent":
+    None}`` (``NAME`` alone is presence)."""
+    criteria: dict[str, str | None] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if name in criteria:
+            raise UsageError(f"--header {item!r}: header {name!r} is given twice")
+        criteria[name] = value if sep else None
+    return criteria
+
+
+def _payload(args: argparse.Namespace) -> bytes:
+    if args.file is None:
+        return (args.payload or "").encode("utf-8")
+    if args.payload is not None:
+        raise UsageError("give the payload as an argument or with --file, not both")
+    if args.file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(args.file, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"--file {args.file}: {exc.strerror}") from None
+
+
+def tail(args: argparse.Namespace) -> int:
+    from streaming.kafka import client_verbs
+    from streaming.cli.render import delivery_json, delivery_line
+
+    cfg = config_of(args)
+
+    def started(where: str) -> None:
+        when = "the beginning" if args.from_beginning else "now"
+        print(f"bitroute: tailing {where} from {when}", file=sys.stderr, flush=True)
+
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+        for delivery in client_verbs.tail(cfg, args.subscriber, args.from_beginning, args.max,
+                                    args.timeout, started):
+            print(delivery_json(delivery) if args.json else delivery_line(delivery), flush=True)
+    return 0
