@@ -23,7 +23,7 @@ Contracts:
   untracked, and the maintenance's full vacuum deletes them once they are older
   than ``audit.file_retention``.
 - The writer properties are the tables' (:func:`parquet_options`, matching
-  :func:`streaming.audit.writer.writer_properties` for delta-rs rewrites):
+  :func:`streaming.audit.properties.writer_properties` for delta-rs rewrites):
   Snappy, row groups of :data:`ROW_GROUP_ROWS`, a bloom filter on
   ``message_id`` for the publish tables, column statistics; the Delta
   statistics of each file (:func:`delta_stats`) are taken from its rows.

@@ -58,24 +58,27 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from urllib.parse import urlparse
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
+from streaming.audit.properties import table_properties
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
+from streaming.audit.table_stats import (
+    delta_log,
+    last_checkpoint_version,
+    log_entries,
+    table_stats,
+)
 from streaming.config import AuditConfig, Config
 from streaming.router.checkpoint import CheckpointLayout
 
@@ -94,7 +97,8 @@ STEPS = ("properties", "compact", "retention", "vacuum", "checkpoint", "log clea
 Progress = Callable[[str, str, str], None]
 """``progress(table, step, detail)``: called as each step of a table starts and ends."""
 WriterPropertiesFor = Callable[[str], "WriterProperties | None"]
-"""The parquet writer properties of a table's rewritten files (``delta_sink.writer_properties``)."""
+"""The parquet writer properties of a table's rewritten files
+(:func:`streaming.audit.properties.writer_properties`)."""
 
 
 @dataclass
@@ -149,16 +153,6 @@ class MaintenanceReport:
         return data
 
 
-@dataclass(frozen=True)
-class TableStats:
-    """A table's size now: live data files, their bytes, ``_delta_log`` entries, version."""
-
-    files: int
-    bytes: int
-    log_entries: int | None
-    version: int
-
-
 def maintain(config: Config, tables: Sequence[str] | None = None,
              writer_properties: WriterPropertiesFor | None = None,
              progress: Progress | None = None,
@@ -173,7 +167,7 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
     compares with (tests). ``record`` writes the report to
     ``<checkpoint_dir>/router/maintenance.json``. ``writer_properties(table)``
     gives the parquet properties of rewritten files; by default the appends' own
-    (:func:`streaming.audit.writer.writer_properties`), so every file of a table has one layout.
+    (:func:`streaming.audit.properties.writer_properties`), so every file of a table has one layout.
     Raises :class:`streaming.audit.storage.StorageError` (and runs no step) when the
     warehouse's settings are missing or its store cannot commit safely.
     """
@@ -189,7 +183,7 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
             break
         path = config.delta.table_path(name)
         if writer_properties is None:
-            from streaming.audit.writer import writer_properties  # pyspark's schemas: not for status
+            from streaming.audit.properties import writer_properties  # pyspark's schemas: not for status
         props = writer_properties(name)
         table_report = _TablePass(name, path, config.audit, props, progress, stop, clock,
                                   storage).run()
@@ -202,22 +196,6 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
     if record:
         write_report(config, report)
     return report
-
-
-def table_properties(audit: AuditConfig) -> dict[str, str]:
-    """The Delta table properties every audit table carries, from ``[audit]``: how long
-    the log keeps commits (``log_retention``) and removed files stay (``file_retention``),
-    and expired-log cleanup on. Set at creation and kept in line by the maintenance."""
-    return {
-        "delta.logRetentionDuration": _delta_interval(audit.log_retention_s),
-        "delta.deletedFileRetentionDuration": _delta_interval(audit.file_retention_s),
-        "delta.enableExpiredLogCleanup": "true",
-    }
-
-
-def _delta_interval(seconds: float) -> str:
-    """A duration as Delta's interval text (whole seconds, at least one)."""
-    return f"interval {max(1, math.ceil(seconds))} seconds"
 
 
 class _Stopped(Exception):
@@ -234,7 +212,7 @@ class _TablePass:
         self.progress = progress or (lambda table, step, detail: None)
         self.stop, self.clock = stop, clock
         self.report = TableReport(name)
-        self.log_dir = _log_dir(path, storage)
+        self.log_dir = delta_log(path, storage)
 
     def run(self) -> TableReport:
         started = time.monotonic()
@@ -249,7 +227,7 @@ class _TablePass:
                 return report
             before = table_stats(table, self.log_dir)
             report.files_before, report.bytes_before = before.files, before.bytes
-            logs_before = _log_entries(self.log_dir)
+            logs_before = log_entries(self.log_dir)
             for step, action in (("properties", self._properties), ("compact", self._compact),
                                  ("retention", self._retention), ("vacuum", self._vacuum),
                                  ("checkpoint", self._checkpoint),
@@ -263,7 +241,7 @@ class _TablePass:
             after = table_stats(table, self.log_dir)
             report.files_after, report.bytes_after = after.files, after.bytes
             report.log_entries, report.version = after.log_entries, after.version
-            logs_after = _log_entries(self.log_dir)
+            logs_after = log_entries(self.log_dir)
             if logs_before is not None and logs_after is not None:
                 # names gone, not the difference: appends add entries meanwhile (and
                 # delta-rs's checkpoint may clean expired entries itself)
@@ -351,7 +329,7 @@ class _TablePass:
     def _checkpoint(self, table: DeltaTable) -> str:
         table.update_incremental()
         version = table.version()
-        if _last_checkpoint_version(self.log_dir) == version:
+        if last_checkpoint_version(self.log_dir) == version:
             self.report.checkpoint_version = version
             return f"v{version} already checkpointed"
         table.create_checkpoint()
@@ -359,33 +337,15 @@ class _TablePass:
         return f"v{version}"
 
     def _log_cleanup(self, table: DeltaTable) -> str:
-        before = _log_entries(self.log_dir)
+        before = log_entries(self.log_dir)
         table.cleanup_metadata()
-        after = _log_entries(self.log_dir)
+        after = log_entries(self.log_dir)
         if before is None or after is None:
             return "done"
         return f"{len(before - after)} entries removed, {len(after)} left"
 
 
-# --- reading a table's size cheaply (status, metrics) ----------------------------------
-
-def table_stats(table: DeltaTable | str, log_dir: Path | _ObjectLog | None = None,
-                storage: StorageOptions | None = None) -> TableStats:
-    """Live data files, bytes, log entries (listed in the folder or with obstore; ``None``
-    when they cannot be) and version.
-
-    Reads the newest checkpoint and the commits after it (what delta-rs loads
-    anyway) and lists ``_delta_log``: milliseconds on a maintained table.
-    """
-    if isinstance(table, str):
-        log_dir = _log_dir(table, storage or {})
-        table = DeltaTable(table, storage_options=storage)
-    sizes = arrow_table(table.get_add_actions(flatten=False).select(["size_bytes"]))["size_bytes"]
-    entries = _log_entries(log_dir)
-    return TableStats(files=len(sizes), bytes=int(pc.sum(sizes).as_py() or 0),
-                      log_entries=None if entries is None else len(entries),
-                      version=table.version())
-
+# --- what compaction rewrites ----------------------------------------------------------
 
 def small_files_by_partition(table: DeltaTable, columns: Sequence[str], target: int
                              ) -> dict[tuple, list[str]]:
@@ -486,66 +446,6 @@ class BackgroundMaintenance:
 
 
 # --- small helpers ---------------------------------------------------------------------
-
-class _ObjectLog:
-    """A table's ``_delta_log`` on an object store, listed and read with obstore."""
-
-    def __init__(self, uri: str, storage: Mapping[str, str]) -> None:
-        from streaming.audit.storage import object_store_at
-
-        self.store = object_store_at(uri, storage)
-
-    def names(self) -> set[str]:
-        import obstore
-
-        listed = obstore.list(self.store)
-        return {m["path"].rsplit("/", 1)[-1] for batch in listed for m in batch
-                if "/" not in m["path"].strip("/")}
-
-    def read(self, name: str) -> bytes:
-        import obstore
-
-        return bytes(obstore.get(self.store, name).bytes())
-
-
-def _log_dir(path: str, storage: Mapping[str, str]) -> Path | _ObjectLog | None:
-    """Where table ``path``'s log is listed: a folder, an object-store prefix, or None
-    (a scheme obstore does not know)."""
-    parsed = urlparse(path)
-    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # a Windows drive letter
-        return Path(parsed.path if parsed.scheme == "file" else path) / "_delta_log"
-    try:
-        return _ObjectLog(f"{path.rstrip('/')}/_delta_log", storage)
-    except Exception:  # noqa: BLE001 (sizes then say "?" for the log)
-        return None
-
-
-def _log_entries(log_dir: Path | _ObjectLog | None) -> set[str] | None:
-    """Names in ``_delta_log`` (commits, checkpoints, ``_last_checkpoint``; not folders)."""
-    if log_dir is None:
-        return None
-    if isinstance(log_dir, _ObjectLog):
-        try:
-            return {n for n in log_dir.names() if not n.startswith(".")}
-        except Exception:  # noqa: BLE001 (the sizes say "?" for the log)
-            return None
-    try:
-        with os.scandir(log_dir) as entries:
-            return {e.name for e in entries if e.is_file() and not e.name.startswith(".")}
-    except FileNotFoundError:
-        return set()
-
-
-def _last_checkpoint_version(log_dir: Path | _ObjectLog | None) -> int | None:
-    if log_dir is None:
-        return None
-    try:
-        text = log_dir.read("_last_checkpoint") if isinstance(log_dir, _ObjectLog) \
-            else (log_dir / "_last_checkpoint").read_bytes()
-        return int(json.loads(text)["version"])
-    except Exception:  # noqa: BLE001 (none yet, or unreadable: a checkpoint is written)
-        return None
-
 
 def _date_partition_column(table: DeltaTable) -> str | None:
     columns = table.metadata().partition_columns

@@ -26,13 +26,13 @@ from deltalake.exceptions import DeltaError
 
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
+from streaming.audit.properties import writer_properties
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.writer import (
     ARROW_SCHEMAS,
     NO_POST_COMMIT_HOOKS,
     is_partitioned,
-    writer_properties,
 )
 from streaming.config import Config
 from streaming.errors import BitrouteError

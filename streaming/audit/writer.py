@@ -63,27 +63,18 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import (
-    BloomFilterProperties,
-    ColumnProperties,
     CommitProperties,
     DeltaTable,
     PostCommitHookProperties,
     Transaction,
-    WriterProperties,
     write_deltalake,
 )
 from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
-from streaming.audit.files import (
-    BLOOM_FILTER_FPP,
-    ROW_GROUP_ROWS,
-    AuditFile,
-    audit_files,
-    write_table_files,
-)
-from streaming.audit.maintenance import table_properties
+from streaming.audit.files import AuditFile, audit_files, write_table_files
+from streaming.audit.properties import table_properties, writer_properties
 from streaming.audit.storage import storage_options, warehouse_filesystem
 from streaming.config import Config
 from streaming.kafka.layout import DeliveryLayout
@@ -107,30 +98,6 @@ a larger group of journaled batches is committed as several transactions, in ord
 NO_POST_COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False,
                                                 cleanup_expired_logs=False)
 """Appends write no checkpoint and delete no log: the maintenance does, in the background."""
-
-
-
-def writer_properties(table: str, rows: int | None = None) -> WriterProperties:
-    """The Parquet writer properties of every file written to audit table ``table``:
-    appends here (``rows``: the rows written), rewrites by the maintenance's
-    compaction (``rows`` None: full row groups), so that all files of a table
-    have the same layout.
-
-    ``deliveries`` and ``messages`` carry a bloom filter on ``message_id``: a
-    look-up by message id (``bitroute audit ... --message-id``, no time bound)
-    then skips the row groups whose filter rules the id out, where min/max
-    statistics of ids in no particular order (a compacted file) rule nothing
-    out (docs/benchmarks.md, "Audit over time, part 1": 19.0 -> 6.2 ms on one
-    file of 1M rows). The filter is sized for the row group's rows, at most
-    :data:`ROW_GROUP_ROWS` (about 150 KB per full row group at 1% false positives).
-    """
-    if table == SUBSCRIPTIONS:
-        return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS)
-    ndv = max(1, min(ROW_GROUP_ROWS, rows if rows is not None else ROW_GROUP_ROWS))
-    bloom = BloomFilterProperties(True, fpp=BLOOM_FILTER_FPP, ndv=ndv)
-    return WriterProperties(compression="SNAPPY", max_row_group_size=ROW_GROUP_ROWS,
-                            column_properties={"message_id": ColumnProperties(
-                                bloom_filter_properties=bloom)})
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ from streaming.audit.storage import StorageError
 from streaming.errors import KafkaAccessError
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.topics import TopicCreationError
-from streaming.ops.metrics import MetricsError, RouterMetrics
+from streaming.ops.exposition import MetricsError
+from streaming.ops.metrics import RouterMetrics
 from streaming.router.changelog import ChangelogError
 from streaming.router.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router, failure_summary

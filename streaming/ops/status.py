@@ -14,7 +14,7 @@ gone:
   ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
   ``seconds``, ``stages``, ``routed_in``, ``finished_at``, ``subscriptions``,
   ``audit_pending_batches``, ``audit_lag_seconds``).
-- the audit tables (:func:`streaming.audit.maintenance.table_stats`): each
+- the audit tables (:func:`streaming.audit.table_stats.table_stats`): each
   one's live data files, bytes, ``_delta_log`` entries and Delta version, read
   from its newest checkpoint and the commits after it (milliseconds on a
   maintained table); and ``<checkpoint_dir>/router/maintenance.json``, the
@@ -119,8 +119,9 @@ def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None, dict | 
     from deltalake.exceptions import TableNotFoundError
 
     from schemas.records import AUDIT_TABLE_NAMES
-    from streaming.audit.maintenance import read_report, table_stats
+    from streaming.audit.maintenance import read_report
     from streaming.audit.storage import StorageError, storage_options
+    from streaming.audit.table_stats import table_stats
 
     tables: dict[str, dict] = {}
     try:

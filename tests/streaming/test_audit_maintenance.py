@@ -34,8 +34,8 @@ from streaming.audit.maintenance import (
     maintain,
     read_report,
     small_files_by_partition,
-    table_stats,
 )
+from streaming.audit.table_stats import table_stats
 from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.config import load
 from streaming.router.routing import ROUTED_ARROW

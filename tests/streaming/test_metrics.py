@@ -26,17 +26,9 @@ from streaming.kafka import client_verbs as client
 from streaming.cli.progress import BatchLines, CatchUpProgress, finished_line, progress_line
 from streaming.config import Config, ConfigError, load
 from streaming.kafka.broker import free_port
-from streaming.ops.metrics import (
-    CONTENT_TYPE,
-    METRICS,
-    STAGES,
-    Metric,
-    MetricsError,
-    MetricsServer,
-    Registry,
-    RouterMetrics,
-    input_lag,
-)
+from streaming.ops.exposition import CONTENT_TYPE, Metric, MetricsError, MetricsServer, Registry
+from streaming.ops.metrics import METRICS, STAGES, RouterMetrics
+from streaming.ops.query_progress import input_lag
 from test_router_process import RouterProcess, _publish, _settings
 
 OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
