@@ -2,7 +2,7 @@
 incremental index of subscriptions, versioned snapshots and the matcher (a trie
 of the topic filters in the Rust kernel, header criteria as inverted bitmaps).
 
-Python + pyroaring (with numpy/pyarrow/pandas for columns and batches) over
+Python + pyroaring (with numpy/pyarrow for columns and batches) over
 the Rust matching kernel (``bitroute_kernel``, kernel/); no Spark import, so
 it is unit-testable and reusable outside the stream.
 

@@ -1,4 +1,4 @@
-"""The results of one ``match_frame`` batch, before they are written out.
+"""The results of one ``Matcher.match_columns`` batch, before they are written out.
 
 The kernel matches the batch's distinct topics (``Kernel.match_keys``,
 ``Kernel.match_topics``); the Python path adds the results it computes
@@ -19,7 +19,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 class Units:
-    """The delivery units of one frame, as one flat slot array and offsets.
+    """The delivery units of one batch, as one flat slot array and offsets.
 
     Unit 0 is empty. A *block* adds consecutive units at once from numpy
     arrays; :meth:`add` adds one unit from a Python sequence.

@@ -1,4 +1,4 @@
-"""Reading the input columns of ``Matcher.match_frame`` and ``Matcher.match``:
+"""Reading the input columns of ``Matcher.match_columns`` and ``Matcher.match``:
 routing keys (Kafka bytes or str) to topics, and message headers reduced to
 the names some header criterion mentions. Bad input becomes a reason
 (:class:`~compiler.errors.TopicError`, :class:`~compiler.errors.HeaderError`),
@@ -14,7 +14,7 @@ from .text import is_utf8_text
 
 NO_HEADERS: frozenset = frozenset()
 MALFORMED = object()
-"""Stands for a frame row's unreadable headers: the row is rejected."""
+"""Stands for a batch row's unreadable headers: the row is rejected."""
 
 
 def decode_keys(keys: list) -> tuple[list[str | None], dict[int, str]]:
@@ -77,7 +77,7 @@ def relevant_headers(
 
 
 def frame_headers(headers: list, names: frozenset[str], errors: list[str | None]) -> list[object]:
-    """Per frame row, the relevant (name, value) header pairs; a row with
+    """Per batch row, the relevant (name, value) header pairs; a row with
     malformed headers gets ``MALFORMED`` and its reason in ``errors[i]``."""
     out: list[object] = []
     for i, entries in enumerate(headers):

@@ -18,9 +18,10 @@ message on top of that, in Python: the kernel hands such topics back.
 Two APIs: :meth:`Matcher.match` answers one message (the kernel builds the
 ``Delivery`` tuples; large and conditioned results are kept in a
 byte-bounded per-matcher cache, :mod:`compiler.cache`);
-:meth:`Matcher.match_frame` answers a batch, matching its distinct keys
-together in the kernel and having it write the Arrow output
-(:mod:`compiler.batch`). The batch path does not read the topic cache.
+:meth:`Matcher.match_columns` answers a batch (the router's path,
+:mod:`streaming.router.routing`), matching its distinct keys together in the
+kernel and having it write the Arrow output (:mod:`compiler.batch`). The batch
+path does not read the topic cache.
 
 Output contract (both APIs): one delivery per subscriber with at least one
 matching subscription, listing every matching subscription id of that
@@ -32,8 +33,6 @@ chosen member's subscriptions of that group count.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pyarrow as pa
 from bitroute_kernel import Kernel, TableError
@@ -51,9 +50,6 @@ from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver, TopicResult
 from .shared import shared_filters
 from .snapshot import Snapshot
 from .tables import KernelTables, filter_subscriptions, slot_ranks
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 __all__ = ["DELIVERIES_TYPE", "Delivery", "Matcher"]
 
@@ -178,54 +174,31 @@ class Matcher:
             slots = self._resolver.shared(exchange, slots, shared, message_id)
         return list(self._kernel.slot_deliveries(slots))
 
-    def match_frame(self, frame: "pd.DataFrame") -> "pd.DataFrame":
-        """Match a batch of publishes given as a pandas DataFrame.
-
-        Input columns: ``message_id`` (str), ``exchange`` (str),
-        ``routing_key`` (bytes, as Kafka keys arrive, or str; ``None`` or
-        invalid UTF-8 is a rejection), and optionally ``headers``: per row
-        ``None`` or a sequence of Kafka header entries, each a ``(key, value)``
-        pair or a mapping with ``"key"`` and ``"value"``, the value bytes, str
-        or ``None``. Headers are only read when some subscription of the
-        snapshot has header criteria.
-
-        Output: one row per input row, in order, with ``message_id``;
-        ``deliveries``, of pandas ``ArrowDtype(DELIVERIES_TYPE)``: the
-        :meth:`match` result as ``[{subscriber, subscription_ids}]``, empty
-        when unroutable or rejected; ``error``: ``None``, or why the row was
-        rejected (unknown or missing exchange, missing or invalid routing key,
-        malformed headers). Never raises for a bad row.
-
-        Rows with equal (exchange, routing key, relevant headers) are matched
-        once; the Arrow output is assembled from flat slot arrays, without a
-        Python object per delivery (benchmarks/compiler_bench.py, "batch",
-        measures this path). A pandas wrapper of :meth:`match_columns`.
-        """
-        # pandas is imported here, not at module level: ``bitroute match``
-        # and the Arrow entry points never need it (0.25 s of start-up).
-        import pandas as pd
-
-        headers = frame["headers"].tolist() if self._criteria is not None and "headers" in frame.columns else None
-        column, errors = self.match_columns(
-            frame["message_id"].tolist(), frame["exchange"].tolist(), frame["routing_key"].tolist(), headers
-        )
-        return pd.DataFrame(
-            {
-                "message_id": pd.Series(frame["message_id"].to_numpy(dtype=object), dtype=object),
-                "deliveries": pd.Series(pd.arrays.ArrowExtensionArray(column)),
-                "error": pd.Series(errors, dtype=object),
-            },
-            copy=False,
-        )
-
     def match_columns(
         self, message_ids: list, exchanges: list, keys: list, headers: list | None = None
     ) -> tuple[pa.ListArray, np.ndarray]:
-        """:meth:`match_frame` on plain columns (one list per input column,
-        ``headers`` optional), for callers that hold them already (the
-        router's batches): ``(deliveries, errors)``, the ``DELIVERIES_TYPE``
-        Arrow column and an object array of rejection reasons (``None``:
-        accepted), one entry per row."""
+        """Match a batch of publishes given as columns, one list per column:
+        the router's batch path (:mod:`streaming.router.routing`).
+
+        Input: ``message_ids`` (str), ``exchanges`` (str), ``keys`` (routing
+        keys: bytes, as Kafka keys arrive, or str; ``None`` or invalid UTF-8
+        is a rejection), and optionally ``headers``: per row ``None`` or a
+        sequence of Kafka header entries, each a ``(key, value)`` pair or a
+        mapping with ``"key"`` and ``"value"``, the value bytes, str or
+        ``None``. Headers are only read when some subscription of the
+        snapshot has header criteria.
+
+        Returns ``(deliveries, errors)``, one entry per row, in order:
+        ``deliveries``, the ``DELIVERIES_TYPE`` Arrow column: the
+        :meth:`match` result as ``[{subscriber, subscription_ids}]``, empty
+        when unroutable or rejected; ``errors``, an object array: ``None``,
+        or why the row was rejected (unknown or missing exchange, missing or
+        invalid routing key, malformed headers). Never raises for a bad row.
+
+        Rows with equal (exchange, routing key, relevant headers) are matched
+        once; the Arrow output is assembled from flat slot arrays, without a
+        Python object per delivery.
+        """
         n = len(keys)
         units = Units()
         row_unit = np.zeros(n, dtype=np.int64)

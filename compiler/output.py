@@ -1,6 +1,6 @@
 """The two output forms of a match: :class:`Delivery` tuples (``Matcher.match``;
 the kernel, ``bitroute_kernel.Kernel``, builds them) and the Arrow
-``DELIVERIES_TYPE`` column (``Matcher.match_frame``).
+``DELIVERIES_TYPE`` column (``Matcher.match_columns``).
 
 Both list one delivery per subscriber with at least one matching
 subscription, naming every matching subscription id of that subscriber;
@@ -17,7 +17,7 @@ import pyarrow as pa
 DELIVERIES_TYPE = pa.list_(
     pa.struct([pa.field("subscriber", pa.string()), pa.field("subscription_ids", pa.list_(pa.string()))])
 )
-"""Arrow type of :meth:`Matcher.match_frame`'s ``deliveries`` column."""
+"""Arrow type of the ``deliveries`` column :meth:`Matcher.match_columns` returns."""
 
 
 class Delivery(NamedTuple):

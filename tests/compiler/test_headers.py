@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from compiler import HeaderCriteria, HeaderCriteriaError, HeaderError, Subscription
@@ -101,28 +100,24 @@ def test_match_rejects_malformed_headers(routing):
         r.matcher.match("amq", "x.y", {"a": 1})
 
 
-def test_frame_headers_entries_and_repeated_names(routing):
+def test_batch_headers_entries_and_repeated_names(routing):
+    """Headers in the router's batch path (``Matcher.match_columns``): per row ``None`` or
+    Kafka header entries, pairs or ``{"key", "value"}`` mappings."""
     r = routing(_subs())
-    frame = pd.DataFrame(
-        {
-            "message_id": ["m0", "m1", "m2", "m3", "m4"],
-            "exchange": ["amq"] * 5,
-            "routing_key": [b"x.y"] * 5,
-            "headers": [
-                [("a", b"1"), ("b", None)],
-                [{"key": "a", "value": b"2"}, {"key": "a", "value": b"1"}, {"key": "b", "value": b"x"}],
-                [("a", b"\xff")],
-                None,
-                [("a",)],
-            ],
-        }
-    )
-    out = r.matcher.match_frame(frame)
-    ids = [sorted(i for d in row for i in d["subscription_ids"]) for row in out["deliveries"]]
+    headers = [
+        [("a", b"1"), ("b", None)],
+        [{"key": "a", "value": b"2"}, {"key": "a", "value": b"1"}, {"key": "b", "value": b"x"}],
+        [("a", b"\xff")],
+        None,
+        [("a",)],
+    ]
+    deliveries, errors = r.matcher.match_columns([f"m{i}" for i in range(5)], ["amq"] * 5,
+                                                 [b"x.y"] * 5, headers)
+    ids = [sorted(i for d in row for i in d["subscription_ids"]) for row in deliveries.to_pylist()]
     assert ids[0] == ["all-ab", "all-none", "any-ab", "plain"]
     # Of a repeated name, the last entry counts (Kafka's lastHeader).
     assert ids[1] == ["all-ab", "all-none", "any-ab", "plain"]
     assert ids[2] == ["all-none", "plain"]
     assert ids[3] == ["all-none", "plain"]
-    assert ids[4] == [] and "header entry" in out["error"][4]
-    assert out["error"][:4].isna().all()
+    assert ids[4] == [] and "header entry" in errors[4]
+    assert errors[:4].tolist() == [None] * 4

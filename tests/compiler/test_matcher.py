@@ -1,10 +1,10 @@
-"""Matcher: delivery grouping and order, shared subscriptions, the cache bound, match_frame."""
+"""Matcher: delivery grouping and order, shared subscriptions, the cache bound, the batch
+path (``match_columns``, what the router calls)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-import pandas as pd
 import pytest
 
 from compiler import (
@@ -135,13 +135,19 @@ def test_cache_skips_a_result_too_big_for_its_share_of_the_bound():
     assert len(matcher.cache) == 0 and matcher.cache.bytes == 0
 
 
-def _frame(rows) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["message_id", "exchange", "routing_key", "headers"])
+def _match_rows(matcher: Matcher, rows, with_headers: bool = True) -> tuple[list, list]:
+    """``Matcher.match_columns`` (the router's batch path, streaming/router/routing.py) on
+    ``(message_id, exchange, routing_key, headers)`` rows: ``(deliveries, errors)`` as lists,
+    one entry per row, the deliveries column of ``DELIVERIES_TYPE``."""
+    ids, exchanges, keys, headers = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])
+    column, errors = matcher.match_columns(ids, exchanges, keys, headers if with_headers else None)
+    assert column.type == DELIVERIES_TYPE and len(column) == len(errors) == len(rows)
+    return column.to_pylist(), errors.tolist()
 
 
-def test_match_frame_rejects_bad_rows_without_raising():
+def test_match_columns_rejects_bad_rows_without_raising():
     matcher = _matcher([Subscription("s1", "amq", "c", "#"), Subscription("s2", "mq", "d", "#")])
-    out = matcher.match_frame(_frame([
+    deliveries, errors = _match_rows(matcher, [
         ("m0", "amq", b"a.b", None),
         ("m1", "amq", b"\xffa", None),
         ("m2", "nope", b"a", None),
@@ -150,11 +156,7 @@ def test_match_frame_rejects_bad_rows_without_raising():
         ("m5", "mq", b"a/+", None),
         ("m6", "mq", "a/b", None),
         ("m7", "amq", b"a" * 256, None),
-    ]))
-    assert list(out.columns) == ["message_id", "deliveries", "error"]
-    assert out["deliveries"].dtype == pd.ArrowDtype(DELIVERIES_TYPE)
-    assert out["message_id"].tolist() == [f"m{i}" for i in range(8)]
-    errors = out["error"].tolist()
+    ])
     assert errors[0] is None and errors[6] is None
     assert "not valid UTF-8" in errors[1]
     assert errors[2] == "unknown exchange 'nope'"
@@ -162,13 +164,12 @@ def test_match_frame_rejects_bad_rows_without_raising():
     assert errors[4] == "missing exchange"
     assert "wildcards" in errors[5]
     assert "longer than 255" in errors[7]
-    deliveries = out["deliveries"].tolist()
     assert deliveries[0] == [{"subscriber": "c", "subscription_ids": ["s1"]}]
     assert deliveries[6] == [{"subscriber": "d", "subscription_ids": ["s2"]}]
     assert all(len(deliveries[i]) == 0 for i in (1, 2, 3, 4, 5, 7))
 
 
-def test_match_frame_equals_match_row_by_row_including_shared_choices():
+def test_match_columns_equals_match_row_by_row_including_shared_choices():
     subs = _shared_subs() + [
         Subscription("h", "mq", "member3", "jobs/#", HeaderCriteria("any", {"k": "v"})),
         Subscription("a", "amq", "member2", "x.#"),
@@ -176,23 +177,22 @@ def test_match_frame_equals_match_row_by_row_including_shared_choices():
     matcher = _matcher(subs)
     rows = [(f"jobs/0/{n}", "mq", b"jobs/7", [("k", b"v")] if n % 3 else None) for n in range(30)]
     rows += [(f"x/0/{n}", "amq", "x.y", None) for n in range(3)] + [("u", "mq", b"none", None)]
-    out = matcher.match_frame(_frame(rows))
-    for (mid, exchange, key, headers), got in zip(rows, out["deliveries"].tolist()):
+    deliveries, _ = _match_rows(matcher, rows)
+    for (mid, exchange, key, headers), got in zip(rows, deliveries):
         topic = key.decode() if isinstance(key, bytes) else key
         expected = matcher.match(exchange, topic, dict(headers or []), mid)
         assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
 
 
-def test_match_frame_of_no_rows_and_without_headers_column():
+def test_match_columns_of_no_rows_and_without_headers():
     matcher = _matcher([Subscription("s1", "amq", "c", "#")])
-    empty = matcher.match_frame(_frame([]))
-    assert len(empty) == 0 and empty["deliveries"].dtype == pd.ArrowDtype(DELIVERIES_TYPE)
-    out = matcher.match_frame(pd.DataFrame({"message_id": ["m"], "exchange": ["amq"], "routing_key": [b"k"]}))
-    assert out["deliveries"].tolist() == [[{"subscriber": "c", "subscription_ids": ["s1"]}]]
+    assert _match_rows(matcher, []) == ([], [])
+    deliveries, errors = _match_rows(matcher, [("m", "amq", b"k", None)], with_headers=False)
+    assert (deliveries, errors) == ([[{"subscriber": "c", "subscription_ids": ["s1"]}]], [None])
 
 
-def test_match_frame_batch_path_follows_every_rule():
-    """The vectorised path of match_frame (uncached topics) on each kind of filter."""
+def test_match_columns_batch_path_follows_every_rule():
+    """The vectorised path of match_columns (uncached topics) on each kind of filter."""
     subs = [
         Subscription("hash", "mq", "a", "#"),
         Subscription("plus-x", "mq", "b", "+/x"),
@@ -209,12 +209,12 @@ def test_match_frame_batch_path_follows_every_rule():
     matcher = _matcher(subs)
     rows = [("m0", "mq", b"$SYS/x", None), ("m1", "mq", b"q/x", None), ("m2", "amq", b"a.x.y", None),
             ("m3", "amq", b"", None), ("m4", "amq", b"x.y", None), ("m5", "mq", b"r/y", None)]
-    out = matcher.match_frame(_frame(rows))
+    deliveries, _ = _match_rows(matcher, rows)
     fresh = _matcher(subs)
-    for (mid, exchange, key, _), got in zip(rows, out["deliveries"].tolist()):
+    for (mid, exchange, key, _), got in zip(rows, deliveries):
         expected = fresh.match(exchange, key.decode(), None, mid)
         assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
-    ids = [sorted(i for d in row for i in d["subscription_ids"]) for row in out["deliveries"].tolist()]
+    ids = [sorted(i for d in row for i in d["subscription_ids"]) for row in deliveries]
     assert ids[0] == ["exact", "sys"]
     assert ids[1] == ["hash", "plus-x"]
     assert ids[3] == ["a-empty"]
@@ -222,7 +222,7 @@ def test_match_frame_batch_path_follows_every_rule():
     assert len(ids[5]) == 2 and ids[5][0] == "hash" and ids[5][1].startswith("share")
 
 
-def test_match_frame_of_one_exchange_mixes_kernel_rows_and_python_rows():
+def test_match_columns_of_one_exchange_mixes_kernel_rows_and_python_rows():
     """One exchange without header criteria: the kernel answers the rows it
     can (equal keys once, bytes or str), and hands back the rest (bad keys,
     invalid topics, shared groups) with their rows and messages intact."""
@@ -231,10 +231,8 @@ def test_match_frame_of_one_exchange_mixes_kernel_rows_and_python_rows():
     matcher = _matcher(subs)
     keys = [b"q/x", None, "q/x", b"\xff", b"s/1", b"a/+", "\udc80", b"q/x", b"", 7, b"z"]
     rows = [(f"m{i}", "mq", key, None) for i, key in enumerate(keys)]
-    out = matcher.match_frame(_frame(rows))
-    assert out["message_id"].tolist() == [f"m{i}" for i in range(len(keys))]
-    got = [sorted(i for d in row for i in d["subscription_ids"]) for row in out["deliveries"].tolist()]
-    errors = out["error"].tolist()
+    deliveries, errors = _match_rows(matcher, rows)
+    got = [sorted(i for d in row for i in d["subscription_ids"]) for row in deliveries]
     assert got[0] == got[2] == got[7] == ["all", "x"] and errors[0] is errors[2] is errors[7] is None
     assert got[10] == ["all"] and errors[10] is None
     assert got[4][0] == "all" and got[4][1] in ("share1", "share2") and errors[4] is None

@@ -7,7 +7,6 @@ machine of upsert / replace / remove / snapshot-to-bytes / restart steps.
 
 from __future__ import annotations
 
-import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -90,7 +89,7 @@ def test_mqtt_index_agrees_with_reference(subs, topics, headers, message_id):
     _check(subs, "mq", topics, headers, message_id)
 
 
-frame_rows = st.lists(
+batch_rows = st.lists(
     st.one_of(
         st.tuples(st.just("mq"), mqtt_topics | st.sampled_from(["a/+", "", "b/#"]), message_headers, st.sampled_from(["m1", "m2", "m3"])),
         st.tuples(st.just("amq"), amqp_topics, message_headers, st.sampled_from(["m1", "m2"])),
@@ -100,8 +99,8 @@ frame_rows = st.lists(
 
 
 @SETTINGS
-@given(subscriptions("mq", mqtt_filters), subscriptions("amq", amqp_filters), frame_rows, st.booleans())
-def test_match_frame_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
+@given(subscriptions("mq", mqtt_filters), subscriptions("amq", amqp_filters), batch_rows, st.booleans())
+def test_match_columns_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
     index = RoutingIndex(EXCHANGES)
     for sub in mqtt_subs + amqp_subs:
         try:
@@ -109,21 +108,20 @@ def test_match_frame_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
         except CompilerError:
             pass
     matcher = Matcher(index.snapshot(1, {}))
-    frame = pd.DataFrame({
-        "message_id": [mid for _, _, _, mid in rows],
-        "exchange": [exchange for exchange, _, _, _ in rows],
-        "routing_key": [topic.encode() for _, topic, _, _ in rows],
-        "headers": [None if h is None else list(h.items()) for _, _, h, _ in rows],
-    })
     if warm:  # half the topics come from the topic cache, half from the batch path
         for exchange, topic, _, _ in rows[::2]:
             try:
                 matcher.match(exchange, topic)
             except CompilerError:
                 pass
-    out = matcher.match_frame(frame)
+    deliveries, errors = matcher.match_columns(  # the router's batch path (router/routing.py)
+        [mid for _, _, _, mid in rows],
+        [exchange for exchange, _, _, _ in rows],
+        [topic.encode() for _, topic, _, _ in rows],
+        [None if h is None else list(h.items()) for _, _, h, _ in rows],
+    )
     fresh = Matcher(index.snapshot(2, {}))
-    for (exchange, topic, headers, mid), got, error in zip(rows, out["deliveries"].tolist(), out["error"].tolist()):
+    for (exchange, topic, headers, mid), got, error in zip(rows, deliveries.to_pylist(), errors.tolist()):
         try:
             expected = fresh.match(exchange, topic, headers, mid)
         except CompilerError as exc:
