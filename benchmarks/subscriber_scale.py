@@ -38,7 +38,8 @@ from benchmarks.e2e import kafka_load
 from benchmarks.e2e.bitroute_run import Env
 from benchmarks.e2e.workload import Workload
 from schemas.records import EXCHANGE_HEADER
-from streaming import client, kafka
+from streaming import kafka
+from streaming.kafka import client_verbs as client
 from streaming.config import Config, load
 from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.topics import ensure_topics

@@ -79,7 +79,7 @@ class DeliveryUnavailable(BitrouteError):
 
 @dataclass(frozen=True)
 class ProducerSettings:
-    """What a worker needs to produce: picklable, and the key of the worker's producer cache."""
+    """What a routing process needs to produce: picklable, and the key of its producer cache."""
 
     bootstrap: str | ClientSettings
     """The connection (:class:`streaming.kafka.ClientSettings`); a bare bootstrap string means
@@ -245,7 +245,7 @@ class DeliveryColumns:
 
 
 class DeliveryProducer:
-    """A worker's producer: produce a batch's deliveries (:meth:`produce_deliveries`) and
+    """A routing process's producer: produce a batch's deliveries (:meth:`produce_deliveries`) and
     single records (:meth:`produce_tagged`), then :meth:`flush` for the verdict.
 
     The deliveries go through the kernel's writer, whose
@@ -344,7 +344,7 @@ _producers: dict[ProducerSettings, DeliveryProducer] = {}
 
 
 def cached_producer(settings: ProducerSettings) -> DeliveryProducer:
-    """This worker process's producer for ``settings`` (one connection set per worker)."""
+    """This routing process's producer for ``settings`` (one connection set per process)."""
     producer = _producers.get(settings)
     if producer is None:
         producer = _producers[settings] = DeliveryProducer(settings)

@@ -1,4 +1,5 @@
-"""The worker side of a batch's snapshot: each broadcast version loaded once per worker.
+"""The routing side of a batch's snapshot: each broadcast version loaded once per routing
+process (a Python worker, or the driver for a batch it routes).
 
 The driver ships a snapshot's bytes to the executors once per version with
 ``SparkContext.broadcast`` (no shared file system needed) and keeps exactly
@@ -6,7 +7,7 @@ one broadcast alive (:class:`streaming.router.snapshots.BatchSnapshots`); a
 released version's broadcast is destroyed, which also drops it from the
 Python workers.
 
-Each Python worker loads a version once: :func:`cached_matcher` keeps the
+Each routing process loads a version once: :func:`cached_matcher` keeps the
 :class:`compiler.Matcher` of the last :data:`MATCHERS_CACHED` broadcasts in a
 module-level cache (a reused worker serves many tasks), so the cost of
 ``Snapshot.from_bytes`` and of building the matcher's tables is paid once per
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from compiler import Matcher, Snapshot
 
 MATCHERS_CACHED = 2
-"""Matchers (snapshot versions) a Python worker keeps loaded: the current one
+"""Matchers (snapshot versions) a routing process keeps loaded: the current one
 and the previous, so the batch after a version change and a replay of the
 batch before it do not reload. A matcher holds its snapshot and a topic cache
 bounded by ``compiler.MATCH_CACHE_MAX_BYTES``."""
@@ -30,7 +31,7 @@ _matchers: OrderedDict[str, Matcher] = OrderedDict()
 
 
 def cached_matcher(key: str, load: Callable[[], bytes]) -> Matcher:
-    """The worker's matcher for broadcast ``key``, built from ``load()`` on first use.
+    """This process's matcher for broadcast ``key``, built from ``load()`` on first use.
 
     Least recently used matchers beyond :data:`MATCHERS_CACHED` are dropped.
     ``key`` names one broadcast (a random id drawn when it was made), so two

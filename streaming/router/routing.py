@@ -12,7 +12,7 @@ a task, in one pass:
    broker would refuse a larger record, and would refuse it forever);
 4. produces each delivery to its subscriber's topic (as the delivery layout,
    :class:`streaming.kafka.layout.DeliveryLayout`, says) and each rejected publish
-   to the rejected topic, with the worker's librdkafka producer, and waits for
+   to the rejected topic, with the routing process's producers, and waits for
    Kafka's acknowledgements (:mod:`streaming.router.delivery`);
 5. returns one row per publish (``schemas.tables.ROUTED_PUBLISH``): its
    outcome, reason and the deliveries Kafka acknowledged, for the audit; or,
@@ -146,8 +146,8 @@ class RouteSettings:
 class RoutePartitions:
     """The ``mapInArrow`` function of one batch: see the module docstring.
 
-    A module-level class, so that it pickles by reference and the worker's
-    calls reach the worker's matcher and producer caches.
+    A module-level class, so that it pickles by reference and its calls reach the
+    routing process's (a Python worker's, or the driver's) matcher and producer caches.
     """
 
     def __init__(self, broadcast: Broadcast, key: str, settings: RouteSettings) -> None:
@@ -193,7 +193,7 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
 
 @functools.lru_cache(maxsize=4)
 def _warehouse(delta: DeltaConfig):
-    """The warehouse's filesystem, made once per worker process (an object store's client)."""
+    """The warehouse's filesystem, made once per routing process (an object store's client)."""
     return warehouse_filesystem(delta)
 
 
