@@ -3,7 +3,7 @@
 A table created before the tables were partitioned (no ``routed_date`` /
 ``applied_date`` column, no partitions) keeps working as it is; this rewrites
 it in place, once, on request: every row read and written again with its date
-column, partitioned by it (:data:`schemas.tables.PARTITION_COLUMNS`), in one
+column, partitioned by it (:data:`schemas.records.PARTITION_COLUMNS`), in one
 Delta commit (an overwrite that also changes the schema and the partitioning).
 The table's history stays (earlier versions remain readable by time travel
 until the maintenance's retention removes their files) and so do its ``txn``

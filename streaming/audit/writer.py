@@ -18,7 +18,7 @@ Tables (schemas in :mod:`schemas.tables`) live at ``config.delta.table_path(name
   version it produced.
 
 Layout: a table this module creates is partitioned by the UTC day of its
-time column (:data:`schemas.tables.PARTITION_COLUMNS`: ``routed_date``,
+time column (:data:`schemas.records.PARTITION_COLUMNS`: ``routed_date``,
 ``applied_date``, the last column of each schema). A table created
 unpartitioned by an earlier version (without the date column) is appended to
 in its own layout, never rewritten here: :func:`unpartitioned` names it and
