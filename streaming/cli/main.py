@@ -95,7 +95,7 @@ def _broker(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from streaming.cli.run import serve
 
-    return serve(_config(args))
+    return serve(_config(args), accept_retention_gap=args.accept_retention_gap)
 
 
 def _match(args: argparse.Namespace) -> int:
@@ -458,8 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    verb("run", _run, "run the router: a long-lived Spark streaming query (Ctrl-C stops "
-                      "after the current batch)")
+    run = verb("run", _run, "run the router: a long-lived Spark streaming query (Ctrl-C stops "
+                            "after the current batch)")
+    run.add_argument("--accept-retention-gap", action="store_true",
+                     help="record the publishes Kafka deleted before the router read them, met "
+                          "by this run's first batch, and route on (streaming.on_retention_gap "
+                          "= \"stop\" stopped the router on them)")
     verb("version", _version, "print the versions of bitroute, pyspark and python")
     verb("jars", _jars, "resolve the JVM jars of conf/jvm.toml from Maven Central (cached)")
 
