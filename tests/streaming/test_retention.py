@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, OUTCOME_LOST, message_id
+from streaming.cli.render import status_lines
 from streaming.config import Config
 from streaming.ops.status import router_status
 from streaming.router.service import Router
@@ -130,8 +131,13 @@ def test_a_retention_gap_is_recorded_counted_and_routing_goes_on(base_config, sp
     delete_before(config, 0, 23)
     delete_before(config, 1, 5)
     kept += publish(config, 0, 5)
-    pending = router_status(config)["retention_gap"]
-    assert pending["records"] == 22 and pending["partitions"] == {"0": 20, "1": 2}
+    pending = router_status(config)
+    assert pending["retention_gap"]["records"] == 22
+    assert pending["retention_gap"]["partitions"] == {"0": 20, "1": 2}
+    line = next(t for t in status_lines(pending) if t.startswith("retention gap:"))
+    assert line.endswith("22 publishes not routed yet were deleted by Kafka (partitions 0: 20, "
+                         "1: 2); the router records them as lost when it reaches them "
+                         "(streaming.on_retention_gap)")
 
     router = route_all(config, spark)
     assert delivered_ids(config, "ann") == set(before + kept)
@@ -146,6 +152,8 @@ def test_a_retention_gap_is_recorded_counted_and_routing_goes_on(base_config, sp
     status = router_status(config)
     assert status["retention_gap"]["records"] == 0
     assert status["last_batch"]["lost_total"] == 22
+    line = next(t for t in status_lines(status) if t.startswith("lost:"))
+    assert "22 publishes lost to retention since the router started" in line
 
 
 def test_the_stop_policy_stops_with_the_command_that_acknowledges_the_gap(
