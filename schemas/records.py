@@ -70,6 +70,9 @@ HEADER_CRITERIA_FIELDS = ("match", "criteria")
 OUTCOME_ROUTED = "routed"
 OUTCOME_UNROUTABLE = "unroutable"
 OUTCOME_REJECTED = "rejected"
+#: A range of publishes Kafka deleted before the router read them (one row per
+#: partition range, message id of its first offset: streaming.router.retention).
+OUTCOME_LOST = "lost"
 CHANGE_UPSERT = "upsert"
 CHANGE_REMOVE = "remove"
 CHANGE_REJECTED = "rejected"

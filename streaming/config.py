@@ -149,6 +149,9 @@ class AuditConfig:
         return duration_seconds(self.log_retention)
 
 
+RETENTION_GAP_POLICIES = ("resume", "stop")
+"""The values of ``streaming.on_retention_gap``."""
+
 AutoCount = int | None
 """A count that may be ``"auto"`` in the file and the environment (None here)."""
 
@@ -168,6 +171,10 @@ class StreamingConfig:
     driver_route_max_deliveries: AutoCount = None
     lease_timeout: str = "60 seconds"
     """A router lease not renewed for this long is stale (:mod:`streaming.router.lease`)."""
+    on_retention_gap: str = "resume"
+    """What the router does when publishes it has not read were deleted by Kafka
+    (:mod:`streaming.router.retention`): ``resume`` records the gap and routes on from the
+    earliest retained offset; ``stop`` stops the router until a run acknowledges it."""
 
     @property
     def lease_timeout_s(self) -> float:
@@ -505,6 +512,9 @@ def _validate(config: Config) -> None:
     require(bool(_DURATION.match(streaming.lease_timeout.strip()))
             and duration_seconds(streaming.lease_timeout) >= 5, "streaming.lease_timeout",
             "a duration of at least 5 seconds, such as '60 seconds'", streaming.lease_timeout)
+
+    require(streaming.on_retention_gap in RETENTION_GAP_POLICIES, "streaming.on_retention_gap",
+            " or ".join(repr(p) for p in RETENTION_GAP_POLICIES), streaming.on_retention_gap)
 
     audit = config.audit
     for name in ("commit_interval", "maintenance_interval", "file_retention", "log_retention"):

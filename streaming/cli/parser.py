@@ -53,8 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    verb("run", router.run, "run the router: a long-lived Spark streaming query (Ctrl-C "
-                            "stops after the current batch)")
+    run = verb("run", router.run, "run the router: a long-lived Spark streaming query (Ctrl-C "
+                                  "stops after the current batch)")
+    run.add_argument("--accept-retention-gap", action="store_true",
+                     help="record the publishes Kafka deleted before the router read them, met "
+                          "by this run's first batch, and route on (streaming.on_retention_gap "
+                          "= \"stop\" stopped the router on them)")
     verb("version", installation.version,
          "print the versions of bitroute, pyspark and python")
     verb("jars", installation.jars,

@@ -320,7 +320,9 @@ def batch_line(report: BatchReport) -> str:
     replay = " (replayed with its pinned version)" if report.replayed else ""
     split = " ".join(f"{k} {v:.2f}s" for k, v in report.stages.items())
     return (f"batch {report.batch_id}: {report.rows} publishes, {report.deliveries} deliveries, "
-            f"{report.rejected} rejected, snapshot v{report.snapshot_version}, "
+            f"{report.rejected} rejected, "
+            + (f"{report.lost} lost to retention, " if report.lost else "")
+            + f"snapshot v{report.snapshot_version}, "
             f"{report.seconds:.2f}s ({split}, routed in the {report.routed_in}){replay}")
 
 
@@ -381,7 +383,8 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
         lines.append(("last batch", (
             f"{last.get('batch_id', '?')}: {last.get('publishes', '?')} publishes, "
             f"{last.get('deliveries', '?')} deliveries, {last.get('rejected', '?')} rejected, "
-            f"snapshot v{last.get('snapshot_version', '?')}, {_seconds(last.get('seconds'))}"
+            + (f"{last['lost']} lost to retention, " if last.get("lost") else "")
+            + f"snapshot v{last.get('snapshot_version', '?')}, {_seconds(last.get('seconds'))}"
             + (f" ({split})" if split else "")
             + f", finished {last.get('finished_at', '?')}{_ago(last.get('finished_at'), now)}")))
     else:
@@ -390,6 +393,16 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
                                          f"committed batch {status['committed_batch']}"
                                          if status["committed_batch"] is not None
                                          else "no committed batch")))
+    gap = status.get("retention_gap")
+    if gap is not None and gap.get("records"):
+        lines.append(("retention gap", (
+            f"{gap['records']} publishes not routed yet were deleted by Kafka (partitions "
+            + ", ".join(f"{p}: {n}" for p, n in gap["partitions"].items() if n)
+            + "); the router records them as lost when it reaches them "
+            "(streaming.on_retention_gap)")))
+    if last is not None and last.get("lost_total"):
+        lines.append(("lost", f"{last['lost_total']} publishes lost to retention since the "
+                              "router started (audit: messages with outcome 'lost')"))
     version = status["snapshot_version"]
     lines.append(("changelog lag", _lag_text(status["changelog_lag"], "changes not applied",
                                              f"snapshot v{version}" if version is not None

@@ -61,8 +61,10 @@ _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, Kafka
                    KafkaAccessError, RouterLockedError, StorageError)
 
 
-def serve(config: Config) -> int:
-    """Route until stopped; see the module docstring for the exit statuses."""
+def serve(config: Config, accept_retention_gap: bool = False) -> int:
+    """Route until stopped; see the module docstring for the exit statuses.
+    ``accept_retention_gap``: the first batch records and passes a retention gap even
+    under ``streaming.on_retention_gap = "stop"`` (:mod:`streaming.router.retention`)."""
     from streaming.kafka.broker import BrokerError, EmbeddedBroker
     from streaming.cli.logs import quiet_kafka_client_logs
     from streaming.router.session import spark_session
@@ -117,7 +119,7 @@ def serve(config: Config) -> int:
         # handler, which cancels jobs through py4j from inside the signal and breaks
         # the call the main thread is making.
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        router = Router(config, spark, lock)
+        router = Router(config, spark, lock, accept_retention_gap=accept_retention_gap)
         router.report_listeners.append(BatchLines())
         router.catch_up_progress = CatchUpProgress
         if metrics is not None:
@@ -192,7 +194,9 @@ def _await_query(router: Router, query, stop_requested: threading.Event) -> int 
                                           router.config.kafka.publishes_topic)
             if refused is None:
                 router.stop()
-                print(f"bitroute: error: the router's query failed: {_failure_line(router, exc)}",
+                stopped_for = router.retention_stop
+                print(f"bitroute: error: {stopped_for}" if stopped_for is not None else
+                      f"bitroute: error: the router's query failed: {_failure_line(router, exc)}",
                       file=sys.stderr)
                 return 1
             refused_since = refused_since or time.monotonic()

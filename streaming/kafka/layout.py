@@ -42,19 +42,25 @@ if TYPE_CHECKING:
 class DeliveryLayout:
     """Where deliveries go: each subscriber's own topic ``topic_prefix + subscriber``
     (``shared_topic`` None), or all in ``shared_topic`` keyed by subscriber.
-    ``partitions``: the partitions a delivery topic is created with."""
+    ``partitions``, ``replication_factor``, ``min_insync_replicas``: how a delivery topic is
+    created (also again, when an administrator deleted it: :mod:`streaming.router.routing`)."""
 
     topic_prefix: str
     shared_topic: str | None = None
     partitions: int = 1
+    replication_factor: int = 1
+    min_insync_replicas: int = 0
+    """0: the broker's default."""
 
     @classmethod
     def of(cls, kafka: KafkaConfig) -> DeliveryLayout:
         """The layout ``kafka`` (a validated ``[kafka]`` section) configures."""
         if kafka.delivery_layout == LAYOUT_SHARED:
             return cls(kafka.deliveries_topic_prefix, kafka.shared_deliveries_topic,
-                       kafka.shared_delivery_partitions)
-        return cls(kafka.deliveries_topic_prefix, None, kafka.delivery_partitions)
+                       kafka.shared_delivery_partitions, kafka.replication_factor,
+                       kafka.min_insync_replicas)
+        return cls(kafka.deliveries_topic_prefix, None, kafka.delivery_partitions,
+                   kafka.replication_factor, kafka.min_insync_replicas)
 
     @property
     def shared(self) -> bool:
@@ -65,6 +71,12 @@ class DeliveryLayout:
     def topic(self, subscriber: str) -> str:
         """The topic holding ``subscriber``'s deliveries (an already validated name)."""
         return self.shared_topic if self.shared_topic is not None else self.topic_prefix + subscriber
+
+    def subscriber_of(self, topic: str) -> str | None:
+        """The subscriber whose own topic ``topic`` is (None: the shared topic, or not one)."""
+        if self.shared_topic is not None or not topic.startswith(self.topic_prefix):
+            return None
+        return topic[len(self.topic_prefix):]
 
     def topic_column(self, subscribers: pa.Array) -> pa.Array:
         """:meth:`topic` of each subscriber of an Arrow string column."""

@@ -20,6 +20,8 @@ from streaming import kafka
 from streaming.config import Config
 from streaming.errors import BitrouteError
 from streaming.kafka.clients import AUTHORIZATION_ERRORS, BitrouteAdmin
+from streaming.kafka.layout import DeliveryLayout
+from streaming.kafka.settings import ClientSettings
 
 CREATE_TIMEOUT_S = 30.0
 SERVED_POLL_S = 0.05
@@ -42,7 +44,18 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
     Raises :class:`streaming.kafka.KafkaAccessError` when the credentials are refused, or
     may not describe or create a topic.
     """
-    admin = admin or admin_client(config)
+    topic_config = dict(settings or {})
+    if config.kafka.min_insync_replicas:
+        topic_config.setdefault("min.insync.replicas", str(config.kafka.min_insync_replicas))
+    return create_topics(admin or admin_client(config), names,
+                         partitions or config.kafka.partitions, config.kafka.replication_factor,
+                         topic_config)
+
+
+def create_topics(admin: BitrouteAdmin, names: Iterable[str], partitions: int,
+                  replication_factor: int, topic_config: dict[str, str]) -> list[str]:
+    """Create the topics of ``names`` that do not exist, wait until they are served, and
+    return the ones created (:func:`ensure_topics` with every setting explicit)."""
     wanted = sorted(set(names))
     if not wanted:
         return []
@@ -52,12 +65,8 @@ def ensure_topics(config: Config, names: Iterable[str], settings: dict[str, str]
     missing = [n for n in wanted if n not in existing]
     if not missing:
         return []
-    topic_config = dict(settings or {})
-    if config.kafka.min_insync_replicas:
-        topic_config.setdefault("min.insync.replicas", str(config.kafka.min_insync_replicas))
     futures = admin.create_topics(
-        [NewTopic(n, partitions or config.kafka.partitions, config.kafka.replication_factor,
-                  config=topic_config) for n in missing],
+        [NewTopic(n, partitions, replication_factor, config=topic_config) for n in missing],
         operation_timeout=CREATE_TIMEOUT_S,
     )
     created = []
@@ -114,6 +123,21 @@ def ensure_router_topics(config: Config, admin: BitrouteAdmin | None = None) -> 
     ensure_topics(config, [config.kafka.subscriptions_topic], COMPACTED, admin=admin)
     if layout.shared_topic is not None:
         ensure_topics(config, [layout.shared_topic], admin=admin, partitions=layout.partitions)
+
+
+def recreate_delivery_topic(settings: ClientSettings, layout: DeliveryLayout, topic: str,
+                            admin: BitrouteAdmin | None = None) -> bool:
+    """Create the delivery topic ``topic`` again if it is missing (an administrator deleted
+    it while subscriptions still feed it), with the layout's partitions, replication and
+    ``min.insync.replicas``, and wait until it is served; True when this call created it.
+
+    Raises :class:`streaming.kafka.KafkaAccessError` when the principal may not create it
+    (the message names the grant) and :class:`TopicCreationError` for Kafka's other refusals.
+    """
+    topic_config = ({"min.insync.replicas": str(layout.min_insync_replicas)}
+                    if layout.min_insync_replicas else {})
+    return bool(create_topics(admin or kafka.admin(settings), [topic], layout.partitions,
+                              layout.replication_factor, topic_config))
 
 
 def ensure_delivery_topics(config: Config, subscribers: Iterable[str],

@@ -67,7 +67,8 @@ def router_status(config: Config) -> dict[str, object]:
     JVM is ending), ``router`` (the lock holder ``{pid, host, started_at, jvm_pid}``
     or None), ``last_batch`` (status.json as the router wrote it, or None),
     ``input_lag`` and ``changelog_lag`` (``{topic, records, partitions}``,
-    ``records`` None when Kafka did not answer), ``committed_batch``,
+    ``records`` None when Kafka did not answer), ``retention_gap`` (the same
+    shape: publishes after the committed batch that Kafka deleted unread), ``committed_batch``,
     ``snapshot_version``, ``subscriptions``, ``subscribers``,
     ``kafka_error``, ``audit_tables`` (per table ``{files, bytes, log_entries,
     version}`` or ``{error}``), ``maintenance`` (the last pass's report as
@@ -104,6 +105,7 @@ def router_status(config: Config) -> dict[str, object]:
         "committed_batch": committed_batch,
         "input_lag": _lag(kafka.publishes_topic, ends, publishes_at, kafka_error),
         "changelog_lag": _lag(kafka.subscriptions_topic, ends, changelog_at, kafka_error),
+        "retention_gap": _retention_gap(kafka.publishes_topic, ends, publishes_at, kafka_error),
         "snapshot_version": None if snapshot is None else snapshot.version,
         "subscriptions": None if snapshot is None else len(snapshot),
         "subscribers": subscribers,
@@ -252,6 +254,18 @@ def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.001)
+
+
+def _retention_gap(topic: str, ends: Mapping[str, Mapping[int, tuple[int, int]]],
+                   position: Mapping[int, int], kafka_error: str | None) -> dict[str, object]:
+    """Records of ``topic`` after ``position`` that Kafka deleted before the router read them
+    (its earliest offset is past the position: :mod:`streaming.router.retention`)."""
+    if kafka_error is not None:
+        return {"topic": topic, "records": None, "partitions": None}
+    partitions = {p: max(low - position[p], 0)
+                  for p, (low, _) in ends.get(topic, {}).items() if p in position}
+    return {"topic": topic, "records": sum(partitions.values()),
+            "partitions": {str(p): n for p, n in partitions.items()}}
 
 
 def _lag(topic: str, ends: Mapping[str, Mapping[int, tuple[int, int]]],

@@ -62,6 +62,11 @@ class CheckpointLayout:
         return self.offsets / str(batch_id)
 
     @property
+    def initial_offsets_file(self) -> Path:
+        """The Kafka source's starting offsets, written when the query first started."""
+        return self.query / "sources" / "0" / "0"
+
+    @property
     def commits(self) -> Path:
         return self.query / "commits"
 

@@ -69,6 +69,11 @@ RECORD_ERRORS = BATCH_ERRORS | frozenset({
 })
 """librdkafka error codes that are about one record (or its topic), not the cluster."""
 
+MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+"""The record errors of a delivery topic that does not exist (an administrator deleted it):
+the routing process creates it again and writes the records once more
+(:mod:`streaming.router.routing`)."""
+
 FLUSH_POLL_S = 0.5
 """How often a flush looks for a recorded access failure."""
 
@@ -120,6 +125,12 @@ class ProducerSettings:
             # broker, not librdkafka's estimate, has the last word on size.
             "message.max.bytes": self.max_record_bytes + 64 * 1024,
             "message.timeout.ms": self.message_timeout_ms,
+            # A missing delivery topic is the router's to create, with the layout's
+            # partitions and replication, not the broker's with its defaults; and a
+            # topic created by the router is served before it is written to, so a
+            # missing one is known as missing in seconds, not librdkafka's 30 s.
+            "allow.auto.create.topics": False,
+            "topic.metadata.propagation.max.ms": 5_000,
         }
 
 

@@ -22,6 +22,11 @@ Two readers use it:
   (:mod:`streaming.router.service`); when the figure cannot be known (the
   first batch, a purged or unreadable entry) it is None and the batch is
   distributed, which is always correct.
+- :func:`batch_start`: where a batch starts reading, per partition, which the
+  router compares with the earliest offsets Kafka still holds
+  (:mod:`streaming.router.retention`). For batch 0 it is the starting offsets
+  the Kafka source wrote at the query's first start (``sources/0/0``: a NUL
+  byte, ``v1``, then the same JSON).
 - ``bitroute status``: where routing stands, the end offsets of
   :func:`last_committed_batch` (:mod:`streaming.ops.status`).
 """
@@ -79,6 +84,29 @@ def batch_records(layout: CheckpointLayout, batch_id: int, topic: str) -> int | 
     if end is None or start is None or not set(start) <= set(end):
         return None
     return sum(offset - start.get(partition, 0) for partition, offset in end.items())
+
+
+def batch_start(layout: CheckpointLayout, batch_id: int, topic: str) -> dict[int, int] | None:
+    """The offsets per partition of ``topic`` where batch ``batch_id`` starts reading, or None
+    when unknown (an entry purged or unreadable)."""
+    try:
+        if batch_id >= 1:
+            return read_offsets(layout.offsets_file(batch_id - 1)).get(topic)
+        text = layout.initial_offsets_file.read_text(encoding="utf-8").lstrip("\0")
+        version, _, source = text.partition("\n")
+        if version != "v1":
+            return None
+        return {int(p): int(o) for p, o in json.loads(source).get(topic, {}).items()}
+    except (OSError, OffsetLogError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def batch_end(layout: CheckpointLayout, batch_id: int, topic: str) -> dict[int, int] | None:
+    """The end offsets per partition of ``topic`` of batch ``batch_id``, or None when unknown."""
+    try:
+        return read_offsets(layout.offsets_file(batch_id)).get(topic)
+    except (OSError, OffsetLogError):
+        return None
 
 
 def last_committed_batch(layout: CheckpointLayout) -> int | None:

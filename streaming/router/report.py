@@ -44,6 +44,9 @@ class BatchReport:
     attempts: int = 1
     routed_in: str = ROUTED_IN_EXECUTORS
     """Where the route stage ran: :data:`ROUTED_IN_DRIVER` or :data:`ROUTED_IN_EXECUTORS`."""
+    lost: int = 0
+    """Publishes Kafka deleted before the router read them, recorded with this batch
+    (:mod:`streaming.router.retention`)."""
 
 
 ReportListener = Callable[[BatchReport], None]
@@ -55,7 +58,8 @@ class StatusFile:
     figures of the moment, replaced atomically; a :data:`ReportListener`.
 
     ``figures()`` gives what the report does not hold: ``query_id``, ``run_id``,
-    ``subscriptions``, ``audit_pending_batches``, ``audit_lag_seconds``.
+    ``subscriptions``, ``audit_pending_batches``, ``audit_lag_seconds``, ``lost_total``
+    (publishes recorded lost to retention since the router started).
     Thread-safe: the batch writes it, and :meth:`refresh` rewrites it from
     the audit committer's thread (the audit figures move between batches).
     ``bitroute status`` reads it (:mod:`streaming.ops.status`).
@@ -88,6 +92,7 @@ class StatusFile:
             "publishes": report.rows,
             "deliveries": report.deliveries,
             "rejected": report.rejected,
+            "lost": report.lost,
             "snapshot_version": report.snapshot_version,
             "seconds": round(report.seconds, 4),
             "stages": {k: round(v, 4) for k, v in report.stages.items()},
@@ -96,6 +101,7 @@ class StatusFile:
             "subscriptions": figures.get("subscriptions", 0),
             "audit_pending_batches": figures.get("audit_pending_batches", 0),
             "audit_lag_seconds": figures.get("audit_lag_seconds", 0.0),
+            "lost_total": figures.get("lost_total", 0),
         }
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(status) + "\n")

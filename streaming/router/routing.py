@@ -46,6 +46,7 @@ import functools
 import logging
 import traceback
 from collections.abc import Iterator
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -72,6 +73,7 @@ from streaming.audit.files import AuditFile, write_table_files
 from streaming.audit.storage import warehouse_filesystem
 from streaming.audit.writer import PUBLISH_TABLES, deliveries_rows, messages_rows
 from streaming.config import DeltaConfig
+from streaming.errors import KafkaAccessError
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
     HEADER_OVERHEAD,
@@ -83,12 +85,14 @@ from streaming.kafka.records import (
     subscription_ids_json,
     text,
 )
+from streaming.kafka.topics import TopicCreationError, recreate_delivery_topic
 from streaming.router.delivery import (
     BATCH_ERRORS,
     BinaryColumn,
     DeliveryColumns,
     DeliveryProducer,
     DeliveryUnavailable,
+    MISSING_TOPIC_ERRORS,
     FailedRecord,
     ProducerSettings,
     cached_producer,
@@ -322,7 +326,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     producer.produce_deliveries(columns)
     reasons, owner = plan.reasons, plan.owner
     acked = plan.ok[owner] if len(owner) else np.zeros(0, dtype=bool)
-    failed = _refused(producer, producer.flush(), columns)
+    failed = _recreated(producer, settings, _refused(producer, producer.flush(), columns), columns)
     if failed:
         # Each failure names its record (its index in the columns): reject its publish
         # with Kafka's reason; a refused publish lists only the deliveries Kafka acknowledged.
@@ -372,6 +376,37 @@ def _refused(producer: DeliveryProducer, failed: list[FailedRecord],
         producer.produce_tagged(*columns.record(failure.tag), failure.tag)
         refused += producer.flush()
     return refused
+
+
+def _recreated(producer: DeliveryProducer, settings: RouteSettings, failed: list[FailedRecord],
+               columns: DeliveryColumns) -> list[FailedRecord]:
+    """Deliveries refused because their topic does not exist (an administrator deleted
+    it while subscriptions feed it): the topic is created again, as the layout says, and
+    they are written once more; returns what still fails. A topic the router may not
+    create fails its deliveries with a reason naming the subscriber and the grant; the
+    same publishes' other deliveries are unaffected."""
+    missing = [f for f in failed if f.code in MISSING_TOPIC_ERRORS]
+    if not missing:
+        return failed
+    still = [f for f in failed if f.code not in MISSING_TOPIC_ERRORS]
+    layout, refused = settings.layout, {}
+    for topic in sorted({f.topic for f in missing}):
+        subscriber = layout.subscriber_of(topic)
+        whose = f" of subscriber {subscriber}" if subscriber is not None else ""
+        try:
+            if recreate_delivery_topic(settings.producer.client, layout, topic):
+                _log.warning(f"the delivery topic {topic}{whose} did not exist (deleted while "
+                             f"subscriptions feed it): created it again with {layout.partitions} "
+                             "partitions")
+        except (KafkaAccessError, TopicCreationError) as exc:
+            refused[topic] = (f"the delivery topic {topic}{whose} does not exist and the router "
+                              f"could not create it: {exc}")
+    for failure in missing:
+        if failure.topic in refused:
+            still.append(dataclasses.replace(failure, reason=refused[failure.topic]))
+        else:
+            producer.produce_tagged(*columns.record(failure.tag), failure.tag)
+    return still + producer.flush()
 
 
 def _why(failure: FailedRecord) -> str:

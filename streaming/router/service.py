@@ -40,6 +40,12 @@ c. Audit. The batch's audit written durably to the audit journal
    critical path. Files a task wrote whose result Spark discarded (a failed or
    speculative attempt) or a batch the driver never journaled (a crash) are
    never committed; the maintenance's vacuum deletes them.
+Before a, the batch's start is checked against the earliest offsets Kafka
+still holds (:mod:`streaming.router.retention`): publishes deleted before the
+router read them are said in one line, recorded as ``lost`` rows in the
+audit's ``messages`` with the batch, and counted in its report; or, under
+``streaming.on_retention_gap = "stop"``, they stop the router.
+
 d. Report. A :class:`~streaming.router.report.BatchReport` to every registered
    listener (:attr:`Router.report_listeners`): ``status.json`` for ``bitroute
    status``, and whatever the caller registered (``bitroute run``'s progress
@@ -92,7 +98,7 @@ from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
-from streaming.router.offsets_log import batch_records
+from streaming.router.offsets_log import batch_end, batch_records, batch_start
 from streaming.router.report import (
     ROUTED_IN_DRIVER,
     ROUTED_IN_EXECUTORS,
@@ -100,7 +106,14 @@ from streaming.router.report import (
     ReportListener,
     StatusFile,
 )
-from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings, TaskAudit
+from streaming.router.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
+from streaming.router.routing import (
+    ROUTED_ARROW,
+    RoutePartitions,
+    RouteSettings,
+    TaskAudit,
+    write_task_audit,
+)
 from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 
@@ -140,7 +153,8 @@ class Router:
     lock at :meth:`stop`.
     """
 
-    def __init__(self, config: Config, spark: SparkSession, lock: RouterLock | None = None) -> None:
+    def __init__(self, config: Config, spark: SparkSession, lock: RouterLock | None = None,
+                 accept_retention_gap: bool = False) -> None:
         self.config = config
         self.spark = spark
         self.layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
@@ -170,6 +184,12 @@ class Router:
         (:mod:`streaming.router.report`); ``status.json`` is the first."""
         self.catch_up_progress: Callable[[], Callable[[int, int], None]] | None = None
         """Makes the progress callback of each changelog catch-up (``bitroute run``'s lines)."""
+        self.retention = RetentionWatch(config.kafka.client_settings, config.kafka.publishes_topic,
+                                        config.streaming.on_retention_gap, accept_retention_gap)
+        self.retention_stop: str | None = None
+        """Why the router stopped on a retention gap (the one line), when it did."""
+        self.lost_total = 0
+        """Publishes recorded lost to retention since this router started."""
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
@@ -231,6 +251,9 @@ class Router:
                   .option("subscribe", kafka.publishes_topic)
                   .option("startingOffsets", "earliest")
                   .option("includeHeaders", "true")
+                  # Lost publishes are the router's to find and record, per batch
+                  # (streaming.router.retention); Spark's own check fails the batch forever.
+                  .option("failOnDataLoss", "false")
                   .option("maxOffsetsPerTrigger", str(streaming.max_offsets_per_trigger))
                   .load())
         self.query = (source.writeStream
@@ -268,6 +291,7 @@ class Router:
             if self.subscription_sync is not None:
                 self.subscription_sync.close()
                 self.subscription_sync = None
+            self.retention.close()
             self.lease.release()
             self.lock.release()
 
@@ -332,6 +356,7 @@ class Router:
         snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
             batch_id, "the changelog catch-up", lambda: sync.catch_up(self._catch_up_progress()),
             attempts))
+        gaps = self._retention_gaps(batch_id, attempts)
         caught_up = time.monotonic()
         routed_at = datetime.now(timezone.utc)
         source = batch.select(*SOURCE_COLUMNS)
@@ -347,32 +372,53 @@ class Router:
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            if gaps:
+                routed = pa.concat_tables([routed, gap_rows(gaps)])
             audit = PublishBatch(batch_id, snapshot.version, routed_at, routed)
         else:
             # The executors route and write the audit files; the driver gets a row per task.
             routed_in = ROUTED_IN_EXECUTORS
-            route = self._route_function(snapshot, TaskAudit(
-                self.config.delta, batch_id, routed_at, self._partitioned))
+            task_audit = TaskAudit(self.config.delta, batch_id, routed_at, self._partitioned)
+            route = self._route_function(snapshot, task_audit)
             tasks = self._retrying(batch_id, "routing",
                                    source.mapInArrow(route, ROUTED_TASK).toArrow, attempts)
+            if gaps:
+                lost = write_task_audit(gap_rows(gaps), route.settings)
+                tasks = pa.concat_tables([tasks, pa.Table.from_batches([lost])])
             publishes = pc.sum(tasks["publishes"]).as_py() or 0
             deliveries = pc.sum(tasks["deliveries"]).as_py() or 0
             rejected = pc.sum(tasks["rejected"]).as_py() or 0
             files = pa.Table.from_struct_array(pc.list_flatten(tasks["files"]).combine_chunks())
             audit = FileBatch(batch_id, snapshot.version, routed_at, files, publishes)
         route_done = time.monotonic()
-        if publishes:
+        if publishes or gaps:
             self._retrying(batch_id, "the audit journal write",
                            lambda: self._committer.submit(audit), attempts)
         audited = time.monotonic()
         report = BatchReport(batch_id, publishes, deliveries, rejected, snapshot.version,
                              audited - started, snapshot.replayed,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
-                              "audit": audited - route_done}, attempts[0], routed_in)
+                              "audit": audited - route_done}, attempts[0], routed_in,
+                             lost=sum(g.records for g in gaps))
+        self.lost_total += report.lost
         self.reports.append(report)
         for listener in self.report_listeners:
             listener(report)
         return report
+
+    def _retention_gaps(self, batch_id: int, attempts: list[int]) -> list[RetentionGap]:
+        """The batch's publishes Kafka deleted unread (:mod:`streaming.router.retention`);
+        under the ``stop`` policy, raises :class:`RetentionGapError` (the query stops)."""
+        topic = self.config.kafka.publishes_topic
+        start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
+        if not start:
+            return []
+        try:
+            return self._retrying(batch_id, "the retention check",
+                                  lambda: self.retention.check(batch_id, start, end), attempts)
+        except RetentionGapError as exc:
+            self.retention_stop = str(exc)
+            raise
 
     @staticmethod
     def _route_in_driver(source: DataFrame, route: RoutePartitions) -> pa.Table:
@@ -446,6 +492,7 @@ class Router:
             "subscriptions": len(subscriptions) if subscriptions is not None else 0,
             "audit_pending_batches": committer.pending_batches if committer is not None else 0,
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
+            "lost_total": self.lost_total,
         }
 
     def _require_open(self) -> tuple[SubscriptionSync, BatchSnapshots]:

@@ -106,15 +106,16 @@ def _subscribe_as_admin(broker, tmp_path, names, subscriber: str) -> None:
 
 
 def _grant_router_acls(broker: SecuredBroker, names: dict[str, str],
-                       publishes: tuple[str, ...] = ("Read", "Describe", "Create")) -> None:
-    """The router principal's ACLs as docs/running.md lists them (``publishes``: its
-    operations on the publishes topic, to withhold one)."""
+                       publishes: tuple[str, ...] = ("Read", "Describe", "Create"),
+                       deliveries: tuple[str, ...] = ("Write", "Describe", "Create")) -> None:
+    """The router principal's ACLs as docs/running.md lists them (``publishes`` and
+    ``deliveries``: its operations on the publishes and delivery topics, to withhold one)."""
     router = "User:router"
     broker.grant(router, "topic", names["kafka.publishes_topic"], list(publishes))
     broker.grant(router, "topic", names["kafka.subscriptions_topic"], ["Read", "Describe", "Create"])
     broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
     broker.grant(router, "topic", names["kafka.deliveries_topic_prefix"],
-                 ["Write", "Describe", "Create"], prefixed=True)
+                 list(deliveries), prefixed=True)
 
 
 def test_a_subscriber_reads_its_own_topic_and_is_refused_another(broker, tmp_path, names):
@@ -229,6 +230,53 @@ def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, nam
         spark.conf.get("spark.redaction.regex"))
     for key in ("kafka.sasl.jaas.config", "kafka.ssl.key.password", "kafka.ssl.keystore.key"):
         assert pattern.matcher(key).find(), key
+
+
+def test_a_deleted_delivery_topic_the_router_may_not_create_rejects_only_its_deliveries(
+        broker, tmp_path, names, spark):
+    """The router may write the delivery topics but not create them: a subscriber's topic
+    deleted by an administrator fails that subscriber's deliveries with a reason naming it
+    and the grant; the same publish's other subscriber is delivered."""
+    from deltalake import DeltaTable
+
+    from schemas.records import OUTCOME_REJECTED
+    from streaming.kafka.topics import create_topics
+    from streaming.router.service import Router
+
+    prefix = names["kafka.deliveries_topic_prefix"]
+    _grant_router_acls(broker, names, deliveries=("Write", "Describe"))
+    admin = kafka.admin(broker.settings("admin"))
+    create_topics(admin, [prefix + "gus", prefix + "hal"], 1, 1, {})
+    for subscriber in ("gus", "hal"):
+        _subscribe_as_admin(broker, tmp_path, names, subscriber)
+    path, env = _as(broker, tmp_path, names, "router")
+    config = load(path, overrides={"streaming.checkpoint_dir": str(tmp_path / "checkpoints"),
+                                   "delta.warehouse": str(tmp_path / "delta")}, environ=env)
+    admin_config, admin_env = _as(broker, tmp_path, names, "admin")
+    running = Router(config, spark)
+    running.start()
+    try:
+        assert _cli(admin_config, admin_env, "publish", "--routing-key", "a.b", "one")[0] == 0
+        running.process_all_available()
+        admin.delete_topics([prefix + "gus"])[prefix + "gus"].result(30)
+        wait_until(lambda: prefix + "gus" not in admin.list_topics(timeout=30).topics, 30)
+        assert _cli(admin_config, admin_env, "publish", "--routing-key", "a.b", "two")[0] == 0
+        running.process_all_available()
+        assert running.flush_audit(30)
+    finally:
+        running.stop()
+    rows = sorted(DeltaTable(config.delta.table_path("messages")).to_pyarrow_table().to_pylist(),
+                  key=lambda r: r["message_id"])
+    assert [(r["outcome"], r["deliveries"]) for r in rows] == [("routed", 2), (OUTCOME_REJECTED, 1)]
+    reason = rows[1]["reason"]
+    assert f"the delivery topic {prefix}gus of subscriber gus does not exist" in reason, reason
+    assert "--operation Create" in reason and "User:router" in reason, reason
+    hal = dataclasses.replace(config, kafka=dataclasses.replace(
+        config.kafka, client=broker.sasl_properties("admin")))
+    from streaming import client
+
+    got = list(client.tail(hal, "hal", from_beginning=True, max_records=2, timeout_s=60))
+    assert [d.payload for d in got] == [b"one", b"two"]
 
 
 def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
