@@ -273,7 +273,7 @@ def test_a_deleted_delivery_topic_the_router_may_not_create_rejects_only_its_del
     assert "--operation Create" in reason and "User:router" in reason, reason
     hal = dataclasses.replace(config, kafka=dataclasses.replace(
         config.kafka, client=broker.sasl_properties("admin")))
-    from streaming import client
+    from streaming.kafka import client_verbs as client
 
     got = list(client.tail(hal, "hal", from_beginning=True, max_records=2, timeout_s=60))
     assert [d.payload for d in got] == [b"one", b"two"]
