@@ -103,6 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
                        "the id once Kafka acknowledged it")
     unsubscribe.add_argument("id", metavar="ID", help="the subscription id")
 
+    retire = verb("retire", messaging.retire,
+                  "retire a subscriber: remove each of its live subscriptions through the "
+                  "changelog (the audit records why) and keep its delivery topic, or delete it "
+                  "once the router has routed what was published before")
+    retire.add_argument("subscriber", metavar="SUBSCRIBER")
+    retire.add_argument("--delete-topic", action="store_true",
+                        help="also delete the subscriber's delivery topic (default: keep it; "
+                             "not in the shared layout)")
+    retire.add_argument("--wait", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="--delete-topic: how long to wait for a running router to route "
+                             "the publishes written before the retirement (default 60)")
+    retire.add_argument("--json", action="store_true", help="one JSON object")
+
     publish = verb("publish", messaging.publish,
                    "publish one message and print its message id <topic>/<partition>/<offset> "
                    "once Kafka acknowledged it")

@@ -412,6 +412,12 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
                                        f"subscribers (snapshot v{version})"))
     else:
         lines.append(("subscriptions", "unknown (no snapshot)"))
+    unfed = status.get("unfed_delivery_topics")
+    if unfed:
+        lines.append(("unfed topics", (
+            f"{len(unfed)} delivery topic{'' if len(unfed) == 1 else 's'} no subscription feeds: "
+            + ", ".join(unfed[:5]) + (", ..." if len(unfed) > 5 else "")
+            + " (`bitroute retire SUBSCRIBER --delete-topic` deletes one)")))
     if last is not None and "audit_pending_batches" in last:
         lag = last.get("audit_lag_seconds")
         lines.append(("audit", f"{last['audit_pending_batches']} batches pending"

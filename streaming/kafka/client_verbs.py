@@ -120,16 +120,18 @@ def subscribe(config: Config, exchange: str, subscriber: str, filter_: str,
     return key.decode("utf-8")
 
 
-def unsubscribe(config: Config, sub_id: str) -> None:
+def unsubscribe(config: Config, sub_id: str,
+                headers: list[tuple[str, bytes]] | None = None) -> None:
     """Write the tombstone of ``sub_id`` to the changelog and wait for the acknowledgement.
 
     Removing an id that was never subscribed is not an error: the router
-    records it as a no-op.
+    records it as a no-op. ``headers``: the tombstone's (a ``bitroute.reason``
+    header is recorded as the removal's reason in the audit).
     """
     if not sub_id:
         raise InvalidRequest("the subscription id must not be empty")
     _ensure(config, [config.kafka.subscriptions_topic], COMPACTED)
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode("utf-8"), None)
+    _produce(config, config.kafka.subscriptions_topic, sub_id.encode("utf-8"), None, headers)
 
 
 # --- publishes -------------------------------------------------------------------

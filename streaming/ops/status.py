@@ -69,7 +69,9 @@ def router_status(config: Config) -> dict[str, object]:
     ``input_lag`` and ``changelog_lag`` (``{topic, records, partitions}``,
     ``records`` None when Kafka did not answer), ``retention_gap`` (the same
     shape: publishes after the committed batch that Kafka deleted unread), ``committed_batch``,
-    ``snapshot_version``, ``subscriptions``, ``subscribers``,
+    ``snapshot_version``, ``subscriptions``, ``subscribers``, ``unfed_delivery_topics``
+    (the topics under the deliveries prefix that no live subscription feeds, sorted: a
+    retired subscriber's kept topic; None when unknown or in the shared layout),
     ``kafka_error``, ``audit_tables`` (per table ``{files, bytes, log_entries,
     version}`` or ``{error}``), ``maintenance`` (the last pass's report as
     recorded, or None), ``lease`` (the router lease of the publishes topic and
@@ -79,8 +81,9 @@ def router_status(config: Config) -> dict[str, object]:
     kafka = config.kafka
     # Kafka's round trips and the Delta log reads overlap the local reads (librdkafka
     # and delta-rs wait without the GIL).
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-status") as pool:
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="bitroute-status") as pool:
         asked = pool.submit(_watermarks, config, [kafka.publishes_topic, kafka.subscriptions_topic])
+        delivery_topics = pool.submit(_delivery_topics, config)
         tables = pool.submit(_audit_tables, config)
         local = _local_state(config)
         audit_tables, maintenance, lease = tables.result()
@@ -89,13 +92,20 @@ def router_status(config: Config) -> dict[str, object]:
             ends = asked.result()
         except KafkaUnavailable as exc:
             kafka_error, ends = str(exc), {}
+        try:
+            topics = delivery_topics.result()
+        except KafkaUnavailable:
+            topics = None
     holder, last, committed_batch, committed, snapshot, notes = local
     publishes_at = committed.get(kafka.publishes_topic, {}) if committed is not None else {}
     changelog_at = dict(snapshot.offsets) if snapshot is not None else {}
-    subscribers = None
+    subscribers = unfed = None
     if snapshot is not None:
         names = snapshot.tables.subscriber_names
         subscribers = len(names) - names.null_count
+        if topics is not None and not kafka.layout.shared:
+            fed = {kafka.layout.topic(n) for n in names.drop_null().to_pylist()}
+            unfed = sorted(topics - fed)
     stopping = holder is not None and lock.driver_alive(holder) is False
     return {
         "running": holder is not None and not stopping,
@@ -109,6 +119,7 @@ def router_status(config: Config) -> dict[str, object]:
         "snapshot_version": None if snapshot is None else snapshot.version,
         "subscriptions": None if snapshot is None else len(snapshot),
         "subscribers": subscribers,
+        "unfed_delivery_topics": unfed,
         "kafka_error": kafka_error,
         "audit_tables": audit_tables,
         "maintenance": maintenance,
@@ -250,6 +261,21 @@ def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[
                                f"{KAFKA_BUDGET_S:g}s: {reason}") from None
     finally:
         consumer.close()
+
+
+def _delivery_topics(config: Config) -> set[str]:
+    """The names of the topics under ``kafka.deliveries_topic_prefix``, within the budget."""
+    consumer = kafka_consumer(config.kafka.client_settings, "bitroute-status", {
+        "socket.connection.setup.timeout.ms": int(KAFKA_BUDGET_S * 1000),
+    })
+    try:
+        topics = consumer.topics(KAFKA_BUDGET_S).topics
+    except (KafkaException, KafkaAccessError) as exc:
+        raise KafkaUnavailable(str(exc)) from None
+    finally:
+        consumer.close()
+    prefix = config.kafka.deliveries_topic_prefix
+    return {name for name in topics if name.startswith(prefix)}
 
 
 def _left(deadline: float) -> float:

@@ -39,14 +39,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
 from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
-from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT, SUBSCRIPTION_REQUIRED_FIELDS
+from schemas.records import (
+    CHANGE_REJECTED,
+    CHANGE_REMOVE,
+    CHANGE_UPSERT,
+    REASON_HEADER,
+    SUBSCRIPTION_REQUIRED_FIELDS,
+)
 from streaming.config import Config
 from streaming.errors import BitrouteError
 from streaming.kafka.clients import OnError, access_failure, consumer
@@ -89,8 +95,10 @@ class Change(NamedTuple):
 
 
 def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, partition: int,
-                 offset: int, changed_at_ms: int | None, applied_at_ms: int) -> Change:
-    """Apply one changelog record to ``index``; never raises for a bad record."""
+                 offset: int, changed_at_ms: int | None, applied_at_ms: int,
+                 headers: Sequence[tuple[str, bytes | None]] | None = None) -> Change:
+    """Apply one changelog record to ``index``; never raises for a bad record. A tombstone's
+    ``bitroute.reason`` header (``bitroute retire`` writes one) is its removal's reason."""
     sub_id = "" if key is None else key.decode("utf-8", errors="replace")
     where = (partition, offset, changed_at_ms, applied_at_ms)
     if value is None:
@@ -98,7 +106,8 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
             return Change(sub_id, CHANGE_REJECTED, None, None, None, None, None,
                           "tombstone without a key", *where)
         index.remove(sub_id)
-        return Change(sub_id, CHANGE_REMOVE, None, None, None, None, None, None, *where)
+        return Change(sub_id, CHANGE_REMOVE, None, None, None, None, None,
+                      _header_text(headers, REASON_HEADER), *where)
     try:
         sub = Subscription.from_changelog(key, value)
         index.upsert(sub)
@@ -117,6 +126,12 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
                       None, *where)
     return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, criteria.match,
                   dict(criteria.criteria), None, *where)
+
+
+def _header_text(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -> str | None:
+    """The last value of header ``name`` as text, None when absent."""
+    found = [v for n, v in headers or () if n == name and v is not None]
+    return found[-1].decode("utf-8", errors="replace")[:1000] if found else None
 
 
 class ChangelogReader:
@@ -336,7 +351,7 @@ class Subscriptions:
             _, timestamp = message.timestamp()
             change = apply_record(self._index, message.key(), message.value(), message.partition(),
                                   message.offset(), timestamp if timestamp > 0 else None,
-                                  applied_at_ms)
+                                  applied_at_ms, message.headers())
             changes.append(change)
             if change.reason is not None:
                 rejected.append(RejectedRecord(message.topic(), message.partition(), message.offset(),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -32,6 +33,26 @@ def unsubscribe(args: argparse.Namespace) -> int:
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         client_verbs.unsubscribe(cfg, args.id)
     print(args.id)
+    return 0
+
+
+def retire(args: argparse.Namespace) -> int:
+    from streaming.kafka import client_verbs
+    from streaming.ops.retire import retire as retire_subscriber
+
+    cfg = config_of(args)
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+        done = retire_subscriber(cfg, args.subscriber, args.delete_topic, args.wait,
+                                 lambda line: print(f"bitroute: {line}", file=sys.stderr,
+                                                    flush=True))
+    if args.json:
+        print(json.dumps({"subscriber": done.subscriber, "subscription_ids": done.subscription_ids,
+                          "topic": done.topic, "topic_deleted": done.topic_deleted}))
+        return 0
+    print(f"retired {done.subscriber}: {len(done.subscription_ids)} subscription"
+          f"{'' if len(done.subscription_ids) == 1 else 's'} removed"
+          + (f" ({', '.join(done.subscription_ids)})" if done.subscription_ids else "")
+          + f"; delivery topic {done.topic} {'deleted' if done.topic_deleted else 'kept'}")
     return 0
 
 
