@@ -35,6 +35,7 @@ from streaming.config import Config, load
 from streaming.kafka.broker import free_port
 
 import s3_server
+from delivery_order import assert_publish_order_kept, delivery_order
 from waiting import wait_until
 
 DEADLINE_S = 600.0
@@ -298,6 +299,9 @@ def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
     assert "bitroute: SIGINT: stopping after the current batch (again to stop now)" in second.seen
     assert "bitroute: stopped" in second.seen
     assert set(alpha) == set(beta) == set(ids)  # at least once, nothing lost
+    assert len({m.rsplit("/", 2)[1] for m in ids}) == 2  # the keys spread over both partitions
+    for subscriber in ("alpha", "beta"):
+        assert_publish_order_kept(delivery_order(config, subscriber))
 
     deliveries = _audit_counts(config, "deliveries", ["message_id", "subscriber"])
     assert set(deliveries) == {(m, s) for m in ids for s in ("alpha", "beta")}
