@@ -95,7 +95,7 @@ def _broker(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from streaming.cli.run import serve
 
-    return serve(_config(args))
+    return serve(_config(args), json_lines=args.json)
 
 
 def _match(args: argparse.Namespace) -> int:
@@ -458,8 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    verb("run", _run, "run the router: a long-lived Spark streaming query (Ctrl-C stops "
-                      "after the current batch)")
+    run = verb("run", _run, "run the router: a long-lived Spark streaming query (Ctrl-C stops "
+                            "after the current batch)")
+    run.add_argument("--json", action="store_true",
+                     help="one JSON object per finished batch on stdout instead of the progress "
+                          "line; every other line on stderr")
     verb("version", _version, "print the versions of bitroute, pyspark and python")
     verb("jars", _jars, "resolve the JVM jars of conf/jvm.toml from Maven Central (cached)")
 
