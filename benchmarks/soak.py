@@ -2,14 +2,13 @@
 
     python -m benchmarks.soak [--minutes 60] [--rate R] [--warmup-minutes 5]
                               [--size 100k] [--interval 5] [--set section.key=value]...
-                              [--diagnose [--tracemalloc] [--trim]] [--table-reload-commits N]
-                              [--workdir DIR] [--keep]
+                              [--workdir DIR] [--keep] [--smoke]
 
 Everything runs on loopback in a temporary folder (``--workdir`` to choose it,
 ``--keep`` to keep it): an embedded Kafka broker of its own, the devices
 workload's subscriptions (``benchmarks/e2e/workload.py``, 100k by default)
-written to the changelog, and the router (``bitroute run``'s code, via
-:mod:`benchmarks.soak_probe`). Then:
+written to the changelog, and the router (``bitroute run --json``,
+:class:`benchmarks.harness.RouterRun`). Then:
 
 1. the sustained rate, unless ``--rate`` is given: a backlog of ``--backlog``
    publishes drained by full batches (as ``python -m benchmarks.e2e``
@@ -31,12 +30,6 @@ and the last minute after warm-up; and each folder's count at the end and its
 largest. Samples go to ``<workdir>/soak.csv`` and everything to
 ``<workdir>/soak.json`` (written also when the run is interrupted), whose
 paths are printed.
-
-``--diagnose`` makes the driver print what it holds every 30 s (Python
-objects by type, Arrow's pool, glibc's malloc counters; ``--tracemalloc``:
-allocations by source line; ``--trim``: ``malloc_trim`` before each sample),
-see :mod:`benchmarks.soak_probe`; these slow the driver, so their slopes are
-diagnostics, not the soak's figures.
 
 Every process started here is ended on exit (normal, error, Ctrl-C, SIGTERM):
 the router (SIGTERM, then SIGKILL), the Spark JVM and Python workers it started
@@ -209,9 +202,7 @@ def _pids(env: bitroute_run.Env) -> dict[str, list[int]]:
     if env.router is None:
         return {r: [] for r in ROLES}
     pids = env.router.pids()
-    jvm = (env.router.started or {}).get("jvm_pid")
-    if jvm:
-        pids["jvm"] = [p for p in pids["jvm"] if p == jvm]
+    pids["jvm"] = sorted(pids["jvm"])[:1]  # the first JVM: forks carry its command line
     return pids
 
 
@@ -228,7 +219,7 @@ def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int, heap: bo
             row["workers_each_mb"] = {str(p): round(v, 1) for p, v in rss.items()}
     if heap and pids["jvm"]:  # jstat is a JVM of its own: once a minute
         row.update(jvm_heap(pids["jvm"][0]))
-    probes = env.router.probes[n_probes:]
+    probes = env.router.batches[n_probes:]
     row["batches"] = len(probes)
     row["publishes"] = sum(b["rows"] for b in probes)
     state = Path(env.config.streaming.checkpoint_dir)
@@ -266,16 +257,7 @@ def run(soak: Soak) -> int:
         t0, t1 = kafka_load.load_changelog(env.config.kafka.bootstrap,
                                            env.config.kafka.subscriptions_topic, w, EXCHANGE)
         _log(f"{n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
-        probe_args: list[str] = ["--every", str(a.diagnose_every if a.diagnose else 0)]
-        probe_args += ["--tracemalloc"] if a.tracemalloc else []
-        probe_args += ["--trim"] if a.trim else []
-        if a.table_reload_commits is not None:
-            probe_args += ["--table-reload-commits", str(a.table_reload_commits)]
-        env.router = bitroute_run.RouterProcess(env.sets, env.folder / "router.log",
-                                                "benchmarks.soak_probe", tuple(probe_args))
-        env.router.start()
-        started = env.router.wait_started()
-        soak.started_pids.add(started.get("jvm_pid", 0))
+        started = env.start_router()
         _log(f"router up with {started['subscriptions']:,} subscriptions (open "
              f"{started['open_s']:.1f}s); log {env.folder / 'router.log'}")
         rate = a.rate
@@ -286,7 +268,7 @@ def run(soak: Soak) -> int:
             _log(f"sustained {sat.publishes_per_s:,.0f} publishes/s ({a.backlog:,}-publish "
                  f"backlog); soaking at half: {rate:,.0f}/s")
         soak.result["rate"] = rate
-        n_probes = len(env.router.probes)
+        n_probes = len(env.router.batches)
         duration = a.minutes * 60
         procs, pout, start_at = kafka_load.start_publishers(
             env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
@@ -307,7 +289,7 @@ def run(soak: Soak) -> int:
             soak.samples.append(row)
             if time.time() >= next_progress:
                 next_progress += 60
-                recent = [b for b in env.router.probes[n_probes:] if b["end"] >= time.time() - 60]
+                recent = [b for b in env.router.batches[n_probes:] if b["end"] >= time.time() - 60]
                 m = _stage_means(recent)
                 _log(f"min {row['t_s'] / 60:4.1f}: RSS driver {row['driver_mb']:,.0f} MB, JVM "
                      f"{row['jvm_mb']:,.0f} MB, workers {row['workers_mb']:,.0f} MB "
@@ -320,12 +302,11 @@ def run(soak: Soak) -> int:
                      f"{row.get('delta_deliveries_log_n', 0):.0f} log entries")
             time.sleep(max(0.0, a.interval - (time.time() - t_start - row["t_s"])))
         pub = kafka_load.join_publishers(procs, pout, timeout=300)
-        sent0 = sum(b["rows"] for b in env.router.probes[:n_probes])
+        sent0 = sum(b["rows"] for b in env.router.batches[:n_probes])
         env.router.wait_routed(sent0 + pub["sent"], timeout=300)
         soak.samples.append(sample(env, soak, t_start, n_probes, True))
-        soak.batches = env.router.probes[n_probes:]
+        soak.batches = env.router.batches[n_probes:]
         soak.result["published"] = pub["sent"]
-        soak.result["diagnostics"] = env.router.diagnostics
         soak.result["loadavg_end"] = os.getloadavg()
         return 0
     finally:
@@ -366,10 +347,8 @@ def report(soak: Soak) -> str:
              f"{r.get('cores')} cores, load average {r.get('loadavg_start', [0])[0]:.1f} at start, "
              f"{r.get('loadavg_end', [0])[0]:.1f} at end",
              f"router settings: {' '.join(a.set) or '(defaults)'}"
-             + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else "")
-             + ("; DIAGNOSING (slower driver)" if a.diagnose else "")
-             + (f"; TABLE_RELOAD_COMMITS={a.table_reload_commits}"
-                if getattr(a, "table_reload_commits", None) is not None else ""), "",
+             + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else ""),
+             "",
              f"RSS slope after {a.warmup_minutes:g} min of warm-up ({len(after)} samples, "
              f"least squares; bound {FLAT_MB_PER_MIN:g} MB/min):"]
     fits = {}
@@ -467,14 +446,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="router configuration override (repeatable), as for bitroute run")
-    ap.add_argument("--diagnose", action="store_true",
-                    help="the driver reports what it holds (benchmarks/soak_probe.py)")
-    ap.add_argument("--diagnose-every", type=float, default=30.0)
-    ap.add_argument("--tracemalloc", action="store_true", help="with --diagnose: trace allocations")
-    ap.add_argument("--trim", action="store_true", help="with --diagnose: malloc_trim each sample")
-    ap.add_argument("--table-reload-commits", type=int, default=None,
-                    help="A/B only: override streaming.audit.writer.TABLE_RELOAD_COMMITS in the "
-                         "router (0: never reload the Delta tables, the behaviour before the fix)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     args = ap.parse_args(argv)

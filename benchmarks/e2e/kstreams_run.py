@@ -20,14 +20,14 @@ bitroute's per-batch reports:
 
 from __future__ import annotations
 
-import subprocess
-import threading
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.e2e import bitroute_run, kafka_load
-from benchmarks.e2e.bitroute_run import ROOT, Env, Phase, RouterProcess
+from benchmarks.e2e.bitroute_run import Env, Phase
+from benchmarks.harness import ReportedProcess
 from benchmarks.e2e.workload import EXCHANGE, Workload
 
 PROJECT = Path(__file__).resolve().parent / "kstreams"
@@ -39,22 +39,16 @@ JVM_OPTIONS = ("-Xms256m", "-Xmx1g")
 LAYOUT = "kafka.delivery_layout=topic-per-subscriber"
 
 
-class KStreamsProcess(RouterProcess):
-    """The Kafka Streams JVM, its ``STARTED``/``PROBE`` stdout parsed as the router's."""
+class KStreamsProcess(ReportedProcess):
+    """The Kafka Streams JVM: ``STARTED {json}`` once it runs, ``PROBE {json}`` each second
+    (``rows``, ``deliveries``, ``end``) on its stdout."""
 
-    def __init__(self, command: list[str], log_path: Path) -> None:
-        super().__init__([], log_path)
-        self.command = command
-
-    def start(self) -> "KStreamsProcess":
-        self.proc = subprocess.Popen(self.command, cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=open(self.log_path, "ab"), text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-        return self
-
-    def pids(self) -> dict[str, list[int]]:
-        alive = self.proc is not None and self.proc.poll() is None
-        return {"jvm": [self.proc.pid] if alive else []}
+    def parse_stdout(self, line: str) -> None:
+        if line.startswith("PROBE "):
+            self.batches.append(json.loads(line[6:]))
+        elif line.startswith("STARTED "):
+            self.started = json.loads(line[8:])
+            self._events.put("started")
 
 
 def command(env: Env, stream_sets: list[str]) -> list[str]:
