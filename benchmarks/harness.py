@@ -19,11 +19,13 @@ workloads :mod:`benchmarks.e2e.workload` (end to end) and :mod:`benchmarks.workl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -78,8 +80,9 @@ class ReportedProcess:
     holds each as a dict with ``rows``, ``deliveries``, ``seconds``, ``end`` (wall
     clock, Unix seconds) and the seconds of each stage by name. Subclasses parse."""
 
-    def __init__(self, command: list[str], log_path: Path, env: dict | None = None) -> None:
-        self.command, self.log_path, self.env = command, Path(log_path), env
+    def __init__(self, command: list[str], log_path: Path, env: dict | None = None,
+                 cwd: Path = ROOT) -> None:
+        self.command, self.log_path, self.env, self.cwd = command, Path(log_path), env, cwd
         self.batches: list[dict] = []
         self.started: dict | None = None
         self._events: queue.Queue = queue.Queue()
@@ -88,7 +91,7 @@ class ReportedProcess:
 
     def start(self) -> "ReportedProcess":
         self._t0 = time.time()
-        self.proc = subprocess.Popen(self.command, cwd=ROOT, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(self.command, cwd=self.cwd, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=self.env,
                                      start_new_session=True)
         threading.Thread(target=self._read_stdout, daemon=True).start()
@@ -132,6 +135,9 @@ class ReportedProcess:
     def routed(self) -> int:
         return sum(b["rows"] for b in self.batches)
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def wait_routed(self, total: int, timeout: float) -> bool:
         """True once ``total`` publishes are routed in all; False at ``timeout``."""
         deadline = time.monotonic() + timeout
@@ -148,36 +154,36 @@ class ReportedProcess:
         return {"jvm": [self.proc.pid] if alive else []}
 
     def stop(self, timeout: float = 120) -> None:
-        """SIGTERM (stop after the batch in progress), then SIGKILL of the whole group."""
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM (stop after the batch in progress); SIGKILL of its whole session (the
+        Spark JVM and Python workers too) after ``timeout`` or once it has exited."""
+        if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for pid in procstat.children(self.proc.pid):
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
 
 class RouterRun(ReportedProcess):
     """``bitroute run --json --set ...`` (and ``--config FILE``): the router as operators
-    run it. ``started`` is its start-up line (the query runs): ``open_s`` from the
+    run it, in a session of its own, its code from ``pythonpath`` (default: this
+    checkout). ``started`` is its start-up line (the query runs): ``open_s`` from the
     process's start (Spark's included), ``subscriptions``, ``version``."""
 
-    def __init__(self, sets: list[str], log_path: Path, config_file: Path | None = None) -> None:
+    def __init__(self, sets: list[str], log_path: Path, config_file: Path | None = None,
+                 pythonpath: Path = ROOT, cwd: Path = ROOT) -> None:
         command = [executable(), "run", "--json"]
         if config_file is not None:
             command += ["--config", str(config_file)]
         for s in sets:
             command += ["--set", s]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-        super().__init__(command, log_path, env)
+        env = dict(os.environ, PYTHONPATH=str(pythonpath))
+        super().__init__(command, log_path, env, cwd)
 
     def parse_stdout(self, line: str) -> None:
         report = json.loads(line)

@@ -34,13 +34,13 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
+from benchmarks import harness
 from benchmarks.e2e import kafka_load
 from benchmarks.e2e.bitroute_run import Env
 from benchmarks.e2e.workload import Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import client, kafka
 from streaming.config import Config, load
-from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.topics import ensure_topics
 from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
 
@@ -83,8 +83,7 @@ def _write(producer: DeliveryProducer, topics: list[str], keys: list[bytes]) -> 
 def topics(sizes: list[int]) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        broker = EmbeddedBroker(Path(folder), port=free_port(), controller_port=free_port())
-        broker.start()
+        broker = harness.start_broker(Path(folder))
         try:
             admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
             config = load(overrides={"kafka.bootstrap": broker.bootstrap}, environ={})
@@ -149,7 +148,7 @@ def route(subscribers: int) -> dict:
             if not env.router.wait_routed(len(publishes), timeout=1800):
                 raise RuntimeError("the publishes were not routed in time")
             done = time.time()
-            deliveries = sum(p["deliveries"] for p in env.router.probes)
+            deliveries = sum(p["deliveries"] for p in env.router.batches)
             topic = env.config.kafka.shared_deliveries_topic
             consumer = kafka.consumer(env.config.kafka.client_settings, "scale")
             in_topic = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
