@@ -1,6 +1,6 @@
-"""``python -m benchmarks.reliability``: the fault campaign of issue 12, case by case.
+"""``python -m tests.reliability``: the fault campaign of issue 12, case by case.
 
-    python -m benchmarks.reliability {kills,broker-kills,cluster,fuzz,soak,all} [options]
+    python -m tests.reliability {kills,broker-kills,cluster,fuzz,soak,all} [options]
 
 Each case starts its own Kafka (one embedded broker, or a 3-node KRaft cluster for
 ``cluster``) and its own router (``bitroute run``) on free loopback ports, in a
@@ -26,7 +26,7 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks.reliability.cases import CASES, Options, Result, dump
+from tests.reliability.cases import CASES, Options, Result, dump
 
 
 def _interrupt(signum, _frame):
@@ -50,7 +50,7 @@ def table(results: list[Result]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     d = Options()
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.reliability", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tests.reliability", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("case", choices=[*CASES, "all"])
     ap.add_argument("--publishes", type=int, default=d.publishes,
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-reliability-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results_path = args.results or workdir / "results.json"
-    command = "python -m benchmarks.reliability " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m tests.reliability " + shlex.join(sys.argv[1:] if argv is None else argv)
     names = list(CASES) if args.case == "all" else [args.case]
     results: list[Result] = []
     interrupted = False
