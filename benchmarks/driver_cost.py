@@ -1,7 +1,7 @@
 """Driver cost on a cluster (issue 28): the CPU the router's driver spends per
 delivery when the executors route every batch.
 
-    python -m benchmarks.driver_cost [--before /work/wt-before] [--pairs 2]
+    python -m benchmarks driver-cost [--before /work/wt-before] [--pairs 2]
                                      [--batch 30000] [--sweep 5000,15000] [--tiny 500]
 
 Each run starts everything it uses on loopback, in a folder of its own, and
@@ -672,7 +672,7 @@ def capacity(results: list[RunResult], target: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.driver_cost", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks driver-cost", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", type=Path, default=None,
                     help="a checkout of the code to compare with (e.g. /work/wt-before at "
@@ -707,7 +707,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the runs' folders go (default: a temporary folder, removed)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="toy size: one run of 2,000 publishes in batches of 1,000, no sweep")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.pairs, args.batch, args.sweep, args.tiny = 1, 1000, "", 0
+        args.backlog, args.subscribers, args.idle, args.timeout = 2000, 50, 0.0, 300.0
 
     after_tree = ROOT
     w = fanout_workload(args.subscribers, args.fanout, args.backlog)

@@ -1,6 +1,6 @@
-"""``python -m benchmarks.soak``: does the router's memory and state stay flat over time?
+"""``python -m benchmarks soak``: does the router's memory and state stay flat over time?
 
-    python -m benchmarks.soak [--minutes 60] [--rate R] [--warmup-minutes 5]
+    python -m benchmarks soak [--minutes 60] [--rate R] [--warmup-minutes 5]
                               [--size 100k] [--interval 5] [--set section.key=value]...
                               [--workdir DIR] [--keep] [--smoke]
 
@@ -11,7 +11,7 @@ written to the changelog, and the router (``bitroute run --json``,
 :class:`benchmarks.harness.RouterRun`). Then:
 
 1. the sustained rate, unless ``--rate`` is given: a backlog of ``--backlog``
-   publishes drained by full batches (as ``python -m benchmarks.e2e``
+   publishes drained by full batches (as ``python -m benchmarks e2e``
    measures it); the soak runs at half of it;
 2. the soak: raw Kafka publishes (librdkafka, one producer process) paced at
    that rate for ``--minutes``. Every ``--interval`` seconds: the resident
@@ -238,7 +238,7 @@ def _stage_means(batches: list[dict]) -> dict[str, float]:
 
 def run(soak: Soak) -> int:
     a = soak.args
-    n = workload.SIZES[a.size]
+    n = 500 if a.smoke else workload.SIZES[a.size]
     t = time.monotonic()
     w = workload.generate("devices", n, a.seed, a.publishes)
     matches, per_publish = workload.match_stats(w)
@@ -430,7 +430,7 @@ def write_outputs(soak: Soak) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks soak", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=60.0, help="soak length (default 60)")
     ap.add_argument("--rate", type=float, default=0.0,
@@ -448,7 +448,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="router configuration override (repeatable), as for bitroute run")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--smoke", action="store_true",
+                    help="toy size: 500 subscriptions, 20 s at 200 publishes/s")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.minutes, args.rate, args.warmup_minutes, args.interval = 1 / 3, 200.0, 0.0, 2.0
+        args.publishes = 2000
     signal.signal(signal.SIGTERM, _interrupt)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Subscriber scale: what one topic per subscriber costs, and 100k subscribers on the shared layout.
 
-    python -m benchmarks.subscriber_scale topics [--sizes 1000,10000]
-    python -m benchmarks.subscriber_scale route [--subscribers 100000]
+    python -m benchmarks subscriber-scale topics [--sizes 1000,10000]
+    python -m benchmarks subscriber-scale route [--subscribers 100000]
 
 Run by hand (never in CI), each on an embedded broker of its own on free
 loopback ports in a temporary folder; figures in docs/benchmarks.md
@@ -171,13 +171,19 @@ def route(subscribers: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="subscriber_scale", description=__doc__.split("\n\n")[0])
-    verbs = ap.add_subparsers(dest="verb", required=True)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks subscriber-scale",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="toy size: topics at 100 subscribers")
+    verbs = ap.add_subparsers(dest="verb")
     t = verbs.add_parser("topics", help="per-subscriber topics against the shared topic")
     t.add_argument("--sizes", default="1000,10000", help="subscriber counts, comma-separated")
     r = verbs.add_parser("route", help="the router with N subscribers on the shared layout")
     r.add_argument("--subscribers", type=int, default=100_000)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.verb, args.sizes = "topics", "100"
+    if args.verb is None:
+        ap.error("choose topics or route (or --smoke)")
     if args.verb == "topics":
         topics([int(s) for s in args.sizes.split(",")])
     else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end table in one command (run by hand, never in CI):
 #
-#   benchmarks/e2e/run.sh [python -m benchmarks.e2e options...]
+#   benchmarks/e2e/run.sh [python -m benchmarks e2e options...]
 #
 # Installs RabbitMQ and Mosquitto from Debian's packages, compiles the C
 # clients and builds the Kafka Streams peer (setup.sh), then runs bitroute, the
