@@ -17,4 +17,4 @@ cd "$root"
 python="${PYTHON:-$root/.venv/bin/python}"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 exec timeout --signal=TERM --kill-after=120 "${BITROUTE_E2E_TIMEOUT:-5400}" \
-  "$python" -m benchmarks.e2e "$@"
+  "$python" -m benchmarks e2e "$@"
