@@ -4,7 +4,7 @@
                                      [--set section.key=value]... [--smoke]
 
 The embedded broker and the real ``bitroute run --json`` (:mod:`benchmarks.harness`);
-the devices workload's subscriptions (:mod:`benchmarks.e2e.workload`) written to the
+the devices workload's subscriptions (:mod:`benchmarks.workload`) written to the
 changelog before the router starts, then a backlog of ``--backlog`` publishes produced
 as fast as the load driver can (:mod:`benchmarks.e2e.kafka_load`), drained by batches of
 ``--batch`` publishes (``streaming.max_offsets_per_trigger``). From the router's own
@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, kafka_load, workload
-from benchmarks.e2e.workload import EXCHANGE
+from benchmarks.e2e import bitroute_run
+from benchmarks import workload
 
 STAGES = ("catch_up", "route", "audit")
 
@@ -52,12 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bitroute-batch-cycle-") as folder:
         env = bitroute_run.Env(Path(folder), sets)
         try:
-            env.start_broker()
-            kafka_load.load_changelog(env.config.kafka.client_settings,
-                                      env.config.kafka.subscriptions_topic, w, EXCHANGE)
-            started = env.start_router()
-            _log(f"router up with {started['subscriptions']:,} subscriptions in "
-                 f"{started['open_s']:.1f}s (Spark's start included)")
+            env.bring_up(w, _log)
             phase = bitroute_run._saturate(env, w, args.backlog, 1, 1, _log)
         finally:
             env.stop()

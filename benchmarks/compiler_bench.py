@@ -5,7 +5,7 @@ Run by hand (CI runs it with --smoke):
     taskset -c 1 .venv/bin/python -m benchmarks compiler \
         [--sizes 10000,100000,1000000] [--profiles devices,fanout] [--seed 1] [--smoke]
 
-For each profile (see workloads.py) and size N it builds three matchers over the
+For each profile (see workload.py, RANKED_PROFILES) and size N it builds three matchers over the
 same N subscriptions -- bitroute (compiler.RoutingIndex -> Snapshot -> Matcher,
 whose tables and per-topic work are the Rust kernel, bitroute_kernel),
 a plain Python trie (trie.py) and the naive scan (compiler.reference) -- checks
@@ -67,7 +67,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import trie as trie_mod
-from benchmarks import workloads
+from benchmarks import workload
 
 T0 = time.perf_counter()
 WARM = 20  # topics matched before the cold loop (not timed, not in the cold set)
@@ -226,11 +226,11 @@ def make_frame(exchange: str, topics: list[str], start: int) -> pd.DataFrame:
 def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     seed = args.seed
     log(f"{profile} N={n}: generating workload")
-    wl = workloads.PROFILES[profile](n, seed)
+    wl = workload.RANKED_PROFILES[profile](n, seed)
     ex = wl.exchange
     rows = {k: Row(k) for k in ("bitroute", "trie", "naive")}
     rng = random.Random(f"topics/{profile}/{n}/{seed}")
-    nprng = np.random.default_rng([seed, n, sorted(workloads.PROFILES).index(profile)])
+    nprng = np.random.default_rng([seed, n, sorted(workload.RANKED_PROFILES).index(profile)])
 
     # ---- build: bitroute
     log(f"{profile} N={n}: building bitroute index")
@@ -494,7 +494,7 @@ def run_cli(profile: str, n: int, args) -> CliResult:
     import resource
     import tempfile
 
-    wl = workloads.PROFILES[profile](n, args.seed)
+    wl = workload.RANKED_PROFILES[profile](n, args.seed)
     lines = args.cli_topics if not (profile == "fanout" and n >= 1_000_000) else args.cli_topics // 10
     nprng = np.random.default_rng([args.seed, n, 7])
     topics = wl.zipf_topics(nprng, lines)
@@ -564,7 +564,7 @@ def profile_only(br: Bitroute, profile: str, n: int, args) -> None:
     cumulative time) and .prof files for pstats/snakeviz."""
     out = args.cprofile
     os.makedirs(out, exist_ok=True)
-    wl = workloads.PROFILES[profile](n, args.seed)
+    wl = workload.RANKED_PROFILES[profile](n, args.seed)
     ex = wl.exchange
     Sub = br.Subscription
     gc.collect()
@@ -580,7 +580,7 @@ def profile_only(br: Bitroute, profile: str, n: int, args) -> None:
     del index
     rng = random.Random(f"topics/{profile}/{n}/{args.seed}")
     topics = wl.distinct_topics(rng, args.cold_topics + WARM)
-    nprng = np.random.default_rng([args.seed, n, sorted(workloads.PROFILES).index(profile)])
+    nprng = np.random.default_rng([args.seed, n, sorted(workload.RANKED_PROFILES).index(profile)])
     batches = [make_frame(ex, wl.zipf_topics(nprng, args.batch_size), b * args.batch_size) for b in range(2)]
     m = br.Matcher(snap)
     for topic in topics[:WARM]:
@@ -754,8 +754,8 @@ def main(argv=None) -> int:
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
     profiles = [s.strip().replace("fan-out", "fanout") for s in args.profiles.split(",") if s.strip()]
     for prof in profiles:
-        if prof not in workloads.PROFILES:
-            p.error(f"unknown profile {prof!r}; choose from {', '.join(workloads.PROFILES)}")
+        if prof not in workload.RANKED_PROFILES:
+            p.error(f"unknown profile {prof!r}; choose from {', '.join(workload.RANKED_PROFILES)}")
     global COMPILER_SOURCE
     if args.compiler_ref:
         import tempfile

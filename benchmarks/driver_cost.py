@@ -68,7 +68,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from benchmarks import harness
 from benchmarks.e2e import kafka_load, procstat
-from benchmarks.e2e.workload import EXCHANGE, Workload, match_stats
+from benchmarks.workload import EXCHANGE, Workload, match_stats
 from streaming import kafka
 from streaming.config import load, parse_set_flags
 from streaming.kafka.broker import EmbeddedBroker, free_port

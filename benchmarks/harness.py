@@ -13,8 +13,8 @@
   with ``--set``, as an operator would.
 
 The load driver and the delivery reader are :mod:`benchmarks.e2e.kafka_load`, the
-workloads :mod:`benchmarks.e2e.workload` (end to end) and :mod:`benchmarks.workloads`
-(the compiler's).
+workloads :mod:`benchmarks.workload` (profiles ``devices`` and ``fanout``, end to end and
+the compiler's ranked ones).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 Everything runs on loopback in a temporary folder (``--workdir`` to choose it,
 ``--keep`` to keep it): an embedded Kafka broker of its own, the devices
-workload's subscriptions (``benchmarks/e2e/workload.py``, 100k by default)
+workload's subscriptions (``benchmarks/workload.py``, 100k by default)
 written to the changelog, and the router (``bitroute run --json``,
 :class:`benchmarks.harness.RouterRun`). Then:
 
@@ -54,8 +54,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, kafka_load, procstat, workload
-from benchmarks.e2e.workload import EXCHANGE
+from benchmarks.e2e import bitroute_run, kafka_load, procstat
+from benchmarks import workload
+from benchmarks.workload import EXCHANGE
 from streaming.router.checkpoint import CheckpointLayout
 
 MB = 1 << 20
@@ -251,15 +252,8 @@ def run(soak: Soak) -> int:
                         "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX")})
     env = bitroute_run.Env(soak.workdir / "bitroute", a.set)
     try:
-        env.start_broker()
+        env.bring_up(w, _log)
         soak.started_pids.add(env.broker.pid() or 0)
-        _log(f"Kafka broker on {env.broker.bootstrap}; state in {soak.workdir / 'bitroute'}")
-        t0, t1 = kafka_load.load_changelog(env.config.kafka.bootstrap,
-                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
-        _log(f"{n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
-        started = env.start_router()
-        _log(f"router up with {started['subscriptions']:,} subscriptions (open "
-             f"{started['open_s']:.1f}s); log {env.folder / 'router.log'}")
         rate = a.rate
         if not rate:
             sat = bitroute_run._saturate(env, w, a.backlog, 2, 1, _log)

@@ -37,7 +37,7 @@ from confluent_kafka import TopicPartition
 from benchmarks import harness
 from benchmarks.e2e import kafka_load
 from benchmarks.e2e.bitroute_run import Env
-from benchmarks.e2e.workload import Workload
+from benchmarks.workload import Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import client, kafka
 from streaming.config import Config, load

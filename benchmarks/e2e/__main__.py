@@ -23,7 +23,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, compare, kstreams_run, workload
+from benchmarks.e2e import bitroute_run, compare, kstreams_run
+from benchmarks import workload
 
 MB = 1 << 20
 SYSTEMS = ("bitroute", "kstreams", "rabbitmq", "mosquitto")

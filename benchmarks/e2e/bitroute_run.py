@@ -33,7 +33,7 @@ from confluent_kafka import TopicPartition
 
 from benchmarks import harness
 from benchmarks.e2e import kafka_load, procstat
-from benchmarks.e2e.workload import EXCHANGE, Workload
+from benchmarks.workload import EXCHANGE, Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import kafka
 from streaming.config import Config, load, parse_set_flags
@@ -74,6 +74,21 @@ class Env:
         # the environment they inherit: never written to the command line.
         self.config = load(self.config_file, parse_set_flags(self.sets))
         ensure_router_topics(self.config)
+
+    def bring_up(self, w: Workload, log) -> tuple[float, dict]:
+        """Start the broker, write ``w``'s subscriptions to the changelog, start the router:
+        (seconds the changelog took to write, the router's ``started`` figures)."""
+        self.start_broker()
+        log(f"{self.name}: Kafka: {self.describe_cluster()}; settings "
+            f"{' '.join(self.user_sets) or '(defaults)'}")
+        t0, t1 = kafka_load.load_changelog(self.config.kafka.client_settings,
+                                           self.config.kafka.subscriptions_topic, w, EXCHANGE)
+        log(f"{self.name}: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
+        started = self.start_router()
+        log(f"{self.name}: running with {started['subscriptions']:,} subscriptions (open "
+            f"{started['open_s']:.1f}s, {time.time() - t1:.1f}s after the changelog); "
+            f"log {self.router.log_path}")
+        return t1 - t0, started
 
     def describe_cluster(self) -> str:
         kafka = self.config.kafka
@@ -238,29 +253,32 @@ def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: f
         config_file: Path | None = None) -> BitrouteResult:
     env = Env(folder, user_sets, config_file=config_file)
     try:
-        env.start_broker()
-        log(f"bitroute: Kafka: {env.describe_cluster()}; settings {' '.join(user_sets) or '(defaults)'}")
-        t0, t1 = kafka_load.load_changelog(env.config.kafka.client_settings,
-                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
-        log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
-        started = env.start_router()
-        log(f"bitroute: router up with {started['subscriptions']:,} subscriptions "
-            f"(open {started['open_s']:.1f}s, {time.time() - t1:.1f}s after the changelog)")
-        warm = _paced(env, w, 2000, 2, 5, 1, 1, log)
-        log(f"bitroute: warm-up done (p50 {warm.p50_ms:.0f} ms)")
-        sat = _saturate(env, w, backlog, publishers, consumers, log)
-        log(f"bitroute: sustained {sat.publishes_per_s:,.0f} publishes/s, "
-            f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
-            + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
-        at50 = _paced(env, w, 0.5 * sat.publishes_per_s, warmup, measure, publishers, consumers, log)
-        log(f"bitroute: 50% -> p50 {at50.p50_ms:.0f} ms p99 {at50.p99_ms:.0f} ms, "
-            f"{at50.deliveries_per_s:,.0f} deliveries/s")
-        at90 = _paced(env, w, 0.9 * sat.publishes_per_s, warmup, measure, publishers, consumers, log)
-        log(f"bitroute: 90% -> p50 {at90.p50_ms:.0f} ms p99 {at90.p99_ms:.0f} ms, "
-            f"{at90.deliveries_per_s:,.0f} deliveries/s")
-        return BitrouteResult(t1 - t0, started["open_s"], sat, at50, at90, user_sets)
+        write_s, started = env.bring_up(w, log)
+        phases = measure_phases(env, w, backlog, warmup, measure, publishers, consumers, log)
+        return BitrouteResult(write_s, started["open_s"], *phases, user_sets)
     finally:
         env.stop()
+
+
+def measure_phases(env: Env, w: Workload, backlog: int, warmup: float, measure: float,
+                   publishers: int, consumers: int, log, rates=full_batch_rates
+                   ) -> tuple[Phase, Phase, Phase]:
+    """A warm-up trickle, then the saturation (a ``backlog`` drained, its ``rates``), then
+    paced load at 50% and 90% of that rate: (saturation, at 50%, at 90%)."""
+    warm = _paced(env, w, 2000, 2, 5, 1, 1, log)
+    log(f"{env.name}: warm-up done (p50 {warm.p50_ms:.0f} ms)")
+    sat = _saturate(env, w, backlog, publishers, consumers, log, rates)
+    log(f"{env.name}: sustained {sat.publishes_per_s:,.0f} publishes/s, "
+        f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
+    paced = []
+    for share in (0.5, 0.9):
+        phase = _paced(env, w, share * sat.publishes_per_s, warmup, measure, publishers,
+                       consumers, log)
+        log(f"{env.name}: {share:.0%} -> p50 {phase.p50_ms:.0f} ms p99 {phase.p99_ms:.0f} ms, "
+            f"{phase.deliveries_per_s:,.0f} deliveries/s")
+        paced.append(phase)
+    return sat, paced[0], paced[1]
 
 
 @dataclass

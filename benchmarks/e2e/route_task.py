@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from benchmarks import harness
-from benchmarks.e2e import workload
+from benchmarks import workload
 from compiler import RoutingIndex, Subscription
 from streaming.config import KafkaConfig
 from streaming.router.delivery import DeliveryProducer, ProducerSettings

@@ -8,7 +8,7 @@ import time
 
 from benchmarks.driver_cost import CpuTimeline, descendants, fanout_workload, thread_cpu
 from benchmarks.e2e import procstat
-from benchmarks.e2e.workload import match_stats
+from benchmarks.workload import match_stats
 from waiting import wait_until
 
 
