@@ -454,6 +454,17 @@ class RunResult:
         return self.steady_driver_s / max(self.steady_driver_s + self.steady_executors_s, 1e-9)
 
 
+def _produce_backlog(config, w: Workload) -> dict:
+    """``w``'s publishes produced at once, every one acked (else RuntimeError)."""
+    procs, out, _ = kafka_load.start_publishers(
+        config.kafka.client_settings, config.kafka.publishes_topic, EXCHANGE, w, 0,
+        600, processes=1, count=len(w.publishes), start_at=time.time())
+    sent = kafka_load.join_publishers(procs, out, timeout=300)
+    if sent["sent"] != len(w.publishes) or sent["unacked"]:
+        raise RuntimeError(f"the backlog was not produced whole: {sent}")
+    return sent
+
+
 def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder: Path,
              timeout: float, sample: float, idle: float, warm: bool = False,
              extra_sets: tuple[str, ...] = ()) -> RunResult:
@@ -487,12 +498,7 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             topics = sorted({config.kafka.layout.topic(s) for s in subscribers})
             kafka_load.load_changelog(config.kafka.client_settings,
                                       config.kafka.subscriptions_topic, w, EXCHANGE)
-            procs, out, _ = kafka_load.start_publishers(
-                config.kafka.client_settings, config.kafka.publishes_topic, EXCHANGE, w, 0,
-                600, processes=1, count=len(w.publishes), start_at=time.time())
-            sent = kafka_load.join_publishers(procs, out, timeout=300)
-            if sent["sent"] != len(w.publishes) or sent["unacked"]:
-                raise RuntimeError(f"the backlog was not produced whole: {sent}")
+            sent = _produce_backlog(config, w)
             _log(f"{code} batch {batch:,}: backlog of {sent['sent']:,} publishes produced; "
                  "starting the router")
             counter = DeliveryCounter(config, topics, config.kafka.layout.partitions, expected)
@@ -511,12 +517,7 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
                 mark = time.time()
                 counter.expect(2 * expected, mark)
                 first_batch = len(router.batches)
-                procs, out, _ = kafka_load.start_publishers(
-                    config.kafka.client_settings, config.kafka.publishes_topic, EXCHANGE, w, 0,
-                    600, processes=1, count=len(w.publishes), start_at=time.time())
-                sent = kafka_load.join_publishers(procs, out, timeout=300)
-                if sent["sent"] != len(w.publishes) or sent["unacked"]:
-                    raise RuntimeError(f"the measured backlog was not produced whole: {sent}")
+                _produce_backlog(config, w)
                 result.load_start = 0.0
             else:
                 first_batch = 0
