@@ -243,7 +243,7 @@ def run(soak: Soak) -> int:
     t = time.monotonic()
     w = workload.generate("devices", n, a.seed, a.publishes)
     matches, per_publish = workload.match_stats(w)
-    _log(f"workload devices {a.size}: {w.description}; {per_publish:.2f} deliveries per publish "
+    _log(f"workload devices, {n:,} subscriptions: {w.description}; {per_publish:.2f} deliveries per publish "
          f"(generated in {time.monotonic() - t:.1f}s)")
     soak.result.update({"size": a.size, "subscriptions": n, "deliveries_per_publish": per_publish,
                         "sets": a.set, "minutes": a.minutes, "warmup_minutes": a.warmup_minutes,
