@@ -38,9 +38,14 @@ FIGURE = {
 }
 
 
-def run_benchmarks(*args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+def run_benchmarks(*args: str, tmp: Path | None = None,
+                   timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    """``python -m benchmarks *args`` from the checkout; its temporary folders (the
+    scenarios' work folders among them) under ``tmp``."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -56,8 +61,8 @@ def test_the_list_names_every_scenario_and_an_unknown_one_is_refused():
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_each_scenario_runs_at_toy_size(scenario: str):
-    done = run_benchmarks(scenario, "--smoke")
+def test_each_scenario_runs_at_toy_size(scenario: str, tmp_path: Path):
+    done = run_benchmarks(scenario, "--smoke", tmp=tmp_path)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
     assert "machine before: loadavg" in done.stdout and "machine after: loadavg" in done.stdout
     assert FIGURE[scenario] in done.stdout, done.stdout[-4000:]
