@@ -1,6 +1,6 @@
 """How fast ``bitroute audit`` hands rows back: one subscriber's deliveries at 10k, 100k, 1M rows.
 
-    python -m benchmarks.audit_read [--rows 10000 100000 1000000] [--files 2000]
+    python -m benchmarks audit-read [--rows 10000 100000 1000000] [--files 2000]
                                     [--baseline DIR] [--workdir DIR]
 
 For each size it builds a ``deliveries`` table with the audit writer's own
@@ -213,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure each table after a maintenance pass compacted it")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds a command may run (default 600)")
+    parser.add_argument("--smoke", action="store_true", help="toy size, seconds (what CI runs)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.files, args.timeout = [1000], 20, 120.0
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-audit-read-"))
     code = {"new": os.environ.get("PYTHONPATH", "")}

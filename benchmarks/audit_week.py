@@ -1,6 +1,6 @@
 """A week in an hour: the publish audit path after 100, 1k, 10k and 100k micro-batches.
 
-    python -m benchmarks.audit_week [--batches 100000] [--rate 100] [--workdir DIR]
+    python -m benchmarks audit-week [--batches 100000] [--rate 100] [--workdir DIR]
 
 Drives ``--batches`` micro-batches' audit (``--publishes`` publishes x
 ``--fanout`` deliveries each: 40 x 8 is a busy 100 ms trigger) through the
@@ -44,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from datetime import datetime, timedelta, timezone
@@ -140,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="write each batch as this many routing tasks' audit files (the "
                              "executors' path); 0 (default): journal its rows (the driver's)")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="toy size, seconds (what CI runs)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.batches, args.rate, args.publishes, args.subscribers = 200, 1000.0, 10, 20
 
     from streaming import config as bitroute_config
     from streaming.audit.committer import AuditCommitter

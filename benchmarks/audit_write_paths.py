@@ -1,6 +1,6 @@
 """The two ways executors can write a batch's audit, per batch, on this machine (issue 28).
 
-    python -m benchmarks.audit_write_paths [--publishes 1000,30000] [--fanout 10]
+    python -m benchmarks audit-write [--publishes 1000,30000] [--fanout 10]
                                            [--tasks 2] [--batches 5]
 
 - ``delta-spark``: Delta Lake's own writer inside foreachBatch: the routed rows as a
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import statistics
 import tempfile
 import time
@@ -112,15 +113,17 @@ def delta_spark(folder: Path, routed: pa.Table, tasks: int, batches: int) -> dic
     return {"wall": statistics.median(walls[1:]), "cpu": statistics.median(cpus[1:])}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--publishes", default="1000,30000",
                         help="comma-separated batch sizes in publishes (default 1000,30000)")
     parser.add_argument("--fanout", type=int, default=10)
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--batches", type=int, default=5, help="timed batches per path and size")
+    parser.add_argument("--smoke", action="store_true", help="toy size, seconds (what CI runs)")
     args = parser.parse_args(argv)
-    print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+    if args.smoke:
+        args.publishes, args.batches = "100", 1
     results = []
     for publishes in (int(p) for p in args.publishes.split(",")):
         routed = template_batch(publishes, args.fanout, subscribers=200)
@@ -134,8 +137,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{spark['wall']:.3f} s wall, {spark['cpu']:.2f} CPU s; delta-spark / task-files: "
               f"{spark['wall'] / files['wall']:.1f}x wall, {spark['cpu'] / files['cpu']:.1f}x CPU",
               flush=True)
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

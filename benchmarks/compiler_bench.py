@@ -1,11 +1,11 @@
 """Benchmark of compiler/ (the routing index) against a trie and a naive scan.
 
-Run by hand, not in CI:
+Run by hand (CI runs it with --smoke):
 
-    taskset -c 1 .venv/bin/python benchmarks/compiler_bench.py \
-        [--sizes 10000,100000,1000000] [--profiles devices,fanout] [--seed 1]
+    taskset -c 1 .venv/bin/python -m benchmarks compiler \
+        [--sizes 10000,100000,1000000] [--profiles devices,fanout] [--seed 1] [--smoke]
 
-For each profile (see workloads.py) and size N it builds three matchers over the
+For each profile (see workload.py, RANKED_PROFILES) and size N it builds three matchers over the
 same N subscriptions -- bitroute (compiler.RoutingIndex -> Snapshot -> Matcher,
 whose tables and per-topic work are the Rust kernel, bitroute_kernel),
 a plain Python trie (trie.py) and the naive scan (compiler.reference) -- checks
@@ -30,11 +30,12 @@ measures:
   results on them are checked against the trie's;
 - batch: publishes per CPU second of this process (pyarrow's threads
   included) over batches of 10k Zipf publishes, alternating implementations
-  batch by batch.  bitroute through
-  Matcher.match_frame (de-duplication within the batch, deliveries as Arrow
-  list<struct<subscriber, subscription_ids>>); the trie through
-  trie_match_frame (the same de-duplication and the same output built the same
-  way).  "first" is the first batch on a fresh matcher, "steady" all batches on
+  batch by batch.  bitroute through Matcher.match_columns, the call a routing
+  task makes (streaming.router.routing.plan_batch: de-duplication within the
+  batch in the kernel, deliveries as an Arrow list<struct<subscriber,
+  subscription_ids>> column; the columns are Python lists, as the task holds
+  them); the trie through trie_match_frame (the same de-duplication and the
+  same output built the same way).  "first" is the first batch on a fresh matcher, "steady" all batches on
   one matcher (the batch path keeps no cache across batches; the trie has
   none).  The naive scan is estimated from its cold mean
   times the distinct topics per batch when running it would exceed its budget
@@ -65,11 +66,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import trie as trie_mod  # noqa: E402
-import workloads  # noqa: E402
+from benchmarks import trie as trie_mod
+from benchmarks import workload
 
 T0 = time.perf_counter()
 WARM = 20  # topics matched before the cold loop (not timed, not in the cold set)
@@ -207,6 +205,12 @@ def pctl(ns: list[int], q: float) -> float:
 # -- one configuration ------------------------------------------------------
 
 
+def columns(frame: pd.DataFrame) -> tuple[list, list, list]:
+    """A batch as a routing task hands it to ``Matcher.match_columns``."""
+    return (frame["message_id"].tolist(), frame["exchange"].tolist(),
+            frame["routing_key"].tolist())
+
+
 def make_frame(exchange: str, topics: list[str], start: int) -> pd.DataFrame:
     n = len(topics)
     return pd.DataFrame(
@@ -222,11 +226,11 @@ def make_frame(exchange: str, topics: list[str], start: int) -> pd.DataFrame:
 def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     seed = args.seed
     log(f"{profile} N={n}: generating workload")
-    wl = workloads.PROFILES[profile](n, seed)
+    wl = workload.RANKED_PROFILES[profile](n, seed)
     ex = wl.exchange
     rows = {k: Row(k) for k in ("bitroute", "trie", "naive")}
     rng = random.Random(f"topics/{profile}/{n}/{seed}")
-    nprng = np.random.default_rng([seed, n, sorted(workloads.PROFILES).index(profile)])
+    nprng = np.random.default_rng([seed, n, sorted(workload.RANKED_PROFILES).index(profile)])
 
     # ---- build: bitroute
     log(f"{profile} N={n}: building bitroute index")
@@ -327,18 +331,16 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     # (the naive scan is checked on the topics it is timed on, below)
     # the batch paths agree with match() row by row
     vframe = batches[0].iloc[: args.verify].reset_index(drop=True)
-    got_frame = m.match_frame(vframe)
-    out_type = got_frame["deliveries"].dtype.pyarrow_dtype
+    got, errors = m.match_columns(*columns(vframe))
+    out_type = got.type
     want_frame = trie_mod.trie_match_frame(tr, vframe, out_type)
-    if list(got_frame["message_id"]) != list(vframe["message_id"]):
-        raise SystemExit("MISMATCH: match_frame message_id column is not the input's, in order")
-    for i, (a, b, err) in enumerate(zip(got_frame["deliveries"].tolist(), want_frame["deliveries"].tolist(), got_frame["error"].tolist())):
-        if err is not None and not (isinstance(err, float) and np.isnan(err)):
-            raise SystemExit(f"MISMATCH: match_frame error {err!r} on {vframe['routing_key'][i]!r}")
+    for i, (a, b, err) in enumerate(zip(got.to_pylist(), want_frame["deliveries"].tolist(), errors.tolist())):
+        if err is not None:
+            raise SystemExit(f"MISMATCH: match_columns error {err!r} on {vframe['routing_key'][i]!r}")
         if normalise_frame_row(a) != normalise_frame_row(b):
-            raise SystemExit(f"MISMATCH match_frame vs trie frame on {vframe['routing_key'][i]!r}")
-    log(f"  agree on {len(vtopics)} topics, and match_frame on {len(vframe)} publishes")
-    del m, got_frame, want_frame
+            raise SystemExit(f"MISMATCH match_columns vs trie frame on {vframe['routing_key'][i]!r}")
+    log(f"  agree on {len(vtopics)} topics, and match_columns on {len(vframe)} publishes")
+    del m, got, want_frame
 
     def dist(xs):
         return f"{np.mean(xs):.1f} (min {min(xs)}, median {int(np.median(xs))}, max {max(xs)})"
@@ -405,8 +407,9 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     times_b, times_t = [], []
     trie_budget_hit = False
     for i, b in enumerate(batches):
+        task_columns = columns(b)
         t = cpu()
-        m.match_frame(b)
+        m.match_columns(*task_columns)
         times_b.append(cpu() - t)
         if trie_budget_hit:
             continue
@@ -450,9 +453,10 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
         pr.disable()
         dump_profile(pr, os.path.join(args.cprofile, f"{profile}-{n}-cold"))
         m = br.Matcher(loaded)
+        task_columns = columns(batches[0])
         pr = cProfile.Profile()
         pr.enable()
-        m.match_frame(batches[0])
+        m.match_columns(*task_columns)
         pr.disable()
         dump_profile(pr, os.path.join(args.cprofile, f"{profile}-{n}-batch"))
         del m
@@ -490,7 +494,7 @@ def run_cli(profile: str, n: int, args) -> CliResult:
     import resource
     import tempfile
 
-    wl = workloads.PROFILES[profile](n, args.seed)
+    wl = workload.RANKED_PROFILES[profile](n, args.seed)
     lines = args.cli_topics if not (profile == "fanout" and n >= 1_000_000) else args.cli_topics // 10
     nprng = np.random.default_rng([args.seed, n, 7])
     topics = wl.zipf_topics(nprng, lines)
@@ -560,7 +564,7 @@ def profile_only(br: Bitroute, profile: str, n: int, args) -> None:
     cumulative time) and .prof files for pstats/snakeviz."""
     out = args.cprofile
     os.makedirs(out, exist_ok=True)
-    wl = workloads.PROFILES[profile](n, args.seed)
+    wl = workload.RANKED_PROFILES[profile](n, args.seed)
     ex = wl.exchange
     Sub = br.Subscription
     gc.collect()
@@ -576,7 +580,7 @@ def profile_only(br: Bitroute, profile: str, n: int, args) -> None:
     del index
     rng = random.Random(f"topics/{profile}/{n}/{args.seed}")
     topics = wl.distinct_topics(rng, args.cold_topics + WARM)
-    nprng = np.random.default_rng([args.seed, n, sorted(workloads.PROFILES).index(profile)])
+    nprng = np.random.default_rng([args.seed, n, sorted(workload.RANKED_PROFILES).index(profile)])
     batches = [make_frame(ex, wl.zipf_topics(nprng, args.batch_size), b * args.batch_size) for b in range(2)]
     m = br.Matcher(snap)
     for topic in topics[:WARM]:
@@ -589,9 +593,10 @@ def profile_only(br: Bitroute, profile: str, n: int, args) -> None:
     dump_profile(pr, os.path.join(out, f"{profile}-{n}-cold"))
     m = br.Matcher(snap)
     for step, b in (("first-batch", batches[0]), ("second-batch", batches[1])):
+        task_columns = columns(b)
         pr = cProfile.Profile()
         pr.enable()
-        m.match_frame(b)
+        m.match_columns(*task_columns)
         pr.disable()
         dump_profile(pr, os.path.join(out, f"{profile}-{n}-{step}"))
 
@@ -737,14 +742,20 @@ def main(argv=None) -> int:
     p.add_argument("--cli-topics", type=int, default=20_000,
                    help="topic lines in the CLI comparison (default 20000; a tenth for fanout at >= 1M)")
     p.add_argument("--cli-runs", type=int, default=3, help="runs of each command (default 3)")
+    p.add_argument("--smoke", action="store_true",
+                   help="toy size, seconds: devices at 1,000 subscriptions, small batches")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.profiles, args.cold_topics, args.batches = "1000", "devices", 100, 2
+        args.batch_size, args.verify, args.churn = 1000, 50, 1000
+        args.naive_budget, args.trie_batch_budget = 1.0, 5.0
     if args.pin_cpu is not None:
         os.sched_setaffinity(0, {args.pin_cpu})
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
     profiles = [s.strip().replace("fan-out", "fanout") for s in args.profiles.split(",") if s.strip()]
     for prof in profiles:
-        if prof not in workloads.PROFILES:
-            p.error(f"unknown profile {prof!r}; choose from {', '.join(workloads.PROFILES)}")
+        if prof not in workload.RANKED_PROFILES:
+            p.error(f"unknown profile {prof!r}; choose from {', '.join(workload.RANKED_PROFILES)}")
     global COMPILER_SOURCE
     if args.compiler_ref:
         import tempfile
@@ -764,7 +775,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"compiler imported from {br.compiler.__file__}, not from {args.compiler_ref}")
     print("## compiler benchmark\n")
     print(f"Machine: {machine()}.\n")
-    print(f"Command: {' '.join([os.path.relpath(sys.argv[0])] + (argv if argv is not None else sys.argv[1:]))}\n")
+    print(f"Command: python -m benchmarks compiler {' '.join(argv if argv is not None else sys.argv[1:])}\n")
     results = []
     if args.cli or args.cli_only:
         cli_results = [run_cli(prof, n, args) for prof in profiles for n in sizes]

@@ -1,7 +1,7 @@
 """Driver cost on a cluster (issue 28): the CPU the router's driver spends per
 delivery when the executors route every batch.
 
-    python -m benchmarks.driver_cost [--before /work/wt-before] [--pairs 2]
+    python -m benchmarks driver-cost [--before /work/wt-before] [--pairs 2]
                                      [--batch 30000] [--sweep 5000,15000] [--tiny 500]
 
 Each run starts everything it uses on loopback, in a folder of its own, and
@@ -66,8 +66,9 @@ from pathlib import Path
 import pyspark
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from benchmarks import harness
 from benchmarks.e2e import kafka_load, procstat
-from benchmarks.e2e.workload import EXCHANGE, Workload, match_stats
+from benchmarks.workload import EXCHANGE, Workload, match_stats
 from streaming import kafka
 from streaming.config import load, parse_set_flags
 from streaming.kafka.broker import EmbeddedBroker, free_port
@@ -76,7 +77,6 @@ from streaming.kafka.topics import ensure_delivery_topics, ensure_router_topics
 ROOT = Path(__file__).resolve().parents[1]
 GROUP_TOPICS = 50
 """Distinct topics per subscriber group (``g<k>/dev<d>/<metric>``)."""
-BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries, .*routed in the (\w+)")
 
 
 def _log(msg: str) -> None:
@@ -164,48 +164,6 @@ def _kill_group(process: subprocess.Popen, sig: int) -> None:
             os.kill(pid, sig)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
-
-
-class Router:
-    """``bitroute run`` with the given ``--set`` flags, from code tree ``tree`` (first on
-    ``PYTHONPATH``), in a session of its own; its batch lines parsed as they come."""
-
-    def __init__(self, tree: Path, sets: list[str], folder: Path) -> None:
-        script = Path(sys.executable).parent / "bitroute"
-        command = [str(script)] if script.exists() else [sys.executable, "-m", "streaming.cli.main"]
-        command += ["run", *(arg for s in sets for arg in ("--set", s))]
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        self.log = folder / "router.log"
-        self.process = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE,
-                                        stderr=self.log.open("ab"), text=True,
-                                        start_new_session=True)
-        self.batches: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        with self.log.with_suffix(".stdout").open("a") as out:
-            for line in self.process.stdout:
-                out.write(line)
-                out.flush()
-                found = BATCH_LINE.match(line)
-                if found:
-                    self.batches.append({
-                        "batch": int(found[1]), "publishes": int(found[2]),
-                        "deliveries": int(found[3]), "routed_in": found[4], "at": time.time()})
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        """SIGTERM the router's group (it finishes the batch in progress), SIGKILL after 20 s."""
-        if self.alive():
-            _kill_group(self.process, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-        _kill_group(self.process, signal.SIGKILL)
-        self.process.wait(timeout=20)
 
 
 # --- CPU over time ---------------------------------------------------------------------------
@@ -322,8 +280,8 @@ def _is_java(pid: int) -> bool:
     return command.endswith("/java") or command == "java"
 
 
-def router_roles(router: Router, cluster: Cluster, broker: EmbeddedBroker) -> dict:
-    driver = router.process.pid
+def router_roles(router: harness.RouterRun, cluster: Cluster, broker: EmbeddedBroker) -> dict:
+    driver = router.proc.pid
     workers = [p.pid for p in cluster.workers]
 
     def driver_jvm(tree):
@@ -393,7 +351,7 @@ class DeliveryCounter:
         self._thread.join(timeout=10)
 
 
-def _drain(router: Router, counter: DeliveryCounter, messages: str, publishes: int,
+def _drain(router: harness.RouterRun, counter: DeliveryCounter, messages: str, publishes: int,
            deadline: float, result: "RunResult", timeout: float) -> tuple[dict[str, float], float]:
     """Wait until ``counter`` has its deliveries, the ``messages`` table ``publishes`` rows
     and the ``deliveries`` table a row per delivery (the two tables are committed apart:
@@ -496,6 +454,17 @@ class RunResult:
         return self.steady_driver_s / max(self.steady_driver_s + self.steady_executors_s, 1e-9)
 
 
+def _produce_backlog(config, w: Workload) -> dict:
+    """``w``'s publishes produced at once, every one acked (else RuntimeError)."""
+    procs, out, _ = kafka_load.start_publishers(
+        config.kafka.client_settings, config.kafka.publishes_topic, EXCHANGE, w, 0,
+        600, processes=1, count=len(w.publishes), start_at=time.time())
+    sent = kafka_load.join_publishers(procs, out, timeout=300)
+    if sent["sent"] != len(w.publishes) or sent["unacked"]:
+        raise RuntimeError(f"the backlog was not produced whole: {sent}")
+    return sent
+
+
 def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder: Path,
              timeout: float, sample: float, idle: float, warm: bool = False,
              extra_sets: tuple[str, ...] = ()) -> RunResult:
@@ -505,11 +474,11 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
     expected = len(w.publishes) * fanout
     deadline = time.monotonic() + timeout
     folder.mkdir(parents=True)
-    broker = EmbeddedBroker(folder / "kafka", "127.0.0.1", free_port(), free_port())
+    broker = None
     try:
         # The router, its CPU sampler and the consumer stop before the cluster does.
         with standalone_cluster(folder, str(tree)) as cluster, contextlib.ExitStack() as stops:
-            broker.start()
+            broker = harness.start_broker(folder / "kafka")
             sets = [
                 "broker.embedded=false",
                 f"kafka.bootstrap={broker.bootstrap}",
@@ -529,17 +498,13 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             topics = sorted({config.kafka.layout.topic(s) for s in subscribers})
             kafka_load.load_changelog(config.kafka.client_settings,
                                       config.kafka.subscriptions_topic, w, EXCHANGE)
-            procs, out, _ = kafka_load.start_publishers(
-                config.kafka.client_settings, config.kafka.publishes_topic, EXCHANGE, w, 0,
-                600, processes=1, count=len(w.publishes), start_at=time.time())
-            sent = kafka_load.join_publishers(procs, out, timeout=300)
-            if sent["sent"] != len(w.publishes) or sent["unacked"]:
-                raise RuntimeError(f"the backlog was not produced whole: {sent}")
+            sent = _produce_backlog(config, w)
             _log(f"{code} batch {batch:,}: backlog of {sent['sent']:,} publishes produced; "
                  "starting the router")
             counter = DeliveryCounter(config, topics, config.kafka.layout.partitions, expected)
             stops.callback(counter.stop)
-            router = Router(tree, sets, folder)
+            router = harness.RouterRun(sets, folder / "router.log", pythonpath=tree,
+                                       cwd=folder).start()
             stops.callback(router.stop)
             timeline = CpuTimeline(router_roles(router, cluster, broker), sample).start()
             stops.callback(timeline.stop)
@@ -552,12 +517,7 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
                 mark = time.time()
                 counter.expect(2 * expected, mark)
                 first_batch = len(router.batches)
-                procs, out, _ = kafka_load.start_publishers(
-                    config.kafka.client_settings, config.kafka.publishes_topic, EXCHANGE, w, 0,
-                    600, processes=1, count=len(w.publishes), start_at=time.time())
-                sent = kafka_load.join_publishers(procs, out, timeout=300)
-                if sent["sent"] != len(w.publishes) or sent["unacked"]:
-                    raise RuntimeError(f"the measured backlog was not produced whole: {sent}")
+                _produce_backlog(config, w)
                 result.load_start = 0.0
             else:
                 first_batch = 0
@@ -583,12 +543,12 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             result.wall_s = end - start
             result.cpu = timeline.between(start, end)
             result.deliveries = counter.count - (expected if warm else 0)
-            counted = [b for b in router.batches[first_batch:] if b["publishes"]]
+            counted = [b for b in router.batches[first_batch:] if b["rows"]]
             result.batches = len(counted)
             result.routed_in = sorted({b["routed_in"] for b in counted})
-            full = [b for b in counted[1:] if b["publishes"] >= 0.5 * batch]
+            full = [b for b in counted[1:] if b["rows"] >= 0.5 * batch]
             if full:
-                cpu = timeline.between(counted[0]["at"], full[-1]["at"])
+                cpu = timeline.between(counted[0]["end"], full[-1]["end"])
                 result.steady_batches = len(full)
                 result.steady_deliveries = sum(b["deliveries"] for b in full)
                 result.steady_driver_s = cpu["driver Python"] + cpu["driver JVM"]
@@ -598,7 +558,8 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
         result.error = f"{type(exc).__name__}: {exc}"
         _log(f"{code} batch {batch:,}: FAILED: {result.error}")
     finally:
-        broker.stop()
+        if broker is not None:
+            broker.stop()
     return result
 
 
@@ -608,10 +569,10 @@ def _thread_diff(start: dict[str, float], end: dict[str, float]) -> dict[str, fl
                         if v - start.get(k, 0.0) >= 0.01), key=lambda kv: -kv[1]))
 
 
-def _driver_jvm_threads(router: Router) -> dict[str, float]:
+def _driver_jvm_threads(router: harness.RouterRun) -> dict[str, float]:
     tree = process_tree()
     out: dict[str, float] = {}
-    for pid in descendants(tree, router.process.pid):
+    for pid in descendants(tree, router.proc.pid):
         if _is_java(pid):
             for name, cpu in thread_cpu(pid).items():
                 out[name] = out.get(name, 0.0) + cpu
@@ -712,7 +673,7 @@ def capacity(results: list[RunResult], target: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.driver_cost", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks driver-cost", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", type=Path, default=None,
                     help="a checkout of the code to compare with (e.g. /work/wt-before at "
@@ -747,7 +708,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the runs' folders go (default: a temporary folder, removed)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="toy size: one run of 2,000 publishes in batches of 1,000, no sweep")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.pairs, args.batch, args.sweep, args.tiny = 1, 1000, "", 0
+        args.backlog, args.subscribers, args.idle, args.timeout = 2000, 50, 0.0, 300.0
 
     after_tree = ROOT
     w = fanout_workload(args.subscribers, args.fanout, args.backlog)

@@ -1,6 +1,6 @@
 """What the executors' packed environment costs (issue 27): size, build, first task.
 
-    python -m benchmarks.pack_start [--repeat 1]
+    python -m benchmarks pack-start [--repeat 1]
 
 - build: ``streaming.pack.archive`` into an empty folder (cold), then again
   (cached: the digest of what would go in, no archive written);
@@ -161,10 +161,14 @@ def _first_task(root: Path, baseline: bool) -> tuple[float, float]:
     return first, second
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="the builds only (no cluster): what CI runs")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.repeat = 0
     os.environ.pop("PYSPARK_PYTHON", None)
     with tempfile.TemporaryDirectory(prefix="pack-bench-") as tmp:
         root = Path(tmp)
@@ -186,7 +190,8 @@ def main() -> None:
                 print(f"first task, {name}: {first:.1f} s from session start "
                       f"({_executor_phases(folder)}); second job {second:.1f} s; "
                       f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,18 +1,17 @@
-"""``python -m benchmarks.soak``: does the router's memory and state stay flat over time?
+"""``python -m benchmarks soak``: does the router's memory and state stay flat over time?
 
-    python -m benchmarks.soak [--minutes 60] [--rate R] [--warmup-minutes 5]
+    python -m benchmarks soak [--minutes 60] [--rate R] [--warmup-minutes 5]
                               [--size 100k] [--interval 5] [--set section.key=value]...
-                              [--diagnose [--tracemalloc] [--trim]] [--table-reload-commits N]
-                              [--workdir DIR] [--keep]
+                              [--workdir DIR] [--keep] [--smoke]
 
 Everything runs on loopback in a temporary folder (``--workdir`` to choose it,
 ``--keep`` to keep it): an embedded Kafka broker of its own, the devices
-workload's subscriptions (``benchmarks/e2e/workload.py``, 100k by default)
-written to the changelog, and the router (``bitroute run``'s code, via
-:mod:`benchmarks.soak_probe`). Then:
+workload's subscriptions (``benchmarks/workload.py``, 100k by default)
+written to the changelog, and the router (``bitroute run --json``,
+:class:`benchmarks.harness.RouterRun`). Then:
 
 1. the sustained rate, unless ``--rate`` is given: a backlog of ``--backlog``
-   publishes drained by full batches (as ``python -m benchmarks.e2e``
+   publishes drained by full batches (as ``python -m benchmarks e2e``
    measures it); the soak runs at half of it;
 2. the soak: raw Kafka publishes (librdkafka, one producer process) paced at
    that rate for ``--minutes``. Every ``--interval`` seconds: the resident
@@ -31,12 +30,6 @@ and the last minute after warm-up; and each folder's count at the end and its
 largest. Samples go to ``<workdir>/soak.csv`` and everything to
 ``<workdir>/soak.json`` (written also when the run is interrupted), whose
 paths are printed.
-
-``--diagnose`` makes the driver print what it holds every 30 s (Python
-objects by type, Arrow's pool, glibc's malloc counters; ``--tracemalloc``:
-allocations by source line; ``--trim``: ``malloc_trim`` before each sample),
-see :mod:`benchmarks.soak_probe`; these slow the driver, so their slopes are
-diagnostics, not the soak's figures.
 
 Every process started here is ended on exit (normal, error, Ctrl-C, SIGTERM):
 the router (SIGTERM, then SIGKILL), the Spark JVM and Python workers it started
@@ -61,8 +54,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, kafka_load, procstat, workload
-from benchmarks.e2e.workload import EXCHANGE
+from benchmarks.e2e import bitroute_run, kafka_load, procstat
+from benchmarks import workload
+from benchmarks.workload import EXCHANGE
 from streaming.router.checkpoint import CheckpointLayout
 
 MB = 1 << 20
@@ -209,9 +203,7 @@ def _pids(env: bitroute_run.Env) -> dict[str, list[int]]:
     if env.router is None:
         return {r: [] for r in ROLES}
     pids = env.router.pids()
-    jvm = (env.router.started or {}).get("jvm_pid")
-    if jvm:
-        pids["jvm"] = [p for p in pids["jvm"] if p == jvm]
+    pids["jvm"] = sorted(pids["jvm"])[:1]  # the first JVM: forks carry its command line
     return pids
 
 
@@ -228,7 +220,7 @@ def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int, heap: bo
             row["workers_each_mb"] = {str(p): round(v, 1) for p, v in rss.items()}
     if heap and pids["jvm"]:  # jstat is a JVM of its own: once a minute
         row.update(jvm_heap(pids["jvm"][0]))
-    probes = env.router.probes[n_probes:]
+    probes = env.router.batches[n_probes:]
     row["batches"] = len(probes)
     row["publishes"] = sum(b["rows"] for b in probes)
     state = Path(env.config.streaming.checkpoint_dir)
@@ -247,11 +239,11 @@ def _stage_means(batches: list[dict]) -> dict[str, float]:
 
 def run(soak: Soak) -> int:
     a = soak.args
-    n = workload.SIZES[a.size]
+    n = 500 if a.smoke else workload.SIZES[a.size]
     t = time.monotonic()
     w = workload.generate("devices", n, a.seed, a.publishes)
     matches, per_publish = workload.match_stats(w)
-    _log(f"workload devices {a.size}: {w.description}; {per_publish:.2f} deliveries per publish "
+    _log(f"workload devices, {n:,} subscriptions: {w.description}; {per_publish:.2f} deliveries per publish "
          f"(generated in {time.monotonic() - t:.1f}s)")
     soak.result.update({"size": a.size, "subscriptions": n, "deliveries_per_publish": per_publish,
                         "sets": a.set, "minutes": a.minutes, "warmup_minutes": a.warmup_minutes,
@@ -260,24 +252,8 @@ def run(soak: Soak) -> int:
                         "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX")})
     env = bitroute_run.Env(soak.workdir / "bitroute", a.set)
     try:
-        env.start_broker()
+        env.bring_up(w, _log)
         soak.started_pids.add(env.broker.pid() or 0)
-        _log(f"Kafka broker on {env.broker.bootstrap}; state in {soak.workdir / 'bitroute'}")
-        t0, t1 = kafka_load.load_changelog(env.config.kafka.bootstrap,
-                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
-        _log(f"{n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
-        probe_args: list[str] = ["--every", str(a.diagnose_every if a.diagnose else 0)]
-        probe_args += ["--tracemalloc"] if a.tracemalloc else []
-        probe_args += ["--trim"] if a.trim else []
-        if a.table_reload_commits is not None:
-            probe_args += ["--table-reload-commits", str(a.table_reload_commits)]
-        env.router = bitroute_run.RouterProcess(env.sets, env.folder / "router.log",
-                                                "benchmarks.soak_probe", tuple(probe_args))
-        env.router.start()
-        started = env.router.wait_started()
-        soak.started_pids.add(started.get("jvm_pid", 0))
-        _log(f"router up with {started['subscriptions']:,} subscriptions (open "
-             f"{started['open_s']:.1f}s); log {env.folder / 'router.log'}")
         rate = a.rate
         if not rate:
             sat = bitroute_run._saturate(env, w, a.backlog, 2, 1, _log)
@@ -286,7 +262,7 @@ def run(soak: Soak) -> int:
             _log(f"sustained {sat.publishes_per_s:,.0f} publishes/s ({a.backlog:,}-publish "
                  f"backlog); soaking at half: {rate:,.0f}/s")
         soak.result["rate"] = rate
-        n_probes = len(env.router.probes)
+        n_probes = len(env.router.batches)
         duration = a.minutes * 60
         procs, pout, start_at = kafka_load.start_publishers(
             env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
@@ -307,7 +283,7 @@ def run(soak: Soak) -> int:
             soak.samples.append(row)
             if time.time() >= next_progress:
                 next_progress += 60
-                recent = [b for b in env.router.probes[n_probes:] if b["end"] >= time.time() - 60]
+                recent = [b for b in env.router.batches[n_probes:] if b["end"] >= time.time() - 60]
                 m = _stage_means(recent)
                 _log(f"min {row['t_s'] / 60:4.1f}: RSS driver {row['driver_mb']:,.0f} MB, JVM "
                      f"{row['jvm_mb']:,.0f} MB, workers {row['workers_mb']:,.0f} MB "
@@ -320,12 +296,11 @@ def run(soak: Soak) -> int:
                      f"{row.get('delta_deliveries_log_n', 0):.0f} log entries")
             time.sleep(max(0.0, a.interval - (time.time() - t_start - row["t_s"])))
         pub = kafka_load.join_publishers(procs, pout, timeout=300)
-        sent0 = sum(b["rows"] for b in env.router.probes[:n_probes])
+        sent0 = sum(b["rows"] for b in env.router.batches[:n_probes])
         env.router.wait_routed(sent0 + pub["sent"], timeout=300)
         soak.samples.append(sample(env, soak, t_start, n_probes, True))
-        soak.batches = env.router.probes[n_probes:]
+        soak.batches = env.router.batches[n_probes:]
         soak.result["published"] = pub["sent"]
-        soak.result["diagnostics"] = env.router.diagnostics
         soak.result["loadavg_end"] = os.getloadavg()
         return 0
     finally:
@@ -366,10 +341,8 @@ def report(soak: Soak) -> str:
              f"{r.get('cores')} cores, load average {r.get('loadavg_start', [0])[0]:.1f} at start, "
              f"{r.get('loadavg_end', [0])[0]:.1f} at end",
              f"router settings: {' '.join(a.set) or '(defaults)'}"
-             + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else "")
-             + ("; DIAGNOSING (slower driver)" if a.diagnose else "")
-             + (f"; TABLE_RELOAD_COMMITS={a.table_reload_commits}"
-                if getattr(a, "table_reload_commits", None) is not None else ""), "",
+             + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else ""),
+             "",
              f"RSS slope after {a.warmup_minutes:g} min of warm-up ({len(after)} samples, "
              f"least squares; bound {FLAT_MB_PER_MIN:g} MB/min):"]
     fits = {}
@@ -451,7 +424,7 @@ def write_outputs(soak: Soak) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks soak", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=60.0, help="soak length (default 60)")
     ap.add_argument("--rate", type=float, default=0.0,
@@ -467,17 +440,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="router configuration override (repeatable), as for bitroute run")
-    ap.add_argument("--diagnose", action="store_true",
-                    help="the driver reports what it holds (benchmarks/soak_probe.py)")
-    ap.add_argument("--diagnose-every", type=float, default=30.0)
-    ap.add_argument("--tracemalloc", action="store_true", help="with --diagnose: trace allocations")
-    ap.add_argument("--trim", action="store_true", help="with --diagnose: malloc_trim each sample")
-    ap.add_argument("--table-reload-commits", type=int, default=None,
-                    help="A/B only: override streaming.audit.writer.TABLE_RELOAD_COMMITS in the "
-                         "router (0: never reload the Delta tables, the behaviour before the fix)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--smoke", action="store_true",
+                    help="toy size: 500 subscriptions, 20 s at 200 publishes/s")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.minutes, args.rate, args.warmup_minutes, args.interval = 1 / 3, 200.0, 0.0, 2.0
+        args.publishes = 2000
     signal.signal(signal.SIGTERM, _interrupt)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Subscriber scale: what one topic per subscriber costs, and 100k subscribers on the shared layout.
 
-    python -m benchmarks.subscriber_scale topics [--sizes 1000,10000]
-    python -m benchmarks.subscriber_scale route [--subscribers 100000]
+    python -m benchmarks subscriber-scale topics [--sizes 1000,10000]
+    python -m benchmarks subscriber-scale route [--subscribers 100000]
 
 Run by hand (never in CI), each on an embedded broker of its own on free
 loopback ports in a temporary folder; figures in docs/benchmarks.md
@@ -34,14 +34,14 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
+from benchmarks import harness
 from benchmarks.e2e import kafka_load
 from benchmarks.e2e.bitroute_run import Env
-from benchmarks.e2e.workload import Workload
+from benchmarks.workload import Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import kafka
 from streaming.kafka import client_verbs as client
 from streaming.config import Config, load
-from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.topics import ensure_topics
 from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
 
@@ -84,8 +84,7 @@ def _write(producer: DeliveryProducer, topics: list[str], keys: list[bytes]) -> 
 def topics(sizes: list[int]) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        broker = EmbeddedBroker(Path(folder), port=free_port(), controller_port=free_port())
-        broker.start()
+        broker = harness.start_broker(Path(folder))
         try:
             admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
             config = load(overrides={"kafka.bootstrap": broker.bootstrap}, environ={})
@@ -150,7 +149,7 @@ def route(subscribers: int) -> dict:
             if not env.router.wait_routed(len(publishes), timeout=1800):
                 raise RuntimeError("the publishes were not routed in time")
             done = time.time()
-            deliveries = sum(p["deliveries"] for p in env.router.probes)
+            deliveries = sum(p["deliveries"] for p in env.router.batches)
             topic = env.config.kafka.shared_deliveries_topic
             consumer = kafka.consumer(env.config.kafka.client_settings, "scale")
             in_topic = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
@@ -173,13 +172,19 @@ def route(subscribers: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="subscriber_scale", description=__doc__.split("\n\n")[0])
-    verbs = ap.add_subparsers(dest="verb", required=True)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks subscriber-scale",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="toy size: topics at 100 subscribers")
+    verbs = ap.add_subparsers(dest="verb")
     t = verbs.add_parser("topics", help="per-subscriber topics against the shared topic")
     t.add_argument("--sizes", default="1000,10000", help="subscriber counts, comma-separated")
     r = verbs.add_parser("route", help="the router with N subscribers on the shared layout")
     r.add_argument("--subscribers", type=int, default=100_000)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.verb, args.sizes = "topics", "100"
+    if args.verb is None:
+        ap.error("choose topics or route (or --smoke)")
     if args.verb == "topics":
         topics([int(s) for s in args.sizes.split(",")])
     else:

@@ -1,6 +1,6 @@
-"""``python -m benchmarks.e2e``: the end-to-end table in one run.
+"""``python -m benchmarks e2e``: the end-to-end table in one run.
 
-    python -m benchmarks.e2e [--profile devices] [--size 100k] [--first-route 1m]
+    python -m benchmarks e2e [--profile devices] [--size 100k] [--first-route 1m]
                              [--systems bitroute,kstreams,rabbitmq,mosquitto]
                              [--set section.key=value]... [--kstreams-set key=value]...
 
@@ -23,7 +23,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, compare, kstreams_run, workload
+from benchmarks.e2e import bitroute_run, compare, kstreams_run
+from benchmarks import workload
 
 MB = 1 << 20
 SYSTEMS = ("bitroute", "kstreams", "rabbitmq", "mosquitto")
@@ -40,7 +41,7 @@ def _interrupt(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks e2e", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", choices=sorted(workload.PROFILES), default="devices")
     ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
@@ -76,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
                          "of its own (needs --first-route none)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--smoke", action="store_true",
+                    help="toy size, bitroute alone: 500 subscriptions, a 2,000-publish backlog, "
+                         "2 s phases, no first-route phase")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.systems, args.first_route, args.publishes, args.backlog = "bitroute", "none", 2000, 2000
+        args.warmup, args.measure, args.publishers = 1.0, 2.0, 1
     if args.config is not None and args.first_route != "none":
         ap.error("--config runs on an existing cluster; the first-route phase needs a fresh "
                  "broker of its own: add --first-route none")
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-e2e-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    n = workload.SIZES[args.size]
+    n = 500 if args.smoke else workload.SIZES[args.size]
     t = time.monotonic()
     w = workload.generate(args.profile, n, args.seed, args.publishes)
     files = workload.write_files(w, workdir / "workload")

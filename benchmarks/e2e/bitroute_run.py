@@ -1,6 +1,6 @@
 """The bitroute side of the benchmark: an embedded Kafka broker of its own on
-loopback ports, the router (``router_probe``, i.e. ``bitroute run`` with the
-per-batch split timed) in a child process, the changelog loader, the publish
+loopback ports, the router (``bitroute run --json``, :class:`benchmarks.harness.RouterRun`)
+in a child process, the changelog loader, the publish
 driver and the delivery consumer of :mod:`benchmarks.e2e.kafka_load`.
 
 Phases, all on one router:
@@ -25,115 +25,21 @@ one; by the happens-before guarantee its routing uses all of them.
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
+from benchmarks import harness
 from benchmarks.e2e import kafka_load, procstat
-from benchmarks.e2e.workload import EXCHANGE, Workload
+from benchmarks.workload import EXCHANGE, Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import kafka
 from streaming.config import Config, load, parse_set_flags
-from streaming.kafka.broker import EmbeddedBroker, free_port
+from streaming.kafka.broker import EmbeddedBroker
 from streaming.kafka.topics import ensure_router_topics
 
-ROOT = Path(__file__).resolve().parents[2]
-STARTED_TIMEOUT_S = 900.0
-
-
-class RouterProcess:
-    """``python -m benchmarks.e2e.router_probe`` with its stdout parsed in a thread."""
-
-    def __init__(self, sets: list[str], log_path: Path,
-                 module: str = "benchmarks.e2e.router_probe", args: tuple[str, ...] = ()) -> None:
-        self.sets = sets
-        self.log_path = log_path
-        self.module, self.args = module, args
-        self.probes: list[dict] = []
-        self.diagnostics: list[dict] = []  # DIAG lines (benchmarks.soak_probe)
-        self.started: dict | None = None
-        self._events: queue.Queue = queue.Queue()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "RouterProcess":
-        args = [sys.executable, "-m", self.module, *self.args]
-        for s in self.sets:
-            args += ["--set", s]
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=open(self.log_path, "ab"), text=True, env=env)
-        threading.Thread(target=self._read, daemon=True).start()
-        return self
-
-    def _read(self) -> None:
-        assert self.proc and self.proc.stdout
-        with open(self.log_path.with_suffix(".stdout"), "a") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                if line.startswith("PROBE "):
-                    self.probes.append(json.loads(line[6:]))
-                elif line.startswith("DIAG "):
-                    self.diagnostics.append(json.loads(line[5:]))
-                elif line.startswith("STARTED "):
-                    self.started = json.loads(line[8:])
-                    self._events.put("started")
-        self._events.put("exit")
-
-    def wait_started(self, timeout: float = STARTED_TIMEOUT_S) -> dict:
-        event = self._events.get(timeout=timeout)
-        if event != "started" or self.started is None:
-            raise RuntimeError(f"the router exited before its query started; see {self.log_path}")
-        return self.started
-
-    def routed(self) -> int:
-        return sum(p["rows"] for p in self.probes)
-
-    def wait_routed(self, total: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.routed() >= total:
-                return True
-            if self.proc and self.proc.poll() is not None:
-                raise RuntimeError(f"the router exited; see {self.log_path}")
-            time.sleep(0.2)
-        return False
-
-    def pids(self) -> dict[str, list[int]]:
-        """Role -> pids: the Python driver, the Spark JVM, the Python workers."""
-        if self.proc is None or self.proc.poll() is not None:
-            return {"driver": [], "jvm": [], "workers": []}
-        kids = procstat.children(self.proc.pid)
-        commands = {p: procstat.cmdline(p) for p in kids}
-        jvm = [p for p, command in commands.items() if "java" in command.split(" ")[0]]
-        # The JVM's class path names pyspark's folders too: only its non-JVM children are workers.
-        workers = [p for p, command in commands.items()
-                   if p not in jvm and ("pyspark" in command or "python" in command)
-                   and "streaming.router.watchdog" not in command]
-        return {"driver": [self.proc.pid], "jvm": jvm, "workers": workers}
-
-    def stop(self, timeout: float = 120) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for pid in procstat.children(self.proc.pid):
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
-            self.proc.kill()
-            self.proc.wait()
 
 
 @dataclass
@@ -148,7 +54,7 @@ class Env:
     TLS, SASL) names an existing cluster: no broker of its own is started."""
     broker: EmbeddedBroker | None = None
     config: Config | None = None
-    router: RouterProcess | None = None
+    router: harness.ReportedProcess | None = None
     sets: list[str] = field(default_factory=list)
 
     def start_broker(self) -> None:
@@ -157,9 +63,7 @@ class Env:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.sets = ["broker.embedded=false"]
         if self.config_file is None:
-            port, cport = free_port(), free_port()
-            self.broker = EmbeddedBroker(self.folder / "kafka", "127.0.0.1", port, cport)
-            self.broker.start()
+            self.broker = harness.start_broker(self.folder / "kafka")
             self.sets.append(f"kafka.bootstrap={self.broker.bootstrap}")
         self.sets += [
             f"delta.warehouse={self.folder / 'delta'}",
@@ -171,14 +75,29 @@ class Env:
         self.config = load(self.config_file, parse_set_flags(self.sets))
         ensure_router_topics(self.config)
 
+    def bring_up(self, w: Workload, log) -> tuple[float, dict]:
+        """Start the broker, write ``w``'s subscriptions to the changelog, start the router:
+        (seconds the changelog took to write, the router's ``started`` figures)."""
+        self.start_broker()
+        log(f"{self.name}: Kafka: {self.describe_cluster()}; settings "
+            f"{' '.join(self.user_sets) or '(defaults)'}")
+        t0, t1 = kafka_load.load_changelog(self.config.kafka.client_settings,
+                                           self.config.kafka.subscriptions_topic, w, EXCHANGE)
+        log(f"{self.name}: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
+        started = self.start_router()
+        log(f"{self.name}: running with {started['subscriptions']:,} subscriptions (open "
+            f"{started['open_s']:.1f}s, {time.time() - t1:.1f}s after the changelog); "
+            f"log {self.router.log_path}")
+        return t1 - t0, started
+
     def describe_cluster(self) -> str:
         kafka = self.config.kafka
         own = "its own broker" if self.broker is not None else "an existing cluster"
         return f"{own} on {kafka.bootstrap} ({kafka.client_settings.describe()})"
 
     def start_router(self) -> dict:
-        args = ("--config", str(self.config_file)) if self.config_file is not None else ()
-        self.router = RouterProcess(self.sets, self.folder / "router.log", args=args).start()
+        self.router = harness.RouterRun(self.sets, self.folder / "router.log",
+                                        self.config_file).start()
         return self.router.wait_started()
 
     def delivery_topics(self, w: Workload) -> list[str]:
@@ -247,10 +166,10 @@ def full_batch_rates(batches: list[dict]) -> tuple[float, float]:
 def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: int, log,
               rates=full_batch_rates) -> Phase:
     """Produce ``backlog`` publishes as fast as possible; measure the drain: ``rates`` of
-    the router's progress reports (``router.probes``) while it drained."""
+    the router's progress reports (``router.batches``) while it drained."""
     r = env.router
     routed0 = r.routed()
-    n_probes0 = len(r.probes)
+    n_probes0 = len(r.batches)
     # Producers: flat out until `backlog` are sent (duration bound from a generous rate).
     consumer_procs, cout = kafka_load.start_consumers(
         env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
@@ -272,7 +191,7 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
         log(f"{env.name}: WARNING: the backlog was not drained in time")
     for p in consumer_procs:
         p.terminate()
-    batches = r.probes[n_probes0:]
+    batches = r.batches[n_probes0:]
     publishes_per_s, deliveries_per_s = rates(batches)
     return Phase(publishes_per_s, deliveries_per_s, batches=batches,
                  cores={k: sampler.cores(k) for k in sampler.stats},
@@ -289,7 +208,7 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
            consumers: int, log) -> Phase:
     r = env.router
     routed0 = r.routed()
-    n_probes0 = len(r.probes)
+    n_probes0 = len(r.batches)
     start_at = time.time() + 10.0  # consumers assigned, publishers spawned
     w0 = start_at + warmup
     w1 = w0 + measure
@@ -311,7 +230,7 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
     r.wait_routed(routed0 + pub["sent"], timeout=300)
     lag_after = time.time() - t_last
     cons = kafka_load.join_consumers(consumer_procs, cout, timeout=400)
-    batches = r.probes[n_probes0:]
+    batches = r.batches[n_probes0:]
     return Phase(pub["sent"] / pub["seconds"], cons["window_arrivals"] / measure,
                  cons["p50_ms"], cons["p99_ms"], cons["max_ms"], lag_after, batches,
                  {k: sampler.cores(k) for k in sampler.stats},
@@ -334,29 +253,32 @@ def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: f
         config_file: Path | None = None) -> BitrouteResult:
     env = Env(folder, user_sets, config_file=config_file)
     try:
-        env.start_broker()
-        log(f"bitroute: Kafka: {env.describe_cluster()}; settings {' '.join(user_sets) or '(defaults)'}")
-        t0, t1 = kafka_load.load_changelog(env.config.kafka.client_settings,
-                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
-        log(f"bitroute: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
-        started = env.start_router()
-        log(f"bitroute: router up with {started['subscriptions']:,} subscriptions "
-            f"(open {started['open_s']:.1f}s, {time.time() - t1:.1f}s after the changelog)")
-        warm = _paced(env, w, 2000, 2, 5, 1, 1, log)
-        log(f"bitroute: warm-up done (p50 {warm.p50_ms:.0f} ms)")
-        sat = _saturate(env, w, backlog, publishers, consumers, log)
-        log(f"bitroute: sustained {sat.publishes_per_s:,.0f} publishes/s, "
-            f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
-            + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
-        at50 = _paced(env, w, 0.5 * sat.publishes_per_s, warmup, measure, publishers, consumers, log)
-        log(f"bitroute: 50% -> p50 {at50.p50_ms:.0f} ms p99 {at50.p99_ms:.0f} ms, "
-            f"{at50.deliveries_per_s:,.0f} deliveries/s")
-        at90 = _paced(env, w, 0.9 * sat.publishes_per_s, warmup, measure, publishers, consumers, log)
-        log(f"bitroute: 90% -> p50 {at90.p50_ms:.0f} ms p99 {at90.p99_ms:.0f} ms, "
-            f"{at90.deliveries_per_s:,.0f} deliveries/s")
-        return BitrouteResult(t1 - t0, started["open_s"], sat, at50, at90, user_sets)
+        write_s, started = env.bring_up(w, log)
+        phases = measure_phases(env, w, backlog, warmup, measure, publishers, consumers, log)
+        return BitrouteResult(write_s, started["open_s"], *phases, user_sets)
     finally:
         env.stop()
+
+
+def measure_phases(env: Env, w: Workload, backlog: int, warmup: float, measure: float,
+                   publishers: int, consumers: int, log, rates=full_batch_rates
+                   ) -> tuple[Phase, Phase, Phase]:
+    """A warm-up trickle, then the saturation (a ``backlog`` drained, its ``rates``), then
+    paced load at 50% and 90% of that rate: (saturation, at 50%, at 90%)."""
+    warm = _paced(env, w, 2000, 2, 5, 1, 1, log)
+    log(f"{env.name}: warm-up done (p50 {warm.p50_ms:.0f} ms)")
+    sat = _saturate(env, w, backlog, publishers, consumers, log, rates)
+    log(f"{env.name}: sustained {sat.publishes_per_s:,.0f} publishes/s, "
+        f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
+    paced = []
+    for share in (0.5, 0.9):
+        phase = _paced(env, w, share * sat.publishes_per_s, warmup, measure, publishers,
+                       consumers, log)
+        log(f"{env.name}: {share:.0%} -> p50 {phase.p50_ms:.0f} ms p99 {phase.p99_ms:.0f} ms, "
+            f"{phase.deliveries_per_s:,.0f} deliveries/s")
+        paced.append(phase)
+    return sat, paced[0], paced[1]
 
 
 @dataclass
@@ -416,7 +338,7 @@ def first_route(folder: Path, w: Workload, user_sets: list[str], log,
         consumer.close()
         if arrived is None:
             raise RuntimeError("the probe was not delivered in time")
-        batch = next((p for p in env.router.probes if p.get("catch_up", 0) > 1.0), None)
+        batch = next((p for p in env.router.batches if p.get("catch_up", 0) > 1.0), None)
         fr = FirstRoute(w.n, t1 - t0, arrived - t1, batch["catch_up"] if batch else float("nan"),
                         batch["seconds"] if batch else float("nan"))
         log(f"bitroute: first routed publish {fr.first_route_s:.1f}s after the changelog was "

@@ -61,8 +61,33 @@ def _stop_group(proc: subprocess.Popen | None) -> None:
         pass
 
 
+class _Server:
+    """A server started as a session leader, its output in ``log``: what both peers share."""
+
+    proc: subprocess.Popen | None
+    port: int
+    log: Path
+
+    def _launch(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """Start ``argv`` and wait until it listens on ``port``; stopped again if it does not."""
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            _wait_port(self.port, self.proc, self.log, START_TIMEOUT_S)
+        except BrokerStartError:
+            self.stop()
+            raise
+
+    def pids(self) -> list[int]:
+        return _group_pids(self.proc)
+
+    def stop(self) -> None:
+        _stop_group(self.proc)
+
+
 @dataclass
-class RabbitMQ:
+class RabbitMQ(_Server):
     """One RabbitMQ node on 127.0.0.1; AMQP port, Erlang distribution and epmd on loopback."""
 
     folder: Path
@@ -107,29 +132,18 @@ class RabbitMQ:
         (self.folder / "advanced.config").write_text("[].\n")
         (self.folder / "enabled_plugins").write_text("[].\n")
         (self.folder / "rabbitmq-env.conf").write_text("")
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([RABBITMQ_SERVER], env=self._env(), stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-        try:
-            _wait_port(self.port, self.proc, self.log, START_TIMEOUT_S)
-        except BrokerStartError:
-            self.stop()
-            raise
+        self._launch([RABBITMQ_SERVER], self._env())
         return self
 
-    def pids(self) -> list[int]:
-        return _group_pids(self.proc)
-
     def stop(self) -> None:
-        _stop_group(self.proc)
+        super().stop()
         # epmd detaches from the node's group: end the one on our port.
         subprocess.run(["epmd", "-port", str(self.epmd_port), "-kill"], env=self._env(),
                        capture_output=True, timeout=15)
 
 
 @dataclass
-class Mosquitto:
+class Mosquitto(_Server):
     """One Mosquitto broker listening on 127.0.0.1 only, no persistence."""
 
     folder: Path
@@ -153,22 +167,8 @@ class Mosquitto:
             f"max_queued_messages {self.max_queued_messages}\n"
             "log_type error\nlog_type warning\n"
             f"log_dest file {self.folder / 'mosquitto.log'}\n")
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-        try:
-            _wait_port(self.port, self.proc, self.log, START_TIMEOUT_S)
-        except BrokerStartError:
-            self.stop()
-            raise
+        self._launch([MOSQUITTO, "-c", str(conf)])
         return self
-
-    def pids(self) -> list[int]:
-        return _group_pids(self.proc)
-
-    def stop(self) -> None:
-        _stop_group(self.proc)
 
 
 def _group_pids(proc: subprocess.Popen | None) -> list[int]:

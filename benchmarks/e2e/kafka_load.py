@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 from streaming import kafka
 from streaming.kafka.settings import ClientSettings
 
-from benchmarks.e2e.workload import Workload, changelog_value
+from benchmarks.workload import Workload, changelog_value
 from schemas.records import EXCHANGE_HEADER
 
 PUBLISHED_HEADER = "bench.published_ns"

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from benchmarks.e2e import kstreams_run, workload
+from benchmarks.e2e import kstreams_run
+from benchmarks import workload
 from compiler.offline import match_files
 from schemas.records import (
     EXCHANGE_HEADER,

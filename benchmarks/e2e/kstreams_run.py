@@ -20,15 +20,14 @@ bitroute's per-batch reports:
 
 from __future__ import annotations
 
-import subprocess
-import threading
-import time
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, kafka_load
-from benchmarks.e2e.bitroute_run import ROOT, Env, Phase, RouterProcess
-from benchmarks.e2e.workload import EXCHANGE, Workload
+from benchmarks.e2e import bitroute_run
+from benchmarks.e2e.bitroute_run import Env, Phase
+from benchmarks.harness import ReportedProcess
+from benchmarks.workload import Workload
 
 PROJECT = Path(__file__).resolve().parent / "kstreams"
 JAR = PROJECT / "target" / "kstreams-peer.jar"
@@ -39,22 +38,16 @@ JVM_OPTIONS = ("-Xms256m", "-Xmx1g")
 LAYOUT = "kafka.delivery_layout=topic-per-subscriber"
 
 
-class KStreamsProcess(RouterProcess):
-    """The Kafka Streams JVM, its ``STARTED``/``PROBE`` stdout parsed as the router's."""
+class KStreamsProcess(ReportedProcess):
+    """The Kafka Streams JVM: ``STARTED {json}`` once it runs, ``PROBE {json}`` each second
+    (``rows``, ``deliveries``, ``end``) on its stdout."""
 
-    def __init__(self, command: list[str], log_path: Path) -> None:
-        super().__init__([], log_path)
-        self.command = command
-
-    def start(self) -> "KStreamsProcess":
-        self.proc = subprocess.Popen(self.command, cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=open(self.log_path, "ab"), text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-        return self
-
-    def pids(self) -> dict[str, list[int]]:
-        alive = self.proc is not None and self.proc.poll() is None
-        return {"jvm": [self.proc.pid] if alive else []}
+    def parse_stdout(self, line: str) -> None:
+        if line.startswith("PROBE "):
+            self.batches.append(json.loads(line[6:]))
+        elif line.startswith("STARTED "):
+            self.started = json.loads(line[8:])
+            self._events.put("started")
 
 
 def command(env: Env, stream_sets: list[str]) -> list[str]:
@@ -131,29 +124,9 @@ def run(folder: Path, w: Workload, user_sets: list[str], stream_sets: list[str],
         warmup: float, measure: float, publishers: int, consumers: int, log) -> KStreamsResult:
     env = KStreamsEnv(folder, [*user_sets, LAYOUT], name="kstreams", stream_sets=stream_sets)
     try:
-        env.start_broker()
-        log(f"kstreams: Kafka broker on {env.broker.bootstrap}; Streams overrides "
-            f"{' '.join(stream_sets) or '(none)'}")
-        t0, t1 = kafka_load.load_changelog(env.config.kafka.client_settings,
-                                           env.config.kafka.subscriptions_topic, w, EXCHANGE)
-        log(f"kstreams: {w.n:,} subscriptions written to the changelog in {t1 - t0:.1f}s")
-        started = env.start_router()
-        log(f"kstreams: topology running with {started['subscriptions']:,} subscriptions "
-            f"(open {started['open_s']:.1f}s, {time.time() - t1:.1f}s after the changelog)")
-        warm = bitroute_run._paced(env, w, 2000, 2, 5, 1, 1, log)
-        log(f"kstreams: warm-up done (p50 {warm.p50_ms:.0f} ms)")
-        sat = bitroute_run._saturate(env, w, backlog, publishers, consumers, log, drain_rates)
-        log(f"kstreams: sustained {sat.publishes_per_s:,.0f} publishes/s, "
-            f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
-            + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
-        at50 = bitroute_run._paced(env, w, 0.5 * sat.publishes_per_s, warmup, measure,
-                                   publishers, consumers, log)
-        log(f"kstreams: 50% -> p50 {at50.p50_ms:.0f} ms p99 {at50.p99_ms:.0f} ms, "
-            f"{at50.deliveries_per_s:,.0f} deliveries/s")
-        at90 = bitroute_run._paced(env, w, 0.9 * sat.publishes_per_s, warmup, measure,
-                                   publishers, consumers, log)
-        log(f"kstreams: 90% -> p50 {at90.p50_ms:.0f} ms p99 {at90.p99_ms:.0f} ms, "
-            f"{at90.deliveries_per_s:,.0f} deliveries/s")
-        return KStreamsResult(t1 - t0, started["open_s"], sat, at50, at90, stream_sets)
+        write_s, started = env.bring_up(w, log)
+        phases = bitroute_run.measure_phases(env, w, backlog, warmup, measure, publishers,
+                                             consumers, log, drain_rates)
+        return KStreamsResult(write_s, started["open_s"], *phases, stream_sets)
     finally:
         env.stop()

@@ -1,4 +1,4 @@
-"""Per-role memory and CPU of running processes, sampled from /proc.
+"""Per-role memory and CPU of running processes (psutil).
 
 A role is a name and a function returning its current pids (a broker's process
 group, the Spark driver JVM, the Python workers, ...). The sampler records each
@@ -8,58 +8,45 @@ while sampling, so a report can say which process saturates a core.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-_TICK = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
+import psutil
 
 
 def rss_bytes(pid: int) -> int:
+    """The resident set of ``pid``; 0 once it is gone."""
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
         return 0
 
 
 def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of ``pid``; 0 once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return 0.0
+    return times.user + times.system
 
 
 def cmdline(pid: int) -> str:
+    """``pid``'s command line, space-separated; empty once it is gone."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError):
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return ""
 
 
 def children(pid: int) -> list[int]:
     """Every descendant of ``pid``."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                parents.setdefault(ppid, []).append(int(entry.name))
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                continue
-    out, todo = [], [pid]
-    while todo:
-        for c in parents.get(todo.pop(), ()):
-            out.append(c)
-            todo.append(c)
-    return out
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 @dataclass

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end table in one command (run by hand, never in CI):
 #
-#   benchmarks/e2e/run.sh [python -m benchmarks.e2e options...]
+#   benchmarks/e2e/run.sh [python -m benchmarks e2e options...]
 #
 # Installs RabbitMQ and Mosquitto from Debian's packages, compiles the C
 # clients and builds the Kafka Streams peer (setup.sh), then runs bitroute, the
@@ -17,4 +17,4 @@ cd "$root"
 python="${PYTHON:-$root/.venv/bin/python}"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 exec timeout --signal=TERM --kill-after=120 "${BITROUTE_E2E_TIMEOUT:-5400}" \
-  "$python" -m benchmarks.e2e "$@"
+  "$python" -m benchmarks e2e "$@"

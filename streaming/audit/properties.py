@@ -44,7 +44,7 @@ def writer_properties(table: str, rows: int | None = None) -> WriterProperties:
     look-up by message id (``bitroute audit ... --message-id``, no time bound)
     then skips the row groups whose filter rules the id out, where min/max
     statistics of ids in no particular order (a compacted file) rule nothing
-    out (docs/benchmarks.md, "Audit over time, part 1": 19.0 -> 6.2 ms on one
+    out (docs/benchmarks-history.md, "Audit over time, part 1": 19.0 -> 6.2 ms on one
     file of 1M rows). The filter is sized for the row group's rows, at most
     :data:`ROW_GROUP_ROWS` (about 150 KB per full row group at 1% false positives).
     """

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = verb("run", router.run, "run the router: a long-lived Spark streaming query (Ctrl-C "
                                   "stops after the current batch)")
+    run.add_argument("--json", action="store_true",
+                     help="one JSON object per finished batch on stdout instead of the progress "
+                          "line; every other line on stderr")
     run.add_argument("--accept-retention-gap", action="store_true",
                      help="record the publishes Kafka deleted before the router read them, met "
                           "by this run's first batch, and route on (streaming.on_retention_gap "

@@ -1,7 +1,8 @@
-"""What ``bitroute run`` prints while it routes: one line per batch on stdout, and the
-progress of a long changelog catch-up on stderr.
+"""What ``bitroute run`` prints while it routes: one line per batch on stdout (with
+``--json``, one JSON object per batch instead), and the progress of a long changelog
+catch-up on stderr.
 
-Both are listeners the command line hands to the library's
+These are listeners the command line hands to the library's
 :class:`~streaming.router.service.Router`: :class:`BatchLines` is one of its
 ``report_listeners`` (called with each batch's
 :class:`~streaming.router.report.BatchReport`), :class:`CatchUpProgress` its
@@ -11,6 +12,8 @@ by :meth:`streaming.router.changelog.ChangelogReader.read_to_end`).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import sys
 import time
@@ -35,6 +38,27 @@ class BatchLines:
 
     def __call__(self, report: BatchReport) -> None:
         print(batch_line(report), file=self._stream or sys.stdout, flush=True)
+
+
+class BatchJson:
+    """A report listener for ``bitroute run --json``: each batch as one JSON object on one
+    line of ``stream`` (stdout), flushed at once.
+
+    The object is the :class:`~streaming.router.report.BatchReport`'s fields by name
+    (``batch_id``, ``rows``, ``deliveries``, ``rejected``, ``snapshot_version``,
+    ``seconds``, ``replayed``, ``stages``, ``attempts``, ``routed_in``) and
+    ``finished_at``, the wall clock (Unix seconds) when the listener was called.
+    """
+
+    def __init__(self, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._stream = stream
+        self._clock = clock
+
+    def __call__(self, report: BatchReport) -> None:
+        record = dataclasses.asdict(report)
+        record["finished_at"] = self._clock()
+        print(json.dumps(record), file=self._stream or sys.stdout, flush=True)
 
 
 class CatchUpProgress:

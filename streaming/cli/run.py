@@ -7,7 +7,8 @@ it stops), starts Spark and the JVM watchdog
 (:mod:`streaming.router.watchdog`: the JVM ends with this process, even after a
 SIGKILL), routes until SIGINT or SIGTERM, printing each batch's progress line
 (:class:`streaming.cli.progress.BatchLines`, a report listener of
-:mod:`streaming.router.report`),
+:mod:`streaming.router.report`; with ``--json``, one JSON object per batch instead,
+:class:`~streaming.cli.progress.BatchJson`, and every other line on stderr),
 and exits:
 
 - 0 after a signal: the batch in progress is finished first; a second signal
@@ -37,12 +38,13 @@ import signal
 import sys
 import threading
 import time
+from typing import TextIO
 
 from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 
-from streaming.cli.progress import BatchLines, CatchUpProgress
+from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress
 from streaming.config import Config
 from streaming.audit.storage import StorageError
 from streaming.errors import KafkaAccessError
@@ -61,10 +63,16 @@ _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, Kafka
                    KafkaAccessError, RouterLockedError, StorageError)
 
 
-def serve(config: Config, accept_retention_gap: bool = False) -> int:
+def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool = False) -> int:
     """Route until stopped; see the module docstring for the exit statuses.
+
     ``accept_retention_gap``: the first batch records and passes a retention gap even
-    under ``streaming.on_retention_gap = "stop"`` (:mod:`streaming.router.retention`)."""
+    under ``streaming.on_retention_gap = "stop"`` (:mod:`streaming.router.retention`).
+
+    ``json_lines``: each batch as one JSON object on stdout (:class:`BatchJson`) instead
+    of its progress line, and every other line this prints on stderr, so that stdout
+    is only JSON (``bitroute run --json``).
+    """
     from streaming.kafka.broker import BrokerError, EmbeddedBroker
     from streaming.cli.logs import quiet_kafka_client_logs
     from streaming.router.session import spark_session
@@ -81,6 +89,7 @@ def serve(config: Config, accept_retention_gap: bool = False) -> int:
             print(f"bitroute: warning: the embedded broker listens on {broker.bootstrap} but "
                   f"kafka.bootstrap is {config.kafka.bootstrap}", file=sys.stderr)
 
+    info = sys.stderr if json_lines else sys.stdout
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -91,7 +100,7 @@ def serve(config: Config, accept_retention_gap: bool = False) -> int:
             print(f"bitroute: {name} again: exiting without waiting for the current batch",
                   file=sys.stderr, flush=True)
             os._exit(1)
-        print(f"bitroute: {name}: stopping after the current batch (again to stop now)", flush=True)
+        print(f"bitroute: {name}: stopping after the current batch (again to stop now)", file=info, flush=True)
         stop_requested.set()
 
     # The lock is taken before Spark starts (a refused second router costs no JVM)
@@ -120,12 +129,12 @@ def serve(config: Config, accept_retention_gap: bool = False) -> int:
         # the call the main thread is making.
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
         router = Router(config, spark, lock, accept_retention_gap=accept_retention_gap)
-        router.report_listeners.append(BatchLines())
+        router.report_listeners.append(BatchJson() if json_lines else BatchLines())
         router.catch_up_progress = CatchUpProgress
         if metrics is not None:
             metrics.observe(router)
         try:
-            return _route_until_stopped(router, stop_requested, start_watchdog, metrics)
+            return _route_until_stopped(router, stop_requested, start_watchdog, metrics, info)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -140,7 +149,7 @@ def serve(config: Config, accept_retention_gap: bool = False) -> int:
 
 
 def _route_until_stopped(router: Router, stop_requested: threading.Event, start_watchdog,
-                         metrics: RouterMetrics | None) -> int:
+                         metrics: RouterMetrics | None, info: TextIO) -> int:
     try:
         router.open()
         jvm_pid = _jvm_pid(router)
@@ -153,9 +162,9 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         return 1
     if metrics is not None:
         metrics.router_started(router)
-    _announce(router, metrics)
+    _announce(router, metrics, info)
     try:
-        ended = _await_query(router, query, stop_requested)
+        ended = _await_query(router, query, stop_requested, info)
     except Py4JError:
         print("bitroute: error: the Spark JVM ended unexpectedly; start the router again "
               "(the unfinished batch is replayed)", file=sys.stderr)
@@ -167,11 +176,12 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         print("bitroute: error: the router's query was stopped from outside", file=sys.stderr)
         return 1
     router.stop_after_current_batch()
-    print("bitroute: stopped", flush=True)
+    print("bitroute: stopped", file=info, flush=True)
     return 0
 
 
-def _await_query(router: Router, query, stop_requested: threading.Event) -> int | None:
+def _await_query(router: Router, query, stop_requested: threading.Event,
+                 info: TextIO) -> int | None:
     """Wait for a stop request or the query's end; the exit status when the router
     ended here, None when the query ended (or a stop was requested) otherwise.
 
@@ -188,7 +198,7 @@ def _await_query(router: Router, query, stop_requested: threading.Event) -> int 
             if stop_requested.is_set():
                 router.stop()
                 print("bitroute: stopped (the unfinished batch is replayed at the next start)",
-                      flush=True)
+                      file=info, flush=True)
                 return 0
             refused = java_access_failure(router.config.kafka.client_settings, exc,
                                           router.config.kafka.publishes_topic)
@@ -205,7 +215,7 @@ def _await_query(router: Router, query, stop_requested: threading.Event) -> int 
                   f"{ACCESS_RETRY_S:g}s", file=sys.stderr, flush=True)
             if stop_requested.wait(ACCESS_RETRY_S):
                 router.stop()
-                print("bitroute: stopped", flush=True)
+                print("bitroute: stopped", file=info, flush=True)
                 return 0
             query = router.start()
 
@@ -223,7 +233,7 @@ def _failure_line(router: Router, failure: object) -> str:
             "the unfinished batch is replayed)")
 
 
-def _announce(router: Router, metrics: RouterMetrics | None) -> None:
+def _announce(router: Router, metrics: RouterMetrics | None, info: TextIO) -> None:
     config = router.config
     kafka = config.kafka
     subscriptions = router.subscriptions
@@ -240,4 +250,4 @@ def _announce(router: Router, metrics: RouterMetrics | None) -> None:
     lines.append(f"snapshot v{subscriptions.version} with {len(subscriptions)} subscriptions; "
                  "Ctrl-C stops after the current batch")
     for line in lines:
-        print(f"bitroute: {line}", flush=True)
+        print(f"bitroute: {line}", file=info, flush=True)

@@ -65,7 +65,7 @@ _POLL_TIMEOUT_S = 0.02
 """One ``consume`` call's wait. librdkafka's ``consume`` returns once it holds
 ``POLL_MAX_RECORDS`` records or at this timeout, and the read ends at the end
 offsets whatever it waits: with 0.5 s every catch-up that found a few new
-changes (a batch after a subscribe) waited out the 0.5 s (docs/benchmarks.md,
+changes (a batch after a subscribe) waited out the 0.5 s (docs/benchmarks-history.md,
 "The batch cycle"); a short wait costs only a few more turns of the loop."""
 _FETCH_WAIT_MS = 10
 _KAFKA_TIMEOUT_S = 30.0

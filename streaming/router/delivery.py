@@ -264,7 +264,7 @@ class DeliveryProducer:
     topics (a hash of the name) and are flushed at once: an idempotent producer
     keeps at most 5 requests in flight per broker and librdkafka sends a request
     per partition, so a single producer flushed a batch to 1,000 topics 1.25-2.7x
-    as slowly (docs/benchmarks.md, "Records produced natively"). The writer keeps
+    as slowly (docs/benchmarks-history.md, "Records produced natively"). The writer keeps
     one topic handle per delivery topic written to. Its client errors and log
     lines go to a :class:`~streaming.kafka.clients.ClientErrors`, as a Python
     client's do.

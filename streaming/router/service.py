@@ -428,7 +428,7 @@ class Router:
         routing call ends with a flush, which sends a Produce request to each
         delivery partition the call wrote to: one call per batch instead of one
         per publishes partition halves a batch's flushes and its requests
-        (docs/benchmarks.md, "The batch cycle").
+        (docs/benchmarks-history.md, "The batch cycle").
         """
         rows = source.toArrow().combine_chunks()
         return pa.Table.from_batches(route(iter(rows.to_batches())), ROUTED_ARROW)

@@ -47,7 +47,7 @@ CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """Added to the driver JVM bitroute launches for a cluster master: there the driver only
 plans and schedules (the executors route), and the C2 compiler and a parallel collector
 were most of its CPU per batch: 0.68 -> 0.42 s per batch of 300,000 deliveries
-(docs/benchmarks.md, "Driver cost on a cluster")."""
+(docs/benchmarks-history.md, "Driver cost on a cluster")."""
 LOCAL_DRIVER_MEMORY = "4g"
 """Heap of the JVM bitroute launches for a ``local[...]`` master (``spark.options`` may override)."""
 

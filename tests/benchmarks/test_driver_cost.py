@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
 from benchmarks.driver_cost import CpuTimeline, descendants, fanout_workload, thread_cpu
 from benchmarks.e2e import procstat
-from benchmarks.e2e.workload import match_stats
+from benchmarks.workload import match_stats
 from waiting import wait_until
 
 
@@ -49,5 +50,5 @@ def test_the_timeline_counts_a_child_process_cpu_between_two_instants(tmp_path):
 
 
 def test_thread_cpu_names_this_process_threads_without_their_numbers():
-    names = thread_cpu(procstat.os.getpid())
+    names = thread_cpu(os.getpid())
     assert names and all(not any(c.isdigit() for c in n) for n in names)

@@ -8,6 +8,7 @@ real ``bitroute run`` child process while it routes on the session's broker.
 from __future__ import annotations
 
 import io
+import json
 import queue
 import re
 import signal
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from streaming.kafka import client_verbs as client
-from streaming.cli.progress import BatchLines, CatchUpProgress, finished_line, progress_line
+from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress, finished_line, progress_line
 from streaming.config import Config, ConfigError, load
 from streaming.kafka.broker import free_port
 from streaming.ops.exposition import CONTENT_TYPE, Metric, MetricsError, MetricsServer, Registry
@@ -318,6 +319,23 @@ def test_each_batch_is_one_line_on_stdout():
         "batch 7: 10 publishes, 25 deliveries, 1 rejected, snapshot v3, 0.25s "
         "(catch_up 0.00s route 0.20s audit 0.05s, routed in the driver) "
         "(replayed with its pinned version)",
+    ]
+
+
+def test_with_json_each_batch_is_one_json_object_of_the_report():
+    from streaming.router.report import BatchReport
+
+    out = io.StringIO()
+    lines = BatchJson(out, clock=lambda: 1700000000.5)
+    lines(BatchReport(7, 10, 25, 1, 3, 0.5, False, {"catch_up": 0.1, "route": 0.3}))
+    lines(BatchReport(8, 0, 0, 0, 3, 0.25, True, routed_in="driver", attempts=2))
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == [
+        {"batch_id": 7, "rows": 10, "deliveries": 25, "rejected": 1, "snapshot_version": 3,
+         "seconds": 0.5, "replayed": False, "stages": {"catch_up": 0.1, "route": 0.3},
+         "attempts": 1, "routed_in": "executors", "finished_at": 1700000000.5},
+        {"batch_id": 8, "rows": 0, "deliveries": 0, "rejected": 0, "snapshot_version": 3,
+         "seconds": 0.25, "replayed": True, "stages": {}, "attempts": 2,
+         "routed_in": "driver", "finished_at": 1700000000.5},
     ]
 
 # --- catch-up progress lines -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The short forms of the fault campaign (benchmarks/reliability, docs/reliability.md)
+"""The short forms of the fault campaign (tests/reliability, docs/reliability.md)
 through a real router (``bitroute run`` as a child), a real broker and real Delta tables.
 
 Each test runs one campaign case with small sizes and asserts on its checks: every
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.reliability import cases
-from benchmarks.reliability.cases import Options, Result
+from tests.reliability import cases
+from tests.reliability.cases import Options, Result
 
 pytestmark = pytest.mark.integration
 

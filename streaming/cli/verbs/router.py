@@ -12,7 +12,8 @@ from streaming.cli.arguments import config_of
 def run(args: argparse.Namespace) -> int:
     from streaming.cli.run import serve
 
-    return serve(config_of(args), accept_retention_gap=args.accept_retention_gap)
+    return serve(config_of(args), json_lines=args.json,
+                 accept_retention_gap=args.accept_retention_gap)
 
 
 def match(args: argparse.Namespace) -> int:

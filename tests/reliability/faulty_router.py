@@ -1,6 +1,6 @@
 """``bitroute run`` with kill points: the real router, killed exactly where a crash hurts most.
 
-    python -m benchmarks.reliability.faulty_router --faults DIR [--set section.key=value]...
+    python -m tests.reliability.faulty_router --faults DIR [--set section.key=value]...
 
 runs ``streaming.cli.main main(["run", ...])`` unchanged, after wrapping a few of
 the router's own methods with a check of the file ``DIR/armed``. The file holds
@@ -150,7 +150,7 @@ def _install(faults: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or argv[0] != "--faults":
-        print("usage: python -m benchmarks.reliability.faulty_router --faults DIR "
+        print("usage: python -m tests.reliability.faulty_router --faults DIR "
               "[--set section.key=value]...", file=sys.stderr)
         return 2
     faults = Path(argv[1])

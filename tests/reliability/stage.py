@@ -18,16 +18,16 @@ from pathlib import Path
 import numpy as np
 from confluent_kafka.admin import ConfigResource
 
-from benchmarks.reliability.cluster import Kafka
-from benchmarks.reliability.kafka_io import (
+from tests.reliability.cluster import Kafka
+from tests.reliability.kafka_io import (
     CampaignError,
     Publisher,
     Record,
     producer,
     wait_routed,
 )
-from benchmarks.reliability.ledger import Ledger
-from benchmarks.reliability.outputs import (
+from tests.reliability.ledger import Ledger
+from tests.reliability.outputs import (
     Rejections,
     read_audit,
     read_deliveries,
@@ -35,8 +35,8 @@ from benchmarks.reliability.outputs import (
     repeated_subscription_rows,
     subscription_rows,
 )
-from benchmarks.reliability.router import Router
-from benchmarks.reliability.workload import A_VALUES, B_VALUES, EXCHANGES, Publish, Workload
+from tests.reliability.router import Router
+from tests.reliability.workload import A_VALUES, B_VALUES, EXCHANGES, Publish, Workload
 from streaming import kafka
 from streaming.config import Config, load
 from streaming.kafka.topics import ensure_router_topics
@@ -260,7 +260,7 @@ class Churn:
         while not self._stop.wait(self.interval):
             records = []
             sid, exchange, subscriber, filt, gold = self.rng.choice(self.w.subscriptions)
-            from benchmarks.reliability.workload import changelog_value
+            from tests.reliability.workload import changelog_value
             records.append(("churn re-upsert", sid.encode(),
                             changelog_value(exchange, subscriber, filt, gold)))
             if live and self.rng.random() < 0.4:

@@ -21,15 +21,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 
-from benchmarks.e2e import procstat
-from benchmarks.reliability import fuzz as fuzzing
-from benchmarks.reliability.faulty_router import POINTS, arm
-from benchmarks.reliability.kafka_io import CampaignError, lag, topic_names
-from benchmarks.reliability.ledger import Ledger
-from benchmarks.reliability.outputs import changes_by_kind
-from benchmarks.reliability.stage import Churn, Stage
-from benchmarks.reliability.workload import Workload
+from tests.reliability import fuzz as fuzzing
+from tests.reliability.faulty_router import POINTS, arm
+from tests.reliability.kafka_io import CampaignError, lag, topic_names
+from tests.reliability.ledger import Ledger
+from tests.reliability.outputs import changes_by_kind
+from tests.reliability.stage import Churn, Stage
+from tests.reliability.workload import Workload
 from streaming.router.checkpoint import CheckpointLayout
 
 
@@ -138,10 +138,10 @@ def _subscribe(stage: Stage, w: Workload) -> None:
 # --- kills -------------------------------------------------------------------------------
 EXECUTOR_SETTINGS = {
     "streaming.driver_route_max_publishes": "0",
-    "spark.options.spark.python.daemon.module": "benchmarks.reliability.worker_faults",
+    "spark.options.spark.python.daemon.module": "tests.reliability.worker_faults",
 }
 """``Options.executors``: every batch routed on the executors, whose Python workers carry
-the ``task-files`` kill point (:mod:`benchmarks.reliability.worker_faults`)."""
+the ``task-files`` kill point (:mod:`tests.reliability.worker_faults`)."""
 KILL_PLAN = (
     ("audit", "group"), ("catch-up", "group"), ("random", "jvm"), ("mid-audit", "python"),
     ("random", "group"), ("catch-up-read", "group"), ("after-audit", "group"),
@@ -463,7 +463,7 @@ def soak(folder: Path, o: Options) -> Result:
         while not publisher.done.is_set() and stage.router.alive():
             pids = stage.router.pids()
             samples.append({"t": time.monotonic() - t0,
-                            **{f"{role}_mb": sum(procstat.rss_bytes(p) for p in ps) / 2**20
+                            **{f"{role}_mb": sum(_rss(p) for p in ps) / 2**20
                                for role, ps in pids.items()},
                             **_folders(checkpoint)})
             publisher.done.wait(10)
@@ -508,6 +508,13 @@ _RETENTION = {"pins_files": 16 + 2, "snapshot_files": 3 * (16 + 2),
               "offsets_files": 100 + 5, "commits_files": 100 + 5}
 """Upper bounds of the state folders' file counts: PINS_KEPT pins (and their snapshots,
 three files each: changes, meta, snapshot; plus the latest), and Spark's spark.sql.streaming.minBatchesToRetain (100)."""
+
+
+def _rss(pid: int) -> int:
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
+        return 0  # ended between the listing and the reading
 
 
 def _folders(checkpoint: Path) -> dict:

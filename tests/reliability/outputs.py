@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
 
-from benchmarks.reliability.kafka_io import headers_of, read_topics, topic_names
-from benchmarks.reliability.ledger import Ledger
+from tests.reliability.kafka_io import headers_of, read_topics, topic_names
+from tests.reliability.ledger import Ledger
 from schemas.records import MESSAGE_ID_HEADER, REASON_HEADER, SOURCE_HEADER, SOURCE_SUBSCRIPTION
 from streaming.config import Config
 

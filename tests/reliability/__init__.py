@@ -1,7 +1,7 @@
 """The fault campaign of issue 12: router and broker SIGKILLs, a 3-broker cluster, fuzzed
 input and a soak, each checked end to end against what was published.
 
-Run by hand: ``python -m benchmarks.reliability <case>`` (see ``__main__``); the
+Run by hand: ``python -m tests.reliability <case>`` (see ``__main__``); the
 figures and the command that reproduces them are in docs/reliability.md. The
 short forms run in CI from tests/streaming/test_reliability.py.
 

@@ -19,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.e2e import procstat
-from benchmarks.reliability import faulty_router
+import psutil
+from tests.reliability import faulty_router
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "Ctrl-C stops after the current batch"
@@ -65,7 +65,7 @@ class Router:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.reliability.faulty_router", "--faults",
+            [sys.executable, "-m", "tests.reliability.faulty_router", "--faults",
              str(self.faults), *flags],
             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=self.folder,
             start_new_session=True, env=env)
@@ -194,8 +194,12 @@ class Router:
         """Role -> pids: the Python driver, the Spark JVM, the Python workers."""
         if not self.alive():
             return {"driver": [], "jvm": [], "workers": []}
-        kids = procstat.children(self.process.pid)
-        commands = {p: procstat.cmdline(p) for p in kids}
+        commands = {}
+        for kid in psutil.Process(self.process.pid).children(recursive=True):
+            try:
+                commands[kid.pid] = " ".join(kid.cmdline())
+            except psutil.Error:
+                continue  # ended meanwhile
         jvm = [p for p, c in commands.items() if "java" in c.split(" ")[0]]
         workers = [p for p, c in commands.items()
                    if p not in jvm and "pyspark" in c and "watchdog" not in c]

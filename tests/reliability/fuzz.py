@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 
-from benchmarks.reliability.workload import EXCHANGES, Publish, Workload
+from tests.reliability.workload import EXCHANGES, Publish, Workload
 
 PAYLOAD_OVERSIZE_BYTES = 70_000
 """Payload of an oversize publish; the fuzz case sets ``kafka.max_delivery_bytes`` below it."""

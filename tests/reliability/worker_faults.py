@@ -1,7 +1,7 @@
 """The Python workers' daemon with the routing tasks' kill point: a task killed after it
 wrote its audit files.
 
-    --set spark.options.spark.python.daemon.module=benchmarks.reliability.worker_faults
+    --set spark.options.spark.python.daemon.module=tests.reliability.worker_faults
 
 Spark starts this module instead of ``pyspark.daemon`` (``spark.python.daemon.module``),
 so every Python worker it forks has :func:`streaming.router.routing.write_task_audit`

@@ -1,0 +1,76 @@
+"""``python -m benchmarks <scenario> [options]``: every benchmark worth rerunning, by name.
+
+    python -m benchmarks --list
+    python -m benchmarks <scenario> --help
+    python -m benchmarks <scenario> [options] [--smoke]
+
+Each scenario prints its figures (with the ratio to a baseline measured in the same
+run where it has one) between two machine lines: the load average, the cores and
+the commit (:func:`benchmarks.harness.print_machine`). ``--smoke`` runs it at toy size
+in seconds: what CI runs (tests/benchmarks/test_scenarios.py), so that a scenario a
+refactor broke fails the day it breaks. Today's figures and the command of each are
+in docs/benchmarks.md. Scenarios start everything they use on loopback (the embedded
+broker, ``bitroute run``, Spark) and stop it all when they end.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from benchmarks.harness import print_machine
+
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "compiler": ("benchmarks.compiler_bench",
+                 "the routing index: build, load, cold match and the task's batch path "
+                 "(match_columns) against a Python trie and the naive scan"),
+    "route-task": ("benchmarks.e2e.route_task",
+                   "one routing task alone (route_batch) producing to a real broker, no Spark"),
+    "batch-cycle": ("benchmarks.batch_cycle",
+                    "the router's micro-batch cycle: per-stage seconds of full batches "
+                    "draining a backlog, from bitroute run --json"),
+    "e2e": ("benchmarks.e2e.__main__",
+            "end to end against its peers (Kafka Streams, RabbitMQ, Mosquitto): sustained "
+            "rate, latency at 50% and 90%, time to the first routed publish"),
+    "soak": ("benchmarks.soak", "memory and state of a router over time at half its rate"),
+    "audit-week": ("benchmarks.audit_week",
+                   "a week in an hour: the audit path after 100 to 100k micro-batches"),
+    "audit-write": ("benchmarks.audit_write_paths",
+                    "the executors' audit write: task files (today's) against delta-spark"),
+    "audit-read": ("benchmarks.audit_read", "bitroute audit's read of one subscriber's rows"),
+    "subscriber-scale": ("benchmarks.subscriber_scale",
+                         "topic per subscriber against the shared layout; 100k subscribers"),
+    "driver-cost": ("benchmarks.driver_cost",
+                    "the driver's CPU per delivery when the executors route (a Spark cluster)"),
+    "pack-start": ("benchmarks.pack_start",
+                   "the executors' packed environment: size, build, first task"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    if argv[0] == "--list":
+        width = max(map(len, SCENARIOS))
+        for name, (_module, what) in SCENARIOS.items():
+            print(f"{name:<{width}}  {what}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SCENARIOS:
+        print(f"python -m benchmarks: error: unknown scenario {name!r}; "
+              f"choose from {', '.join(SCENARIOS)} (--list)", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SCENARIOS[name][0])
+    print(f"scenario {name}: python -m benchmarks {' '.join(argv)}", flush=True)
+    print_machine("before")
+    try:
+        status = module.main(rest)
+    finally:
+        print_machine("after")
+    return status or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
