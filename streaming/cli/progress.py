@@ -46,7 +46,7 @@ class BatchJson:
 
     The object is the :class:`~streaming.router.report.BatchReport`'s fields by name
     (``batch_id``, ``rows``, ``deliveries``, ``rejected``, ``snapshot_version``,
-    ``seconds``, ``replayed``, ``stages``, ``attempts``, ``routed_in``) and
+    ``seconds``, ``replayed``, ``stages``, ``attempts``, ``routed_in``, ``lost``) and
     ``finished_at``, the wall clock (Unix seconds) when the listener was called.
     """
 
