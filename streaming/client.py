@@ -37,7 +37,7 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import BitrouteError, one_line
 from streaming.kafka.clients import (
     BitrouteConsumer,
     access_failure,
@@ -267,7 +267,7 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
     except KafkaException as exc:
         _raise_access(consumer, exc.args[0], "Read", topic)
         raise ClientError(f"reading {topic} from {kafka.bootstrap}: "
-                          f"{_reason(exc)}") from None
+                          f"{one_line(exc)}") from None
     finally:
         consumer.close()
 
@@ -289,7 +289,7 @@ def _kafka_call(config: Config, call: Callable[[], object]) -> None:
                                  "kafka-cluster")
         if failure is not None:
             raise failure from None
-        raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {_reason(exc)}") from None
+        raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {one_line(exc)}") from None
 
 
 def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
@@ -305,7 +305,7 @@ def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
         producer.produce(topic, key=key, value=value, headers=headers,
                          on_delivery=lambda err, msg: reports.append((err, msg)))
     except (KafkaException, BufferError) as exc:
-        raise ClientError(f"cannot write to {topic}: {_reason(exc)}") from None
+        raise ClientError(f"cannot write to {topic}: {one_line(exc)}") from None
     # The message timeout makes the delivery report arrive within ACK_TIMEOUT_S;
     # the margin only covers the report's own delivery.
     producer.flush_within(ACK_TIMEOUT_S + 5)
@@ -354,11 +354,6 @@ def _raise_access(client, error: KafkaError, operation: str, topic: str) -> None
     failure = access_failure(client.errors.settings, error, operation, "topic", topic)
     if failure is not None:
         raise failure
-
-
-def _reason(exc: BaseException) -> str:
-    first = exc.args[0] if exc.args else exc
-    return first.str() if isinstance(first, KafkaError) else str(first)
 
 
 def _json_strings(text: str | None) -> list[str] | None:

@@ -77,6 +77,7 @@ from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIO
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.config import AuditConfig, Config
+from streaming.errors import one_line
 from streaming.router.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
@@ -271,7 +272,7 @@ class _TablePass:
         except _Stopped:
             report.step, report.error = "stopped", "the pass was stopped"
         except Exception as exc:  # noqa: BLE001 (reported, retried at the next pass)
-            report.step, report.error = step, _one_line(exc)
+            report.step, report.error = step, one_line(exc, typed=True)
             self.progress(self.name, step, f"FAILED: {report.error}")
         report.seconds = round(time.monotonic() - started, 3)
         return report
@@ -481,7 +482,7 @@ class BackgroundMaintenance:
             try:
                 self.run_once()
             except Exception as exc:  # noqa: BLE001 (never stops routing)
-                _log.warning(f"audit maintenance failed ({_one_line(exc)}); retrying in "
+                _log.warning(f"audit maintenance failed ({one_line(exc, typed=True)}); retrying in "
                              f"{self.config.audit.maintenance_interval}")
 
 
@@ -572,8 +573,3 @@ def _partition_text(columns: Iterable[str], values: Iterable[object]) -> str:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]

@@ -54,7 +54,7 @@ from compiler import (
 )
 from compiler.shared import shared_filters
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.errors import BitrouteError, KafkaAccessError, one_line
 from streaming.kafka.clients import consumer as kafka_consumer
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotFiles, SnapshotStoreError
@@ -153,7 +153,7 @@ def _changelog_problem(config: Config) -> str | None:
         return str(exc)
     except KafkaException as exc:
         return (f"Kafka at {config.kafka.bootstrap} did not answer within "
-                f"{KAFKA_PROBE_TIMEOUT_S:g}s ({exc.args[0].str() if exc.args else exc})")
+                f"{KAFKA_PROBE_TIMEOUT_S:g}s ({one_line(exc)})")
     finally:
         consumer.close()
     found = metadata.topics.get(topic)
@@ -188,7 +188,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
         raise InspectError(str(exc)) from None
     except KafkaException as exc:
         raise InspectError(f"reading the changelog {config.kafka.subscriptions_topic!r}: "
-                           f"{exc.args[0].str() if exc.args else exc}") from None
+                           f"{one_line(exc)}") from None
     finally:
         reader.close()
     return index, new_offsets, count

@@ -46,7 +46,7 @@ from typing import NamedTuple
 from confluent_kafka import KafkaException, TopicPartition
 
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.errors import BitrouteError, KafkaAccessError, one_line
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
@@ -242,7 +242,7 @@ def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[
     except KafkaAccessError as exc:
         raise KafkaUnavailable(str(exc)) from None
     except KafkaException as exc:
-        reason = exc.args[0].str() if exc.args else str(exc)
+        reason = one_line(exc)
         raise KafkaUnavailable(f"Kafka at {config.kafka.bootstrap} did not answer within "
                                f"{KAFKA_BUDGET_S:g}s: {reason}") from None
     finally:

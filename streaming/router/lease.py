@@ -64,9 +64,9 @@ from streaming.audit.storage import (
     check_commit_safety,
     is_object_store,
     object_store,
-    one_line,
 )
 from streaming.config import Config
+from streaming.errors import one_line
 from streaming.router.lock import RouterLockedError
 
 _log = logging.getLogger(__name__)
