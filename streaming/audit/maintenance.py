@@ -77,6 +77,7 @@ from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIO
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.config import AuditConfig, Config
+from streaming.atomic import write_atomically
 from streaming.errors import one_line
 from streaming.router.checkpoint import CheckpointLayout
 
@@ -415,9 +416,7 @@ def write_report(config: Config, report: MaintenanceReport) -> None:
     """Replace ``maintenance.json`` atomically with ``report`` (the folder is created)."""
     path = report_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(report.to_json()) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(report.to_json()) + "\n")
 
 
 def read_report(config: Config) -> dict | None:

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from streaming.atomic import write_atomically
 from streaming.audit.storage import (
     StorageError,
     check_commit_safety,
@@ -161,17 +162,7 @@ class _FileBlob:
             current = self.read()
             if (current[1] if current is not None else None) != tag:
                 raise _Conflict
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-            folder = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(folder)
-            finally:
-                os.close(folder)
+            write_atomically(self.path, data)
         return hashlib.sha256(data).hexdigest()
 
 

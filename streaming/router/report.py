@@ -18,12 +18,13 @@ A listener that raises fails the batch like a failed step: Spark replays it.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from streaming.atomic import write_atomically
 
 ROUTED_IN_DRIVER = "driver"
 ROUTED_IN_EXECUTORS = "executors"
@@ -97,6 +98,4 @@ class StatusFile:
             "audit_pending_batches": figures.get("audit_pending_batches", 0),
             "audit_lag_seconds": figures.get("audit_lag_seconds", 0.0),
         }
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(status) + "\n")
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps(status) + "\n", durable=False)
