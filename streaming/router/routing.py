@@ -74,11 +74,10 @@ from streaming.audit.writer import PUBLISH_TABLES, deliveries_rows, messages_row
 from streaming.config import DeltaConfig
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
-    HEADER_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
-    RECORD_OVERHEAD,
     PublishColumns,
+    header_size,
     kept_headers,
+    record_sizes,
     rejected_copy,
     subscription_ids_json,
     text,
@@ -100,8 +99,9 @@ ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 ROUTED_TASK_ARROW = arrow_schema(ROUTED_TASK)
 """Arrow schema of the row a task returns when it writes its audit (``RouteSettings.audit``)."""
 
-_ROUTER_HEADERS_SIZE = sum(len(n) + HEADER_OVERHEAD for n in
+_ROUTER_HEADERS_SIZE = sum(header_size(n) for n in
                            (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+"""The router's headers' framing and names (their values are counted per delivery)."""
 _log = logging.getLogger(__name__)
 
 
@@ -341,13 +341,8 @@ def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
     """Reject every publish with a delivery larger than ``limit`` bytes (a record the broker
     refuses). A delivery is its publish's key, payload, kept headers and message id, the
     router's fixed headers, and ``per_delivery[i]`` bytes of its own (aligned with ``owner``)."""
-    n = publishes.n
-    base = (RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD + _ROUTER_HEADERS_SIZE + version_bytes
-            + pc.fill_null(pc.binary_length(publishes.keys), 0).to_numpy()
-            + pc.fill_null(pc.binary_length(publishes.values), 0).to_numpy()
-            + pc.utf8_length(publishes.message_ids).to_numpy())
-    base = base + np.fromiter((sum(HEADER_OVERHEAD + len(k) + len(v or b"") for k, v in h) if h else 0
-                               for h in kept), dtype=np.int64, count=n)
+    base = (record_sizes(publishes.keys, publishes.values, kept) + _ROUTER_HEADERS_SIZE
+            + version_bytes + pc.binary_length(publishes.message_ids).to_numpy())
     largest = base.copy()
     if len(owner):
         np.maximum.at(largest, owner, base[owner] + per_delivery)
