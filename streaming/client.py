@@ -37,13 +37,14 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
-from streaming.errors import BitrouteError, one_line
+from streaming.errors import one_line
 from streaming.kafka.clients import (
     BitrouteConsumer,
     access_failure,
     consumer as kafka_consumer,
     producer as kafka_producer,
 )
+from streaming.kafka.errors import KAFKA_TIMEOUT_S, ClientError, InvalidRequest
 from streaming.kafka.topics import (
     COMPACTED,
     TopicCreationError,
@@ -53,23 +54,15 @@ from streaming.kafka.topics import (
     served,
 )
 
-ACK_TIMEOUT_S = 30.0
+ACK_TIMEOUT_S = KAFKA_TIMEOUT_S
 """How long a write waits for Kafka's acknowledgement before it is reported failed."""
-METADATA_TIMEOUT_S = 30.0
+METADATA_TIMEOUT_S = KAFKA_TIMEOUT_S
 POLL_INTERVAL_S = 0.2
 """Longest single consumer poll: bounds how late ``--timeout`` and Ctrl-C are noticed."""
 TAIL_METADATA_REFRESH_MS = 5_000
 """``tail``'s librdkafka metadata refresh interval (default 5 minutes): a partition whose
 leader the consumer's metadata missed (a topic created moments before) is fetched from
 within seconds, not at the next periodic refresh."""
-
-
-class ClientError(BitrouteError):
-    """A Kafka operation failed; the message says which and why."""
-
-
-class InvalidRequest(ClientError):
-    """The request is invalid (bad filter, unknown exchange, malformed header); nothing was written."""
 
 
 # --- subscriptions ---------------------------------------------------------------

@@ -2,10 +2,16 @@
 
 ``except BitrouteError`` catches what the router, the client verbs and the
 CLI report as one line; anything else is a bug or a library's own failure.
-Each package keeps its specific subclasses in its own ``errors`` module
-(:mod:`streaming.kafka.errors`, :mod:`streaming.router.errors`,
-:mod:`streaming.audit.errors`, :mod:`streaming.ops.errors`), all under
-:class:`BitrouteError`; the modules that raise them re-export them.
+This module holds the root and the errors of the package's top-level modules
+(:class:`ConfigError`, :class:`PackError`, :class:`JvmResolutionError`); each
+subpackage keeps its own in its ``errors`` module (:mod:`streaming.kafka.errors`,
+:mod:`streaming.router.errors`, :mod:`streaming.audit.errors`,
+:mod:`streaming.ops.errors`, :mod:`streaming.cli.errors`), all under
+:class:`BitrouteError`; the modules that raise them re-export them, so
+``from streaming.router.lock import RouterLockedError`` keeps working.
+(:mod:`compiler` is a lower layer that does not import ``streaming``: its
+errors, all bad input, have their own root, :class:`compiler.errors.CompilerError`,
+and become rejection reasons or a :class:`~streaming.kafka.errors.InvalidRequest`.)
 
 :func:`one_line` is how any error (ours, Kafka's, Spark's, delta-rs's) is
 told in one line: in a log line, a report, or a CLI error.
@@ -14,15 +20,29 @@ told in one line: in a log line, a report, or a CLI error.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 
 class BitrouteError(RuntimeError):
     """An error bitroute raises and explains (the message says what failed and why)."""
 
 
-class KafkaAccessError(BitrouteError):
-    """Kafka refused bitroute's credentials, or refused them an operation: one line naming
-    the principal, the resource and what to grant or check (:mod:`streaming.kafka.clients`)."""
+class ConfigError(BitrouteError, ValueError):
+    """A configuration value is missing, unknown or invalid; the message names the key."""
+
+
+class PackError(BitrouteError):
+    """The executors' environment cannot be packed; the message says why."""
+
+
+class RetryAbandoned(BitrouteError):
+    """A stop was requested while a step waited to be retried (:func:`streaming.retry.retry`;
+    the caller decides what that means: a batch left for a replay, a commit left in the
+    journal)."""
+
+
+class JvmResolutionError(BitrouteError):
+    """Maven could not resolve a group of conf/jvm.toml; the message says which and why."""
 
 
 ONE_LINE_MAX = 500
@@ -66,6 +86,14 @@ def one_line(failure: BaseException | str | None, *, typed: bool = False) -> str
     if not said:
         said = type(failure).__name__ if isinstance(failure, BaseException) else "no reason given"
     return said[:ONE_LINE_MAX]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KafkaAccessError":  # its home is streaming.kafka.errors; importable here too
+        from streaming.kafka.errors import KafkaAccessError
+
+        return KafkaAccessError
+    raise AttributeError(f"module 'streaming.errors' has no attribute {name!r}")
 
 
 def _text(failure: BaseException | str | None) -> str:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from streaming.errors import BitrouteError
+from streaming.errors import PackError
 from streaming.jvm import cache_root
 
 _log = logging.getLogger(__name__)
@@ -61,10 +61,6 @@ PACKAGES = ("compiler", "streaming", "schemas", "conf")
 KEEP = 3
 """Archives kept in the cache (the newest): a running router may still serve an older one."""
 _FORMAT = "1"  # bumped when the archive's layout changes, so old archives are not reused
-
-
-class PackError(BitrouteError):
-    """The executors' environment cannot be packed; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from streaming.errors import BitrouteError, one_line
+from streaming.errors import RetryAbandoned, one_line
 
 T = TypeVar("T")
 _WAIT_STEP_S = 0.1
@@ -45,11 +45,6 @@ class Backoff:
 
 BACKOFF = Backoff()
 """bitroute's backoff (the router's batches and the audit's commits)."""
-
-
-class RetryAbandoned(BitrouteError):
-    """A stop was requested while a step waited to be retried (the caller decides what that
-    means: a batch left for a replay, a commit left in the journal)."""
 
 
 def retry(step: Callable[[], T], *, retried: tuple[type[BaseException], ...], what: Callable[[], str] | str,

@@ -39,9 +39,10 @@ from collections.abc import Callable
 
 from deltalake.exceptions import DeltaError
 
+from streaming.audit.errors import AuditStopping
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditBatch, AuditTables
-from streaming.errors import BitrouteError, one_line
+from streaming.errors import one_line
 from streaming.retry import BACKOFF, RetryAbandoned, retry
 
 _log = logging.getLogger(__name__)
@@ -51,10 +52,6 @@ RETRIED_ERRORS = (DeltaError, OSError)
 STOP_FLUSH_TIMEOUT_S = 60.0
 """How long a stopping router waits for the pending audit to reach Delta; what is left
 stays in the journal and is committed at the next start."""
-
-
-class AuditStopping(BitrouteError):
-    """A stop was requested while the audit stage waited for room in the journal."""
 
 
 class AuditCommitter:

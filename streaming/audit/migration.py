@@ -34,15 +34,12 @@ from streaming.audit.writer import (
     is_partitioned,
     writer_properties,
 )
+from streaming.audit.errors import MigrationError
 from streaming.config import Config
-from streaming.errors import BitrouteError, one_line
+from streaming.errors import one_line
 from streaming.router.lock import RouterLock
 
 PROGRESS_EVERY_ROWS = 1_000_000
-
-
-class MigrationError(BitrouteError):
-    """A table cannot be migrated (unreadable, or of a layout this version does not know)."""
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,10 @@ from schemas.records import (
     PARTITION_COLUMNS,
     SUBSCRIPTIONS,
 )
+from streaming.audit.errors import AuditError, InvalidQuery
 from streaming.audit.storage import StorageError, StorageOptions, storage_options, warehouse_filesystem
 from streaming.config import Config
-from streaming.errors import BitrouteError, one_line
+from streaming.errors import one_line
 
 TIME_COLUMNS = {DELIVERIES: "routed_at", MESSAGES: "routed_at", SUBSCRIPTIONS: "applied_at"}
 """The time column of each audit table, bounded by ``since`` and ``until``."""
@@ -82,14 +83,6 @@ _FILTER_TABLES = {"subscriber": ("deliveries", "subscriptions"),
                   "message_id": ("deliveries", "messages")}
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
-
-
-class AuditError(BitrouteError):
-    """An audit query cannot run: the table or the version is missing, or unreadable."""
-
-
-class InvalidQuery(AuditError):
-    """The query's arguments are wrong (a filter that does not apply to the table, a bad time)."""
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
+from streaming.audit.errors import InvalidStatement, SqlError
 from streaming.config import Config
-from streaming.errors import BitrouteError, one_line
+from streaming.errors import one_line
 
 TABLES = (DELIVERIES, MESSAGES, SUBSCRIPTIONS)
 """The audit tables ``bitroute sql`` registers, under these names."""
@@ -50,14 +51,6 @@ DELTA_SETTINGS = {
 """The two settings that give a Spark session Delta Lake (with the ``delta`` jars)."""
 
 _INVALID_CLASSES = ("ParseException", "AnalysisException")
-
-
-class SqlError(BitrouteError):
-    """A statement could not run: an audit table is missing, or Spark failed."""
-
-
-class InvalidStatement(SqlError):
-    """Spark rejected the statement itself (syntax, unknown column or table...)."""
 
 
 def table_location(config: Config, name: str) -> str:

@@ -51,8 +51,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from streaming.audit.errors import StorageError
 from streaming.config import DeltaConfig
-from streaming.errors import BitrouteError, one_line
+from streaming.errors import one_line
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -66,11 +67,6 @@ PROBE_PREFIX = "_bitroute/commit-probe"
 
 _checked: set[str] = set()
 _checked_lock = threading.Lock()
-
-
-class StorageError(BitrouteError):
-    """The warehouse cannot be used as configured: a missing credential, an endpoint that
-    is refused or unreachable, a server without conditional writes. One line, no secret."""
 
 
 class StorageOptions(dict):

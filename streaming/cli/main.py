@@ -20,17 +20,10 @@ from itertools import islice
 
 from streaming.config import Config, ConfigError, load, parse_set_flags
 from streaming.audit.storage import StorageError
-from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.cli.errors import CommandError, UsageError
+from streaming.errors import KafkaAccessError
 from streaming.jvm import JvmResolutionError
 from streaming.pack import PackError
-
-
-class CommandError(BitrouteError):
-    """A verb failed in a way the user can act on; printed as one line, exit status 1."""
-
-
-class UsageError(CommandError):
-    """A verb's arguments are invalid (nothing was done); printed as one line, exit status 2."""
 
 
 def _config(args: argparse.Namespace, extra: dict[str, object] | None = None) -> Config:

@@ -42,11 +42,12 @@ from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 
+from streaming.audit.storage import StorageError
 from streaming.cli.progress import BatchLines, CatchUpProgress
 from streaming.config import Config
-from streaming.audit.storage import StorageError
-from streaming.errors import KafkaAccessError, one_line
+from streaming.errors import one_line
 from streaming.kafka.clients import java_access_failure
+from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import TopicCreationError
 from streaming.ops.metrics import MetricsError, RouterMetrics
 from streaming.router.changelog import ChangelogError

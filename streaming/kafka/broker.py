@@ -28,15 +28,11 @@ from confluent_kafka import KafkaException
 import conf
 from streaming import jvm, kafka
 from streaming.config import BrokerConfig
-from streaming.errors import BitrouteError
+from streaming.kafka.errors import BrokerError
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 _HEAP = ["-Xms256m", "-Xmx1g"]
-
-
-class BrokerError(BitrouteError):
-    """The embedded broker could not be started, reached or stopped."""
 
 
 SINGLE_NODE_SETTINGS = {

@@ -54,25 +54,19 @@ from compiler import (
 )
 from compiler.shared import shared_filters
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError, one_line
+from streaming.errors import one_line
 from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
+from streaming.ops.errors import InspectError, RejectedPublish
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotFiles, SnapshotStoreError
 
-KAFKA_PROBE_TIMEOUT_S = 2.0
+KAFKA_PROBE_TIMEOUT_S = PROBE_TIMEOUT_S
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
 
 SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "header_match",
                         "header_criteria"]
 """A listed subscription's fields: the names of the Delta ``subscriptions`` table."""
-
-
-class InspectError(BitrouteError):
-    """The routing state could not be read (no snapshot and no changelog, a bad file)."""
-
-
-class RejectedPublish(InspectError):
-    """The router would reject this publish; the message is the router's reason."""
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from schemas.records import AUDIT_TABLE_NAMES
 from streaming.config import Config, MetricsConfig
-from streaming.errors import BitrouteError
+from streaming.ops.errors import MetricsError
 from streaming.router.report import ROUTED_IN_DRIVER, ROUTED_IN_EXECUTORS
 
 if TYPE_CHECKING:
@@ -74,10 +74,6 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 PATH = "/metrics"
 STAGES = ("catch_up", "route", "audit")
 """The stages of a batch (``BatchReport.stages``), present at 0 from the start."""
-
-
-class MetricsError(BitrouteError):
-    """The metrics endpoint could not be served (the message names the address)."""
 
 
 @dataclass(frozen=True)

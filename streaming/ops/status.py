@@ -46,18 +46,16 @@ from typing import NamedTuple
 from confluent_kafka import KafkaException, TopicPartition
 
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError, one_line
+from streaming.errors import BitrouteError, one_line
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
+from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
+from streaming.ops.errors import KafkaUnavailable
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 
-KAFKA_BUDGET_S = 1.0
+KAFKA_BUDGET_S = STATUS_BUDGET_S
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
-
-
-class KafkaUnavailable(BitrouteError):
-    """Kafka did not answer within the budget."""
 
 
 def router_status(config: Config) -> dict[str, object]:

@@ -68,7 +68,7 @@ from streaming.audit.storage import (
 )
 from streaming.config import Config
 from streaming.errors import one_line
-from streaming.router.lock import RouterLockedError
+from streaming.router.errors import LeaseHeldError, LeaseLostError
 
 _log = logging.getLogger(__name__)
 
@@ -76,15 +76,6 @@ LEASE_FOLDER = "_bitroute/routers"
 """The lease objects' folder, under ``delta.warehouse``."""
 CAS_ATTEMPTS = 5
 """Compare-and-swap attempts of one acquisition before giving up (each re-reads)."""
-
-
-class LeaseHeldError(RouterLockedError):
-    """Another router holds the lease of this publishes topic and warehouse; the message
-    names it. A :class:`RouterLockedError`: the router was refused, like a held lock."""
-
-
-class LeaseLostError(RouterLockedError):
-    """This router's lease was taken over (or could not be renewed): it must stop routing."""
 
 
 class _Conflict(Exception):

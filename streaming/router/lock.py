@@ -27,15 +27,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from streaming.errors import BitrouteError
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.errors import RouterLockedError
 
 LOCK_WAIT_S = 10.0
 """How long a starting router waits for the lock before refusing to start."""
-
-
-class RouterLockedError(BitrouteError):
-    """Another process holds the router lock; the message names it."""
 
 
 def holder(checkpoint_dir: str | Path) -> dict | None:

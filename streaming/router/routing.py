@@ -72,18 +72,17 @@ from streaming.audit.files import AuditFile, write_table_files
 from streaming.audit.storage import warehouse_filesystem
 from streaming.audit.writer import PUBLISH_TABLES, deliveries_rows, messages_rows
 from streaming.config import DeltaConfig
+from streaming.kafka.errors import BATCH_ERRORS
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
     PublishColumns,
     header_size,
     kept_headers,
     record_sizes,
-    rejected_copy,
     subscription_ids_json,
     text,
 )
 from streaming.router.delivery import (
-    BATCH_ERRORS,
     BinaryColumn,
     DeliveryColumns,
     DeliveryProducer,
@@ -93,6 +92,7 @@ from streaming.router.delivery import (
     cached_producer,
 )
 from streaming.router.matching import cached_matcher
+from streaming.router.rejected import BadRecord, write_rejected
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 """Arrow schema of the rows :class:`RoutePartitions` returns (without ``RouteSettings.audit``)."""
@@ -357,7 +357,7 @@ def _refused(producer: DeliveryProducer, failed: list[FailedRecord],
     """Of the deliveries that failed, those Kafka refuses for a reason of their own.
 
     Each failure names its record, but a broker refuses a whole record batch for
-    one record in it (:data:`~streaming.router.delivery.BATCH_ERRORS`): such a
+    one record in it (:data:`~streaming.kafka.errors.BATCH_ERRORS`): such a
     failure is written again on its own, one at a time (a refused batch wrote none
     of its records), and only a refusal then counts. Rare, and through
     confluent-kafka: a flush per record.
@@ -375,18 +375,16 @@ def _why(failure: FailedRecord) -> str:
 
 def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reasons: list,
                      keys: list, values: list, kept: list, message_ids: list[str]) -> None:
-    """Write every rejected publish to the rejected topic, whole if it fits, else without payload."""
+    """Write every rejected publish to the rejected topic (:func:`streaming.router.rejected.write_rejected`,
+    its failure policy); ``reasons`` gains what became of each copy."""
     rejected = [r for r, reason in enumerate(reasons) if reason is not None]
     if not rejected:
         return
-    for row in rejected:
-        value, headers, reasons[row] = rejected_copy(
-            keys[row], values[row], kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row],
-            settings.producer.max_record_bytes)
-        producer.produce_tagged(settings.rejected_topic, keys[row], value, headers, row)
-    for failure in producer.flush():
-        if failure.tag is not None:
-            reasons[failure.tag] += f" (not written to {settings.rejected_topic}: {failure.reason})"
+    final, _ = write_rejected(producer, settings.rejected_topic, [
+        BadRecord(keys[row], values[row], kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row])
+        for row in rejected], settings.producer.max_record_bytes)
+    for row, reason in zip(rejected, final):
+        reasons[row] = reason
 
 
 def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,

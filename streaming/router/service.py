@@ -84,11 +84,12 @@ from streaming.audit.journal import AuditJournal
 from streaming.audit.maintenance import BackgroundMaintenance
 from streaming.audit.writer import PUBLISH_TABLES, AuditTables, FileBatch, PublishBatch
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError, one_line
-from streaming.retry import RetryAbandoned, retry
+from streaming.errors import one_line
 from streaming.kafka.broker_watch import BrokerWatch
 from streaming.kafka.clients import java_access_failure
+from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import ensure_router_topics
+from streaming.retry import RetryAbandoned, retry
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
@@ -102,6 +103,7 @@ from streaming.router.report import (
     ReportListener,
     StatusFile,
 )
+from streaming.router.errors import RouterStopping
 from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings, TaskAudit
 from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
@@ -121,10 +123,6 @@ RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, DeliveryUnavailab
 :func:`streaming.retry.retry`'s backoff and reporting."""
 T = TypeVar("T")
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
-
-
-class RouterStopping(BitrouteError):
-    """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
 
 
 class Router:
@@ -312,9 +310,7 @@ class Router:
             rejected_topic=kafka.rejected_topic,
             snapshot_version=snapshot.version,
             with_headers=snapshot.reads_headers,
-            producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
-                                      linger_ms=kafka.delivery_linger_ms,
-                                      keyed_partitions=kafka.layout.shared),
+            producer=ProducerSettings.of(kafka),
             audit=audit,
         ))
 

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streaming.atomic import write_atomically
-from streaming.errors import BitrouteError
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.errors import SnapshotStoreError
 
 if TYPE_CHECKING:
     from pyspark import Broadcast, SparkContext
@@ -67,10 +67,6 @@ PINS_KEPT = 16
 READ_ATTEMPTS = 5
 """A reader beside a running router lists the latest version again when it was pruned
 between listing and reading (a newer one was saved meanwhile), at most this many times."""
-
-
-class SnapshotStoreError(BitrouteError):
-    """The store is missing something a replay needs, or holds an unreadable file."""
 
 
 @dataclass(frozen=True)

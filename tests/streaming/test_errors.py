@@ -43,3 +43,28 @@ def test_typed_names_the_type_and_an_empty_message_falls_back_to_it():
 def test_the_line_is_bounded_and_single():
     line = one_line(BitrouteError("x" * 2000 + "\nsecond line"))
     assert len(line) == ONE_LINE_MAX and "\n" not in line
+
+
+def test_every_exception_streaming_raises_is_in_an_errors_module_under_the_one_root():
+    """One exceptions module per package (streaming/errors.py, streaming/<package>/errors.py),
+    every public exception class a BitrouteError; the modules that raise them re-export them."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import streaming
+    from streaming.router.lock import RouterLockedError
+    from streaming.router.errors import RouterLockedError as home
+
+    misplaced = []
+    for info in pkgutil.walk_packages(streaming.__path__, "streaming."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (inspect.isclass(value) and issubclass(value, BaseException)
+                    and value.__module__ == info.name and not name.startswith("_")):
+                if not info.name.endswith(".errors") or not issubclass(value, BitrouteError):
+                    misplaced.append(f"{info.name}.{name}")
+    assert misplaced == []
+    assert RouterLockedError is home
