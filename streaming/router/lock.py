@@ -27,6 +27,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from streaming.process import pid_alive
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.errors import RouterLockedError
 
@@ -60,21 +61,6 @@ def driver_alive(record: dict) -> bool | None:
     if not isinstance(pid, int) or record.get("host") != socket.gethostname():
         return None
     return pid_alive(pid)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (an exited, unreaped zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 class RouterLock:
