@@ -29,11 +29,14 @@ still raise on something unforeseen, :func:`route_safely` splits it in halves
 until the record(s) responsible are alone, rejects them with the error as the
 reason and routes the others. A batch whose deliveries overflow Arrow's
 32-bit offsets (the kernel's ``ColumnOverflowError``) is routed in halves.
-Only failures that are not about a record fail the task:
-:class:`~streaming.router.delivery.DeliveryUnavailable` (Kafka down) and the
+Only failures that are not about a record fail the task
+(:data:`NOT_ABOUT_A_RECORD`): bitroute's own errors
+(:class:`~streaming.router.delivery.DeliveryUnavailable`: Kafka down;
+:class:`~streaming.kafka.errors.KafkaAccessError`: credentials refused), the
 kernel's other errors (``KernelError``: inconsistent tables or columns, a
-bug); the router retries the batch with backoff and reports it, and never
-turns such a failure into rejections.
+bug), a Kafka client's failure, the disk's, memory; the router retries the
+batch with backoff and reports it, and never turns such a failure into
+rejections.
 
 Delivery semantics: a returned task has every listed delivery acknowledged
 by Kafka (at least once: a retried or replayed batch writes them again, with
@@ -53,6 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from bitroute_kernel import ColumnOverflowError, KernelError
+from confluent_kafka import KafkaException
 from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
@@ -72,6 +76,7 @@ from streaming.audit.files import AuditFile, write_table_files
 from streaming.audit.storage import warehouse_filesystem
 from streaming.audit.writer import PUBLISH_TABLES, deliveries_rows, messages_rows
 from streaming.config import DeltaConfig
+from streaming.errors import BitrouteError
 from streaming.kafka.errors import BATCH_ERRORS
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
@@ -86,7 +91,6 @@ from streaming.router.delivery import (
     BinaryColumn,
     DeliveryColumns,
     DeliveryProducer,
-    DeliveryUnavailable,
     FailedRecord,
     ProducerSettings,
     cached_producer,
@@ -191,6 +195,12 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
           "files": [f.as_row() for f in files]}], schema=ROUTED_TASK_ARROW)
 
 
+NOT_ABOUT_A_RECORD = (BitrouteError, KernelError, KafkaException, OSError, MemoryError)
+"""What :func:`route_safely` lets fail the task instead of bisecting the batch into
+rejections: failures of the cluster, the disk, the process or the kernel (a bug), none of
+them the fault of a record. Anything else a batch raises is the poison-pill net's."""
+
+
 @functools.lru_cache(maxsize=4)
 def _warehouse(delta: DeltaConfig):
     """The warehouse's filesystem, made once per worker process (an object store's client)."""
@@ -216,8 +226,8 @@ def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordB
         half = batch.num_rows // 2
         return pa.concat_batches([route_safely(matcher, producer, batch.slice(0, half), settings),
                                   route_safely(matcher, producer, batch.slice(half), settings)])
-    except (DeliveryUnavailable, KernelError):
-        raise  # not about a record: the task fails, the batch is retried and reported
+    except NOT_ABOUT_A_RECORD:
+        raise  # the task fails, the batch is retried and reported
     except Exception as exc:  # noqa: BLE001 - the poison-pill net: any error of a record
         if batch.num_rows <= 1:
             return _unroutable_record(producer, batch, settings, exc)
