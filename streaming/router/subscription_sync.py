@@ -78,7 +78,6 @@ class SubscriptionSync:
         self.subscriptions = subscriptions
         self._config = config
         self._audit = audit
-        self._producer = cached_producer(ProducerSettings.of(config.kafka))
         self._admin = admin_client(config, on_error)
         self._topics_ensured: set[str] = set()
         self._unaudited: tuple[int, pa.Table] | None = None
@@ -145,7 +144,9 @@ class SubscriptionSync:
             return
         kafka = self._config.kafka
         try:
-            _, refused = write_rejected(self._producer, kafka.rejected_topic, [
+            # The routing process's producer (made at the first bad change, if ever).
+            producer = cached_producer(ProducerSettings.of(kafka))
+            _, refused = write_rejected(producer, kafka.rejected_topic, [
                 BadRecord(r.key, r.value, kept_headers(r.headers), r.reason, SOURCE_SUBSCRIPTION,
                           message_id(r.topic, r.partition, r.offset)) for r in rejected],
                 kafka.max_delivery_bytes)
