@@ -74,10 +74,10 @@ from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
+from streaming.atomic import write_atomically
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.config import AuditConfig, Config
-from streaming.atomic import write_atomically
 from streaming.errors import one_line
 from streaming.router.checkpoint import CheckpointLayout
 

@@ -26,6 +26,7 @@ from deltalake.exceptions import DeltaError
 
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
+from streaming.audit.errors import MigrationError
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.writer import (
@@ -34,7 +35,6 @@ from streaming.audit.writer import (
     is_partitioned,
     writer_properties,
 )
-from streaming.audit.errors import MigrationError
 from streaming.config import Config
 from streaming.errors import one_line
 from streaming.router.lock import RouterLock

@@ -28,8 +28,8 @@ from confluent_kafka import KafkaException
 import conf
 from streaming import jvm, kafka
 from streaming.config import BrokerConfig
-from streaming.process import pid_alive
 from streaming.kafka.errors import BrokerError
+from streaming.process import pid_alive
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0

@@ -93,6 +93,7 @@ from streaming.retry import RetryAbandoned, retry
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
+from streaming.router.errors import RouterStopping
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
 from streaming.router.offsets_log import batch_records
@@ -103,7 +104,6 @@ from streaming.router.report import (
     ReportListener,
     StatusFile,
 )
-from streaming.router.errors import RouterStopping
 from streaming.router.routing import ROUTED_ARROW, RoutePartitions, RouteSettings, TaskAudit
 from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
