@@ -14,7 +14,9 @@ The failure policy:
   ``kafka.max_delivery_bytes`` goes without value or own headers, its reason
   saying so (:func:`streaming.kafka.records.rejected_copy`).
 - A copy Kafka refuses even so (a record error,
-  :data:`~streaming.kafka.errors.RECORD_ERRORS`) is left out of the topic,
+  :data:`~streaming.kafka.errors.RECORD_ERRORS`; one refused with the record batch it
+  shared, :data:`~streaming.kafka.errors.BATCH_ERRORS`, is first written again alone,
+  and only a refusal then counts) is left out of the topic,
   and its reason says why (``... (not written to <topic>: <Kafka's reason>)``):
   a bad record never stops routing or the subscriptions' catch-up. The reason
   lands where the record is audited (the ``messages`` row of a publish; a
@@ -31,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from streaming.kafka.errors import BATCH_ERRORS
 from streaming.kafka.records import Headers, rejected_copy
 from streaming.router.delivery import DeliveryProducer
 
@@ -56,15 +59,22 @@ def write_rejected(producer: DeliveryProducer, topic: str, records: Sequence[Bad
     for the copies it refused (module docstring: what a refused copy adds to its reason,
     and what raises)."""
     reasons: list[str] = []
-    refusals: list[str] = []
+    copies: list[tuple[bytes | None, bytes | None, Headers]] = []
     for tag, record in enumerate(records):
         value, headers, reason = rejected_copy(record.key, record.value, record.headers,
                                                record.reason, record.source, record.message_id,
                                                limit)
         reasons.append(reason)
+        copies.append((record.key, value, headers))
         producer.produce_tagged(topic, record.key, value, headers, tag)
-    if records:
-        for failure in producer.flush():
-            reasons[failure.tag] += f" (not written to {topic}: {failure.reason})"
-            refusals.append(failure.reason)
-    return reasons, refusals
+    if not records:
+        return reasons, []
+    failed = producer.flush()
+    refused = [f for f in failed if f.code not in BATCH_ERRORS]
+    for failure in (f for f in failed if f.code in BATCH_ERRORS):
+        # A record batch refused whole for one copy in it: each is written again alone.
+        producer.produce_tagged(topic, *copies[failure.tag], failure.tag)
+        refused += producer.flush()
+    for failure in refused:
+        reasons[failure.tag] += f" (not written to {topic}: {failure.reason})"
+    return reasons, [f.reason for f in refused]
