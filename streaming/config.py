@@ -36,7 +36,7 @@ from typing import Any
 
 import conf
 from schemas.records import DELIVERY_LAYOUTS, LAYOUT_TOPIC_PER_SUBSCRIBER
-from streaming.errors import BitrouteError
+from streaming.errors import ConfigError
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.settings import REDACTED, ClientSettings, ClientSettingsError, resolve_properties
 
@@ -49,10 +49,6 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s+(millisecond|second|minute|hour|day)
 _DURATION_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0,
                      "day": 86400.0}
 _LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
-
-
-class ConfigError(BitrouteError, ValueError):
-    """A configuration value is missing, unknown or invalid; the message names the key."""
 
 
 @dataclass(frozen=True)

@@ -22,16 +22,12 @@ import tomllib
 from pathlib import Path
 
 import conf
-from streaming.errors import BitrouteError
+from streaming.errors import JvmResolutionError
 
 _log = logging.getLogger(__name__)
 
 GROUPS = ("spark", "kafka_broker", "delta")
 _MARKER = "complete"
-
-
-class JvmResolutionError(BitrouteError):
-    """Maven could not resolve a group of conf/jvm.toml; the message says which and why."""
 
 
 def cache_root() -> Path:

@@ -22,8 +22,8 @@ Invariants:
   (back-pressure; logged once per episode).
 - An audit row lands within ``audit.commit_interval`` (plus the commit's own
   time) of its batch while Delta is reachable. A failing commit (``DeltaError``,
-  ``OSError``) is retried with backoff (0.5 s doubling to 30 s), logged at its
-  first failure, then at most every 30 s, then at its recovery.
+  ``OSError``) is retried with :mod:`streaming.retry`'s backoff and reporting (0.5 s doubling
+  to 30 s, logged at its first failure, then at most every 30 s, then at its recovery).
 
 Call :meth:`recover` before routing starts (it commits what a crash left in
 the journal), then :meth:`start`; :meth:`flush` commits now and waits;
@@ -39,23 +39,19 @@ from collections.abc import Callable
 
 from deltalake.exceptions import DeltaError
 
+from streaming.audit.errors import AuditStopping
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditBatch, AuditTables
-from streaming.errors import BitrouteError
+from streaming.errors import one_line
+from streaming.retry import BACKOFF, RetryAbandoned, retry
 
 _log = logging.getLogger(__name__)
 
-RETRY_BASE_S = 0.5
-RETRY_CAP_S = 30.0
-RETRY_REPORT_INTERVAL_S = 30.0
 RETRIED_ERRORS = (DeltaError, OSError)
+"""Commit failures retried with :func:`streaming.retry.retry` (Delta or the disk unreachable)."""
 STOP_FLUSH_TIMEOUT_S = 60.0
 """How long a stopping router waits for the pending audit to reach Delta; what is left
 stays in the journal and is committed at the next start."""
-
-
-class AuditStopping(BitrouteError):
-    """A stop was requested while the audit stage waited for room in the journal."""
 
 
 class AuditCommitter:
@@ -147,7 +143,7 @@ class AuditCommitter:
         self._done.set()
         with self._changed:
             self._changed.notify_all()
-        self._thread.join(timeout=RETRY_CAP_S)
+        self._thread.join(timeout=BACKOFF.cap_s)  # a commit round in progress ends
         self._thread = None
 
     def _wait_for_room(self, batch_id: int) -> None:
@@ -188,32 +184,14 @@ class AuditCommitter:
     def _commit_retrying(self, give_up: Callable[[], bool], through: int | None = None) -> None:
         """Commit rounds until no batch at or below ``through`` (None: none at all) is pending,
         retrying failures with backoff until ``give_up()`` is true."""
-        attempt = 0
-        failing_since = last_report = 0.0
         while self._pending_through(through):
-            attempt += 1
             try:
-                self._commit_round(through)
-            except RETRIED_ERRORS as exc:
-                now = time.monotonic()
-                failing_since = failing_since or now
-                if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
-                    _log.warning(f"the audit commit of {len(self.journal)} pending batches "
-                                 f"failed (attempt {attempt}, for {now - failing_since:.0f}s): "
-                                 f"{_one_line(exc)}; retrying")
-                    last_report = now
-                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
-                end = time.monotonic() + delay
-                while time.monotonic() < end:
-                    if give_up():
-                        return
-                    self._done.wait(min(0.1, end - time.monotonic()))
-                continue
-            if failing_since:
-                _log.info(f"the audit commit succeeded at attempt {attempt}, after "
-                          f"{time.monotonic() - failing_since:.0f}s")
-                attempt = 0
-                failing_since = 0.0
+                retry(lambda: self._commit_round(through), retried=RETRIED_ERRORS, log=_log,
+                      what=lambda: f"the audit commit of {len(self.journal)} pending batches",
+                      give_up=give_up, wake=self._done,
+                      describe=lambda exc: one_line(exc, typed=True))
+            except RetryAbandoned:
+                return
             with self._changed:
                 self._changed.notify_all()
             if self.on_commit is not None:
@@ -250,8 +228,3 @@ class AuditCommitter:
     def _both_committed(self) -> int | None:
         versions = [self.tables.publishes_version(name) for name in PUBLISH_TABLES]
         return None if None in versions else min(versions)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

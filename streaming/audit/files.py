@@ -44,6 +44,7 @@ from deltalake.transaction import AddAction
 from pyarrow import fs
 
 from schemas.tables import AUDIT_FILE, arrow_schema
+from streaming.atomic import sync_folder
 
 ROW_GROUP_ROWS = 131_072
 """Rows per Parquet row group of the audit tables' files."""
@@ -143,7 +144,7 @@ def _write_file(filesystem: fs.FileSystem, table_dir: str, table: str, rows: pa.
             pq.write_table(rows, file, **options)
             file.flush()
             os.fsync(file.fileno())
-        _sync_folder(os.path.dirname(path))
+        sync_folder(os.path.dirname(path))
         size = os.path.getsize(path)
     else:
         with filesystem.open_output_stream(path) as stream:
@@ -152,14 +153,6 @@ def _write_file(filesystem: fs.FileSystem, table_dir: str, table: str, rows: pa.
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
     return AuditFile(table, relative, size, partition_column, partition_value, rows.num_rows,
                      now_ms, delta_stats(rows))
-
-
-def _sync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def delta_stats(rows: pa.Table) -> str:

@@ -23,7 +23,6 @@ Thread-safe: the router writes, the committer reads and removes.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from datetime import datetime
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from streaming.atomic import sync_folder, write_atomically
 from streaming.audit.writer import AuditBatch, FileBatch, PublishBatch
 
 _SUFFIX = ".arrow"
@@ -83,14 +83,12 @@ class AuditJournal:
         else:
             table = batch.routed.replace_schema_metadata(meta)
         path = self._path(batch.batch_id)
-        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.tmp")
-        with open(tmp, "wb") as file:
+
+        def write(file) -> None:
             with pa.ipc.new_file(file, table.schema) as writer:
                 writer.write_table(table)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-        self._sync_folder()
+
+        write_atomically(path, write)
         with self._lock:
             self._pending[batch.batch_id] = time.time()
 
@@ -112,7 +110,7 @@ class AuditJournal:
         """Forget ``batch_ids`` (their audit is in both tables)."""
         for batch_id in batch_ids:
             self._path(batch_id).unlink(missing_ok=True)
-        self._sync_folder()
+        sync_folder(self.root)
         with self._lock:
             for batch_id in batch_ids:
                 self._pending.pop(batch_id, None)
@@ -120,9 +118,3 @@ class AuditJournal:
     def _path(self, batch_id: int) -> Path:
         return self.root / f"{batch_id:020d}{_SUFFIX}"
 
-    def _sync_folder(self) -> None:
-        fd = os.open(self.root, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -66,11 +65,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-from deltalake import DeltaTable, WriterProperties
+from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
 from streaming.audit.properties import table_properties
+from streaming.atomic import write_atomically
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.table_stats import (
@@ -80,6 +80,7 @@ from streaming.audit.table_stats import (
     table_stats,
 )
 from streaming.config import AuditConfig, Config
+from streaming.errors import one_line
 from streaming.router.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ class _TablePass:
         except _Stopped:
             report.step, report.error = "stopped", "the pass was stopped"
         except Exception as exc:  # noqa: BLE001 (reported, retried at the next pass)
-            report.step, report.error = step, _one_line(exc)
+            report.step, report.error = step, one_line(exc, typed=True)
             self.progress(self.name, step, f"FAILED: {report.error}")
         report.seconds = round(time.monotonic() - started, 3)
         return report
@@ -374,9 +375,7 @@ def write_report(config: Config, report: MaintenanceReport) -> None:
     """Replace ``maintenance.json`` atomically with ``report`` (the folder is created)."""
     path = report_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(report.to_json()) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(report.to_json()) + "\n")
 
 
 def read_report(config: Config) -> dict | None:
@@ -441,7 +440,7 @@ class BackgroundMaintenance:
             try:
                 self.run_once()
             except Exception as exc:  # noqa: BLE001 (never stops routing)
-                _log.warning(f"audit maintenance failed ({_one_line(exc)}); retrying in "
+                _log.warning(f"audit maintenance failed ({one_line(exc, typed=True)}); retrying in "
                              f"{self.config.audit.maintenance_interval}")
 
 
@@ -472,8 +471,3 @@ def _partition_text(columns: Iterable[str], values: Iterable[object]) -> str:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]

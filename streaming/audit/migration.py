@@ -27,6 +27,7 @@ from deltalake.exceptions import DeltaError
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
 from streaming.audit.properties import writer_properties
+from streaming.audit.errors import MigrationError
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.writer import (
@@ -35,14 +36,10 @@ from streaming.audit.writer import (
     is_partitioned,
 )
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import one_line
 from streaming.router.lock import RouterLock
 
 PROGRESS_EVERY_ROWS = 1_000_000
-
-
-class MigrationError(BitrouteError):
-    """A table cannot be migrated (unreadable, or of a layout this version does not know)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +75,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None],
             return Migrated(name, path, "missing")
         table = DeltaTable(path, storage_options=storage)
     except (DeltaError, OSError) as exc:
-        raise MigrationError(f"{path}: {_one_line(exc)}") from None
+        raise MigrationError(f"{path}: {one_line(exc)}") from None
     if is_partitioned(table, name):
         return Migrated(name, path, "already partitioned", version=table.version())
     day = PARTITION_COLUMNS[name]
@@ -96,7 +93,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None],
         # (one async runtime), so the migration needs memory for the table's rows.
         rows = table.to_pyarrow_table()
     except (DeltaError, OSError) as exc:
-        raise MigrationError(f"{path}: {_one_line(exc)}") from None
+        raise MigrationError(f"{path}: {one_line(exc)}") from None
     progress(f"{name}: rewriting {rows.num_rows:,} rows partitioned by {day}")
     written = [0]
 
@@ -119,7 +116,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None],
                         post_commithook_properties=NO_POST_COMMIT_HOOKS)
         version = DeltaTable(path, storage_options=storage).version()
     except (DeltaError, OSError) as exc:
-        raise MigrationError(f"{path}: {_one_line(exc)}") from None
+        raise MigrationError(f"{path}: {one_line(exc)}") from None
     progress(f"{name}: {written[0]:,} rows migrated (Delta version {version})")
     return Migrated(name, path, "migrated", written[0], version)
 
@@ -130,7 +127,3 @@ def _rows(table: DeltaTable) -> int:
         return sum(int(n) for n in counts.to_pylist() if n is not None)
     except (KeyError, DeltaError):
         return 0
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:500] or type(exc).__name__

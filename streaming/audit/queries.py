@@ -43,7 +43,6 @@ apply, a malformed timestamp).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,9 +63,10 @@ from schemas.records import (
     PARTITION_COLUMNS,
     SUBSCRIPTIONS,
 )
+from streaming.audit.errors import AuditError, InvalidQuery
 from streaming.audit.storage import StorageError, StorageOptions, storage_options, warehouse_filesystem
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import one_line
 
 TIME_COLUMNS = {DELIVERIES: "routed_at", MESSAGES: "routed_at", SUBSCRIPTIONS: "applied_at"}
 """The time column of each audit table, bounded by ``since`` and ``until``."""
@@ -81,17 +81,8 @@ with :data:`schemas.records.MESSAGE_ID_PATTERN`); an id of another shape sorts a
 (id, -1, -1)."""
 _FILTER_TABLES = {"subscriber": ("deliveries", "subscriptions"),
                   "message_id": ("deliveries", "messages")}
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
-
-
-class AuditError(BitrouteError):
-    """An audit query cannot run: the table or the version is missing, or unreadable."""
-
-
-class InvalidQuery(AuditError):
-    """The query's arguments are wrong (a filter that does not apply to the table, a bad time)."""
 
 
 @dataclass(frozen=True)
@@ -435,7 +426,7 @@ def _open(path: str, query: AuditQuery, storage: StorageOptions | None = None) -
     try:
         found = DeltaTable.is_deltatable(path, storage_options=storage)
     except OSError as exc:  # storage unreachable: a URI's host, credentials
-        raise AuditError(f"{path}: {_one_line(exc)}") from None
+        raise AuditError(f"{path}: {one_line(exc)}") from None
     if not found:
         raise AuditError(f"no audit table at {path}: has the router run?")
     try:
@@ -446,7 +437,7 @@ def _open(path: str, query: AuditQuery, storage: StorageOptions | None = None) -
             if query.as_of_version > latest:
                 raise AuditError(f"{path}: no Delta version {query.as_of_version} "
                                  f"(the latest is {latest})") from None
-        raise AuditError(f"{path}: {_one_line(exc)}") from None
+        raise AuditError(f"{path}: {one_line(exc)}") from None
 
 
 @contextmanager
@@ -459,7 +450,7 @@ def _reading(path: str, query: AuditQuery) -> Iterator[None]:
             raise AuditError(f"{path}: version {query.as_of_version}'s files were vacuumed "
                              "(audit.file_retention); time travel reaches back only that "
                              "far") from None
-        raise AuditError(f"{path}: {_one_line(exc)}") from None
+        raise AuditError(f"{path}: {one_line(exc)}") from None
 
 
 def conditions(query: AuditQuery, partitioned: bool) -> list[str]:
@@ -582,9 +573,3 @@ def _json_rows(table: pa.Table) -> list[dict[str, object]]:
             columns.append(column.to_pylist())
     names = table.column_names
     return [dict(zip(names, values)) for values in zip(*columns)]
-
-
-def _one_line(exc: BaseException) -> str:
-    """delta-rs's message, a chain of causes on indented ``↳`` lines in colour, as one line."""
-    lines = (line.strip().lstrip("↳").strip() for line in _ANSI.sub("", str(exc)).splitlines())
-    return ": ".join(line for line in lines if line) or type(exc).__name__

@@ -37,8 +37,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
+from streaming.audit.errors import InvalidStatement, SqlError
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import one_line
 
 TABLES = (DELIVERIES, MESSAGES, SUBSCRIPTIONS)
 """The audit tables ``bitroute sql`` registers, under these names."""
@@ -52,14 +53,6 @@ DELTA_SETTINGS = {
 _INVALID_CLASSES = ("ParseException", "AnalysisException")
 
 
-class SqlError(BitrouteError):
-    """A statement could not run: an audit table is missing, or Spark failed."""
-
-
-class InvalidStatement(SqlError):
-    """Spark rejected the statement itself (syntax, unknown column or table...)."""
-
-
 def table_location(config: Config, name: str) -> str:
     """Where audit table ``name`` lives, as Spark needs it: a local path made
     absolute (the JVM works in another folder), a URI unchanged."""
@@ -71,7 +64,7 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
     """Run ``statement`` and return its column names and JSON-ready rows."""
     from deltalake import DeltaTable  # delta-rs: is the table there? (no JVM needed)
 
-    from streaming.audit.storage import StorageError, one_line, spark_settings, storage_options
+    from streaming.audit.storage import StorageError, spark_settings, storage_options
 
     try:
         storage = storage_options(config.delta)
@@ -109,7 +102,7 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
                 raise SqlError(f"no audit table at {table_location(config, missing[0])}: "
                                "has the router run?") from None
             kind = InvalidStatement if type(exc).__name__ in _INVALID_CLASSES else SqlError
-            raise kind(_one_line(exc)) from None
+            raise kind(one_line(exc)) from None
     finally:
         spark.stop()
     return result.column_names, json_rows(result)
@@ -186,10 +179,3 @@ def _converter(kind: pa.DataType) -> Callable[[object], object]:
                   for i in range(kind.num_fields)}
         return lambda v: None if v is None else {k: fields[k](x) for k, x in v.items()}
     return json_value
-
-
-def _one_line(exc: BaseException) -> str:
-    """Spark's message without its SQL echo, plan or JVM stack trace."""
-    text = getattr(exc, "getMessage", lambda: str(exc))() or str(exc)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__

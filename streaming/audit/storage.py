@@ -44,7 +44,6 @@ docs/running.md, "Storage".
 from __future__ import annotations
 
 import os
-import re
 import threading
 import uuid
 from collections.abc import Mapping
@@ -52,8 +51,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from streaming.audit.errors import StorageError
 from streaming.config import DeltaConfig
-from streaming.errors import BitrouteError
+from streaming.errors import one_line
 
 if TYPE_CHECKING:
     from pyarrow import fs
@@ -62,17 +62,11 @@ S3_SCHEMES = ("s3", "s3a")
 REDACTED = "***"
 _SECRET_KEYS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 _TRUE = ("1", "true", "yes", "on")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PROBE_PREFIX = "_bitroute/commit-probe"
 """Where :func:`check_commit_safety` writes its probe objects (deleted after)."""
 
 _checked: set[str] = set()
 _checked_lock = threading.Lock()
-
-
-class StorageError(BitrouteError):
-    """The warehouse cannot be used as configured: a missing credential, an endpoint that
-    is refused or unreachable, a server without conditional writes. One line, no secret."""
 
 
 class StorageOptions(dict):
@@ -226,15 +220,6 @@ def check_commit_safety(delta: DeltaConfig, allow_unsafe: bool | None = None) ->
             "them, or set delta.allow_unsafe_commits = true to accept the risk")
     with _checked_lock:
         _checked.add(delta.warehouse)
-
-
-def one_line(exc: BaseException) -> str:
-    """An object-store or delta-rs error as one line (no ANSI, no arrows, at most 300
-    characters). Their messages name the URL and the status, never the credentials."""
-    text = _ANSI.sub("", str(exc)).replace("↳", " ")
-    text = text.split("Debug source:")[0]
-    text = " ".join(text.split())
-    return (text or type(exc).__name__)[:300]
 
 
 def _uri(warehouse: str) -> str:

@@ -44,17 +44,18 @@ from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 
+from streaming.audit.storage import StorageError
 from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress
 from streaming.config import Config
-from streaming.audit.storage import StorageError
-from streaming.errors import KafkaAccessError
+from streaming.errors import one_line
 from streaming.kafka.clients import java_access_failure
+from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import TopicCreationError
 from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
 from streaming.router.changelog import ChangelogError
 from streaming.router.lock import RouterLock, RouterLockedError
-from streaming.router.service import Router, failure_summary
+from streaming.router.service import Router
 from streaming.router.snapshots import SnapshotStoreError
 
 ACCESS_RETRY_S = 10.0
@@ -158,7 +159,7 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         query = router.start()
     except _STARTUP_ERRORS as exc:
         router.stop()
-        print(f"bitroute: error: cannot start the router: {failure_summary(exc)}", file=sys.stderr)
+        print(f"bitroute: error: cannot start the router: {one_line(exc)}", file=sys.stderr)
         return 1
     if metrics is not None:
         metrics.router_started(router)
@@ -228,7 +229,7 @@ def _failure_line(router: Router, failure: object) -> str:
     """What failed, on which input if known, and what to do: one line."""
     last = router.reports[-1] if router.reports else None
     after = f"after batch {last.batch_id}" if last is not None else "before its first batch"
-    return (f"{failure_summary(failure)} ({after}; the checkpoint in "
+    return (f"{one_line(failure)} ({after}; the checkpoint in "
             f"{router.layout.query} is intact: fix the cause and start the router again, "
             "the unfinished batch is replayed)")
 

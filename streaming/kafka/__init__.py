@@ -6,6 +6,8 @@
 - :mod:`streaming.kafka.clients`: the producer, consumer and admin factories,
   Kafka's log, authentication and authorization failures as one line each, the
   "local queue full, wait for room" loop;
+- :mod:`streaming.kafka.errors`: the package's exceptions, Kafka's error classes (what a
+  failure means) and the timeouts of blocking calls to Kafka;
 - :mod:`streaming.kafka.records`: the rules of the records bitroute reads and writes;
 - :mod:`streaming.kafka.layout`: the delivery layout (a subscriber's topic, a delivery's key);
 - :mod:`streaming.kafka.partitioner`: Kafka's default partitioner (shared layout);

@@ -28,15 +28,12 @@ from confluent_kafka import KafkaException
 import conf
 from streaming import jvm, kafka
 from streaming.config import BrokerConfig
-from streaming.errors import BitrouteError
+from streaming.kafka.errors import BrokerError
+from streaming.process import pid_alive
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 _HEAP = ["-Xms256m", "-Xmx1g"]
-
-
-class BrokerError(BitrouteError):
-    """The embedded broker could not be started, reached or stopped."""
 
 
 SINGLE_NODE_SETTINGS = {
@@ -81,11 +78,7 @@ class EmbeddedBroker:
             pid = int((self.data_dir / "broker.pid").read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        return pid
+        return pid if pid_alive(pid) else None
 
     def is_up(self, timeout: float = 2.0) -> bool:
         """True when a broker answers a metadata request at ``bootstrap``."""
@@ -128,9 +121,9 @@ class EmbeddedBroker:
             return False
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.2)
-        if _alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
         (self.data_dir / "broker.pid").unlink(missing_ok=True)
         return True
@@ -195,19 +188,6 @@ def _port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie child of this process counts as gone.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -18,6 +18,7 @@ import time
 from confluent_kafka import KafkaError
 
 from streaming import kafka
+from streaming.kafka.errors import OUTAGE_ERRORS
 from streaming.kafka.settings import ClientSettings
 
 _log = logging.getLogger(__name__)
@@ -27,8 +28,6 @@ PROBE_INTERVAL_S = 1.0
 RECOVERY_GRACE_S = 5.0
 """Connection errors this soon after a recovery are the outage's stragglers (librdkafka
 hands its queued errors out at the client's next poll), not a new outage."""
-_OUTAGE_ERRORS = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
-                            KafkaError._RESOLVE})
 
 
 class BrokerWatch:
@@ -49,7 +48,7 @@ class BrokerWatch:
         return self._down_since is not None
 
     def on_error(self, error: KafkaError) -> None:
-        if error.code() not in _OUTAGE_ERRORS:
+        if error.code() not in OUTAGE_ERRORS:
             return
         with self._lock:
             self._failures += 1

@@ -37,13 +37,14 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.errors import one_line
 from streaming.kafka.clients import (
     BitrouteConsumer,
     access_failure,
     consumer as kafka_consumer,
     producer as kafka_producer,
 )
+from streaming.kafka.errors import KAFKA_TIMEOUT_S, ClientError, InvalidRequest
 from streaming.kafka.topics import (
     COMPACTED,
     TopicCreationError,
@@ -53,23 +54,15 @@ from streaming.kafka.topics import (
     served,
 )
 
-ACK_TIMEOUT_S = 30.0
+ACK_TIMEOUT_S = KAFKA_TIMEOUT_S
 """How long a write waits for Kafka's acknowledgement before it is reported failed."""
-METADATA_TIMEOUT_S = 30.0
+METADATA_TIMEOUT_S = KAFKA_TIMEOUT_S
 POLL_INTERVAL_S = 0.2
 """Longest single consumer poll: bounds how late ``--timeout`` and Ctrl-C are noticed."""
 TAIL_METADATA_REFRESH_MS = 5_000
 """``tail``'s librdkafka metadata refresh interval (default 5 minutes): a partition whose
 leader the consumer's metadata missed (a topic created moments before) is fetched from
 within seconds, not at the next periodic refresh."""
-
-
-class ClientError(BitrouteError):
-    """A Kafka operation failed; the message says which and why."""
-
-
-class InvalidRequest(ClientError):
-    """The request is invalid (bad filter, unknown exchange, malformed header); nothing was written."""
 
 
 # --- subscriptions ---------------------------------------------------------------
@@ -269,7 +262,7 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
     except KafkaException as exc:
         _raise_access(consumer, exc.args[0], "Read", topic)
         raise ClientError(f"reading {topic} from {kafka.bootstrap}: "
-                          f"{_reason(exc)}") from None
+                          f"{one_line(exc)}") from None
     finally:
         consumer.close()
 
@@ -291,7 +284,7 @@ def _kafka_call(config: Config, call: Callable[[], object]) -> None:
                                  "kafka-cluster")
         if failure is not None:
             raise failure from None
-        raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {_reason(exc)}") from None
+        raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {one_line(exc)}") from None
 
 
 def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
@@ -307,7 +300,7 @@ def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
         producer.produce(topic, key=key, value=value, headers=headers,
                          on_delivery=lambda err, msg: reports.append((err, msg)))
     except (KafkaException, BufferError) as exc:
-        raise ClientError(f"cannot write to {topic}: {_reason(exc)}") from None
+        raise ClientError(f"cannot write to {topic}: {one_line(exc)}") from None
     # The message timeout makes the delivery report arrive within ACK_TIMEOUT_S;
     # the margin only covers the report's own delivery.
     producer.flush_within(ACK_TIMEOUT_S + 5)
@@ -356,11 +349,6 @@ def _raise_access(client, error: KafkaError, operation: str, topic: str) -> None
     failure = access_failure(client.errors.settings, error, operation, "topic", topic)
     if failure is not None:
         raise failure
-
-
-def _reason(exc: BaseException) -> str:
-    first = exc.args[0] if exc.args else exc
-    return first.str() if isinstance(first, KafkaError) else str(first)
 
 
 def _json_strings(text: str | None) -> list[str] | None:

@@ -29,7 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from streaming.errors import KafkaAccessError
+from streaming.kafka.errors import AUTHENTICATION_ERRORS, AUTHORIZATION_ERRORS, KafkaAccessError
 from streaming.kafka.settings import ClientSettings
 
 KAFKA_LOG = logging.getLogger("bitroute.kafka")
@@ -44,14 +44,6 @@ CHECK_EVERY_S = 0.25
 MAX_STEP_S = 2.0
 QUEUE_FULL_WAIT_S = 0.05
 
-AUTHENTICATION_ERRORS = frozenset({
-    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL,
-    KafkaError.UNSUPPORTED_SASL_MECHANISM, KafkaError.ILLEGAL_SASL_STATE,
-})
-AUTHORIZATION_ERRORS = frozenset({
-    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-})
 _VERIFY_FAILED = "certificate verify failed"
 """OpenSSL's words, in librdkafka's handshake error, for a peer certificate not verified."""
 _SUPPRESSED = re.compile(r"\s*\(after \d+ms in state [A-Z_]+(?:, \d+ identical error\(s\) suppressed)?\)")

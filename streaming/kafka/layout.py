@@ -113,10 +113,10 @@ class DeliveryLayout:
             return 0
         import pyarrow.compute as pc
 
-        from streaming.kafka.records import HEADER_OVERHEAD
+        from streaming.kafka.records import header_size
 
-        return (len(ROUTING_KEY_HEADER) + HEADER_OVERHEAD
-                + pc.binary_length(subscribers).to_numpy(zero_copy_only=False))
+        return header_size(ROUTING_KEY_HEADER) + pc.binary_length(subscribers).to_numpy(
+            zero_copy_only=False)
 
     def subscriber_key(self, subscriber: str) -> bytes | None:
         """The record key that marks ``subscriber``'s deliveries in its topic, None when

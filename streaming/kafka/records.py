@@ -22,7 +22,9 @@ key); for a rejected record the reason, the source (``publish`` or
 
 :func:`record_size` is the size the broker checks a record against (its
 ``max.message.bytes`` applies to the record batch; a record written alone
-carries the batch's framing too).
+carries the batch's framing too): the one home of that rule, with
+:func:`record_sizes` (the same over Arrow columns) and :func:`header_size`
+(what a header adds, for the router's and the layout's own headers).
 """
 
 from __future__ import annotations
@@ -53,13 +55,31 @@ HEADER_OVERHEAD = 10
 """Upper bound of one header's framing (two varint lengths)."""
 
 
+def header_size(name: str, value_bytes: int | np.ndarray = 0) -> int | np.ndarray:
+    """The bytes header ``name`` adds to a record whose value is ``value_bytes`` long
+    (its framing, its name in UTF-8, its value); vectorised over ``value_bytes``."""
+    return HEADER_OVERHEAD + len(name.encode("utf-8", "surrogateescape")) + value_bytes
+
+
 def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
                 ) -> int:
     """An upper bound of the bytes a broker counts for this record written alone."""
     size = RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD + len(key or b"") + len(value or b"")
     for name, value_ in headers:
-        size += HEADER_OVERHEAD + len(name.encode("utf-8", "surrogateescape")) + len(value_ or b"")
+        size += header_size(name, len(value_ or b""))
     return size
+
+
+def record_sizes(keys: pa.Array, values: pa.Array, header_lists: Sequence[Headers | None]
+                 ) -> np.ndarray:
+    """:func:`record_size` of each row of the columns ``keys`` and ``values`` (binary, nulls
+    allowed) with headers ``header_lists[i]``, vectorised over the columns (int64)."""
+    n = len(keys)
+    sizes = (RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD
+             + pc.fill_null(pc.binary_length(keys), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+             + pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False).astype(np.int64))
+    return sizes + np.fromiter((sum(header_size(k, len(v or b"")) for k, v in h) if h else 0
+                                for h in header_lists), dtype=np.int64, count=n)
 
 
 def kept_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> Headers:

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streaming.kafka.errors import ClientSettingsError
+
 PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL = "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SUPPORTED: dict[str, tuple[str, ...] | None] = {
@@ -57,10 +59,6 @@ SPARK_REDACTION_REGEX = (r"(?i)secret|password|token|access[.]?key|jaas|keystore
 (``kafka.sasl.jaas.config``, ``kafka.ssl.keystore.key``, ``kafka.ssl.key.password``):
 their values are shown as ``*********(redacted)`` in the UI, logs and plan descriptions."""
 REDACTED = "*****"
-
-
-class ClientSettingsError(ValueError):
-    """A ``[kafka.client]`` value is unknown, unsupported, missing or unreadable; names the key."""
 
 
 def resolve_properties(raw: Mapping[str, object], environ: Mapping[str, str] | None = None,

@@ -18,18 +18,14 @@ from confluent_kafka.admin import NewTopic
 
 from streaming import kafka
 from streaming.config import Config
-from streaming.errors import BitrouteError
-from streaming.kafka.clients import AUTHORIZATION_ERRORS, BitrouteAdmin
+from streaming.kafka.clients import BitrouteAdmin
+from streaming.kafka.errors import AUTHORIZATION_ERRORS, KAFKA_TIMEOUT_S, TopicCreationError
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.settings import ClientSettings
 
-CREATE_TIMEOUT_S = 30.0
+CREATE_TIMEOUT_S = KAFKA_TIMEOUT_S
 SERVED_POLL_S = 0.05
 COMPACTED = {"cleanup.policy": "compact"}
-
-
-class TopicCreationError(BitrouteError):
-    """A topic could not be created; the message names it and Kafka's reason."""
 
 
 def admin_client(config: Config, on_error=None) -> BitrouteAdmin:

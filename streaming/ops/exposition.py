@@ -24,15 +24,11 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import Metric as Family
 from prometheus_client.validation import METRIC_LABEL_NAME_RE, METRIC_NAME_RE
 
-from streaming.errors import BitrouteError
+from streaming.ops.errors import MetricsError
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The answer's type to a plain ``GET`` (``curl``): text format 0.0.4."""
 PATH = "/metrics"
-
-
-class MetricsError(BitrouteError):
-    """The metrics endpoint could not be served (the message names the address)."""
 
 
 @dataclass(frozen=True)

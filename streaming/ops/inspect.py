@@ -54,25 +54,19 @@ from compiler import (
 )
 from compiler.shared import shared_filters
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.errors import one_line
 from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
+from streaming.ops.errors import InspectError, RejectedPublish
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotFiles, SnapshotStoreError
 
-KAFKA_PROBE_TIMEOUT_S = 2.0
+KAFKA_PROBE_TIMEOUT_S = PROBE_TIMEOUT_S
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
 
 SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "header_match",
                         "header_criteria"]
 """A listed subscription's fields: the names of the Delta ``subscriptions`` table."""
-
-
-class InspectError(BitrouteError):
-    """The routing state could not be read (no snapshot and no changelog, a bad file)."""
-
-
-class RejectedPublish(InspectError):
-    """The router would reject this publish; the message is the router's reason."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +147,7 @@ def _changelog_problem(config: Config) -> str | None:
         return str(exc)
     except KafkaException as exc:
         return (f"Kafka at {config.kafka.bootstrap} did not answer within "
-                f"{KAFKA_PROBE_TIMEOUT_S:g}s ({exc.args[0].str() if exc.args else exc})")
+                f"{KAFKA_PROBE_TIMEOUT_S:g}s ({one_line(exc)})")
     finally:
         consumer.close()
     found = metadata.topics.get(topic)
@@ -188,7 +182,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
         raise InspectError(str(exc)) from None
     except KafkaException as exc:
         raise InspectError(f"reading the changelog {config.kafka.subscriptions_topic!r}: "
-                           f"{exc.args[0].str() if exc.args else exc}") from None
+                           f"{one_line(exc)}") from None
     finally:
         reader.close()
     return index, new_offsets, count

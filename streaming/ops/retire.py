@@ -36,12 +36,12 @@ from schemas.records import REASON_HEADER
 from streaming.config import Config
 from streaming.kafka import client_verbs
 from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.topics import admin_client
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 
-KAFKA_TIMEOUT_S = 30.0
 POLL_S = 0.5
 
 

@@ -46,18 +46,16 @@ from typing import NamedTuple
 from confluent_kafka import KafkaException, TopicPartition
 
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.errors import BitrouteError, one_line
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
+from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
+from streaming.ops.errors import KafkaUnavailable
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 
-KAFKA_BUDGET_S = 1.0
+KAFKA_BUDGET_S = STATUS_BUDGET_S
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
-
-
-class KafkaUnavailable(BitrouteError):
-    """Kafka did not answer within the budget."""
 
 
 def router_status(config: Config) -> dict[str, object]:
@@ -256,7 +254,7 @@ def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[
     except KafkaAccessError as exc:
         raise KafkaUnavailable(str(exc)) from None
     except KafkaException as exc:
-        reason = exc.args[0].str() if exc.args else str(exc)
+        reason = one_line(exc)
         raise KafkaUnavailable(f"Kafka at {config.kafka.bootstrap} did not answer within "
                                f"{KAFKA_BUDGET_S:g}s: {reason}") from None
     finally:

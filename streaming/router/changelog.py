@@ -54,8 +54,9 @@ from schemas.records import (
     SUBSCRIPTION_REQUIRED_FIELDS,
 )
 from streaming.config import Config
-from streaming.errors import BitrouteError
 from streaming.kafka.clients import OnError, access_failure, consumer
+from streaming.kafka.errors import KAFKA_TIMEOUT_S
+from streaming.router.errors import ChangelogError
 from streaming.router.snapshots import BatchSnapshots, SnapshotVersion
 
 CATCH_UP_TIMEOUT_S = 60.0
@@ -68,12 +69,6 @@ offsets whatever it waits: with 0.5 s every catch-up that found a few new
 changes (a batch after a subscribe) waited out the 0.5 s (docs/benchmarks-history.md,
 "The batch cycle"); a short wait costs only a few more turns of the loop."""
 _FETCH_WAIT_MS = 10
-_KAFKA_TIMEOUT_S = 30.0
-
-
-class ChangelogError(BitrouteError):
-    """A changelog catch-up failed: the changelog could not be read, or what it
-    read could not be written where it goes (the rejected topic)."""
 
 
 class Change(NamedTuple):
@@ -155,7 +150,7 @@ class ChangelogReader:
 
     def end_offsets(self) -> dict[int, int]:
         """Each partition's end offset (the next offset Kafka will assign), fetched now."""
-        metadata = self._consumer.topics(_KAFKA_TIMEOUT_S, self._topic)
+        metadata = self._consumer.topics(KAFKA_TIMEOUT_S, self._topic)
         topic = metadata.topics.get(self._topic)
         if topic is not None and topic.error is not None:
             denied = access_failure(self._consumer.errors.settings, topic.error, "Read", "topic",
@@ -168,7 +163,7 @@ class ChangelogReader:
         ends = {}
         for partition in sorted(topic.partitions):
             _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self._topic, partition), timeout=_KAFKA_TIMEOUT_S, cached=False)
+                TopicPartition(self._topic, partition), timeout=KAFKA_TIMEOUT_S, cached=False)
             ends[partition] = high
         return ends
 

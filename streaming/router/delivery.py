@@ -12,7 +12,7 @@ written: at least once (a replayed batch writes them again).
 
 Failures are sorted into two kinds, and only one of them is about a record:
 
-- **record failures** (:data:`RECORD_ERRORS`: too large for the broker or the
+- **record failures** (:data:`~streaming.kafka.errors.RECORD_ERRORS`: too large for the broker or the
   topic, a record the broker calls invalid, a delivery topic that does not
   exist): the failed records are returned to the caller, each naming its
   record (:attr:`FailedRecord.tag`: the delivery's index in its columns, or
@@ -37,7 +37,7 @@ from bitroute_kernel import DeliveryWriter
 from confluent_kafka import KafkaError, KafkaException
 
 from schemas.records import MESSAGE_ID_HEADER, SNAPSHOT_VERSION_HEADER, SUBSCRIPTION_IDS_HEADER
-from streaming.errors import BitrouteError
+from streaming.config import KafkaConfig
 from streaming.kafka.clients import (
     ClientErrors,
     access_failure,
@@ -46,40 +46,13 @@ from streaming.kafka.clients import (
     producer,
     syslog_level,
 )
+from streaming.kafka.errors import RECORD_ERRORS
 from streaming.kafka.records import Headers
 from streaming.kafka.settings import ClientSettings
-
-BATCH_ERRORS = frozenset({
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError.INVALID_RECORD,
-    KafkaError._BAD_MSG,
-    KafkaError.RECORD_LIST_TOO_LARGE,
-    KafkaError.INVALID_MSG,
-    KafkaError.INVALID_MSG_SIZE,
-})
-"""The record errors a broker gives every record of a refused record batch: a record that
-failed with one of them may only have shared a batch with the culprit (written again on
-its own, it tells)."""
-
-RECORD_ERRORS = BATCH_ERRORS | frozenset({
-    KafkaError._INVALID_ARG,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError.TOPIC_EXCEPTION,
-})
-"""librdkafka error codes that are about one record (or its topic), not the cluster."""
-
-MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
-"""The record errors of a delivery topic that does not exist (an administrator deleted it):
-the routing process creates it again and writes the records once more
-(:mod:`streaming.router.routing`)."""
+from streaming.router.errors import DeliveryUnavailable
 
 FLUSH_POLL_S = 0.5
 """How often a flush looks for a recorded access failure."""
-
-
-class DeliveryUnavailable(BitrouteError):
-    """Kafka could not take the records for a reason that is not about them; retry the batch."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +72,13 @@ class ProducerSettings:
     keyed_partitions: bool = False
     """Place keyed records as Kafka's default partitioner does (murmur2 of the key,
     ``streaming.kafka.partitioner``): the shared delivery layout's contract."""
+
+    @classmethod
+    def of(cls, kafka: KafkaConfig) -> ProducerSettings:
+        """The router's producer settings for ``kafka`` (its deliveries and its rejected
+        records: one producer per routing process)."""
+        return cls(kafka.client_settings, kafka.max_delivery_bytes,
+                   linger_ms=kafka.delivery_linger_ms, keyed_partitions=kafka.layout.shared)
 
     @property
     def client(self) -> ClientSettings:
@@ -136,8 +116,8 @@ class ProducerSettings:
 
 @dataclass(frozen=True)
 class FailedRecord:
-    """A record Kafka refused for a reason of its own (see :data:`RECORD_ERRORS`), or, for
-    a code of :data:`BATCH_ERRORS`, of a record in the same record batch.
+    """A record Kafka refused for a reason of its own (see :data:`~streaming.kafka.errors.RECORD_ERRORS`), or,
+    for a code of :data:`~streaming.kafka.errors.BATCH_ERRORS`, of a record in the same record batch.
 
     ``tag``: the delivery's index in the :class:`DeliveryColumns` it was produced
     from, or the caller's tag of :meth:`DeliveryProducer.produce_tagged`.
@@ -221,7 +201,9 @@ class DeliveryColumns:
 
     def record(self, i: int) -> tuple[str, bytes | None, bytes | None, Headers]:
         """Delivery ``i``'s record as Python objects, ``(topic, key, value, headers)``: what
-        the writer produces for it (for the rare record written again on its own)."""
+        the kernel's writer produces for it (for the rare record written again on its own).
+        The format's home is the kernel (``kernel/src/delivery.rs``); this copy is tested
+        byte for byte against it (tests/streaming/test_delivery_writer.py)."""
         r = int(self.rows[i])
         names = self.header_names
         own = [(names.get(h).decode(), self.header_values.get(h))

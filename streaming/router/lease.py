@@ -59,15 +59,16 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from streaming.atomic import write_atomically
 from streaming.audit.storage import (
     StorageError,
     check_commit_safety,
     is_object_store,
     object_store,
-    one_line,
 )
 from streaming.config import Config
-from streaming.router.lock import RouterLockedError
+from streaming.errors import one_line
+from streaming.router.errors import LeaseHeldError, LeaseLostError
 
 _log = logging.getLogger(__name__)
 
@@ -75,15 +76,6 @@ LEASE_FOLDER = "_bitroute/routers"
 """The lease objects' folder, under ``delta.warehouse``."""
 CAS_ATTEMPTS = 5
 """Compare-and-swap attempts of one acquisition before giving up (each re-reads)."""
-
-
-class LeaseHeldError(RouterLockedError):
-    """Another router holds the lease of this publishes topic and warehouse; the message
-    names it. A :class:`RouterLockedError`: the router was refused, like a held lock."""
-
-
-class LeaseLostError(RouterLockedError):
-    """This router's lease was taken over (or could not be renewed): it must stop routing."""
 
 
 class _Conflict(Exception):
@@ -161,17 +153,7 @@ class _FileBlob:
             current = self.read()
             if (current[1] if current is not None else None) != tag:
                 raise _Conflict
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-            folder = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(folder)
-            finally:
-                os.close(folder)
+            write_atomically(self.path, data)
         return hashlib.sha256(data).hexdigest()
 
 

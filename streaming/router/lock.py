@@ -27,15 +27,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from streaming.errors import BitrouteError
+from streaming.process import pid_alive
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.errors import RouterLockedError
 
 LOCK_WAIT_S = 10.0
 """How long a starting router waits for the lock before refusing to start."""
-
-
-class RouterLockedError(BitrouteError):
-    """Another process holds the router lock; the message names it."""
 
 
 def holder(checkpoint_dir: str | Path) -> dict | None:
@@ -64,21 +61,6 @@ def driver_alive(record: dict) -> bool | None:
     if not isinstance(pid, int) or record.get("host") != socket.gethostname():
         return None
     return pid_alive(pid)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (an exited, unreaped zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 class RouterLock:

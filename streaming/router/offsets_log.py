@@ -36,15 +36,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from streaming.errors import BitrouteError
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.errors import OffsetLogError
 
 VOID_OFFSET = "-"
 """Spark's line for a source without offsets in a batch."""
-
-
-class OffsetLogError(BitrouteError):
-    """An offset log entry is not one of Spark's (the message names the file and why)."""
 
 
 def read_offsets(path: Path) -> dict[str, dict[int, int]]:

@@ -18,12 +18,13 @@ A listener that raises fails the batch like a failed step: Spark replays it.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from streaming.atomic import write_atomically
 
 ROUTED_IN_DRIVER = "driver"
 ROUTED_IN_EXECUTORS = "executors"
@@ -103,6 +104,4 @@ class StatusFile:
             "audit_lag_seconds": figures.get("audit_lag_seconds", 0.0),
             "lost_total": figures.get("lost_total", 0),
         }
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(status) + "\n")
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps(status) + "\n", durable=False)

@@ -41,20 +41,15 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from schemas.records import OUTCOME_LOST
-from streaming.errors import BitrouteError
 from streaming.kafka import clients
+from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
+from streaming.router.errors import RetentionGapError
 from streaming.router.routing import ROUTED_ARROW
 
 _log = logging.getLogger(__name__)
 
-KAFKA_TIMEOUT_S = 10.0
-"""How long the earliest offsets, or a first retained record, may take to come."""
 ACKNOWLEDGE_COMMAND = "bitroute run --accept-retention-gap"
-
-
-class RetentionGapError(BitrouteError):
-    """Publishes were lost to retention and ``streaming.on_retention_gap`` is ``stop``."""
 
 
 @dataclass(frozen=True)

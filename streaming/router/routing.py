@@ -29,11 +29,14 @@ still raise on something unforeseen, :func:`route_safely` splits it in halves
 until the record(s) responsible are alone, rejects them with the error as the
 reason and routes the others. A batch whose deliveries overflow Arrow's
 32-bit offsets (the kernel's ``ColumnOverflowError``) is routed in halves.
-Only failures that are not about a record fail the task:
-:class:`~streaming.router.delivery.DeliveryUnavailable` (Kafka down) and the
+Only failures that are not about a record fail the task
+(:data:`NOT_ABOUT_A_RECORD`): bitroute's own errors
+(:class:`~streaming.router.delivery.DeliveryUnavailable`: Kafka down;
+:class:`~streaming.kafka.errors.KafkaAccessError`: credentials refused), the
 kernel's other errors (``KernelError``: inconsistent tables or columns, a
-bug); the router retries the batch with backoff and reports it, and never
-turns such a failure into rejections.
+bug), a Kafka client's failure, the disk's, memory; the router retries the
+batch with backoff and reports it, and never turns such a failure into
+rejections.
 
 Delivery semantics: a returned task has every listed delivery acknowledged
 by Kafka (at least once: a retried or replayed batch writes them again, with
@@ -54,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from bitroute_kernel import ColumnOverflowError, KernelError
+from confluent_kafka import KafkaException
 from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
@@ -73,39 +77,37 @@ from streaming.audit.files import AuditFile, write_table_files
 from streaming.audit.storage import warehouse_filesystem
 from streaming.audit.writer import PUBLISH_TABLES, deliveries_rows, messages_rows
 from streaming.config import DeltaConfig
-from streaming.errors import KafkaAccessError
+from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.kafka.errors import BATCH_ERRORS, MISSING_TOPIC_ERRORS
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import (
-    HEADER_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
-    RECORD_OVERHEAD,
     PublishColumns,
+    header_size,
     kept_headers,
-    rejected_copy,
+    record_sizes,
     subscription_ids_json,
     text,
 )
 from streaming.kafka.topics import TopicCreationError, recreate_delivery_topic
 from streaming.router.delivery import (
-    BATCH_ERRORS,
     BinaryColumn,
     DeliveryColumns,
     DeliveryProducer,
-    DeliveryUnavailable,
-    MISSING_TOPIC_ERRORS,
     FailedRecord,
     ProducerSettings,
     cached_producer,
 )
 from streaming.router.matching import cached_matcher
+from streaming.router.rejected import BadRecord, write_rejected
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 """Arrow schema of the rows :class:`RoutePartitions` returns (without ``RouteSettings.audit``)."""
 ROUTED_TASK_ARROW = arrow_schema(ROUTED_TASK)
 """Arrow schema of the row a task returns when it writes its audit (``RouteSettings.audit``)."""
 
-_ROUTER_HEADERS_SIZE = sum(len(n) + HEADER_OVERHEAD for n in
+_ROUTER_HEADERS_SIZE = sum(header_size(n) for n in
                            (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+"""The router's headers' framing and names (their values are counted per delivery)."""
 _log = logging.getLogger(__name__)
 
 
@@ -195,6 +197,12 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
           "files": [f.as_row() for f in files]}], schema=ROUTED_TASK_ARROW)
 
 
+NOT_ABOUT_A_RECORD = (BitrouteError, KernelError, KafkaException, OSError, MemoryError)
+"""What :func:`route_safely` lets fail the task instead of bisecting the batch into
+rejections: failures of the cluster, the disk, the process or the kernel (a bug), none of
+them the fault of a record. Anything else a batch raises is the poison-pill net's."""
+
+
 @functools.lru_cache(maxsize=4)
 def _warehouse(delta: DeltaConfig):
     """The warehouse's filesystem, made once per routing process (an object store's client)."""
@@ -220,8 +228,8 @@ def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordB
         half = batch.num_rows // 2
         return pa.concat_batches([route_safely(matcher, producer, batch.slice(0, half), settings),
                                   route_safely(matcher, producer, batch.slice(half), settings)])
-    except (DeliveryUnavailable, KernelError):
-        raise  # not about a record: the task fails, the batch is retried and reported
+    except NOT_ABOUT_A_RECORD:
+        raise  # the task fails, the batch is retried and reported
     except Exception as exc:  # noqa: BLE001 - the poison-pill net: any error of a record
         if batch.num_rows <= 1:
             return _unroutable_record(producer, batch, settings, exc)
@@ -345,13 +353,8 @@ def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
     """Reject every publish with a delivery larger than ``limit`` bytes (a record the broker
     refuses). A delivery is its publish's key, payload, kept headers and message id, the
     router's fixed headers, and ``per_delivery[i]`` bytes of its own (aligned with ``owner``)."""
-    n = publishes.n
-    base = (RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD + _ROUTER_HEADERS_SIZE + version_bytes
-            + pc.fill_null(pc.binary_length(publishes.keys), 0).to_numpy()
-            + pc.fill_null(pc.binary_length(publishes.values), 0).to_numpy()
-            + pc.utf8_length(publishes.message_ids).to_numpy())
-    base = base + np.fromiter((sum(HEADER_OVERHEAD + len(k) + len(v or b"") for k, v in h) if h else 0
-                               for h in kept), dtype=np.int64, count=n)
+    base = (record_sizes(publishes.keys, publishes.values, kept) + _ROUTER_HEADERS_SIZE
+            + version_bytes + pc.binary_length(publishes.message_ids).to_numpy())
     largest = base.copy()
     if len(owner):
         np.maximum.at(largest, owner, base[owner] + per_delivery)
@@ -366,7 +369,7 @@ def _refused(producer: DeliveryProducer, failed: list[FailedRecord],
     """Of the deliveries that failed, those Kafka refuses for a reason of their own.
 
     Each failure names its record, but a broker refuses a whole record batch for
-    one record in it (:data:`~streaming.router.delivery.BATCH_ERRORS`): such a
+    one record in it (:data:`~streaming.kafka.errors.BATCH_ERRORS`): such a
     failure is written again on its own, one at a time (a refused batch wrote none
     of its records), and only a refusal then counts. Rare, and through
     confluent-kafka: a flush per record.
@@ -415,18 +418,16 @@ def _why(failure: FailedRecord) -> str:
 
 def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reasons: list,
                      keys: list, values: list, kept: list, message_ids: list[str]) -> None:
-    """Write every rejected publish to the rejected topic, whole if it fits, else without payload."""
+    """Write every rejected publish to the rejected topic (:func:`streaming.router.rejected.write_rejected`,
+    its failure policy); ``reasons`` gains what became of each copy."""
     rejected = [r for r, reason in enumerate(reasons) if reason is not None]
     if not rejected:
         return
-    for row in rejected:
-        value, headers, reasons[row] = rejected_copy(
-            keys[row], values[row], kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row],
-            settings.producer.max_record_bytes)
-        producer.produce_tagged(settings.rejected_topic, keys[row], value, headers, row)
-    for failure in producer.flush():
-        if failure.tag is not None:
-            reasons[failure.tag] += f" (not written to {settings.rejected_topic}: {failure.reason})"
+    final, _ = write_rejected(producer, settings.rejected_topic, [
+        BadRecord(keys[row], values[row], kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row])
+        for row in rejected], settings.producer.max_record_bytes)
+    for row, reason in zip(rejected, final):
+        reasons[row] = reason
 
 
 def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,

@@ -28,8 +28,9 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    without the Python workers' round trip, and the routed rows are journaled
    for the committer to write. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
-   unreachable, a worker lost) is retried with backoff, logged at most once per
-   :data:`RETRY_REPORT_INTERVAL_S`, never turned into rejections.
+   unreachable, a worker lost) is retried with backoff, logged at its first
+   failure and then at most every 30 s (:mod:`streaming.retry`), never turned
+   into rejections.
 c. Audit. The batch's audit written durably to the audit journal
    (:mod:`streaming.audit.journal`: the files' records, or the rows routed in
    the driver), after Kafka's acks, so the audit never lists a delivery Kafka
@@ -82,20 +83,23 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.records import OUTCOME_REJECTED, PARTITION_COLUMNS
+from schemas.records import OUTCOME_REJECTED
 from schemas.tables import ROUTED_TASK
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.maintenance import BackgroundMaintenance
 from streaming.audit.writer import PUBLISH_TABLES, AuditTables, FileBatch, PublishBatch
 from streaming.config import Config
-from streaming.errors import BitrouteError, KafkaAccessError
+from streaming.errors import one_line
 from streaming.kafka.broker_watch import BrokerWatch
 from streaming.kafka.clients import java_access_failure
+from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import ensure_router_topics
+from streaming.retry import RetryAbandoned, retry
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
+from streaming.router.errors import RouterStopping
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
 from streaming.router.offsets_log import batch_end, batch_records, batch_start
@@ -126,20 +130,12 @@ FANOUT_BATCHES = 10
 deliveries per publish of this many recent batches (the driver's deliveries bound)."""
 STOP_COMMIT_TIMEOUT_S = 30.0
 """On a stop request, how long to wait for Spark to commit the batch that just finished."""
-RETRY_BASE_S = 0.5
-RETRY_CAP_S = 30.0
-"""Backoff between attempts at a batch whose routing failed for a reason not about a record."""
-RETRY_REPORT_INTERVAL_S = 30.0
-"""A batch that keeps failing is reported at its first failure, then at most this often."""
 RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, DeliveryUnavailable, KafkaException,
                   KafkaAccessError, DeltaError, OSError)
-"""Failures of a batch's steps that are retried (none of them is about a record)."""
+"""Failures of a batch's steps that are retried (none of them is about a record), with
+:func:`streaming.retry.retry`'s backoff and reporting."""
 T = TypeVar("T")
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
-
-
-class RouterStopping(BitrouteError):
-    """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
 
 
 class Router:
@@ -338,9 +334,7 @@ class Router:
             rejected_topic=kafka.rejected_topic,
             snapshot_version=snapshot.version,
             with_headers=snapshot.reads_headers,
-            producer=ProducerSettings(kafka.client_settings, kafka.max_delivery_bytes,
-                                      linger_ms=kafka.delivery_linger_ms,
-                                      keyed_partitions=kafka.layout.shared),
+            producer=ProducerSettings.of(kafka),
             audit=audit,
         ))
 
@@ -441,42 +435,29 @@ class Router:
 
         Record problems never get here (routing rejects them), so what does is
         the cluster, the disk or a lost worker: the batch waits for them, and
-        logs so at its first failure, then at most every
-        :data:`RETRY_REPORT_INTERVAL_S`, and once it succeeds. A stop request
+        logs so (:func:`streaming.retry.retry`: at its first failure, then at
+        most every 30 s, and once it succeeds). A stop request
         ends the wait with :class:`RouterStopping` (the batch is replayed at
         the next start).
         """
-        attempt = 0
-        failing_since = last_report = 0.0
-        while True:
-            attempt += 1
+        def counted() -> T:
             attempts[0] += 1
-            try:
-                result = step()
-            except RETRIED_ERRORS as exc:
-                if self._stopping.is_set():
-                    raise RouterStopping(f"batch {batch_id} left for a replay: the router is "
-                                         "stopping") from None
-                now = time.monotonic()
-                failing_since = failing_since or now
-                delay = min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 1))
-                if attempt == 1 or now - last_report >= RETRY_REPORT_INTERVAL_S:
-                    _log.warning(f"batch {batch_id}: {stage} failed (attempt {attempt}, for "
-                                 f"{now - failing_since:.0f}s): {self.failure_line(exc)}; retrying")
-                    last_report = now
-                self._stopping.wait(delay)
-                continue
-            if attempt > 1:
-                _log.info(f"batch {batch_id}: {stage} succeeded at attempt {attempt}, after "
-                          f"{time.monotonic() - failing_since:.0f}s")
-            return result
+            return step()
+
+        try:
+            return retry(counted, retried=RETRIED_ERRORS, what=f"batch {batch_id}: {stage}",
+                         log=_log, give_up=self._stopping.is_set, wake=self._stopping,
+                         describe=self.failure_line)
+        except RetryAbandoned:
+            raise RouterStopping(f"batch {batch_id} left for a replay: the router is "
+                                 "stopping") from None
 
     def failure_line(self, failure: object) -> str:
         """One line for ``failure``: Kafka's refusal of the router's principal (the Spark
         Kafka source's included) as what to grant, else the innermost message."""
         refused = java_access_failure(self.config.kafka.client_settings, failure,
                                       self.config.kafka.publishes_topic)
-        return str(refused) if refused is not None else failure_summary(failure)
+        return str(refused) if refused is not None else one_line(failure)
 
     def flush_audit(self, timeout: float | None = None) -> bool:
         """Commit the journaled audit to Delta now; True when nothing is pending within
@@ -518,22 +499,3 @@ def within_driver_bounds(publishes: int | None, bounds: tuple[int, int],
     fanout = max((r.deliveries / r.rows for r in recent if r.rows), default=1.0)
     return publishes * max(fanout, 1.0) <= max_deliveries
 
-
-def failure_summary(failure: object) -> str:
-    """One line out of a Spark/Python failure: the innermost error message worth reading.
-
-    Spark wraps a Python worker's exception in several layers of JVM text
-    (``[STREAM_FAILED] ... Python Proxy ... Traceback``); the last line of the
-    Python traceback, or else the first line of the message, says what failed.
-    """
-    text = str(failure) if failure is not None else ""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if not lines:
-        return "no reason given"
-    for line in reversed(lines):
-        # The raising line of a Python traceback: "SomeError: message".
-        head, sep, _ = line.partition(": ")
-        if sep and head.replace(".", "").replace("_", "").isalnum() and head[:1].isalpha() \
-                and (head.endswith(("Error", "Exception", "Unavailable", "Stopping"))):
-            return line[:500]
-    return lines[0][:500]

@@ -51,11 +51,11 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streaming.errors import BitrouteError
+from streaming.atomic import write_atomically
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.errors import SnapshotStoreError
 
 if TYPE_CHECKING:
     from pyspark import Broadcast, SparkContext
@@ -67,10 +67,6 @@ PINS_KEPT = 16
 READ_ATTEMPTS = 5
 """A reader beside a running router lists the latest version again when it was pruned
 between listing and reading (a newer one was saved meanwhile), at most this many times."""
-
-
-class SnapshotStoreError(BitrouteError):
-    """The store is missing something a replay needs, or holds an unreadable file."""
 
 
 @dataclass(frozen=True)
@@ -209,23 +205,23 @@ class SnapshotStore(SnapshotFiles):
         try:
             return path.read_text().strip()
         except FileNotFoundError:
-            _write_atomic(path, f"{uuid.uuid4().hex}\n".encode())
+            write_atomically(path, f"{uuid.uuid4().hex}\n".encode())
             return path.read_text().strip()
 
     def save(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
         """Persist ``snapshot`` (its changes and metadata first, then its bytes);
         overwrites nothing else."""
-        _write_atomic(self.layout.changes_file(snapshot.version),
+        write_atomically(self.layout.changes_file(snapshot.version),
                       json.dumps(changes, ensure_ascii=False).encode("utf-8"))
-        _write_atomic(self.layout.meta_file(snapshot.version), json.dumps(snapshot.meta()).encode())
-        _write_atomic(self.layout.snapshot_file(snapshot.version), snapshot.data)
+        write_atomically(self.layout.meta_file(snapshot.version), json.dumps(snapshot.meta()).encode())
+        write_atomically(self.layout.snapshot_file(snapshot.version), snapshot.data)
 
     def pin(self, batch_id: int, version: int) -> None:
         """Record that ``batch_id`` uses ``version``; a batch's pin is written once."""
         path = self.layout.pin_file(batch_id)
         if path.exists():
             raise SnapshotStoreError(f"batch {batch_id} is pinned already (to {self.pinned(batch_id)})")
-        _write_atomic(path, f"{version}\n".encode())
+        write_atomically(path, f"{version}\n".encode())
 
     def forget_batches(self) -> None:
         """Drop every pin and take a new router id: the batch ids of a new
@@ -233,7 +229,7 @@ class SnapshotStore(SnapshotFiles):
         be mistaken by Delta for replays of the old batches."""
         for batch_id in self.pinned_batches():
             self.layout.pin_file(batch_id).unlink(missing_ok=True)
-        _write_atomic(self.layout.router_id_file, f"{uuid.uuid4().hex}\n".encode())
+        write_atomically(self.layout.router_id_file, f"{uuid.uuid4().hex}\n".encode())
 
     def prune(self) -> None:
         """Drop pins older than the last :data:`PINS_KEPT` batches and every snapshot
@@ -340,16 +336,4 @@ class BatchSnapshots:
             self._live = None
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all, durably (survives a crash of the machine too)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+

@@ -22,25 +22,24 @@ idempotently, so a crash at any point loses no change and no audit row.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, Message
 
 from schemas.records import SOURCE_SUBSCRIPTION, message_id
 from schemas.tables import SUBSCRIPTIONS_TABLE, arrow_schema, utc_date
 from streaming.audit.writer import AuditTables
 from streaming.config import Config
-from streaming.kafka.clients import OnError, produce_when_room, producer
-from streaming.kafka.records import kept_headers, rejected_copy
+from streaming.kafka.clients import OnError
+from streaming.kafka.records import kept_headers
 from streaming.kafka.topics import admin_client, ensure_delivery_topics
 from streaming.router.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
-from streaming.router.delivery import RECORD_ERRORS
+from streaming.router.delivery import DeliveryUnavailable, ProducerSettings, cached_producer
+from streaming.router.rejected import BadRecord, write_rejected
 from streaming.router.snapshots import BatchSnapshots
 
 _log = logging.getLogger(__name__)
 
-_KAFKA_TIMEOUT_S = 30.0
 _SUBSCRIPTIONS_ARROW = arrow_schema(SUBSCRIPTIONS_TABLE)
 
 
@@ -79,10 +78,6 @@ class SubscriptionSync:
         self.subscriptions = subscriptions
         self._config = config
         self._audit = audit
-        self._producer = producer(config.kafka.client_settings, {
-            "enable.idempotence": True,
-            "message.max.bytes": config.kafka.max_delivery_bytes + 65536,
-        }, on_error=on_error)
         self._admin = admin_client(config, on_error)
         self._topics_ensured: set[str] = set()
         self._unaudited: tuple[int, pa.Table] | None = None
@@ -131,7 +126,6 @@ class SubscriptionSync:
 
     def close(self) -> None:
         self.subscriptions.close()
-        self._producer.flush(_KAFKA_TIMEOUT_S)
 
     def _ensure_delivery_topics(self, subscribers: Iterable[str]) -> None:
         """Create the delivery topics of ``subscribers`` not created by this process yet."""
@@ -140,39 +134,25 @@ class SubscriptionSync:
         self._topics_ensured.update(new)
 
     def _report_rejected(self, rejected: Sequence[RejectedRecord]) -> None:
-        """Send each bad change to the rejected topic and wait for Kafka's acks.
-
-        A change too large to copy whole (its value plus the reason headers)
-        goes without its value; one Kafka refuses even so is left out of the
-        topic (its ``subscriptions`` audit row still holds the reason): a bad
-        record never stops the catch-up. Any other failure raises
+        """Send each bad change to the rejected topic and wait for Kafka's acks, with the
+        rejected topic's one writer and failure policy (:mod:`streaming.router.rejected`):
+        a copy Kafka refuses is left out with a warning (its ``subscriptions`` audit row
+        holds the reason); any other failure raises
         :class:`~streaming.router.changelog.ChangelogError` (the batch retries).
         """
         if not rejected:
             return
-        limit = self._config.kafka.max_delivery_bytes
-        refused: list[str] = []
-        failures: list[str] = []
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
-            if error is None:
-                return
-            (refused if error.code() in RECORD_ERRORS else failures).append(error.str())
-
-        for record in rejected:
-            mid = message_id(record.topic, record.partition, record.offset)
-            value, headers, _ = rejected_copy(record.key, record.value, kept_headers(record.headers),
-                                              record.reason, SOURCE_SUBSCRIPTION, mid, limit)
-            try:
-                produce_when_room(self._producer, self._config.kafka.rejected_topic, value,
-                                  record.key, headers, delivered)
-            except KafkaException as exc:
-                refused.append(exc.args[0].str())
-        left = self._producer.flush_within(_KAFKA_TIMEOUT_S)
-        if left or failures:
-            raise ChangelogError(f"could not write {left or len(failures)} rejected subscription "
-                                 f"changes to {self._config.kafka.rejected_topic!r}: "
-                                 f"{failures[:1] or 'timed out'}")
+        kafka = self._config.kafka
+        try:
+            # The routing process's producer (made at the first bad change, if ever).
+            producer = cached_producer(ProducerSettings.of(kafka))
+            _, refused = write_rejected(producer, kafka.rejected_topic, [
+                BadRecord(r.key, r.value, kept_headers(r.headers), r.reason, SOURCE_SUBSCRIPTION,
+                          message_id(r.topic, r.partition, r.offset)) for r in rejected],
+                kafka.max_delivery_bytes)
+        except DeliveryUnavailable as exc:
+            raise ChangelogError(f"could not write {len(rejected)} rejected subscription changes "
+                                 f"to {kafka.rejected_topic!r}: {exc}") from None
         if refused:
             _log.warning(f"{len(refused)} rejected subscription changes were refused by "
                          f"{self._config.kafka.rejected_topic!r} ({refused[0]}); their reasons "

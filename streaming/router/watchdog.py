@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from streaming.router.lock import pid_alive
+from streaming.process import pid_alive
 
 POLL_S = 0.2
 JVM_EXIT_WAIT_S = 30.0

@@ -11,7 +11,7 @@ from streaming import kafka
 
 from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.broker_watch import BrokerWatch
-from streaming.router.service import failure_summary
+from streaming.errors import one_line
 
 
 def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path, caplog):
@@ -59,7 +59,7 @@ pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Quer
   File "/work/streaming/router/changelog.py", line 200, in read_to_end
 streaming.router.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but the router has read up to 9
 """
-    assert failure_summary(text) == ("streaming.router.changelog.ChangelogError: changelog 'subs' partition 0 "
+    assert one_line(text) == ("streaming.router.changelog.ChangelogError: changelog 'subs' partition 0 "
                                      "ends at 3 but the router has read up to 9")
-    assert failure_summary("just one line\nand more") == "just one line"
-    assert failure_summary("") == "no reason given"
+    assert one_line("just one line\nand more") == "just one line"
+    assert one_line("") == "no reason given"

@@ -15,6 +15,25 @@ def test_packaged_file_declares_the_default_exchanges():
     assert default_config_file().name == "bitroute.toml"
 
 
+def test_the_documented_file_and_the_built_in_defaults_agree_key_for_key():
+    """conf/bitroute.toml documents every key with its default; config.py's dataclasses are
+    the defaults when a key is unset. Neither may drift: same sections, same keys, and each
+    value in the file is the built-in default once converted."""
+    import dataclasses
+    import tomllib
+
+    from streaming import config as module
+
+    raw = tomllib.loads(default_config_file().read_text(encoding="utf-8"))
+    assert sorted(raw) == sorted(module._SECTION_TYPES)
+    for section, cls in module._SECTION_TYPES.items():
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert sorted(raw[section]) == sorted(names), section
+        built = module._build_section(section, raw[section])
+        for name in names:
+            assert getattr(built, name) == getattr(cls(), name), f"{section}.{name}"
+
+
 def test_precedence_flag_over_environment_over_file_over_default(tmp_path: Path):
     file = tmp_path / "b.toml"
     file.write_text('[kafka]\nbootstrap = "file:1"\npartitions = 3\n')

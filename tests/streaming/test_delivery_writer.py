@@ -168,3 +168,31 @@ def test_the_writer_takes_the_python_sides_properties_and_its_errors_hold_no_sec
     message = str(raised.value)
     assert message.startswith("librdkafka refused the property compression.type"), message
     assert "s3cret-pw" not in message and "*****" in message, message
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["topic-per-subscriber", "shared"])
+def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, new_topic, shared):
+    """The delivery record's format lives in the kernel's writer (kernel/src/delivery.rs);
+    DeliveryColumns.record rebuilds one delivery in Python for the rare record written
+    again on its own (a record batch the broker refused whole). Both must write the same
+    topic, key, value and headers, in the same order, for every delivery."""
+    from streaming.router.routing import delivery_columns, plan_batch
+
+    prefix = f"{new_topic()}."
+    layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
+    if not shared:
+        _create(kafka_bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
+    settings = RouteSettings("amq.topic", layout, new_topic(), 7, False,
+                             ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared))
+    columns = delivery_columns(plan_batch(Matcher(_snapshot()), source_batch(PUBLISHES), settings),
+                               settings)
+    producer = DeliveryProducer(settings.producer)
+    producer.produce_deliveries(columns)
+    assert producer.flush() == []
+
+    topics = [layout.shared_topic] if shared else [prefix + "ann", prefix + "bob"]
+    written = [(m.topic(), m.key(), m.value(), m.headers() or [])
+               for t in topics for m in _read(kafka_bootstrap, t, layout.partitions)]
+    python_side = [columns.record(i) for i in range(len(columns))]
+    assert len(python_side) == 7
+    assert sorted(written, key=repr) == sorted(python_side, key=repr)

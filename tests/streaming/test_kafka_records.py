@@ -13,7 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.records import MESSAGE_ID_PATTERN, message_id, message_id_column
-from streaming.kafka.records import PublishColumns, kept_headers, record_size, subscription_ids_json
+from streaming.kafka.records import (
+    HEADER_OVERHEAD,
+    PublishColumns,
+    header_size,
+    kept_headers,
+    record_size,
+    record_sizes,
+    subscription_ids_json,
+)
 
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -63,6 +71,16 @@ def test_router_headers_are_not_copied_and_sizes_count_every_byte():
     headers = [("bitroute.message_id", b"forged"), ("trace", b"t")]
     assert kept_headers(headers) == [("trace", b"t")]
     assert record_size(b"key", b"x" * 100, [("trace", b"t")]) >= 3 + 100 + 5 + 1
+
+
+def test_one_size_rule_for_a_record_its_columns_and_a_header():
+    """record_sizes (the router's oversize check) is record_size row by row; a header's
+    size counts its name in UTF-8 bytes, not characters."""
+    rows = [(b"k", b"v" * 10, [("tracé", b"t"), ("h", None)]), (None, None, []), (b"", b"x", None)]
+    sizes = record_sizes(pa.array([r[0] for r in rows], pa.binary()),
+                         pa.array([r[1] for r in rows], pa.binary()), [r[2] for r in rows])
+    assert sizes.tolist() == [record_size(k, v, h or []) for k, v, h in rows]
+    assert header_size("tracé", 3) == HEADER_OVERHEAD + 6 + 3
 
 
 @given(st.lists(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3), max_size=6),

@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from bitroute_kernel import ColumnOverflowError, TableError
 
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
+from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.layout import DeliveryLayout
 from streaming.router.delivery import (
     DeliveryColumns,
@@ -142,6 +143,23 @@ def test_a_kernel_error_fails_the_task_instead_of_rejecting_the_batch(kafka_boot
         route_safely(KernelFails(_snapshot(), TableError("slot out of range")), producer, batch,
                      _settings("dlv.", rejected, kafka_bootstrap))
     assert _message_ids(kafka_bootstrap, rejected) == []  # a bug is not bad input
+
+
+@pytest.mark.parametrize("error", [
+    KafkaAccessError("Kafka at x does not allow User:router to Write topic t"),
+    KafkaException(KafkaError(KafkaError._FATAL, "fatal")),
+    OSError("disk unreachable"),
+    MemoryError(),
+], ids=["access refused", "kafka client", "disk", "memory"])
+def test_a_failure_not_about_a_record_fails_the_task_and_rejects_nothing(kafka_bootstrap, new_topic,
+                                                                       error):
+    rejected = new_topic()
+    batch = source_batch([(b"a.1", b"v", []), (b"a.2", b"v", [])])
+    producer = DeliveryProducer(ProducerSettings(kafka_bootstrap, 1_048_576))
+    with pytest.raises(type(error)):
+        route_safely(KernelFails(_snapshot(), error), producer, batch,
+                     _settings("dlv.", rejected, kafka_bootstrap))
+    assert _message_ids(kafka_bootstrap, rejected) == []
 
 
 def test_a_batch_whose_deliveries_overflow_arrow_is_routed_in_halves(kafka_bootstrap, new_topic):

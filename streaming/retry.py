@@ -1,0 +1,95 @@
+"""The one retry policy: a step that fails for a reason not about a record waits and tries again.
+
+The router's batch steps (:meth:`streaming.router.service.Router.process_batch`)
+and the audit's commit rounds (:mod:`streaming.audit.committer`) wait out an
+unreachable cluster, disk or object store the same way (:func:`retry`):
+
+- backoff: :data:`BACKOFF` (0.5 s doubling to 30 s between attempts);
+- reporting: a warning at the first failure, then at most every
+  ``report_interval_s`` (30 s) while it keeps failing, and an info line once it
+  succeeds, naming the attempt and how long it failed;
+- only the errors the caller lists are retried (anything else is a bug, or a
+  record's problem the caller handles, and propagates at once);
+- a stop request (``give_up()`` true) ends the wait with :class:`RetryAbandoned`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from streaming.errors import RetryAbandoned, one_line
+
+T = TypeVar("T")
+_WAIT_STEP_S = 0.1
+"""How often a backoff wait without a wake-up event looks at ``give_up()``."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between attempts: ``base_s`` doubling up to ``cap_s``; failures reported at
+    most every ``report_interval_s``."""
+
+    base_s: float = 0.5
+    cap_s: float = 30.0
+    report_interval_s: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        """The wait after failed attempt number ``attempt`` (1-based)."""
+        return min(self.cap_s, self.base_s * 2 ** min(attempt - 1, 62))
+
+
+BACKOFF = Backoff()
+"""bitroute's backoff (the router's batches and the audit's commits)."""
+
+
+def retry(step: Callable[[], T], *, retried: tuple[type[BaseException], ...], what: Callable[[], str] | str,
+          log: logging.Logger, give_up: Callable[[], bool] = lambda: False,
+          wake: threading.Event | None = None, backoff: Backoff = BACKOFF,
+          describe: Callable[[BaseException], str] = one_line) -> T:
+    """``step()``'s result, calling it again after each failure of a ``retried`` type.
+
+    ``what`` names the step in the log lines (``"batch 7: routing"``; a callable is
+    asked at each line). ``give_up()`` is looked at after each failure and during
+    each wait (every 0.1 s, and at once when ``wake`` is set); when true,
+    :class:`RetryAbandoned` is raised (from None). ``describe`` tells a failure in one
+    line (:func:`streaming.errors.one_line`).
+    """
+    attempt = 0
+    failing_since = last_report = 0.0
+    while True:
+        attempt += 1
+        try:
+            result = step()
+        except retried as exc:
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if attempt == 1 or now - last_report >= backoff.report_interval_s:
+                name = what() if callable(what) else what
+                log.warning(f"{name} failed (attempt {attempt}, for {now - failing_since:.0f}s): "
+                            f"{describe(exc)}; retrying")
+                last_report = now
+            if _wait(backoff.delay(attempt), give_up, wake):
+                name = what() if callable(what) else what
+                raise RetryAbandoned(f"{name}: stopped while waiting to retry") from None
+            continue
+        if attempt > 1:
+            name = what() if callable(what) else what
+            log.info(f"{name} succeeded at attempt {attempt}, after "
+                     f"{time.monotonic() - failing_since:.0f}s")
+        return result
+
+
+def _wait(seconds: float, give_up: Callable[[], bool], wake: threading.Event | None) -> bool:
+    """Wait ``seconds``; True as soon as ``give_up()`` is."""
+    end = time.monotonic() + seconds
+    while not give_up():
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        (wake.wait if wake is not None else time.sleep)(min(_WAIT_STEP_S, left))
+    return True

@@ -1,0 +1,45 @@
+"""The router's exceptions (:mod:`streaming.router`), all under
+:class:`streaming.errors.BitrouteError`; the modules that raise them re-export them."""
+
+from __future__ import annotations
+
+from streaming.errors import BitrouteError
+
+
+class RouterLockedError(BitrouteError):
+    """Another process holds the router lock; the message names it."""
+
+
+class LeaseHeldError(RouterLockedError):
+    """Another router holds the lease of this publishes topic and warehouse; the message
+    names it. A :class:`RouterLockedError`: the router was refused, like a held lock."""
+
+
+class LeaseLostError(RouterLockedError):
+    """This router's lease was taken over (or could not be renewed): it must stop routing."""
+
+
+class RouterStopping(BitrouteError):
+    """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
+
+
+class OffsetLogError(BitrouteError):
+    """An offset log entry is not one of Spark's (the message names the file and why)."""
+
+
+class DeliveryUnavailable(BitrouteError):
+    """Kafka could not take the records for a reason that is not about them; retry the batch."""
+
+
+class SnapshotStoreError(BitrouteError):
+    """The store is missing something a replay needs, or holds an unreadable file."""
+
+
+class ChangelogError(BitrouteError):
+    """A changelog catch-up failed: the changelog could not be read, or what it
+    read could not be written where it goes (the rejected topic)."""
+
+
+class RetentionGapError(BitrouteError):
+    """Publishes were lost to retention and ``streaming.on_retention_gap`` is ``stop``: the
+    message names the gap and the command that acknowledges it."""
