@@ -21,7 +21,7 @@ from streaming.router.delivery import (
     ProducerSettings,
 )
 from streaming.router.routing import RouteSettings, route_safely
-from test_kafka_records import source_batch
+from arrow_batches import source_batch
 
 
 class RaisesOn(Matcher):

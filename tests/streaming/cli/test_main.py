@@ -10,7 +10,7 @@ from pathlib import Path
 
 from streaming import jvm
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

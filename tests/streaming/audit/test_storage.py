@@ -31,7 +31,8 @@ from streaming.audit.storage import StorageError, check_commit_safety, storage_o
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
 from streaming.router import lease as router_lease
-from test_router_process import RouterProcess, _settings
+from isolation import isolated_settings
+from router_process import RouterProcess
 
 READY = re.compile(r"Ctrl-C stops after the current batch")
 
@@ -206,7 +207,7 @@ def _rows(settings: dict[str, str], table: str) -> list[dict]:
 
 def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_their_checkpoint(
         base_config: Config, s3_env: S3Server, tmp_path: Path):
-    settings = _settings(base_config, tmp_path, **{
+    settings = isolated_settings(base_config, tmp_path, **{
         "delta.warehouse": s3_env.warehouse(f"wh-{tmp_path.name}"),
         "audit.commit_interval": "500 milliseconds"})
     config = load(overrides=settings, environ={})

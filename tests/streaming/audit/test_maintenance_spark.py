@@ -41,9 +41,10 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
-from test_router_process import RouterProcess, _settings
+from docs_session import SPARK_TIMEOUT_S, docs_session_script
+from isolation import isolated_settings
+from router_process import RouterProcess
 from waiting import wait_until
-from test_spark_reader import SPARK_TIMEOUT_S, _docs_session_script
 
 from schemas.records import EXCHANGE_HEADER, message_id
 from streaming import client, jvm
@@ -208,14 +209,14 @@ def _router_commits(config: Config, table: str) -> int:
 
 def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
         base_config: Config, tmp_path: Path):
-    settings = _settings(base_config, tmp_path, **{
+    settings = isolated_settings(base_config, tmp_path, **{
         "audit.commit_interval": "1 seconds",
         "audit.maintenance_interval": "2 seconds",
         "audit.compact_min_files": "100000",
     })
     config = load(overrides=settings, environ={})
     warehouse = str(Path(config.delta.warehouse).absolute())
-    script = _docs_session_script(jvm.jars("delta")[0].parent, warehouse)
+    script = docs_session_script(jvm.jars("delta")[0].parent, warehouse)
     script = script[:script.index("getOrCreate())") + len("getOrCreate())")] + "\n" + _USER
     client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
     client.subscribe(config, "amq.topic", "beta", "orders.*.paid", sub_id="b1")

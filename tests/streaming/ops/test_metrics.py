@@ -37,9 +37,10 @@ from streaming.ops.metrics import (
     RouterMetrics,
     input_lag,
 )
-from test_router_process import RouterProcess, _publish, _settings
+from isolation import isolated_settings
+from router_process import RouterProcess, publish_keys
 
-OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
 SCRAPE_DEADLINE_S = 300.0
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -391,7 +392,7 @@ def _scrape_until(router: RouterProcess, port: int, done, what: str) -> tuple[st
 def test_a_running_router_serves_every_documented_metric_with_its_counts(
         base_config: Config, tmp_path: Path):
     port = free_port()
-    settings = _settings(base_config, tmp_path, **{"metrics.port": str(port)})
+    settings = isolated_settings(base_config, tmp_path, **{"metrics.port": str(port)})
     config = load(overrides=settings, environ={})
     client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
     client.subscribe(config, "mqtt", "beta", "door/+", sub_id="b1")
@@ -404,7 +405,7 @@ def test_a_running_router_serves_every_documented_metric_with_its_counts(
         assert samples["bitroute_subscriptions"][()] == 3
         assert samples["bitroute_publishes_total"][()] == 0
 
-        _publish(config, [("amq.topic", f"orders.{i}.paid") for i in range(5)]
+        publish_keys(config, [("amq.topic", f"orders.{i}.paid") for i in range(5)]
                  + [("mqtt", "door/front")] * 3 + [("nope", "orders.x")])
 
         def routed(s: dict) -> bool:
@@ -446,7 +447,7 @@ def test_a_metrics_port_in_use_stops_bitroute_run_before_spark(base_config: Conf
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        settings = _settings(base_config, tmp_path, **{"metrics.port": str(port)})
+        settings = isolated_settings(base_config, tmp_path, **{"metrics.port": str(port)})
         started = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "streaming.cli.main", "run",

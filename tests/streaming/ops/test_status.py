@@ -30,7 +30,7 @@ from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LAST_BATCH = {
     "query_id": "5b1e4c1e-query", "run_id": "9f2d-run", "batch_id": 7, "publishes": 120,
     "deliveries": 930, "rejected": 2, "snapshot_version": 3, "seconds": 1.25,
