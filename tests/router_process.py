@@ -16,13 +16,15 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+from contextlib import suppress
 from pathlib import Path
 
 from confluent_kafka import Producer
 
 from schemas.records import EXCHANGE_HEADER, message_id
 from streaming.config import Config
+
+from waiting import wait_until
 
 DEADLINE_S = 600.0
 BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries")
@@ -54,19 +56,17 @@ class RouterProcess:
 
     def wait_for(self, pattern: re.Pattern[str], timeout: float = DEADLINE_S) -> re.Match[str]:
         """Wait for a stdout line matching ``pattern``; fail if the process exits first."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def next_match() -> re.Match[str] | None:
             try:
-                line = self.lines.get(timeout=1.0)
+                line = self.lines.get(timeout=0.5)
             except queue.Empty:
                 assert self.process.poll() is None, f"bitroute run exited: {self.seen[-5:]}"
-                continue
+                return None
             self.seen.append(line)
-            found = pattern.search(line)
-            if found:
-                return found
-        raise AssertionError(f"no line matching {pattern.pattern!r} within {timeout}s: "
-                             f"{self.seen[-5:]}")
+            return pattern.search(line)
+
+        return wait_until(next_match, f"a line matching {pattern.pattern!r} "
+                          f"(the last lines: {self.seen[-5:]})", timeout)
 
     def kill(self) -> None:
         """SIGKILL the router and everything it started (its Spark JVM and Python workers)."""
@@ -87,13 +87,17 @@ class RouterProcess:
             self._drain()
 
     def _drain(self) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        """Move the lines printed until the exit to :attr:`seen` (the reader thread
+        queues them until stdout closes; give up after 10 s)."""
+        def drained() -> bool:
             try:
                 self.seen.append(self.lines.get(timeout=0.5))
+                return False
             except queue.Empty:
-                if self.process.stdout.closed or self.process.poll() is not None:
-                    break
+                return self.process.stdout.closed or self.process.poll() is not None
+
+        with suppress(AssertionError):
+            wait_until(drained, "the router's last lines", timeout=10)
 
 
 def publish_keys(config: Config, keys: list[tuple[str, str]]) -> list[str]:

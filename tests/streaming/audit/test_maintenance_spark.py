@@ -8,7 +8,7 @@ publishes and group-commits their audit every second; its maintenance passes
 files first: two compactions of the same files cannot both commit, and
 docs/audit.md says what the loser does. A user's session, configured as
 docs/audit.md says (its pyspark block, in a child process of its own, as in
-test_spark_reader.py), meanwhile compacts ``messages``, Z-orders
+audit/test_spark_reader.py), meanwhile compacts ``messages``, Z-orders
 ``deliveries`` by subscriber, and vacuums both with the tables' own retention
 (``audit.file_retention``, the default hour). Each OPTIMIZE is run until one
 of its commits raced a router commit (a router append landed between the
@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -140,19 +139,21 @@ class UserSpark:
         self.process.stdin.flush()
 
     def expect(self, tag: str, timeout: float = SPARK_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def tagged() -> list | None:
             try:
-                line = self.lines.get(timeout=1.0)
+                line = self.lines.get(timeout=0.5)
             except queue.Empty:
                 assert self.process.poll() is None, \
                     f"the user's Spark exited: {Path(self._log.name).read_text()[-3000:]}"
-                continue
-            if line == tag:
                 return None
+            if line == tag:
+                return [None]
             if line.startswith(tag + " "):
-                return json.loads(line.removeprefix(tag + " "))
-        raise AssertionError(f"no {tag} from the user's Spark within {timeout}s")
+                return [json.loads(line.removeprefix(tag + " "))]
+            return None
+
+        [said] = wait_until(tagged, f"{tag} from the user's Spark", timeout)
+        return said
 
     def stop(self) -> None:
         # Its JVM is in its process group: the whole session goes.

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -25,11 +23,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pyspark
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
-from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, message_id
+from schemas.records import MESSAGE_ID_HEADER
 from streaming import client
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
@@ -48,16 +45,18 @@ def _delivered(config: Config, subscriber: str, expected: set[str],
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     seen: Counter[str] = Counter()
-    deadline = time.monotonic() + timeout
+
+    def all_arrived() -> bool:
+        for record in consumer.consume(500, timeout=1.0):
+            if record.error() is None:
+                seen[dict(record.headers())[MESSAGE_ID_HEADER].decode()] += 1
+        return expected <= set(seen)
+
     try:
-        while not expected <= set(seen) and time.monotonic() < deadline:
-            for record in consumer.consume(500, timeout=1.0):
-                if record.error() is None:
-                    seen[dict(record.headers())[MESSAGE_ID_HEADER].decode()] += 1
+        wait_until(all_arrived, f"every publish reaching {subscriber} "
+                   f"({len(expected - set(seen))} missing)", timeout)
     finally:
         consumer.close()
-    missing = expected - set(seen)
-    assert not missing, f"{len(missing)} publishes never reached {subscriber}"
     return seen
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
 from streaming.kafka.broker import free_port
+
+from waiting import wait_until
 
 
 def test_produce_and_consume_a_record(kafka_bootstrap: str, new_topic):
@@ -23,15 +24,13 @@ def test_produce_and_consume_a_record(kafka_bootstrap: str, new_topic):
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     try:
-        deadline = time.monotonic() + 30
-        message = None
-        while message is None and time.monotonic() < deadline:
+        def consumed():
             candidate = consumer.poll(1.0)
-            if candidate is not None and candidate.error() is None:
-                message = candidate
+            return candidate if candidate is not None and candidate.error() is None else None
+
+        message = wait_until(consumed, "a record consumed", timeout=30)
     finally:
         consumer.close()
-    assert message is not None, "no record consumed within 30 s"
     assert (message.key(), message.value(), message.headers()) == (b"a.b", b"payload", [("h", b"v")])
 
 

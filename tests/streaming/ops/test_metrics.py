@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import urllib.error
+from contextlib import suppress
 import urllib.request
 from pathlib import Path
 
@@ -37,8 +38,10 @@ from streaming.ops.metrics import (
     RouterMetrics,
     input_lag,
 )
+
 from isolation import isolated_settings
 from router_process import RouterProcess, publish_keys
+from waiting import wait_until
 
 OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
 SCRAPE_DEADLINE_S = 300.0
@@ -375,18 +378,16 @@ def _scrape(port: int) -> tuple[str, dict]:
 
 
 def _scrape_until(router: RouterProcess, port: int, done, what: str) -> tuple[str, dict]:
-    deadline = time.monotonic() + SCRAPE_DEADLINE_S
-    last: dict = {}
-    while time.monotonic() < deadline:
+    def scraped() -> tuple[str, dict] | None:
         assert router.process.poll() is None, "bitroute run exited"
-        text, last = _scrape(port)
-        if done(last):
-            return text, last
-        try:  # the counters move when a batch ends: wait for the router's next line
+        text, samples = _scrape(port)
+        if done(samples):
+            return text, samples
+        with suppress(queue.Empty):  # the counters move when a batch ends: its line
             router.seen.append(router.lines.get(timeout=1.0))
-        except queue.Empty:
-            pass
-    raise AssertionError(f"metrics never showed {what}: {last}")
+        return None
+
+    return wait_until(scraped, f"the metrics showing {what}", SCRAPE_DEADLINE_S)
 
 
 def test_a_running_router_serves_every_documented_metric_with_its_counts(
