@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -34,28 +32,23 @@ def test_produce_and_consume_a_record(kafka_bootstrap: str, new_topic):
     assert (message.key(), message.value(), message.headers()) == (b"a.b", b"payload", [("h", b"v")])
 
 
-def _bitroute(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=180)
-
-
-def test_broker_verbs_round_trip(tmp_path: Path):
+def test_broker_verbs_round_trip(tmp_path: Path, cli):
     flags = ["--set", f"broker.data_dir={tmp_path / 'broker'}",
              "--set", f"broker.port={free_port()}",
              "--set", f"broker.controller_port={free_port()}"]
-    assert _bitroute("broker", "status", *flags, cwd=tmp_path).stdout.strip() == "down"
-    started = _bitroute("broker", "start", *flags, cwd=tmp_path)
+    assert cli("broker", "status", *flags, cwd=tmp_path, timeout=180).stdout.strip() == "down"
+    started = cli("broker", "start", *flags, cwd=tmp_path, timeout=180)
     try:
         assert started.returncode == 0, started.stderr
         bootstrap = started.stdout.strip()
         assert bootstrap.startswith("127.0.0.1:")
-        again = _bitroute("broker", "start", *flags, cwd=tmp_path)
+        again = cli("broker", "start", *flags, cwd=tmp_path, timeout=180)
         assert again.stdout.strip() == f"{bootstrap} (already running)"
-        status = _bitroute("broker", "status", *flags, cwd=tmp_path)
+        status = cli("broker", "status", *flags, cwd=tmp_path, timeout=180)
         assert status.returncode == 0 and status.stdout.startswith(f"up {bootstrap}")
     finally:
-        stopped = _bitroute("broker", "stop", *flags, cwd=tmp_path)
+        stopped = cli("broker", "stop", *flags, cwd=tmp_path, timeout=180)
     assert stopped.stdout.strip() == "stopped"
-    down = _bitroute("broker", "status", *flags, cwd=tmp_path)
+    down = cli("broker", "status", *flags, cwd=tmp_path, timeout=180)
     assert (down.returncode, down.stdout.strip()) == (3, "down")
-    assert _bitroute("broker", "stop", *flags, cwd=tmp_path).stdout.strip() == "not running"
+    assert cli("broker", "stop", *flags, cwd=tmp_path, timeout=180).stdout.strip() == "not running"

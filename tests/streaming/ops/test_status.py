@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -42,15 +41,8 @@ LAST_BATCH = {
 
 
 @pytest.fixture
-def settings(kafka_bootstrap: str, new_topic, workdir: Path) -> dict[str, str]:
-    tag = uuid.uuid4().hex[:10]
-    return {
-        "kafka.bootstrap": kafka_bootstrap,
-        "kafka.publishes_topic": new_topic(partitions=2),
-        "kafka.subscriptions_topic": f"subs-{tag}",
-        "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
-        "streaming.checkpoint_dir": str(workdir / "checkpoints"),
-    }
+def settings(isolated_settings, new_topic, workdir: Path) -> dict[str, str]:
+    return isolated_settings(workdir, **{"kafka.publishes_topic": new_topic(partitions=2)})
 
 
 @pytest.fixture
