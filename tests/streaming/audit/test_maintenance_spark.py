@@ -58,10 +58,12 @@ SUBSCRIBERS = {"orders.eu.paid": {"alpha", "beta"}, "orders.eu": {"alpha"}, "aud
 REJECTED_EXCHANGE = "no-such-exchange"
 
 _USER = '''
-# Task counts for a small machine (Delta's defaults, 50 and 200 tasks a job, cost minutes
-# on a busy 2-core one); the statements below are the user's as they stand.
+# Task counts for a small machine (Delta's defaults, 50 and 200 tasks a job, and VACUUM's
+# file listing in spark.sql.sources.parallelPartitionDiscovery.parallelism tasks, 10,000,
+# cost minutes on a busy 2-core one); the statements below are the user's as they stand.
 spark.conf.set("spark.sql.shuffle.partitions", "2")
 spark.conf.set("spark.databricks.delta.snapshotPartitions", "2")
+spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")
 
 import json as _json
 import sys as _sys
