@@ -12,7 +12,7 @@ the shared broker), ``cli`` (``bitroute`` as a child process), ``router_process`
 The ``integration`` marker is set here, not by hand: on every test that uses the
 broker or Spark (any fixture that needs ``kafka_bootstrap`` or ``spark``), on every
 test under a folder or in a file of ``INTEGRATION_PATHS`` (Delta tables, a broker or
-JVM of their own). ``-m "not integration"`` is the quick run of the rest.
+JVM of their own, minutes of packing). ``-m "not integration"`` is the quick run of the rest.
 """
 
 from __future__ import annotations
@@ -43,13 +43,12 @@ INTEGRATION_PATHS = tuple(TESTS / path for path in (
     "streaming/kafka/test_broker.py",    # brokers of its own
     "streaming/kafka/test_broker_watch.py",
     "streaming/kafka/test_security.py",  # a secured broker of its own
-    "streaming/router/test_lease.py",    # Delta tables
+    "streaming/router/test_lease.py",    # the lease beside Delta tables (audit migrate)
     "streaming/router/test_reliability.py",
-    "streaming/ops/test_metrics.py",
-    "streaming/ops/test_status.py",
-    "streaming/test_pack.py",            # a Spark job in a child process
+    "streaming/test_pack.py",            # packs the executors' environment: a minute or two
 ))
-"""Tests that need a broker, Spark or Delta without using the shared fixtures."""
+"""Tests that need a broker, Spark or Delta without using the shared fixtures (or, like
+``bitroute pack``, take minutes: the quick run stays under one)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
