@@ -263,7 +263,11 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
 def test_bitroute_sql_reads_an_s3_warehouse_through_s3a_and_refuses_to_write_it(s3_env: S3Server, tmp_path: Path, cli):
     settings = {"delta.warehouse": s3_env.warehouse(f"sql-{tmp_path.name}"),
                 "streaming.checkpoint_dir": str(tmp_path / "c"), "spark.master": "local[1]",
-                "spark.log_level": "ERROR"}
+                "spark.log_level": "ERROR",
+                # One task where Spark and Delta plan 4 and 50 (shuffle, the log's replay):
+                # each task is a round trip to S3, and the tables hold one file.
+                "spark.shuffle_partitions": "1",
+                "spark.options.spark.databricks.delta.snapshotPartitions": "1"}
     config = load(overrides=settings, environ={})
     uri = config.delta.table_path("deliveries")
     write_deltalake(uri, pa.table({"subscriber": ["alpha", "beta", "alpha"]}),
