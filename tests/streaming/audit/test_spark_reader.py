@@ -85,6 +85,11 @@ def _versions(config: Config, table: str) -> list[int]:
 
 
 _CHECKS = '''
+# Task counts for a small machine (Delta's default replays a table's log in 50 tasks); the
+# statements below are the user's as they stand.
+spark.conf.set("spark.sql.shuffle.partitions", "2")
+spark.conf.set("spark.databricks.delta.snapshotPartitions", "2")
+
 import json as _json
 _answers = {}
 for _name in ("deliveries", "messages", "subscriptions"):
@@ -132,7 +137,9 @@ def _sql(config: Config, statement: str, *flags: str) -> subprocess.CompletedPro
     sets = [arg for key in ("delta.warehouse", "streaming.checkpoint_dir")
             for arg in ("--set", f"{key}={_setting(config, key)}")]
     return subprocess.run([str(BITROUTE), "sql", statement, *flags, *sets,
-                           "--set", "spark.master=local[2]", "--set", "spark.log_level=ERROR"],
+                           "--set", "spark.master=local[2]", "--set", "spark.log_level=ERROR",
+                           "--set", "spark.shuffle_partitions=2",  # tasks for a small machine
+                           "--set", "spark.options.spark.databricks.delta.snapshotPartitions=2"],
                           capture_output=True, text=True, timeout=SPARK_TIMEOUT_S)
 
 
