@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install jars prereqs clean
+.PHONY: run test test-unit install jars prereqs clean
 
 # Java 17 runs Spark and the Kafka broker; Maven resolves conf/jvm.toml; cargo
 # builds the kernel (kernel/) from crates.io, with librdkafka compiled from source
@@ -49,6 +49,11 @@ run: jars
 
 test: jars
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The unit tests alone, in well under a minute: no broker, no JVM, no Delta table
+# (tests/conftest.py marks every test that needs one `integration`).
+test-unit: install
+	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
 clean:
 	-$(BIN)/bitroute broker stop

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming.kafka.broker import free_port
-from tests.waiting import wait_until
+from waiting import wait_until
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """bitroute's command line. The library (every other package in ``streaming``)
-never imports it (``tests/streaming/test_cli_boundary.py``): verbs parse
+never imports it (``tests/streaming/cli/test_boundary.py``): verbs parse
 arguments, call the library, and render what it returns.
 
 - :mod:`~streaming.cli.main`: the ``bitroute`` entry point: parse, dispatch, exit status;

@@ -10,7 +10,7 @@ error.
 
 Every metric is declared in :data:`METRICS` (name, type, help text, label
 names); ``docs/operations.md`` lists the same names, and
-``tests/streaming/test_metrics.py`` checks that the two agree and that a live
+``tests/streaming/ops/test_metrics.py`` checks that the two agree and that a live
 router exposes every one. Counters count since this process started and end in
 ``_total``; a restart resets them, as Prometheus's ``rate()`` expects.
 

@@ -2,7 +2,7 @@
 path does, and takes the files it should.
 
 The command's contract (stdout, stderr, exit status) is tested through its
-front end in tests/streaming/test_match_cli.py.
+front end in tests/streaming/cli/test_match.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ input and a soak, each checked end to end against what was published.
 
 Run by hand: ``python -m tests.reliability <case>`` (see ``__main__``); the
 figures and the command that reproduces them are in docs/reliability.md. The
-short forms run in CI from tests/streaming/test_reliability.py.
+short forms run in CI from tests/streaming/router/test_reliability.py.
 
 Modules: ``workload`` (good traffic with expected subscribers by construction),
 ``fuzz`` (bad and hostile records), ``ledger`` (expected vs observed pairs),

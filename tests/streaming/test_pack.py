@@ -2,7 +2,7 @@
 it, that it is reused until what goes in changes, and when a session uses it.
 
 The archive is the real one, in bitroute's cache (the standalone-cluster tests
-of test_router_process.py route through the same archive).
+of cli/test_run.py route through the same archive).
 """
 
 from __future__ import annotations

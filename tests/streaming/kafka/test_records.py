@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,18 +22,7 @@ from streaming.kafka.records import (
     subscription_ids_json,
 )
 
-HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-
-
-def source_batch(rows: list[tuple[bytes | None, bytes | None, list]]) -> pa.RecordBatch:
-    """A batch shaped like the Spark Kafka source's rows (topic p, partition 0)."""
-    n = len(rows)
-    return pa.RecordBatch.from_arrays([
-        pa.array(["p"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
-        pa.array([r[0] for r in rows], pa.binary()), pa.array([r[1] for r in rows], pa.binary()),
-        pa.array([[{"key": k, "value": v} for k, v in r[2]] for r in rows], HEADERS),
-        pa.array([datetime(2025, 1, 1, tzinfo=timezone.utc)] * n, pa.timestamp("us", tz="UTC")),
-    ], names=["topic", "partition", "offset", "key", "value", "headers", "timestamp"])
+from arrow_batches import source_batch
 
 
 def test_the_last_exchange_header_wins_and_a_missing_one_means_the_default():

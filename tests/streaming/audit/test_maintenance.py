@@ -224,9 +224,11 @@ def test_compaction_concurrent_with_appends_keeps_the_audit_exact(tmp_path, tabl
     thread.start()
     reports = []
     try:
-        deadline = time.monotonic() + 300
-        while len(appended) < 40 and thread.is_alive() and time.monotonic() < deadline:
+        def one_pass() -> bool:
             reports.append(maintain(config, tables=["deliveries", "messages"]))
+            return len(appended) >= 40 or not thread.is_alive()
+
+        wait_until(one_pass, "40 batches appended during maintenance passes", timeout=300)
     finally:
         done.set()
         thread.join(120)
@@ -310,7 +312,8 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
     try:
         for line in process.stdout:
             if line.startswith(f"deliveries {step} start"):
-                time.sleep(0.05)  # inside delta-rs's call
+                # Not a wait for an event: the fault's moment, 50 ms into delta-rs's call.
+                time.sleep(0.05)
                 process.send_signal(signal.SIGKILL)
                 break
         assert process.wait(60) == -signal.SIGKILL

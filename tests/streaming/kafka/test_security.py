@@ -27,7 +27,7 @@ from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker, make_ca
 from streaming import kafka
 from streaming.config import load
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FAIL_WITHIN_S = 15.0
 """A refused client reports it within this (librdkafka's first attempt plus a process start)."""
 PASSWORDS = [pw for _, pw in SCRAM_USERS.values()] + list(PLAIN_USERS.values())

@@ -13,8 +13,6 @@ import http.server
 import json
 import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +29,10 @@ from streaming.audit.storage import StorageError, check_commit_safety, storage_o
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
 from streaming.router import lease as router_lease
-from test_router_process import RouterProcess, _settings
+from cli_runner import run_cli
+from isolation import isolated_settings
+from router_process import RouterProcess
+from waiting import wait_until
 
 READY = re.compile(r"Ctrl-C stops after the current batch")
 
@@ -49,13 +50,6 @@ def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
         monkeypatch.setenv(name, value)
     storage._checked.clear()
     return s3
-
-
-def _bitroute(settings: dict[str, str], *args: str, timeout: float = 120
-              ) -> subprocess.CompletedProcess:
-    flags = [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
-    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args, *flags],
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_s3_settings_come_from_the_environment_only_and_hide_the_secret():
@@ -179,19 +173,18 @@ def test_a_store_that_ignores_conditional_writes_is_refused_unless_allowed(
         proxy.shutdown()
 
 
-def test_an_unreachable_endpoint_or_a_missing_credential_is_one_line(
-        s3_env: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_an_unreachable_endpoint_or_a_missing_credential_is_one_line(s3_env: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cli):
     settings = {"delta.warehouse": s3_env.warehouse("nowhere"),
                 "streaming.checkpoint_dir": str(tmp_path / "c")}
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     started = time.monotonic()
-    result = _bitroute(settings, "audit", "deliveries")
+    result = cli("audit", "deliveries", settings=settings)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bitroute: error: "), result.stderr
     assert "error sending request" in lines[0] and time.monotonic() - started < 60
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    result = _bitroute(settings, "audit", "maintain")
+    result = cli("audit", "maintain", settings=settings)
     assert result.returncode == 1
     assert result.stderr.strip() == (
         f"bitroute: error: delta.warehouse {settings['delta.warehouse']}: AWS_SECRET_ACCESS_KEY "
@@ -199,14 +192,13 @@ def test_an_unreachable_endpoint_or_a_missing_credential_is_one_line(
 
 
 def _rows(settings: dict[str, str], table: str) -> list[dict]:
-    result = _bitroute(settings, "audit", table, "--json")
+    result = run_cli("audit", table, "--json", settings=settings)
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_their_checkpoint(
-        base_config: Config, s3_env: S3Server, tmp_path: Path):
-    settings = _settings(base_config, tmp_path, **{
+def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_their_checkpoint(base_config: Config, s3_env: S3Server, tmp_path: Path, cli):
+    settings = isolated_settings(base_config, tmp_path, **{
         "delta.warehouse": s3_env.warehouse(f"wh-{tmp_path.name}"),
         "audit.commit_interval": "500 milliseconds"})
     config = load(overrides=settings, environ={})
@@ -216,13 +208,12 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
         first.wait_for(READY)
         client.publish(config, "amq.topic", "orders.eu.paid", b"1")
         first.wait_for(re.compile(r"^batch \d+: 1 publishes, 1 deliveries"))
-        from waiting import wait_until
         rows = wait_until(lambda: _rows(settings, "deliveries"), "the audit row on S3", 60)
         assert [(r["subscriber"], r["routing_key"]) for r in rows] == [("alpha", "orders.eu.paid")]
 
         # A second router on the same topic and warehouse, another checkpoint folder.
         other = {**settings, "streaming.checkpoint_dir": str(tmp_path / "other")}
-        second = _bitroute(other, "run", timeout=300)
+        second = cli("run", settings=other, timeout=300)
         assert second.returncode == 1, second.stderr[-2000:]
         refusal = second.stderr.strip().splitlines()[-1]
         holder = router_lease.read(config)
@@ -235,10 +226,10 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
 
         client.publish(config, "amq.topic", "orders.us.paid", b"2")
         first.wait_for(re.compile(r"^batch \d+: 1 publishes, 1 deliveries"))  # still routes
-        maintain = _bitroute(settings, "audit", "maintain", "--json")  # beside the router
+        maintain = cli("audit", "maintain", "--json", settings=settings)  # beside the router
         assert maintain.returncode == 0, maintain.stderr
         assert json.loads(maintain.stdout)["ok"] is True
-        status = json.loads(_bitroute(settings, "status", "--json").stdout)
+        status = json.loads(cli("status", "--json", settings=settings).stdout)
         assert status["lease"]["router_id"] == holder["router_id"]
         deliveries = status["audit_tables"]["deliveries"]
         assert deliveries["version"] >= 1 and deliveries["log_entries"] >= 2, deliveries
@@ -258,7 +249,6 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
                           tmp_path / "moved.log")
     try:
         again.wait_for(READY)
-        from waiting import wait_until
         wait_until(lambda: len(_rows(settings, "deliveries")) == 3, "3 audit rows", 120)
         record = router_lease.read(config)
         assert (record["host"], record["checkpoint_dir"], record["epoch"]) == \
@@ -270,22 +260,25 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
     assert routed == ["orders.asia.paid", "orders.eu.paid", "orders.us.paid"]
 
 
-def test_bitroute_sql_reads_an_s3_warehouse_through_s3a_and_refuses_to_write_it(
-        s3_env: S3Server, tmp_path: Path):
+def test_bitroute_sql_reads_an_s3_warehouse_through_s3a_and_refuses_to_write_it(s3_env: S3Server, tmp_path: Path, cli):
     settings = {"delta.warehouse": s3_env.warehouse(f"sql-{tmp_path.name}"),
                 "streaming.checkpoint_dir": str(tmp_path / "c"), "spark.master": "local[1]",
-                "spark.log_level": "ERROR"}
+                "spark.log_level": "ERROR",
+                # One task where Spark and Delta plan 4 and 50 (shuffle, the log's replay):
+                # each task is a round trip to S3, and the tables hold one file.
+                "spark.shuffle_partitions": "1",
+                "spark.options.spark.databricks.delta.snapshotPartitions": "1"}
     config = load(overrides=settings, environ={})
     uri = config.delta.table_path("deliveries")
     write_deltalake(uri, pa.table({"subscriber": ["alpha", "beta", "alpha"]}),
                     storage_options=storage_options(config.delta))
-    result = _bitroute(settings, "sql", "--json", "SELECT subscriber, count(*) AS n FROM "
-                       "deliveries GROUP BY subscriber ORDER BY subscriber", timeout=900)
+    result = cli("sql", "--json", "SELECT subscriber, count(*) AS n FROM "
+                       "deliveries GROUP BY subscriber ORDER BY subscriber", settings=settings, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert [json.loads(line) for line in result.stdout.splitlines()] == \
         [{"subscriber": "alpha", "n": 2}, {"subscriber": "beta", "n": 1}]
     assert s3_env.environ["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
-    refused = _bitroute(settings, "sql", "OPTIMIZE deliveries", timeout=900)
+    refused = cli("sql", "OPTIMIZE deliveries", settings=settings, timeout=900)
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines()[-1].startswith(
         f"bitroute: error: bitroute sql does not write to {settings['delta.warehouse']} "

@@ -8,7 +8,7 @@ publishes and group-commits their audit every second; its maintenance passes
 files first: two compactions of the same files cannot both commit, and
 docs/audit.md says what the loser does. A user's session, configured as
 docs/audit.md says (its pyspark block, in a child process of its own, as in
-test_spark_reader.py), meanwhile compacts ``messages``, Z-orders
+audit/test_spark_reader.py), meanwhile compacts ``messages``, Z-orders
 ``deliveries`` by subscriber, and vacuums both with the tables' own retention
 (``audit.file_retention``, the default hour). Each OPTIMIZE is run until one
 of its commits raced a router commit (a router append landed between the
@@ -34,16 +34,16 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
-from test_router_process import RouterProcess, _settings
+from docs_session import SPARK_TIMEOUT_S, docs_session_script
+from isolation import isolated_settings
+from router_process import RouterProcess
 from waiting import wait_until
-from test_spark_reader import SPARK_TIMEOUT_S, _docs_session_script
 
 from schemas.records import EXCHANGE_HEADER, message_id
 from streaming import jvm
@@ -59,10 +59,12 @@ SUBSCRIBERS = {"orders.eu.paid": {"alpha", "beta"}, "orders.eu": {"alpha"}, "aud
 REJECTED_EXCHANGE = "no-such-exchange"
 
 _USER = '''
-# Task counts for a small machine (Delta's defaults, 50 and 200 tasks a job, cost minutes
-# on a busy 2-core one); the statements below are the user's as they stand.
+# Task counts for a small machine (Delta's defaults, 50 and 200 tasks a job, and VACUUM's
+# file listing in spark.sql.sources.parallelPartitionDiscovery.parallelism tasks, 10,000,
+# cost minutes on a busy 2-core one); the statements below are the user's as they stand.
 spark.conf.set("spark.sql.shuffle.partitions", "2")
 spark.conf.set("spark.databricks.delta.snapshotPartitions", "2")
+spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")
 
 import json as _json
 import sys as _sys
@@ -140,19 +142,21 @@ class UserSpark:
         self.process.stdin.flush()
 
     def expect(self, tag: str, timeout: float = SPARK_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def tagged() -> list | None:
             try:
-                line = self.lines.get(timeout=1.0)
+                line = self.lines.get(timeout=0.5)
             except queue.Empty:
                 assert self.process.poll() is None, \
                     f"the user's Spark exited: {Path(self._log.name).read_text()[-3000:]}"
-                continue
-            if line == tag:
                 return None
+            if line == tag:
+                return [None]
             if line.startswith(tag + " "):
-                return json.loads(line.removeprefix(tag + " "))
-        raise AssertionError(f"no {tag} from the user's Spark within {timeout}s")
+                return [json.loads(line.removeprefix(tag + " "))]
+            return None
+
+        [said] = wait_until(tagged, f"{tag} from the user's Spark", timeout)
+        return said
 
     def stop(self) -> None:
         # Its JVM is in its process group: the whole session goes.
@@ -177,8 +181,8 @@ class Publisher:
     def _run(self) -> None:
         producer = Producer({"bootstrap.servers": self.config.kafka.bootstrap, "linger.ms": 5})
         keys = [("amq.topic", key) for key in SUBSCRIBERS] + [(REJECTED_EXCHANGE, "orders.eu")]
-        while not self._stop.wait(0.1):  # pacing, about 80 publishes a second
-            for exchange, key in keys * 2:
+        while not self._stop.wait(0.1):  # pacing, about 40 publishes a second
+            for exchange, key in keys:
                 producer.produce(self.config.kafka.publishes_topic, key=key.encode(), value=b"x",
                                  headers=[(EXCHANGE_HEADER, exchange.encode())],
                                  on_delivery=self._acked(exchange, key))
@@ -209,14 +213,14 @@ def _router_commits(config: Config, table: str) -> int:
 
 def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
         base_config: Config, tmp_path: Path):
-    settings = _settings(base_config, tmp_path, **{
+    settings = isolated_settings(base_config, tmp_path, **{
         "audit.commit_interval": "1 seconds",
         "audit.maintenance_interval": "2 seconds",
         "audit.compact_min_files": "100000",
     })
     config = load(overrides=settings, environ={})
     warehouse = str(Path(config.delta.warehouse).absolute())
-    script = _docs_session_script(jvm.jars("delta")[0].parent, warehouse)
+    script = docs_session_script(jvm.jars("delta")[0].parent, warehouse)
     script = script[:script.index("getOrCreate())") + len("getOrCreate())")] + "\n" + _USER
     client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
     client.subscribe(config, "amq.topic", "beta", "orders.*.paid", sub_id="b1")

@@ -26,28 +26,19 @@ from schemas.records import (
 )
 from streaming.cli.main import main
 
+from waiting import wait_until
+
 DEADLINE_S = 60.0
 
 
 @pytest.fixture
-def topics(kafka_bootstrap: str) -> dict[str, str]:
+def topics(isolated_settings) -> dict[str, str]:
     """Fresh names for this test's changelog, publishes topic and delivery topic prefix."""
-    tag = uuid.uuid4().hex[:10]
-    return {
-        "kafka.bootstrap": kafka_bootstrap,
-        "kafka.subscriptions_topic": f"subs-{tag}",
-        "kafka.publishes_topic": f"pubs-{tag}",
-        "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
-    }
+    return isolated_settings()
 
 
 def _flags(topics: dict[str, str]) -> list[str]:
     return [flag for key, value in topics.items() for flag in ("--set", f"{key}={value}")]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], capture_output=True,
-                          text=True, timeout=120)
 
 
 def _topic_names(bootstrap: str) -> set[str]:
@@ -64,12 +55,15 @@ def _records(bootstrap: str, topic: str) -> list:
                 for p in partitions}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         records = []
-        deadline = time.monotonic() + DEADLINE_S
-        while len(records) < sum(ends.values()):
-            assert time.monotonic() < deadline, f"{topic}: only {len(records)} records read"
+
+        def all_read() -> bool:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 records.append(message)
+            return len(records) >= sum(ends.values())
+
+        if sum(ends.values()):
+            wait_until(all_read, f"{sum(ends.values())} records read from {topic}", DEADLINE_S)
         return sorted(records, key=lambda m: (m.partition(), m.offset()))
     finally:
         consumer.close()
@@ -84,10 +78,10 @@ def _one_line_error(text: str) -> str:
 
 # --- subscribe / unsubscribe -------------------------------------------------------
 
-def test_subscribe_writes_the_changelog_record_and_creates_the_delivery_topic(topics):
-    result = _cli("subscribe", "--exchange", "mqtt", "--subscriber", "alice",
+def test_subscribe_writes_the_changelog_record_and_creates_the_delivery_topic(topics, cli):
+    result = cli("subscribe", "--exchange", "mqtt", "--subscriber", "alice",
                   "--filter", "sensors/+/temp", "--id", "sub-1", "--header", "site=lyon",
-                  "--header", "urgent", "--match", "any", *_flags(topics))
+                  "--header", "urgent", "--match", "any", settings=topics)
     assert (result.returncode, result.stdout, result.stderr) == (0, "sub-1\n", "")
 
     bootstrap = topics["kafka.bootstrap"]
@@ -161,9 +155,9 @@ def test_unsubscribe_writes_a_tombstone(topics, capsys):
 
 # --- publish -----------------------------------------------------------------------
 
-def test_publish_prints_the_coordinates_of_the_acknowledged_record(topics):
-    result = _cli("publish", "--exchange", "mqtt", "--routing-key", "sensors/7/temp",
-                  "--header", "site=lyon", "--header", "unit=°C", "21.5", *_flags(topics))
+def test_publish_prints_the_coordinates_of_the_acknowledged_record(topics, cli):
+    result = cli("publish", "--exchange", "mqtt", "--routing-key", "sensors/7/temp",
+                  "--header", "site=lyon", "--header", "unit=°C", "21.5", settings=topics)
     assert result.returncode == 0, result.stderr
     topic, partition, offset = result.stdout.strip().rsplit("/", 2)
     assert topic == topics["kafka.publishes_topic"]
@@ -285,7 +279,6 @@ def test_tail_right_after_subscribe_reads_the_delivery_within_seconds(topics):
     try:
         lines = iter(process.stderr.readline, "")
         assert any("bitroute: tailing" in line for line in lines)
-        time.sleep(1.0)  # the delivery comes after the tail started, as the router's does
         _deliver(topics, "hana", [("pubs/0/0", b"a.b", b"routed", [], ["s"], 1)])
         delivered = time.monotonic()
         out, err = process.communicate(timeout=DEADLINE_S)

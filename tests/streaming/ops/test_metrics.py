@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import urllib.error
+from contextlib import suppress
 import urllib.request
 from pathlib import Path
 
@@ -30,9 +31,12 @@ from streaming.kafka.broker import free_port
 from streaming.ops.exposition import CONTENT_TYPE, Metric, MetricsError, MetricsServer, Registry
 from streaming.ops.metrics import METRICS, STAGES, RouterMetrics
 from streaming.ops.query_progress import input_lag
-from test_router_process import RouterProcess, _publish, _settings
 
-OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+from isolation import isolated_settings
+from router_process import RouterProcess, publish_keys
+from waiting import wait_until
+
+OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
 SCRAPE_DEADLINE_S = 300.0
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -384,24 +388,22 @@ def _scrape(port: int) -> tuple[str, dict]:
 
 
 def _scrape_until(router: RouterProcess, port: int, done, what: str) -> tuple[str, dict]:
-    deadline = time.monotonic() + SCRAPE_DEADLINE_S
-    last: dict = {}
-    while time.monotonic() < deadline:
+    def scraped() -> tuple[str, dict] | None:
         assert router.process.poll() is None, "bitroute run exited"
-        text, last = _scrape(port)
-        if done(last):
-            return text, last
-        try:  # the counters move when a batch ends: wait for the router's next line
+        text, samples = _scrape(port)
+        if done(samples):
+            return text, samples
+        with suppress(queue.Empty):  # the counters move when a batch ends: its line
             router.seen.append(router.lines.get(timeout=1.0))
-        except queue.Empty:
-            pass
-    raise AssertionError(f"metrics never showed {what}: {last}")
+        return None
+
+    return wait_until(scraped, f"the metrics showing {what}", SCRAPE_DEADLINE_S)
 
 
 def test_a_running_router_serves_every_documented_metric_with_its_counts(
         base_config: Config, tmp_path: Path):
     port = free_port()
-    settings = _settings(base_config, tmp_path, **{"metrics.port": str(port)})
+    settings = isolated_settings(base_config, tmp_path, **{"metrics.port": str(port)})
     config = load(overrides=settings, environ={})
     client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
     client.subscribe(config, "mqtt", "beta", "door/+", sub_id="b1")
@@ -414,7 +416,7 @@ def test_a_running_router_serves_every_documented_metric_with_its_counts(
         assert samples["bitroute_subscriptions"][()] == 3
         assert samples["bitroute_publishes_total"][()] == 0
 
-        _publish(config, [("amq.topic", f"orders.{i}.paid") for i in range(5)]
+        publish_keys(config, [("amq.topic", f"orders.{i}.paid") for i in range(5)]
                  + [("mqtt", "door/front")] * 3 + [("nope", "orders.x")])
 
         def routed(s: dict) -> bool:
@@ -456,7 +458,7 @@ def test_a_metrics_port_in_use_stops_bitroute_run_before_spark(base_config: Conf
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        settings = _settings(base_config, tmp_path, **{"metrics.port": str(port)})
+        settings = isolated_settings(base_config, tmp_path, **{"metrics.port": str(port)})
         started = time.monotonic()
         result = subprocess.run(
             [sys.executable, "-m", "streaming.cli.main", "run",

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -25,133 +23,19 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pyspark
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
-from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, message_id
+from schemas.records import MESSAGE_ID_HEADER
 from streaming.kafka import client_verbs as client
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
 
 import s3_server
 from delivery_order import assert_publish_order_kept, delivery_order
+from isolation import isolated_settings
+from router_process import DEADLINE_S, RouterProcess, publish_keys
 from waiting import wait_until
-
-DEADLINE_S = 600.0
-BATCH_LINE = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries")
-
-
-class RouterProcess:
-    """A `bitroute run` child process whose stdout lines are collected as they come."""
-
-    def __init__(self, settings: dict[str, str], log: Path, cwd: Path | None = None,
-                 command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
-        """``command`` (default: this Python's ``bitroute run``) gets ``settings`` as
-        ``--set`` flags after it."""
-        flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
-        self._log = log.open("a")
-        self.process = subprocess.Popen(
-            [*(command or [sys.executable, "-m", "streaming.cli.main", "run"]), *flags],
-            stdout=subprocess.PIPE, stderr=self._log, text=True, start_new_session=True, cwd=cwd,
-            env=env,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self._log.write(line)
-            self._log.flush()
-            self.lines.put(line.rstrip("\n"))
-
-    def wait_for(self, pattern: re.Pattern[str], timeout: float = DEADLINE_S) -> re.Match[str]:
-        """Wait for a stdout line matching ``pattern``; fail if the process exits first."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=1.0)
-            except queue.Empty:
-                assert self.process.poll() is None, f"bitroute run exited: {self.seen[-5:]}"
-                continue
-            self.seen.append(line)
-            found = pattern.search(line)
-            if found:
-                return found
-        raise AssertionError(f"no line matching {pattern.pattern!r} within {timeout}s: "
-                             f"{self.seen[-5:]}")
-
-    def kill(self) -> None:
-        """SIGKILL the router and everything it started (its Spark JVM and Python workers)."""
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=60)
-
-    def terminate(self, signum: int = signal.SIGTERM, timeout: float = 180.0) -> int:
-        """SIGTERM (or SIGINT, as Ctrl-C sends): the router stops after the current
-        batch; return its exit status. The lines printed until the exit are
-        appended to :attr:`seen`.
-        """
-        self.process.send_signal(signum)
-        try:
-            return self.process.wait(timeout=timeout)
-        finally:
-            if self.process.poll() is None:
-                self.kill()
-            self._drain()
-
-    def _drain(self) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                self.seen.append(self.lines.get(timeout=0.5))
-            except queue.Empty:
-                if self.process.stdout.closed or self.process.poll() is not None:
-                    break
-
-
-def _settings(base: Config, root: Path, **extra: str) -> dict[str, str]:
-    tag = uuid.uuid4().hex[:10]
-    return {
-        "kafka.bootstrap": base.kafka.bootstrap,
-        "kafka.publishes_topic": f"pub-{tag}",
-        "kafka.subscriptions_topic": f"subs-{tag}",
-        "kafka.rejected_topic": f"rej-{tag}",
-        "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
-        "broker.embedded": "false",
-        "delta.warehouse": str(root / "delta"),
-        "streaming.checkpoint_dir": str(root / "checkpoints"),
-        "streaming.trigger_interval": "200 milliseconds",
-        "spark.master": "local[2]",
-        "spark.shuffle_partitions": "2",
-        "spark.log_level": "ERROR",
-        **extra,
-    }
-
-
-def _publish(config: Config, keys: list[tuple[str, str]]) -> list[str]:
-    """Produce (exchange, routing key) publishes in one batch; return their message ids.
-
-    The ids come back in the order of ``keys`` (acknowledgements arrive per
-    partition, not in that order).
-    """
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
-    ids: list[str | None] = [None] * len(keys)
-
-    def acked_as(position: int):
-        def acked(err, record) -> None:
-            assert err is None, err
-            ids[position] = message_id(record.topic(), record.partition(), record.offset())
-        return acked
-
-    for position, (exchange, key) in enumerate(keys):
-        producer.produce(config.kafka.publishes_topic, key=key.encode(), value=b"x",
-                         headers=[(EXCHANGE_HEADER, exchange.encode())],
-                         on_delivery=acked_as(position))
-    assert producer.flush(60) == 0
-    assert None not in ids
-    return ids
-
 
 def _delivered(config: Config, subscriber: str, expected: set[str],
                timeout: float = DEADLINE_S) -> Counter[str]:
@@ -162,16 +46,18 @@ def _delivered(config: Config, subscriber: str, expected: set[str],
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     seen: Counter[str] = Counter()
-    deadline = time.monotonic() + timeout
+
+    def all_arrived() -> bool:
+        for record in consumer.consume(500, timeout=1.0):
+            if record.error() is None:
+                seen[dict(record.headers())[MESSAGE_ID_HEADER].decode()] += 1
+        return expected <= set(seen)
+
     try:
-        while not expected <= set(seen) and time.monotonic() < deadline:
-            for record in consumer.consume(500, timeout=1.0):
-                if record.error() is None:
-                    seen[dict(record.headers())[MESSAGE_ID_HEADER].decode()] += 1
+        wait_until(all_arrived, f"every publish reaching {subscriber} "
+                   f"({len(expected - set(seen))} missing)", timeout)
     finally:
         consumer.close()
-    missing = expected - set(seen)
-    assert not missing, f"{len(missing)} publishes never reached {subscriber}"
     return seen
 
 
@@ -182,7 +68,7 @@ def _audit_counts(config: Config, table: str, columns: list[str]) -> Counter:
 
 def test_bitroute_run_routes_prints_progress_and_stops_cleanly_on_sigterm(
         base_config: Config, tmp_path: Path):
-    settings = _settings(base_config, tmp_path)
+    settings = isolated_settings(base_config, tmp_path)
     router = RouterProcess(settings, tmp_path / "router.log", cwd=tmp_path)
     try:
         router.wait_for(re.compile(r"Ctrl-C stops after the current batch"))
@@ -247,7 +133,7 @@ def test_one_router_per_state_folder_and_its_jvm_ends_with_it(base_config: Confi
     """A second router on the same folders is refused, naming the first; the first one's
     Spark JVM dies with its Python process killed alone (SIGKILL), and then the folder
     is free for a new router."""
-    settings = _settings(base_config, tmp_path)
+    settings = isolated_settings(base_config, tmp_path)
     first = RouterProcess(settings, tmp_path / "router.log")
     try:
         first.wait_for(re.compile(r"Ctrl-C stops after the current batch"))
@@ -273,7 +159,7 @@ def test_one_router_per_state_folder_and_its_jvm_ends_with_it(base_config: Confi
 
 def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
         base_config: Config, tmp_path: Path):
-    settings = _settings(base_config, tmp_path, **{"streaming.max_offsets_per_trigger": "20"})
+    settings = isolated_settings(base_config, tmp_path, **{"streaming.max_offsets_per_trigger": "20"})
     config = load(overrides=settings, environ={})
     client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
     client.subscribe(config, "amq.topic", "beta", "orders.*.paid", sub_id="b1")
@@ -282,7 +168,7 @@ def test_a_router_killed_mid_stream_and_restarted_loses_nothing_and_audits_once(
     first = RouterProcess(settings, tmp_path / "router.log")
     try:
         first.wait_for(re.compile(r"snapshot v\d+ with 2 subscriptions"))
-        ids = _publish(config, keys)
+        ids = publish_keys(config, keys)
         # Kill in the middle of the stream: a batch of 20 is done, most are not.
         first.wait_for(re.compile(r"^batch [1-9]\d*: "))
     finally:
@@ -417,7 +303,7 @@ def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter
     the publishes' ids and what gamma and delta received."""
     try:
         router.wait_for(re.compile(r"snapshot v\d+ with 2 subscriptions"))
-        ids = _publish(config, [("amq.topic", f"stock.s{i}.nyse") for i in range(20)]
+        ids = publish_keys(config, [("amq.topic", f"stock.s{i}.nyse") for i in range(20)]
                        + [("mqtt", f"sensors/s{i}/temp") for i in range(20)]
                        + [("amq.topic", "sensors.x.temp")])
         gamma = _delivered(config, "gamma", set(ids[:20]))
@@ -438,7 +324,7 @@ def test_the_router_routes_on_a_standalone_cluster_with_matching_on_executors(
     _assert_workers_python_is_bare(tmp_path)
     with s3_server.running(tmp_path / "s3.log") as s3, \
             standalone_cluster(tmp_path, environ=s3.environ) as (master, work_dirs):
-        settings = _settings(base_config, tmp_path, **{"spark.master": master},
+        settings = isolated_settings(base_config, tmp_path, **{"spark.master": master},
                              **CLUSTER_SETTINGS, **{"delta.warehouse": s3.warehouse("cluster"),
                                                     "audit.commit_interval": "500 milliseconds"})
         config = load(overrides=settings, environ={})
@@ -489,7 +375,7 @@ def _s3_audit(settings: dict[str, str], env: dict[str, str], publishes: int) -> 
     return set(pairs)
 
 
-SUBMIT = Path(__file__).resolve().parents[2] / "docker" / "submit.sh"
+SUBMIT = Path(__file__).resolve().parents[3] / "docker" / "submit.sh"
 
 
 def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
@@ -498,7 +384,7 @@ def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
     variables, no Python named; pyspark's spark-submit starts the driver."""
     _assert_workers_python_is_bare(tmp_path)
     with standalone_cluster(tmp_path) as (master, work_dirs):
-        settings = _settings(base_config, tmp_path)
+        settings = isolated_settings(base_config, tmp_path)
         del settings["spark.master"]  # spark-submit's --master rules
         config = load(overrides=settings, environ={})
         client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")

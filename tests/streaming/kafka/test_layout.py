@@ -30,7 +30,8 @@ from streaming.kafka.records import HEADER_OVERHEAD
 from streaming.router.delivery import ProducerSettings
 from streaming.router.routing import RouteSettings
 from streaming.router.service import Router
-from test_router import headers_of, read_topic, router_config
+from isolation import isolated_config
+from kafka_io import headers_of, read_topic
 
 SHARED_PARTITIONS = 4
 
@@ -100,7 +101,7 @@ def test_a_routing_task_in_the_shared_layout_needs_kafkas_partitioner():
 
 @pytest.fixture
 def shared_config(base_config: Config, tmp_path: Path) -> Config:
-    cfg = router_config(base_config, tmp_path)
+    cfg = isolated_config(base_config, tmp_path)
     return dataclasses.replace(cfg, kafka=dataclasses.replace(
         cfg.kafka, delivery_layout="shared", shared_delivery_partitions=SHARED_PARTITIONS,
         shared_deliveries_topic=f"shared-{uuid.uuid4().hex[:10]}", max_delivery_bytes=4096))

@@ -310,26 +310,49 @@ def test_since_on_a_partitioned_table_reads_only_the_files_of_its_days(tmp_path)
     tables.close()
 
 
+ROUND_INTERVAL_S = 3.0
+"""The committer's interval in the two tests of round timing: long against a round's
+own work (milliseconds), short enough to wait out."""
+
+
+def _timed_rounds(tables: AuditTables, monkeypatch: pytest.MonkeyPatch,
+                  during=None) -> list[tuple[float, list[int]]]:
+    """Record each round's publishes append as (monotonic start, batch ids); ``during``
+    (batch ids) is called inside the append, before it writes."""
+    rounds: list[tuple[float, list[int]]] = []
+    append = tables.append_publishes
+
+    def timed(batches: list[PublishBatch]) -> None:
+        rounds.append((time.monotonic(), [b.batch_id for b in batches]))
+        if during is not None:
+            during(rounds[-1][1])
+        append(batches)
+
+    monkeypatch.setattr(tables, "append_publishes", timed)
+    return rounds
+
+
 def test_after_a_quiet_spell_a_batch_is_committed_at_once_then_rounds_keep_their_interval(
-        tmp_path):
+        tmp_path, monkeypatch):
     """Rounds start at least ``interval_s`` apart: a lone batch does not wait out the
     interval, and a second batch right after it does (one commit per interval)."""
     tables = _tables(tmp_path)
-    committer = AuditCommitter(tables, AuditJournal(tmp_path / "journal"), 30.0, 100)
+    rounds = _timed_rounds(tables, monkeypatch)
+    committer = AuditCommitter(tables, AuditJournal(tmp_path / "journal"), ROUND_INTERVAL_S, 100)
     committer.recover()
     committer.start()
     try:
+        submitted = time.monotonic()
         committer.submit(_batch(1))
-        wait_until(lambda: not committer.pending_batches,
-                   "a lone batch committed without waiting out the 30 s interval", timeout=15)
-        assert sum(_rows(tmp_path, MESSAGES).values()) > 0
+        wait_until(lambda: not committer.pending_batches, "batch 1 committed", timeout=30)
+        assert rounds[0][0] - submitted < ROUND_INTERVAL_S / 2, "the lone batch waited"
+        assert sum(_rows(tmp_path, MESSAGES).values()) == _batch(1).routed.num_rows
         committer.submit(_batch(2))
-        # The next round may start 30 s after the first: a batch journaled now stays
-        # pending for the rest of that interval (unless flushed). A negative can only be
-        # observed over a span: one second, well inside the interval.
-        time.sleep(1.0)
-        assert committer.pending_batches == 1
-        assert committer.flush(30)
+        wait_until(lambda: not committer.pending_batches, "batch 2 committed", timeout=30)
+        assert [ids for _, ids in rounds] == [[1], [2]]
+        # The second round's start is at least the interval after the first's (less the
+        # moment between a round's start and its append).
+        assert rounds[1][0] - rounds[0][0] >= ROUND_INTERVAL_S - 0.5
     finally:
         committer.stop()
         tables.close()
@@ -341,24 +364,17 @@ def test_a_batch_journaled_during_a_commit_waits_for_the_next_round(tmp_path, mo
     empty made a commit (a Delta file and log entry per table) per batch under steady
     traffic."""
     tables = _tables(tmp_path)
-    committer = AuditCommitter(tables, AuditJournal(tmp_path / "journal"), 30.0, 100)
-    append = tables.append_publishes
-
-    def append_while_batch_2_arrives(batches: list[PublishBatch]) -> None:
-        if batches[0].batch_id == 1:
-            committer.submit(_batch(2))
-        append(batches)
-
-    monkeypatch.setattr(tables, "append_publishes", append_while_batch_2_arrives)
+    committer = AuditCommitter(tables, AuditJournal(tmp_path / "journal"), ROUND_INTERVAL_S, 100)
+    rounds = _timed_rounds(tables, monkeypatch,
+                           during=lambda ids: ids == [1] and committer.submit(_batch(2)))
     committer.recover()
     committer.start()
     try:
         committer.submit(_batch(1))
-        wait_until(lambda: _rows(tmp_path, MESSAGES), "batch 1 committed", timeout=15)
-        time.sleep(1.0)  # a negative: batch 2 stays pending inside the 30 s interval
-        assert committer.pending_batches == 1
-        assert sum(_rows(tmp_path, MESSAGES).values()) == _batch(1).routed.num_rows
-        assert committer.flush(30)
+        wait_until(lambda: len(rounds) == 2 and not committer.pending_batches,
+                   "batch 2 committed in a round of its own", timeout=30)
+        assert [ids for _, ids in rounds] == [[1], [2]]
+        assert rounds[1][0] - rounds[0][0] >= ROUND_INTERVAL_S - 0.5
         assert sum(_rows(tmp_path, MESSAGES).values()) == 2 * _batch(1).routed.num_rows
     finally:
         committer.stop()

@@ -23,7 +23,7 @@ from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
 from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 from streaming.router.routing import RouteSettings, route_batch
-from test_kafka_records import source_batch
+from arrow_batches import source_batch
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
                  (b"s\"4", "bob", "#")]

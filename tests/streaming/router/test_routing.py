@@ -8,6 +8,8 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from deltalake import DeltaTable
 
 from bitroute_kernel import ColumnOverflowError, TableError
 
@@ -22,7 +24,16 @@ from streaming.router.delivery import (
     ProducerSettings,
 )
 from streaming.router.routing import RouteSettings, route_safely
-from test_kafka_records import source_batch
+from arrow_batches import source_batch
+from router_runs import (
+    KAFKA_TIMEOUT_S,
+    create_publishes,
+    delivered_ids,
+    publish,
+    route_all,
+    subscribe,
+)
+from waiting import wait_until
 
 
 class RaisesOn(Matcher):
@@ -173,3 +184,31 @@ def test_a_batch_whose_deliveries_overflow_arrow_is_routed_in_halves(kafka_boots
     assert [r["outcome"] for r in rows] == [OUTCOME_ROUTED] * 4
     assert sorted(_message_ids(kafka_bootstrap, ann_topic)) == [f"p/0/{i}" for i in range(4)]
     assert _message_ids(kafka_bootstrap, rejected) == []
+
+
+# --- a delivery topic deleted while subscriptions feed it (a real streaming query) -------
+
+@pytest.mark.parametrize("in_driver", [True, False], ids=["driver", "executors"])
+def test_a_deleted_delivery_topic_is_recreated_and_delivered(isolated_config, spark, in_driver):
+    # Three partitions: a topic the broker auto-created would have its default, one.
+    config = isolated_config(**{"streaming.driver_route_max_publishes": "20000" if in_driver else "0",
+                                "kafka.delivery_partitions": "3"})
+    create_publishes(config, 1)
+    subscribe(config, "cat", "g/#")
+    subscribe(config, "dan", "g/#")
+    first = publish(config, 0, 1)
+    route_all(config, spark)
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap})
+    topic = config.kafka.layout.topic("cat")
+    admin.delete_topics([topic])[topic].result(KAFKA_TIMEOUT_S)
+    wait_until(lambda: topic not in admin.list_topics(timeout=KAFKA_TIMEOUT_S).topics, KAFKA_TIMEOUT_S)
+
+    later = publish(config, 0, 2)
+    route_all(config, spark)
+    assert delivered_ids(config, "cat") == set(later)
+    assert delivered_ids(config, "dan") == set(first + later)
+    metadata = admin.list_topics(topic, timeout=KAFKA_TIMEOUT_S).topics[topic]
+    assert len(metadata.partitions) == config.kafka.delivery_partitions
+    rows = DeltaTable(config.delta.table_path("messages")).to_pyarrow_table().to_pylist()
+    assert {r["message_id"]: (r["outcome"], r["deliveries"]) for r in rows} == {
+        m: (OUTCOME_ROUTED, 2) for m in first + later}

@@ -9,7 +9,6 @@ SnapshotStore), so what the verbs print is compared with what was written.
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,9 @@ from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
 
 @pytest.fixture
-def settings(kafka_bootstrap: str, workdir: Path) -> dict[str, str]:
-    """This test's own changelog, delivery topics and checkpoint folder."""
-    tag = uuid.uuid4().hex[:10]
-    return {
-        "kafka.bootstrap": kafka_bootstrap,
-        "kafka.subscriptions_topic": f"subs-{tag}",
-        "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
-        "streaming.checkpoint_dir": str(workdir / "checkpoints"),
-    }
+def settings(isolated_settings, workdir: Path) -> dict[str, str]:
+    """This test's own topics, warehouse and checkpoint folder."""
+    return isolated_settings(workdir)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ client pointed at a port where the broker is down, then started there."""
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 from streaming import kafka
@@ -12,6 +11,8 @@ from streaming import kafka
 from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.broker_watch import BrokerWatch
 from streaming.errors import one_line
+
+from waiting import wait_until
 
 
 def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path, caplog):
@@ -27,10 +28,13 @@ def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path, caplog):
                                                         "reconnect.backoff.max.ms": 200},
                               on_error=watch.on_error)
     try:
-        deadline = time.monotonic() + 20
-        while not watch.down and time.monotonic() < deadline:
+        def polled(check):
+            """Poll once (polling drives the connection attempts and their error
+            callbacks), then ``check()``."""
             consumer.poll(0.2)
-        assert watch.down
+            return check()
+
+        wait_until(lambda: polled(lambda: watch.down), "the watch reporting Kafka down", 20)
         for _ in range(10):  # two more seconds of failed attempts: no more lines
             consumer.poll(0.2)
         assert len(lines()) == 1
@@ -39,9 +43,7 @@ def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path, caplog):
         broker = EmbeddedBroker(tmp_path / "kafka", port=port, controller_port=free_port())
         broker.start()
         try:
-            deadline = time.monotonic() + 60
-            while watch.down and time.monotonic() < deadline:
-                consumer.poll(0.2)
+            wait_until(lambda: polled(lambda: not watch.down), "the watch reporting Kafka back", 60)
         finally:
             broker.stop()
     finally:

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 from streaming import jvm
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 
 
-def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], capture_output=True,
-                          text=True, timeout=120, env=env)
-
-
-def test_help_lists_the_verbs():
-    result = _run("--help")
+def test_help_lists_the_verbs(cli):
+    result = cli("--help")
     assert result.returncode == 0
     for verb in ("broker", "match", "version"):
         assert verb in result.stdout
@@ -33,8 +26,8 @@ def _pinned(package: str) -> str:
     return pin
 
 
-def test_version_names_the_pinned_spark():
-    result = _run("version")
+def test_version_names_the_pinned_spark(cli):
+    result = cli("version")
     assert result.returncode == 0
     assert result.stdout.startswith(f"bitroute 0.1.0 (pyspark {_pinned('pyspark')}")
 
@@ -45,8 +38,8 @@ def test_the_spark_jars_are_those_of_the_pinned_pyspark():
     assert spark and all(a.endswith(f":{_pinned('pyspark')}") for a in spark)
 
 
-def test_bad_configuration_is_one_line_naming_the_key():
-    result = _run("broker", "status", "--set", "broker.port=99999")
+def test_bad_configuration_is_one_line_naming_the_key(cli):
+    result = cli("broker", "status", "--set", "broker.port=99999")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "bitroute: error: configuration: broker.port: expected a port number 1..65535, got 99999"]

@@ -95,7 +95,7 @@ def test_plaintext_is_the_default_and_adds_nothing():
 ])
 def test_the_tested_combinations_are_accepted(tmp_path, client, spark):
     """SASL_PLAINTEXT with each mechanism (no TLS file), and TLS with only a CA file (no
-    client certificate): what tests/streaming/test_secured_kafka.py runs against a broker."""
+    client certificate): what tests/streaming/kafka/test_security.py runs against a broker."""
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     client = {k: str(ca) if v == "CA" else v for k, v in client.items()}

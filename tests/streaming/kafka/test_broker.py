@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
 from streaming.kafka.broker import free_port
+
+from waiting import wait_until
 
 
 def test_produce_and_consume_a_record(kafka_bootstrap: str, new_topic):
@@ -23,40 +22,33 @@ def test_produce_and_consume_a_record(kafka_bootstrap: str, new_topic):
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     try:
-        deadline = time.monotonic() + 30
-        message = None
-        while message is None and time.monotonic() < deadline:
+        def consumed():
             candidate = consumer.poll(1.0)
-            if candidate is not None and candidate.error() is None:
-                message = candidate
+            return candidate if candidate is not None and candidate.error() is None else None
+
+        message = wait_until(consumed, "a record consumed", timeout=30)
     finally:
         consumer.close()
-    assert message is not None, "no record consumed within 30 s"
     assert (message.key(), message.value(), message.headers()) == (b"a.b", b"payload", [("h", b"v")])
 
 
-def _bitroute(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streaming.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=180)
-
-
-def test_broker_verbs_round_trip(tmp_path: Path):
+def test_broker_verbs_round_trip(tmp_path: Path, cli):
     flags = ["--set", f"broker.data_dir={tmp_path / 'broker'}",
              "--set", f"broker.port={free_port()}",
              "--set", f"broker.controller_port={free_port()}"]
-    assert _bitroute("broker", "status", *flags, cwd=tmp_path).stdout.strip() == "down"
-    started = _bitroute("broker", "start", *flags, cwd=tmp_path)
+    assert cli("broker", "status", *flags, cwd=tmp_path, timeout=180).stdout.strip() == "down"
+    started = cli("broker", "start", *flags, cwd=tmp_path, timeout=180)
     try:
         assert started.returncode == 0, started.stderr
         bootstrap = started.stdout.strip()
         assert bootstrap.startswith("127.0.0.1:")
-        again = _bitroute("broker", "start", *flags, cwd=tmp_path)
+        again = cli("broker", "start", *flags, cwd=tmp_path, timeout=180)
         assert again.stdout.strip() == f"{bootstrap} (already running)"
-        status = _bitroute("broker", "status", *flags, cwd=tmp_path)
+        status = cli("broker", "status", *flags, cwd=tmp_path, timeout=180)
         assert status.returncode == 0 and status.stdout.startswith(f"up {bootstrap}")
     finally:
-        stopped = _bitroute("broker", "stop", *flags, cwd=tmp_path)
+        stopped = cli("broker", "stop", *flags, cwd=tmp_path, timeout=180)
     assert stopped.stdout.strip() == "stopped"
-    down = _bitroute("broker", "status", *flags, cwd=tmp_path)
+    down = cli("broker", "status", *flags, cwd=tmp_path, timeout=180)
     assert (down.returncode, down.stdout.strip()) == (3, "down")
-    assert _bitroute("broker", "stop", *flags, cwd=tmp_path).stdout.strip() == "not running"
+    assert cli("broker", "stop", *flags, cwd=tmp_path, timeout=180).stdout.strip() == "not running"

@@ -31,7 +31,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from test_router_process import RouterProcess, _settings  # the router as a child process
 
 from schemas.tables import AUDIT_TABLES, arrow_schema
 from streaming import jvm
@@ -40,9 +39,12 @@ from streaming.audit import queries as audit
 from streaming.audit.writer import AuditTables
 from streaming.config import Config, load
 
-ROOT = Path(__file__).resolve().parents[2]
+from docs_session import SPARK_TIMEOUT_S, docs_session_script
+from isolation import isolated_settings
+from router_process import RouterProcess  # the router as a child process
+
+ROOT = Path(__file__).resolve().parents[3]
 BITROUTE = Path(sys.executable).with_name("bitroute")
-SPARK_TIMEOUT_S = 1800  # a bound, not an expectation: a Spark start takes 10-20 s on an idle 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,7 @@ def routed(base_config: Config, tmp_path_factory: pytest.TempPathFactory) -> Con
     """The configuration of a router that ran and stopped: its tables hold routed,
     unroutable and rejected publishes and subscription changes over several commits."""
     root = tmp_path_factory.mktemp("spark-reader")
-    settings = _settings(base_config, root)
+    settings = isolated_settings(base_config, root)
     config = load(overrides=settings, environ={})
     client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
     client.subscribe(config, "amq.topic", "beta", "orders.*.paid", sub_id="b1")
@@ -83,21 +85,12 @@ def _versions(config: Config, table: str) -> list[int]:
     return sorted(entry["version"] for entry in DeltaTable(config.delta.table_path(table)).history())
 
 
-def _docs_session_script(jars_folder: Path, warehouse: str) -> str:
-    """docs/audit.md's pyspark block as it stands, its two paths replaced."""
-    text = (ROOT / "docs" / "audit.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    [block] = [b for b in blocks if "spark.jars\"" in b and "DeltaSparkSessionExtension" in b]
-    block, replaced = re.subn(r'^jars_folder = ".*?"', f"jars_folder = {str(jars_folder)!r}",
-                              block, flags=re.M)
-    assert replaced == 1
-    block, replaced = re.subn(r'^warehouse = ".*?"', f"warehouse = {warehouse!r}", block,
-                              flags=re.M)
-    assert replaced == 1
-    return block
-
-
 _CHECKS = '''
+# Task counts for a small machine (Delta's default replays a table's log in 50 tasks); the
+# statements below are the user's as they stand.
+spark.conf.set("spark.sql.shuffle.partitions", "2")
+spark.conf.set("spark.databricks.delta.snapshotPartitions", "2")
+
 import json as _json
 _answers = {}
 for _name in ("deliveries", "messages", "subscriptions"):
@@ -123,7 +116,7 @@ spark.stop()
 def test_a_users_own_session_configured_as_the_docs_say_reads_every_audit_table(
         routed: Config, tmp_path: Path):
     warehouse = str(Path(routed.delta.warehouse).absolute())
-    script = _docs_session_script(jvm.jars("delta")[0].parent, warehouse) + _CHECKS
+    script = docs_session_script(jvm.jars("delta")[0].parent, warehouse) + _CHECKS
     (tmp_path / "reader.py").write_text(script)
     done = subprocess.run([sys.executable, "reader.py"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=SPARK_TIMEOUT_S)
@@ -145,7 +138,9 @@ def _sql(config: Config, statement: str, *flags: str) -> subprocess.CompletedPro
     sets = [arg for key in ("delta.warehouse", "streaming.checkpoint_dir")
             for arg in ("--set", f"{key}={_setting(config, key)}")]
     return subprocess.run([str(BITROUTE), "sql", statement, *flags, *sets,
-                           "--set", "spark.master=local[2]", "--set", "spark.log_level=ERROR"],
+                           "--set", "spark.master=local[2]", "--set", "spark.log_level=ERROR",
+                           "--set", "spark.shuffle_partitions=2",  # tasks for a small machine
+                           "--set", "spark.options.spark.databricks.delta.snapshotPartitions=2"],
                           capture_output=True, text=True, timeout=SPARK_TIMEOUT_S)
 
 

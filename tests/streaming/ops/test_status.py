@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LAST_BATCH = {
     "query_id": "5b1e4c1e-query", "run_id": "9f2d-run", "batch_id": 7, "publishes": 120,
     "deliveries": 930, "rejected": 2, "snapshot_version": 3, "seconds": 1.25,
@@ -42,15 +41,8 @@ LAST_BATCH = {
 
 
 @pytest.fixture
-def settings(kafka_bootstrap: str, new_topic, workdir: Path) -> dict[str, str]:
-    tag = uuid.uuid4().hex[:10]
-    return {
-        "kafka.bootstrap": kafka_bootstrap,
-        "kafka.publishes_topic": new_topic(partitions=2),
-        "kafka.subscriptions_topic": f"subs-{tag}",
-        "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
-        "streaming.checkpoint_dir": str(workdir / "checkpoints"),
-    }
+def settings(isolated_settings, new_topic, workdir: Path) -> dict[str, str]:
+    return isolated_settings(workdir, **{"kafka.publishes_topic": new_topic(partitions=2)})
 
 
 @pytest.fixture

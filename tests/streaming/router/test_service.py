@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from schemas.records import (
@@ -41,23 +41,15 @@ from streaming.config import Config
 from streaming.router.routing import ROUTED_ARROW
 from streaming.router.service import Router
 
-KAFKA_TIMEOUT_S = 30.0
-
+from delivery_order import assert_publish_order_kept, delivery_order
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 # --- helpers -----------------------------------------------------------------------
 
 def router_config(base: Config, root: Path) -> Config:
     """``base`` with this router's own topics, tables and checkpoints."""
-    tag = uuid.uuid4().hex[:10]
-    return dataclasses.replace(
-        base,
-        kafka=dataclasses.replace(
-            base.kafka, publishes_topic=f"pub-{tag}", subscriptions_topic=f"subs-{tag}",
-            rejected_topic=f"rej-{tag}", deliveries_topic_prefix=f"dlv-{tag}."),
-        delta=dataclasses.replace(base.delta, warehouse=str(root / "delta")),
-        streaming=dataclasses.replace(base.streaming, checkpoint_dir=root / "checkpoints",
-                                      trigger_interval="100 milliseconds"),
-    )
+    return isolated_config(base, root, **{"streaming.trigger_interval": "100 milliseconds"})
 
 
 def unique(name: str) -> str:
@@ -104,39 +96,6 @@ def publish(config: Config, routing_key: str | None, payload: bytes = b"payload"
         all_headers.append((EXCHANGE_HEADER, exchange.encode()))
     key = None if routing_key is None else routing_key.encode()
     return _produce(config, config.kafka.publishes_topic, key, payload, all_headers)
-
-
-def read_topic(config: Config, topic: str) -> list:
-    """Every record of ``topic`` up to its end offsets now (none when it does not exist)."""
-    consumer = Consumer({"bootstrap.servers": config.kafka.bootstrap, "group.id": "tests",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        metadata = consumer.list_topics(topic, timeout=KAFKA_TIMEOUT_S).topics[topic]
-        if metadata.error is not None:
-            return []
-        todo = set()
-        for partition in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                       timeout=KAFKA_TIMEOUT_S)
-            if high > low:
-                todo.add(partition)
-        consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-        records = []
-        while todo:
-            message = consumer.poll(KAFKA_TIMEOUT_S)
-            assert message is not None, f"no record from {topic} within {KAFKA_TIMEOUT_S}s"
-            if message.error() is not None:
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                todo.discard(message.partition())
-            else:
-                records.append(message)
-        return records
-    finally:
-        consumer.close()
-
-
-def headers_of(record) -> dict[str, str]:
-    return {k: v.decode("utf-8", "replace") for k, v in record.headers() or []}
 
 
 def deliveries_of(config: Config, subscriber: str) -> dict[str, dict[str, str]]:
@@ -543,3 +502,35 @@ def test_a_restart_resumes_from_the_persisted_snapshot_and_the_changelog_after_i
             ("new", CHANGE_UPSERT, version + 1)])
     finally:
         second.stop()
+
+
+def test_deliveries_keep_their_publishes_order_per_partition_on_the_executors_shared_layout(
+        isolated_config, spark):
+    # The ordering guarantee (docs/design.md): publishes keyed over three partitions,
+    # several batches, every one routed on the executors, the shared delivery layout.
+    config = isolated_config(**{
+        "kafka.delivery_layout": "shared", "kafka.partitions": "3",
+        "kafka.shared_deliveries_topic": f"shared-{uuid.uuid4().hex[:10]}",
+        "streaming.driver_route_max_publishes": "0", "streaming.max_offsets_per_trigger": "50"})
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
+    for subscriber in ("kay", "lee"):
+        producer.produce(config.kafka.subscriptions_topic, json.dumps(
+            {"exchange": "amq.topic", "subscriber": subscriber, "filter": "o.#"}).encode(),
+            subscriber.encode())
+    assert producer.flush(30) == 0
+    router = Router(config, spark)
+    router.start()
+    try:
+        for i in range(200):
+            producer.produce(config.kafka.publishes_topic, b"x", f"o.{i % 11}".encode(),
+                             headers=[(EXCHANGE_HEADER, b"amq.topic")])
+        assert producer.flush(30) == 0
+        router.process_all_available()
+    finally:
+        router.stop()
+    assert len(router.reports) >= 4  # several batches of at most 50
+    for subscriber in ("kay", "lee"):
+        order = delivery_order(config, subscriber)
+        ids = {m for partition in order.values() for m in partition}
+        assert len(ids) == 200 and len({m.rsplit("/", 2)[1] for m in ids}) == 3
+        assert_publish_order_kept(order)

@@ -3,9 +3,7 @@ running router and real Delta tables."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import uuid
 
 import pytest
 from confluent_kafka import Producer
@@ -23,17 +21,6 @@ from streaming.router.service import Router
 pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 30.0
-
-
-def _config(base: Config, root, **kafka) -> Config:
-    tag = uuid.uuid4().hex[:10]
-    return dataclasses.replace(
-        base,
-        kafka=dataclasses.replace(
-            base.kafka, publishes_topic=f"pub-{tag}", subscriptions_topic=f"subs-{tag}",
-            rejected_topic=f"rej-{tag}", deliveries_topic_prefix=f"dlv-{tag}.", **kafka),
-        delta=dataclasses.replace(base.delta, warehouse=str(root / "delta")),
-        streaming=dataclasses.replace(base.streaming, checkpoint_dir=root / "checkpoints"))
 
 
 def _produce(config: Config, topic: str, key: bytes, value: bytes | None, headers=()) -> None:
@@ -59,9 +46,8 @@ def _deliveries(config: Config) -> dict[str, int]:
     return counts
 
 
-def test_a_retired_subscriber_gets_nothing_more_and_the_audit_says_why(base_config, spark,
-                                                                       tmp_path):
-    config = _config(base_config, tmp_path)
+def test_a_retired_subscriber_gets_nothing_more_and_the_audit_says_why(isolated_config, spark):
+    config = isolated_config()
     for sub_id, subscriber in (("ivy-1", "ivy"), ("ivy-2", "ivy"), ("joe-1", "joe")):
         _subscribe(config, sub_id, subscriber)
     router = Router(config, spark)
@@ -97,7 +83,7 @@ def test_a_retired_subscriber_gets_nothing_more_and_the_audit_says_why(base_conf
         router.stop()
 
 
-def test_the_shared_layout_has_no_topic_of_a_subscribers_own_to_delete(base_config, tmp_path):
-    config = _config(base_config, tmp_path, delivery_layout="shared")
+def test_the_shared_layout_has_no_topic_of_a_subscribers_own_to_delete(isolated_config):
+    config = isolated_config(**{"kafka.delivery_layout": "shared"})
     with pytest.raises(InvalidRequest, match="no topic of kim's own to delete"):
         retire(config, "kim", delete_topic=True)

@@ -1,7 +1,7 @@
 """The SparkSession factory: the Kafka connector and Arrow work in one session.
 
 The session holds no Delta Lake (the audit tables are delta-rs's, see
-test_audit.py and test_router.py); what it must do is what the router asks of
+audit/test_queries.py and router/test_service.py); what it must do is what the router asks of
 it: read Kafka with headers and run Python over Arrow batches in its workers.
 """
 
