@@ -203,7 +203,7 @@ class DeliveryColumns:
         """Delivery ``i``'s record as Python objects, ``(topic, key, value, headers)``: what
         the kernel's writer produces for it (for the rare record written again on its own).
         The format's home is the kernel (``kernel/src/delivery.rs``); this copy is tested
-        byte for byte against it (tests/streaming/test_delivery_writer.py)."""
+        byte for byte against it (tests/streaming/router/test_delivery.py)."""
         r = int(self.rows[i])
         names = self.header_names
         own = [(names.get(h).decode(), self.header_values.get(h))
