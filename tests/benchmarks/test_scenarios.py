@@ -2,9 +2,10 @@
 
 Not a timing test: it asserts that each scenario still runs end to end on today's
 code and prints its figures and the machine lines, so that a refactor that breaks a
-scenario fails CI the day it breaks. Each scenario starts what it needs (broker,
-``bitroute run``, Spark) in a process of its own and stops it, bounded by
-:data:`TIMEOUT_S`.
+scenario fails CI the day it breaks. Each scenario starts what it needs (``bitroute
+run``, Spark) in a process of its own and stops it, bounded by :data:`TIMEOUT_S`; the
+broker is the session's (``--bootstrap``, each scenario's topics named apart), since
+starting one per scenario was a large part of the smoke runs' time.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ FIGURE = {
 
 
 def run_benchmarks(*args: str, tmp: Path | None = None,
-                   timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+                   timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """``python -m benchmarks *args`` from the checkout; its temporary folders (the
     scenarios' work folders among them) under ``tmp``."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -58,11 +59,14 @@ def test_the_list_names_every_scenario_and_an_unknown_one_is_refused():
     unknown = run_benchmarks("no-such-scenario", timeout=60)
     assert unknown.returncode == 2
     assert "unknown scenario 'no-such-scenario'" in unknown.stderr
+    no_scenario = run_benchmarks("--bootstrap", "127.0.0.1:9092", timeout=60)
+    assert no_scenario.returncode == 2
+    assert "--bootstrap takes HOST:PORT, then the scenario" in no_scenario.stderr
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_each_scenario_runs_at_toy_size(scenario: str, tmp_path: Path):
-    done = run_benchmarks(scenario, "--smoke", tmp=tmp_path)
+def test_each_scenario_runs_at_toy_size(scenario: str, tmp_path: Path, kafka_bootstrap: str):
+    done = run_benchmarks("--bootstrap", kafka_bootstrap, scenario, "--smoke", tmp=tmp_path)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
     assert "machine before: loadavg" in done.stdout and "machine after: loadavg" in done.stdout
     assert FIGURE[scenario] in done.stdout, done.stdout[-4000:]
