@@ -239,7 +239,7 @@ def _stage_means(batches: list[dict]) -> dict[str, float]:
 
 def run(soak: Soak) -> int:
     a = soak.args
-    n = 500 if a.smoke else workload.SIZES[a.size]
+    n = 100 if a.smoke else workload.SIZES[a.size]
     t = time.monotonic()
     w = workload.generate("devices", n, a.seed, a.publishes)
     matches, per_publish = workload.match_stats(w)
@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--smoke", action="store_true",
-                    help="toy size: 500 subscriptions, 10 s at 200 publishes/s")
+                    help="toy size: 100 subscriptions, 10 s at 200 publishes/s")
     args = ap.parse_args(argv)
     if args.smoke:
         args.minutes, args.rate, args.warmup_minutes, args.interval = 1 / 6, 200.0, 0.0, 2.0

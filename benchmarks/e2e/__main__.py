@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--smoke", action="store_true",
-                    help="toy size, bitroute alone: 500 subscriptions, a 2,000-publish backlog, "
+                    help="toy size, bitroute alone: 100 subscriptions, a 2,000-publish backlog, "
                          "the 90%% phase alone (2 s), no warm-up nor first-route phase")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-e2e-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    n = 500 if args.smoke else workload.SIZES[args.size]
+    n = 100 if args.smoke else workload.SIZES[args.size]
     t = time.monotonic()
     w = workload.generate(args.profile, n, args.seed, args.publishes)
     files = workload.write_files(w, workdir / "workload")
