@@ -443,10 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--smoke", action="store_true",
-                    help="toy size: 100 subscriptions, 10 s at 200 publishes/s")
+                    help="toy size: 100 subscriptions, 6 s at 200 publishes/s")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.minutes, args.rate, args.warmup_minutes, args.interval = 1 / 6, 200.0, 0.0, 2.0
+        args.minutes, args.rate, args.warmup_minutes, args.interval = 0.1, 200.0, 0.0, 2.0
         args.publishes = 2000
     signal.signal(signal.SIGTERM, _interrupt)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-soak-"))
