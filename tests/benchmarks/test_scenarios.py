@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import SCENARIOS
+from streaming import kafka
+from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +78,8 @@ def test_each_scenario_runs_at_toy_size(scenario: str, tmp_path: Path, kafka_boo
     assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
     assert "machine before: loadavg" in done.stdout and "machine after: loadavg" in done.stdout
     assert FIGURE[scenario] in done.stdout, done.stdout[-4000:]
+    # On the shared broker, the scenario's topics (bench-<pid>-<time>.*) are gone after it.
+    admin = kafka.admin(kafka.ClientSettings.of(kafka_bootstrap))
+    wait_until(lambda: not [t for t in admin.list_topics(timeout=30).topics
+                            if t.startswith("bench-")],
+               f"{scenario}'s topics deleted from the shared broker", timeout=60)
