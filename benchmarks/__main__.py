@@ -12,17 +12,16 @@ refactor broke fails the day it breaks. Today's figures and the command of each 
 in docs/benchmarks.md. Scenarios start everything they use on loopback (the embedded
 broker, ``bitroute run``, Spark) and stop it all when they end. ``--bootstrap HOST:PORT``
 (or the environment variable ``BITROUTE_BENCH_BOOTSTRAP``): a running broker instead of
-one of their own, their topics named apart (``bench-<pid>-<time>.*``), left in it; what
-the CI smoke test does with its session broker, since a broker's start is most of a
-toy-size run (a figure that measures the broker itself then leaves it out).
+one of their own, their topics named apart (``bench-<pid>-<time>.*``) and deleted when
+they end; what the CI smoke test does with its session broker, since a broker's start
+was much of a toy-size run (a figure that measures the broker itself then leaves it out).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-
 import os
+import sys
 
 from benchmarks.harness import BOOTSTRAP_ENV, delete_own_topics, print_machine
 
