@@ -2,7 +2,7 @@
 
     python -m benchmarks --list
     python -m benchmarks <scenario> --help
-    python -m benchmarks <scenario> [options] [--smoke]
+    python -m benchmarks [--bootstrap HOST:PORT] <scenario> [options] [--smoke]
 
 Each scenario prints its figures (with the ratio to a baseline measured in the same
 run where it has one) between two machine lines: the load average, the cores and
@@ -10,15 +10,20 @@ the commit (:func:`benchmarks.harness.print_machine`). ``--smoke`` runs it at to
 in seconds: what CI runs (tests/benchmarks/test_scenarios.py), so that a scenario a
 refactor broke fails the day it breaks. Today's figures and the command of each are
 in docs/benchmarks.md. Scenarios start everything they use on loopback (the embedded
-broker, ``bitroute run``, Spark) and stop it all when they end.
+broker, ``bitroute run``, Spark) and stop it all when they end. ``--bootstrap HOST:PORT``
+(or the environment variable ``BITROUTE_BENCH_BOOTSTRAP``): a running broker instead of
+one of their own, their topics named apart (``bench-<pid>-<time>.*``) and deleted when
+they end; what the CI smoke test does with its session broker, since a broker's start
+was much of a toy-size run (a figure that measures the broker itself then leaves it out).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-from benchmarks.harness import print_machine
+from benchmarks.harness import BOOTSTRAP_ENV, delete_own_topics, print_machine
 
 SCENARIOS: dict[str, tuple[str, str]] = {
     "compiler": ("benchmarks.compiler_bench",
@@ -57,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_module, what) in SCENARIOS.items():
             print(f"{name:<{width}}  {what}")
         return 0
+    if argv[0] == "--bootstrap" or argv[0].startswith("--bootstrap="):
+        bootstrap, argv = ((argv[1] if len(argv) > 1 else ""), argv[2:]) \
+            if argv[0] == "--bootstrap" else (argv[0].split("=", 1)[1], argv[1:])
+        if not bootstrap or not argv:
+            print("python -m benchmarks: error: --bootstrap takes HOST:PORT, then the scenario",
+                  file=sys.stderr)
+            return 2
+        os.environ[BOOTSTRAP_ENV] = bootstrap
     name, rest = argv[0], argv[1:]
     if name not in SCENARIOS:
         print(f"python -m benchmarks: error: unknown scenario {name!r}; "
@@ -69,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         status = module.main(rest)
     finally:
         print_machine("after")
+        delete_own_topics()
     return status or 0
 
 

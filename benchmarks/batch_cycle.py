@@ -42,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backlog", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=20_000, help="publishes per batch at most")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    ap.add_argument("--smoke", action="store_true", help="toy size: 2,000 publishes in batches of 500")
+    ap.add_argument("--smoke", action="store_true", help="toy size: 100 subscriptions, 1,000 publishes in batches of 500")
     args = ap.parse_args(argv)
     subscriptions = workload.SIZES[args.size]
     if args.smoke:
-        subscriptions, args.backlog, args.batch = 500, 2000, 500
+        subscriptions, args.backlog, args.batch = 100, 1000, 500
     w = workload.generate("devices", subscriptions, 1, min(args.backlog, 50_000))
     sets = [f"streaming.max_offsets_per_trigger={args.batch}", *args.set]
     with tempfile.TemporaryDirectory(prefix="bitroute-batch-cycle-") as folder:

@@ -7,7 +7,7 @@ delivery when the executors route every batch.
 Each run starts everything it uses on loopback, in a folder of its own, and
 stops it all at the end (or at ``--timeout``):
 
-- a Spark standalone cluster: a master and two one-core workers, started from
+- a Spark standalone cluster: a master and two one-core workers (``--workers``), started from
   pyspark's own ``spark-class`` with the run's ``PYTHONPATH`` (so the executors'
   Python workers import the code under test);
 - the embedded Kafka broker (:class:`streaming.kafka.broker.EmbeddedBroker`) on
@@ -467,7 +467,7 @@ def _produce_backlog(config, w: Workload) -> dict:
 
 def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder: Path,
              timeout: float, sample: float, idle: float, warm: bool = False,
-             extra_sets: tuple[str, ...] = ()) -> RunResult:
+             extra_sets: tuple[str, ...] = (), workers: int = 2) -> RunResult:
     """One measured drain of ``w``'s publishes by a router of ``tree`` on a fresh cluster
     and broker in ``folder``; everything started is stopped before returning."""
     result = RunResult(code, str(tree), batch, len(w.publishes), warm=warm)
@@ -477,11 +477,12 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
     broker = None
     try:
         # The router, its CPU sampler and the consumer stop before the cluster does.
-        with standalone_cluster(folder, str(tree)) as cluster, contextlib.ExitStack() as stops:
+        with standalone_cluster(folder, str(tree), workers) as cluster, contextlib.ExitStack() as stops:
             broker = harness.start_broker(folder / "kafka")
             sets = [
                 "broker.embedded=false",
                 f"kafka.bootstrap={broker.bootstrap}",
+                *harness.topic_sets(),
                 f"delta.warehouse={folder / 'delta'}",
                 f"streaming.checkpoint_dir={folder / 'checkpoints'}",
                 f"streaming.max_offsets_per_trigger={batch}",
@@ -708,12 +709,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the runs' folders go (default: a temporary folder, removed)")
     ap.add_argument("--keep", action="store_true", help="keep the runs' folders")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="one-core workers of the standalone cluster")
     ap.add_argument("--smoke", action="store_true",
-                    help="toy size: one run of 2,000 publishes in batches of 1,000, no sweep")
+                    help="toy size: one run of 2,000 publishes in batches of 1,000 on one "
+                         "worker, no sweep")
     args = ap.parse_args(argv)
     if args.smoke:
         args.pairs, args.batch, args.sweep, args.tiny = 1, 1000, "", 0
         args.backlog, args.subscribers, args.idle, args.timeout = 2000, 50, 0.0, 300.0
+        args.workers = 1
 
     after_tree = ROOT
     w = fanout_workload(args.subscribers, args.fanout, args.backlog)
@@ -737,7 +742,8 @@ def main(argv: list[str] | None = None) -> int:
         plan.append(("after", after_tree, args.tiny, tiny))
 
     commit = _commit(after_tree)
-    print(f"driver cost on a standalone cluster (2 one-core workers) on {os.cpu_count()} cores; "
+    print(f"driver cost on a standalone cluster ({args.workers} one-core workers) on "
+          f"{os.cpu_count()} cores; "
           f"after = {after_tree} at {commit}" + (
               f", before = {args.before} at {_commit(args.before)}" if args.before else ""))
     print(f"workload: {w.description}; {args.fanout} deliveries per publish; backlog "
@@ -752,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"run {i + 1}/{len(plan)}: {code} ({tree}), batches of {batch:,}")
             r = run_once(code, tree, batch, workload, args.fanout,
                          base / f"run{i + 1}-{code}-{batch}", args.timeout, args.sample, args.idle, args.warm,
-                         tuple(args.set))
+                         tuple(args.set), args.workers)
             results.append(r)
             if i == 0:
                 print(HEADER)

@@ -5,7 +5,11 @@
   and a figure means little without the load it ran under;
 - :func:`start_broker`: the embedded Kafka broker
   (:class:`streaming.kafka.broker.EmbeddedBroker`) on free loopback ports in a folder
-  of the scenario's own; the caller stops it;
+  of the scenario's own; the caller stops it. With :data:`BOOTSTRAP_ENV` set (what
+  ``python -m benchmarks --bootstrap HOST:PORT`` sets, and the CI smoke test with its
+  session broker) it is that running broker instead, which stopping leaves running,
+  and :func:`topic_prefix` / :func:`topic_sets` give the scenario's topics names
+  of its own in it;
 - :class:`RouterRun`: the real ``bitroute run --json`` in a child process (lock,
   watchdog, metrics and all), each finished batch read from its stdout as the
   router reports it (:class:`streaming.cli.progress.BatchJson`); no scenario
@@ -36,6 +40,8 @@ from benchmarks.e2e import procstat
 from streaming.kafka.broker import EmbeddedBroker, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A running broker's ``host:port`` for every scenario to use instead of starting one.
+BOOTSTRAP_ENV = "BITROUTE_BENCH_BOOTSTRAP"
 STARTED_TIMEOUT_S = 900.0
 #: ``bitroute run``'s last start-up line on stderr: the query runs.
 _STARTED = re.compile(r"^bitroute: snapshot v(\d+) with (\d+) subscriptions")
@@ -62,11 +68,72 @@ def print_machine(when: str) -> dict:
     return m
 
 
-def start_broker(folder: Path) -> EmbeddedBroker:
-    """The embedded broker on free loopback ports, its data in ``folder``, started."""
+class ExistingBroker:
+    """A broker someone else started (:data:`BOOTSTRAP_ENV`): the scenario uses it and
+    leaves it running; it has no process of this scenario's to measure."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def pid(self) -> None:
+        return None
+
+    def stop(self) -> bool:
+        return True
+
+
+def existing_bootstrap() -> str | None:
+    """The running broker every scenario is to use (:data:`BOOTSTRAP_ENV`), if any."""
+    return os.environ.get(BOOTSTRAP_ENV) or None
+
+
+def start_broker(folder: Path) -> EmbeddedBroker | ExistingBroker:
+    """The embedded broker on free loopback ports, its data in ``folder``, started; or
+    the running one of :data:`BOOTSTRAP_ENV` (stopping it leaves it running)."""
+    existing = existing_bootstrap()
+    if existing:
+        return ExistingBroker(existing)
     broker = EmbeddedBroker(Path(folder), "127.0.0.1", free_port(), free_port())
     broker.start()
     return broker
+
+
+_PREFIX = f"bench-{os.getpid()}-{int(time.time())}"
+
+
+def topic_prefix() -> str:
+    """The first part of every topic name this scenario creates: ``bitroute`` (the
+    router's defaults) on a broker of its own; on a shared broker one of this process's
+    own, so that scenarios run one after another never read each other's records."""
+    return _PREFIX if existing_bootstrap() else "bitroute"
+
+
+def delete_own_topics(timeout: float = 60.0) -> int:
+    """On a shared broker, delete the topics this process created (:func:`topic_prefix`),
+    so that a run of every scenario leaves the broker as it found it; their number.
+    Nothing on a broker of the scenario's own (it is stopped with its data)."""
+    bootstrap = existing_bootstrap()
+    if not bootstrap:
+        return 0
+    from streaming import kafka
+
+    admin = kafka.admin(kafka.ClientSettings.of(bootstrap))
+    own = [t for t in admin.list_topics(timeout=timeout).topics if t.startswith(_PREFIX + ".")]
+    if own:
+        for future in admin.delete_topics(own, operation_timeout=timeout).values():
+            future.result(timeout)
+    return len(own)
+
+
+def topic_sets() -> list[str]:
+    """``bitroute run --set`` flags naming the router's topics after :func:`topic_prefix`
+    (none on a broker of the scenario's own: the defaults)."""
+    p = topic_prefix()
+    if p == "bitroute":
+        return []
+    return [f"kafka.publishes_topic={p}.publishes", f"kafka.subscriptions_topic={p}.subscriptions",
+            f"kafka.rejected_topic={p}.rejected", f"kafka.deliveries_topic_prefix={p}.deliveries.",
+            f"kafka.shared_deliveries_topic={p}.deliveries"]
 
 
 def executable() -> str:

@@ -239,7 +239,7 @@ def _stage_means(batches: list[dict]) -> dict[str, float]:
 
 def run(soak: Soak) -> int:
     a = soak.args
-    n = 500 if a.smoke else workload.SIZES[a.size]
+    n = 100 if a.smoke else workload.SIZES[a.size]
     t = time.monotonic()
     w = workload.generate("devices", n, a.seed, a.publishes)
     matches, per_publish = workload.match_stats(w)
@@ -443,10 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--smoke", action="store_true",
-                    help="toy size: 500 subscriptions, 20 s at 200 publishes/s")
+                    help="toy size: 100 subscriptions, 6 s at 200 publishes/s")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.minutes, args.rate, args.warmup_minutes, args.interval = 1 / 3, 200.0, 0.0, 2.0
+        args.minutes, args.rate, args.warmup_minutes, args.interval = 0.1, 200.0, 0.0, 2.0
         args.publishes = 2000
     signal.signal(signal.SIGTERM, _interrupt)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-soak-"))

@@ -90,8 +90,9 @@ def topics(sizes: list[int]) -> list[dict]:
             config = load(overrides={"kafka.bootstrap": broker.bootstrap}, environ={})
             for n in sizes:
                 subscribers = [f"n{n}-s{i:06d}" for i in range(n)]
-                own = [f"bitroute.deliveries.{s}" for s in subscribers]
-                shared = f"bitroute.deliveries-n{n}"
+                prefix = harness.topic_prefix()
+                own = [f"{prefix}.deliveries.{s}" for s in subscribers]
+                shared = f"{prefix}.deliveries-n{n}"
                 row: dict = {"subscribers": n}
                 row["create_per_subscriber_s"] = _create(config, admin, own, 1)
                 row["create_shared_s"] = _create(config, admin, [shared], SHARED_PARTITIONS)

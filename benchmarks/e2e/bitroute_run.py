@@ -65,6 +65,7 @@ class Env:
         if self.config_file is None:
             self.broker = harness.start_broker(self.folder / "kafka")
             self.sets.append(f"kafka.bootstrap={self.broker.bootstrap}")
+            self.sets += harness.topic_sets()
         self.sets += [
             f"delta.warehouse={self.folder / 'delta'}",
             f"streaming.checkpoint_dir={self.folder / 'checkpoints'}",
@@ -145,6 +146,12 @@ class Phase:
     peak_rss: dict[str, int] = field(default_factory=dict)
     consumer: dict = field(default_factory=dict)
 
+    @classmethod
+    def skipped(cls) -> "Phase":
+        """A phase not run (``--smoke``): its figures are NaN, printed as ``-``."""
+        nan = float("nan")
+        return cls(nan, nan, lag_after_s=nan)
+
 
 def full_batch_rates(batches: list[dict]) -> tuple[float, float]:
     """(publishes/s, deliveries/s) routed over the router's full batches after the first
@@ -205,16 +212,19 @@ def _cycle(w: Workload, n: int) -> Workload:
 
 
 def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, publishers: int,
-           consumers: int, log) -> Phase:
+           consumers: int, log, lead: float = 10.0, idle: float = 15.0) -> Phase:
+    """Publishes at ``rate`` for ``warmup + measure`` seconds from ``lead`` seconds on (the
+    consumers assigned, the publishers spawned); latency of the ``measure`` window's, the
+    consumers done once ``idle`` seconds passed without a delivery after it."""
     r = env.router
     routed0 = r.routed()
     n_probes0 = len(r.batches)
-    start_at = time.time() + 10.0  # consumers assigned, publishers spawned
+    start_at = time.time() + lead
     w0 = start_at + warmup
     w1 = w0 + measure
     consumer_procs, cout = kafka_load.start_consumers(
         env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
-        (w0, w1), w1 + 120, consumers, idle=15)
+        (w0, w1), w1 + 120, consumers, idle=idle)
     procs, pout, start_at = kafka_load.start_publishers(
         env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
         warmup + measure + 0.5, publishers, start_at=start_at)
@@ -250,31 +260,35 @@ class BitrouteResult:
 
 def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: float,
         measure: float, publishers: int, consumers: int, log,
-        config_file: Path | None = None) -> BitrouteResult:
+        config_file: Path | None = None, smoke: bool = False) -> BitrouteResult:
     env = Env(folder, user_sets, config_file=config_file)
     try:
         write_s, started = env.bring_up(w, log)
-        phases = measure_phases(env, w, backlog, warmup, measure, publishers, consumers, log)
+        phases = measure_phases(env, w, backlog, warmup, measure, publishers, consumers, log,
+                                smoke=smoke)
         return BitrouteResult(write_s, started["open_s"], *phases, user_sets)
     finally:
         env.stop()
 
 
 def measure_phases(env: Env, w: Workload, backlog: int, warmup: float, measure: float,
-                   publishers: int, consumers: int, log, rates=full_batch_rates
-                   ) -> tuple[Phase, Phase, Phase]:
+                   publishers: int, consumers: int, log, rates=full_batch_rates,
+                   smoke: bool = False) -> tuple[Phase, Phase, Phase]:
     """A warm-up trickle, then the saturation (a ``backlog`` drained, its ``rates``), then
-    paced load at 50% and 90% of that rate: (saturation, at 50%, at 90%)."""
-    warm = _paced(env, w, 2000, 2, 5, 1, 1, log)
-    log(f"{env.name}: warm-up done (p50 {warm.p50_ms:.0f} ms)")
+    paced load at 50% and 90% of that rate: (saturation, at 50%, at 90%). ``smoke``: every
+    step of the path once, in seconds: no warm-up trickle, the 90% phase alone (the 50%
+    one is :meth:`Phase.skipped`), short leads and idle waits."""
+    if not smoke:
+        warm = _paced(env, w, 2000, 2, 5, 1, 1, log)
+        log(f"{env.name}: warm-up done (p50 {warm.p50_ms:.0f} ms)")
     sat = _saturate(env, w, backlog, publishers, consumers, log, rates)
     log(f"{env.name}: sustained {sat.publishes_per_s:,.0f} publishes/s, "
         f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
         + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
-    paced = []
-    for share in (0.5, 0.9):
+    paced = [Phase.skipped()] if smoke else []
+    for share in (0.9,) if smoke else (0.5, 0.9):
         phase = _paced(env, w, share * sat.publishes_per_s, warmup, measure, publishers,
-                       consumers, log)
+                       consumers, log, *((5.0, 2.0) if smoke else ()))
         log(f"{env.name}: {share:.0%} -> p50 {phase.p50_ms:.0f} ms p99 {phase.p99_ms:.0f} ms, "
             f"{phase.deliveries_per_s:,.0f} deliveries/s")
         paced.append(phase)

@@ -60,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
                     default="topic-per-subscriber", help="kafka.delivery_layout")
     ap.add_argument("--shared-partitions", type=int, default=16,
                     help="partitions of the shared delivery topic (shared layout)")
-    ap.add_argument("--smoke", action="store_true", help="toy size: 10k subscriptions, 2 x 2,000 publishes")
+    ap.add_argument("--smoke", action="store_true", help="toy size: 500 subscriptions, 2 x 500 publishes")
     args = ap.parse_args(argv)
+    n = 500 if args.smoke else workload.SIZES[args.size]
     if args.smoke:
-        args.size, args.publishes, args.batches = "10k", 2000, 2
+        args.publishes, args.batches = 500, 2
 
-    w = workload.generate(args.profile, workload.SIZES[args.size], 1, args.publishes * args.batches)
+    w = workload.generate(args.profile, n, 1, args.publishes * args.batches)
     index = RoutingIndex({workload.EXCHANGE: "mqtt"})
     for sub_id, subscriber, filt in w.subs:
         index.upsert(Subscription.from_changelog(
@@ -81,18 +82,22 @@ def main(argv: list[str] | None = None) -> int:
             from streaming import kafka
 
             admin = kafka.admin(kafka.ClientSettings.of(broker.bootstrap))
+            prefix = harness.topic_prefix()
             layout = KafkaConfig(delivery_layout=args.layout, delivery_partitions=args.partitions,
-                                 shared_delivery_partitions=args.shared_partitions).layout
+                                 shared_delivery_partitions=args.shared_partitions,
+                                 deliveries_topic_prefix=f"{prefix}.deliveries.",
+                                 shared_deliveries_topic=f"{prefix}.deliveries").layout
+            rejected = f"{prefix}.rejected"
             topics = [NewTopic(t, layout.partitions, 1)
                       for t in sorted({layout.topic(s) for s in w.subscribers})]
-            for future in admin.create_topics([*topics, NewTopic("bitroute.rejected", 1, 1)]).values():
+            for future in admin.create_topics([*topics, NewTopic(rejected, 1, 1)]).values():
                 future.result(60)
             # A long delivery timeout: on a loaded machine the broker beside the task
             # may take minutes over the first records to 1,000 new topics.
             producer = DeliveryProducer(ProducerSettings(broker.bootstrap, 1_048_576,
                                                          message_timeout_ms=600_000,
                                                          keyed_partitions=layout.shared))
-            settings = RouteSettings(workload.EXCHANGE, layout, "bitroute.rejected", 1, False,
+            settings = RouteSettings(workload.EXCHANGE, layout, rejected, 1, False,
                                      producer.settings)
             # Warm-up: the producer learns every topic's metadata.
             route_batch(matcher, producer, source_batch(w.publishes[:2000], 0), settings)
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             broker.stop()
     best = max(r["deliveries_per_s"] for r in results)
-    print(f"route_task {args.profile} {args.size} {args.layout}: best {best:,.0f} deliveries/s "
+    print(f"route_task {args.profile} {'500' if args.smoke else args.size} {args.layout}: best {best:,.0f} deliveries/s "
           f"({results[-1]['deliveries'] / results[-1]['publishes']:.2f} per publish)")
     return 0
 
