@@ -151,15 +151,25 @@ class RetentionWatch:
                  accept_first: bool = False) -> None:
         self.topic = topic
         self.policy = policy
+        self._settings = settings
         self._accept_first = accept_first
-        self._admin = clients.admin(settings)
-        self._consumer = clients.consumer(settings, "bitroute-retention")
+        self._clients: tuple[clients.BitrouteAdmin, clients.BitrouteConsumer] | None = None
 
     def check(self, batch_id: int, start: dict[int, int] | None,
               end: dict[int, int] | None) -> list[RetentionGap]:
         """The batch's gaps, said in one line; raises :class:`RetentionGapError` under the
         ``stop`` policy unless acknowledged. Kafka's errors are the caller's to retry."""
-        gaps = find_gaps(self._admin, self._consumer, self.topic, start or {}, end)
+        if self._clients is None:
+            self._clients = (clients.admin(self._settings),
+                             clients.consumer(self._settings, "bitroute-retention"))
+        try:
+            gaps = find_gaps(*self._clients, self.topic, start or {}, end)
+        except KafkaException:
+            # A broker restarted under the clients can leave their metadata stale for good
+            # ("Leader epoch is older than broker epoch" at every attempt): the retry
+            # starts from new clients.
+            self.close()
+            raise
         accept, self._accept_first = self._accept_first, False
         if not gaps:
             return []
@@ -174,4 +184,6 @@ class RetentionWatch:
         return gaps
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._clients is not None:
+            self._clients[1].close()
+            self._clients = None
