@@ -40,7 +40,7 @@ from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.topics import admin_client
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
+from streaming.router.offsets_log import batch_end, last_committed_batch
 
 POLL_S = 0.5
 
@@ -139,9 +139,4 @@ def _end_offsets(config: Config, topic: str) -> dict[int, int]:
 def _committed(layout: CheckpointLayout, topic: str) -> dict[int, int]:
     """The end offsets of the router's last committed batch (nothing committed: empty)."""
     batch = last_committed_batch(layout)
-    if batch is None:
-        return {}
-    try:
-        return read_offsets(layout.offsets_file(batch)).get(topic, {})
-    except (OSError, OffsetLogError):
-        return {}
+    return (batch_end(layout, batch, topic) or {}) if batch is not None else {}

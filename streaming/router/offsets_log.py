@@ -72,11 +72,12 @@ def batch_records(layout: CheckpointLayout, batch_id: int, topic: str) -> int | 
     """Records of ``topic`` that batch ``batch_id`` reads, or None when unknown."""
     if batch_id < 1:
         return None
-    try:
-        end, start = (read_offsets(layout.offsets_file(b)).get(topic)
-                      for b in (batch_id, batch_id - 1))
-    except (OSError, OffsetLogError):
-        return None
+    return records_between(batch_start(layout, batch_id, topic), batch_end(layout, batch_id, topic))
+
+
+def records_between(start: dict[int, int] | None, end: dict[int, int] | None) -> int | None:
+    """Records from ``start`` to ``end`` (offsets per partition), None when either is
+    unknown or ``end`` lacks a partition of ``start``."""
     if end is None or start is None or not set(start) <= set(end):
         return None
     return sum(offset - start.get(partition, 0) for partition, offset in end.items())

@@ -102,7 +102,7 @@ from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.router.errors import RouterStopping
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
-from streaming.router.offsets_log import batch_end, batch_records, batch_start
+from streaming.router.offsets_log import batch_end, batch_start, records_between
 from streaming.router.report import (
     ROUTED_IN_DRIVER,
     ROUTED_IN_EXECUTORS,
@@ -350,11 +350,14 @@ class Router:
         snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
             batch_id, "the changelog catch-up", lambda: sync.catch_up(self._catch_up_progress()),
             attempts))
-        gaps = self._retention_gaps(batch_id, attempts)
+        topic = self.config.kafka.publishes_topic
+        start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
+        gaps = self._retention_gaps(batch_id, start, end, attempts)
         caught_up = time.monotonic()
         routed_at = datetime.now(timezone.utc)
         source = batch.select(*SOURCE_COLUMNS)
-        records = batch_records(self.layout, batch_id, self.config.kafka.publishes_topic)
+        # Batch 0's start is the query's first offsets: its size stays unknown (distributed).
+        records = records_between(start, end) if batch_id >= 1 else None
         audit: PublishBatch | FileBatch | None
         if self._routes_in_driver(records):
             # A small batch: the same routing function, run in this process on
@@ -400,11 +403,11 @@ class Router:
             listener(report)
         return report
 
-    def _retention_gaps(self, batch_id: int, attempts: list[int]) -> list[RetentionGap]:
-        """The batch's publishes Kafka deleted unread (:mod:`streaming.router.retention`);
-        under the ``stop`` policy, raises :class:`RetentionGapError` (the query stops)."""
-        topic = self.config.kafka.publishes_topic
-        start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
+    def _retention_gaps(self, batch_id: int, start: dict[int, int] | None,
+                        end: dict[int, int] | None, attempts: list[int]) -> list[RetentionGap]:
+        """The publishes Kafka deleted unread of a batch reading ``start`` to ``end``
+        (:mod:`streaming.router.retention`); under the ``stop`` policy, raises
+        :class:`RetentionGapError` (the query stops)."""
         if not start:
             return []
         try:

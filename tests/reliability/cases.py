@@ -27,10 +27,10 @@ from tests.reliability import fuzz as fuzzing
 from tests.reliability.faulty_router import POINTS, arm
 from tests.reliability.kafka_io import CampaignError, lag, topic_names
 from tests.reliability.ledger import Ledger
-from tests.reliability.outputs import changes_by_kind
 from tests.reliability.stage import Churn, Stage
 from tests.reliability.workload import Workload
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.process import pid_alive
 
 
 @dataclass
@@ -238,19 +238,12 @@ def kills(folder: Path, o: Options) -> Result:
 def _jvm_outlived(jvms: list[int], wait: float = 30.0) -> int:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        alive = [p for p in jvms if _alive(p)]
+        alive = [p for p in jvms if pid_alive(p)]
         if not alive:
             return 0
         time.sleep(0.2)
-    return len([p for p in jvms if _alive(p)])
+    return len([p for p in jvms if pid_alive(p)])
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 # --- broker kills and the cluster --------------------------------------------------------

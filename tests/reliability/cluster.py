@@ -30,6 +30,7 @@ from pathlib import Path
 
 from streaming import jvm
 from streaming.kafka.broker import _HEAP, BrokerError, EmbeddedBroker, free_port
+from streaming.process import pid_alive
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class Kafka:
         try:
             os.waitpid(pid, 0)  # our child: reap it, so that its pid is not seen alive
         except ChildProcessError:
-            while _alive(pid):
+            while pid_alive(pid):
                 time.sleep(0.1)
         (node.data_dir / "broker.pid").unlink(missing_ok=True)
         return time.time()
@@ -148,10 +149,3 @@ class Kafka:
         """Resolve the broker jars once, before timing anything."""
         jvm.classpath("kafka_broker")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
