@@ -14,7 +14,8 @@ one Arrow IPC file per batch: for a batch routed in the driver, the
 for a batch routed on the executors, the records of the audit files its tasks
 wrote (a :class:`FileBatch`: a few hundred bytes per file, whatever the
 batch's size); with the batch id, snapshot version and ``routed_at`` (and for
-files, the publishes' count) in the schema's metadata. A file is written under a temporary name, fsynced,
+files, the publishes' count; and the publishes offsets the batch read from
+and up to, when known) in the schema's metadata. A file is written under a temporary name, fsynced,
 renamed, and the folder fsynced: a file with its final name is complete.
 Temporary files left by a crash are deleted at open.
 
@@ -23,6 +24,7 @@ Thread-safe: the router writes, the committer reads and removes.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime
@@ -37,6 +39,9 @@ _SUFFIX = ".arrow"
 _FILES_OF = b"files_of_publishes"
 """Metadata key of a :class:`FileBatch`'s journal file: its publishes' count."""
 _TMP_PREFIX = "."
+_START = b"start_offsets"
+_END = b"end_offsets"
+"""Metadata keys of the publishes offsets a batch read from and up to (JSON, when known)."""
 
 
 class AuditJournal:
@@ -77,6 +82,9 @@ class AuditJournal:
         meta = {b"batch_id": str(batch.batch_id).encode(),
                 b"snapshot_version": str(batch.snapshot_version).encode(),
                 b"routed_at": batch.routed_at.isoformat().encode()}
+        for key, offsets in ((_START, batch.start), (_END, batch.end)):
+            if offsets is not None:
+                meta[key] = json.dumps({str(p): o for p, o in offsets.items()}).encode()
         if isinstance(batch, FileBatch):
             meta[_FILES_OF] = str(batch.publishes).encode()
             table = batch.files.replace_schema_metadata(meta)
@@ -100,11 +108,12 @@ class AuditJournal:
         batch_id = int(meta[b"batch_id"])
         version = int(meta[b"snapshot_version"])
         routed_at = datetime.fromisoformat(meta[b"routed_at"].decode())
+        start, end = (_offsets(meta.get(key)) for key in (_START, _END))
         if _FILES_OF in meta:
             return FileBatch(batch_id, version, routed_at, table.replace_schema_metadata(None),
-                             int(meta[_FILES_OF]))
+                             int(meta[_FILES_OF]), start, end)
         return PublishBatch(batch_id=batch_id, snapshot_version=version, routed_at=routed_at,
-                            routed=table.replace_schema_metadata(None))
+                            routed=table.replace_schema_metadata(None), start=start, end=end)
 
     def remove(self, batch_ids: list[int]) -> None:
         """Forget ``batch_ids`` (their audit is in both tables)."""
@@ -118,3 +127,8 @@ class AuditJournal:
     def _path(self, batch_id: int) -> Path:
         return self.root / f"{batch_id:020d}{_SUFFIX}"
 
+
+
+def _offsets(text: bytes | None) -> dict[int, int] | None:
+    """Offsets per partition journaled as JSON; None when absent (an earlier version's file)."""
+    return None if text is None else {int(p): int(o) for p, o in json.loads(text).items()}

@@ -44,6 +44,10 @@ versions, so tables written by them continue exactly where they were.
 Preconditions: batch ids and versions handed to one router's appends
 increase, and one process writes for a router id (the router lock).
 
+Restores: each commit also records how far its table's audit reaches, and a
+router restarted on an older copy of its state folder leaves out the rows
+below what it took over (:mod:`streaming.audit.audited`, :attr:`AuditTables.marks`).
+
 Memory: a delta-rs ``DeltaTable`` kept open grows with every commit it makes
 or follows (``update_incremental``): about 60 KB per commit per table in the
 router's driver, which is what made the driver grow by megabytes a minute
@@ -58,10 +62,11 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import (
     CommitProperties,
     DeltaTable,
@@ -73,6 +78,14 @@ from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS, SUBSCRIPTIONS
 from schemas.tables import AUDIT_TABLES, arrow_schema, utc_date
+from streaming.audit.audited import (
+    AuditedMark,
+    changes_not_audited,
+    latest_mark,
+    next_offsets,
+    rows_not_audited,
+    span_against,
+)
 from streaming.audit.files import AuditFile, audit_files, write_table_files
 from streaming.audit.properties import table_properties, writer_properties
 from streaming.audit.storage import storage_options, warehouse_filesystem
@@ -109,6 +122,10 @@ class PublishBatch:
     snapshot_version: int
     routed_at: datetime
     routed: pa.Table
+    start: dict[int, int] | None = None
+    """Publishes offsets (partition -> offset) the batch read from, None when unknown."""
+    end: dict[int, int] | None = None
+    """Publishes offsets the batch read up to (exclusive), None when unknown."""
 
     @property
     def publishes(self) -> int:
@@ -126,6 +143,10 @@ class FileBatch:
     routed_at: datetime
     files: pa.Table
     publishes: int
+    start: dict[int, int] | None = None
+    """Publishes offsets (partition -> offset) the batch read from, None when unknown."""
+    end: dict[int, int] | None = None
+    """Publishes offsets the batch read up to (exclusive), None when unknown."""
 
     def table_files(self, table: str) -> list[AuditFile]:
         """The files of ``table`` (messages or deliveries)."""
@@ -152,6 +173,15 @@ class AuditTables:
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitroute-audit")
         self._filesystem, self._root = warehouse_filesystem(config.delta)
+        self.router_id = router_id
+        self.topic = config.kafka.publishes_topic
+        """The lineage key of the marks (:mod:`streaming.audit.audited`)."""
+        self.ancestors: tuple[str, ...] = ()
+        """The router ids this router's state was restored from (recorded in every mark)."""
+        self.marks: dict[str, AuditedMark] = {}
+        """Per table, the mark this router took over and advanced with each commit: rows
+        below it are in the table already and are left out (a restore). Set at open,
+        before the first commit (:mod:`streaming.router.restore`)."""
 
     def path(self, table: str) -> str:
         return self._config.delta.table_path(table)
@@ -182,9 +212,26 @@ class AuditTables:
     def append_subscriptions(self, version: int, changes: pa.Table) -> None:
         """Append the changes that produced snapshot ``version`` (an Arrow table
         of ``SUBSCRIPTIONS_TABLE``), once: a second call for ``version`` adds nothing."""
+        mark = self.marks.get(SUBSCRIPTIONS)
+        changes = changes_not_audited(changes, mark.offsets if mark is not None else None)
         if not changes.num_rows:
             return
-        self._append(SUBSCRIPTIONS, changes, self._changelog_app, version)
+        advanced = self._mark(SUBSCRIPTIONS).advanced(
+            next_offsets(changes["changelog_partition"], changes["changelog_offset"]),
+            self.router_id, self.ancestors, version)
+        self._append(SUBSCRIPTIONS, changes, self._changelog_app, version, advanced)
+
+    def latest_mark(self, table: str) -> AuditedMark | None:
+        """The newest mark of this router's publishes topic in ``table`` (its last commits)."""
+        delta = self._table(table)
+        delta.update_incremental()
+        return latest_mark(delta, self.topic)
+
+    def changelog_version(self) -> int | None:
+        """The highest snapshot version this router id committed to ``subscriptions``."""
+        delta = self._table(SUBSCRIPTIONS)
+        delta.update_incremental()
+        return delta.transaction_version(self._changelog_app)
 
     def publishes_version(self, table: str) -> int | None:
         """The highest batch id committed to publish table ``table`` (None: none yet)."""
@@ -232,10 +279,29 @@ class AuditTables:
         if committed is not None and committed >= txn_version:
             return  # a replay: these rows are in the table already
         partitioned = is_partitioned(table, name)
-        files = [f for b in group if isinstance(b, FileBatch) for f in b.table_files(name)]
-        routed = [b for b in group if isinstance(b, PublishBatch)]
+        mark = self.marks.get(name)
+        audited = mark.offsets if mark is not None else None
+        files: list[AuditFile] = []
+        routed: list[pa.Table] = []
+        for batch in group:
+            where = span_against(batch.start, batch.end, audited)
+            if where == "before":  # a restore's repeat: its rows are in the table
+                continue
+            if isinstance(batch, FileBatch):
+                batch_files = batch.table_files(name)
+                if where == "across":
+                    batch_files = self._files_not_audited(name, batch_files, audited,
+                                                          batch.batch_id)
+                files += batch_files
+            else:
+                rows = self._rows(name, batch)
+                routed.append(rows_not_audited(rows, audited) if where == "across" else rows)
+        advanced = self._mark(name)
+        for batch in group:
+            advanced = advanced.advanced(batch.end, self.router_id, self.ancestors,
+                                         batch.snapshot_version)
         if routed:
-            rows = pa.concat_tables([self._rows(name, b) for b in routed])
+            rows = pa.concat_tables(routed)
             if not partitioned:  # an earlier version's table: its own columns
                 rows = rows.drop_columns([PARTITION_COLUMNS[name]])
             files += write_table_files(
@@ -245,10 +311,34 @@ class AuditTables:
             [f.add_action() for f in files], mode="append", schema=table.schema(),
             partition_by=[PARTITION_COLUMNS[name]] if partitioned else None,
             commit_properties=CommitProperties(
+                custom_metadata=advanced.metadata(),
                 app_transactions=[Transaction(self._publishes_app, txn_version)]),
             post_commithook_properties=NO_POST_COMMIT_HOOKS)
+        self.marks[name] = advanced
         table.update_incremental()  # the object does not follow its own transaction
         self._reload_if_grown(name, table)
+
+    def _mark(self, name: str) -> AuditedMark:
+        """Table ``name``'s mark as this router records it next (its own when it took none)."""
+        mark = self.marks.get(name)
+        return mark if mark is not None else AuditedMark(self.topic, self.router_id,
+                                                         self.ancestors)
+
+    def _files_not_audited(self, name: str, files: list[AuditFile], audited: dict[int, int],
+                           batch_id: int) -> list[AuditFile]:
+        """``files`` of a batch that straddles ``audited``, rewritten without the rows below
+        it (only after a restore; the files replaced stay untracked: the vacuum deletes them)."""
+        kept: list[AuditFile] = []
+        for file in files:
+            rows = pq.read_table(f"{self._root}/{name}/{file.path}", filesystem=self._filesystem)
+            rows = rows_not_audited(rows, audited)
+            if file.partition_column is not None:
+                day = date.fromisoformat(file.partition_value)
+                rows = rows.append_column(file.partition_column,
+                                          pa.array([day] * rows.num_rows, pa.date32()))
+            kept += write_table_files(self._filesystem, f"{self._root}/{name}", name, rows,
+                                      file.partition_column, f"b{batch_id:010d}-restored")
+        return kept
 
     def _rows(self, name: str, batch: PublishBatch) -> pa.Table:
         if name == MESSAGES:
@@ -257,7 +347,8 @@ class AuditTables:
         return deliveries_rows(batch.routed, batch.snapshot_version, batch.batch_id,
                                batch.routed_at, self._config.kafka.layout)
 
-    def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int) -> None:
+    def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int,
+                mark: AuditedMark) -> None:
         table = self._table(name)
         table.update_incremental()
         committed = table.transaction_version(app_id)
@@ -271,7 +362,9 @@ class AuditTables:
             partition_by=[PARTITION_COLUMNS[name]] if partitioned else None,
             writer_properties=writer_properties(name, rows.num_rows),
             post_commithook_properties=NO_POST_COMMIT_HOOKS,
-            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, txn_version)]))
+            commit_properties=CommitProperties(custom_metadata=mark.metadata(),
+                                               app_transactions=[Transaction(app_id, txn_version)]))
+        self.marks[name] = mark
         self._reload_if_grown(name, table)
 
     def _reload_if_grown(self, name: str, table: DeltaTable) -> None:

@@ -9,6 +9,7 @@
         commits/<batch id>             its commit log: the batches Spark finished
       router/                          the router's own state
         router-id                      this router's identity (the Delta txnAppId stem)
+        lineage                        the router ids this state was restored from (streaming.router.restore)
         snapshots/<version>.changes    JSON: the changelog changes that made <version>
         snapshots/<version>.meta       JSON: what is known of <version> without reading it
         snapshots/<version>.snapshot   the compiler's snapshot bytes (Snapshot.to_bytes)
@@ -83,6 +84,10 @@ class CheckpointLayout:
     @property
     def router_id_file(self) -> Path:
         return self.state / "router-id"
+
+    @property
+    def lineage_file(self) -> Path:
+        return self.state / "lineage"
 
     @property
     def snapshots(self) -> Path:

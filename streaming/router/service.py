@@ -110,6 +110,7 @@ from streaming.router.report import (
     ReportListener,
     StatusFile,
 )
+from streaming.router.restore import open_audit
 from streaming.router.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
 from streaming.router.routing import (
     ROUTED_ARROW,
@@ -209,7 +210,9 @@ class Router:
                 previous.tables.close()
                 store.forget_batches()
             ensure_router_topics(self.config)
-            self._committer = self._committer_for(store, journal)
+            # A restored (older) state folder is found and made safe here.
+            self._committer = open_audit(self.layout, store,
+                                         lambda: self._committer_for(store, journal))
             self._audit = self._committer.tables
             unpartitioned = self._audit.unpartitioned()
             self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
@@ -371,7 +374,7 @@ class Router:
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed, gap_rows(gaps)])
-            audit = PublishBatch(batch_id, snapshot.version, routed_at, routed)
+            audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
         else:
             # The executors route and write the audit files; the driver gets a row per task.
             routed_in = ROUTED_IN_EXECUTORS
@@ -386,7 +389,7 @@ class Router:
             deliveries = pc.sum(tasks["deliveries"]).as_py() or 0
             rejected = pc.sum(tasks["rejected"]).as_py() or 0
             files = pa.Table.from_struct_array(pc.list_flatten(tasks["files"]).combine_chunks())
-            audit = FileBatch(batch_id, snapshot.version, routed_at, files, publishes)
+            audit = FileBatch(batch_id, snapshot.version, routed_at, files, publishes, start, end)
         route_done = time.monotonic()
         if publishes or gaps:
             self._retrying(batch_id, "the audit journal write",

@@ -223,6 +223,12 @@ class SnapshotStore(SnapshotFiles):
             raise SnapshotStoreError(f"batch {batch_id} is pinned already (to {self.pinned(batch_id)})")
         write_atomically(path, f"{version}\n".encode())
 
+    def renew_router_id(self) -> str:
+        """Take a new router id (a restored state's, :mod:`streaming.router.restore`): the
+        Delta ``txn`` versions of the old id are ahead of this folder's batches; return it."""
+        write_atomically(self.layout.router_id_file, f"{uuid.uuid4().hex}\n".encode())
+        return self.router_id()
+
     def forget_batches(self) -> None:
         """Drop every pin and take a new router id: the batch ids of a new
         streaming checkpoint start again at 0 and must not meet old pins, nor
