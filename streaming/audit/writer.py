@@ -212,8 +212,11 @@ class AuditTables:
     def append_subscriptions(self, version: int, changes: pa.Table) -> None:
         """Append the changes that produced snapshot ``version`` (an Arrow table
         of ``SUBSCRIPTIONS_TABLE``), once: a second call for ``version`` adds nothing."""
+        # Only another router's mark (a restore) leaves changes out: a router's own
+        # changelog read again (an index rebuilt at open) is audited again, as it was.
         mark = self.marks.get(SUBSCRIPTIONS)
-        changes = changes_not_audited(changes, mark.offsets if mark is not None else None)
+        foreign = mark is not None and mark.router_id != self.router_id
+        changes = changes_not_audited(changes, mark.offsets if foreign else None)
         if not changes.num_rows:
             return
         advanced = self._mark(SUBSCRIPTIONS).advanced(

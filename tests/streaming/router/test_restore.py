@@ -72,14 +72,14 @@ def _stop(router: Router) -> None:
 
 def _copy_state(checkpoint: Path, to: Path) -> None:
     """Copy a running router's state folder as docs/operations.md says: Spark's query
-    checkpoint first (its commit log before its offset log), the router's own state last."""
-    query, state = checkpoint / "publishes", checkpoint / "router"
-    for part in ("commits", "offsets"):
-        shutil.copytree(query / part, to / "publishes" / part)
-    shutil.copytree(query, to / "publishes", dirs_exist_ok=True,
-                    ignore=lambda folder, names: [n for n in names if Path(folder) == query
-                                                  and n in ("commits", "offsets")])
-    shutil.copytree(state, to / "router")
+    checkpoint first (its commit log before its offset log), then the router's own state
+    (its pins before its snapshots)."""
+    for first, folder in (("commits", "publishes"), ("offsets", "publishes"), ("pins", "router")):
+        shutil.copytree(checkpoint / folder / first, to / folder / first)
+    for folder in ("publishes", "router"):
+        shutil.copytree(checkpoint / folder, to / folder, dirs_exist_ok=True,
+                        ignore=lambda at, names: [n for n in names if Path(at).parent == checkpoint
+                                                  and n in ("commits", "offsets", "pins")])
 
 
 def _restore(copy: Path, checkpoint: Path) -> None:
