@@ -95,13 +95,12 @@ def open_audit(layout: CheckpointLayout, store: SnapshotStore,
     marks = committer.tables.marks
     version = _renumber(store, max((m.snapshot_version for m in marks.values()
                                     if m.snapshot_version is not None), default=None))
-    last = last_planned_batch(layout)
     _log.warning(
-        f"restored state: {'; '.join(found)}. Routing goes on from batch "
-        f"{0 if last is None else last + 1} as router {new_id} (was {me}); publishes of "
-        f"{tables.topic} below offsets {_offsets(marks, MESSAGES, DELIVERIES)} are delivered to "
-        "Kafka again but not audited again, nor subscription changes below changelog offsets "
-        f"{_offsets(marks, SUBSCRIPTIONS)}"
+        f"restored state: {'; '.join(found)}. The router goes on as router {new_id} (was "
+        f"{me}) from the copy's offsets: publishes of {tables.topic} below offsets "
+        f"{_offsets(marks, MESSAGES, DELIVERIES)} go to Kafka again (repeats, same message "
+        "ids) but not to the audit, which has them, nor do subscription changes below "
+        f"changelog offsets {_offsets(marks, SUBSCRIPTIONS)}"
         + (f"; snapshot versions go on from {version}" if version is not None else ""))
     return committer
 
