@@ -7,6 +7,8 @@ raw figures for the JSON file.
 - :func:`cluster`: a 3-broker KRaft cluster, one broker SIGKILLed mid-run and revived.
 - :func:`fuzz`: bad publishes and bad subscription changes mixed into good traffic.
 - :func:`soak`: a paced run at half the sustained rate, memory and folders sampled.
+- :func:`restore`: the router's state folder copied while it routes, the router run on,
+  stopped and restored from the copy (issue 30).
 
 Every case builds its own :class:`~.stage.Stage` in its own folder and tears it
 down, whatever happens.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -310,6 +313,115 @@ def cluster(folder: Path, o: Options) -> Result:
     return broker_kills(folder, o, brokers=3)
 
 
+# --- restore from an old state copy (issue 30) -------------------------------------------
+RESTORED_LINE = "restored state:"
+"""What the router logs once when it opens an older copy of its state (router/restore.py)."""
+
+
+def restore(folder: Path, o: Options) -> Result:
+    """``o.publishes`` in three parts: a fifth routed; then three fifths published at a
+    pace, with subscription churn, while the state folder is copied (in docs/operations.md's
+    order, the router routing) and the router runs on through them; the router stopped,
+    its folder replaced by the copy, the last fifth published, the router started again.
+    Every publish must reach Kafka at least once and be audited exactly once, every
+    changelog record have one ``subscriptions`` row."""
+    result = Result("restore")
+    w = _workload(o)
+    with Stage(folder, 1, bootstrap=o.bootstrap) as stage:
+        stage.start(o.max_offsets)
+        _subscribe(stage, w)
+        stage.start_router()
+        checkpoint = Path(stage.settings["streaming.checkpoint_dir"])
+        ledger = Ledger(stage.config.kafka.publishes_topic, stage.config.kafka.deliveries_topic_prefix)
+        first, during = o.publishes // 5, o.publishes * 3 // 5
+        stage.publish_good(w, ledger, first, 0, o.seed).join(o.timeout_s)
+        stage.wait_routed(o.timeout_s)
+        rate = o.rate or max(500.0, during / 60)
+        publisher = stage.publish_good(w, ledger, during, rate, o.seed + 31)
+        churn = Churn(stage, w, 1.0, o.seed).start()
+        batches = stage.router.batches
+        while stage.router.batches < batches + 2 and not publisher.done.is_set():
+            time.sleep(0.2)
+        copy, t = folder / "state-copy", time.monotonic()
+        vanished = _copy_state(checkpoint, copy)
+        copy_s = time.monotonic() - t
+        copied_at = stage.router.batches
+        _log(f"state folder copied in {copy_s:.1f}s while routing ({vanished} files vanished "
+             "meanwhile)")
+        publisher.join(o.timeout_s)
+        churn.stop()
+        stage.wait_routed(o.timeout_s)
+        ran_on = stage.router.batches - copied_at
+        stopped = stage.router.terminate()
+        shutil.move(checkpoint, folder / "state-replaced")
+        shutil.copytree(copy, checkpoint)
+        _log(f"the router ran {ran_on} batches on after the copy; stopped and restored from it")
+        after = stage.publish_good(w, ledger, o.publishes - first - during, 0, o.seed + 32)
+        after.join(o.timeout_s)
+        restarted = time.monotonic()
+        up_s = stage.start_router()
+        stage.wait_routed(o.timeout_s)
+        caught_up_s = time.monotonic() - restarted
+        _log(f"restored router up in {up_s:.0f}s, every publish routed {caught_up_s:.0f}s "
+             "after its start")
+        alive = stage.router.alive()
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        s = ledger.summary()
+        lines = _lines(stage.router.log_path, RESTORED_LINE)
+    result.check("publishes: before the copy / routed on after it / after the restore",
+                 f"{first:,} / {during:,} / {o.publishes - first - during:,}", None)
+    result.check("state copy while routing: seconds, files vanished meanwhile",
+                 f"{copy_s:.1f}, {vanished}", None)
+    result.check("batches the router ran on after the copy", ran_on, ran_on >= 2)
+    result.check("restore lines in the router's log (one per restored start)", len(lines),
+                 len(lines) == 1)
+    result.check("publishes the load driver could not write", publisher.failed + after.failed,
+                 publisher.failed + after.failed == 0)
+    _delivery_checks(result, s)
+    _changelog_checks(result, stage, rows)
+    result.check("churn changes during the run (after the copy)", churn.count, None)
+    result.check("restored router: up (s) / every publish routed (s)",
+                 f"{up_s:.0f} / {caught_up_s:.0f}", None)
+    result.check("router exit status after SIGTERM (stop, end)", f"{stopped}, {status}",
+                 stopped == 0 and status == 0 and alive)
+    result.figures.update({"summary": s, "copy_s": round(copy_s, 2), "vanished": vanished,
+                           "batches_after_copy": ran_on, "restore_lines": lines,
+                           "restart_up_s": round(up_s, 1), "caught_up_s": round(caught_up_s, 1),
+                           "rate": rate})
+    return result
+
+
+def _copy_state(checkpoint: Path, to: Path) -> int:
+    """Copy a running router's state folder in docs/operations.md's order (Spark's commit
+    log, its offset log, the rest of its checkpoint, the router's pins, the rest of its
+    state); return how many files vanished between listing and copying."""
+    vanished = 0
+
+    def copy(source, target):
+        nonlocal vanished
+        try:
+            return shutil.copy2(source, target)
+        except FileNotFoundError:  # a journal entry committed, a pin pruned: not needed
+            vanished += 1
+            return target
+
+    firsts = {"publishes": ("commits", "offsets"), "router": ("pins",)}
+    for folder, names in firsts.items():
+        for name in names:
+            shutil.copytree(checkpoint / folder / name, to / folder / name, copy_function=copy)
+        shutil.copytree(checkpoint / folder, to / folder, copy_function=copy, dirs_exist_ok=True,
+                        ignore=lambda at, found, names=names, folder=folder: [
+                            n for n in found if Path(at) == checkpoint / folder and n in names])
+    return vanished
+
+
+def _lines(log: Path, text: str) -> list[str]:
+    """The lines of the router's log (every start) holding ``text``."""
+    with log.open(errors="replace") as lines:
+        return [line.strip() for line in lines if text in line]
+
+
 # --- fuzz --------------------------------------------------------------------------------
 def fuzz(folder: Path, o: Options) -> Result:
     """``o.fuzz_publishes`` bad publishes and ``o.fuzz_changes`` bad changes mixed into good
@@ -550,7 +662,7 @@ def _slopes(samples: list[dict]) -> dict:
 
 
 CASES = {"kills": kills, "broker-kills": broker_kills, "cluster": cluster, "fuzz": fuzz,
-         "soak": soak}
+         "soak": soak, "restore": restore}
 
 
 def dump(results: list[Result], path: Path, options: Options, command: str) -> None:
