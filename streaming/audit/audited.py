@@ -14,7 +14,9 @@ reaches:
 - ``messages``, ``deliveries``: per publishes partition, the next offset not
   yet audited (every publish below it has its rows);
 - ``subscriptions``: per changelog partition, the next offset not yet
-  audited, and the highest snapshot version audited.
+  audited;
+- every table: the highest snapshot version its rows name (a restored router
+  numbers its versions above it).
 
 A mark is the maximum of the mark the router took over at open and what it
 committed since, so the newest commit of a lineage holds the lineage's
@@ -57,8 +59,8 @@ class AuditedMark:
 
     ``offsets``: partition -> the next offset not yet audited (publishes
     partitions for the publish tables, changelog partitions for
-    ``subscriptions``). ``snapshot_version``: the highest version audited
-    (``subscriptions`` only).
+    ``subscriptions``). ``snapshot_version``: the highest snapshot version the table's
+    rows name.
     """
 
     topic: str
