@@ -35,7 +35,6 @@ topic is the running lineage's.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -50,7 +49,8 @@ METADATA_KEY = "bitroute.audited"
 MARK_SEARCH_COMMITS = 200
 """Newest commits of a table searched for its lineage's mark (maintenance commits, and
 another publishes topic's router sharing the warehouse, come between)."""
-_ID = re.compile(MESSAGE_ID_PATTERN)
+FIRST_READ_COMMITS = 8
+"""Newest commits read first, before the deeper search."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +115,13 @@ class AuditedMark:
 def latest_mark(table: DeltaTable, topic: str,
                 depth: int = MARK_SEARCH_COMMITS) -> AuditedMark | None:
     """The mark of the newest commit of ``topic``'s routers among the table's ``depth``
-    newest commits, or None."""
-    for commit in table.history(limit=depth):
-        mark = AuditedMark.of_commit(commit)
-        if mark is not None and mark.topic == topic:
-            return mark
+    newest commits, or None. The newest few are read first: usually the newest commit
+    is the router's own (each commit read is a GET on an object store)."""
+    for limit in dict.fromkeys((min(FIRST_READ_COMMITS, depth), depth)):
+        for commit in table.history(limit=limit):
+            mark = AuditedMark.of_commit(commit)
+            if mark is not None and mark.topic == topic:
+                return mark
     return None
 
 
