@@ -147,12 +147,18 @@ def ensure_delivery_topics(config: Config, subscribers: Iterable[str],
                          admin=admin, partitions=layout.partitions)
 
 
+_URL_SAFE = str.maketrans("+/", "-_")
+
+
 def topic_id(admin: BitrouteAdmin, topic: str) -> str | None:
-    """Kafka's id of ``topic`` (a new one each time a topic of that name is created), None
+    """Kafka's id of ``topic`` (a new one each time a topic of that name is created, as
+    Kafka's tools print it: URL-safe base64), None
     when the topic does not exist. Kafka's other errors raise (``KafkaException``)."""
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=KAFKA_TIMEOUT_S)[topic]
     try:
-        return str(admin.result(future, KAFKA_TIMEOUT_S).topic_id)
+        # Kafka writes a topic id in URL-safe base64 (Uuid.toString); librdkafka in the
+        # standard alphabet, whose "/" cannot be in a file name.
+        return str(admin.result(future, KAFKA_TIMEOUT_S).topic_id).translate(_URL_SAFE)
     except KafkaException as exc:
         if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return None

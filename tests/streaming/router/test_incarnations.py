@@ -14,11 +14,23 @@ from pyspark.errors import StreamingQueryException
 
 from router_runs import KAFKA_TIMEOUT_S, create_publishes, delivered_ids, publish, route_all, subscribe
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.config import load as load_config
 from streaming.router.incarnations import IncarnationRecord, publishing_incarnation
 from streaming.router.service import Router
 from waiting import wait_until
 
-pytestmark = pytest.mark.integration
+
+def test_the_record_numbers_incarnations_in_the_order_first_seen(tmp_path):
+    config = load_config(overrides={"delta.warehouse": str(tmp_path / "delta"),
+                                    "kafka.publishes_topic": "orders"})
+    record = IncarnationRecord(config)
+    assert record.incarnations() == [] and record.peek("A") == 0
+    assert [record.number_of(i) for i in ("A", "A", "B", "A", "C")] == [0, 0, 1, 0, 2]
+    assert record.peek("B") == 1 and record.peek("D") == 3  # D: the number it will get
+    saved = json.loads((tmp_path / "delta" / "_bitroute" / "topics" / "orders.json").read_text())
+    assert saved["topic"] == "orders"
+    assert [(i["topic_id"], i["number"]) for i in saved["incarnations"]] == [
+        ("A", 0), ("B", 1), ("C", 2)]
 
 
 def recreate(config, partitions: int) -> None:
@@ -45,6 +57,7 @@ def audited_ids(config) -> list[str]:
     return [r["message_id"] for r in rows]
 
 
+@pytest.mark.integration
 def test_a_recreated_publishes_topic_gets_new_ids_at_open_and_while_running(isolated_config, spark):
     config = isolated_config()
     topic = config.kafka.publishes_topic
