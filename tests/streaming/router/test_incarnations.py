@@ -73,20 +73,19 @@ def test_a_recreated_publishes_topic_gets_new_ids_at_open_and_while_running(isol
     second = publish(config, 0, 2) + publish(config, 1, 1)
     assert second == [f"{topic}/0/0", f"{topic}/0/1", f"{topic}/1/0"]  # Kafka's coordinates
     second = [f"{topic}~1/0/0", f"{topic}~1/0/1", f"{topic}~1/1/0"]  # the router's ids
-    route_all(config, spark)
-    assert delivered_ids(config, "ann") == set(first + second)
     layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
-    incarnations = IncarnationRecord(config).incarnations()
-    assert [i["number"] for i in incarnations] == [0, 1]
-    assert layout.retired_query(incarnations[0]["topic_id"]).is_dir()
-    assert layout.publishes_topic_id_file.read_text().strip() == incarnations[1]["topic_id"]
-
-    # Recreated while the router runs: the batch that sees it stops the query, the router
-    # follows the new topic (what `bitroute run` does) and routes it from its start.
     router = Router(config, spark)
     router.start()
     try:
         router.process_all_available()
+        assert delivered_ids(config, "ann") == set(first + second)
+        incarnations = IncarnationRecord(config).incarnations()
+        assert [i["number"] for i in incarnations] == [0, 1]
+        assert layout.retired_query(incarnations[0]["topic_id"]).is_dir()
+        assert layout.publishes_topic_id_file.read_text().strip() == incarnations[1]["topic_id"]
+
+        # Recreated while the router runs: the batch that sees it stops the query, the
+        # router follows the new topic (what `bitroute run` does) and routes it from its start.
         recreate(config, 1)
         third = [f"{topic}~2/0/{o}" for o, _ in enumerate(publish(config, 0, 4))]
         with pytest.raises(StreamingQueryException):
