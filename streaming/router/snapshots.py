@@ -235,6 +235,8 @@ class SnapshotStore(SnapshotFiles):
         be mistaken by Delta for replays of the old batches."""
         for batch_id in self.pinned_batches():
             self.layout.pin_file(batch_id).unlink(missing_ok=True)
+        # A new router, not a restored one: no ancestors (streaming.router.restore).
+        self.layout.lineage_file.unlink(missing_ok=True)
         write_atomically(self.layout.router_id_file, f"{uuid.uuid4().hex}\n".encode())
 
     def prune(self) -> None:
