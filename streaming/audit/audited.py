@@ -38,6 +38,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -135,7 +136,7 @@ def offsets_of(message_ids: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Ar
 def already_audited(partitions: pa.Array | pa.ChunkedArray, offsets: pa.Array | pa.ChunkedArray,
                     mark: Mapping[int, int]) -> pa.Array:
     """Whether each (partition, offset) lies below ``mark`` (its row is audited already)."""
-    below = pa.array([False] * len(partitions), pa.bool_())
+    below = pa.array(np.zeros(len(partitions), dtype=bool))
     for partition, end in mark.items():
         below = pc.or_(below, pc.and_(pc.equal(partitions, partition), pc.less(offsets, end)))
     return below

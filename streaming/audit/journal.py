@@ -128,7 +128,6 @@ class AuditJournal:
         return self.root / f"{batch_id:020d}{_SUFFIX}"
 
 
-
 def _offsets(text: bytes | None) -> dict[int, int] | None:
     """Offsets per partition journaled as JSON; None when absent (an earlier version's file)."""
     return None if text is None else {int(p): int(o) for p, o in json.loads(text).items()}

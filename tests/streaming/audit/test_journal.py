@@ -3,6 +3,7 @@ on real Delta tables (delta-rs) in temporary folders; no Spark, no Kafka."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -60,7 +61,7 @@ def _rows(root: Path, table: str) -> Counter:
 
 def test_a_journaled_batch_survives_a_new_process_and_reads_back_whole(tmp_path):
     journal = AuditJournal(tmp_path / "j")
-    batch = _batch(7)
+    batch = dataclasses.replace(_batch(7), start={0: 10, 1: 4}, end={0: 13, 1: 4})
     journal.write(batch)
     (tmp_path / "j" / ".00000000000000000008.arrow.tmp").write_bytes(b"half a file")
     again = AuditJournal(tmp_path / "j")  # as after a crash
@@ -69,6 +70,7 @@ def test_a_journaled_batch_survives_a_new_process_and_reads_back_whole(tmp_path)
     read = again.read(7)
     assert (read.batch_id, read.snapshot_version, read.routed_at) == (7, 1, NOW)
     assert read.routed.equals(batch.routed)
+    assert (read.start, read.end) == ({0: 10, 1: 4}, {0: 13, 1: 4})  # what the batch read
     assert 0.0 < again.oldest_age_s() < 600.0  # from the file's time: journaled just now
     again.remove([7])
     assert again.pending() == [] and again.oldest_age_s() == 0.0
