@@ -1,4 +1,4 @@
-"""A router started on an older copy of its state folder (a restore from backup): found and made safe.
+"""A router started on an older copy of its state folder (a restore): found at open, made safe.
 
 A restore puts back a copy of ``streaming.checkpoint_dir`` taken at batch K
 while the router had run on to batch M > K, the warehouse left as it is (and
