@@ -333,15 +333,21 @@ class RetainedDeliveries:
     def seed(self, snapshots) -> None:
         """Note the changes of the persisted versions no batch has pinned yet (a restart's
         view of what the last run noted and did not deliver); forget the plans and marks of
-        batch ids above the last pinned one (a new streaming checkpoint starts at 0)."""
+        batch ids above the last pinned one (a new streaming checkpoint starts at 0).
+
+        Without any pin (a first start, or a new streaming checkpoint over kept
+        snapshots) nothing is noted: the subscriptions of kept versions were applied
+        before, and a first start notes its versions as it makes them."""
         batches = snapshots.pinned_batches()
         last = batches[-1] if batches else -1
         for batch_id in self._batches():
             if batch_id > last:
                 self._remove(batch_id)
-        pinned = snapshots.pinned(last) if batches else None
+        if not batches:
+            return
+        pinned = snapshots.pinned(last)
         for version in snapshots.versions():
-            if pinned is None or version > pinned:
+            if version > pinned:
                 self.note(snapshots.changes(version))
 
     def note(self, changes: Iterable[Sequence]) -> None:
