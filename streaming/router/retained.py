@@ -284,6 +284,10 @@ class RetainedMessages:
             return []
         return [self._messages[(exchange, topic)] for topic in index.match(filter_text)]
 
+    def get(self, exchange: str, topic: str) -> RetainedMessage | None:
+        """``topic``'s retained message on ``exchange``, or None."""
+        return self._messages.get((exchange, topic))
+
     def topics(self, exchange: str) -> int:
         """How many topics of ``exchange`` hold a retained message."""
         index = self._indexes.get(exchange)
