@@ -435,6 +435,8 @@ class RetainedDeliveries:
             self._audit.append_retained(self._audit_rows(plan.take(keep), version, batch_id,
                                                          routed_at), batch_id)
             write_atomically(self._done(batch_id), b"")
+            _log.info(f"batch {batch_id}: {len(keep)} retained messages delivered to new "
+                      "subscriptions")
         plan_path.unlink(missing_ok=True)
         self._prune(batch_id)
         return plan.num_rows
