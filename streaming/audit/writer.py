@@ -193,13 +193,10 @@ class AuditTables:
         ``batch_id`` first applied new subscriptions (streaming.router.retained), once:
         under their own app id, versioned by the batch id."""
         if rows.num_rows:
-            self._append(DELIVERIES, rows, self._retained_app, batch_id)
-
-    def retained_version(self) -> int | None:
-        """The highest batch id whose retained deliveries are in ``deliveries`` (None: none)."""
-        delta = self._table(DELIVERIES)
-        delta.update_incremental()
-        return delta.transaction_version(self._retained_app)
+            # A table object of its own: the committer's thread appends to the same table
+            # through the shared one meanwhile. Loaded only for a batch that delivered some.
+            self._append(DELIVERIES, rows, self._retained_app, batch_id,
+                         DeltaTable(self.path(DELIVERIES), storage_options=self._storage))
 
     def publishes_version(self, table: str) -> int | None:
         """The highest batch id committed to publish table ``table`` (None: none yet)."""
@@ -272,8 +269,9 @@ class AuditTables:
         return deliveries_rows(batch.routed, batch.snapshot_version, batch.batch_id,
                                batch.routed_at, self._config.kafka.layout)
 
-    def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int) -> None:
-        table = self._table(name)
+    def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int,
+                table: DeltaTable | None = None) -> None:
+        table = table if table is not None else self._table(name)
         table.update_incremental()
         committed = table.transaction_version(app_id)
         if committed is not None and committed >= txn_version:
@@ -281,6 +279,8 @@ class AuditTables:
         partitioned = is_partitioned(table, name)
         if not partitioned:  # an earlier version's table: its own columns
             rows = rows.drop_columns([PARTITION_COLUMNS[name]])
+        # In the table's column order (a column added to an earlier version's table is last).
+        rows = rows.select([f.name for f in table.schema().fields if f.name in rows.column_names])
         write_deltalake(
             table, rows, mode="append",
             partition_by=[PARTITION_COLUMNS[name]] if partitioned else None,
