@@ -59,6 +59,7 @@ def retire(args: argparse.Namespace) -> int:
 
 def publish(args: argparse.Namespace) -> int:
     from streaming.kafka import client_verbs
+    from streaming.router.incarnations import publishing_incarnation
 
     cfg = config_of(args)
     headers = message_headers(args.header or [])
@@ -68,7 +69,9 @@ def publish(args: argparse.Namespace) -> int:
         _check_retain(cfg, exchange)
         headers.append((RETAIN_HEADER, RETAIN_TRUE.encode()))
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
-        print(client_verbs.publish(cfg, exchange, args.routing_key, payload, headers))
+        incarnation = publishing_incarnation(cfg)
+        print(client_verbs.publish(cfg, exchange, args.routing_key, payload, headers,
+                                   incarnation))
     return 0
 
 
