@@ -58,7 +58,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -533,5 +533,3 @@ class RetainedDeliveries:
             if old <= batch_id - PLANS_KEPT:
                 self._remove(old)
 
-
-RetainedNoteListener = Callable[[Sequence[Sequence]], None]

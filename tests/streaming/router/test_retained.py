@@ -114,12 +114,12 @@ def test_retained_messages_reach_new_subscriptions_once_marked_and_survive_a_res
         plain = publish(cfg, "sensors/cellar/temperature", b"12", retain=False)
         router.process_batch(batch_from(spark, cfg, start), 0)
 
-        assert [(m, p, r) for _, m, p, r in received(cfg, live)] == [
-            (boiler, b"71.5", False), (attic_set, b"20", False), (plain, b"12", False)] or \
-            sorted(received(cfg, live)) == sorted([
-                ("sensors/boiler/temperature", boiler, b"71.5", False),
-                ("sensors/attic/temperature", attic_set, b"20", False),
-                ("sensors/cellar/temperature", plain, b"12", False)])
+        # Routed as usual (publishes of different partitions in no particular order); the
+        # clear is delivered to no one.
+        assert sorted(received(cfg, live)) == sorted([
+            ("sensors/boiler/temperature", boiler, b"71.5", False),
+            ("sensors/attic/temperature", attic_set, b"20", False),
+            ("sensors/cellar/temperature", plain, b"12", False)])
         retained_state = {r.key(): r.value() for r in read_topic(cfg, cfg.kafka.retained_topic)}
         assert retained_state[retained_key("mqtt", "sensors/attic/temperature")] is None
         assert retained_key("mqtt", "sensors/cellar/temperature") not in retained_state
