@@ -49,6 +49,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
                     "the driver's CPU per delivery when the executors route (a Spark cluster)"),
     "pack-start": ("benchmarks.pack_start",
                    "the executors' packed environment: size, build, first task"),
+    "retained-match": ("benchmarks.retained_match",
+                       "retained messages' reverse match at 1M topics: trie walk against "
+                       "per-level bitmaps"),
 }
 
 

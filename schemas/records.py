@@ -25,6 +25,12 @@ name, partition = Kafka's default (murmur2) partition of that key, and the
 routing key moves to :data:`ROUTING_KEY_HEADER`; value and the other headers
 are as above. :class:`streaming.kafka.layout.DeliveryLayout` implements the layouts.
 
+Kafka, retained (``kafka.retained_topic``, compacted): the MQTT exchanges' retained
+messages; key = the JSON array ``[exchange, topic]``, value = the retained publish's
+payload (null: cleared), headers = its kept headers plus :data:`MESSAGE_ID_HEADER` and
+:data:`PUBLISHED_AT_HEADER`. A delivery of a retained message made when a subscription is
+applied carries :data:`RETAINED_HEADER`.
+
 Kafka, rejected: the original key, value and headers of a bad publish or a bad
 subscription change, plus :data:`REASON_HEADER`, :data:`SOURCE_HEADER`
 (``publish`` or ``subscription``) and :data:`MESSAGE_ID_HEADER` (the record's
@@ -50,9 +56,21 @@ REASON_HEADER = "bitroute.reason"
 SOURCE_HEADER = "bitroute.source"
 #: The routing key of a delivery in the shared layout (whose record key is the subscriber).
 ROUTING_KEY_HEADER = "bitroute.routing_key"
+#: A publish to an MQTT exchange whose last ``retain`` header is :data:`RETAIN_TRUE` is
+#: retained: it becomes its topic's retained message, or, with an empty payload, clears it
+#: (streaming.router.retained; docs/design.md, "Retained messages").
+RETAIN_HEADER = "retain"
+RETAIN_TRUE = "true"
+#: On a delivery of a topic's retained message made when a subscription was applied: the
+#: value ``true``; live deliveries do not carry it.
+RETAINED_HEADER = "bitroute.retained"
+#: On a record of the retained topic: the retained publish's Kafka timestamp (epoch ms,
+#: decimal), for the ``published_at`` of its deliveries' audit rows.
+PUBLISHED_AT_HEADER = "bitroute.published_at"
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
-                  REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER)
+                  REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER, RETAINED_HEADER,
+                  PUBLISHED_AT_HEADER)
 
 # --- Delivery topic layouts (kafka.delivery_layout) ---------------------------
 LAYOUT_TOPIC_PER_SUBSCRIBER = "topic-per-subscriber"
@@ -76,6 +94,9 @@ OUTCOME_REJECTED = "rejected"
 #: A range of publishes Kafka deleted before the router read them (one row per
 #: partition range, message id of its first offset: streaming.router.retention).
 OUTCOME_LOST = "lost"
+#: A retained publish with an empty payload: it cleared its topic's retained message and
+#: is delivered to no one (streaming.router.retained).
+OUTCOME_CLEARED = "cleared"
 CHANGE_UPSERT = "upsert"
 CHANGE_REMOVE = "remove"
 CHANGE_REJECTED = "rejected"

@@ -57,6 +57,9 @@ class KafkaConfig:
     publishes_topic: str = "bitroute.publishes"
     subscriptions_topic: str = "bitroute.subscriptions"
     rejected_topic: str = "bitroute.rejected"
+    retained_topic: str = "bitroute.retained"
+    """The MQTT exchanges' retained messages: compacted, keyed by exchange and topic
+    (:mod:`streaming.router.retained`)."""
     deliveries_topic_prefix: str = "bitroute.deliveries."
     partitions: int = 2
     replication_factor: int = 1
@@ -445,7 +448,7 @@ def _validate(config: Config) -> None:
     servers = kafka.bootstrap.split(",")
     require(all(_HOST_PORT.match(s.strip()) for s in servers), "kafka.bootstrap",
             "host:port[,host:port...]", kafka.bootstrap)
-    for name in ("publishes_topic", "subscriptions_topic", "rejected_topic"):
+    for name in ("publishes_topic", "subscriptions_topic", "rejected_topic", "retained_topic"):
         value = getattr(kafka, name)
         require(bool(_TOPIC_NAME.match(value)), f"kafka.{name}",
                 "a Kafka topic name ([A-Za-z0-9._-], 1..249 chars)", value)

@@ -24,6 +24,7 @@ def isolated_settings(base: Config, root: Path, **extra: str) -> dict[str, str]:
         "kafka.publishes_topic": f"pub-{tag}",
         "kafka.subscriptions_topic": f"subs-{tag}",
         "kafka.rejected_topic": f"rej-{tag}",
+        "kafka.retained_topic": f"ret-{tag}",
         "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
         "broker.embedded": "false",
         "delta.warehouse": str(root / "delta"),

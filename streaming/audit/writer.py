@@ -168,6 +168,7 @@ class AuditTables:
         self._storage = storage_options(config.delta)
         self._publishes_app = f"bitroute-{router_id}-publishes"
         self._changelog_app = f"bitroute-{router_id}-changelog"
+        self._retained_app = f"bitroute-{router_id}-retained"
         self._tables: dict[str, DeltaTable] = {}
         self._loaded_at: dict[str, int] = {}  # the version each table object was loaded at
         self._lock = threading.Lock()
@@ -199,6 +200,7 @@ class AuditTables:
                                           storage_options=self._storage,
                                           partition_by=[PARTITION_COLUMNS[name]],
                                           configuration=table_properties(self._config.audit))
+            add_missing_columns(table, name)
             self._tables[name] = table
             self._loaded_at[name] = table.version()
 
@@ -222,7 +224,7 @@ class AuditTables:
         advanced = self._mark(SUBSCRIPTIONS).advanced(
             next_offsets(changes["changelog_partition"], changes["changelog_offset"]),
             self.router_id, self.ancestors, version)
-        self._append(SUBSCRIPTIONS, changes, self._changelog_app, version, advanced)
+        self._append(SUBSCRIPTIONS, changes, self._changelog_app, version, mark=advanced)
 
     def latest_mark(self, table: str) -> AuditedMark | None:
         """The newest mark of this router's publishes topic in ``table`` (its last commits)."""
@@ -235,6 +237,16 @@ class AuditTables:
         delta = self._table(SUBSCRIPTIONS)
         delta.update_incremental()
         return delta.transaction_version(self._changelog_app)
+
+    def append_retained(self, rows: pa.Table, batch_id: int) -> None:
+        """Append the ``deliveries`` rows of the retained messages delivered when batch
+        ``batch_id`` first applied new subscriptions (streaming.router.retained), once:
+        under their own app id, versioned by the batch id."""
+        if rows.num_rows:
+            # A table object of its own: the committer's thread appends to the same table
+            # through the shared one meanwhile. Loaded only for a batch that delivered some.
+            self._append(DELIVERIES, rows, self._retained_app, batch_id,
+                         table=DeltaTable(self.path(DELIVERIES), storage_options=self._storage))
 
     def publishes_version(self, table: str) -> int | None:
         """The highest batch id committed to publish table ``table`` (None: none yet)."""
@@ -351,8 +363,8 @@ class AuditTables:
                                batch.routed_at, self._config.kafka.layout)
 
     def _append(self, name: str, rows: pa.Table, app_id: str, txn_version: int,
-                mark: AuditedMark) -> None:
-        table = self._table(name)
+                mark: AuditedMark | None = None, table: DeltaTable | None = None) -> None:
+        table = table if table is not None else self._table(name)
         table.update_incremental()
         committed = table.transaction_version(app_id)
         if committed is not None and committed >= txn_version:
@@ -360,14 +372,18 @@ class AuditTables:
         partitioned = is_partitioned(table, name)
         if not partitioned:  # an earlier version's table: its own columns
             rows = rows.drop_columns([PARTITION_COLUMNS[name]])
+        # In the table's column order (a column added to an earlier version's table is last).
+        rows = rows.select([f.name for f in table.schema().fields if f.name in rows.column_names])
         write_deltalake(
             table, rows, mode="append",
             partition_by=[PARTITION_COLUMNS[name]] if partitioned else None,
             writer_properties=writer_properties(name, rows.num_rows),
             post_commithook_properties=NO_POST_COMMIT_HOOKS,
-            commit_properties=CommitProperties(custom_metadata=mark.metadata(),
-                                               app_transactions=[Transaction(app_id, txn_version)]))
-        self.marks[name] = mark
+            commit_properties=CommitProperties(
+                custom_metadata=mark.metadata() if mark is not None else None,
+                app_transactions=[Transaction(app_id, txn_version)]))
+        if mark is not None:
+            self.marks[name] = mark
         self._reload_if_grown(name, table)
 
     def _reload_if_grown(self, name: str, table: DeltaTable) -> None:
@@ -395,6 +411,18 @@ def _table_rows(batch: AuditBatch, name: str) -> int:
     if name == MESSAGES:
         return batch.routed.num_rows
     return pc.sum(pc.list_value_length(batch.routed["deliveries"])).as_py() or 0
+
+
+def add_missing_columns(table: DeltaTable, name: str) -> None:
+    """Add to ``table`` the nullable columns of audit table ``name`` that an earlier version
+    created it without (``deliveries.retained``); its rows read them as null."""
+    from deltalake.schema import Field
+
+    have = {f.name for f in table.schema().fields}
+    missing = [f for f in ARROW_SCHEMAS[name] if f.name not in have and f.nullable]
+    if missing:
+        types = {pa.bool_(): "boolean"}
+        table.alter.add_columns([Field(f.name, types[f.type], nullable=True) for f in missing])
 
 
 def is_partitioned(table: DeltaTable, name: str) -> bool:
@@ -425,9 +453,10 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
 
 
 def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime,
-                    layout: DeliveryLayout) -> pa.Table:
+                    layout: DeliveryLayout, retained: bool = False) -> pa.Table:
     """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``, each with
-    the topic ``layout`` wrote it to."""
+    the topic ``layout`` wrote it to (``retained``: a topic's retained message delivered
+    when a subscription was applied, streaming.router.retained)."""
     schema = ARROW_SCHEMAS["deliveries"]
     lists = routed["deliveries"].combine_chunks()
     owner = pc.list_parent_indices(lists)
@@ -443,6 +472,7 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "snapshot_version": pa.array([version] * n, pa.int64()),
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"].take(owner),
+        "retained": pa.array([retained] * n, pa.bool_()),
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
     }
     columns["routed_date"] = utc_date(columns["routed_at"])

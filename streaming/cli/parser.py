@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("payload", nargs="?", metavar="PAYLOAD",
                          help="payload text, sent as UTF-8 (default: empty)")
     publish.add_argument("--file", metavar="F", help="send the bytes of file F ('-': stdin)")
+    publish.add_argument("--retain", action="store_true",
+                         help="MQTT exchanges only: the publish becomes its topic's retained "
+                              "message (an empty payload clears it), delivered to each new "
+                              "subscription it matches (header retain=true; docs/design.md, "
+                              "\"Retained messages\")")
 
     tail = verb("tail", messaging.tail,
                 "print a subscriber's deliveries as they arrive (one line each; --json: one "

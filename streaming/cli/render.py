@@ -261,9 +261,10 @@ def _cell_values(column: pa.Array) -> pa.Array:
 
 def delivery_json(delivery: Delivery) -> str:
     """One JSON object: message_id, routing_key, headers, subscription_ids,
-    snapshot_version, payload, payload_encoding (``utf-8`` or ``base64``)."""
+    snapshot_version, payload, payload_encoding (``utf-8`` or ``base64``), and
+    ``"retained": true`` on a retained message delivered when the subscription was applied."""
     payload, encoding = delivery.payload_text()
-    return json.dumps({
+    fields = {
         "message_id": delivery.message_id,
         "routing_key": delivery.routing_key,
         "headers": delivery.headers,
@@ -271,11 +272,16 @@ def delivery_json(delivery: Delivery) -> str:
         "snapshot_version": delivery.snapshot_version,
         "payload": payload,
         "payload_encoding": encoding,
-    }, ensure_ascii=False)
+    }
+    if delivery.retained:
+        fields["retained"] = True
+    return json.dumps(fields, ensure_ascii=False)
 
 
 def delivery_line(delivery: Delivery) -> str:
-    """One human line: ``<message id> <routing key> subs=<ids> v<version> [name=value...] <payload>``.
+    """One human line: ``<message id> <routing key> subs=<ids> v<version> [retained]
+    [name=value...] <payload>`` (``retained``: a retained message delivered when the
+    subscription was applied).
 
     Strings with spaces, quotes or control characters are JSON-quoted; a
     payload that is not UTF-8 is shown as ``base64:<data>``.
@@ -287,6 +293,7 @@ def delivery_line(delivery: Delivery) -> str:
         "subs=" + (",".join(map(_show, delivery.subscription_ids))
                    if delivery.subscription_ids is not None else "-"),
         f"v{delivery.snapshot_version}" if delivery.snapshot_version is not None else "v-",
+        *(["retained"] if delivery.retained else []),
         *(f"{_show(n)}={_show(v) if v is not None else ''}" for n, v in delivery.headers.items()),
         _show(payload) if encoding == "utf-8" else f"base64:{payload}",
     ]

@@ -30,6 +30,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Messag
 from schemas.records import (
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
+    RETAINED_HEADER,
     ROUTER_HEADERS,
     ROUTING_KEY_HEADER,
     SNAPSHOT_VERSION_HEADER,
@@ -162,6 +163,9 @@ class Delivery:
     subscription_ids: list[str] | None
     snapshot_version: int | None
     payload: bytes
+    retained: bool = False
+    """A topic's retained message delivered when the subscription was applied (the
+    ``bitroute.retained`` header), not a live publish."""
 
     @classmethod
     def from_message(cls, message: Message) -> Delivery:
@@ -184,6 +188,7 @@ class Delivery:
             subscription_ids=_json_strings(router.get(SUBSCRIPTION_IDS_HEADER)),
             snapshot_version=_decimal(router.get(SNAPSHOT_VERSION_HEADER)),
             payload=message.value() or b"",
+            retained=router.get(RETAINED_HEADER) == "true",
         )
 
     def payload_text(self) -> tuple[str, str]:

@@ -111,14 +111,25 @@ def served(topic) -> bool:
 
 
 def ensure_router_topics(config: Config, admin: BitrouteAdmin | None = None) -> None:
-    """The publishes and rejected topics, the compacted subscription changelog and,
-    in the shared delivery layout, the shared delivery topic."""
+    """The publishes and rejected topics, the compacted subscription changelog, the
+    compacted retained messages and, in the shared delivery layout, the shared delivery
+    topic."""
     admin = admin or admin_client(config)
     layout = config.kafka.layout
     ensure_topics(config, [config.kafka.publishes_topic, config.kafka.rejected_topic], admin=admin)
     ensure_topics(config, [config.kafka.subscriptions_topic], COMPACTED, admin=admin)
+    ensure_topics(config, [config.kafka.retained_topic], retained_topic_settings(config),
+                  admin=admin)
     if layout.shared_topic is not None:
         ensure_topics(config, [layout.shared_topic], admin=admin, partitions=layout.partitions)
+
+
+def retained_topic_settings(config: Config) -> dict[str, str]:
+    """The retained messages' topic: compacted (a topic's latest retained message, or
+    its clearing tombstone, is what a restart reads), taking any record the router
+    may deliver (a retained message is a publish's payload and headers)."""
+    return {**COMPACTED,
+            "max.message.bytes": str(config.kafka.max_delivery_bytes + 64 * 1024)}
 
 
 def recreate_delivery_topic(settings: ClientSettings, layout: DeliveryLayout, topic: str,

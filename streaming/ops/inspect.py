@@ -1,6 +1,8 @@
 """The router's routing state as an operator asks about it: the live
 subscriptions (``bitroute subscriptions``) and who would receive a publish now
-(``bitroute explain``).
+(``bitroute explain``), with the MQTT exchanges' retained messages where they
+matter (a topic's retained message; how many retained messages a subscription's
+filter matches: :func:`retained_of`, :func:`with_retained`).
 
 :func:`load_state` builds the state the router would route the next publish
 with, from, in order:
@@ -303,3 +305,80 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
         receivers.setdefault(row["subscriber"], []).append(row)
     return [Receiver(name, message_id is not None or any(r["shared_group"] is None for r in rows),
                      rows) for name, rows in receivers.items()]
+
+
+# --- retained messages (MQTT) ---------------------------------------------------------
+
+def retained_messages(config: Config, state: RoutingState):
+    """The MQTT exchanges' retained messages now (:class:`streaming.router.retained.RetainedMessages`,
+    read from ``kafka.retained_topic`` to its end; none when no router created the topic
+    yet), or None when Kafka was not reachable for the state (``state.stale``) or the
+    topic cannot be read."""
+    from streaming.router.changelog import ChangelogError
+    from streaming.router.retained import RetainedMessages
+
+    if state.stale is not None:
+        return None
+    try:
+        messages = RetainedMessages(config)
+    except KafkaException:
+        return None
+    try:
+        if _topic_exists(config, config.kafka.retained_topic):
+            messages.catch_up()
+        return messages
+    except (ChangelogError, KafkaException, KafkaAccessError):
+        return None
+    finally:
+        messages.close()
+
+
+def _topic_exists(config: Config, topic: str) -> bool:
+    """Whether ``topic`` exists (asked by a consumer: it never creates the topic)."""
+    consumer = kafka_consumer(config.kafka.client_settings, "bitroute-inspect")
+    try:
+        found = consumer.topics(KAFKA_PROBE_TIMEOUT_S, topic).topics.get(topic)
+    finally:
+        consumer.close()
+    return found is not None and found.error is None
+
+
+def retained_of(config: Config, state: RoutingState, exchange: str,
+                topic: str) -> dict[str, object] | None:
+    """``bitroute explain``'s view of ``topic``'s retained message on an MQTT exchange:
+    ``{"message_id", "payload_bytes", "published_at"}`` (ISO-8601, UTC), or None when the
+    topic has none (or the retained topic could not be read)."""
+    from datetime import datetime, timezone
+
+    messages = retained_messages(config, state)
+    found = None if messages is None else messages.get(exchange, topic)
+    if found is None:
+        return None
+    published = datetime.fromtimestamp(found.published_at_ms / 1000, timezone.utc)
+    return {"message_id": found.message_id, "payload_bytes": len(found.value),
+            "published_at": published.isoformat()}
+
+
+def with_retained(config: Config, state: RoutingState,
+                  rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """``rows`` of :func:`subscriptions`, each of an MQTT exchange with ``retained``: how many
+    retained messages its filter matches now, what it would receive if applied again
+    (None for a ``$share/`` subscription, which receives none when applied, or when the
+    retained topic could not be read). Rows of other exchanges are left as they are."""
+    mqtt = {name for name, dialect in config.exchanges.dialects.items() if dialect == "mqtt"}
+    if not any(row["exchange"] in mqtt for row in rows):
+        return rows
+    messages = retained_messages(config, state)
+    for row in rows:
+        if row["exchange"] not in mqtt:
+            continue
+        if messages is None or str(row["filter"]).startswith("$share/"):
+            row["retained"] = None
+            continue
+        if row["header_match"] is not None:
+            criteria = HeaderCriteria(row["header_match"], dict(row["header_criteria"] or {}))
+            row["retained"] = sum(criteria.matches(dict(m.headers)) for m in
+                                  messages.matching(row["exchange"], row["filter"]))
+        else:
+            row["retained"] = len(messages.matching(row["exchange"], row["filter"]))
+    return rows

@@ -136,8 +136,11 @@ class ChangelogReader:
     committed to Kafka; the position lives in the router's snapshots.
     """
 
-    def __init__(self, config: Config, on_error: OnError | None = None) -> None:
-        self._topic = config.kafka.subscriptions_topic
+    def __init__(self, config: Config, on_error: OnError | None = None,
+                 topic: str | None = None) -> None:
+        """``topic``: another compacted topic read the same way (default: the changelog;
+        :mod:`streaming.router.retained` reads the retained messages with it)."""
+        self._topic = topic or config.kafka.subscriptions_topic
         # librdkafka insists on a group id; it is never joined or committed to.
         self._consumer = consumer(config.kafka.client_settings, "bitroute-router-changelog", {
             "enable.partition.eof": True,

@@ -17,6 +17,8 @@
         snapshots/<version>.snapshot   the compiler's snapshot bytes (Snapshot.to_bytes)
         pins/<batch id>                the snapshot version micro-batch <batch id> used
         audit-journal/                 each batch's audit until Delta has it (streaming.audit.journal)
+        retained/<batch id>.arrow|.done the retained messages a batch delivers to new
+                                       subscriptions, and its done mark (streaming.router.retained)
         status.json                    the last batch's report (streaming.router.report)
         maintenance.json               the last audit maintenance pass (streaming.audit.maintenance)
       spark/                           the working folder of a JVM bitroute launches
@@ -131,6 +133,10 @@ class CheckpointLayout:
     @property
     def audit_journal(self) -> Path:
         return self.state / "audit-journal"
+
+    @property
+    def retained(self) -> Path:
+        return self.state / "retained"
 
     @property
     def status_file(self) -> Path:

@@ -63,6 +63,7 @@ from pyspark import Broadcast, TaskContext
 from compiler import Matcher
 from schemas.records import (
     MESSAGE_ID_HEADER,
+    OUTCOME_CLEARED,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
@@ -99,6 +100,7 @@ from streaming.router.delivery import (
 )
 from streaming.router.matching import cached_matcher
 from streaming.router.rejected import BadRecord, write_rejected
+from streaming.router.retained import RetainPlan, RetainSettings, plan_retained, write_retained
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 """Arrow schema of the rows :class:`RoutePartitions` returns (without ``RouteSettings.audit``)."""
@@ -145,6 +147,9 @@ class RouteSettings:
     incarnation: int = 0
     """The publishes topic's incarnation the batch reads, in its message ids
     (:mod:`streaming.router.incarnations`)."""
+    retain: RetainSettings | None = None
+    """Set: MQTT retained publishes are written to the retained topic
+    (:mod:`streaming.router.retained`)."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -267,6 +272,9 @@ class BatchPlan:
     values: list[bytes | None]
     kept: list
     version: bytes
+    retain: RetainPlan | None = None
+    """The batch's retained publishes (``ok`` is False for those that clear: they are
+    delivered to no one)."""
 
 
 def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
@@ -281,6 +289,8 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     reasons: list[str | None] = errors.tolist()
     for row, reason in publishes.exchange_errors.items():
         reasons[row] = reason
+    retain = plan_retained(publishes.headers, publishes.values, publishes.exchanges, reasons,
+                           settings.retain)
 
     kept = [kept_headers(h) for h in header_lists]
     entries = deliveries.flatten()
@@ -293,9 +303,11 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     _reject_oversize(publishes, kept, owner, per_delivery, len(version), reasons,
                      settings.producer.max_record_bytes)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
+    if retain is not None:
+        ok &= ~retain.cleared
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
-                     send, message_ids, keys, publishes.values.to_pylist(), kept, version)
+                     send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain)
 
 
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
@@ -347,7 +359,14 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
         acked[plan.send[sorted({failure.tag for failure in failed})]] = False
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
                      plan.message_ids)
-    return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked)
+    if plan.retain is not None:
+        published = pc.cast(pc.cast(plan.publishes.published_at, pa.timestamp("ms", tz="UTC"),
+                                    safe=False), pa.int64())
+        write_retained(producer, plan.retain, settings.retain, plan.publishes.exchanges, plan.keys,
+                       plan.values, plan.kept, plan.message_ids, published.to_pylist(), reasons)
+    cleared = plan.retain.cleared if plan.retain is not None else None
+    return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked,
+                        cleared)
 
 
 def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
@@ -434,7 +453,8 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
 
 
 def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,
-                 entries: pa.StructArray, owner: np.ndarray, acked: np.ndarray) -> pa.RecordBatch:
+                 entries: pa.StructArray, owner: np.ndarray, acked: np.ndarray,
+                 cleared: np.ndarray | None = None) -> pa.RecordBatch:
     n = publishes.n
     keep = np.flatnonzero(acked) if len(owner) else np.zeros(0, np.int64)
     counts = np.bincount(owner[keep], minlength=n) if len(keep) else np.zeros(n, np.int64)
@@ -445,6 +465,8 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
     reason_array = pa.array(reasons, pa.string())
     outcome = np.where(np.array([r is not None for r in reasons], dtype=bool), OUTCOME_REJECTED,
                        np.where(counts > 0, OUTCOME_ROUTED, OUTCOME_UNROUTABLE))
+    if cleared is not None:  # a retained publish that cleared its topic: delivered to no one
+        outcome = np.where(cleared & (outcome != OUTCOME_REJECTED), OUTCOME_CLEARED, outcome)
     exchanges = pa.array(publishes.exchanges, pa.string())
     columns = [publishes.message_ids, exchanges, text(publishes.keys), pa.array(outcome, pa.string()),
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),

@@ -112,6 +112,7 @@ from streaming.router.report import (
     StatusFile,
 )
 from streaming.router.restore import open_audit
+from streaming.router.retained import RetainedDeliveries, RetainSettings
 from streaming.router.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
 from streaming.router.routing import (
     ROUTED_ARROW,
@@ -163,6 +164,8 @@ class Router:
         self.query: StreamingQuery | None = None
         self.subscription_sync: SubscriptionSync | None = None
         self._snapshots: BatchSnapshots | None = None
+        self.retained: RetainedDeliveries | None = None
+        """MQTT retained messages delivered to new subscriptions (:mod:`streaming.router.retained`)."""
         self._audit: AuditTables | None = None
         self._committer: AuditCommitter | None = None
         self._partitioned: frozenset[str] = frozenset(PUBLISH_TABLES)
@@ -242,6 +245,10 @@ class Router:
         self._committer.recover()  # a crash's leftovers, before routing starts
         self._committer.start()
         self._snapshots = BatchSnapshots(store, self.spark.sparkContext)
+        self.retained = RetainedDeliveries(self.config, self.layout.retained, self._audit,
+                                           self.broker_watch.on_error)
+        self.retained.seed(store)
+        self._snapshots.commit_listeners.append(self.retained.note)
         self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
                                                        self.broker_watch.on_error)
         self.subscription_sync.catch_up(self._catch_up_progress())
@@ -310,6 +317,9 @@ class Router:
         if self.subscription_sync is not None:
             self.subscription_sync.close()
             self.subscription_sync = None
+        if self.retained is not None:
+            self.retained.close()
+            self.retained = None
         self.retention.close()
 
     def follow_recreated_topic(self) -> StreamingQuery:
@@ -372,6 +382,7 @@ class Router:
             producer=ProducerSettings.of(kafka),
             audit=audit,
             incarnation=self.incarnation.number,
+            retain=RetainSettings.of(self.config),
         ))
 
     def _routes_in_driver(self, publishes: int | None) -> bool:
@@ -383,9 +394,12 @@ class Router:
         self.lease.check()  # a router whose lease was taken over routes nothing more
         sync, snapshots = self._require_open()
         attempts = [0]
+        retained = self.retained
         snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
-            batch_id, "the changelog catch-up", lambda: sync.catch_up(self._catch_up_progress()),
-            attempts))
+            batch_id, "the changelog catch-up", lambda: retained.prepare(
+                batch_id, sync.catch_up(self._catch_up_progress())), attempts))
+        self._retrying(batch_id, "the retained messages of new subscriptions",
+                       lambda: retained.deliver(batch_id), attempts)
         topic = self.config.kafka.publishes_topic
         start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
         present = self._topic_present(batch_id, attempts)

@@ -285,6 +285,9 @@ class BatchSnapshots:
         self._context = context
         self._current: SnapshotVersion | None = None
         self._live: tuple[int, Broadcast, str] | None = None
+        self.commit_listeners: list[Callable[[Sequence[Sequence]], None]] = []
+        """Each is called with the changes of every version committed, once persisted
+        (:mod:`streaming.router.retained` notes the new subscriptions)."""
 
     @property
     def current(self) -> SnapshotVersion | None:
@@ -302,6 +305,8 @@ class BatchSnapshots:
         If this raises, the current version is unchanged."""
         self._store.save(snapshot, changes)
         self._current = snapshot
+        for listener in self.commit_listeners:
+            listener(changes)
 
     def for_batch(self, batch_id: int, catch_up: Callable[[], object]) -> BatchSnapshot:
         """The version batch ``batch_id`` routes with, broadcast.

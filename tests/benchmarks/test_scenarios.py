@@ -43,6 +43,7 @@ FIGURE = {
     "subscriber-scale": "subscribers",
     "driver-cost": "after",
     "pack-start": "build (cached)",
+    "retained-match": "| `+/+/m3` |",
 }
 
 

@@ -32,6 +32,8 @@ def explain(args: argparse.Namespace) -> int:
     with reported(inspect.RejectedPublish, inspect.InspectError):
         state = inspect.load_state(cfg)
         receivers = inspect.explain(state, exchange, args.routing_key, headers, args.message_id)
+    mqtt = cfg.exchanges.dialects.get(exchange) == "mqtt"
+    retained = inspect.retained_of(cfg, state, exchange, args.routing_key) if mqtt else None
     _warn_stale(state)
     if args.json:
         print(json.dumps({
@@ -40,6 +42,7 @@ def explain(args: argparse.Namespace) -> int:
             "message_id": args.message_id, **state.json_fields(),
             "subscribers": [{"subscriber": r.subscriber, "certain": r.certain,
                              "subscriptions": r.subscriptions} for r in receivers],
+            **({"retained": retained} if mqtt else {}),
         }, ensure_ascii=False))
         return 0
     from streaming.cli.render import state_source, table
@@ -53,6 +56,10 @@ def explain(args: argparse.Namespace) -> int:
         columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
                    "shared_group"]
         print("\n".join(table(columns, [row for r in receivers for row in r.subscriptions])))
+    if mqtt:
+        print(f"retained message: {retained['message_id']} ({retained['payload_bytes']} bytes, "
+              f"published {retained['published_at']})" if retained is not None
+              else "retained message: none")
     return 0
 
 
@@ -62,7 +69,8 @@ def subscriptions(args: argparse.Namespace) -> int:
     cfg = config_of(args)
     with reported(inspect.RejectedPublish, inspect.InspectError):
         state = inspect.load_state(cfg)
-    rows = inspect.subscriptions(state, args.subscriber, args.exchange)
+    rows = inspect.with_retained(cfg, state,
+                                 inspect.subscriptions(state, args.subscriber, args.exchange))
     _warn_stale(state)
     if args.json:
         print_lines(map(json.JSONEncoder(ensure_ascii=False).encode, rows))
@@ -70,7 +78,9 @@ def subscriptions(args: argparse.Namespace) -> int:
     from streaming.cli.render import state_source, table
 
     print(state_source(state))
-    print("\n".join(table(inspect.SUBSCRIPTION_COLUMNS, rows)))
+    columns = inspect.SUBSCRIPTION_COLUMNS + (["retained"] if any("retained" in r for r in rows)
+                                              else [])
+    print("\n".join(table(columns, [{"retained": None, **row} for row in rows])))
     return 0
 
 

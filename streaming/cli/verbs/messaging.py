@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from schemas.records import RETAIN_HEADER, RETAIN_TRUE
 from streaming.cli.arguments import config_of, message_headers
 from streaming.cli.errors import UsageError, reported
 
@@ -63,11 +64,23 @@ def publish(args: argparse.Namespace) -> int:
     cfg = config_of(args)
     headers = message_headers(args.header or [])
     payload = _payload(args)
+    exchange = args.exchange or cfg.exchanges.default
+    if args.retain:
+        _check_retain(cfg, exchange)
+        headers.append((RETAIN_HEADER, RETAIN_TRUE.encode()))
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         incarnation = publishing_incarnation(cfg)
-        print(client_verbs.publish(cfg, args.exchange or cfg.exchanges.default, args.routing_key,
-                                   payload, headers, incarnation))
+        print(client_verbs.publish(cfg, exchange, args.routing_key, payload, headers,
+                                   incarnation))
     return 0
+
+
+def _check_retain(cfg, exchange: str) -> None:
+    """``--retain`` is for an MQTT exchange (an unknown one is the router's to reject)."""
+    dialect = cfg.exchanges.dialects.get(exchange)
+    if dialect is not None and dialect != "mqtt":
+        raise UsageError(f"--retain: exchange {exchange!r} is an {dialect} exchange; retained "
+                         "messages are MQTT's (exchanges.dialects)")
 
 
 def _criteria(items: Sequence[str]) -> dict[str, str | None]:

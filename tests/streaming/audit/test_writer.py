@@ -73,3 +73,31 @@ def test_replays_do_not_count_towards_the_bound(audit, monkeypatch):
     for _ in range(5):
         append(audit, 1)  # replays: nothing committed
     assert audit._tables["messages"] is table
+
+
+def test_an_earlier_deliveries_table_gains_the_retained_column_and_takes_retained_rows(tmp_path):
+    """A deliveries table made before the ``retained`` column: opening adds it (nullable,
+    last), its old rows read null, and a batch's retained rows append once, in its order."""
+    config = load(None, parse_set_flags([f"delta.warehouse={tmp_path / 'delta'}",
+                                         f"streaming.checkpoint_dir={tmp_path / 'cp'}"]), environ={})
+    old = pa.schema([f for f in delta_sink.ARROW_SCHEMAS["deliveries"] if f.name != "retained"])
+    now = datetime.now(timezone.utc)
+    old_rows = delta_sink.deliveries_rows(routed(0), 1, 0, now, config.kafka.layout)
+    DeltaTable.create(config.delta.table_path("deliveries"), schema=old,
+                      partition_by=["routed_date"])
+    from deltalake import write_deltalake
+
+    write_deltalake(config.delta.table_path("deliveries"), old_rows.select(old.names),
+                    mode="append")
+    tables = AuditTables(config, "test-router")
+    tables.ensure()
+    try:
+        assert DeltaTable(config.delta.table_path("deliveries")).schema().fields[-1].name == "retained"
+        rows = delta_sink.deliveries_rows(routed(5, publishes=1, subscribers=1), 2, 5, now,
+                                          config.kafka.layout, retained=True)
+        tables.append_retained(rows, 5)
+        tables.append_retained(rows, 5)  # a replayed batch: nothing more
+        read = DeltaTable(config.delta.table_path("deliveries")).to_pyarrow_table().to_pylist()
+        assert sorted((r["batch_id"], r["retained"]) for r in read) == [(0, None)] * 6 + [(5, True)]
+    finally:
+        tables.close()

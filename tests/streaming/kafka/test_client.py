@@ -197,6 +197,20 @@ def test_publish_rejects_malformed_headers(topics, capsys, header, message):
     assert message in _one_line_error(capsys.readouterr().err)
 
 
+def test_publish_retain_marks_an_mqtt_publish_and_refuses_another_dialect(topics, capsys):
+    assert main(["publish", "--exchange", "mqtt", "--routing-key", "sensors/1", "--retain",
+                 "20", *_flags(topics)]) == 0
+    message_id = capsys.readouterr().out.strip()
+    [record] = [r for r in _records(topics["kafka.bootstrap"], topics["kafka.publishes_topic"])
+                if f"{r.topic()}/{r.partition()}/{r.offset()}" == message_id]
+    assert record.headers() == [("retain", b"true"), (EXCHANGE_HEADER, b"mqtt")]
+    assert main(["publish", "--exchange", "amq.topic", "--routing-key", "a.b", "--retain",
+                 *_flags(topics)]) == 2
+    assert _one_line_error(capsys.readouterr().err) == (
+        "bitroute: error: --retain: exchange 'amq.topic' is an amqp exchange; retained "
+        "messages are MQTT's (exchanges.dialects)")
+
+
 # --- tail --------------------------------------------------------------------------
 
 def _deliver(topics: dict[str, str], subscriber: str, records: list[tuple]) -> str:
@@ -237,6 +251,20 @@ def test_tail_json_decodes_utf8_and_binary_payloads(topics, capsys):
          "subscription_ids": ["s1"], "snapshot_version": 4,
          "payload": base64.b64encode(b"\xff\x00\x01").decode(), "payload_encoding": "base64"},
     ]
+
+
+def test_tail_marks_a_retained_delivery(topics, capsys):
+    _deliver(topics, "gina", [("pubs/0/1", b"s/1", b"20", [("retain", b"true"),
+                                                            ("bitroute.retained", b"true")],
+                               ["s1"], 2)])
+    assert main(["tail", "gina", "--from-beginning", "--max", "1", "--json",
+                 "--timeout", str(DEADLINE_S), *_flags(topics)]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert (line["retained"], line["headers"]) == (True, {"retain": "true"})
+    assert main(["tail", "gina", "--from-beginning", "--max", "1",
+                 "--timeout", str(DEADLINE_S), *_flags(topics)]) == 0
+    assert capsys.readouterr().out.split() == ["pubs/0/1", "s/1", "subs=s1", "v2", "retained",
+                                               "retain=true", "20"]
 
 
 def test_tail_stops_when_idle_for_the_timeout(topics, capsys):

@@ -47,7 +47,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory):
 def names() -> dict[str, str]:
     tag = uuid.uuid4().hex[:8]
     return {"kafka.publishes_topic": f"pubs-{tag}", "kafka.subscriptions_topic": f"subs-{tag}",
-            "kafka.rejected_topic": f"rej-{tag}", "kafka.deliveries_topic_prefix": f"dlv-{tag}."}
+            "kafka.rejected_topic": f"rej-{tag}", "kafka.retained_topic": f"ret-{tag}",
+            "kafka.deliveries_topic_prefix": f"dlv-{tag}."}
 
 
 def _config_file(folder: Path, bootstrap: str, names: dict[str, str],
@@ -114,6 +115,8 @@ def _grant_router_acls(broker: SecuredBroker, names: dict[str, str],
     broker.grant(router, "topic", names["kafka.publishes_topic"], list(publishes))
     broker.grant(router, "topic", names["kafka.subscriptions_topic"], ["Read", "Describe", "Create"])
     broker.grant(router, "topic", names["kafka.rejected_topic"], ["Write", "Describe", "Create"])
+    broker.grant(router, "topic", names["kafka.retained_topic"],
+                 ["Read", "Write", "Describe", "Create"])
     broker.grant(router, "topic", names["kafka.deliveries_topic_prefix"],
                  list(deliveries), prefixed=True)
 

@@ -182,7 +182,7 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
          "filter": "alerts.critical", "header_match": None, "header_criteria": None},
         {"subscription_id": "m1", "exchange": "mqtt", "subscriber": "ops",
          "filter": "sensors/+/temperature", "header_match": "any",
-         "header_criteria": {"unit": "celsius"}},
+         "header_criteria": {"unit": "celsius"}, "retained": 0},
     ]
     _, out, _ = _cli(capsys, settings, "subscriptions", "--json", "--subscriber", "ops")
     assert [json.loads(line)["subscription_id"] for line in out.splitlines()] == ["a3", "m1"]
@@ -193,9 +193,9 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
     status, out, _ = _cli(capsys, settings, "subscriptions", "--exchange", "mqtt")
     lines = out.splitlines()
     assert lines[1].split() == ["subscription_id", "exchange", "subscriber", "filter",
-                                "header_match", "header_criteria"]
+                                "header_match", "header_criteria", "retained"]
     assert lines[3].split() == ["m1", "mqtt", "ops", "sensors/+/temperature", "any",
-                                "unit=celsius"]
+                                "unit=celsius", "0"]
     assert lines[4] == "(1 row)"
 
 
@@ -225,3 +225,47 @@ def test_a_missing_changelog_topic_is_an_error_without_a_snapshot(capsys, settin
     assert err.strip().endswith(
         f"the changelog topic {settings['kafka.subscriptions_topic']!r} does not exist on "
         f"{settings['kafka.bootstrap']}")
+
+
+def test_explain_and_subscriptions_show_the_retained_messages(capsys, settings, cfg):
+    from confluent_kafka import Producer
+
+    from schemas.records import MESSAGE_ID_HEADER, PUBLISHED_AT_HEADER
+    from streaming.kafka.topics import ensure_topics, retained_topic_settings
+    from streaming.router.retained import retained_key
+
+    ensure_topics(cfg, [cfg.kafka.retained_topic], retained_topic_settings(cfg))
+    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap})
+    for topic, value, mid in (("sensors/boiler/temperature", b"71.5", "pubs/0/1"),
+                              ("sensors/attic/temperature", b"20", "pubs/1/2"),
+                              ("sensors/attic/temperature", None, None),  # cleared
+                              ("sensors/cellar/temperature", b"12", "pubs/0/3"),
+                              ("$SYS/broker/load", b"1", "pubs/0/4")):
+        headers = [] if mid is None else [("retain", b"true"), (MESSAGE_ID_HEADER, mid.encode()),
+                                          (PUBLISHED_AT_HEADER, b"1795715543443")]
+        producer.produce(cfg.kafka.retained_topic, key=retained_key("mqtt", topic), value=value,
+                         headers=headers)
+    assert producer.flush(30) == 0
+    client.subscribe(cfg, "mqtt", "ops", "sensors/+/temperature", sub_id="m1")
+    client.subscribe(cfg, "mqtt", "ops", "#", sub_id="m2")
+    client.subscribe(cfg, "mqtt", "w1", "$share/g/sensors/#", sub_id="m3")
+    client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="a1")
+
+    answer = _explain(capsys, settings, "--exchange", "mqtt", "--routing-key",
+                      "sensors/boiler/temperature")
+    assert answer["retained"] == {"message_id": "pubs/0/1", "payload_bytes": 4,
+                                  "published_at": "2026-11-26T17:52:23.443000+00:00"}
+    assert _explain(capsys, settings, "--exchange", "mqtt", "--routing-key",
+                    "sensors/attic/temperature")["retained"] is None
+    assert "retained" not in _explain(capsys, settings, "--routing-key", "orders.1")
+    status, out, _ = _cli(capsys, settings, "explain", "--exchange", "mqtt", "--routing-key",
+                          "sensors/boiler/temperature")
+    assert out.splitlines()[-1] == ("retained message: pubs/0/1 (4 bytes, published "
+                                    "2026-11-26T17:52:23.443000+00:00)")
+
+    status, out, err = _cli(capsys, settings, "subscriptions", "--json")
+    assert (status, err) == (0, "")
+    retained = {row["subscription_id"]: row.get("retained", "absent")
+                for row in map(json.loads, out.splitlines())}
+    # m2 ("#") skips the $SYS topic; a $share/ subscription receives none when applied.
+    assert retained == {"a1": "absent", "m1": 2, "m2": 2, "m3": None}

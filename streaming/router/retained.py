@@ -1,0 +1,535 @@
+"""MQTT retained messages: the retained state, its writes, and the deliveries at subscribe time.
+
+The contract (docs/design.md, "Retained messages"):
+
+- A publish to an MQTT exchange whose last ``retain`` header is ``true``
+  (:data:`schemas.records.RETAIN_HEADER`) is routed as usual and becomes its
+  topic's retained message; with an empty (or null) payload it clears it and is
+  delivered to no one (``messages.outcome = cleared``). ``retain=true`` on an
+  exchange that is not MQTT is bad input: the publish is rejected with a reason.
+- The retained state is the compacted topic ``kafka.retained_topic``, keyed by
+  ``[exchange, topic]`` (JSON): the latest retained message of each topic, a
+  tombstone for a cleared one, so that it survives restarts and is bounded by the
+  number of topics.
+- A new MQTT subscription (an upsert of the changelog, not ``$share/``) receives,
+  once, the retained messages whose topics its filter matches (and whose headers
+  its criteria accept), marked with :data:`schemas.records.RETAINED_HEADER`, then
+  the live stream.
+
+Where each part runs, and why that makes it as durable as routing:
+
+1. **The write** (:func:`plan_retained`, :func:`write_retained`): in the routing
+   task, after its deliveries were acknowledged, each retained publish of the
+   task that was not rejected is produced to the retained topic and the task
+   flushes again before it returns; so the write is acknowledged before Spark
+   commits the batch. A replayed batch writes the same value again (same key,
+   same bytes), which compaction makes harmless.
+2. **The state in the driver** (:class:`RetainedMessages`): the retained topic
+   read to its end offsets (from the beginning at the first need after a start)
+   into a map ``(exchange, topic) -> message`` and, per exchange, the reverse-match
+   index (:data:`compiler.retained_index.RetainedIndex`: per-level bitmaps,
+   measured against a trie walk). It is read only when new subscriptions ask.
+3. **The deliveries at subscribe time** (:class:`RetainedDeliveries`): the
+   subscription changes of every version the router makes are noted
+   (:meth:`RetainedDeliveries.note`); when a batch first pins a version, its
+   changelog catch-up calls :meth:`RetainedDeliveries.prepare` *before* the pin
+   is written: the new subscriptions are matched in reverse against the state,
+   whose every write was acknowledged before the previous batch committed, and
+   the deliveries are written as a plan (``retained/<batch id>.arrow`` in the
+   router's state, whole or not at all). After the pin,
+   :meth:`RetainedDeliveries.deliver` produces the plan (the kernel's delivery
+   writer, the live record format plus the retained header), appends their
+   ``deliveries`` rows (``retained = true``) in one Delta transaction under the
+   app id ``bitroute-<router id>-retained`` with the batch id as version, and
+   marks the batch done (``retained/<batch id>.done``). The batch's own
+   publishes are then routed live, to the new subscriptions too: no gap, no
+   duplicate at the boundary. A replayed batch id finds its plan (delivered
+   again: Kafka at least once, the audit's ``txn`` adds nothing) or its done
+   mark (nothing happens); a batch replayed after a crash before its pin
+   makes its plan again from the noted changes, which a restart reads back from
+   the versions not yet pinned.
+
+Memory: the driver keeps every retained message of the MQTT exchanges (topic,
+payload, headers): bounded by the retained topics, not by time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.records import (
+    CHANGE_UPSERT,
+    MESSAGE_ID_HEADER,
+    PUBLISHED_AT_HEADER,
+    RETAIN_HEADER,
+    RETAIN_TRUE,
+    RETAINED_HEADER,
+    SNAPSHOT_VERSION_HEADER,
+    SUBSCRIPTION_IDS_HEADER,
+)
+from schemas.tables import ROUTED_PUBLISH, arrow_schema
+from streaming.atomic import write_atomically
+from streaming.config import Config
+
+_log = logging.getLogger(__name__)
+
+RETAINED_VALUE = b"true"
+"""The value of :data:`schemas.records.RETAINED_HEADER` on a delivery at subscribe time."""
+PLANS_KEPT = 16
+"""Done marks of this many most recent batch ids are kept (as pins are, router/snapshots)."""
+_RETAIN_TRUE = RETAIN_TRUE.encode()
+_ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
+_PLAN_SCHEMA = pa.schema([
+    ("message_id", pa.string()),
+    ("exchange", pa.string()),
+    ("topic", pa.string()),
+    ("subscriber", pa.string()),
+    ("subscription_ids", pa.list_(pa.string())),
+    ("value", pa.binary()),
+    ("header_names", pa.list_(pa.string())),
+    ("header_values", pa.list_(pa.binary())),
+    ("published_at_ms", pa.int64()),
+])
+"""A plan file: one row per delivery to make (a retained message to one subscriber)."""
+
+
+# --- 1. the write, in the routing task ------------------------------------------------
+
+@dataclass(frozen=True)
+class RetainSettings:
+    """What a routing task needs for retained publishes (picklable)."""
+
+    topic: str
+    """``kafka.retained_topic``."""
+    mqtt_exchanges: frozenset[str]
+    """The exchanges whose dialect is MQTT: ``retain=true`` elsewhere is rejected."""
+
+    @classmethod
+    def of(cls, config: Config) -> RetainSettings:
+        return cls(config.kafka.retained_topic, mqtt_exchanges(config))
+
+
+def mqtt_exchanges(config: Config) -> frozenset[str]:
+    return frozenset(name for name, dialect in config.exchanges.dialects.items()
+                     if dialect == "mqtt")
+
+
+def retained_key(exchange: str, topic: str) -> bytes:
+    """The retained topic's record key of ``topic`` of ``exchange``."""
+    return json.dumps([exchange, topic], ensure_ascii=False).encode("utf-8")
+
+
+def retain_flags(headers: pa.ListArray, n: int) -> np.ndarray:
+    """Per row of a publishes batch (its ``headers`` column): whether its last ``retain``
+    header is ``true``."""
+    flags = np.zeros(n, dtype=bool)
+    names, values = headers.flatten().flatten()
+    if not len(names):
+        return flags
+    named = np.flatnonzero(pc.equal(names, RETAIN_HEADER).to_numpy(zero_copy_only=False))
+    if not len(named):
+        return flags
+    parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+    last: dict[int, int] = {}
+    for row, entry in zip(parents[named].tolist(), named.tolist()):
+        last[row] = entry
+    for row, value in zip(last, values.take(pa.array(list(last.values()))).to_pylist()):
+        flags[row] = value == _RETAIN_TRUE
+    return flags
+
+
+@dataclass(frozen=True)
+class RetainPlan:
+    """A batch's retained publishes: ``rows`` (retained, not rejected when planned) and
+    per row of the batch whether it clears its topic (``cleared``: delivered to no one)."""
+
+    rows: np.ndarray
+    cleared: np.ndarray
+
+
+def plan_retained(headers: pa.ListArray, values: pa.Array, exchanges: Sequence[str | None],
+                  reasons: list[str | None], settings: RetainSettings | None) -> RetainPlan | None:
+    """The retained publishes of a batch (None: none); a ``retain=true`` publish to an
+    exchange that is not MQTT gets its rejection reason in ``reasons``."""
+    if settings is None:
+        return None
+    n = len(reasons)
+    flags = retain_flags(headers, n)
+    if not flags.any():
+        return None
+    rows = []
+    for row in np.flatnonzero(flags).tolist():
+        if reasons[row] is not None:
+            continue
+        if exchanges[row] not in settings.mqtt_exchanges:
+            reasons[row] = (f"{RETAIN_HEADER}={RETAIN_TRUE} on exchange {exchanges[row]!r}, which "
+                            "is not an MQTT exchange: retained messages are MQTT's "
+                            "(exchanges.dialects)")
+            continue
+        rows.append(row)
+    cleared = np.zeros(n, dtype=bool)
+    if rows:
+        empty = pc.fill_null(pc.equal(pc.binary_length(values), 0), True)
+        cleared[rows] = empty.to_numpy(zero_copy_only=False)[rows]
+    return RetainPlan(np.array(rows, dtype=np.int64), cleared)
+
+
+def write_retained(producer, plan: RetainPlan, settings: RetainSettings,
+                   exchanges: Sequence[str | None], keys: Sequence[bytes | None],
+                   values: Sequence[bytes | None], kept: Sequence, message_ids: Sequence[str],
+                   published_ms: Sequence[int | None], reasons: Sequence[str | None]) -> int:
+    """Produce the retained record of each planned row still not rejected (its payload, or a
+    tombstone when it clears) and wait for Kafka's acks; return the records written.
+
+    A record Kafka refuses for a reason of its own (the retained topic's
+    ``max.message.bytes`` lowered under the deliveries') is logged and left out: the
+    publish was delivered already; any other failure raises (the batch is retried).
+    """
+    written = 0
+    for row in plan.rows.tolist():
+        if reasons[row] is not None:
+            continue
+        topic = keys[row].decode("utf-8")
+        headers = [*(kept[row] or []), (MESSAGE_ID_HEADER, message_ids[row].encode()),
+                   (PUBLISHED_AT_HEADER, str(published_ms[row] or 0).encode())]
+        producer.produce_tagged(settings.topic, retained_key(exchanges[row], topic),
+                                None if plan.cleared[row] else values[row], headers, row)
+        written += 1
+    if written:
+        for failure in producer.flush():
+            _log.warning(f"the retained message of {message_ids[failure.tag]} was not kept: "
+                         f"{failure.topic} refused it ({failure.reason})")
+    return written
+
+
+# --- 2. the state, in the driver ----------------------------------------------------
+
+@dataclass(frozen=True)
+class RetainedMessage:
+    """A topic's retained message as the retained topic holds it."""
+
+    exchange: str
+    topic: str
+    message_id: str
+    value: bytes
+    headers: tuple[tuple[str, bytes | None], ...]
+    """The publish's kept headers (``retain`` among them)."""
+    published_at_ms: int
+
+
+class RetainedMessages:
+    """The retained topic, followed by the driver: ``(exchange, topic) -> message`` and the
+    reverse-match index of each exchange. Not thread-safe (the batch thread and ``open``)."""
+
+    def __init__(self, config: Config, on_error=None) -> None:
+        from compiler.retained_index import RetainedIndex
+        from streaming.router.changelog import ChangelogReader
+
+        self._index_type = RetainedIndex
+        self._reader = ChangelogReader(config, on_error, topic=config.kafka.retained_topic)
+        self._offsets: dict[int, int] = {}
+        self._messages: dict[tuple[str, str], RetainedMessage] = {}
+        self._indexes: dict[str, object] = {}
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def catch_up(self) -> None:
+        """Read the retained topic up to its end offsets now."""
+        self._offsets = self._reader.read_to_end(self._offsets, self._apply)
+
+    def _apply(self, message) -> None:
+        try:
+            exchange, topic = json.loads(message.key())
+            if not isinstance(exchange, str) or not isinstance(topic, str):
+                raise ValueError("not two strings")
+        except (TypeError, ValueError) as exc:
+            _log.warning(f"ignored a record of {message.topic()} at {message.partition()}/"
+                         f"{message.offset()}: its key is not [exchange, topic] ({exc})")
+            return
+        index = self._indexes.get(exchange)
+        if message.value() is None:
+            self._messages.pop((exchange, topic), None)
+            if index is not None:
+                index.discard(topic)
+            return
+        own = [(n, v) for n, v in message.headers() or ()]
+        router = {n: v for n, v in own if n in (MESSAGE_ID_HEADER, PUBLISHED_AT_HEADER)}
+        kept = tuple((n, v) for n, v in own if n not in (MESSAGE_ID_HEADER, PUBLISHED_AT_HEADER))
+        try:
+            if index is None:
+                index = self._indexes[exchange] = self._index_type()
+            index.add(topic)
+        except Exception as exc:  # noqa: BLE001 - a record the router did not write
+            _log.warning(f"ignored the retained message of {topic!r}: {exc}")
+            return
+        published = router.get(PUBLISHED_AT_HEADER) or b"0"
+        self._messages[(exchange, topic)] = RetainedMessage(
+            exchange, topic, (router.get(MESSAGE_ID_HEADER) or b"").decode("utf-8", "replace"),
+            message.value(), kept, int(published) if published.isdigit() else 0)
+
+    def matching(self, exchange: str, filter_text: str) -> list[RetainedMessage]:
+        """The retained messages of ``exchange`` whose topics ``filter_text`` matches."""
+        index = self._indexes.get(exchange)
+        if index is None:
+            return []
+        return [self._messages[(exchange, topic)] for topic in index.match(filter_text)]
+
+    def get(self, exchange: str, topic: str) -> RetainedMessage | None:
+        """``topic``'s retained message on ``exchange``, or None."""
+        return self._messages.get((exchange, topic))
+
+    def topics(self, exchange: str) -> int:
+        """How many topics of ``exchange`` hold a retained message."""
+        index = self._indexes.get(exchange)
+        return 0 if index is None else len(index)
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+# --- 3. the deliveries at subscribe time ------------------------------------------------
+
+@dataclass(frozen=True)
+class NewSubscription:
+    """An MQTT subscription applied since the last pinned version, as the changelog said it."""
+
+    id: str
+    exchange: str
+    subscriber: str
+    filter: str
+    criteria: object | None
+    """A :class:`compiler.HeaderCriteria`, or None."""
+
+
+def _change_field(change: Sequence, name: str):
+    from streaming.router.changelog import Change
+
+    return change[Change._fields.index(name)]
+
+
+class RetainedDeliveries:
+    """The deliveries of retained messages to new subscriptions, once per subscription
+    (module docstring, part 3). Made by the router at open, after its snapshots."""
+
+    def __init__(self, config: Config, folder, audit, on_error=None) -> None:
+        self._config = config
+        self._folder = folder
+        self._audit = audit
+        self._mqtt = mqtt_exchanges(config)
+        self.messages = RetainedMessages(config, on_error)
+        self._caught_up = False
+        self._new: dict[str, NewSubscription | None] = {}
+        os.makedirs(folder, exist_ok=True)
+        for name in os.listdir(folder):
+            if name.startswith("."):  # a temporary file a killed writer left
+                os.unlink(os.path.join(folder, name))
+
+    def seed(self, snapshots) -> None:
+        """Note the changes of the persisted versions no batch has pinned yet (a restart's
+        view of what the last run noted and did not deliver); forget the plans and marks of
+        batch ids above the last pinned one (a new streaming checkpoint starts at 0).
+
+        Without any pin (a first start, or a new streaming checkpoint over kept
+        snapshots) nothing is noted: the subscriptions of kept versions were applied
+        before, and a first start notes its versions as it makes them."""
+        batches = snapshots.pinned_batches()
+        last = batches[-1] if batches else -1
+        for batch_id in self._batches():
+            if batch_id > last:
+                self._remove(batch_id)
+        if not batches:
+            return
+        pinned = snapshots.pinned(last)
+        for version in snapshots.versions():
+            if version > pinned:
+                self.note(snapshots.changes(version))
+
+    def note(self, changes: Iterable[Sequence]) -> None:
+        """Note a new version's changes (a :class:`BatchSnapshots` commit listener)."""
+        from compiler import HeaderCriteria
+
+        for change in changes:
+            sub_id = _change_field(change, "subscription_id")
+            exchange = _change_field(change, "exchange")
+            filter_ = _change_field(change, "filter")
+            if (_change_field(change, "change") != CHANGE_UPSERT or exchange not in self._mqtt
+                    or filter_ is None or filter_.startswith("$share/")):
+                self._new[sub_id] = None  # removed, rejected, not MQTT, or shared: nothing
+                continue
+            match = _change_field(change, "header_match")
+            criteria = (HeaderCriteria(match, dict(_change_field(change, "header_criteria") or {}))
+                        if match is not None else None)
+            self._new[sub_id] = NewSubscription(sub_id, exchange,
+                                                _change_field(change, "subscriber"), filter_,
+                                                criteria)
+
+    def prepare(self, batch_id: int, version: int) -> int:
+        """Before batch ``batch_id`` is pinned (first run) to ``version``: the deliveries of
+        the retained messages the noted subscriptions match, written as the batch's plan;
+        return how many. Raises on a Kafka failure (the catch-up is retried)."""
+        self._remove(batch_id)
+        new = [s for s in self._new.values() if s is not None]
+        if not new:
+            self._new.clear()
+            return 0
+        self.messages.catch_up()
+        self._caught_up = True
+        wanted: dict[tuple[str, str, str], list[str]] = {}
+        found: dict[tuple[str, str], RetainedMessage] = {}
+        for sub in new:
+            for message in self.messages.matching(sub.exchange, sub.filter):
+                if sub.criteria is not None and not sub.criteria.matches(
+                        {n: v for n, v in message.headers}):
+                    continue
+                found[(message.exchange, message.topic)] = message
+                wanted.setdefault((message.exchange, message.topic, sub.subscriber),
+                                  []).append(sub.id)
+        if wanted:
+            rows = {name: [] for name in _PLAN_SCHEMA.names}
+            for (exchange, topic, subscriber), ids in sorted(wanted.items()):
+                message = found[(exchange, topic)]
+                rows["message_id"].append(message.message_id)
+                rows["exchange"].append(exchange)
+                rows["topic"].append(topic)
+                rows["subscriber"].append(subscriber)
+                rows["subscription_ids"].append(sorted(ids))
+                rows["value"].append(message.value)
+                rows["header_names"].append([n for n, _ in message.headers])
+                rows["header_values"].append([v for _, v in message.headers])
+                rows["published_at_ms"].append(message.published_at_ms)
+            table = pa.table(rows, schema=_PLAN_SCHEMA).replace_schema_metadata(
+                {b"snapshot_version": str(version).encode()})
+
+            def write(file) -> None:
+                with pa.ipc.new_file(file, table.schema) as writer:
+                    writer.write_table(table)
+
+            write_atomically(self._plan(batch_id), write)
+        self._new.clear()
+        return len(wanted)
+
+    def deliver(self, batch_id: int) -> int:
+        """Make batch ``batch_id``'s planned deliveries (after its pin): produce them, wait
+        for Kafka's acks, append their audit rows once, mark the batch done; return the
+        deliveries made (0 when there is no plan, or the batch is done already)."""
+        plan_path = self._plan(batch_id)
+        if not plan_path.exists():
+            return 0
+        with pa.OSFile(str(plan_path)) as source:
+            plan = pa.ipc.open_file(source).read_all()
+        version = int(plan.schema.metadata[b"snapshot_version"])
+        if not os.path.exists(self._done(batch_id)):
+            failed = self._produce(plan, version)
+            routed_at = datetime.now(timezone.utc)
+            keep = [i for i in range(plan.num_rows) if i not in failed]
+            self._audit.append_retained(self._audit_rows(plan.take(keep), version, batch_id,
+                                                         routed_at), batch_id)
+            write_atomically(self._done(batch_id), b"")
+            _log.info(f"batch {batch_id}: {len(keep)} retained messages delivered to new "
+                      "subscriptions")
+        plan_path.unlink(missing_ok=True)
+        self._prune(batch_id)
+        return plan.num_rows
+
+    def _produce(self, plan: pa.Table, version: int) -> set[int]:
+        """Produce every delivery of ``plan``; return the rows Kafka refused (logged)."""
+        from streaming.router.delivery import (
+            BinaryColumn,
+            DeliveryColumns,
+            ProducerSettings,
+            cached_producer,
+        )
+
+        kafka = self._config.kafka
+        layout = kafka.layout
+        n = plan.num_rows
+        subscribers = plan["subscriber"].combine_chunks()
+        routing_keys = plan["topic"].combine_chunks().cast(pa.binary())
+        keys, per_delivery = layout.record_keys(subscribers, routing_keys)
+        names = plan["header_names"].combine_chunks()
+        values = plan["header_values"].combine_chunks()
+        # Each delivery's own headers, then the retained mark (before the router's three).
+        counts = np.asarray(pc.list_value_length(names).to_numpy(zero_copy_only=False),
+                            np.int64) + 1
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        flat_names, flat_values = [], []
+        for own_names, own_values in zip(names.to_pylist(), values.to_pylist()):
+            flat_names += [*own_names, RETAINED_HEADER]
+            flat_values += [*own_values, RETAINED_VALUE]
+        ids = [json.dumps(x, ensure_ascii=False) for x in plan["subscription_ids"].to_pylist()]
+        columns = DeliveryColumns(
+            topic_names=layout.topic_column(subscribers), rows=np.arange(n, dtype=np.int64),
+            keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
+            routing_keys=BinaryColumn.of(routing_keys),
+            routing_key_header=layout.routing_key_header,
+            values=BinaryColumn.of(plan["value"].combine_chunks()),
+            header_offsets=offsets,
+            header_names=BinaryColumn.of(pa.array(flat_names, pa.string())),
+            header_values=BinaryColumn.of(pa.array(flat_values, pa.binary())),
+            message_ids=BinaryColumn.of(plan["message_id"].combine_chunks()),
+            subscription_ids=BinaryColumn.of(pa.array(ids, pa.string())),
+            version=str(version).encode(),
+            header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
+                                 SNAPSHOT_VERSION_HEADER))
+        producer = cached_producer(ProducerSettings.of(kafka))
+        producer.produce_deliveries(columns)
+        failed = producer.flush()
+        for failure in failed:
+            _log.warning(f"a retained message for a new subscription was not delivered: "
+                         f"{failure.topic} refused it ({failure.reason})")
+        return {f.tag for f in failed}
+
+    def _audit_rows(self, plan: pa.Table, version: int, batch_id: int,
+                    routed_at: datetime) -> pa.Table:
+        from streaming.audit.writer import deliveries_rows
+
+        deliveries = pa.array([[{"subscriber": s, "subscription_ids": ids}] for s, ids in
+                               zip(plan["subscriber"].to_pylist(),
+                                   plan["subscription_ids"].to_pylist())],
+                              _ROUTED_ARROW.field("deliveries").type)
+        published = pa.array(plan["published_at_ms"].to_pylist(), pa.timestamp("ms", tz="UTC"))
+        routed = pa.table({
+            "message_id": plan["message_id"].cast(pa.string()),
+            "exchange": plan["exchange"].cast(pa.string()),
+            "routing_key": plan["topic"].cast(pa.string()), "deliveries": deliveries,
+            "published_at": published.cast(_ROUTED_ARROW.field("published_at").type),
+        })
+        return deliveries_rows(routed, version, batch_id, routed_at, self._config.kafka.layout,
+                               retained=True)
+
+    def close(self) -> None:
+        self.messages.close()
+
+    def _plan(self, batch_id: int):
+        from pathlib import Path
+
+        return Path(self._folder) / f"{batch_id:020d}.arrow"
+
+    def _done(self, batch_id: int) -> str:
+        return os.path.join(self._folder, f"{batch_id:020d}.done")
+
+    def _batches(self) -> list[int]:
+        return sorted({int(name.split(".")[0]) for name in os.listdir(self._folder)
+                       if name.split(".")[0].isdigit()})
+
+    def _remove(self, batch_id: int) -> None:
+        self._plan(batch_id).unlink(missing_ok=True)
+        if os.path.exists(self._done(batch_id)):
+            os.unlink(self._done(batch_id))
+
+    def _prune(self, batch_id: int) -> None:
+        for old in self._batches():
+            if old <= batch_id - PLANS_KEPT:
+                self._remove(old)
+
