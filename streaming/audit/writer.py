@@ -214,17 +214,29 @@ class AuditTables:
     def append_subscriptions(self, version: int, changes: pa.Table) -> None:
         """Append the changes that produced snapshot ``version`` (an Arrow table
         of ``SUBSCRIPTIONS_TABLE``), once: a second call for ``version`` adds nothing."""
-        # Only another router's mark (a restore) leaves changes out: a router's own
-        # changelog read again (an index rebuilt at open) is audited again, as it was.
-        mark = self.marks.get(SUBSCRIPTIONS)
-        foreign = mark is not None and mark.router_id != self.router_id
-        changes = changes_not_audited(changes, mark.offsets if foreign else None)
+        changes = changes_not_audited(changes, self._restored_changes())
         if not changes.num_rows:
             return
         advanced = self._mark(SUBSCRIPTIONS).advanced(
             next_offsets(changes["changelog_partition"], changes["changelog_offset"]),
             self.router_id, self.ancestors, version)
         self._append(SUBSCRIPTIONS, changes, self._changelog_app, version, mark=advanced)
+
+    def _restored_changes(self) -> dict[int, int] | None:
+        """The changelog offsets a router this one was restored from audited, or None.
+
+        Only another router's mark (a restore) leaves changes out: a router's own
+        changelog read again (an index rebuilt at open) is audited again, as it was."""
+        mark = self.marks.get(SUBSCRIPTIONS)
+        return dict(mark.offsets) if mark is not None and mark.router_id != self.router_id \
+            else None
+
+    def change_audited(self, partition: int, offset: int) -> bool:
+        """Whether the changelog record at ``partition``/``offset`` was applied and audited
+        by a router this one was restored from: what it implied (retained deliveries
+        included) took place then."""
+        audited = self._restored_changes()
+        return audited is not None and offset < audited.get(partition, 0)
 
     def latest_mark(self, table: str) -> AuditedMark | None:
         """The newest mark of this router's publishes topic in ``table`` (its last commits)."""

@@ -359,6 +359,9 @@ class RetainedDeliveries:
         from compiler import HeaderCriteria
 
         for change in changes:
+            if self._audit.change_audited(_change_field(change, "changelog_partition"),
+                                          _change_field(change, "changelog_offset")):
+                continue  # applied before a restore (streaming.router.restore): served then
             sub_id = _change_field(change, "subscription_id")
             exchange = _change_field(change, "exchange")
             filter_ = _change_field(change, "filter")

@@ -21,7 +21,13 @@ from pathlib import Path
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, message_id
+from schemas.records import (
+    EXCHANGE_HEADER,
+    MESSAGE_ID_HEADER,
+    RETAIN_HEADER,
+    RETAIN_TRUE,
+    message_id,
+)
 from streaming.config import Config
 from streaming.router.service import Router
 
@@ -41,12 +47,25 @@ def _publish(config: Config, count: int, tag: str) -> list[str]:
     return acked
 
 
-def _subscribe(config: Config, sub_id: str, subscriber: str) -> None:
+def _subscribe(config: Config, sub_id: str, subscriber: str, exchange: str = "amq.topic",
+               filter_: str = "r.#") -> None:
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
     producer.produce(config.kafka.subscriptions_topic, json.dumps(
-        {"exchange": "amq.topic", "subscriber": subscriber, "filter": "r.#"}).encode(),
+        {"exchange": exchange, "subscriber": subscriber, "filter": filter_}).encode(),
         sub_id.encode())
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
+
+
+def _retain(config: Config, topic: str) -> str:
+    """An MQTT publish retained on ``topic``; its message id."""
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
+    acked: list[str] = []
+    producer.produce(config.kafka.publishes_topic, b"21.5", topic.encode(),
+                     headers=[(EXCHANGE_HEADER, b"mqtt"), (RETAIN_HEADER, RETAIN_TRUE.encode())],
+                     on_delivery=lambda err, m: acked.append(
+                         message_id(m.topic(), m.partition(), m.offset())))
+    assert producer.flush(KAFKA_TIMEOUT_S) == 0 and len(acked) == 1
+    return acked[0]
 
 
 def _run(config: Config, spark, publish: int, tag: str, max_offsets: int | None = None,
@@ -97,10 +116,12 @@ def test_a_router_restored_from_an_old_copy_of_its_state_audits_each_publish_onc
                                 "streaming.trigger_interval": "50 milliseconds"})
     checkpoint, copy = Path(config.streaming.checkpoint_dir), tmp_path / "state-copy"
     _subscribe(config, "s-ann", "ann")
+    retained = _retain(config, "sensors/attic")  # retained, delivered to no one yet
     router, before = _run(config, spark, 6, "a")
     _copy_state(checkpoint, copy)  # while it runs
     copied_batches = router.reports[-1].batch_id
-    _subscribe(config, "s-bob", "bob")  # a change after the copy
+    _subscribe(config, "s-bob", "bob")  # changes after the copy
+    _subscribe(config, "s-cat", "cat", "mqtt", "sensors/#")  # gets the retained message once
     more = _publish(config, 30, "b")
     router.process_all_available()
     ran_to = router.reports[-1].batch_id
@@ -127,6 +148,8 @@ def test_a_router_restored_from_an_old_copy_of_its_state_audits_each_publish_onc
 
     # Kafka: every publish at least once, repeats allowed (and made: the repeats are real).
     published = before + more + after + last
+    cat = read_topic(config, config.kafka.layout.topic("cat"))
+    assert [headers_of(r)[MESSAGE_ID_HEADER] for r in cat] == [retained]  # not again
     for subscriber, expected in (("ann", published), ("bob", more + after + last)):
         records = read_topic(config, config.kafka.layout.topic(subscriber))
         ids = Counter(headers_of(r)[MESSAGE_ID_HEADER] for r in records)
@@ -135,15 +158,16 @@ def test_a_router_restored_from_an_old_copy_of_its_state_audits_each_publish_onc
 
     # The audit: exactly once per publish, per (publish, subscriber), per change.
     messages = Counter(r["message_id"] for r in _rows(config, "messages"))
-    assert messages == Counter(published)
+    assert messages == Counter(published + [retained])
     deliveries = Counter((r["message_id"], r["subscriber"]) for r in _rows(config, "deliveries"))
     assert deliveries == Counter([(m, "ann") for m in published]
-                                 + [(m, "bob") for m in more + after + last])
+                                 + [(m, "bob") for m in more + after + last]
+                                 + [(retained, "cat")])
     changes = _rows(config, "subscriptions")
-    assert sorted(r["subscription_id"] for r in changes) == ["s-ann", "s-bob"]
+    assert sorted(r["subscription_id"] for r in changes) == ["s-ann", "s-bob", "s-cat"]
     # A snapshot version in the audit names one routing state: each restored router's
     # versions are above every version audited before it.
     version = {r["message_id"]: r["snapshot_version"] for r in _rows(config, "messages")}
-    eras = [[version[m] for m in ids] for ids in (before + more, after, last)]
+    eras = [[version[m] for m in ids] for ids in (before + [retained] + more, after, last)]
     assert max(eras[0]) < min(eras[1]) and max(eras[1]) < min(eras[2])
     assert max(r["snapshot_version"] for r in changes) <= max(eras[0])
