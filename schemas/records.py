@@ -8,14 +8,15 @@ built (:func:`message_id`, :func:`message_id_column`) and parsed
 (:data:`MESSAGE_ID_PATTERN`) here and nowhere else.
 
 Kafka, subscriptions (compacted changelog): key = subscription id; value =
-JSON ``{exchange, subscriber, filter, headers?: {match, criteria}}``
+JSON ``{exchange, subscriber, filter, headers?: {match, criteria}, since?}``
 (:data:`SUBSCRIPTION_FIELDS`, the names the parser ``compiler.subscription`` reads);
 a null value (tombstone) removes it.
 
 Kafka, deliveries: one topic per subscriber (the default layout); value = the
 original payload, key = the routing key, headers = the original headers plus
 :data:`MESSAGE_ID_HEADER`, :data:`SUBSCRIPTION_IDS_HEADER` (a JSON array of the
-matched subscription ids) and :data:`SNAPSHOT_VERSION_HEADER` (decimal). In the
+matched subscription ids) and :data:`SNAPSHOT_VERSION_HEADER` (decimal); a replayed delivery also carries
+:data:`REPLAYED_HEADER`. In the
 shared layout (``kafka.delivery_layout = "shared"``) every subscriber's
 deliveries go to one shared topic keyed by subscriber: key = the subscriber
 name, partition = Kafka's default (murmur2) partition of that key, and the
@@ -47,9 +48,13 @@ REASON_HEADER = "bitroute.reason"
 SOURCE_HEADER = "bitroute.source"
 #: The routing key of a delivery in the shared layout (whose record key is the subscriber).
 ROUTING_KEY_HEADER = "bitroute.routing_key"
+#: On a delivery made by a replay (``subscribe --since``, streaming.router.replay): the
+#: value ``true``; live deliveries do not carry it.
+REPLAYED_HEADER = "bitroute.replayed"
+REPLAYED_VALUE = b"true"
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
-                  REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER)
+                  REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER, REPLAYED_HEADER)
 
 # --- Delivery topic layouts (kafka.delivery_layout) ---------------------------
 LAYOUT_TOPIC_PER_SUBSCRIBER = "topic-per-subscriber"
@@ -62,8 +67,12 @@ SOURCE_SUBSCRIPTION = "subscription"
 # --- Subscription changelog JSON ---------------------------------------------
 #: The fields every changelog value carries, each a string, in this order.
 SUBSCRIPTION_REQUIRED_FIELDS = ("exchange", "subscriber", "filter")
-#: Every field a changelog value may carry (``headers`` is optional, may be null).
-SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers")
+#: Optional: an ISO-8601 time (UTC when it names no zone). A record that creates the
+#: subscription with it asks for a replay of the retained publishes at or after that
+#: time (streaming.router.replay); ``bitroute subscribe --since`` writes it.
+SUBSCRIPTION_SINCE_FIELD = "since"
+#: Every field a changelog value may carry (``headers`` and ``since`` are optional, may be null).
+SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers", SUBSCRIPTION_SINCE_FIELD)
 HEADER_CRITERIA_FIELDS = ("match", "criteria")
 
 # --- Message outcomes (messages.outcome) and change kinds (subscriptions.change)

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     DateType,
     IntegerType,
     LongType,
@@ -67,7 +68,9 @@ ROUTED_TASK = StructType([
     StructField("files", ArrayType(AUDIT_FILE, False), False),
 ])
 
-#: Delta table ``deliveries``: one row per (message, subscriber).
+#: Delta table ``deliveries``: one row per (message, subscriber). ``replayed``: true for a
+#: delivery made by a replay (``subscribe --since``), false for a live one, null in rows
+#: written before the column existed (added to an older table when the router opens it).
 DELIVERIES_TABLE = StructType([
     StructField("message_id", StringType(), False),
     StructField("subscriber", StringType(), False),
@@ -78,6 +81,7 @@ DELIVERIES_TABLE = StructType([
     StructField("snapshot_version", LongType(), False),
     StructField("batch_id", LongType(), False),
     StructField("published_at", TimestampType(), True),
+    StructField("replayed", BooleanType(), True),
     StructField("routed_at", TimestampType(), False),
     StructField("routed_date", DateType(), False),
 ])

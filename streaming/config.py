@@ -171,6 +171,10 @@ class StreamingConfig:
     """What the router does when publishes it has not read were deleted by Kafka
     (:mod:`streaming.router.retention`): ``resume`` records the gap and routes on from the
     earliest retained offset; ``stop`` stops the router until a run acknowledges it."""
+    replay_chunk_publishes: int = 200_000
+    """Publishes one replay chunk reads at most (``subscribe --since``,
+    :mod:`streaming.router.replay`): one Spark job, one flush, one audit commit, one
+    progress record."""
 
     @property
     def lease_timeout_s(self) -> float:
@@ -501,6 +505,8 @@ def _validate(config: Config) -> None:
             "an interval such as '1 second' or '500 milliseconds'", streaming.trigger_interval)
     require(streaming.max_offsets_per_trigger >= 1, "streaming.max_offsets_per_trigger",
             "an integer >= 1", streaming.max_offsets_per_trigger)
+    require(streaming.replay_chunk_publishes >= 1, "streaming.replay_chunk_publishes",
+            "an integer >= 1", streaming.replay_chunk_publishes)
     for name in ("driver_route_max_publishes", "driver_route_max_deliveries"):
         value = getattr(streaming, name)
         require(value is None or value >= 0, f"streaming.{name}",

@@ -147,6 +147,7 @@ class AuditTables:
         self._storage = storage_options(config.delta)
         self._publishes_app = f"bitroute-{router_id}-publishes"
         self._changelog_app = f"bitroute-{router_id}-changelog"
+        self._replay_app = f"bitroute-{router_id}-replay"
         self._tables: dict[str, DeltaTable] = {}
         self._loaded_at: dict[str, int] = {}  # the version each table object was loaded at
         self._lock = threading.Lock()
@@ -169,6 +170,7 @@ class AuditTables:
                                           storage_options=self._storage,
                                           partition_by=[PARTITION_COLUMNS[name]],
                                           configuration=table_properties(self._config.audit))
+            add_missing_columns(table, name)
             self._tables[name] = table
             self._loaded_at[name] = table.version()
 
@@ -185,6 +187,13 @@ class AuditTables:
         if not changes.num_rows:
             return
         self._append(SUBSCRIPTIONS, changes, self._changelog_app, version)
+
+    def append_replayed(self, rows: pa.Table, chunk: int) -> None:
+        """Append replayed ``deliveries`` rows (streaming.router.replay) of replay chunk
+        ``chunk`` (increasing), once: under their own app id, so that they never meet the
+        batches' versions."""
+        if rows.num_rows:
+            self._append(DELIVERIES, rows, self._replay_app, chunk)
 
     def publishes_version(self, table: str) -> int | None:
         """The highest batch id committed to publish table ``table`` (None: none yet)."""
@@ -301,6 +310,18 @@ def _table_rows(batch: AuditBatch, name: str) -> int:
     return pc.sum(pc.list_value_length(batch.routed["deliveries"])).as_py() or 0
 
 
+def add_missing_columns(table: DeltaTable, name: str) -> None:
+    """Add to ``table`` the nullable columns of audit table ``name`` that an earlier version
+    created it without (``deliveries.replayed``); its rows read them as null."""
+    from deltalake.schema import Field
+
+    have = {f.name for f in table.schema().fields}
+    missing = [f for f in ARROW_SCHEMAS[name] if f.name not in have and f.nullable]
+    if missing:
+        types = {pa.bool_(): "boolean"}
+        table.alter.add_columns([Field(f.name, types[f.type], nullable=True) for f in missing])
+
+
 def is_partitioned(table: DeltaTable, name: str) -> bool:
     """Whether audit table ``name`` has this version's layout (partitioned by its day)."""
     return table.metadata().partition_columns == [PARTITION_COLUMNS[name]]
@@ -329,9 +350,9 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
 
 
 def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime,
-                    layout: DeliveryLayout) -> pa.Table:
+                    layout: DeliveryLayout, replayed: bool = False) -> pa.Table:
     """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``, each with
-    the topic ``layout`` wrote it to."""
+    the topic ``layout`` wrote it to (``replayed``: made by a replay, streaming.router.replay)."""
     schema = ARROW_SCHEMAS["deliveries"]
     lists = routed["deliveries"].combine_chunks()
     owner = pc.list_parent_indices(lists)
@@ -347,6 +368,7 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "snapshot_version": pa.array([version] * n, pa.int64()),
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"].take(owner),
+        "replayed": pa.array([replayed] * n, pa.bool_()),
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
     }
     columns["routed_date"] = utc_date(columns["routed_at"])

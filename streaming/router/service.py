@@ -103,6 +103,7 @@ from streaming.router.errors import RouterStopping
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
 from streaming.router.offsets_log import batch_end, batch_start, records_between
+from streaming.router.replay import Replays
 from streaming.router.report import (
     ROUTED_IN_DRIVER,
     ROUTED_IN_EXECUTORS,
@@ -186,6 +187,8 @@ class Router:
         """Why the router stopped on a retention gap (the one line), when it did."""
         self.lost_total = 0
         """Publishes recorded lost to retention since this router started."""
+        self.replays: Replays | None = None
+        """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
@@ -223,8 +226,12 @@ class Router:
             self._snapshots = BatchSnapshots(store, self.spark.sparkContext)
             self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
                                                            self.broker_watch.on_error)
+            self.replays = Replays(self.config, self.spark, self.layout, store.router_id(),
+                                   self._audit_committed, self._stopping)
+            self.subscription_sync.on_version = self.replays.requested
             self.subscription_sync.catch_up(self._catch_up_progress())
             self.maintenance.start()
+            self.replays.start()
         except BaseException:
             self.lease.release()
             self.lock.release()
@@ -276,6 +283,8 @@ class Router:
                 self.query.stop()
         finally:
             self.maintenance.stop()
+            if self.replays is not None:
+                self.replays.stop()
             if self._snapshots is not None:
                 self._snapshots.close()
                 self._snapshots = None
@@ -352,6 +361,8 @@ class Router:
             attempts))
         topic = self.config.kafka.publishes_topic
         start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
+        if self.replays is not None:  # the boundary of the replays this version applied
+            self.replays.on_batch(batch_id, snapshot.version, start)
         gaps = self._retention_gaps(batch_id, start, end, attempts)
         caught_up = time.monotonic()
         routed_at = datetime.now(timezone.utc)
@@ -478,6 +489,11 @@ class Router:
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
             "lost_total": self.lost_total,
         }
+
+    def _audit_committed(self, batch_id: int) -> bool:
+        """Whether every batch up to ``batch_id`` that has audit rows is in Delta."""
+        committer = self._committer
+        return committer is not None and all(b > batch_id for b in committer.journal.pending())
 
     def _require_open(self) -> tuple[SubscriptionSync, BatchSnapshots]:
         if self.subscription_sync is None or self._snapshots is None:
