@@ -106,6 +106,15 @@ def batch_end(layout: CheckpointLayout, batch_id: int, topic: str) -> dict[int, 
         return None
 
 
+def latest_planned_batch(layout: CheckpointLayout) -> int | None:
+    """The latest batch Spark planned (its ``offsets/<batch id>``), None before the first."""
+    try:
+        batches = [int(p.name) for p in layout.offsets.iterdir() if p.name.isdigit()]
+    except FileNotFoundError:
+        return None
+    return max(batches, default=None)
+
+
 def last_committed_batch(layout: CheckpointLayout) -> int | None:
     """The last batch Spark committed (its ``commits/<batch id>``), None before the first."""
     try:

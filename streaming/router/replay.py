@@ -109,6 +109,8 @@ class Replay:
     delivered: int = 0
     started_at: float | None = None
     cancelled: bool = False
+    rate: float | None = None
+    """Deliveries per second of its last chunk."""
 
     @property
     def total(self) -> int:
@@ -128,7 +130,7 @@ class Replay:
         return {"request": self.request.to_json(), "version": self.version,
                 "boundary": self.boundary, "start": self.start, "end": self.end,
                 "position": self.position, "note": self.note, "delivered": self.delivered,
-                "started_at": self.started_at, "cancelled": self.cancelled}
+                "started_at": self.started_at, "cancelled": self.cancelled, "rate": self.rate}
 
     @classmethod
     def from_json(cls, obj: dict) -> Replay:
@@ -136,15 +138,7 @@ class Replay:
         return cls(ReplayRequest.from_json(obj["request"]), obj["version"], obj.get("boundary"),
                    ints(obj.get("start")), ints(obj.get("end")), ints(obj.get("position")),
                    obj.get("note"), obj.get("delivered", 0), obj.get("started_at"),
-                   obj.get("cancelled", False))
-
-    def status(self, rate: float | None) -> dict:
-        """What ``bitroute status`` shows of it."""
-        return {"subscription": self.request.subscription_id,
-                "subscriber": self.request.subscriber,
-                "from": ms_text(self.request.since_ms), "to_batch": self.boundary,
-                "publishes": self.total, "done": self.done, "delivered": self.delivered,
-                "rate": None if rate is None else round(rate, 1), "note": self.note}
+                   obj.get("cancelled", False), obj.get("rate"))
 
 
 @dataclass
@@ -188,7 +182,8 @@ class Replays:
     """
 
     def __init__(self, config: Config, spark, layout: CheckpointLayout, router_id: str,
-                 audit_committed: Callable[[int], bool], stopping: threading.Event) -> None:
+                 audit_committed: Callable[[int], bool], stopping: threading.Event,
+                 idle: Callable[[], None] | None = None) -> None:
         self.config = config
         self.spark = spark
         self.layout = layout
@@ -197,10 +192,11 @@ class Replays:
         self.chunk_records = config.streaming.replay_chunk_publishes
         self._audit_committed = audit_committed
         self._stopping = stopping
+        self._idle = idle
+        """Called between chunks and while waiting: the router's idle catch-up."""
         self._lock = threading.Condition()
         self.ledger = ReplayLedger.load(self.path)
         self._thread: threading.Thread | None = None
-        self._rates: dict[str, float] = {}
         self._delivered: set[tuple[str, str]] | None = None
         self._delivered_for: frozenset[str] = frozenset()
         self._tables = None
@@ -255,10 +251,11 @@ class Replays:
             self.ledger.save(self.path)
             self._lock.notify_all()
 
-    def status(self) -> list[dict]:
+
+    def unbounded(self) -> bool:
+        """Whether some replay waits for its boundary batch."""
         with self._lock:
-            return [r.status(self._rates.get(r.request.subscription_id))
-                    for r in self.ledger.replays]
+            return any(r.boundary is None for r in self.ledger.replays)
 
     # --- the serving thread --------------------------------------------------------------
     def start(self) -> None:
@@ -280,6 +277,7 @@ class Replays:
         failures = 0
         while not self._stopping.is_set():
             try:
+                self._idle_catch_up()
                 if not self._step():
                     with self._lock:
                         self._lock.wait(0.5)
@@ -291,6 +289,16 @@ class Replays:
                 if failures == 1 or failures % 10 == 0:
                     _log.warning(f"replay: {self.failure} (retrying)", exc_info=failures == 1)
                 self._stopping.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+
+    def _idle_catch_up(self) -> None:
+        """The router's idle catch-up; its failure (the changelog unreadable) is the next
+        batch's to report and retry, and does not hold the replays in progress."""
+        if self._idle is None:
+            return
+        try:
+            self._idle()
+        except Exception as exc:  # noqa: BLE001 - retried at the next turn or by the batch
+            _log.debug(f"idle changelog catch-up: {type(exc).__name__}: {exc}")
 
     def _step(self) -> bool:
         """Start the replays that have their boundary, then serve one chunk; False when there
@@ -310,7 +318,6 @@ class Replays:
                 for r in finished:
                     _log.info(f"replay of subscription {r.request.subscription_id!r} done: "
                               f"{r.delivered} deliveries of {r.total} publishes")
-                    self._rates.pop(r.request.subscription_id, None)
                 self.ledger.replays = [r for r in self.ledger.replays if not r.finished]
                 self.ledger.save(self.path)
             chunk = self.ledger.next_chunk
@@ -385,7 +392,7 @@ class Replays:
             for r in active:
                 n = delivered.get(r.request.subscription_id, 0) if delivered else 0
                 r.delivered += n
-                self._rates[r.request.subscription_id] = n / seconds
+                r.rate = round(n / seconds, 1)
             self.ledger.next_chunk = chunk + 1
             self.ledger.save(self.path)
 

@@ -12,6 +12,7 @@ per (message, subscriber).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import time
 import uuid
 from collections import Counter
@@ -157,3 +158,51 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
     assert "exists with another definition" in changes["ann-live", CHANGE_REMOVE]
     rejected = {headers_of(r)["bitroute.message_id"]: r for r in read_topic(config, config.kafka.rejected_topic)}
     assert len(rejected) == 3
+
+
+def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_cli_refuses_bad_input(
+        isolated_settings, router_process, cli, tmp_path):
+    from streaming.config import load
+
+    settings = isolated_settings(**{"streaming.replay_chunk_publishes": "25",
+                                    "streaming.max_offsets_per_trigger": "1000"})
+    config = load(overrides=settings, environ={})
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
+    _subscribe(producer, config, "zed-live", "zed", "z.#")
+    _publish(producer, config, [f"{'oz'[i % 2]}.{i}" for i in range(600)])
+    first = router_process(settings)
+    first.wait_for(__import__("re").compile(r"^batch \d+: .*"))
+    wait_until(lambda: len(_published(config)) == 600 if Path(config.delta.table_path("messages")).exists() else False,
+               "the publishes routed", 120)
+    # The command line refuses at once, writing nothing: a time in the future, no time at
+    # all, an id that exists with another filter.
+    for since, sub_id, problem in (("2999-01-01T00:00:00Z", "new", "in the future"),
+                                   ("soon", "new", "not an ISO-8601 time"),
+                                   ("1h", "zed-live", "exists with another definition")):
+        done = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "zed", "--filter",
+                   "o.*", "--id", sub_id, "--since", since, settings=settings)
+        assert done.returncode != 0 and problem in done.stderr and not done.stdout
+    done = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "kim", "--filter", "o.*",
+               "--id", "kim-o", "--since", "1h", settings=settings)
+    assert done.returncode == 0 and done.stdout.strip() == "kim-o", done.stderr
+
+    def midway():
+        replays = _ledger(config).replays
+        return bool(replays) and replays[0].started_at is not None and 50 <= replays[0].done < 250
+    wait_until(midway, "the replay to be under way", 120)
+    status = json.loads(cli("status", "--json", settings=settings).stdout)
+    (shown,) = status["replays"]
+    assert shown["subscription"] == "kim-o" and shown["publishes"] == 600 and shown["done"] >= 50
+    first.kill()  # SIGKILL, its JVM too
+    left = _ledger(config).replays[0]
+    assert left.done < left.total
+    second = router_process(settings)
+    wait_until(lambda: not _ledger(config).replays, "the replay to finish after the restart", 180)
+    second.terminate()
+    o_ids = {m for m, key in _published(config).items() if key.startswith("o.")}
+    assert len(o_ids) == 300
+    rows = [r for r in _audit(config, "deliveries") if r["subscriber"] == "kim"]
+    assert Counter(r["message_id"] for r in rows) == Counter(o_ids)  # exactly once each
+    assert all(r["replayed"] for r in rows)
+    # Kafka has every one, at least once (a chunk cut by the kill is produced again).
+    assert {h[MESSAGE_ID_HEADER] for h in _deliveries(config, "kim")} == o_ids
