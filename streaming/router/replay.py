@@ -83,6 +83,8 @@ SCHEDULER_POOL = "bitroute-replay"
 """The Spark scheduler pool of the replay's reads (under ``spark.scheduler.mode = FAIR``,
 they share the executors with the live batches instead of queueing them)."""
 STATE_FILE = "replays.json"
+FINISHED_KEPT = 10
+"""Finished replays the ledger remembers (the latest), for ``bitroute status`` and benchmarks."""
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
 
@@ -152,6 +154,9 @@ class ReplayLedger:
     replays: list[Replay] = field(default_factory=list)
     next_chunk: int = 0
     asked: dict[int, int] = field(default_factory=dict)
+    finished: list[dict] = field(default_factory=list)
+    """The last :data:`FINISHED_KEPT` replays finished: subscription, publishes, delivered,
+    started_at, finished_at (Unix seconds)."""
 
     @classmethod
     def load(cls, path: Path) -> ReplayLedger:
@@ -161,12 +166,14 @@ class ReplayLedger:
             return cls()
         return cls([Replay.from_json(r) for r in obj.get("replays", [])],
                    int(obj.get("next_chunk", 0)),
-                   {int(k): int(v) for k, v in obj.get("asked", {}).items()})
+                   {int(k): int(v) for k, v in obj.get("asked", {}).items()},
+                   list(obj.get("finished", [])))
 
     def save(self, path: Path) -> None:
         write_atomically(path, json.dumps({
             "replays": [r.to_json() for r in self.replays], "next_chunk": self.next_chunk,
-            "asked": self.asked, "saved_at": time.time()}).encode())
+            "asked": self.asked, "finished": self.finished[-FINISHED_KEPT:],
+            "saved_at": time.time()}).encode())
 
 
 class ReplayError(Exception):
@@ -318,6 +325,10 @@ class Replays:
                 for r in finished:
                     _log.info(f"replay of subscription {r.request.subscription_id!r} done: "
                               f"{r.delivered} deliveries of {r.total} publishes")
+                    self.ledger.finished.append({
+                        "subscription": r.request.subscription_id, "publishes": r.total,
+                        "delivered": r.delivered, "started_at": r.started_at,
+                        "finished_at": time.time()})
                 self.ledger.replays = [r for r in self.ledger.replays if not r.finished]
                 self.ledger.save(self.path)
             chunk = self.ledger.next_chunk
