@@ -527,13 +527,17 @@ class Replays:
         names = [r.request.subscription_id for r in active]
         which = pc.index_in(flat, pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
         keep_id = np.zeros(len(flat), dtype=bool)
+        size = int(partitions.max()) + 1 if len(partitions) else 0
         for i, r in enumerate(active):
             mine = which == i
             if not mine.any():
                 continue
-            low = np.array([r.position.get(int(p), 1 << 62) for p in partitions[mine]])
-            high = np.array([r.end.get(int(p), 0) for p in partitions[mine]])
-            keep_id[mine] = (offsets[mine] >= low) & (offsets[mine] < high)
+            low, high = np.full(size, 1 << 62, np.int64), np.zeros(size, np.int64)
+            for p, at in r.position.items():
+                if p < size:
+                    low[p], high[p] = at, r.end.get(p, 0)
+            keep_id[mine] = ((offsets[mine] >= low[partitions[mine]])
+                             & (offsets[mine] < high[partitions[mine]]))
         counts = np.bincount(parent[keep_id], minlength=n)
         wanted = counts > 0
         delivered = self._already_delivered(active)
