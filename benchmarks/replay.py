@@ -71,6 +71,23 @@ def _latency(env: bitroute_run.Env, rate: float, seconds: float) -> dict:
     return kafka_load.join_consumers(consumers, cout, timeout=seconds + 300)
 
 
+def _batches_between(env: bitroute_run.Env, t0: float, t1: float) -> dict:
+    """The live batches that ended in [t0, t1): how many, and median seconds per stage."""
+    import statistics
+
+    chosen = [b for b in env.router.batches if t0 <= _epoch(b["end"]) < t1]
+    out = {"batches": len(chosen)}
+    for stage in ("seconds", "catch_up", "route", "audit"):
+        out[stage] = statistics.median(b.get(stage, 0.0) for b in chosen) if chosen else 0.0
+    return out
+
+
+def _epoch(end) -> float:
+    if isinstance(end, (int, float)):
+        return float(end)
+    return datetime.fromisoformat(str(end)).timestamp()
+
+
 def _replays(env: bitroute_run.Env, since: datetime, until: float, finished: list[dict],
              stop: threading.Event) -> None:
     """Replay the backlog again and again (a new subscriber each time) until ``until``."""
@@ -124,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             live_pub_s, live_dlv_s = bitroute_run.full_batch_rates(drained)
             _log(f"live: {live_pub_s:,.0f} publishes/s, {live_dlv_s:,.0f} deliveries/s over "
                  f"{len(drained)} batches")
+            t0 = time.time()
             base = _latency(env, args.rate, args.seconds)
+            base["stages"] = _batches_between(env, t0 + 4, t0 + 3 + args.seconds)
             _log(f"baseline latency: p50 {base['p50_ms']:.1f} ms, p99 {base['p99_ms']:.1f} ms "
                  f"({base['latency_n']:,} deliveries)")
             finished: list[dict] = []
@@ -133,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             runner = threading.Thread(target=_replays, args=(env, since, until, finished, stop),
                                       daemon=True)
             runner.start()
+            t0 = time.time()
             under = _latency(env, args.rate, args.seconds)
+            under["stages"] = _batches_between(env, t0 + 4, t0 + 3 + args.seconds)
             runner.join(timeout=600)
             stop.set()
         finally:
@@ -168,5 +189,11 @@ def report(args, publishes: int, live_pub_s: float, live_dlv_s: float, base: dic
               f"| with replays running | {under['p50_ms']:.1f} | {under['p99_ms']:.1f} | "
               f"{under['latency_n']:,} |", "",
               f"live p99 with / without a replay: {under['p99_ms'] / base['p99_ms']:.2f}x "
-              "(target: within 1.25x)"]
+              "(target: within 1.25x)", "",
+              "| live batches (median s) | batches | batch | catch_up | route | audit |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, phase in (("without a replay", base), ("with replays running", under)):
+        st = phase["stages"]
+        lines.append(f"| {name} | {st['batches']} | {st['seconds']:.3f} | {st['catch_up']:.3f} "
+                     f"| {st['route']:.3f} | {st['audit']:.3f} |")
     return "\n".join(lines)

@@ -134,7 +134,7 @@ def _replays(layout: CheckpointLayout) -> list[dict]:
     ``to_batch`` (None: not applied yet), ``publishes``, ``done``, ``delivered``, ``rate``
     (deliveries/s of the last chunk), ``note``."""
     try:
-        recorded = json.loads((layout.state / "replays.json").read_bytes()).get("replays", [])
+        recorded = json.loads(layout.replays_file.read_bytes()).get("replays", [])
     except (OSError, ValueError):
         return []
     rows = []

@@ -82,7 +82,9 @@ _log = logging.getLogger(__name__)
 SCHEDULER_POOL = "bitroute-replay"
 """The Spark scheduler pool of the replay's reads (under ``spark.scheduler.mode = FAIR``,
 they share the executors with the live batches instead of queueing them)."""
-STATE_FILE = "replays.json"
+TASK_PUBLISHES = 2_000
+"""Publishes one Spark task of a replay's read holds, about: the executors' slots free up
+this often for the live batches' tasks (a FAIR pool shares slots, it does not preempt)."""
 FINISHED_KEPT = 10
 """Finished replays the ledger remembers (the latest), for ``bitroute status`` and benchmarks."""
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
@@ -90,7 +92,7 @@ SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "ti
 
 def state_path(layout: CheckpointLayout) -> Path:
     """Where a router's replays are recorded (``router/replays.json``)."""
-    return layout.state / STATE_FILE
+    return layout.replays_file
 
 
 @dataclass
@@ -336,7 +338,11 @@ class Replays:
             return bool(waiting)
         if self.pause.is_set():
             return False
+        started = time.monotonic()
         self._chunk(active, chunk)
+        share = self.config.streaming.replay_share
+        if share < 100:  # leave the live batches their share of the machine
+            self._stopping.wait((time.monotonic() - started) * (100 - share) / share)
         return True
 
     def _begin(self, replay: Replay) -> None:
@@ -421,6 +427,9 @@ class Replays:
                      {topic: {str(p): high for p, (_, high) in windows.items()}}))
                  .option("includeHeaders", "true")
                  .option("failOnDataLoss", "false")
+                 # Short tasks: a live batch's job waits for a free slot at most one of them.
+                 .option("minPartitions", str(max(1, sum(h - low for low, h in windows.values())
+                                                  // TASK_PUBLISHES)))
                  .load().select(*SOURCE_COLUMNS))
         return frame.toArrow()
 

@@ -79,7 +79,8 @@ def _ledger(config: Config) -> ReplayLedger:
 def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_records(
         isolated_config, spark):
     config = isolated_config(**{"kafka.partitions": "2", "streaming.max_offsets_per_trigger": "40",
-                                "streaming.replay_chunk_publishes": "60"})
+                                "streaming.replay_chunk_publishes": "60",
+                                "streaming.replay_share": "100"})
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
     before = datetime.now(timezone.utc) - timedelta(seconds=1)
     _subscribe(producer, config, "ann-live", "ann", "o.#")
@@ -165,6 +166,7 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     from streaming.config import load
 
     settings = isolated_settings(**{"streaming.replay_chunk_publishes": "20",
+                                    "streaming.replay_share": "100",
                                     "streaming.max_offsets_per_trigger": "1000"})
     config = load(overrides=settings, environ={})
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
