@@ -224,6 +224,12 @@ class Replays:
             changed = False
             new = [r for r in pending.replays
                    if r.changelog_offset > ledger.asked.get(r.changelog_partition, -1)]
+            for request in new:
+                ledger.replays.append(Replay(request, pending.version))
+                ledger.asked[request.changelog_partition] = request.changelog_offset
+                changed = True
+            # The latest change of each id: a replay whose own record is not it (removed or
+            # replaced since, in this version or a later one) is cancelled.
             touched = {c.subscription_id: (c.changelog_partition, c.changelog_offset)
                        for c in pending.changes}
             for replay in ledger.replays:
@@ -234,10 +240,6 @@ class Replays:
                         _log.info(f"replay of subscription {replay.request.subscription_id!r} "
                                   "cancelled: the subscription was removed or replaced")
                     replay.cancelled = changed = True
-            for request in new:
-                ledger.replays.append(Replay(request, pending.version))
-                ledger.asked[request.changelog_partition] = request.changelog_offset
-                changed = True
             if changed:
                 ledger.replays = [r for r in ledger.replays if not r.cancelled]
                 ledger.save(self.path)

@@ -79,3 +79,49 @@ def test_the_same_definition_again_with_since_is_a_replay_request():
     assert change.change == CHANGE_UPSERT and len(asked) == 1
     with pytest.raises(SubscriptionError):
         Subscription.from_changelog(b"x", _value("a.*", "17:00"))
+
+
+def _replays(tmp_path):
+    import threading
+
+    from streaming.config import load
+    from streaming.router.checkpoint import CheckpointLayout
+    from streaming.router.replay import Replays
+
+    config = load(overrides={"streaming.checkpoint_dir": str(tmp_path)}, environ={})
+    layout = CheckpointLayout.of(tmp_path)
+    layout.state.mkdir(parents=True, exist_ok=True)
+    return Replays(config, None, layout, "r", lambda _: True, threading.Event())
+
+
+def _pending(version, changes, replays):
+    from streaming.router.changelog import Change, PendingVersion
+
+    rows = [Change(sub_id, kind, None, None, None, None, None, None, 0, offset, None, 0)
+            for sub_id, kind, offset in changes]
+    return PendingVersion(version, rows, [], {0: 99}, replays)
+
+
+def _request(sub_id, offset):
+    from streaming.router.replay_requests import ReplayRequest
+
+    return ReplayRequest(sub_id, "amq.topic", "s", "a.*", None, 0, 0, offset)
+
+
+def test_replays_are_recorded_once_bounded_at_their_first_batch_and_cancelled_by_a_removal(tmp_path):
+    from streaming.router.replay import ReplayLedger, state_path
+
+    replays = _replays(tmp_path)
+    replays.requested(_pending(2, [("a", CHANGE_UPSERT, 1), ("b", CHANGE_UPSERT, 2),
+                                   ("b", CHANGE_REMOVE, 3)], [_request("a", 1), _request("b", 2)]))
+    ledger = ReplayLedger.load(state_path(replays.layout))
+    assert [r.request.subscription_id for r in ledger.replays] == ["a"]  # b removed at once
+    replays.requested(_pending(2, [("a", CHANGE_UPSERT, 1)], [_request("a", 1)]))  # read again
+    assert len(ReplayLedger.load(state_path(replays.layout)).replays) == 1
+    replays.on_batch(7, 1, {0: 40})  # a batch pinned to an older version: not the boundary
+    assert ReplayLedger.load(state_path(replays.layout)).replays[0].boundary is None
+    replays.on_batch(8, 2, {0: 55})
+    (a,) = ReplayLedger.load(state_path(replays.layout)).replays
+    assert (a.boundary, a.end) == (8, {0: 55})
+    replays.requested(_pending(3, [("a", CHANGE_REMOVE, 4)], []))
+    assert not ReplayLedger.load(state_path(replays.layout)).replays
