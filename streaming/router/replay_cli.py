@@ -50,7 +50,7 @@ def check_existing(config: Config, sub_id: str | None, exchange: str, subscriber
     rejects such a record too). Skipped when the routing state cannot be read."""
     if sub_id is None:
         return
-    from compiler import HeaderCriteria, RoutingIndex
+    from compiler import RoutingIndex
     from streaming.ops.inspect import InspectError, load_state
 
     try:

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-import time
-import uuid
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
