@@ -3,9 +3,12 @@
 Kafka, publishes (input): key = routing key (UTF-8), value = payload (opaque,
 never parsed), headers = message properties used by header criteria, plus the
 optional :data:`EXCHANGE_HEADER` (default exchange from config). The message
-id is ``<topic>/<partition>/<offset>``: unique and stable across replays; it is
-built (:func:`message_id`, :func:`message_id_column`) and parsed
-(:data:`MESSAGE_ID_PATTERN`) here and nowhere else.
+id is ``<topic>/<partition>/<offset>``: unique and stable across replays; for
+the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
+:mod:`streaming.router.incarnations`) it is ``<topic>~<n>/<partition>/<offset>``
+(``~`` cannot occur in a Kafka topic name). It is built (:func:`message_id`,
+:func:`message_id_column`) and parsed (:data:`MESSAGE_ID_PATTERN`) here and
+nowhere else.
 
 Kafka, subscriptions (compacted changelog): key = subscription id; value =
 JSON ``{exchange, subscriber, filter, headers?: {match, criteria}, since?}``
@@ -88,22 +91,34 @@ CHANGE_REJECTED = "rejected"
 
 
 # --- Message ids -----------------------------------------------------------------
-#: A message id parsed back: groups ``topic`` (which may hold ``/``), ``partition`` and
-#: ``offset`` (decimal, at most 18 digits: they fit an int64). Python's ``re``, Arrow's
-#: RE2 (``pc.extract_regex``) and DataFusion's ``regexp_match`` read it alike.
+#: Between a topic's name and its incarnation number in a message id (never in a topic name).
+INCARNATION_SEPARATOR = "~"
+#: A message id parsed back: groups ``topic`` (the id's topic part: the topic's name, with
+#: ``~<n>`` for incarnation n >= 1), ``partition`` and ``offset`` (decimal, at most 18
+#: digits: they fit an int64). Python's ``re``, Arrow's RE2 (``pc.extract_regex``) and
+#: DataFusion's ``regexp_match`` read it alike.
 MESSAGE_ID_PATTERN = r"^(?P<topic>.*)/(?P<partition>[0-9]{1,18})/(?P<offset>[0-9]{1,18})$"
 
 
-def message_id(topic: str, partition: int, offset: int) -> str:
-    """The id of the Kafka record at ``topic/partition/offset``."""
-    return f"{topic}/{partition}/{offset}"
+def message_id_topic(topic: str, incarnation: int = 0) -> str:
+    """The topic part of the ids of ``topic``'s incarnation ``incarnation`` (0: the first)."""
+    return f"{topic}{INCARNATION_SEPARATOR}{incarnation}" if incarnation else topic
 
 
-def message_id_column(topics, partitions, offsets):
+def message_id(topic: str, partition: int, offset: int, incarnation: int = 0) -> str:
+    """The id of the Kafka record at ``topic/partition/offset`` of the topic's incarnation
+    ``incarnation``."""
+    return f"{message_id_topic(topic, incarnation)}/{partition}/{offset}"
+
+
+def message_id_column(topics, partitions, offsets, incarnation: int = 0):
     """:func:`message_id` of Arrow columns (string, integer, integer), vectorised."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if incarnation:
+        topics = pc.binary_join_element_wise(
+            topics, pa.scalar(str(incarnation)), INCARNATION_SEPARATOR)
     return pc.binary_join_element_wise(topics, pc.cast(partitions, pa.string()),
                                        pc.cast(offsets, pa.string()), "/")
 

@@ -33,3 +33,8 @@ class InvalidStatement(SqlError):
 
 class AuditStopping(BitrouteError):
     """A stop was requested while the audit stage waited for room in the journal."""
+
+
+class Conflict(BitrouteError):
+    """A warehouse object changed since it was read: a compare-and-swap lost
+    (:mod:`streaming.audit.warehouse_objects`); read again."""

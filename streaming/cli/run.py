@@ -187,7 +187,8 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
     ended here, None when the query ended (or a stop was requested) otherwise.
 
     A query Kafka refused (an ACL or credential of the router's principal) is
-    reported in one line and started again every :data:`ACCESS_RETRY_S`.
+    reported in one line and started again every :data:`ACCESS_RETRY_S`; a query
+    stopped on a recreated publishes topic is started again on the new topic.
     """
     refused_since = 0.0
     while True:
@@ -201,6 +202,11 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
                 print("bitroute: stopped (the unfinished batch is replayed at the next start)",
                       file=info, flush=True)
                 return 0
+            if router.recreated is not None:
+                # The publishes topic was deleted and created again: the router follows
+                # the new incarnation (streaming.router.incarnations), said in its line.
+                query = router.follow_recreated_topic()
+                continue
             refused = java_access_failure(router.config.kafka.client_settings, exc,
                                           router.config.kafka.publishes_topic)
             if refused is None:

@@ -132,8 +132,9 @@ def unsubscribe(config: Config, sub_id: str,
 # --- publishes -------------------------------------------------------------------
 
 def publish(config: Config, exchange: str, routing_key: str, payload: bytes,
-            headers: Sequence[tuple[str, bytes]] = ()) -> str:
-    """Produce one publish and return its message id ``<topic>/<partition>/<offset>``.
+            headers: Sequence[tuple[str, bytes]] = (), incarnation: int = 0) -> str:
+    """Produce one publish and return its message id ``<topic>/<partition>/<offset>``
+    (``<topic>~<incarnation>/...`` for a recreated topic: :func:`schemas.records.message_id`).
 
     The record carries ``headers`` plus the exchange header. The exchange and
     routing key are not checked here: the router rejects a bad one with a
@@ -142,7 +143,7 @@ def publish(config: Config, exchange: str, routing_key: str, payload: bytes,
     _ensure(config, [config.kafka.publishes_topic])
     record = _produce(config, config.kafka.publishes_topic, routing_key.encode("utf-8"), payload,
                       [*headers, (EXCHANGE_HEADER, exchange.encode("utf-8"))])
-    return message_id(record.topic(), record.partition(), record.offset())
+    return message_id(record.topic(), record.partition(), record.offset(), incarnation)
 
 
 # --- deliveries ------------------------------------------------------------------

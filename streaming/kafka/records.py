@@ -121,10 +121,11 @@ class PublishColumns:
 
     Input columns (the Spark Kafka source's): ``topic`` string, ``partition``
     int, ``offset`` long, ``key`` binary, ``value`` binary, ``headers``
-    list<struct<key: string, value: binary>>, ``timestamp``.
+    list<struct<key: string, value: binary>>, ``timestamp``. ``incarnation``: the
+    topic's, in the message ids (:func:`schemas.records.message_id`).
     """
 
-    def __init__(self, batch: pa.RecordBatch, default_exchange: str) -> None:
+    def __init__(self, batch: pa.RecordBatch, default_exchange: str, incarnation: int = 0) -> None:
         self.batch = batch
         self.n = batch.num_rows
         columns = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
@@ -132,7 +133,7 @@ class PublishColumns:
         self.values: pa.Array = columns["value"]
         self.published_at: pa.Array = columns["timestamp"]
         self.message_ids: pa.Array = message_id_column(
-            columns["topic"], columns["partition"], columns["offset"])
+            columns["topic"], columns["partition"], columns["offset"], incarnation)
         headers = columns["headers"]
         self.headers: pa.ListArray = headers
         # flatten(), not .values/.field(): both honour a sliced batch's offsets.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import NewTopic
 
 from streaming import kafka
@@ -145,3 +145,21 @@ def ensure_delivery_topics(config: Config, subscribers: Iterable[str],
     layout = config.kafka.layout
     return ensure_topics(config, {layout.topic(s) for s in subscribers},
                          admin=admin, partitions=layout.partitions)
+
+
+_URL_SAFE = str.maketrans("+/", "-_")
+
+
+def topic_id(admin: BitrouteAdmin, topic: str) -> str | None:
+    """Kafka's id of ``topic`` (a new one each time a topic of that name is created, as
+    Kafka's tools print it: URL-safe base64), None
+    when the topic does not exist. Kafka's other errors raise (``KafkaException``)."""
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=KAFKA_TIMEOUT_S)[topic]
+    try:
+        # Kafka writes a topic id in URL-safe base64 (Uuid.toString); librdkafka in the
+        # standard alphabet, whose "/" cannot be in a file name.
+        return str(admin.result(future, KAFKA_TIMEOUT_S).topic_id).translate(_URL_SAFE)
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise

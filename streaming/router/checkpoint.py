@@ -9,6 +9,8 @@
         commits/<batch id>             its commit log: the batches Spark finished
       router/                          the router's own state
         router-id                      this router's identity (the Delta txnAppId stem)
+        publishes-topic-id             Kafka's id of the publishes topic publishes/ reads
+                                       (streaming.router.incarnations)
         snapshots/<version>.changes    JSON: the changelog changes that made <version>
         snapshots/<version>.meta       JSON: what is known of <version> without reading it
         snapshots/<version>.snapshot   the compiler's snapshot bytes (Snapshot.to_bytes)
@@ -17,6 +19,8 @@
         status.json                    the last batch's report (streaming.router.report)
         maintenance.json               the last audit maintenance pass (streaming.audit.maintenance)
       spark/                           the working folder of a JVM bitroute launches
+      publishes.<topic id>/            Spark's checkpoint of a deleted incarnation of the
+                                       publishes topic, moved aside (streaming.router.incarnations)
 
 Paths only: what is in the files belongs to the modules named above. Nothing
 here touches the disk, so the operator's read-only verbs (``bitroute status``,
@@ -66,6 +70,11 @@ class CheckpointLayout:
         """The Kafka source's starting offsets, written when the query first started."""
         return self.query / "sources" / "0" / "0"
 
+    def retired_query(self, topic_id: str) -> Path:
+        """Where the query's checkpoint of the publishes topic's incarnation ``topic_id`` is
+        moved once that incarnation is deleted."""
+        return self.root / f"publishes.{topic_id}"
+
     @property
     def commits(self) -> Path:
         return self.query / "commits"
@@ -83,6 +92,10 @@ class CheckpointLayout:
     @property
     def router_id_file(self) -> Path:
         return self.state / "router-id"
+
+    @property
+    def publishes_topic_id_file(self) -> Path:
+        return self.state / "publishes-topic-id"
 
     @property
     def snapshots(self) -> Path:

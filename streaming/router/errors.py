@@ -43,3 +43,8 @@ class ChangelogError(BitrouteError):
 class RetentionGapError(BitrouteError):
     """Publishes were lost to retention and ``streaming.on_retention_gap`` is ``stop``: the
     message names the gap and the command that acknowledges it."""
+
+
+class PublishesTopicRecreated(BitrouteError):
+    """The publishes topic was deleted and created again under the router: the query stops
+    and the router follows the new incarnation (the message names both topic ids)."""

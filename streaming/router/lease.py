@@ -25,12 +25,8 @@ Rules (:meth:`RouterLease.acquire`, before the router writes or routes anything)
 - a lease not renewed for longer than that (its router is gone): taken
   over, with a warning naming the previous holder.
 
-Every write is a compare-and-swap: on an object store a conditional put
-(``If-None-Match: *`` to create, ``If-Match: <etag>`` to replace, through
-obstore, with the credentials of :func:`streaming.audit.storage.storage_options`);
-on a local or mounted folder an ``flock`` on ``<lease>.lock`` around reading
-and replacing (a temporary file, fsync, rename). Two routers starting at once
-therefore cannot both win. While the router runs, a daemon thread renews the
+Every write is a compare-and-swap (:mod:`streaming.audit.warehouse_objects`):
+two routers starting at once cannot both win. While the router runs, a daemon thread renews the
 lease every quarter of the timeout (``heartbeat_at``). A renewal that finds
 the lease changed by someone else, or that has failed for longer than the
 timeout, marks the lease lost: :meth:`RouterLease.check` then raises
@@ -44,8 +40,6 @@ clock, so the hosts' clocks must agree to well within the timeout (NTP).
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -55,106 +49,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Protocol
-from urllib.parse import urlparse
 
-from streaming.atomic import write_atomically
-from streaming.audit.storage import (
-    StorageError,
-    check_commit_safety,
-    is_object_store,
-    object_store,
-)
+from streaming.audit.storage import StorageError, check_commit_safety
+from streaming.audit.warehouse_objects import Conflict, WarehouseObject, location, warehouse_object
 from streaming.config import Config
 from streaming.errors import one_line
 from streaming.router.errors import LeaseHeldError, LeaseLostError
 
 _log = logging.getLogger(__name__)
 
-LEASE_FOLDER = "_bitroute/routers"
-"""The lease objects' folder, under ``delta.warehouse``."""
+LEASE_FOLDER = "routers"
+"""The lease objects' folder, under ``<delta.warehouse>/_bitroute`` (:mod:`streaming.audit.warehouse_objects`)."""
 CAS_ATTEMPTS = 5
 """Compare-and-swap attempts of one acquisition before giving up (each re-reads)."""
-
-
-class _Conflict(Exception):
-    """The lease object changed since it was read (compare-and-swap lost)."""
-
-
-class _Blob(Protocol):
-    def read(self) -> tuple[bytes, str] | None: ...
-    def create(self, data: bytes) -> str: ...
-    def replace(self, data: bytes, tag: str) -> str: ...
-
-
-class _ObjectBlob:
-    """The lease as an object, swapped with conditional puts (obstore)."""
-
-    def __init__(self, config: Config, name: str) -> None:
-        self._store = object_store(config.delta, LEASE_FOLDER)
-        self._name = name
-
-    def read(self) -> tuple[bytes, str] | None:
-        import obstore
-        from obstore.exceptions import NotFoundError
-
-        try:
-            got = obstore.get(self._store, self._name)
-        except (NotFoundError, FileNotFoundError):  # obstore raises the latter
-            return None
-        return bytes(got.bytes()), got.meta["e_tag"]
-
-    def create(self, data: bytes) -> str:
-        import obstore
-        from obstore.exceptions import AlreadyExistsError
-
-        try:
-            return obstore.put(self._store, self._name, data, mode="create")["e_tag"]
-        except AlreadyExistsError:
-            raise _Conflict from None
-
-    def replace(self, data: bytes, tag: str) -> str:
-        import obstore
-        from obstore.exceptions import NotFoundError, PreconditionError
-
-        try:
-            return obstore.put(self._store, self._name, data, mode={"e_tag": tag})["e_tag"]
-        except (PreconditionError, NotFoundError, FileNotFoundError):
-            raise _Conflict from None
-
-
-class _FileBlob:
-    """The lease as a local (or mounted) file, swapped under an ``flock``."""
-
-    def __init__(self, config: Config, name: str) -> None:
-        warehouse = config.delta.warehouse
-        if warehouse.startswith("file://"):
-            warehouse = urlparse(warehouse).path
-        self.path = Path(warehouse) / LEASE_FOLDER / name
-
-    def read(self) -> tuple[bytes, str] | None:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        return data, hashlib.sha256(data).hexdigest()
-
-    def create(self, data: bytes) -> str:
-        return self._swap(data, None)
-
-    def replace(self, data: bytes, tag: str) -> str:
-        return self._swap(data, tag)
-
-    def _swap(self, data: bytes, tag: str | None) -> str:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as guard:
-            fcntl.flock(guard, fcntl.LOCK_EX)
-            current = self.read()
-            if (current[1] if current is not None else None) != tag:
-                raise _Conflict
-            write_atomically(self.path, data)
-        return hashlib.sha256(data).hexdigest()
 
 
 def lease_name(config: Config) -> str:
@@ -162,13 +69,11 @@ def lease_name(config: Config) -> str:
 
 
 def lease_location(config: Config) -> str:
-    return f"{config.delta.warehouse.rstrip('/')}/{LEASE_FOLDER}/{lease_name(config)}"
+    return location(config.delta, LEASE_FOLDER, lease_name(config))
 
 
-def _blob(config: Config) -> _Blob:
-    if is_object_store(config.delta):
-        return _ObjectBlob(config, lease_name(config))
-    return _FileBlob(config, lease_name(config))
+def _blob(config: Config) -> WarehouseObject:
+    return warehouse_object(config.delta, LEASE_FOLDER, lease_name(config))
 
 
 def read(config: Config) -> dict | None:
@@ -254,7 +159,7 @@ class RouterLease:
                 try:
                     self._held = self._take(blob, blob.read())
                     break
-                except _Conflict:
+                except Conflict:
                     continue  # another router wrote meanwhile: read again
             else:
                 raise LeaseHeldError(f"the lease {lease_location(self.config)} kept changing "
@@ -269,7 +174,7 @@ class RouterLease:
                                         name="bitroute-router-lease", daemon=True)
         self._thread.start()
 
-    def _take(self, blob: _Blob, found: tuple[bytes, str] | None) -> _Held:
+    def _take(self, blob: WarehouseObject, found: tuple[bytes, str] | None) -> _Held:
         me = self._router_id()
         previous = _parse(found[0]) if found is not None else None
         now = self._clock()
@@ -302,7 +207,7 @@ class RouterLease:
         if self._lost is not None:
             raise LeaseLostError(self._lost)
 
-    def renew(self, blob: _Blob | None = None) -> None:
+    def renew(self, blob: WarehouseObject | None = None) -> None:
         """Write a new ``heartbeat_at`` (the background thread does, every quarter of the
         timeout); marks the lease lost when someone else changed it."""
         with self._lock:
@@ -313,7 +218,7 @@ class RouterLease:
                       "heartbeat_at": _iso(self._clock())}
             try:
                 tag = (blob or _blob(self.config)).replace(_dump(record), held.tag)
-            except _Conflict:
+            except Conflict:
                 found = read(self.config)
                 self._lost = (f"this router's lease {lease_location(self.config)} was taken "
                               f"over by {describe(found) if found else 'nobody (deleted)'}: "
@@ -322,7 +227,7 @@ class RouterLease:
                 return
             self._held = _Held(tag, record)
 
-    def _renew_loop(self, blob: _Blob) -> None:
+    def _renew_loop(self, blob: WarehouseObject) -> None:
         interval = max(0.5, self.timeout_s / 4)
         last_ok = time.monotonic()
         while not self._stop.wait(interval):
@@ -353,7 +258,7 @@ class RouterLease:
             record = {**held.record, "released_at": _iso(self._clock())}
             try:
                 _blob(self.config).replace(_dump(record), held.tag)
-            except _Conflict:
+            except Conflict:
                 pass  # taken over meanwhile: nothing of ours to release
             except Exception as exc:  # noqa: BLE001 (goes stale by itself)
                 _log.warning(f"releasing the router lease failed ({one_line(exc)}); it is "

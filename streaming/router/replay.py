@@ -192,7 +192,8 @@ class Replays:
 
     def __init__(self, config: Config, spark, layout: CheckpointLayout, router_id: str,
                  audit_committed: Callable[[int], bool], stopping: threading.Event,
-                 idle: Callable[[], None] | None = None) -> None:
+                 idle: Callable[[], None] | None = None,
+                 incarnation: Callable[[], int] = lambda: 0) -> None:
         self.config = config
         self.spark = spark
         self.layout = layout
@@ -202,6 +203,8 @@ class Replays:
         self._audit_committed = audit_committed
         self._stopping = stopping
         self._idle = idle
+        self._incarnation = incarnation
+        """The publishes topic's incarnation (its message ids: streaming.router.incarnations)."""
         """Called between chunks and while waiting: the router's idle catch-up."""
         self._lock = threading.Condition()
         self.ledger = ReplayLedger.load(self.path)
@@ -474,7 +477,8 @@ class Replays:
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,
                                  with_headers=any(r.request.headers for r in active),
-                                 producer=ProducerSettings.of(kafka))
+                                 producer=ProducerSettings.of(kafka),
+                                 incarnation=self._incarnation())
         matcher = self._matcher(active)
         batch = rows.combine_chunks().to_batches()[0]
         if not settings.with_headers:

@@ -40,7 +40,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from schemas.records import OUTCOME_LOST
+from schemas.records import OUTCOME_LOST, message_id
 from streaming.kafka import clients
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
@@ -62,6 +62,8 @@ class RetentionGap:
     end_offset: int
     lost_before: datetime | None
     """The timestamp of the first record Kafka kept after the gap (None: not known)."""
+    incarnation: int = 0
+    """The topic's incarnation (:mod:`streaming.router.incarnations`), in the message id."""
 
     @property
     def records(self) -> int:
@@ -70,7 +72,7 @@ class RetentionGap:
 
     @property
     def message_id(self) -> str:
-        return f"{self.topic}/{self.partition}/{self.first_offset}"
+        return message_id(self.topic, self.partition, self.first_offset, self.incarnation)
 
     def describe(self) -> str:
         when = f", published before {self.lost_before.isoformat()}" if self.lost_before else ""
@@ -86,9 +88,11 @@ def gaps_line(gaps: list[RetentionGap]) -> str:
 
 
 def find_gaps(admin: clients.BitrouteAdmin, consumer: clients.BitrouteConsumer, topic: str,
-              start: dict[int, int], end: dict[int, int] | None) -> list[RetentionGap]:
-    """The gaps of a batch reading ``topic`` from ``start`` to ``end`` (per partition):
-    where Kafka's earliest offset is past the start. ``end`` None: the range is open."""
+              start: dict[int, int], end: dict[int, int] | None,
+              incarnation: int = 0) -> list[RetentionGap]:
+    """The gaps of a batch reading ``topic`` (its incarnation ``incarnation``) from
+    ``start`` to ``end`` (per partition): where Kafka's earliest offset is past the start.
+    ``end`` None: the range is open."""
     if not start:
         return []
     asked = {TopicPartition(topic, p): OffsetSpec.earliest() for p in start}
@@ -102,7 +106,8 @@ def find_gaps(admin: clients.BitrouteAdmin, consumer: clients.BitrouteConsumer, 
         stop = earliest if end is None else min(earliest, end.get(tp.partition, earliest))
         if stop > first:
             gaps.append(RetentionGap(topic, tp.partition, first, stop,
-                                     _timestamp_at(consumer, topic, tp.partition, earliest)))
+                                     _timestamp_at(consumer, topic, tp.partition, earliest),
+                                     incarnation))
     return sorted(gaps, key=lambda g: g.partition)
 
 
@@ -156,14 +161,14 @@ class RetentionWatch:
         self._clients: tuple[clients.BitrouteAdmin, clients.BitrouteConsumer] | None = None
 
     def check(self, batch_id: int, start: dict[int, int] | None,
-              end: dict[int, int] | None) -> list[RetentionGap]:
+              end: dict[int, int] | None, incarnation: int = 0) -> list[RetentionGap]:
         """The batch's gaps, said in one line; raises :class:`RetentionGapError` under the
         ``stop`` policy unless acknowledged. Kafka's errors are the caller's to retry."""
         if self._clients is None:
             self._clients = (clients.admin(self._settings),
                              clients.consumer(self._settings, "bitroute-retention"))
         try:
-            gaps = find_gaps(*self._clients, self.topic, start or {}, end)
+            gaps = find_gaps(*self._clients, self.topic, start or {}, end, incarnation)
         except KafkaException:
             # A broker restarted under the clients can leave their metadata stale for good
             # ("Leader epoch is older than broker epoch" at every attempt): the retry

@@ -142,6 +142,9 @@ class RouteSettings:
     producer: ProducerSettings
     audit: TaskAudit | None = None
     """Set: each task writes its audit files and returns one ``ROUTED_TASK`` row."""
+    incarnation: int = 0
+    """The publishes topic's incarnation the batch reads, in its message ids
+    (:mod:`streaming.router.incarnations`)."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -268,7 +271,7 @@ class BatchPlan:
 
 def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
     """Match and validate one Arrow batch of Kafka rows: everything decided before writing."""
-    publishes = PublishColumns(batch, settings.default_exchange)
+    publishes = PublishColumns(batch, settings.default_exchange, settings.incarnation)
     n = publishes.n
     header_lists = publishes.header_lists()
     message_ids, keys = publishes.message_ids.to_pylist(), publishes.keys.to_pylist()
@@ -459,7 +462,7 @@ def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settin
     _log.warning("rejecting one publish that failed routing: %s", reason)
     columns = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
     mid = message_id(columns["topic"][0].as_py(), columns["partition"][0].as_py(),
-                     columns["offset"][0].as_py())
+                     columns["offset"][0].as_py(), settings.incarnation)
     key = columns["key"][0].as_py()
     try:
         headers = kept_headers([(h["key"], h["value"]) for h in (columns["headers"][0].as_py() or [])])

@@ -94,12 +94,13 @@ from streaming.errors import one_line
 from streaming.kafka.broker_watch import BrokerWatch
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
-from streaming.kafka.topics import ensure_router_topics
+from streaming.kafka.topics import admin_client, ensure_router_topics
 from streaming.retry import RetryAbandoned, retry
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
-from streaming.router.errors import RouterStopping
+from streaming.router.errors import PublishesTopicRecreated, RouterStopping
+from streaming.router.incarnations import IncarnationWatch, follow_incarnation
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
 from streaming.router.offsets_log import (
@@ -196,6 +197,12 @@ class Router:
                                         config.streaming.on_retention_gap, accept_retention_gap)
         self.retention_stop: str | None = None
         """Why the router stopped on a retention gap (the one line), when it did."""
+        self.incarnation = IncarnationWatch(config.kafka.client_settings,
+                                            config.kafka.publishes_topic)
+        """The publishes topic's incarnation the router reads (:mod:`streaming.router.incarnations`)."""
+        self.recreated: str | None = None
+        """Why the query stopped on a recreated publishes topic (the line), when it did:
+        :meth:`follow_recreated_topic` follows it."""
         self.lost_total = 0
         """Publishes recorded lost to retention since this router started."""
         self.replays: Replays | None = None
@@ -212,41 +219,49 @@ class Router:
             self.lock.acquire()
         try:
             store = SnapshotStore(self.layout)  # writable: only with the lock held
-            self.lease.acquire(store.router_id)  # before anything is written or routed
-            journal = AuditJournal(self.layout.audit_journal)
-            if store.has_pins() and not self.layout.offsets.is_dir():
-                # Pins of batches of a checkpoint that is gone: the new query's
-                # batch ids start again at 0 and must not meet them, nor the
-                # journal's (committed first, under the old router id).
-                previous = self._committer_for(store, journal)
-                previous.recover()
-                previous.tables.close()
-                store.forget_batches()
-            ensure_router_topics(self.config)
-            self._committer = self._committer_for(store, journal)
-            self._audit = self._committer.tables
-            unpartitioned = self._audit.unpartitioned()
-            self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
-            for name in unpartitioned:
-                _log.warning(f"the audit table {name} ({self._audit.path(name)}) has an "
-                             "earlier version's layout (not partitioned by day): it is appended "
-                             "to as it is; `bitroute audit migrate` (router stopped) "
-                             "partitions it")
-            self._committer.recover()  # a crash's leftovers, before routing starts
-            self._committer.start()
-            self._snapshots = BatchSnapshots(store, self.spark.sparkContext)
-            self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
-                                                           self.broker_watch.on_error)
-            self.replays = Replays(self.config, self.spark, self.layout, store.router_id(),
-                                   self._audit_committed, self._stopping, self._idle_catch_up)
-            self.subscription_sync.on_version = self.replays.requested
-            self.subscription_sync.catch_up(self._catch_up_progress())
-            self.maintenance.start()
-            self.replays.start()
+            if not self.lease.held:
+                self.lease.acquire(store.router_id)  # before anything is written or routed
+            self._open_state(store)
         except BaseException:
             self.lease.release()
             self.lock.release()
             raise
+
+    def _open_state(self, store: SnapshotStore) -> None:
+        """Everything :meth:`open` prepares once the lock and lease are held."""
+        journal = AuditJournal(self.layout.audit_journal)
+        ensure_router_topics(self.config)
+        self.incarnation.topic_id, self.incarnation.number = follow_incarnation(
+            self.config, self.layout, admin_client(self.config))
+        if store.has_pins() and not self.layout.offsets.is_dir():
+            # Pins of batches of a checkpoint that is gone (or of a deleted incarnation of
+            # the publishes topic): the new query's batch ids start again at 0 and must not
+            # meet them, nor the journal's (committed first, under the old router id).
+            previous = self._committer_for(store, journal)
+            previous.recover()
+            previous.tables.close()
+            store.forget_batches()
+        self._committer = self._committer_for(store, journal)
+        self._audit = self._committer.tables
+        unpartitioned = self._audit.unpartitioned()
+        self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
+        for name in unpartitioned:
+            _log.warning(f"the audit table {name} ({self._audit.path(name)}) has an "
+                         "earlier version's layout (not partitioned by day): it is appended "
+                         "to as it is; `bitroute audit migrate` (router stopped) "
+                         "partitions it")
+        self._committer.recover()  # a crash's leftovers, before routing starts
+        self._committer.start()
+        self._snapshots = BatchSnapshots(store, self.spark.sparkContext)
+        self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
+                                                       self.broker_watch.on_error)
+        self.replays = Replays(self.config, self.spark, self.layout, store.router_id(),
+                               self._audit_committed, self._stopping, self._idle_catch_up,
+                               lambda: self.incarnation.number)
+        self.subscription_sync.on_version = self.replays.requested
+        self.subscription_sync.catch_up(self._catch_up_progress())
+        self.maintenance.start()
+        self.replays.start()
 
     def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""
@@ -293,23 +308,41 @@ class Router:
             if self.query is not None:
                 self.query.stop()
         finally:
-            self.maintenance.stop()
-            if self.replays is not None:
-                self.replays.stop()
-            if self._snapshots is not None:
-                self._snapshots.close()
-                self._snapshots = None
-            if self._committer is not None:
-                self._committer.stop()
-                self._committer = None
-            if self._audit is not None:
-                self._audit.close()
-            if self.subscription_sync is not None:
-                self.subscription_sync.close()
-                self.subscription_sync = None
-            self.retention.close()
+            self._close_state()
             self.lease.release()
             self.lock.release()
+
+    def _close_state(self) -> None:
+        """Undo :meth:`_open_state` (the lock and lease stay)."""
+        self.maintenance.stop()
+        if self.replays is not None:
+            self.replays.stop()
+        if self._snapshots is not None:
+            self._snapshots.close()
+            self._snapshots = None
+        if self._committer is not None:
+            self._committer.stop()
+            self._committer = None
+        if self._audit is not None:
+            self._audit.close()
+        if self.subscription_sync is not None:
+            self.subscription_sync.close()
+            self.subscription_sync = None
+        self.retention.close()
+
+    def follow_recreated_topic(self) -> StreamingQuery:
+        """After the query stopped on a recreated publishes topic (:attr:`recreated`):
+        commit the old incarnation's audit, close the state and open it again (the old
+        checkpoint moved aside, a new router id: :mod:`streaming.router.incarnations`),
+        and start the query on the new topic from its earliest offset."""
+        if self._committer is not None:
+            self._committer.flush()  # under the old router id, before it is forgotten
+        self._close_state()
+        self.query, self.recreated = None, None
+        with self._batch_done:
+            self.reports.clear()
+        self._open_state(SnapshotStore(self.layout))
+        return self.start()
 
     def stop_after_current_batch(self) -> None:
         """Wait for the batch in progress, if any, and for Spark to commit it; then stop.
@@ -356,6 +389,7 @@ class Router:
             with_headers=snapshot.reads_headers,
             producer=ProducerSettings.of(kafka),
             audit=audit,
+            incarnation=self.incarnation.number,
         ))
 
     def _routes_in_driver(self, publishes: int | None) -> bool:
@@ -375,7 +409,8 @@ class Router:
                 lambda: sync.catch_up(self._catch_up_progress()), attempts))
             if self.replays is not None:  # the boundary of the replays this version applied
                 self.replays.on_batch(batch_id, snapshot.version, start)
-        gaps = self._retention_gaps(batch_id, start, end, attempts)
+        present = self._topic_present(batch_id, attempts)
+        gaps = self._retention_gaps(batch_id, start, end, attempts) if present else []
         caught_up = time.monotonic()
         routed_at = datetime.now(timezone.utc)
         source = batch.select(*SOURCE_COLUMNS)
@@ -427,6 +462,17 @@ class Router:
             listener(report)
         return report
 
+    def _topic_present(self, batch_id: int, attempts: list[int]) -> bool:
+        """Whether the publishes topic is there (False: deleted, not yet created again);
+        raises :class:`PublishesTopicRecreated` (the query stops) for a new incarnation."""
+        try:
+            return self._retrying(batch_id, "the publishes topic check",
+                                  lambda: self.incarnation.check(batch_id), attempts)
+        except PublishesTopicRecreated as exc:
+            self.recreated = str(exc)
+            _log.warning(self.recreated)
+            raise
+
     def _retention_gaps(self, batch_id: int, start: dict[int, int] | None,
                         end: dict[int, int] | None, attempts: list[int]) -> list[RetentionGap]:
         """The publishes Kafka deleted unread of a batch reading ``start`` to ``end``
@@ -436,7 +482,9 @@ class Router:
             return []
         try:
             return self._retrying(batch_id, "the retention check",
-                                  lambda: self.retention.check(batch_id, start, end), attempts)
+                                  lambda: self.retention.check(batch_id, start, end,
+                                                               self.incarnation.number),
+                                  attempts)
         except RetentionGapError as exc:
             self.retention_stop = str(exc)
             raise

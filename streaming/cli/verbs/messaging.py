@@ -71,13 +71,15 @@ def retire(args: argparse.Namespace) -> int:
 
 def publish(args: argparse.Namespace) -> int:
     from streaming.kafka import client_verbs
+    from streaming.router.incarnations import publishing_incarnation
 
     cfg = config_of(args)
     headers = message_headers(args.header or [])
     payload = _payload(args)
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+        incarnation = publishing_incarnation(cfg)
         print(client_verbs.publish(cfg, args.exchange or cfg.exchanges.default, args.routing_key,
-                             payload, headers))
+                                   payload, headers, incarnation))
     return 0
 
 

@@ -95,3 +95,15 @@ def test_a_message_id_is_built_alike_from_values_and_columns_and_parses_back(rec
     for text, record in zip(ids.to_pylist(), records):
         match = re.match(MESSAGE_ID_PATTERN, text)
         assert (match["topic"], int(match["partition"]), int(match["offset"])) == record
+
+
+def test_a_recreated_topics_message_ids_carry_its_incarnation_and_parse_back():
+    """Incarnation 0 keeps ``<topic>/<p>/<o>``; n >= 1 is ``<topic>~<n>/<p>/<o>``, whose
+    topic part the pattern gives back whole (and sorts after the first incarnation's)."""
+    ids = message_id_column(pa.array(["t.p", "t.p"]), pa.array([0, 3], pa.int32()),
+                            pa.array([5, 0], pa.int64()), 2)
+    assert ids.to_pylist() == ["t.p~2/0/5", "t.p~2/3/0"] == [message_id("t.p", 0, 5, 2),
+                                                           message_id("t.p", 3, 0, 2)]
+    assert message_id("t.p", 0, 5, 0) == "t.p/0/5"
+    assert re.match(MESSAGE_ID_PATTERN, "t.p~2/3/0").group("topic", "partition") == ("t.p~2", "3")
+    assert "t.p/9/9" < "t.p~1/0/0"
