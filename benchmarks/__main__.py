@@ -47,6 +47,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
                          "topic per subscriber against the shared layout; 100k subscribers"),
     "driver-cost": ("benchmarks.driver_cost",
                     "the driver's CPU per delivery when the executors route (a Spark cluster)"),
+    "replay": ("benchmarks.replay",
+               "subscribe --since: replay rate against the live rate, live p99 beside a replay"),
     "pack-start": ("benchmarks.pack_start",
                    "the executors' packed environment: size, build, first task"),
     "retained-match": ("benchmarks.retained_match",

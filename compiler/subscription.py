@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import NamedTuple
 
-from schemas.records import SUBSCRIPTION_FIELDS, SUBSCRIPTION_REQUIRED_FIELDS
+from schemas.records import SUBSCRIPTION_FIELDS, SUBSCRIPTION_REQUIRED_FIELDS, SUBSCRIPTION_SINCE_FIELD
 
 from .errors import HeaderCriteriaError, SubscriptionError, quote
 from .headers import HeaderCriteria
@@ -77,7 +78,9 @@ class Subscription:
     dialect) and whose headers satisfy ``headers`` when given.
 
     Construction does not validate; :meth:`compiler.index.RoutingIndex.upsert`
-    does, as it knows the exchange's dialect.
+    does, as it knows the exchange's dialect. ``since`` (UTC, from the changelog's
+    optional ``since`` field) asks for a replay of the retained publishes at or
+    after it (``streaming.router.replay``); the index does not keep it.
     """
 
     id: str
@@ -85,6 +88,7 @@ class Subscription:
     subscriber: str
     filter: str
     headers: HeaderCriteria | None = None
+    since: datetime | None = None
 
     @classmethod
     def from_changelog(cls, key: bytes | str, value: bytes | str) -> Subscription:
@@ -120,14 +124,41 @@ class Subscription:
                 headers = HeaderCriteria.from_json(obj["headers"])
             except HeaderCriteriaError as exc:
                 raise SubscriptionError(f"subscription {quote(sub_id)}: {exc}") from None
-        return cls(sub_id, obj["exchange"], subscriber, obj["filter"], headers)
+        since = None
+        if obj.get(SUBSCRIPTION_SINCE_FIELD) is not None:
+            try:
+                since = parse_since(obj[SUBSCRIPTION_SINCE_FIELD])
+            except SubscriptionError as exc:
+                raise SubscriptionError(f"subscription {quote(sub_id)}: {exc}") from None
+        return cls(sub_id, obj["exchange"], subscriber, obj["filter"], headers, since)
 
     def to_changelog(self) -> tuple[bytes, bytes]:
         """The changelog record (key, value) that :meth:`from_changelog` parses back."""
         value: dict[str, object] = {"exchange": self.exchange, "subscriber": self.subscriber, "filter": self.filter}
         if self.headers is not None:
             value["headers"] = self.headers.to_json()
+        if self.since is not None:
+            value[SUBSCRIPTION_SINCE_FIELD] = since_text(self.since)
         return self.id.encode("utf-8"), json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def parse_since(value: object) -> datetime:
+    """The changelog's ``since``: an ISO-8601 time (``2026-11-26T17:00:00Z``; UTC when it
+    names no zone), as an aware UTC datetime; raises :class:`SubscriptionError`."""
+    if type(value) is not str:
+        raise SubscriptionError(f"field 'since' must be an ISO-8601 time string, not {quote(value)}")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise SubscriptionError(f"field 'since' is not an ISO-8601 time: {quote(value)}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc)
+
+
+def since_text(when: datetime) -> str:
+    """``when`` as the changelog writes ``since``: ISO-8601 in UTC, microseconds, ``Z``."""
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _decode(data: bytes | str, what: str) -> str:

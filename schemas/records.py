@@ -11,14 +11,15 @@ the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
 nowhere else.
 
 Kafka, subscriptions (compacted changelog): key = subscription id; value =
-JSON ``{exchange, subscriber, filter, headers?: {match, criteria}}``
+JSON ``{exchange, subscriber, filter, headers?: {match, criteria}, since?}``
 (:data:`SUBSCRIPTION_FIELDS`, the names the parser ``compiler.subscription`` reads);
 a null value (tombstone) removes it.
 
 Kafka, deliveries: one topic per subscriber (the default layout); value = the
 original payload, key = the routing key, headers = the original headers plus
 :data:`MESSAGE_ID_HEADER`, :data:`SUBSCRIPTION_IDS_HEADER` (a JSON array of the
-matched subscription ids) and :data:`SNAPSHOT_VERSION_HEADER` (decimal). In the
+matched subscription ids) and :data:`SNAPSHOT_VERSION_HEADER` (decimal); a replayed delivery also carries
+:data:`REPLAYED_HEADER`. In the
 shared layout (``kafka.delivery_layout = "shared"``) every subscriber's
 deliveries go to one shared topic keyed by subscriber: key = the subscriber
 name, partition = Kafka's default (murmur2) partition of that key, and the
@@ -67,10 +68,14 @@ RETAINED_HEADER = "bitroute.retained"
 #: On a record of the retained topic: the retained publish's Kafka timestamp (epoch ms,
 #: decimal), for the ``published_at`` of its deliveries' audit rows.
 PUBLISHED_AT_HEADER = "bitroute.published_at"
+#: On a delivery made by a replay (``subscribe --since``, streaming.router.replay): the
+#: value ``true``; live deliveries do not carry it.
+REPLAYED_HEADER = "bitroute.replayed"
+REPLAYED_VALUE = b"true"
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
                   REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER, RETAINED_HEADER,
-                  PUBLISHED_AT_HEADER)
+                  PUBLISHED_AT_HEADER, REPLAYED_HEADER)
 
 # --- Delivery topic layouts (kafka.delivery_layout) ---------------------------
 LAYOUT_TOPIC_PER_SUBSCRIBER = "topic-per-subscriber"
@@ -83,8 +88,12 @@ SOURCE_SUBSCRIPTION = "subscription"
 # --- Subscription changelog JSON ---------------------------------------------
 #: The fields every changelog value carries, each a string, in this order.
 SUBSCRIPTION_REQUIRED_FIELDS = ("exchange", "subscriber", "filter")
-#: Every field a changelog value may carry (``headers`` is optional, may be null).
-SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers")
+#: Optional: an ISO-8601 time (UTC when it names no zone). A record that creates the
+#: subscription with it asks for a replay of the retained publishes at or after that
+#: time (streaming.router.replay); ``bitroute subscribe --since`` writes it.
+SUBSCRIPTION_SINCE_FIELD = "since"
+#: Every field a changelog value may carry (``headers`` and ``since`` are optional, may be null).
+SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers", SUBSCRIPTION_SINCE_FIELD)
 HEADER_CRITERIA_FIELDS = ("match", "criteria")
 
 # --- Message outcomes (messages.outcome) and change kinds (subscriptions.change)

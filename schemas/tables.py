@@ -70,8 +70,9 @@ ROUTED_TASK = StructType([
 
 #: Delta table ``deliveries``: one row per (message, subscriber). ``retained``: true for a
 #: delivery of a topic's retained message made when an MQTT subscription was applied
-#: (streaming.router.retained), false for a live one, null in rows written before the
-#: column existed (added to an older table when the router opens it).
+#: (streaming.router.retained); ``replayed``: true for a delivery made by a replay
+#: (``subscribe --since``, streaming.router.replay); both false for a live one, null in rows
+#: written before the column existed (added to an older table when the router opens it).
 DELIVERIES_TABLE = StructType([
     StructField("message_id", StringType(), False),
     StructField("subscriber", StringType(), False),
@@ -83,6 +84,7 @@ DELIVERIES_TABLE = StructType([
     StructField("batch_id", LongType(), False),
     StructField("published_at", TimestampType(), True),
     StructField("retained", BooleanType(), True),
+    StructField("replayed", BooleanType(), True),
     StructField("routed_at", TimestampType(), False),
     StructField("routed_date", DateType(), False),
 ])

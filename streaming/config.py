@@ -174,6 +174,14 @@ class StreamingConfig:
     """What the router does when publishes it has not read were deleted by Kafka
     (:mod:`streaming.router.retention`): ``resume`` records the gap and routes on from the
     earliest retained offset; ``stop`` stops the router until a run acknowledges it."""
+    replay_chunk_publishes: int = 20_000
+    """Publishes one replay chunk reads at most (``subscribe --since``,
+    :mod:`streaming.router.replay`): one Spark job, one flush, one audit commit, one
+    progress record."""
+    replay_share: int = 50
+    """The percent of the time a replay works: after a chunk that took t seconds it waits
+    t * (100 - share) / share, so that the live batches keep the rest of the machine
+    (100: no wait)."""
 
     @property
     def lease_timeout_s(self) -> float:
@@ -504,6 +512,10 @@ def _validate(config: Config) -> None:
             "an interval such as '1 second' or '500 milliseconds'", streaming.trigger_interval)
     require(streaming.max_offsets_per_trigger >= 1, "streaming.max_offsets_per_trigger",
             "an integer >= 1", streaming.max_offsets_per_trigger)
+    require(streaming.replay_chunk_publishes >= 1, "streaming.replay_chunk_publishes",
+            "an integer >= 1", streaming.replay_chunk_publishes)
+    require(1 <= streaming.replay_share <= 100, "streaming.replay_share",
+            "an integer from 1 to 100", streaming.replay_share)
     for name in ("driver_route_max_publishes", "driver_route_max_deliveries"):
         value = getattr(streaming, name)
         require(value is None or value >= 0, f"streaming.{name}",

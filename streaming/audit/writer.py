@@ -169,6 +169,7 @@ class AuditTables:
         self._publishes_app = f"bitroute-{router_id}-publishes"
         self._changelog_app = f"bitroute-{router_id}-changelog"
         self._retained_app = f"bitroute-{router_id}-retained"
+        self._replay_app = f"bitroute-{router_id}-replay"
         self._tables: dict[str, DeltaTable] = {}
         self._loaded_at: dict[str, int] = {}  # the version each table object was loaded at
         self._lock = threading.Lock()
@@ -259,6 +260,13 @@ class AuditTables:
             # through the shared one meanwhile. Loaded only for a batch that delivered some.
             self._append(DELIVERIES, rows, self._retained_app, batch_id,
                          table=DeltaTable(self.path(DELIVERIES), storage_options=self._storage))
+
+    def append_replayed(self, rows: pa.Table, chunk: int) -> None:
+        """Append replayed ``deliveries`` rows (streaming.router.replay) of replay chunk
+        ``chunk`` (increasing), once: under their own app id, so that they never meet the
+        batches' versions."""
+        if rows.num_rows:
+            self._append(DELIVERIES, rows, self._replay_app, chunk)
 
     def publishes_version(self, table: str) -> int | None:
         """The highest batch id committed to publish table ``table`` (None: none yet)."""
@@ -427,7 +435,8 @@ def _table_rows(batch: AuditBatch, name: str) -> int:
 
 def add_missing_columns(table: DeltaTable, name: str) -> None:
     """Add to ``table`` the nullable columns of audit table ``name`` that an earlier version
-    created it without (``deliveries.retained``); its rows read them as null."""
+    created it without (``deliveries.retained``, ``deliveries.replayed``); its rows read them
+    as null."""
     from deltalake.schema import Field
 
     have = {f.name for f in table.schema().fields}
@@ -465,10 +474,12 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
 
 
 def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime,
-                    layout: DeliveryLayout, retained: bool = False) -> pa.Table:
+                    layout: DeliveryLayout, retained: bool = False,
+                    replayed: bool = False) -> pa.Table:
     """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``, each with
     the topic ``layout`` wrote it to (``retained``: a topic's retained message delivered
-    when a subscription was applied, streaming.router.retained)."""
+    when a subscription was applied, streaming.router.retained; ``replayed``: made by a
+    replay, streaming.router.replay)."""
     schema = ARROW_SCHEMAS["deliveries"]
     lists = routed["deliveries"].combine_chunks()
     owner = pc.list_parent_indices(lists)
@@ -485,6 +496,7 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"].take(owner),
         "retained": pa.array([retained] * n, pa.bool_()),
+        "replayed": pa.array([replayed] * n, pa.bool_()),
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
     }
     columns["routed_date"] = utc_date(columns["routed_at"])

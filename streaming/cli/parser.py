@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 "repeatable")
     subscribe.add_argument("--match", choices=("all", "any"), default="all",
                            help="every header criterion must hold (all, default) or one (any)")
+    subscribe.add_argument("--since", metavar="T",
+                           help="also replay the retained publishes at or after T that the "
+                                "subscription matches, then the live stream: an ISO-8601 time "
+                                "(UTC when no zone) or a duration back from now (90s, 15m, 2h, "
+                                "7d, 1h30m); docs/design.md, \"Replay\"")
 
     unsubscribe = verb("unsubscribe", messaging.unsubscribe,
                        "remove a subscription: write its tombstone to the changelog and print "

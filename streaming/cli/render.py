@@ -411,6 +411,16 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
         lines.append(("lost", f"{last['lost_total']} publishes lost to retention since the "
                               "router started (audit: messages with outcome 'lost')"))
     version = status["snapshot_version"]
+    for replay in status.get("replays") or []:
+        rate = replay.get("rate")
+        lines.append(("replay", (
+            f"{replay['subscription']} ({replay['subscriber']}) from {replay['from']} to "
+            + (f"batch {replay['to_batch']}" if replay.get("to_batch") is not None
+               else "its first batch (not applied yet)")
+            + f": {replay['done']}/{replay['publishes']} publishes read, "
+            f"{replay['delivered']} delivered"
+            + (f", {rate:,.0f} deliveries/s" if rate is not None else "")
+            + (f"; {replay['note']}" if replay.get("note") else ""))))
     lines.append(("changelog lag", _lag_text(status["changelog_lag"], "changes not applied",
                                              f"snapshot v{version}" if version is not None
                                              else "no snapshot")))

@@ -74,7 +74,8 @@ def router_status(config: Config) -> dict[str, object]:
     version}`` or ``{error}``), ``maintenance`` (the last pass's report as
     recorded, or None), ``lease`` (the router lease of the publishes topic and
     warehouse: :mod:`streaming.router.lease`'s record plus ``age_seconds``, or
-    ``{error}``, or None), ``notes`` (why something is missing).
+    ``{error}``, or None), ``replays`` (the replays of ``subscribe --since`` in progress:
+    :func:`_replays`), ``notes`` (why something is missing).
     """
     kafka = config.kafka
     # Kafka's round trips and the Delta log reads overlap the local reads (librdkafka
@@ -122,8 +123,34 @@ def router_status(config: Config) -> dict[str, object]:
         "audit_tables": audit_tables,
         "maintenance": maintenance,
         "lease": lease,
+        "replays": _replays(CheckpointLayout.of(config.streaming.checkpoint_dir)),
         "notes": notes,
     }
+
+
+def _replays(layout: CheckpointLayout) -> list[dict]:
+    """The replays in progress (``subscribe --since``) as ``router/replays.json`` records
+    them (:mod:`streaming.router.replay`): ``subscription``, ``subscriber``, ``from``,
+    ``to_batch`` (None: not applied yet), ``publishes``, ``done``, ``delivered``, ``rate``
+    (deliveries/s of the last chunk), ``note``."""
+    try:
+        recorded = json.loads(layout.replays_file.read_bytes()).get("replays", [])
+    except (OSError, ValueError):
+        return []
+    rows = []
+    for replay in recorded:
+        request, start = replay["request"], replay.get("start") or {}
+        end, position = replay.get("end") or {}, replay.get("position") or {}
+        rows.append({
+            "subscription": request["subscription_id"], "subscriber": request["subscriber"],
+            "from": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(request["since_ms"] / 1000)),
+            "to_batch": replay.get("boundary"),
+            "publishes": sum(max(0, end.get(p, 0) - s) for p, s in start.items()),
+            "done": sum(max(0, min(position.get(p, s), end.get(p, 0)) - s)
+                        for p, s in start.items()),
+            "delivered": replay.get("delivered", 0), "rate": replay.get("rate"),
+            "note": replay.get("note")})
+    return rows
 
 
 def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None, dict | None]:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
@@ -57,6 +57,7 @@ from streaming.config import Config
 from streaming.kafka.clients import OnError, access_failure, consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.router.errors import ChangelogError
+from streaming.router.replay_requests import ReplayRequest, check_request, request_of
 from streaming.router.snapshots import BatchSnapshots, SnapshotVersion
 
 CATCH_UP_TIMEOUT_S = 60.0
@@ -91,9 +92,12 @@ class Change(NamedTuple):
 
 def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, partition: int,
                  offset: int, changed_at_ms: int | None, applied_at_ms: int,
-                 headers: Sequence[tuple[str, bytes | None]] | None = None) -> Change:
+                 headers: Sequence[tuple[str, bytes | None]] | None = None,
+                 replays: list[ReplayRequest] | None = None) -> Change:
     """Apply one changelog record to ``index``; never raises for a bad record. A tombstone's
-    ``bitroute.reason`` header (``bitroute retire`` writes one) is its removal's reason."""
+    ``bitroute.reason`` header (``bitroute retire`` writes one) is its removal's reason.
+    An upsert with ``since`` is checked (:func:`~streaming.router.replay_requests.check_request`)
+    and, applied, appends its :class:`ReplayRequest` to ``replays``."""
     sub_id = "" if key is None else key.decode("utf-8", errors="replace")
     where = (partition, offset, changed_at_ms, applied_at_ms)
     if value is None:
@@ -105,6 +109,7 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
                       _header_text(headers, REASON_HEADER), *where)
     try:
         sub = Subscription.from_changelog(key, value)
+        check_request(index, sub, changed_at_ms if changed_at_ms is not None else applied_at_ms)
         index.upsert(sub)
     except CompilerError as exc:
         exchange, subscriber, filter_ = _fields_of(value)
@@ -115,6 +120,8 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
                           reason, *where)
         return Change(sub_id, CHANGE_REJECTED, exchange, subscriber, filter_, None, None,
                       str(exc), *where)
+    if sub.since is not None and replays is not None:
+        replays.append(request_of(sub, partition, offset))
     criteria = sub.headers
     if criteria is None:
         return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, None, None,
@@ -267,6 +274,8 @@ class PendingVersion:
     changes: list[Change]
     rejected: list[RejectedRecord]
     offsets: dict[int, int]
+    replays: list[ReplayRequest] = field(default_factory=list)
+    """The replays its records ask for (``since``, :mod:`streaming.router.replay`)."""
 
     def subscribers(self) -> set[str]:
         """The subscribers of its upserts (each one's delivery topic must exist
@@ -343,13 +352,14 @@ class Subscriptions:
                                "rollback() it before the next catch-up")
         changes: list[Change] = []
         rejected: list[RejectedRecord] = []
+        replays: list[ReplayRequest] = []
         applied_at_ms = int(time.time() * 1000)
 
         def apply(message: Message) -> None:
             _, timestamp = message.timestamp()
             change = apply_record(self._index, message.key(), message.value(), message.partition(),
                                   message.offset(), timestamp if timestamp > 0 else None,
-                                  applied_at_ms, message.headers())
+                                  applied_at_ms, message.headers(), replays)
             changes.append(change)
             if change.reason is not None:
                 rejected.append(RejectedRecord(message.topic(), message.partition(), message.offset(),
@@ -365,7 +375,7 @@ class Subscriptions:
         if not changes:
             self._offsets = offsets
             return None
-        self._pending = PendingVersion(self.version + 1, changes, rejected, offsets)
+        self._pending = PendingVersion(self.version + 1, changes, rejected, offsets, replays)
         return self._pending
 
     def commit(self, pending: PendingVersion) -> None:

@@ -145,3 +145,8 @@ class CheckpointLayout:
     @property
     def maintenance_file(self) -> Path:
         return self.state / "maintenance.json"
+
+    @property
+    def replays_file(self) -> Path:
+        """The replays in progress (``subscribe --since``, :mod:`streaming.router.replay`)."""
+        return self.state / "replays.json"

@@ -103,7 +103,13 @@ from streaming.router.errors import PublishesTopicRecreated, RouterStopping
 from streaming.router.incarnations import IncarnationWatch, follow_incarnation
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
-from streaming.router.offsets_log import batch_end, batch_start, records_between
+from streaming.router.offsets_log import (
+    batch_end,
+    batch_start,
+    last_planned_batch,
+    records_between,
+)
+from streaming.router.replay import Replays
 from streaming.router.report import (
     ROUTED_IN_DRIVER,
     ROUTED_IN_EXECUTORS,
@@ -121,7 +127,7 @@ from streaming.router.routing import (
     TaskAudit,
     write_task_audit,
 )
-from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
+from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotFiles, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 
 _log = logging.getLogger(__name__)
@@ -137,6 +143,9 @@ RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, DeliveryUnavailab
                   KafkaAccessError, DeltaError, OSError)
 """Failures of a batch's steps that are retried (none of them is about a record), with
 :func:`streaming.retry.retry`'s backoff and reporting."""
+IDLE_CATCH_UP_S = 1.0
+"""With no batch for this long, the replay thread applies the changelog itself
+(:meth:`Router._idle_catch_up`): a replay asked for on a quiet topic starts at once."""
 T = TypeVar("T")
 SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
@@ -177,6 +186,9 @@ class Router:
         (:mod:`streaming.audit.maintenance`): never on a batch's path."""
         self._batch_done = threading.Condition()
         self._in_batch = False
+        self._pin_lock = threading.Lock()
+        """Held while a batch pins its version, and by an idle catch-up (:meth:`_idle_catch_up`)."""
+        self._last_batch_at = time.monotonic()
         self._stopping = threading.Event()
         self.broker_watch = BrokerWatch(config.kafka.client_settings)
         self._status = StatusFile(self.layout.status_file, self._status_figures)
@@ -197,6 +209,8 @@ class Router:
         :meth:`follow_recreated_topic` follows it."""
         self.lost_total = 0
         """Publishes recorded lost to retention since this router started."""
+        self.replays: Replays | None = None
+        """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
@@ -251,8 +265,13 @@ class Router:
         self._snapshots.commit_listeners.append(self.retained.note)
         self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
                                                        self.broker_watch.on_error)
+        self.replays = Replays(self.config, self.spark, self.layout, store.router_id(),
+                               self._audit_committed, self._stopping, self._idle_catch_up,
+                               lambda: self.incarnation.number)
+        self.subscription_sync.on_version = self.replays.requested
         self.subscription_sync.catch_up(self._catch_up_progress())
         self.maintenance.start()
+        self.replays.start()
 
     def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""
@@ -306,6 +325,8 @@ class Router:
     def _close_state(self) -> None:
         """Undo :meth:`_open_state` (the lock and lease stay)."""
         self.maintenance.stop()
+        if self.replays is not None:
+            self.replays.stop()
         if self._snapshots is not None:
             self._snapshots.close()
             self._snapshots = None
@@ -395,13 +416,16 @@ class Router:
         sync, snapshots = self._require_open()
         attempts = [0]
         retained = self.retained
-        snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
-            batch_id, "the changelog catch-up", lambda: retained.prepare(
-                batch_id, sync.catch_up(self._catch_up_progress())), attempts))
-        self._retrying(batch_id, "the retained messages of new subscriptions",
-                       lambda: retained.deliver(batch_id), attempts)
         topic = self.config.kafka.publishes_topic
         start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
+        with self._pin_lock:
+            snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
+                batch_id, "the changelog catch-up", lambda: retained.prepare(
+                    batch_id, sync.catch_up(self._catch_up_progress())), attempts))
+            if self.replays is not None:  # the boundary of the replays this version applied
+                self.replays.on_batch(batch_id, snapshot.version, start)
+        self._retrying(batch_id, "the retained messages of new subscriptions",
+                       lambda: retained.deliver(batch_id), attempts)
         present = self._topic_present(batch_id, attempts)
         gaps = self._retention_gaps(batch_id, start, end, attempts) if present else []
         caught_up = time.monotonic()
@@ -449,6 +473,7 @@ class Router:
                               "audit": audited - route_done}, attempts[0], routed_in,
                              lost=sum(g.records for g in gaps))
         self.lost_total += report.lost
+        self._last_batch_at = time.monotonic()
         self.reports.append(report)
         for listener in self.report_listeners:
             listener(report)
@@ -542,6 +567,43 @@ class Router:
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
             "lost_total": self.lost_total,
         }
+
+    def _idle_catch_up(self) -> None:
+        """While no batch runs (no publishes arrive), apply the changelog, so that a
+        subscription asking for a replay is applied and its replay bounded without waiting
+        for the next publish. Its boundary is the next batch: the latest batch Spark planned
+        if it is not pinned yet (it waits on :attr:`_pin_lock`), else the one after it,
+        which starts at that one's end offsets."""
+        query, replays = self.query, self.replays
+        if (query is None or replays is None or self._stopping.is_set()
+                or time.monotonic() - self._last_batch_at < IDLE_CATCH_UP_S):
+            return
+        if not self._pin_lock.acquire(blocking=False):
+            return
+        try:
+            if self._in_batch:
+                return
+            sync, _ = self._require_open()
+            version = sync.catch_up()
+            if not replays.unbounded():
+                return
+            topic = self.config.kafka.publishes_topic
+            planned = last_planned_batch(self.layout)
+            if planned is None:
+                return  # the query has planned no batch: its first one bounds the replay
+            if SnapshotFiles(self.layout).pinned(planned) is None:
+                boundary, start = planned, batch_start(self.layout, planned, topic)
+            else:
+                boundary, start = planned + 1, batch_end(self.layout, planned, topic)
+            if start is not None:
+                replays.on_batch(boundary, version, start)
+        finally:
+            self._pin_lock.release()
+
+    def _audit_committed(self, batch_id: int) -> bool:
+        """Whether every batch up to ``batch_id`` that has audit rows is in Delta."""
+        committer = self._committer
+        return committer is not None and all(b > batch_id for b in committer.journal.pending())
 
     def _require_open(self) -> tuple[SubscriptionSync, BatchSnapshots]:
         if self.subscription_sync is None or self._snapshots is None:

@@ -64,6 +64,9 @@ def session_settings(config: Config) -> dict[str, str]:
         # Streaming queries run for days; keep only recent progress in memory.
         "spark.sql.streaming.numRecentProgressUpdates": "20",
         "spark.sql.session.timeZone": "UTC",
+        # Replays (subscribe --since) read in their own pool beside the live batches'
+        # jobs, which a FIFO scheduler would queue behind them (streaming.router.replay).
+        "spark.scheduler.mode": "FAIR",
         # The Kafka source's kafka.sasl.jaas.config, keys and passwords ([kafka.client])
         # are shown redacted in Spark's logs, UI and plan descriptions.
         "spark.redaction.regex": SPARK_REDACTION_REGEX,

@@ -33,7 +33,13 @@ from streaming.config import Config
 from streaming.kafka.clients import OnError
 from streaming.kafka.records import kept_headers
 from streaming.kafka.topics import admin_client, ensure_delivery_topics
-from streaming.router.changelog import Change, ChangelogError, RejectedRecord, Subscriptions
+from streaming.router.changelog import (
+    Change,
+    ChangelogError,
+    PendingVersion,
+    RejectedRecord,
+    Subscriptions,
+)
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings, cached_producer
 from streaming.router.rejected import BadRecord, write_rejected
 from streaming.router.snapshots import BatchSnapshots
@@ -81,6 +87,10 @@ class SubscriptionSync:
         self._admin = admin_client(config, on_error)
         self._topics_ensured: set[str] = set()
         self._unaudited: tuple[int, pa.Table] | None = None
+        self.on_version: Callable[[PendingVersion], None] | None = None
+        """Called with each pending version before it is persisted (after its rejected
+        records and delivery topics): the replays' durable record of what it asks for
+        (:meth:`streaming.router.replay.Replays.requested`); raising rolls the version back."""
 
     @classmethod
     def open(cls, config: Config, snapshots: BatchSnapshots, audit: AuditTables,
@@ -113,6 +123,8 @@ class SubscriptionSync:
         try:
             self._report_rejected(pending.rejected)
             self._ensure_delivery_topics(pending.subscribers())
+            if self.on_version is not None:
+                self.on_version(pending)
             self.subscriptions.commit(pending)
         except BaseException:
             self.subscriptions.rollback()

@@ -42,6 +42,7 @@ FIGURE = {
     "audit-read": "rows",
     "subscriber-scale": "subscribers",
     "driver-cost": "after",
+    "replay": "live p99 with / without a replay",
     "pack-start": "build (cached)",
     "retained-match": "| `+/+/m3` |",
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 
@@ -65,5 +66,6 @@ def test_the_parser_reads_the_changelog_fields_of_the_record_contract():
         value = {k: v for k, v in full.items() if k != name}
         with pytest.raises(SubscriptionError, match=f"missing field '{name}'"):
             Subscription.from_changelog(b"k", json.dumps(value))
-    written = Subscription("k", "e", "s", "#", HeaderCriteria("all", {})).to_changelog()[1]
+    written = Subscription("k", "e", "s", "#", HeaderCriteria("all", {}),
+                           datetime(2026, 1, 1, tzinfo=timezone.utc)).to_changelog()[1]
     assert set(json.loads(written)) == set(SUBSCRIPTION_FIELDS)

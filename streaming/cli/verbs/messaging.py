@@ -20,10 +20,23 @@ def subscribe(args: argparse.Namespace) -> int:
     criteria = _criteria(args.header or [])
     if args.filter is None and not criteria:
         raise UsageError("--filter is required unless --header is given")
+    filter_ = "#" if args.filter is None else args.filter
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
-        print(client_verbs.subscribe(cfg, args.exchange, args.subscriber,
-                                     "#" if args.filter is None else args.filter,
-                               criteria, args.match, args.id))
+        since = None
+        if args.since is not None:
+            from compiler import HeaderCriteria
+            from streaming.router import replay_cli
+
+            since = replay_cli.parse_since_argument(args.since)
+            client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
+                                             criteria, args.match, args.id, since)
+            replay_cli.check_existing(cfg, args.id, args.exchange, args.subscriber, filter_,
+                                      HeaderCriteria(args.match, criteria) if criteria else None)
+            notice = replay_cli.retained_start_notice(cfg, since)
+            if notice is not None:
+                print(f"bitroute: {notice}", file=sys.stderr, flush=True)
+        print(client_verbs.subscribe(cfg, args.exchange, args.subscriber, filter_,
+                                     criteria, args.match, args.id, since))
     return 0
 
 

@@ -1,0 +1,199 @@
+"""Replay (``subscribe --since``): its rate against the live rate, and live latency beside it.
+
+    python -m benchmarks replay [--publishes 1000000] [--rate 1000] [--seconds 30]
+                                [--set section.key=value]... [--smoke]
+
+The embedded broker and the real ``bitroute run --json`` (:mod:`benchmarks.harness`).
+Three phases on one router:
+
+1. **live**: a backlog of ``--publishes`` publishes (MQTT topics, one in ten
+   ``hit/<n>``, the others ``miss/<n>``, 64-byte payloads), produced as fast as the load
+   driver can, drained by the router with one live subscription ``hit/#`` (10% of the
+   publishes match): the live rate in deliveries/s over its full batches
+   (:func:`benchmarks.e2e.bitroute_run.full_batch_rates`);
+2. **baseline latency**: ``--rate`` publishes/s to ``lat/<n>`` for ``--seconds``, each
+   delivered to a subscriber of ``lat/#``: the publish-to-delivery latency's p50 and p99;
+3. **replay**: the same load again while new subscriptions ``hit/#`` with ``since`` before
+   the backlog (each for a subscriber of its own) replay the backlog one after the other,
+   for the whole window: each replay's rate (deliveries per second, from its start to its
+   last chunk, from ``router/replays.json``) and the live latency under it, as a ratio to
+   the baseline (the issue's target: p99 within 1.25x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from benchmarks.e2e import bitroute_run, kafka_load
+from benchmarks.workload import EXCHANGE, Workload
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.replay import ReplayLedger, state_path
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _subscribe(env: bitroute_run.Env, sub_id: str, subscriber: str, filter_: str,
+               since: datetime | None = None) -> None:
+    value = {"exchange": EXCHANGE, "subscriber": subscriber, "filter": filter_}
+    if since is not None:
+        value["since"] = since.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    producer = Producer({"bootstrap.servers": env.config.kafka.bootstrap})
+    producer.produce(env.config.kafka.subscriptions_topic, json.dumps(value).encode(),
+                     sub_id.encode())
+    assert producer.flush(30) == 0
+
+
+def _workload(topics: list[str]) -> Workload:
+    return Workload("replay", 0, 0, [], topics, "replay benchmark")
+
+
+def _latency(env: bitroute_run.Env, rate: float, seconds: float) -> dict:
+    """``rate`` publishes/s to ``lat/<n>`` for ``seconds``: the latency to subscriber lat."""
+    start_at = time.time() + 3.0
+    window = (start_at + 1.0, start_at + seconds)
+    consumers, cout = kafka_load.start_consumers(
+        env.config.kafka.client_settings, [env.config.kafka.layout.topic("lat")],
+        env.delivery_partitions(), window, start_at + seconds + 120, 1, idle=5)
+    procs, pout, _ = kafka_load.start_publishers(
+        env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE,
+        _workload([f"lat/{i}" for i in range(10)]), rate, seconds, 1, start_at=start_at)
+    kafka_load.join_publishers(procs, pout, timeout=seconds + 300)
+    return kafka_load.join_consumers(consumers, cout, timeout=seconds + 300)
+
+
+def _batches_between(env: bitroute_run.Env, t0: float, t1: float) -> dict:
+    """The live batches that ended in [t0, t1): how many, and median seconds per stage."""
+    import statistics
+
+    chosen = [b for b in env.router.batches if t0 <= _epoch(b["end"]) < t1]
+    out = {"batches": len(chosen)}
+    for stage in ("seconds", "catch_up", "route", "audit"):
+        out[stage] = statistics.median(b.get(stage, 0.0) for b in chosen) if chosen else 0.0
+    return out
+
+
+def _epoch(end) -> float:
+    if isinstance(end, (int, float)):
+        return float(end)
+    return datetime.fromisoformat(str(end)).timestamp()
+
+
+def _replays(env: bitroute_run.Env, since: datetime, until: float, finished: list[dict],
+             stop: threading.Event) -> None:
+    """Replay the backlog again and again (a new subscriber each time) until ``until``."""
+    path = state_path(CheckpointLayout.of(env.config.streaming.checkpoint_dir))
+    k = 0
+    while time.time() < until and not stop.is_set():
+        sub_id = f"replay-{k}"
+        _subscribe(env, sub_id, sub_id, "hit/#", since)
+        asked = time.time()
+        while not stop.is_set():
+            done = [f for f in ReplayLedger.load(path).finished if f["subscription"] == sub_id]
+            if done:
+                finished.append({**done[0], "asked": asked, "at": done[0]["finished_at"],
+                                 "done": done[0]["finished_at"]})
+                break
+            time.sleep(0.1)
+        k += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks replay", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--publishes", type=int, default=1_000_000)
+    ap.add_argument("--rate", type=float, default=1000.0, help="live publishes/s while measuring latency")
+    ap.add_argument("--seconds", type=float, default=30.0, help="each latency window")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--smoke", action="store_true",
+                    help="toy size: 2,000 publishes, 100/s for 4 s")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.publishes, args.rate, args.seconds = 2000, 100.0, 4.0
+    with tempfile.TemporaryDirectory(prefix="bitroute-replay-") as folder:
+        env = bitroute_run.Env(Path(folder), list(args.set))
+        try:
+            env.start_broker()
+            _subscribe(env, "live-hit", "live", "hit/#")
+            _subscribe(env, "lat", "lat", "lat/#")
+            started = env.start_router()
+            _log(f"router running (open {started['open_s']:.1f}s); log {env.router.log_path}")
+            since = datetime.now(timezone.utc) - timedelta(seconds=1)
+            backlog = [f"{'hit' if i == 0 else 'miss'}/{j}" for j in range(10) for i in range(10)]
+            procs, pout, start_at = kafka_load.start_publishers(
+                env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE,
+                _workload(backlog), 0, 3600, 1, count=args.publishes)
+            routed0, batches0 = env.router.routed(), len(env.router.batches)
+            pub = kafka_load.join_publishers(procs, pout, timeout=1800)
+            _log(f"backlog: {pub['sent']:,} publishes in {pub['seconds']:.1f}s")
+            if not env.router.wait_routed(routed0 + pub["sent"], timeout=1800):
+                raise RuntimeError("the backlog was not drained in time")
+            drained = env.router.batches[batches0:]
+            live_pub_s, live_dlv_s = bitroute_run.full_batch_rates(drained)
+            _log(f"live: {live_pub_s:,.0f} publishes/s, {live_dlv_s:,.0f} deliveries/s over "
+                 f"{len(drained)} batches")
+            t0 = time.time()
+            base = _latency(env, args.rate, args.seconds)
+            base["stages"] = _batches_between(env, t0 + 4, t0 + 3 + args.seconds)
+            _log(f"baseline latency: p50 {base['p50_ms']:.1f} ms, p99 {base['p99_ms']:.1f} ms "
+                 f"({base['latency_n']:,} deliveries)")
+            finished: list[dict] = []
+            stop = threading.Event()
+            until = time.time() + 3.0 + args.seconds
+            runner = threading.Thread(target=_replays, args=(env, since, until, finished, stop),
+                                      daemon=True)
+            runner.start()
+            t0 = time.time()
+            under = _latency(env, args.rate, args.seconds)
+            under["stages"] = _batches_between(env, t0 + 4, t0 + 3 + args.seconds)
+            runner.join(timeout=600)
+            stop.set()
+        finally:
+            env.stop()
+    print(report(args, pub["sent"], live_pub_s, live_dlv_s, base, under, finished))
+    return 0
+
+
+def report(args, publishes: int, live_pub_s: float, live_dlv_s: float, base: dict, under: dict,
+           finished: list[dict]) -> str:
+    rates = [f["delivered"] / max(f["at"] - f["started_at"], 1e-6) for f in finished]
+    scans = [f["publishes"] / max(f["at"] - f["started_at"], 1e-6) for f in finished]
+    latencies = [f["done"] - f["asked"] for f in finished]
+    lines = [f"## replay: {publishes:,} retained publishes, 10% matching "
+             f"(--publishes {args.publishes:,} --rate {args.rate:,.0f} --seconds {args.seconds:g})",
+             "", "| | deliveries/s | publishes read/s |", "|---|---:|---:|",
+             f"| live (backlog drain) | {live_dlv_s:,.0f} | {live_pub_s:,.0f} |"]
+    if rates:
+        best = max(range(len(rates)), key=lambda i: rates[i])
+        lines.append(f"| replay (best of {len(rates)}) | {rates[best]:,.0f} | {scans[best]:,.0f} |")
+        lines.append(f"| replay (median) | {sorted(rates)[len(rates) // 2]:,.0f} | "
+                     f"{sorted(scans)[len(scans) // 2]:,.0f} |")
+        lines.append("")
+        lines.append(f"replay: {len(rates)} replays of {finished[0]['delivered']:,} deliveries, "
+                     f"subscribe to last delivery {sorted(latencies)[len(latencies) // 2]:.1f} s "
+                     f"(median); replay / live deliveries/s = {rates[best] / live_dlv_s:.2f}")
+    else:
+        lines.append("| replay | none finished | |")
+    lines += ["", "| live latency at "
+              f"{args.rate:,.0f} publishes/s | p50 ms | p99 ms | deliveries |", "|---|---:|---:|---:|",
+              f"| without a replay | {base['p50_ms']:.1f} | {base['p99_ms']:.1f} | {base['latency_n']:,} |",
+              f"| with replays running | {under['p50_ms']:.1f} | {under['p99_ms']:.1f} | "
+              f"{under['latency_n']:,} |", "",
+              f"live p99 with / without a replay: {under['p99_ms'] / base['p99_ms']:.2f}x "
+              "(target: within 1.25x)", "",
+              "| live batches (median s) | batches | batch | catch_up | route | audit |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, phase in (("without a replay", base), ("with replays running", under)):
+        st = phase["stages"]
+        lines.append(f"| {name} | {st['batches']} | {st['seconds']:.3f} | {st['catch_up']:.3f} "
+                     f"| {st['route']:.3f} | {st['audit']:.3f} |")
+    return "\n".join(lines)
