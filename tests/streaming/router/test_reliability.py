@@ -4,6 +4,11 @@ through a real router (``bitroute run`` as a child), a real broker and real Delt
 Each test runs one campaign case with small sizes and asserts on its checks: every
 check of the case must pass, and the figures that matter are asserted by name, so
 that a case that silently did less (no kill fired, nothing rejected) fails too.
+
+Every case but the broker kills runs on the session's broker (topics of its own),
+and every JVM a case starts (its routers, a broker of its own) runs with
+``short_jvm.SHORT_JVM``: the routers here live seconds between kills, and their
+start is most of each test's time.
 """
 
 from __future__ import annotations
@@ -11,11 +16,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from short_jvm import short_jvm_options
 
 from tests.reliability import cases
 from tests.reliability.cases import Options, Result
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _short_jvms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routers and brokers a case starts inherit the environment."""
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", short_jvm_options())
 
 
 def _failed(result: Result) -> str:
@@ -28,14 +40,15 @@ def _value(result: Result, name: str) -> object:
 
 
 def test_fuzzed_bad_publishes_and_changes_are_rejected_and_good_traffic_is_delivered(
-        tmp_path: Path):
+        tmp_path: Path, kafka_bootstrap: str):
     """200 bad publishes of every category and 200 bad subscription changes mixed into
-    good traffic, on a broker of its own (so that any topic created outside the delivery
-    namespace is seen): every bad record in bitroute.rejected and the audit with a
-    reason, every good pair delivered and audited once, the router never stopped."""
+    good traffic, on the session's broker (the tests run one at a time, so any topic
+    that appears during the case outside its delivery namespace is the router's):
+    every bad record in bitroute.rejected and the audit with a reason, every good pair
+    delivered and audited once, the router never stopped."""
     result = cases.fuzz(tmp_path, Options(
         subscriptions=300, subscribers=30, fuzz_publishes=200, fuzz_changes=200,
-        max_offsets=200, timeout_s=100))
+        max_offsets=200, bootstrap=kafka_bootstrap, timeout_s=100))
     assert result.passed, _failed(result)
     assert _value(result, "bad publishes in bitroute.rejected with a reason") == "200 of 200"
     assert _value(result, "bad changes in bitroute.rejected with a reason") == "200 of 200"
