@@ -103,3 +103,37 @@ def test_broker_sigkilled_and_restarted_mid_run_loses_nothing_without_operator_a
     assert result.passed, _failed(result)
     assert _value(result, "router restarts (operator actions)") == 0
     assert len(result.figures["outages"]) == 1, "the broker was not killed exactly once"
+
+
+def test_the_ledger_accounts_each_deleted_publish_by_one_lost_row_of_the_routers_format():
+    """The campaign's ``lost`` kind against the rows the router writes (``gap_rows``): a
+    publish Kafka deleted unread is covered by exactly one lost row, not counted missing;
+    a lost row over a publish the router routed, or a deleted publish no row covers, fails."""
+    from streaming.router.retention import RetentionGap, gap_rows
+    from tests.reliability.ledger import Ledger
+
+    def ledger(lost_rows: list[RetentionGap]) -> dict:
+        book = Ledger("t", "d.")
+        for offset in range(6):
+            book.add(f"t/0/{offset}", ("a",))
+        assert book.lose("t/0/2") and book.lose("t/0/3") and not book.lose("t/0/9")
+        book.seal()
+        for offset in (0, 1, 4, 5):
+            book.delivered(f"t/0/{offset}", "a")
+            book.audit_delivery(f"t/0/{offset}", "a")
+            book.audit_message(f"t/0/{offset}", "routed", None, 1)
+        for row in gap_rows(lost_rows).to_pylist():
+            book.audit_message(row["message_id"], row["outcome"], row["reason"], 0)
+        return book.summary()
+
+    exact = ledger([RetentionGap("t", 0, 2, 3, None), RetentionGap("t", 0, 3, 4, None)])
+    assert (exact["lost"], exact["lost_reported"], exact["lost_unreported"],
+            exact["lost_repeated"], exact["lost_rows"], exact["lost_rows_wrong"]) == (2, 2, 0, 0, 2, 0)
+    assert (exact["kafka_missing"], exact["messages_missing"], exact["outcome_wrong"],
+            exact["pairs"]) == (0, 0, 0, 4)
+    too_wide = ledger([RetentionGap("t", 0, 1, 4, None)])
+    assert (too_wide["lost_reported"], too_wide["lost_rows_wrong"]) == (2, 1)
+    none = ledger([])
+    assert (none["lost_unreported"], none["lost_rows"]) == (2, 0)
+    twice = ledger([RetentionGap("t", 0, 2, 4, None), RetentionGap("t", 0, 3, 4, None)])
+    assert twice["lost_repeated"] == 1
