@@ -124,7 +124,12 @@ def _log(msg: str) -> None:
 def _delivery_checks(result: Result, s: dict, what: str = "publishes", gone: int = 0) -> None:
     """The checks of every case; ``gone``: pairs missing in Kafka that the case accounts
     for itself (deliveries Kafka acknowledged into a topic later deleted)."""
-    result.check(f"{what} acknowledged by Kafka (good / bad)", f"{s['good']:,} / {s['bad']:,}", None)
+    if s.get("lost"):
+        result.check(f"{what} acknowledged by Kafka (good / bad / deleted unread)",
+                     f"{s['good']:,} / {s['bad']:,} / {s['lost']:,}", None)
+    else:
+        result.check(f"{what} acknowledged by Kafka (good / bad)", f"{s['good']:,} / {s['bad']:,}",
+                     None)
     result.check("expected (publish, subscriber) pairs", f"{s['pairs']:,}", None)
     if gone:
         result.check("pairs missing in Kafka, besides those gone with the deleted topic",
