@@ -4,7 +4,8 @@ killed with everything it started.
 
 conftest.py's ``router_process`` fixture starts one and kills it at the end of the test
 if the test did not stop it; fixtures of a wider scope use :class:`RouterProcess`
-directly and stop it themselves.
+directly and stop it themselves. Its JVMs run with ``short_jvm.SHORT_JVM`` (a router
+of a test lives seconds to minutes; its start is most of its cost).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from confluent_kafka import Producer
 from schemas.records import EXCHANGE_HEADER, message_id
 from streaming.config import Config
 
+from short_jvm import short_jvm_options
 from waiting import wait_until
 
 DEADLINE_S = 600.0
@@ -36,8 +38,11 @@ class RouterProcess:
     def __init__(self, settings: dict[str, str], log: Path, cwd: Path | None = None,
                  command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         """``command`` (default: this Python's ``bitroute run``) gets ``settings`` as
-        ``--set`` flags after it."""
+        ``--set`` flags after it; ``env`` (default: this process's) gets
+        ``JAVA_TOOL_OPTIONS`` with ``short_jvm.SHORT_JVM``."""
         flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+        env = dict(os.environ if env is None else env)
+        env["JAVA_TOOL_OPTIONS"] = short_jvm_options(env)
         self._log = log.open("a")
         self.process = subprocess.Popen(
             [*(command or [sys.executable, "-m", "streaming.cli.main", "run"]), *flags],

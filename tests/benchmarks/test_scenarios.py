@@ -6,7 +6,7 @@ scenario fails CI the day it breaks. Each scenario starts what it needs (``bitro
 run``, Spark) in a process of its own and stops it, bounded by :data:`TIMEOUT_S`; the
 broker is the session's (``--bootstrap``, each scenario's topics named apart), since
 starting one per scenario was a large part of the smoke runs' time, and every JVM a
-scenario starts runs with :data:`SHORT_JVM` (docs/benchmarks.md, the smoke run in CI).
+scenario starts runs with ``short_jvm.SHORT_JVM`` (docs/benchmarks.md, the smoke run in CI).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import SCENARIOS
+from short_jvm import short_jvm_options
 from streaming import kafka
 from waiting import wait_until
 
@@ -26,10 +27,6 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
-#: For JVMs that live seconds: the C1 compiler alone and the serial collector, what
-#: bitroute already gives a cluster's driver (streaming.router.session); a quarter off a
-#: router's start at toy size (open 17.4 s -> 13.0 s), the code paths unchanged.
-SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: A line each scenario prints only once it measured something.
 FIGURE = {
     "compiler": "| bitroute |",
@@ -50,11 +47,11 @@ FIGURE = {
 
 def run_benchmarks(*args: str, tmp: Path | None = None,
                    timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """``python -m benchmarks *args`` from the checkout, its JVMs with :data:`SHORT_JVM`;
+    """``python -m benchmarks *args`` from the checkout, its JVMs with ``short_jvm.SHORT_JVM``;
     its temporary folders (the scenarios' work folders among them) under ``tmp``."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-        JAVA_TOOL_OPTIONS=" ".join(o for o in (os.environ.get("JAVA_TOOL_OPTIONS"), SHORT_JVM) if o))
+        JAVA_TOOL_OPTIONS=short_jvm_options())
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
     return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT, env=env,

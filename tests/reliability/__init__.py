@@ -1,5 +1,6 @@
 """The fault campaign of issue 12: router and broker SIGKILLs, a 3-broker cluster, fuzzed
-input and a soak, each checked end to end against what was published.
+input and a soak, each checked end to end against what was published; and issue 30's
+month-three faults (publishes lost to retention, a deleted delivery topic, ...).
 
 Run by hand: ``python -m tests.reliability <case>`` (see ``__main__``); the
 figures and the command that reproduces them are in docs/reliability.md. The

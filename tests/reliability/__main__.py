@@ -1,6 +1,6 @@
 """``python -m tests.reliability``: the fault campaign of issue 12, case by case, at full size.
 
-    python -m tests.reliability {kills,broker-kills,cluster,fuzz,soak,all} [options]
+    python -m tests.reliability {kills,broker-kills,cluster,fuzz,soak,retention-gap,deleted-topic,all} [options]
 
 Each case starts its own Kafka (one embedded broker, or a 3-node KRaft cluster for
 ``cluster``) and its own router (``bitroute run``) on free loopback ports, in a
@@ -83,13 +83,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executors", action="store_true",
                     help="kills: every batch routed on the executors, whose Python workers "
                          "carry the task-files kill point")
+    ap.add_argument("--gap-routed", type=int, default=d.gap_routed,
+                    help="retention-gap: publishes routed before the router stops")
+    ap.add_argument("--gap-down", type=int, default=d.gap_down,
+                    help="retention-gap: publishes written while it is down; the first 3/4 of "
+                         "each partition's are deleted (default %(default)s)")
+    ap.add_argument("--gap-after", type=int, default=d.gap_after,
+                    help="retention-gap: publishes written after the deletion")
+    ap.add_argument("--topic-publishes", type=int, default=d.topic_publishes,
+                    help="deleted-topic: publishes (default %(default)s)")
+    ap.add_argument("--topic-rate", type=float, default=d.topic_rate,
+                    help="deleted-topic: publishes/s (default %(default)s)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
-    options = Options(args.publishes, args.subscriptions, args.subscribers, args.kills,
-                      args.broker_kills, args.down, args.fuzz_publishes, args.fuzz_changes,
-                      args.good_per_bad, args.soak_minutes, args.soak_rate, args.soak_backlog,
-                      args.max_offsets, args.rate, args.seed, args.timeout,
-                      executors=args.executors)
+    options = Options(
+        publishes=args.publishes, subscriptions=args.subscriptions, subscribers=args.subscribers,
+        kills=args.kills, broker_kills=args.broker_kills, down_s=args.down,
+        fuzz_publishes=args.fuzz_publishes, fuzz_changes=args.fuzz_changes,
+        good_per_bad=args.good_per_bad, soak_minutes=args.soak_minutes, soak_rate=args.soak_rate,
+        soak_backlog=args.soak_backlog, max_offsets=args.max_offsets, rate=args.rate,
+        seed=args.seed, timeout_s=args.timeout, executors=args.executors,
+        gap_routed=args.gap_routed, gap_down=args.gap_down, gap_after=args.gap_after,
+        topic_publishes=args.topic_publishes, topic_rate=args.topic_rate)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-reliability-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results_path = args.results or workdir / "results.json"

@@ -7,8 +7,15 @@ raw figures for the JSON file.
 - :func:`cluster`: a 3-broker KRaft cluster, one broker SIGKILLed mid-run and revived.
 - :func:`fuzz`: bad publishes and bad subscription changes mixed into good traffic.
 - :func:`soak`: a paced run at half the sustained rate, memory and folders sampled.
+
+The month-three faults (issue 30), one case each:
+
+- :func:`retention_gap`: publishes Kafka deleted (DeleteRecords) while the router was
+  stopped: reported ``lost``, everything else delivered.
+- :func:`deleted_topic`: a subscriber's delivery topic deleted while the router runs:
+  recreated, nothing lost by the router.
 - :func:`restore`: the router's state folder copied while it routes, the router run on,
-  stopped and restored from the copy (issue 30).
+  stopped and restored from the copy.
 
 Every case builds its own :class:`~.stage.Stage` in its own folder and tears it
 down, whatever happens.
@@ -20,6 +27,7 @@ import json
 import random
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,10 +36,21 @@ import psutil
 
 from tests.reliability import fuzz as fuzzing
 from tests.reliability.faulty_router import POINTS, arm
-from tests.reliability.kafka_io import CampaignError, lag, topic_names
+from tests.reliability.kafka_io import (
+    CampaignError,
+    committed_offsets,
+    delete_records,
+    delete_topic,
+    end_offsets,
+    lag,
+    read_topics,
+    topic_names,
+    topic_partitions,
+)
 from tests.reliability.ledger import Ledger
 from tests.reliability.stage import Churn, Stage
 from tests.reliability.workload import Workload
+from schemas.records import MESSAGE_ID_HEADER, message_id
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.process import pid_alive
 
@@ -61,6 +80,16 @@ class Options:
     broker_kill_after_s: tuple[float, float] = (10.0, 25.0)  # random wait before a broker kill
     bootstrap: str | None = None  # an existing Kafka (kills and fuzz only); None = start one
     executors: bool = False  # kills: every batch routed on the executors (their audit files)
+    # retention-gap: routed before the router stops; published while it is down (the
+    # first GAP_SHARE of each partition's then deleted); published after the deletion
+    gap_routed: int = 10_000
+    gap_down: int = 40_000
+    gap_after: int = 10_000
+    # deleted-topic: publishes at topic_rate/s; the busiest subscriber's topic deleted
+    # once topic_delete_at of them are acknowledged
+    topic_publishes: int = 60_000
+    topic_rate: float = 2000.0
+    topic_delete_at: float = 1 / 3
 
 
 @dataclass
@@ -95,10 +124,21 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _delivery_checks(result: Result, s: dict, what: str = "publishes") -> None:
-    result.check(f"{what} acknowledged by Kafka (good / bad)", f"{s['good']:,} / {s['bad']:,}", None)
+def _delivery_checks(result: Result, s: dict, what: str = "publishes", gone: int = 0) -> None:
+    """The checks of every case; ``gone``: pairs missing in Kafka that the case accounts
+    for itself (deliveries Kafka acknowledged into a topic later deleted)."""
+    if s.get("lost"):
+        result.check(f"{what} acknowledged by Kafka (good / bad / deleted unread)",
+                     f"{s['good']:,} / {s['bad']:,} / {s['lost']:,}", None)
+    else:
+        result.check(f"{what} acknowledged by Kafka (good / bad)", f"{s['good']:,} / {s['bad']:,}",
+                     None)
     result.check("expected (publish, subscriber) pairs", f"{s['pairs']:,}", None)
-    result.check("pairs missing in Kafka", s["kafka_missing"], s["kafka_missing"] == 0)
+    if gone:
+        result.check("pairs missing in Kafka, besides those gone with the deleted topic",
+                     s["kafka_missing"] - gone, s["kafka_missing"] == gone)
+    else:
+        result.check("pairs missing in Kafka", s["kafka_missing"], s["kafka_missing"] == 0)
     result.check("duplicate deliveries in Kafka (at least once)", s["kafka_duplicates"], None)
     result.check("unexpected deliveries (wrong subscriber, exchange, or a bad publish)",
                  s["kafka_unexpected"], s["kafka_unexpected"] == 0)
@@ -661,8 +701,223 @@ def _slopes(samples: list[dict]) -> dict:
     return out
 
 
-CASES = {"kills": kills, "broker-kills": broker_kills, "cluster": cluster, "fuzz": fuzz,
-         "soak": soak, "restore": restore}
+# --- retention gap (issue 30) --------------------------------------------------------------
+GAP_SHARE = 3 / 4
+"""The share of each partition's publishes written while the router is down that the
+retention-gap case deletes (the rest of them, and all later ones, must be delivered)."""
+
+
+def retention_gap(folder: Path, o: Options) -> Result:
+    """``o.gap_routed`` publishes routed; the router stopped; ``o.gap_down`` published,
+    the first ``GAP_SHARE`` of them in each partition deleted with Kafka's DeleteRecords
+    (what retention does to a router down longer than it), ``o.gap_after`` more published;
+    the router restarted. Every deleted publish must be covered by exactly one ``lost``
+    row of the audit, every other one delivered and audited exactly once."""
+    result = Result("retention-gap")
+    w = _workload(o)
+    with Stage(folder, 1, bootstrap=o.bootstrap) as stage:
+        stage.start(o.max_offsets)
+        _subscribe(stage, w)
+        stage.start_router()
+        k = stage.config.kafka
+        topic, checkpoint = k.publishes_topic, Path(stage.settings["streaming.checkpoint_dir"])
+        ledger = Ledger(topic, k.deliveries_topic_prefix)
+        stage.publish_good(w, ledger, o.gap_routed, 0, o.seed).join(o.timeout_s)
+        stage.wait_routed(o.timeout_s)
+        stopped = stage.router.terminate()
+        read_to = committed_offsets(checkpoint)
+        down = stage.publish_good(w, ledger, o.gap_down, 0, o.seed + 21)
+        down.join(o.timeout_s)
+        ends = {p: end for (_, p), end in end_offsets(k.client_settings, [topic]).items()}
+        cut = {p: read_to.get(p, 0) + int((end - read_to.get(p, 0)) * GAP_SHARE)
+               for p, end in ends.items()}
+        delete_records(k.client_settings, topic, cut)
+        deleted = sum(ledger.lose(message_id(topic, p, offset))
+                      for p, end in cut.items() for offset in range(read_to.get(p, 0), end))
+        _log(f"router stopped at {read_to}; {o.gap_down:,} published, {deleted:,} of them "
+             f"deleted (DeleteRecords before {cut})")
+        after = stage.publish_good(w, ledger, o.gap_after, 0, o.seed + 22)
+        after.join(o.timeout_s)
+        restarted = time.monotonic()
+        up_s = stage.start_router()
+        routed_s = stage.wait_routed(o.timeout_s)
+        resume_s = time.monotonic() - restarted
+        _log(f"router back in {up_s:.0f}s, every retained publish routed {resume_s:.0f}s after "
+             "the restart")
+        alive = stage.router.alive()
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        s = ledger.summary()
+        gap_lines = stage.router.log_lines("were deleted by Kafka (retention or DeleteRecords)")
+        reported_in_batches = stage.router.lost
+    failed = down.failed + after.failed
+    result.check("publishes deleted unread (DeleteRecords while the router was down)",
+                 f"{s['lost']:,}", s["lost"] == deleted > 0)
+    result.check("deleted publishes reported lost (one lost row covering each)",
+                 f"{s['lost_reported']:,}", s["lost_reported"] == s["lost"])
+    result.check("deleted publishes without a lost row", s["lost_unreported"],
+                 s["lost_unreported"] == 0)
+    result.check("deleted publishes in more than one lost row", s["lost_repeated"],
+                 s["lost_repeated"] == 0)
+    # A row per partition and batch: a batch bounded by max_offsets_per_trigger that ends
+    # before the earliest retained offset records its part of the gap, the next the rest.
+    result.check("lost rows (one per partition range a batch met) / wrong ones",
+                 f"{s['lost_rows']} / {s['lost_rows_wrong']}",
+                 s["lost_rows_wrong"] == 0 and s["lost_rows"] > 0)
+    result.check("lost in the batch lines (bitroute run)", f"{reported_in_batches:,}",
+                 reported_in_batches == s["lost"])
+    result.check("gap lines in the router's log", gap_lines, gap_lines >= 1)
+    result.check("publishes the load driver could not write", failed, failed == 0)
+    _delivery_checks(result, s)
+    _changelog_checks(result, stage, rows)
+    result.check("router restart: up (s) / every retained publish routed (s)",
+                 f"{up_s:.0f} / {resume_s:.0f}", None)
+    result.check("router exit status after SIGTERM (stop, end)", f"{stopped}, {status}",
+                 stopped == 0 and status == 0 and alive)
+    result.figures.update({"summary": s, "deleted_before": cut, "read_to": read_to,
+                           "deleted": deleted, "restart_up_s": round(up_s, 1),
+                           "resume_s": round(resume_s, 1), "routed_after_restart_s": round(routed_s, 1),
+                           "gap_lines": gap_lines})
+    return result
+
+
+# --- deleted delivery topic (issue 30) --------------------------------------------------------
+RECREATED_LINE = "did not exist (deleted while subscriptions feed it): created it again"
+"""What the router logs once when it recreates a delivery topic (router/routing.py)."""
+TOPIC_PARTITIONS = 2
+WARM_UP = 500
+"""Publishes routed before the paced ones of the deleted-topic case."""
+"""``kafka.delivery_partitions`` of the deleted-topic case: a topic the broker
+auto-created instead of the router would have the broker's default, 1."""
+
+
+def deleted_topic(folder: Path, o: Options) -> Result:
+    """``o.topic_publishes`` publishes at ``o.topic_rate``/s; once ``o.topic_delete_at``
+    of them are acknowledged, the delivery topic of the busiest subscriber is read to
+    its end (the copy) and deleted, as an administrator would, while the router routes.
+
+    What the case asserts, precisely: deliveries Kafka acknowledged into the topic
+    before it was deleted are gone with it and are not the router's to lose; the
+    router must lose nothing else. So every (publish, subscriber) pair is in Kafka
+    (the copy, the recreated topic, the other subscribers' topics) except the victim's
+    pairs of publishes written before the deletion completed that are not in the copy
+    (the window between the copy and the deletion: counted, reported); each of those
+    has its ``deliveries`` audit row, as every pair must (the router was told Kafka
+    had it). Every victim pair of a publish written after the deletion completed is in
+    the recreated topic; no publish is rejected; the recreated topic has the layout's
+    partitions; the router never stops."""
+    result = Result("deleted-topic")
+    w = _workload(o)
+    sample = Counter(s for p in w.publishes(2000, o.seed + 31) for s in w.expected(p))
+    victim = sample.most_common(1)[0][0]
+    settings = {"kafka.delivery_partitions": str(TOPIC_PARTITIONS)}
+    with Stage(folder, 1, settings, bootstrap=o.bootstrap) as stage:
+        stage.start(o.max_offsets)
+        _subscribe(stage, w)
+        stage.start_router()
+        k = stage.config.kafka
+        topic = k.layout.topic(victim)
+        ledger = Ledger(k.publishes_topic, k.deliveries_topic_prefix)
+        # A warm router first (its first batches pay Spark's and the workers' start), so
+        # that the deletion meets steady routing.
+        stage.publish_good(w, ledger, WARM_UP, 0, o.seed + 31).join(o.timeout_s)
+        stage.wait_routed(o.timeout_s)
+        publisher = stage.publish_good(w, ledger, o.topic_publishes, o.topic_rate, o.seed + 32)
+        due = int(o.topic_publishes * o.topic_delete_at)
+        checkpoint = Path(stage.settings["streaming.checkpoint_dir"])
+        deadline = time.monotonic() + o.timeout_s
+        # The deletion comes while routing is under way: due publishes acknowledged, some
+        # batches committed and deliveries in the victim's topic.
+        while publisher.acked < due or not sum(committed_offsets(checkpoint).values()) or not sum(
+                end_offsets(k.client_settings, [topic]).values()):
+            if time.monotonic() > deadline or publisher.done.is_set():
+                raise CampaignError("the router was not routing into the victim's topic while "
+                                    "publishes flowed; raise --topic-publishes")
+            time.sleep(0.05)
+        # The window: a victim delivery can be in the deleted topic and not in the copy
+        # only if its publish was not yet committed by the router when the copy began
+        # (a batch commits after Kafka acknowledged its deliveries) and was written
+        # before the deletion completed.
+        committed = committed_offsets(checkpoint)
+        copy: list[str] = []
+        read_topics(k.client_settings, [topic], lambda m: copy.append(
+            (dict(m.headers() or []).get(MESSAGE_ID_HEADER) or b"").decode()), 120)
+        t = time.monotonic()
+        delete_topic(k.client_settings, topic)
+        deleted_s = time.monotonic() - t
+        published_before = {p: end for (_, p), end in end_offsets(
+            k.client_settings, [k.publishes_topic]).items()}
+        _log(f"{topic} ({victim}) deleted in {deleted_s:.1f}s with {len(copy):,} deliveries "
+             f"read before; publishes written by then: {published_before}")
+        deleted_at = time.monotonic()
+        while topic_partitions(k.client_settings, topic) == 0 or not any(
+                end for end in end_offsets(k.client_settings, [topic]).values()):
+            if time.monotonic() - deleted_at > o.timeout_s or not stage.router.alive():
+                raise CampaignError(f"{topic} was not recreated with a delivery in it")
+            time.sleep(0.1)
+        recovery_s = time.monotonic() - deleted_at
+        _log(f"{topic} recreated with a delivery in it {recovery_s:.1f}s after its deletion")
+        publisher.join(o.timeout_s)
+        stage.wait_routed(o.timeout_s)
+        partitions = topic_partitions(k.client_settings, topic)
+        alive, starts = stage.router.alive(), stage.router.starts
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        for mid in copy:
+            ledger.delivered(mid, victim)
+        s = ledger.summary()
+        recreated_lines = stage.router.log_lines(RECREATED_LINE)
+    missing = ledger.missing(victim)
+    in_window = [m for m in missing
+                 if committed.get(_offset(m)[0], 0) <= _offset(m)[1]
+                 < published_before.get(_offset(m)[0], 0)]
+    window = sum(end - committed.get(p, 0) for p, end in published_before.items())
+    result.check("subscriber whose topic was deleted; deliveries read before the deletion",
+                 f"{victim}; {len(copy):,}", len(copy) > 0)
+    result.check("publishes in the window (not yet routed when the copy began, written "
+                 "before the deletion completed)", f"{window:,}", None)
+    result.check("victim deliveries gone with the deleted topic (of window publishes, "
+                 "not in the copy)", len(in_window), None)
+    result.check("victim deliveries lost by the router (missing outside the window)",
+                 len(missing) - len(in_window), len(missing) == len(in_window))
+    result.check("deletion to a delivery in the recreated topic (s)", f"{recovery_s:.1f}", None)
+    result.check("recreated topic's partitions (the layout's)", partitions,
+                 partitions == TOPIC_PARTITIONS)
+    result.check("recreation lines in the router's log", recreated_lines, recreated_lines >= 1)
+    result.check("publishes the load driver could not write", publisher.failed,
+                 publisher.failed == 0)
+    result.check("publishes rejected", f"{len(rejected.publishes):,}", not rejected.publishes)
+    _delivery_checks(result, s, gone=len(in_window))
+    _changelog_checks(result, stage, rows)
+    result.check("router stopped or restarted", f"alive={alive}, starts={starts}",
+                 alive and starts == 1)
+    result.check("router exit status after SIGTERM", status, status == 0)
+    result.figures.update({"summary": s, "victim": victim, "copy": len(copy),
+                           "gone_with_topic": len(in_window), "lost_by_router":
+                           len(missing) - len(in_window), "recovery_s": round(recovery_s, 1),
+                           "published_before_deletion": published_before,
+                           "committed_before_copy": committed, "window": window,
+                           "recreated_lines": recreated_lines})
+    return result
+
+
+def _offset(mid: str) -> tuple[int, int]:
+    """(partition, offset) of a message id."""
+    head, _, offset = mid.rpartition("/")
+    return int(head.rpartition("/")[2]), int(offset)
+
+
+CASES = {
+    "kills": kills,
+    "broker-kills": broker_kills,
+    "cluster": cluster,
+    "fuzz": fuzz,
+    "soak": soak,
+    "retention-gap": retention_gap,
+    "deleted-topic": deleted_topic,
+    "restore": restore,
+}
+"""Case name (``python -m tests.reliability <name>``) -> case; ``all`` runs them in this order."""
 
 
 def dump(results: list[Result], path: Path, options: Options, command: str) -> None:

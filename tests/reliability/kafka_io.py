@@ -213,3 +213,36 @@ def lag(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path) -> in
     done = committed_offsets(checkpoint_dir)
     return sum(max(0, o - done.get(p, 0))
                for (t, p), o in end_offsets(bootstrap, [topic]).items())
+
+
+def delete_records(bootstrap: str | ClientSettings, topic: str, before: dict[int, int]) -> None:
+    """Kafka's DeleteRecords (what retention does): partition -> the offset every record
+    before which is deleted. Raises CampaignError unless each low watermark is there."""
+    admin = kafka.admin(ClientSettings.coerce(bootstrap))
+    asked = [TopicPartition(topic, p, o) for p, o in sorted(before.items())]
+    for tp, future in admin.delete_records(asked, request_timeout=60).items():
+        low = future.result(timeout=60).low_watermark
+        if low != tp.offset:
+            raise CampaignError(f"DeleteRecords left {topic} partition {tp.partition} at {low}, "
+                                f"not {tp.offset}")
+
+
+def delete_topic(bootstrap: str | ClientSettings, topic: str, timeout: float = 60.0) -> None:
+    """Delete ``topic`` and wait until the cluster's metadata no longer lists it."""
+    admin = kafka.admin(ClientSettings.coerce(bootstrap))
+    admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout)
+    deadline = time.monotonic() + timeout
+    while topic in admin.list_topics(timeout=30).topics:
+        if time.monotonic() > deadline:
+            raise CampaignError(f"{topic} still listed {timeout:.0f}s after its deletion")
+        time.sleep(0.1)
+
+
+def topic_partitions(bootstrap: str | ClientSettings, topic: str) -> int:
+    """Partitions of ``topic``; 0 when it does not exist. (The whole cluster's metadata:
+    asking for the topic by name lets a broker with auto.create.topics.enable create it.)"""
+    described = kafka.admin(ClientSettings.coerce(bootstrap)).list_topics(
+        timeout=30).topics.get(topic)
+    if described is None or described.error is not None:
+        return 0
+    return len(described.partitions)

@@ -25,6 +25,7 @@ from tests.reliability import faulty_router
 ROOT = Path(__file__).resolve().parents[2]
 READY = "Ctrl-C stops after the current batch"
 BATCH = re.compile(r"^batch (\d+): (\d+) publishes, (\d+) deliveries, (\d+) rejected")
+LOST = re.compile(r" (\d+) lost to retention, ")
 START_TIMEOUT_S = 300.0
 
 
@@ -43,6 +44,7 @@ class Router:
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self.batches = 0
+        self.lost = 0  # publishes the batch lines reported lost to retention
         self.fault_lines: list[str] = []
         self.errors: list[str] = []
         self._ready = threading.Event()
@@ -91,6 +93,8 @@ class Router:
                 self._ready.set()
             elif BATCH.match(line):
                 self.batches += 1
+                lost = LOST.search(line)
+                self.lost += int(lost.group(1)) if lost else 0
             elif line.startswith("FAULT "):
                 self.fault_lines.append(line)
                 self._fault.set()
@@ -190,6 +194,14 @@ class Router:
         faulty_router.disarm(self.faults)
 
     # --- observation -----------------------------------------------------------------
+    def log_lines(self, text: str) -> int:
+        """Lines of the router's log (stdout and stderr, every start) containing ``text``."""
+        try:
+            with self.log_path.open(errors="replace") as log:
+                return sum(text in line for line in log)
+        except FileNotFoundError:
+            return 0
+
     def pids(self) -> dict[str, list[int]]:
         """Role -> pids: the Python driver, the Spark JVM, the Python workers."""
         if not self.alive():

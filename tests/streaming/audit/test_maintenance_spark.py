@@ -43,6 +43,7 @@ from deltalake import DeltaTable
 from docs_session import SPARK_TIMEOUT_S, docs_session_script
 from isolation import isolated_settings
 from router_process import RouterProcess
+from short_jvm import short_jvm_options
 from waiting import wait_until
 
 from schemas.records import EXCHANGE_HEADER, message_id
@@ -127,9 +128,11 @@ class UserSpark:
     def __init__(self, script: str, workdir: Path) -> None:
         (workdir / "user.py").write_text(script)
         self._log = (workdir / "user-spark.log").open("w")
+        # Its JVM lives a minute or two: short_jvm's options, as the router's (RouterProcess).
         self.process = subprocess.Popen([sys.executable, "user.py"], cwd=workdir, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self._log, start_new_session=True)
+                                        stderr=self._log, start_new_session=True,
+                                        env=dict(os.environ, JAVA_TOOL_OPTIONS=short_jvm_options()))
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pyspark
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
@@ -275,12 +276,19 @@ def _assert_workers_python_is_bare(tmp_path: Path) -> None:
         assert bare.returncode != 0, f"the workers' Python imports {module} by itself"
 
 
-def _assert_executors_ran_the_packed_python(work_dirs: list[Path]) -> None:
+def _applications(work_dirs: list[Path]) -> set[Path]:
+    """The application folders the workers hold (one per application run there)."""
+    return {d for w in work_dirs for d in w.glob("app-*") if d.is_dir()}
+
+
+def _assert_executors_ran_the_packed_python(work_dirs: list[Path], earlier: set[Path]) -> None:
     """Matching ran in executors that the workers launched as separate processes,
-    in the Python of the archive Spark unpacked in each executor's folder."""
+    in the Python of the archive Spark unpacked in each executor's folder; only the
+    applications started since ``earlier`` (the cluster is the module's) count."""
     from streaming import pack
 
-    executors = [d for w in work_dirs for d in w.glob("app-*/*") if d.is_dir()]
+    executors = [d for app in _applications(work_dirs) - earlier for d in app.iterdir()
+                 if d.is_dir()]
     assert len(executors) >= 2, executors
     unpacked = [d / pack.ENVIRONMENT for d in executors]
     assert all((env / "bin" / "python").exists() for env in unpacked), unpacked
@@ -314,48 +322,60 @@ def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter
     return ids, gamma, delta
 
 
+@pytest.fixture(scope="module")
+def s3_cluster(tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[tuple[s3_server.S3Server, str, list[Path]]]:
+    """One S3 server and one standalone cluster (its hosts with the server's credentials)
+    for this module's cluster tests: their start is paid once. Each test's application
+    ends with the test (its router stopped or killed), freeing the workers' cores."""
+    root = tmp_path_factory.mktemp("cluster")
+    with s3_server.running(root / "s3.log") as s3, \
+            standalone_cluster(root, environ=s3.environ) as (master, work_dirs):
+        yield s3, master, work_dirs
+
+
 def test_the_router_routes_on_a_standalone_cluster_with_matching_on_executors(
-        base_config: Config, tmp_path: Path):
+        base_config: Config, tmp_path: Path, s3_cluster):
     """`bitroute run --set spark.master=spark://...` as docs/running.md gives it: the
     executors get bitroute from the application (bitroute pack, spark.archives), route
     every batch and write its audit files into an object-store warehouse (a real S3
     server on loopback, the credentials in the hosts' environment only); the driver
     commits them; a second router on the same topic and warehouse is refused."""
     _assert_workers_python_is_bare(tmp_path)
-    with s3_server.running(tmp_path / "s3.log") as s3, \
-            standalone_cluster(tmp_path, environ=s3.environ) as (master, work_dirs):
-        settings = isolated_settings(base_config, tmp_path, **{"spark.master": master},
-                             **CLUSTER_SETTINGS, **{"delta.warehouse": s3.warehouse("cluster"),
-                                                    "audit.commit_interval": "500 milliseconds"})
-        config = load(overrides=settings, environ={})
-        client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
-        client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
-        driver_env = {**_driver_environment(), **s3.environ}
-        bitroute = str(Path(sys.executable).parent / "bitroute")
-        router = RouterProcess(settings, tmp_path / "router.log", command=[bitroute, "run"],
-                               env=driver_env)
-        ids, gamma, delta = _route_on(config, router)
-        try:
-            other = {**settings, "streaming.checkpoint_dir": str(tmp_path / "other")}
-            second = subprocess.run(
-                [bitroute, "run", *(a for k, v in other.items() for a in ("--set", f"{k}={v}"))],
-                env=driver_env, capture_output=True, text=True, timeout=600)
-            assert second.returncode == 1, second.stderr[-2000:]
-            assert second.stderr.strip().splitlines()[-1].startswith(
-                "bitroute: error: cannot start the router: another router routes "
-                f"{settings['kafka.publishes_topic']} into {settings['delta.warehouse']}: "
-                "router "), second.stderr[-2000:]
-            audited = wait_until(lambda: _s3_audit(settings, driver_env, len(ids)),
-                                 "every publish audited on S3", timeout=120)
-        finally:
-            status = router.terminate()  # kills it if it does not stop
-        assert status == 0
-        assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
-        assert audited == set(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20))
-        batches = [line for line in router.seen if line.startswith("batch ")]
-        assert batches and all("routed in the executors" in line for line in batches), batches
-        _assert_executors_ran_the_packed_python(work_dirs)
-        assert s3.environ["AWS_SECRET_ACCESS_KEY"] not in (tmp_path / "router.log").read_text()
+    s3, master, work_dirs = s3_cluster
+    earlier = _applications(work_dirs)
+    settings = isolated_settings(base_config, tmp_path, **{"spark.master": master},
+                                 **CLUSTER_SETTINGS, **{"delta.warehouse": s3.warehouse("cluster"),
+                                                        "audit.commit_interval": "500 milliseconds"})
+    config = load(overrides=settings, environ={})
+    client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
+    client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
+    driver_env = {**_driver_environment(), **s3.environ}
+    bitroute = str(Path(sys.executable).parent / "bitroute")
+    router = RouterProcess(settings, tmp_path / "router.log", command=[bitroute, "run"],
+                           env=driver_env)
+    ids, gamma, delta = _route_on(config, router)
+    try:
+        other = {**settings, "streaming.checkpoint_dir": str(tmp_path / "other")}
+        second = subprocess.run(
+            [bitroute, "run", *(a for k, v in other.items() for a in ("--set", f"{k}={v}"))],
+            env=driver_env, capture_output=True, text=True, timeout=600)
+        assert second.returncode == 1, second.stderr[-2000:]
+        assert second.stderr.strip().splitlines()[-1].startswith(
+            "bitroute: error: cannot start the router: another router routes "
+            f"{settings['kafka.publishes_topic']} into {settings['delta.warehouse']}: "
+            "router "), second.stderr[-2000:]
+        audited = wait_until(lambda: _s3_audit(settings, driver_env, len(ids)),
+                             "every publish audited on S3", timeout=120)
+    finally:
+        status = router.terminate()  # kills it if it does not stop
+    assert status == 0
+    assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
+    assert audited == set(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20))
+    batches = [line for line in router.seen if line.startswith("batch ")]
+    assert batches and all("routed in the executors" in line for line in batches), batches
+    _assert_executors_ran_the_packed_python(work_dirs, earlier)
+    assert s3.environ["AWS_SECRET_ACCESS_KEY"] not in (tmp_path / "router.log").read_text()
 
 
 def _s3_audit(settings: dict[str, str], env: dict[str, str], publishes: int) -> set | None:
@@ -379,30 +399,32 @@ SUBMIT = Path(__file__).resolve().parents[3] / "docker" / "submit.sh"
 
 
 def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
-        base_config: Config, tmp_path: Path):
+        base_config: Config, tmp_path: Path, s3_cluster):
     """docker/submit.sh as docs/running.md shows it: the settings in BITROUTE_*
-    variables, no Python named; pyspark's spark-submit starts the driver."""
+    variables, no Python named; pyspark's spark-submit starts the driver. (The
+    module's cluster: its hosts also hold an object store's credentials, unused here.)"""
     _assert_workers_python_is_bare(tmp_path)
-    with standalone_cluster(tmp_path) as (master, work_dirs):
-        settings = isolated_settings(base_config, tmp_path)
-        del settings["spark.master"]  # spark-submit's --master rules
-        config = load(overrides=settings, environ={})
-        client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
-        client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
-        env = _driver_environment()
-        env.update({f"BITROUTE_{key.replace('.', '_').upper()}": value
-                    for key, value in settings.items()})
-        env["SPARK_DRIVER_HOST"] = "127.0.0.1"
-        router = RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
-                               command=[str(SUBMIT), master], env=env, cwd=tmp_path)
-        ids, gamma, delta = _route_on(config, router)
-        # SIGTERM reaches spark-submit's JVM and the Python driver alike (its
-        # process group, as Ctrl-C does): the stop may be abrupt, and safe.
-        os.killpg(router.process.pid, signal.SIGTERM)
-        try:
-            router.process.wait(timeout=120)
-        finally:
-            with suppress(ProcessLookupError):  # nothing of the group left
-                router.kill()
-        assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
-        _assert_executors_ran_the_packed_python(work_dirs)
+    _, master, work_dirs = s3_cluster
+    earlier = _applications(work_dirs)
+    settings = isolated_settings(base_config, tmp_path)
+    del settings["spark.master"]  # spark-submit's --master rules
+    config = load(overrides=settings, environ={})
+    client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
+    client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
+    env = _driver_environment()
+    env.update({f"BITROUTE_{key.replace('.', '_').upper()}": value
+                for key, value in settings.items()})
+    env["SPARK_DRIVER_HOST"] = "127.0.0.1"
+    router = RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
+                           command=[str(SUBMIT), master], env=env, cwd=tmp_path)
+    ids, gamma, delta = _route_on(config, router)
+    # SIGTERM reaches spark-submit's JVM and the Python driver alike (its
+    # process group, as Ctrl-C does): the stop may be abrupt, and safe.
+    os.killpg(router.process.pid, signal.SIGTERM)
+    try:
+        router.process.wait(timeout=120)
+    finally:
+        with suppress(ProcessLookupError):  # nothing of the group left
+            router.kill()
+    assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
+    _assert_executors_ran_the_packed_python(work_dirs, earlier)

@@ -4,6 +4,11 @@ through a real router (``bitroute run`` as a child), a real broker and real Delt
 Each test runs one campaign case with small sizes and asserts on its checks: every
 check of the case must pass, and the figures that matter are asserted by name, so
 that a case that silently did less (no kill fired, nothing rejected) fails too.
+
+Every case but the broker kills runs on the session's broker (topics of its own),
+and every JVM a case starts (its routers, a broker of its own) runs with
+``short_jvm.SHORT_JVM``: the routers here live seconds between kills, and their
+start is most of each test's time.
 """
 
 from __future__ import annotations
@@ -11,11 +16,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from short_jvm import short_jvm_options
 
 from tests.reliability import cases
 from tests.reliability.cases import Options, Result
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _short_jvms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routers and brokers a case starts inherit the environment."""
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", short_jvm_options())
 
 
 def _failed(result: Result) -> str:
@@ -28,14 +40,15 @@ def _value(result: Result, name: str) -> object:
 
 
 def test_fuzzed_bad_publishes_and_changes_are_rejected_and_good_traffic_is_delivered(
-        tmp_path: Path):
+        tmp_path: Path, kafka_bootstrap: str):
     """200 bad publishes of every category and 200 bad subscription changes mixed into
-    good traffic, on a broker of its own (so that any topic created outside the delivery
-    namespace is seen): every bad record in bitroute.rejected and the audit with a
-    reason, every good pair delivered and audited once, the router never stopped."""
+    good traffic, on the session's broker (the tests run one at a time, so any topic
+    that appears during the case outside its delivery namespace is the router's):
+    every bad record in bitroute.rejected and the audit with a reason, every good pair
+    delivered and audited once, the router never stopped."""
     result = cases.fuzz(tmp_path, Options(
         subscriptions=300, subscribers=30, fuzz_publishes=200, fuzz_changes=200,
-        max_offsets=200, timeout_s=100))
+        max_offsets=200, bootstrap=kafka_bootstrap, timeout_s=100))
     assert result.passed, _failed(result)
     assert _value(result, "bad publishes in bitroute.rejected with a reason") == "200 of 200"
     assert _value(result, "bad changes in bitroute.rejected with a reason") == "200 of 200"
@@ -90,3 +103,37 @@ def test_broker_sigkilled_and_restarted_mid_run_loses_nothing_without_operator_a
     assert result.passed, _failed(result)
     assert _value(result, "router restarts (operator actions)") == 0
     assert len(result.figures["outages"]) == 1, "the broker was not killed exactly once"
+
+
+def test_the_ledger_accounts_each_deleted_publish_by_one_lost_row_of_the_routers_format():
+    """The campaign's ``lost`` kind against the rows the router writes (``gap_rows``): a
+    publish Kafka deleted unread is covered by exactly one lost row, not counted missing;
+    a lost row over a publish the router routed, or a deleted publish no row covers, fails."""
+    from streaming.router.retention import RetentionGap, gap_rows
+    from tests.reliability.ledger import Ledger
+
+    def ledger(lost_rows: list[RetentionGap]) -> dict:
+        book = Ledger("t", "d.")
+        for offset in range(6):
+            book.add(f"t/0/{offset}", ("a",))
+        assert book.lose("t/0/2") and book.lose("t/0/3") and not book.lose("t/0/9")
+        book.seal()
+        for offset in (0, 1, 4, 5):
+            book.delivered(f"t/0/{offset}", "a")
+            book.audit_delivery(f"t/0/{offset}", "a")
+            book.audit_message(f"t/0/{offset}", "routed", None, 1)
+        for row in gap_rows(lost_rows).to_pylist():
+            book.audit_message(row["message_id"], row["outcome"], row["reason"], 0)
+        return book.summary()
+
+    exact = ledger([RetentionGap("t", 0, 2, 3, None), RetentionGap("t", 0, 3, 4, None)])
+    assert (exact["lost"], exact["lost_reported"], exact["lost_unreported"],
+            exact["lost_repeated"], exact["lost_rows"], exact["lost_rows_wrong"]) == (2, 2, 0, 0, 2, 0)
+    assert (exact["kafka_missing"], exact["messages_missing"], exact["outcome_wrong"],
+            exact["pairs"]) == (0, 0, 0, 4)
+    too_wide = ledger([RetentionGap("t", 0, 1, 4, None)])
+    assert (too_wide["lost_reported"], too_wide["lost_rows_wrong"]) == (2, 1)
+    none = ledger([])
+    assert (none["lost_unreported"], none["lost_rows"]) == (2, 0)
+    twice = ledger([RetentionGap("t", 0, 2, 4, None), RetentionGap("t", 0, 3, 4, None)])
+    assert twice["lost_repeated"] == 1

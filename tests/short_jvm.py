@@ -1,0 +1,19 @@
+"""JVM options for the JVMs a test starts that live seconds, not the session.
+
+:data:`SHORT_JVM`: the C1 compiler alone and the serial collector, what bitroute
+already gives a cluster's driver (streaming.router.session). A quarter off a router's
+start at toy size (open 17.4 s -> 13.0 s, docs/benchmarks.md), the code paths
+unchanged: a JIT tier and a collector, not a setting of bitroute's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def short_jvm_options(environ: Mapping[str, str] = os.environ) -> str:
+    """``JAVA_TOOL_OPTIONS`` with :data:`SHORT_JVM` after whatever ``environ`` has."""
+    return " ".join(o for o in (environ.get("JAVA_TOOL_OPTIONS"), SHORT_JVM) if o)
