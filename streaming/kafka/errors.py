@@ -107,7 +107,10 @@ def _error_classes() -> dict[str, frozenset[int]]:
             BATCH_ERRORS=batch,
             RECORD_ERRORS=batch | frozenset({E._INVALID_ARG, E.UNKNOWN_TOPIC_OR_PART,
                                              E._UNKNOWN_TOPIC, E.TOPIC_EXCEPTION}),
-            MISSING_TOPIC_ERRORS=frozenset({E.UNKNOWN_TOPIC_OR_PART, E._UNKNOWN_TOPIC}),
+            # _UNKNOWN_PARTITION: the producer's metadata still had the topic when it
+            # was deleted (its partitions vanished from under the queued records).
+            MISSING_TOPIC_ERRORS=frozenset({E.UNKNOWN_TOPIC_OR_PART, E._UNKNOWN_TOPIC,
+                                            E._UNKNOWN_PARTITION}),
             OUTAGE_ERRORS=frozenset({E._ALL_BROKERS_DOWN, E._TRANSPORT, E._RESOLVE}),
         )
     return _CLASSES
