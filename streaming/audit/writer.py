@@ -158,16 +158,20 @@ AuditBatch = PublishBatch | FileBatch
 
 
 class AuditTables:
-    """Appends to the three audit tables of ``config`` for the router ``router_id``.
+    """Appends to the three audit tables of ``config`` for the router ``router_id``
+    (the ``subscriptions`` rows of its snapshot versions under ``snapshot_audit_id``,
+    :meth:`streaming.router.snapshots.SnapshotStore.snapshot_audit_id`; default the router id).
 
     Thread-safe: the two publish tables are appended concurrently.
     """
 
-    def __init__(self, config: Config, router_id: str) -> None:
+    def __init__(self, config: Config, router_id: str, snapshot_audit_id: str | None = None
+                 ) -> None:
         self._config = config
         self._storage = storage_options(config.delta)
         self._publishes_app = f"bitroute-{router_id}-publishes"
-        self._changelog_app = f"bitroute-{router_id}-changelog"
+        # Snapshot versions outlive a router id taken for a new streaming checkpoint.
+        self._changelog_app = f"bitroute-{snapshot_audit_id or router_id}-changelog"
         self._retained_app = f"bitroute-{router_id}-retained"
         self._replay_app = f"bitroute-{router_id}-replay"
         self._tables: dict[str, DeltaTable] = {}

@@ -9,6 +9,8 @@
         commits/<batch id>             its commit log: the batches Spark finished
       router/                          the router's own state
         router-id                      this router's identity (the Delta txnAppId stem)
+        snapshot-audit-id              the id the snapshot versions' subscriptions audit is
+                                       keyed by (streaming.router.snapshots)
         publishes-topic-id             Kafka's id of the publishes topic publishes/ reads
                                        (streaming.router.incarnations)
         lineage                        the router ids this state was restored from (streaming.router.restore)
@@ -99,6 +101,10 @@ class CheckpointLayout:
     @property
     def lineage_file(self) -> Path:
         return self.state / "lineage"
+
+    @property
+    def snapshot_audit_id_file(self) -> Path:
+        return self.state / "snapshot-audit-id"
 
     @property
     def publishes_topic_id_file(self) -> Path:

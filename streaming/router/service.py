@@ -275,7 +275,7 @@ class Router:
 
     def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""
-        tables = AuditTables(self.config, store.router_id())
+        tables = AuditTables(self.config, store.router_id(), store.snapshot_audit_id())
         tables.ensure()
         return AuditCommitter(tables, journal, self.config.audit.commit_interval_s,
                               self.config.audit.max_pending_batches, stopping=self._stopping,

@@ -208,6 +208,18 @@ class SnapshotStore(SnapshotFiles):
             write_atomically(path, f"{uuid.uuid4().hex}\n".encode())
             return path.read_text().strip()
 
+    def snapshot_audit_id(self) -> str:
+        """The id the ``subscriptions`` audit of this folder's snapshot versions is keyed by
+        (its Delta ``txn`` app id stem): the router id of the folder's first version. A new
+        streaming checkpoint (:meth:`forget_batches`) keeps it, since the versions go on
+        and are audited already; a restore (:meth:`renew_router_id`) takes the new id."""
+        path = self.layout.snapshot_audit_id_file
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            write_atomically(path, f"{self.router_id()}\n".encode())
+            return path.read_text().strip()
+
     def save(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
         """Persist ``snapshot`` (its changes and metadata first, then its bytes);
         overwrites nothing else."""
@@ -225,14 +237,19 @@ class SnapshotStore(SnapshotFiles):
 
     def renew_router_id(self) -> str:
         """Take a new router id (a restored state's, :mod:`streaming.router.restore`): the
-        Delta ``txn`` versions of the old id are ahead of this folder's batches; return it."""
+        Delta ``txn`` versions of the old id are ahead of this folder's batches; return it.
+        Its snapshot versions are audited under it too (they are renumbered)."""
         write_atomically(self.layout.router_id_file, f"{uuid.uuid4().hex}\n".encode())
+        self.layout.snapshot_audit_id_file.unlink(missing_ok=True)
         return self.router_id()
 
     def forget_batches(self) -> None:
         """Drop every pin and take a new router id: the batch ids of a new
         streaming checkpoint start again at 0 and must not meet old pins, nor
-        be mistaken by Delta for replays of the old batches."""
+        be mistaken by Delta for replays of the old batches. The snapshot versions
+        stay, and so does the id their audit is keyed by (:meth:`snapshot_audit_id`):
+        the latest version's changes are not audited twice."""
+        self.snapshot_audit_id()  # fixed before the router id changes (an older folder)
         for batch_id in self.pinned_batches():
             self.layout.pin_file(batch_id).unlink(missing_ok=True)
         # A new router, not a restored one: no ancestors (streaming.router.restore).

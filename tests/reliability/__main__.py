@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="deleted-topic: publishes (default %(default)s)")
     ap.add_argument("--topic-rate", type=float, default=d.topic_rate,
                     help="deleted-topic: publishes/s (default %(default)s)")
+    ap.add_argument("--recreate-before", type=int, default=d.recreate_before,
+                    help="recreated-topic: publishes routed from the first publishes topic")
+    ap.add_argument("--recreate-after", type=int, default=d.recreate_after,
+                    help="recreated-topic: publishes written to the topic created again")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     options = Options(
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         soak_backlog=args.soak_backlog, max_offsets=args.max_offsets, rate=args.rate,
         seed=args.seed, timeout_s=args.timeout, executors=args.executors,
         gap_routed=args.gap_routed, gap_down=args.gap_down, gap_after=args.gap_after,
-        topic_publishes=args.topic_publishes, topic_rate=args.topic_rate)
+        topic_publishes=args.topic_publishes, topic_rate=args.topic_rate,
+        recreate_before=args.recreate_before, recreate_after=args.recreate_after)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-reliability-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results_path = args.results or workdir / "results.json"

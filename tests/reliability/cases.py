@@ -14,6 +14,8 @@ The month-three faults (issue 30), one case each:
   stopped: reported ``lost``, everything else delivered.
 - :func:`deleted_topic`: a subscriber's delivery topic deleted while the router runs:
   recreated, nothing lost by the router.
+- :func:`recreated_topic`: the publishes topic deleted and created again while the
+  router runs: followed, the new topic's messages under ids of their own.
 - :func:`restore`: the router's state folder copied while it routes, the router run on,
   stopped and restored from the copy.
 
@@ -39,6 +41,7 @@ from tests.reliability.faulty_router import POINTS, arm
 from tests.reliability.kafka_io import (
     CampaignError,
     committed_offsets,
+    create_topic,
     delete_records,
     delete_topic,
     end_offsets,
@@ -90,6 +93,9 @@ class Options:
     topic_publishes: int = 60_000
     topic_rate: float = 2000.0
     topic_delete_at: float = 1 / 3
+    # recreated-topic: routed from the first publishes topic; published to the new one
+    recreate_before: int = 10_000
+    recreate_after: int = 10_000
 
 
 @dataclass
@@ -907,6 +913,65 @@ def _offset(mid: str) -> tuple[int, int]:
     return int(head.rpartition("/")[2]), int(offset)
 
 
+# --- recreated publishes topic (issue 30) -------------------------------------------------------
+RECREATED_TOPIC_LINE = "was deleted and created again (topic id"
+
+
+def recreated_topic(folder: Path, o: Options) -> Result:
+    """``o.recreate_before`` publishes routed by a running router; the publishes topic
+    deleted and created again (same partitions) under it, as an administrator would;
+    ``o.recreate_after`` published to the new topic. The router must follow the new topic
+    without a restart: every publish of both topics delivered and audited exactly once,
+    the new topic's under ids of its own (``<topic>~1/<partition>/<offset>``, none equal
+    to an old one), and one line saying so."""
+    result = Result("recreated-topic")
+    w = _workload(o)
+    with Stage(folder, 1, bootstrap=o.bootstrap) as stage:
+        stage.start(o.max_offsets)
+        _subscribe(stage, w)
+        stage.start_router()
+        k = stage.config.kafka
+        topic = k.publishes_topic
+        ledger = Ledger(topic, k.deliveries_topic_prefix)
+        stage.publish_good(w, ledger, o.recreate_before, 0, o.seed + 41).join(o.timeout_s)
+        stage.wait_routed(o.timeout_s)
+        partitions = topic_partitions(k.client_settings, topic)
+        t = time.monotonic()
+        delete_topic(k.client_settings, topic)
+        create_topic(k.client_settings, topic, partitions)
+        recreate_s = time.monotonic() - t
+        _log(f"{topic} deleted and created again with {partitions} partitions in "
+             f"{recreate_s:.1f}s")
+        t = time.monotonic()
+        after = stage.publish_good(w, ledger, o.recreate_after, 0, o.seed + 42, incarnation=1)
+        after.join(o.timeout_s)
+        stage.wait_routed(o.timeout_s)
+        follow_s = time.monotonic() - t
+        _log(f"the new topic's {o.recreate_after:,} publishes routed {follow_s:.0f}s after the "
+             "recreation")
+        alive, starts = stage.router.alive(), stage.router.starts
+        status = stage.router.terminate()
+        rejected, rows = stage.read_outputs(ledger)
+        s = ledger.summary()
+        lines = stage.router.log_lines(RECREATED_TOPIC_LINE)
+    result.check("publishes of the first topic / of the new one (distinct ids)",
+                 f"{o.recreate_before:,} / {o.recreate_after:,}",
+                 s["publishes"] == o.recreate_before + o.recreate_after)
+    result.check("recreation lines in the router's log", lines, lines >= 1)
+    result.check("recreation to every new publish routed (s)", f"{follow_s:.0f}", None)
+    result.check("publishes the load driver could not write", after.failed, after.failed == 0)
+    result.check("publishes rejected", f"{len(rejected.publishes):,}", not rejected.publishes)
+    _delivery_checks(result, s)
+    _changelog_checks(result, stage, rows)
+    result.check("router stopped or restarted", f"alive={alive}, starts={starts}",
+                 alive and starts == 1)
+    result.check("router exit status after SIGTERM", status, status == 0)
+    result.figures.update({"summary": s, "recreate_s": round(recreate_s, 1),
+                           "follow_s": round(follow_s, 1), "partitions": partitions,
+                           "recreated_lines": lines})
+    return result
+
+
 CASES = {
     "kills": kills,
     "broker-kills": broker_kills,
@@ -915,6 +980,7 @@ CASES = {
     "soak": soak,
     "retention-gap": retention_gap,
     "deleted-topic": deleted_topic,
+    "recreated-topic": recreated_topic,
     "restore": restore,
 }
 """Case name (``python -m tests.reliability <name>``) -> case; ``all`` runs them in this order."""

@@ -238,6 +238,24 @@ def delete_topic(bootstrap: str | ClientSettings, topic: str, timeout: float = 6
         time.sleep(0.1)
 
 
+def create_topic(bootstrap: str | ClientSettings, topic: str, partitions: int,
+                 timeout: float = 60.0) -> None:
+    """Create ``topic`` (one replica), retrying while the broker still completes an earlier
+    deletion of that name."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = kafka.admin(ClientSettings.coerce(bootstrap))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout)
+            return
+        except Exception as exc:  # noqa: BLE001 - TOPIC_ALREADY_EXISTS while the deletion ends
+            if time.monotonic() > deadline:
+                raise CampaignError(f"{topic} could not be created again: {exc}") from None
+            time.sleep(0.5)
+
+
 def topic_partitions(bootstrap: str | ClientSettings, topic: str) -> int:
     """Partitions of ``topic``; 0 when it does not exist. (The whole cluster's metadata:
     asking for the topic by name lets a broker with auto.create.topics.enable create it.)"""

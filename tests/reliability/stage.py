@@ -37,6 +37,7 @@ from tests.reliability.outputs import (
 )
 from tests.reliability.router import Router
 from tests.reliability.workload import A_VALUES, B_VALUES, EXCHANGES, Publish, Workload
+from schemas.records import message_id
 from streaming import kafka
 from streaming.config import Config, load
 from streaming.kafka.topics import ensure_router_topics
@@ -161,9 +162,10 @@ class Stage:
         return seconds
 
     # --- traffic -------------------------------------------------------------------------
-    def publish_good(self, w: Workload, ledger: Ledger, n: int, rate: float, seed: int
-                     ) -> Publisher:
-        """Start publishing ``n`` good publishes of ``w`` at ``rate``/s into ``ledger``."""
+    def publish_good(self, w: Workload, ledger: Ledger, n: int, rate: float, seed: int,
+                     incarnation: int = 0) -> Publisher:
+        """Start publishing ``n`` good publishes of ``w`` at ``rate``/s into ``ledger``
+        (under the message ids of the publishes topic's ``incarnation``)."""
         codes = np.fromiter((encode(p) for p in w.publishes(n, seed)), dtype=np.int32, count=n)
         failures: list[str] = []
 
@@ -173,6 +175,9 @@ class Stage:
                 yield p.key().encode(), b"x" * 16, p.headers()
 
         def ack(index: int, mid: str) -> None:
+            if incarnation:
+                topic, partition, offset = mid.rsplit("/", 2)
+                mid = message_id(topic, int(partition), int(offset), incarnation)
             ledger.add(mid, w.expected(decode(int(codes[index]))))
 
         return Publisher(self.config.kafka.client_settings, self.config.kafka.publishes_topic,

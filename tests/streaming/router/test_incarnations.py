@@ -99,6 +99,10 @@ def test_a_recreated_publishes_topic_gets_new_ids_at_open_and_while_running(isol
     assert delivered_ids(config, "ann") == set(first + second + third)
     ids = audited_ids(config)
     assert sorted(ids) == sorted(first + second + third)  # one row each, none under two
+    # The snapshot versions went on through both new checkpoints: their changes audited once.
+    changes = DeltaTable(config.delta.table_path("subscriptions")).to_pyarrow_table(
+        columns=["subscription_id"]).to_pylist()
+    assert [c["subscription_id"] for c in changes] == ["ann"]
     assert [i["number"] for i in IncarnationRecord(config).incarnations()] == [0, 1, 2]
     record = json.loads(Path(IncarnationRecord(config).location).read_text())
     assert record["topic"] == topic
