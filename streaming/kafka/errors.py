@@ -106,7 +106,8 @@ def _error_classes() -> dict[str, frozenset[int]]:
             # with the culprit (written again on its own, it tells).
             BATCH_ERRORS=batch,
             RECORD_ERRORS=batch | frozenset({E._INVALID_ARG, E.UNKNOWN_TOPIC_OR_PART,
-                                             E._UNKNOWN_TOPIC, E.TOPIC_EXCEPTION}),
+                                             E._UNKNOWN_TOPIC, E._UNKNOWN_PARTITION,
+                                             E.TOPIC_EXCEPTION}),
             # _UNKNOWN_PARTITION: the producer's metadata still had the topic when it
             # was deleted (its partitions vanished from under the queued records).
             MISSING_TOPIC_ERRORS=frozenset({E.UNKNOWN_TOPIC_OR_PART, E._UNKNOWN_TOPIC,
