@@ -108,17 +108,16 @@ def batch_end(layout: CheckpointLayout, batch_id: int, topic: str) -> dict[int, 
 
 def last_planned_batch(layout: CheckpointLayout) -> int | None:
     """The last batch in the offset log (planned, committed or not), None before the first."""
-    try:
-        batches = [int(p.name) for p in layout.offsets.iterdir() if p.name.isdigit()]
-    except FileNotFoundError:
-        return None
-    return max(batches, default=None)
+    return _last_batch(layout.offsets)
 
 
 def last_committed_batch(layout: CheckpointLayout) -> int | None:
     """The last batch Spark committed (its ``commits/<batch id>``), None before the first."""
+    return _last_batch(layout.commits)
+
+
+def _last_batch(log: Path) -> int | None:
     try:
-        batches = [int(p.name) for p in layout.commits.iterdir() if p.name.isdigit()]
+        return max((int(p.name) for p in log.iterdir() if p.name.isdigit()), default=None)
     except FileNotFoundError:
         return None
-    return max(batches, default=None)

@@ -51,6 +51,7 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streaming.atomic import write_atomically
@@ -180,6 +181,15 @@ class SnapshotFiles:
         return bool(self.pinned_batches())
 
 
+
+def _stored_id(path: Path, make: Callable[[], str]) -> str:
+    """The id in ``path``; ``make()``'s, written durably, when there is none yet."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        write_atomically(path, f"{make()}\n".encode())
+        return path.read_text().strip()
+
 class SnapshotStore(SnapshotFiles):
     """The router's snapshot versions and batch pins (module docstring): read and written.
 
@@ -201,24 +211,14 @@ class SnapshotStore(SnapshotFiles):
         A fresh checkpoint folder is a fresh router: its Delta writes are not
         mistaken for replays of another router's batches.
         """
-        path = self.layout.router_id_file
-        try:
-            return path.read_text().strip()
-        except FileNotFoundError:
-            write_atomically(path, f"{uuid.uuid4().hex}\n".encode())
-            return path.read_text().strip()
+        return _stored_id(self.layout.router_id_file, lambda: uuid.uuid4().hex)
 
     def snapshot_audit_id(self) -> str:
         """The id the ``subscriptions`` audit of this folder's snapshot versions is keyed by
         (its Delta ``txn`` app id stem): the router id of the folder's first version. A new
         streaming checkpoint (:meth:`forget_batches`) keeps it, since the versions go on
         and are audited already; a restore (:meth:`renew_router_id`) takes the new id."""
-        path = self.layout.snapshot_audit_id_file
-        try:
-            return path.read_text().strip()
-        except FileNotFoundError:
-            write_atomically(path, f"{self.router_id()}\n".encode())
-            return path.read_text().strip()
+        return _stored_id(self.layout.snapshot_audit_id_file, self.router_id)
 
     def save(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
         """Persist ``snapshot`` (its changes and metadata first, then its bytes);
