@@ -60,6 +60,12 @@ class KafkaConfig:
     retained_topic: str = "bitroute.retained"
     """The MQTT exchanges' retained messages: compacted, keyed by exchange and topic
     (:mod:`streaming.router.retained`)."""
+    routing_view_topic: str = "bitroute.routing-view"
+    """Realtime mode: the applied subscriptions the driver hands the executors' matchers
+    (compacted, one partition; :mod:`streaming.realtime.view`)."""
+    routed_topic: str = "bitroute.routed"
+    """Realtime mode: one record per routed publish, which the audit query reads
+    (:mod:`streaming.realtime.audit`)."""
     deliveries_topic_prefix: str = "bitroute.deliveries."
     partitions: int = 2
     replication_factor: int = 1
@@ -157,6 +163,11 @@ AutoCount = int | None
 LOCAL_DRIVER_ROUTE_MAX_PUBLISHES = 20_000
 """``streaming.driver_route_max_publishes = "auto"`` on a ``local[...]`` master (conf/bitroute.toml
 says why)."""
+MODE_MICROBATCH = "microbatch"
+MODE_REALTIME = "realtime"
+STREAMING_MODES = (MODE_MICROBATCH, MODE_REALTIME)
+"""``streaming.mode``'s values."""
+
 DRIVER_ROUTE_DELIVERIES_PER_PUBLISH = 5
 """``streaming.driver_route_max_deliveries = "auto"``: this many times the publishes' bound."""
 
@@ -164,6 +175,15 @@ DRIVER_ROUTE_DELIVERIES_PER_PUBLISH = 5
 @dataclass(frozen=True)
 class StreamingConfig:
     checkpoint_dir: Path = Path(".bitroute/checkpoints")
+    mode: str = "microbatch"
+    """``microbatch`` (the default): the foreachBatch router. ``realtime``: Spark's
+    Real-Time Mode, matching in the JVM (:mod:`streaming.realtime`)."""
+    realtime_checkpoint_interval: str = "5 seconds"
+    """Realtime mode: how often Spark checkpoints the routing query (its trigger); the
+    audit of a publish waits for the checkpoint after it (docs/design.md, "Realtime mode")."""
+    realtime_clock_skew_ms: int = 0
+    """Realtime mode: how far the publishers' clocks may be behind the executors'
+    (happens-before: :mod:`streaming.realtime.view`)."""
     trigger_interval: str = "100 milliseconds"
     max_offsets_per_trigger: int = 100_000
     driver_route_max_publishes: AutoCount = None
@@ -510,6 +530,15 @@ def _validate(config: Config) -> None:
     streaming = config.streaming
     require(bool(_INTERVAL.match(streaming.trigger_interval)), "streaming.trigger_interval",
             "an interval such as '1 second' or '500 milliseconds'", streaming.trigger_interval)
+    require(streaming.mode in STREAMING_MODES, "streaming.mode", " or ".join(
+        repr(m) for m in STREAMING_MODES), streaming.mode)
+    require(bool(_INTERVAL.match(streaming.realtime_checkpoint_interval))
+            and duration_seconds(streaming.realtime_checkpoint_interval) >= 5,
+            "streaming.realtime_checkpoint_interval",
+            "an interval of at least '5 seconds' (Spark's Real-Time Mode minimum)",
+            streaming.realtime_checkpoint_interval)
+    require(streaming.realtime_clock_skew_ms >= 0, "streaming.realtime_clock_skew_ms",
+            "an integer >= 0", streaming.realtime_clock_skew_ms)
     require(streaming.max_offsets_per_trigger >= 1, "streaming.max_offsets_per_trigger",
             "an integer >= 1", streaming.max_offsets_per_trigger)
     require(streaming.replay_chunk_publishes >= 1, "streaming.replay_chunk_publishes",

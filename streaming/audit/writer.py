@@ -165,11 +165,13 @@ class AuditTables:
     Thread-safe: the two publish tables are appended concurrently.
     """
 
-    def __init__(self, config: Config, router_id: str, snapshot_audit_id: str | None = None
-                 ) -> None:
+    def __init__(self, config: Config, router_id: str, snapshot_audit_id: str | None = None,
+                 publishes_stream: str = "publishes") -> None:
         self._config = config
         self._storage = storage_options(config.delta)
-        self._publishes_app = f"bitroute-{router_id}-publishes"
+        # Each stream of publish batches numbers its batches itself (realtime mode's audit
+        # query: "realtime-publishes"), so each has its own Delta app id.
+        self._publishes_app = f"bitroute-{router_id}-{publishes_stream}"
         # Snapshot versions outlive a router id taken for a new streaming checkpoint.
         self._changelog_app = f"bitroute-{snapshot_audit_id or router_id}-changelog"
         self._retained_app = f"bitroute-{router_id}-retained"
@@ -455,8 +457,23 @@ def is_partitioned(table: DeltaTable, name: str) -> bool:
     return table.metadata().partition_columns == [PARTITION_COLUMNS[name]]
 
 
+def _versions(routed: pa.Table, version: int, rows: pa.Array | None = None) -> pa.Array:
+    """The snapshot version of each row: ``routed``'s own ``snapshot_version`` column
+    (realtime mode routes each publish with the version its executor held,
+    :mod:`streaming.realtime.audit`), taken at ``rows`` when given, else ``version``."""
+    if ROUTED_VERSION_COLUMN in routed.column_names:
+        column = routed[ROUTED_VERSION_COLUMN]
+        return (column.take(rows) if rows is not None else column).cast(pa.int64())
+    return pa.array([version] * (routed.num_rows if rows is None else len(rows)), pa.int64())
+
+
+ROUTED_VERSION_COLUMN = "snapshot_version"
+"""The optional column of ``ROUTED_PUBLISH`` rows giving each publish's snapshot version."""
+
+
 def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime) -> pa.Table:
-    """One ``messages`` row per publish of ``routed`` (``ROUTED_PUBLISH`` rows)."""
+    """One ``messages`` row per publish of ``routed`` (``ROUTED_PUBLISH`` rows, each routed
+    with ``version`` unless they carry a ``snapshot_version`` column)."""
     n = routed.num_rows
     schema = ARROW_SCHEMAS["messages"]
     columns = {
@@ -468,7 +485,7 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
         "reason": routed["reason"],
         "headers": routed["headers"],
         "payload_bytes": routed["payload_bytes"],
-        "snapshot_version": pa.array([version] * n, pa.int64()),
+        "snapshot_version": _versions(routed, version),
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"],
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
@@ -496,7 +513,7 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "exchange": routed["exchange"].take(owner),
         "routing_key": routed["routing_key"].take(owner),
         "delivery_topic": layout.topic_column(subscriber),
-        "snapshot_version": pa.array([version] * n, pa.int64()),
+        "snapshot_version": _versions(routed, version, owner),
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"].take(owner),
         "retained": pa.array([retained] * n, pa.bool_()),

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import NewTopic
 
 from streaming import kafka
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.errors import AUTHORIZATION_ERRORS, KAFKA_TIMEOUT_S, TopicCreationError
 from streaming.kafka.layout import DeliveryLayout
@@ -112,8 +112,8 @@ def served(topic) -> bool:
 
 def ensure_router_topics(config: Config, admin: BitrouteAdmin | None = None) -> None:
     """The publishes and rejected topics, the compacted subscription changelog, the
-    compacted retained messages and, in the shared delivery layout, the shared delivery
-    topic."""
+    compacted retained messages, in the shared delivery layout the shared delivery
+    topic and, in realtime mode, the routing view and the routed records."""
     admin = admin or admin_client(config)
     layout = config.kafka.layout
     ensure_topics(config, [config.kafka.publishes_topic, config.kafka.rejected_topic], admin=admin)
@@ -122,6 +122,13 @@ def ensure_router_topics(config: Config, admin: BitrouteAdmin | None = None) -> 
                   admin=admin)
     if layout.shared_topic is not None:
         ensure_topics(config, [layout.shared_topic], admin=admin, partitions=layout.partitions)
+    if config.streaming.mode == MODE_REALTIME:
+        # One partition each: the view is read whole, in order, by every executor; the
+        # routed records of one publishes partition must stay in their order
+        # (streaming.realtime.audit drops a repeat by its offset).
+        ensure_topics(config, [config.kafka.routing_view_topic], COMPACTED, admin=admin,
+                      partitions=1)
+        ensure_topics(config, [config.kafka.routed_topic], admin=admin, partitions=1)
 
 
 def retained_topic_settings(config: Config) -> dict[str, str]:

@@ -23,6 +23,10 @@
                                        subscriptions, and its done mark (streaming.router.retained)
         status.json                    the last batch's report (streaming.router.report)
         maintenance.json               the last audit maintenance pass (streaming.audit.maintenance)
+      realtime/                        streaming.mode = "realtime" (streaming.realtime)
+        routing/                       Spark's checkpoint of the routing query (Real-Time Mode)
+        audit/                         Spark's checkpoint of the audit query over the routed records
+        audit-journal/                 the audit query's batches until Delta has them
       spark/                           the working folder of a JVM bitroute launches
       publishes.<topic id>/            Spark's checkpoint of a deleted incarnation of the
                                        publishes topic, moved aside (streaming.router.incarnations)
@@ -151,6 +155,25 @@ class CheckpointLayout:
     @property
     def maintenance_file(self) -> Path:
         return self.state / "maintenance.json"
+
+    @property
+    def realtime(self) -> Path:
+        """Realtime mode's folder (:mod:`streaming.realtime`)."""
+        return self.root / "realtime"
+
+    @property
+    def realtime_routing(self) -> Path:
+        """Spark's checkpoint of realtime mode's routing query."""
+        return self.realtime / "routing"
+
+    @property
+    def realtime_audit(self) -> Path:
+        """Spark's checkpoint of realtime mode's audit query."""
+        return self.realtime / "audit"
+
+    @property
+    def realtime_audit_journal(self) -> Path:
+        return self.realtime / "audit-journal"
 
     @property
     def replays_file(self) -> Path:

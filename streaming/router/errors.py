@@ -48,3 +48,8 @@ class RetentionGapError(BitrouteError):
 class PublishesTopicRecreated(BitrouteError):
     """The publishes topic was deleted and created again under the router: the query stops
     and the router follows the new incarnation (the message names both topic ids)."""
+
+
+class RouterModeError(BitrouteError):
+    """The state folder was routed in a mode this start cannot follow (its message says
+    which, and what to do)."""

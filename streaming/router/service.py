@@ -89,7 +89,7 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.maintenance import BackgroundMaintenance
 from streaming.audit.writer import PUBLISH_TABLES, AuditTables, FileBatch, PublishBatch
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.errors import one_line
 from streaming.kafka.broker_watch import BrokerWatch
 from streaming.kafka.clients import java_access_failure
@@ -99,7 +99,7 @@ from streaming.retry import RetryAbandoned, retry
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
-from streaming.router.errors import PublishesTopicRecreated, RouterStopping
+from streaming.router.errors import PublishesTopicRecreated, RouterModeError, RouterStopping
 from streaming.router.incarnations import IncarnationWatch, follow_incarnation
 from streaming.router.lease import RouterLease
 from streaming.router.lock import RouterLock
@@ -211,6 +211,9 @@ class Router:
         """Publishes recorded lost to retention since this router started."""
         self.replays: Replays | None = None
         """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
+        self.realtime = None
+        """Realtime mode's view, routing and audit queries while they run
+        (:class:`streaming.realtime.service.RealtimeRouting`), else None."""
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
@@ -265,13 +268,16 @@ class Router:
         self._snapshots.commit_listeners.append(self.retained.note)
         self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
                                                        self.broker_watch.on_error)
-        self.replays = Replays(self.config, self.spark, self.layout, store.router_id(),
-                               self._audit_committed, self._stopping, self._idle_catch_up,
-                               lambda: self.incarnation.number)
-        self.subscription_sync.on_version = self.replays.requested
+        self._store = store
+        if self.config.streaming.mode != MODE_REALTIME:
+            self.replays = Replays(self.config, self.spark, self.layout, store.router_id(),
+                                   self._audit_committed, self._stopping, self._idle_catch_up,
+                                   lambda: self.incarnation.number)
+            self.subscription_sync.on_version = self.replays.requested
         self.subscription_sync.catch_up(self._catch_up_progress())
         self.maintenance.start()
-        self.replays.start()
+        if self.replays is not None:
+            self.replays.start()
 
     def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""
@@ -282,8 +288,17 @@ class Router:
                               on_commit=self._status.refresh)
 
     def start(self) -> StreamingQuery:
-        """Open, then start the streaming query (it resumes from its checkpoint)."""
+        """Open, then start the streaming query (it resumes from its checkpoint): the
+        micro-batch query, or realtime mode's routing query (:mod:`streaming.realtime`)."""
         self.open()
+        if self.config.streaming.mode == MODE_REALTIME:
+            return self._start_realtime()
+        if self.layout.realtime_routing.is_dir():
+            raise RouterModeError(
+                f"the state folder {self.layout.root} was last routed in realtime mode "
+                f"({self.layout.realtime_routing}): micro-batch mode would route its publishes "
+                "again. Run it with streaming.mode = \"realtime\", or give micro-batch mode a "
+                "new streaming.checkpoint_dir")
         kafka, streaming = self.config.kafka, self.config.streaming
         source = (self.spark.readStream.format("kafka")
                   .options(**kafka.client_settings.spark_options())
@@ -302,6 +317,21 @@ class Router:
                       .start())
         return self.query
 
+    def _start_realtime(self) -> StreamingQuery:
+        from streaming.realtime.service import RealtimeRouting
+
+        sync, snapshots = self._require_open()
+        self.realtime = RealtimeRouting(self.config, self.spark, self.layout, self._store, sync,
+                                        snapshots, self._pin_lock, self.incarnation.number,
+                                        on_commit=self._status.refresh, on_report=self._report)
+        try:
+            self.query = self.realtime.start()
+        except BaseException:
+            self.realtime.stop()
+            self.realtime = None
+            raise
+        return self.query
+
     @property
     def subscriptions(self) -> Subscriptions | None:
         """The subscription state (index, version, offsets) while the router is open."""
@@ -315,7 +345,10 @@ class Router:
         """Stop the query (an unfinished batch is replayed at the next start) and release resources."""
         self._stopping.set()
         try:
-            if self.query is not None:
+            if self.realtime is not None:
+                self.realtime.stop()
+                self.realtime = None
+            elif self.query is not None:
                 self.query.stop()
         finally:
             self._close_state()
@@ -474,10 +507,14 @@ class Router:
                              lost=sum(g.records for g in gaps))
         self.lost_total += report.lost
         self._last_batch_at = time.monotonic()
+        self._report(report)
+        return report
+
+    def _report(self, report: BatchReport) -> None:
+        """Keep ``report`` and hand it to every report listener."""
         self.reports.append(report)
         for listener in self.report_listeners:
             listener(report)
-        return report
 
     def _topic_present(self, batch_id: int, attempts: list[int]) -> bool:
         """Whether the publishes topic is there (False: deleted, not yet created again);
@@ -566,6 +603,8 @@ class Router:
             "audit_pending_batches": committer.pending_batches if committer is not None else 0,
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
             "lost_total": self.lost_total,
+            "mode": self.config.streaming.mode,
+            **({"realtime": self.realtime.status()} if self.realtime is not None else {}),
         }
 
     def _idle_catch_up(self) -> None:

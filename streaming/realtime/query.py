@@ -1,0 +1,106 @@
+"""Realtime mode's routing query: Kafka publishes -> the JVM route function -> Kafka.
+
+The query is one projection, which Spark's Real-Time Mode accepts (its allowlist:
+a JVM scalar UDF, ``inline``, the Kafka sink with a per-row ``topic``)::
+
+    publishes.selectExpr("inline(bitroute_route(partition, offset, key, value, headers,
+                                                timestamp))")
+             .writeStream.format("kafka").outputMode("update").trigger(realTime=...)
+
+``bitroute_route`` is ``io.bitroute.realtime.RouteUdf`` (``realtime/``, in the jar of
+:mod:`streaming.realtime.jar`), built here with the router's settings and registered
+through py4j: the UDF object is serialised into the plan, so the settings (Kafka
+credentials included) reach the executors without a Spark setting, a log line or a
+plan string. Per publish it returns the deliveries, the rejected copy if any, and the
+routed record the audit reads (:mod:`streaming.realtime.audit`); it matches with the
+Rust kernel over JNI (``kernel/jni``), against the routing view
+(:mod:`streaming.realtime.view`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+
+from streaming.config import Config
+
+UDF_NAME = "bitroute_route"
+UDF_CLASS = "io.bitroute.realtime.RouteUdf"
+
+ROUTE_OUTPUT = ArrayType(StructType([
+    StructField("topic", StringType(), False),
+    StructField("key", BinaryType(), True),
+    StructField("value", BinaryType(), True),
+    StructField("headers", ArrayType(StructType([
+        StructField("key", StringType(), False),
+        StructField("value", BinaryType(), True),
+    ]), False), False),
+]), False)
+"""What ``bitroute_route`` returns per publish: the Kafka sink's columns of each record."""
+
+
+def udf_settings(config: Config, incarnation: int) -> dict[str, object]:
+    """The route function's settings (``RouteUdf(String)``'s JSON)."""
+    kafka = config.kafka
+    layout = kafka.layout
+    return {
+        "kafka": java_client_properties(config),
+        "view_topic": kafka.routing_view_topic,
+        "changelog_topic": kafka.subscriptions_topic,
+        "publishes_topic": kafka.publishes_topic,
+        "incarnation": incarnation,
+        "deliveries_topic_prefix": layout.topic_prefix,
+        "shared_topic": layout.shared_topic or "",
+        "rejected_topic": kafka.rejected_topic,
+        "routed_topic": kafka.routed_topic,
+        "max_delivery_bytes": kafka.max_delivery_bytes,
+        "clock_skew_ms": config.streaming.realtime_clock_skew_ms,
+    }
+
+
+def java_client_properties(config: Config) -> dict[str, str]:
+    """The Java Kafka client's properties for the router's connection: the Kafka source's
+    options (TLS, SASL, ``[kafka.client]``) without their ``kafka.`` prefix."""
+    return {key[len("kafka."):]: str(value)
+            for key, value in config.kafka.client_settings.spark_options().items()
+            if key.startswith("kafka.")}
+
+
+def register_route_function(spark: SparkSession, config: Config, incarnation: int) -> None:
+    """Build ``RouteUdf`` with the router's settings and register it as ``bitroute_route``."""
+    jvm = spark.sparkContext._jvm
+    udf = jvm.io.bitroute.realtime.RouteUdf(json.dumps(udf_settings(config, incarnation)))
+    return_type = spark._jsparkSession.parseDataType(ROUTE_OUTPUT.json())
+    spark._jsparkSession.udf().register(UDF_NAME, udf, return_type)
+
+
+def start_routing_query(spark: SparkSession, config: Config, checkpoint: Path,
+                        starting_offsets: str) -> StreamingQuery:
+    """Start the routing query (it resumes from ``checkpoint``; a new one starts at
+    ``starting_offsets``, Spark's JSON or ``earliest``). Call
+    :func:`register_route_function` first."""
+    kafka = config.kafka
+    options = kafka.client_settings.spark_options()
+    publishes = (spark.readStream.format("kafka")
+                 .options(**options)
+                 .option("subscribe", kafka.publishes_topic)
+                 .option("startingOffsets", starting_offsets)
+                 .option("includeHeaders", "true")
+                 .option("failOnDataLoss", "false")
+                 .load())
+    return (publishes
+            .selectExpr(f"inline({UDF_NAME}(partition, offset, key, value, headers, timestamp))")
+            .writeStream
+            .queryName("bitroute-realtime-routing")
+            .format("kafka")
+            .options(**options)
+            # Each record is sent as it is made: the latency is the point of the mode.
+            .option("kafka.linger.ms", "0")
+            .option("checkpointLocation", str(checkpoint))
+            .outputMode("update")
+            .trigger(realTime=config.streaming.realtime_checkpoint_interval)
+            .start())

@@ -1,0 +1,159 @@
+"""Realtime mode (``streaming.mode = "realtime"``): the parts :class:`RealtimeRouting`
+runs beside the router's shared state.
+
+The :class:`~streaming.router.service.Router` opens the state as in micro-batch mode
+(the lock, the lease, the audit tables and their leftovers, the snapshot versions
+and the changelog catch-up); then, instead of the ``foreachBatch`` query, it starts
+this:
+
+1. the routing view (:mod:`streaming.realtime.view`): the current subscriptions
+   written whole, then every catch-up's changes, kept current by a driver thread
+   every 20 ms;
+2. the routing query (:mod:`streaming.realtime.query`): Spark's Real-Time Mode, one
+   long task per publishes partition, matching in the JVM on the Rust kernel;
+3. the audit query (:mod:`streaming.realtime.audit`) over the routed records, with
+   its own journal and group commit into the same Delta tables.
+
+The state folder keeps the mode it was last routed in: a folder routed in micro-batch
+mode starts its realtime routing query where the micro-batch query committed; a
+folder routed in realtime mode is refused by micro-batch mode (one line says so)
+rather than routing its publishes again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from schemas.records import MESSAGES
+from streaming.audit.committer import AuditCommitter
+from streaming.audit.journal import AuditJournal
+from streaming.audit.writer import AuditTables
+from streaming.config import Config
+from streaming.realtime.audit import RoutedAudit
+from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.view import RoutingViewPublisher, ViewFollower
+from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.offsets_log import batch_end, last_committed_batch
+from streaming.router.report import BatchReport
+from streaming.router.snapshots import BatchSnapshots, SnapshotStore
+from streaming.router.subscription_sync import SubscriptionSync
+
+_log = logging.getLogger(__name__)
+
+AUDIT_STREAM = "realtime-publishes"
+"""The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""
+
+
+class RealtimeRouting:
+    """Realtime mode's view, routing query and audit query (module docstring).
+
+    ``catch_up_lock`` is the router's lock around a changelog catch-up (held by each
+    catch-up here); ``incarnation`` the publishes topic's incarnation number.
+    """
+
+    def __init__(self, config: Config, spark: SparkSession, layout: CheckpointLayout,
+                 store: SnapshotStore, sync: SubscriptionSync, snapshots: BatchSnapshots,
+                 catch_up_lock: threading.Lock, incarnation: int,
+                 on_commit: Callable[[], None] | None = None,
+                 on_report: Callable[[BatchReport], None] | None = None) -> None:
+        self._config = config
+        self._spark = spark
+        self._layout = layout
+        self._sync = sync
+        self._snapshots = snapshots
+        self._catch_up_lock = catch_up_lock
+        self._incarnation = incarnation
+        self._on_report = on_report
+        self._stopping = threading.Event()
+        self.view = RoutingViewPublisher(config)
+        self._follower = ViewFollower(self._follow, self._stopping)
+        self.tables = AuditTables(config, store.router_id(), store.snapshot_audit_id(),
+                                  publishes_stream=AUDIT_STREAM)
+        self.committer = AuditCommitter(self.tables, AuditJournal(layout.realtime_audit_journal),
+                                        config.audit.commit_interval_s,
+                                        config.audit.max_pending_batches,
+                                        stopping=self._stopping, on_commit=on_commit)
+        self.audit: RoutedAudit | None = None
+        self.routing_query: StreamingQuery | None = None
+        self.audit_query: StreamingQuery | None = None
+
+    def start(self) -> StreamingQuery:
+        """Publish the view, start the audit and the routing query; return the routing
+        query (the router's query: its end is the router's)."""
+        self._layout.realtime.mkdir(parents=True, exist_ok=True)
+        self.tables.ensure()
+        self.committer.recover()  # a crash's leftovers, before the audit query resumes
+        self.committer.start()
+        mark = self.tables.latest_mark(MESSAGES)
+        self.audit = RoutedAudit(self._config, self.committer,
+                                 dict(mark.offsets) if mark is not None else {},
+                                 self._layout.realtime_routing, self._stopping, self._on_report)
+        with self._catch_up_lock:
+            self._sync.catch_up()
+            self.view.reset(self._current_snapshot(), self._sync.subscriptions.offsets)
+            self._snapshots.commit_listeners.append(self.view.note)
+        self._follower.start()
+        self.audit_query = self.audit.start(self._spark, self._layout.realtime_audit)
+        register_route_function(self._spark, self._config, self._incarnation)
+        self.routing_query = start_routing_query(self._spark, self._config,
+                                                 self._layout.realtime_routing,
+                                                 self._starting_offsets())
+        _log.info(f"realtime mode: routing {self._config.kafka.publishes_topic} with the "
+                  f"routing view at version {self.view.published_version}")
+        return self.routing_query
+
+    def stop(self) -> None:
+        """Stop both queries and the view thread, then commit what the audit journaled."""
+        self._stopping.set()
+        for query in (self.routing_query, self.audit_query):
+            if query is not None:
+                try:
+                    query.stop()
+                except Exception as exc:  # noqa: BLE001 - stopping anyway
+                    _log.warning(f"could not stop {query.name}: {exc}")
+        self._follower.stop()
+        if self.view.note in self._snapshots.commit_listeners:
+            self._snapshots.commit_listeners.remove(self.view.note)
+        self.committer.stop()
+        self.view.close()
+        self.tables.close()
+
+    def status(self) -> dict[str, object]:
+        """What ``bitroute status`` shows of realtime mode."""
+        audit = self.audit
+        return {
+            "view_version": self.view.published_version,
+            "view_failure": self._follower.failure,
+            "audited_publishes": audit.publishes if audit is not None else 0,
+            "audited_deliveries": audit.deliveries if audit is not None else 0,
+            "audit_repeats": audit.repeats if audit is not None else 0,
+            "latency_ms": audit.latency_ms() if audit is not None else None,
+            "audit_pending_batches": self.committer.pending_batches,
+        }
+
+    def _follow(self) -> None:
+        """One round of the view thread: catch the changelog up and publish what changed."""
+        with self._catch_up_lock:
+            version = self._sync.catch_up()
+            self.view.publish(version, self._sync.subscriptions.offsets)
+
+    def _current_snapshot(self):
+        from compiler import Snapshot
+
+        return Snapshot.from_bytes(self._snapshots.current.data)
+
+    def _starting_offsets(self) -> str:
+        """Where a new routing query starts: where the micro-batch query of this state
+        folder committed, else the earliest offsets (a checkpoint that exists resumes)."""
+        committed = last_committed_batch(self._layout)
+        topic = self._config.kafka.publishes_topic
+        end = batch_end(self._layout, committed, topic) if committed is not None else None
+        if not end:
+            return "earliest"
+        return json.dumps({topic: {str(p): o for p, o in end.items()}})

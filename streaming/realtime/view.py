@@ -1,0 +1,228 @@
+"""The routing view: the applied subscriptions, handed from the driver to the
+executors' matchers in realtime mode.
+
+In micro-batch mode each batch pins a snapshot version and broadcasts it. A
+realtime task never ends, so the driver publishes the subscription state as it
+changes instead, to ``kafka.routing_view_topic`` (compacted, one partition,
+written only here), and every executor JVM follows it
+(``realtime/src/main/java/io/bitroute/realtime/RoutingView.java``):
+
+- key ``sub:<subscription id>``: the applied subscription, JSON
+  ``{"id", "exchange", "subscriber", "filter", "headers": {"match", "criteria"} | null}``;
+  a tombstone (null value) removes it;
+- key ``mark``: JSON ``{"version", "changelog": {"<partition>": next offset},
+  "default_exchange", "exchanges": [{"name", "dialect", "share_prefix"}]}``, written
+  after the ``sub:`` records of each applied step. Every changelog record below
+  ``changelog[p]`` is applied (or was rejected) in the state the mark closes.
+
+Happens-before: an executor routes a publish only once its view's mark covers
+the changelog's end offsets as they were when the publish was written
+(``RoutingView.awaitApplied``), so a subscription Kafka acknowledged before a
+publish is applied to it, exactly as in micro-batch mode. The driver's part is
+to publish each catch-up promptly: :class:`ViewFollower` catches the changelog up
+every :data:`FOLLOW_INTERVAL_S`.
+
+The compiler validates every change before it reaches the view (a rejected
+change only advances the mark), so the executors never meet a bad subscription.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from compiler import Snapshot
+from compiler.grammar import grammar_for
+from schemas.records import CHANGE_REMOVE, CHANGE_UPSERT
+from streaming.config import Config
+from streaming.errors import one_line
+from streaming.kafka import clients as kafka
+from streaming.kafka.errors import KAFKA_TIMEOUT_S
+from streaming.router.changelog import Change
+
+_log = logging.getLogger(__name__)
+
+SUB_PREFIX = "sub:"
+MARK_KEY = b"mark"
+FOLLOW_INTERVAL_S = 0.02
+"""How often the driver catches the changelog up in realtime mode: what a subscription
+change waits, at most, before the view publishes it (plus a Kafka round trip)."""
+
+
+def subscription_record(sub_id: str, exchange: str, subscriber: str, filter_: str,
+                        header_match: str | None,
+                        header_criteria: Mapping[str, str | None] | None) -> bytes:
+    """The view value of one applied subscription."""
+    headers = None if header_match is None else {"match": header_match,
+                                                 "criteria": dict(header_criteria or {})}
+    return json.dumps({"id": sub_id, "exchange": exchange, "subscriber": subscriber,
+                       "filter": filter_, "headers": headers},
+                      ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def exchanges_of(config: Config) -> list[dict[str, object]]:
+    """The configured exchanges as the view's mark lists them."""
+    return [{"name": name, "dialect": dialect, "share_prefix": grammar_for(dialect).SHARE_PREFIX}
+            for name, dialect in sorted(config.exchanges.dialects.items())]
+
+
+def mark_record(config: Config, version: int, offsets: Mapping[int, int]) -> bytes:
+    """The view value closing an applied step: ``version`` covers ``offsets``."""
+    return json.dumps({"version": version,
+                       "changelog": {str(p): o for p, o in sorted(offsets.items())},
+                       "default_exchange": config.exchanges.default,
+                       "exchanges": exchanges_of(config)},
+                      separators=(",", ":")).encode("utf-8")
+
+
+class RoutingViewPublisher:
+    """Writes the subscription state to the routing view (module docstring).
+
+    :meth:`note` is a :class:`~streaming.router.snapshots.BatchSnapshots` commit
+    listener: it keeps each committed version's changes until :meth:`publish`
+    writes them and the mark. :meth:`reset` writes the whole state (at open: the
+    view may hold another run's state). Not thread-safe: one caller at a time.
+    """
+
+    def __init__(self, config: Config, on_error: Callable | None = None) -> None:
+        self._config = config
+        self._topic = config.kafka.routing_view_topic
+        self._producer = kafka.producer(config.kafka.client_settings,
+                                        {"linger.ms": 0, "enable.idempotence": True}, on_error)
+        self._pending: list[tuple[bytes, bytes | None]] = []
+        self._marked: tuple[int, dict[int, int]] | None = None
+        self.published_version: int | None = None
+        """The version of the latest mark Kafka acknowledged."""
+
+    def note(self, changes: Iterable[Sequence]) -> None:
+        """Keep the view records of a committed version's changes (a commit listener)."""
+        fields = Change._fields
+        for change in changes:
+            row = dict(zip(fields, change))
+            key = (SUB_PREFIX + row["subscription_id"]).encode("utf-8")
+            if row["change"] == CHANGE_UPSERT:
+                self._pending.append((key, subscription_record(
+                    row["subscription_id"], row["exchange"], row["subscriber"], row["filter"],
+                    row["header_match"], row["header_criteria"])))
+            elif row["change"] == CHANGE_REMOVE:
+                self._pending.append((key, None))
+
+    def reset(self, snapshot: Snapshot, offsets: Mapping[int, int]) -> None:
+        """Make the view hold exactly ``snapshot``'s subscriptions, marked with its version
+        and ``offsets``: the keys the view holds and the snapshot lacks get tombstones."""
+        from streaming.ops.inspect import RoutingState, subscriptions
+
+        live = {row["subscription_id"]: row for row in
+                subscriptions(RoutingState(snapshot, snapshot.version, 0, None))}
+        stale = self._keys() - {(SUB_PREFIX + sub_id).encode("utf-8") for sub_id in live}
+        self._pending = [(key, None) for key in sorted(stale)] + [
+            ((SUB_PREFIX + sub_id).encode("utf-8"), subscription_record(
+                sub_id, row["exchange"], row["subscriber"], row["filter"], row["header_match"],
+                row["header_criteria"])) for sub_id, row in live.items()]
+        self._marked = None
+        self.publish(snapshot.version, offsets)
+
+    def publish(self, version: int, offsets: Mapping[int, int]) -> bool:
+        """Write the kept records and a mark of ``version`` covering ``offsets``, and wait
+        for Kafka's acks; nothing when neither changed since the last mark. True when a
+        mark was written. Raises :class:`ViewError` when Kafka did not take them all."""
+        offsets = dict(offsets)
+        if not self._pending and self._marked == (version, offsets):
+            return False
+        failures: list[str] = []
+
+        def acked(error, _message) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        for key, value in [*self._pending, (MARK_KEY, mark_record(self._config, version, offsets))]:
+            kafka.produce_when_room(self._producer, self._topic, value, key, on_delivery=acked)
+        left = self._producer.flush(KAFKA_TIMEOUT_S)
+        if left or failures:
+            raise ViewError(f"the routing view {self._topic!r} did not take "
+                            f"{left + len(failures)} records"
+                            + (f": {failures[0]}" if failures else " in time"))
+        self._pending = []
+        self._marked = (version, offsets)
+        self.published_version = version
+        return True
+
+    def _keys(self) -> set[bytes]:
+        """The ``sub:`` keys whose latest record in the view is not a tombstone."""
+        settings = self._config.kafka.client_settings
+        reader = kafka.consumer(settings, "bitroute-routing-view", {"enable.partition.eof": True})
+        try:
+            from confluent_kafka import TopicPartition
+
+            low, high = reader.get_watermark_offsets(TopicPartition(self._topic, 0),
+                                                     timeout=KAFKA_TIMEOUT_S)
+            keys: set[bytes] = set()
+            if high <= low:
+                return keys
+            reader.assign([TopicPartition(self._topic, 0, low)])
+            position = low
+            while position < high:
+                message = reader.poll(KAFKA_TIMEOUT_S)
+                if message is None:
+                    raise ViewError(f"the routing view {self._topic!r} could not be read to "
+                                    f"its end ({position} of {high})")
+                if message.error():
+                    continue  # end of partition events
+                position = message.offset() + 1
+                key = message.key()
+                if key is None or not key.startswith(SUB_PREFIX.encode()):
+                    continue
+                if message.value() is None:
+                    keys.discard(key)
+                else:
+                    keys.add(key)
+            return keys
+        finally:
+            reader.close()
+
+    def close(self) -> None:
+        self._producer.flush(KAFKA_TIMEOUT_S)
+
+
+class ViewError(Exception):
+    """The routing view could not be written (Kafka refused or did not answer)."""
+
+
+class ViewFollower:
+    """The driver's thread that keeps the routing view current in realtime mode: every
+    :data:`FOLLOW_INTERVAL_S` it calls ``step`` (a changelog catch-up that publishes what it
+    applied); a failure is logged (at most one line per 30 s) and retried next round."""
+
+    def __init__(self, step: Callable[[], None], stopping: threading.Event) -> None:
+        self._step = step
+        self._stopping = stopping
+        self._thread = threading.Thread(target=self._run, name="bitroute-routing-view",
+                                        daemon=True)
+        self.failure: str | None = None
+        """The latest step's failure, as one line (None once a step succeeds)."""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        import time
+
+        reported = 0.0
+        while not self._stopping.wait(FOLLOW_INTERVAL_S):
+            try:
+                self._step()
+                if self.failure is not None:
+                    _log.warning(f"the routing view is current again (after: {self.failure})")
+                self.failure = None
+            except Exception as exc:  # noqa: BLE001 - any failure: retried next round
+                self.failure = one_line(exc)
+                if time.monotonic() - reported >= 30:
+                    reported = time.monotonic()
+                    _log.warning(f"could not update the routing view (retrying): {self.failure}")
