@@ -25,6 +25,8 @@ def isolated_settings(base: Config, root: Path, **extra: str) -> dict[str, str]:
         "kafka.subscriptions_topic": f"subs-{tag}",
         "kafka.rejected_topic": f"rej-{tag}",
         "kafka.retained_topic": f"ret-{tag}",
+        "kafka.routing_view_topic": f"view-{tag}",
+        "kafka.routed_topic": f"routed-{tag}",
         "kafka.deliveries_topic_prefix": f"dlv-{tag}.",
         "broker.embedded": "false",
         "delta.warehouse": str(root / "delta"),

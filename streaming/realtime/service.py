@@ -35,6 +35,8 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import AuditTables
 from streaming.config import Config
+from streaming.errors import BitrouteError
+from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.query import register_route_function, start_routing_query
 from streaming.realtime.view import RoutingViewPublisher, ViewFollower
@@ -45,6 +47,11 @@ from streaming.router.snapshots import BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 
 _log = logging.getLogger(__name__)
+
+
+class RealtimeSlotsError(BitrouteError):
+    """Spark has fewer task slots than realtime mode holds (the message says how many)."""
+
 
 AUDIT_STREAM = "realtime-publishes"
 """The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""
@@ -86,6 +93,7 @@ class RealtimeRouting:
     def start(self) -> StreamingQuery:
         """Publish the view, start the audit and the routing query; return the routing
         query (the router's query: its end is the router's)."""
+        self._check_slots()
         self._layout.realtime.mkdir(parents=True, exist_ok=True)
         self.tables.ensure()
         self.committer.recover()  # a crash's leftovers, before the audit query resumes
@@ -136,6 +144,23 @@ class RealtimeRouting:
             "latency_ms": audit.latency_ms() if audit is not None else None,
             "audit_pending_batches": self.committer.pending_batches,
         }
+
+    def _check_slots(self) -> None:
+        """Refuse to start when Spark has fewer task slots than Real-Time Mode holds (one
+        per publishes partition, for as long as the query runs) plus one for the audit."""
+        from streaming.kafka.topics import admin_client
+
+        topic = self._config.kafka.publishes_topic
+        metadata = admin_client(self._config).list_topics(topic, timeout=KAFKA_TIMEOUT_S)
+        partitions = len(metadata.topics[topic].partitions)
+        slots = self._spark.sparkContext.defaultParallelism
+        if slots < partitions + 1:
+            raise RealtimeSlotsError(
+                f"realtime mode needs a task slot per partition of {topic} ({partitions}) "
+                f"plus one for the audit, and Spark has {slots} "
+                f"({self._spark.sparkContext.master}): give Spark more cores (spark.master "
+                "local[N], or executors' cores on a cluster), or run streaming.mode = "
+                "\"microbatch\", which needs none")
 
     def _follow(self) -> None:
         """One round of the view thread: catch the changelog up and publish what changed."""

@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 import conf
 from streaming import jvm
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.kafka.settings import SPARK_REDACTION_REGEX
 from streaming.router.checkpoint import CheckpointLayout
 
@@ -90,6 +90,17 @@ def session_settings(config: Config) -> dict[str, str]:
     return settings
 
 
+def local_master(config: Config) -> str:
+    """The master Spark runs: ``spark.master``, except that realtime mode on ``local[*]``
+    gets a task slot per publishes partition plus two (Real-Time Mode holds one slot
+    per partition for as long as it runs; the audit query and Spark's own jobs need the
+    rest), however few cores the machine has."""
+    master = config.spark.master
+    if config.streaming.mode == MODE_REALTIME and master == "local[*]":
+        return f"local[{max(os.cpu_count() or 1, config.kafka.partitions + 2)}]"
+    return master
+
+
 def spark_session(config: Config, jar_group: str = "spark",
                   extra_settings: dict[str, str] | None = None) -> SparkSession:
     """Return the configured SparkSession (see module docstring).
@@ -127,7 +138,7 @@ def spark_session(config: Config, jar_group: str = "spark",
             builder = builder.config(key, value)
         session = builder.getOrCreate()
     else:
-        conf = (SparkConf().setMaster(config.spark.master)
+        conf = (SparkConf().setMaster(local_master(config))
                 .set("spark.jars", ",".join(str(p) for p in jvm.jars(jar_group)))
                 .setAll(settings.items()))
         gateway = None

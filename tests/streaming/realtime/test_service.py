@@ -1,0 +1,187 @@
+"""Realtime mode end to end on a real broker, real Spark (Real-Time Mode) and real Delta:
+the router of ``streaming.mode = "realtime"`` delivers with the micro-batch contracts,
+keeps happens-before, rejects bad input with its reason, and audits each publish and
+each (message, subscriber) exactly once.
+
+One router serves the module (its publishes topic has one partition: Real-Time Mode
+holds a slot per partition, and the session's local[2] keeps the other for the audit).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from schemas.records import (
+    MESSAGES,
+    DELIVERIES,
+    MESSAGE_ID_HEADER,
+    OUTCOME_REJECTED,
+    OUTCOME_ROUTED,
+    OUTCOME_UNROUTABLE,
+    REASON_HEADER,
+    SNAPSHOT_VERSION_HEADER,
+    SUBSCRIPTION_IDS_HEADER,
+    EXCHANGE_HEADER,
+)
+from streaming.router.service import Router
+
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
+from waiting import wait_until
+
+DELIVERY_BOUND_S = 30
+"""Generous: the first publishes wait for the routing query's first task to start."""
+AUDIT_BOUND_S = 60
+"""The longest a publish's audit rows may take here: a checkpoint interval (5 s), a
+commit interval, and Spark's first jobs on a busy 2-core machine."""
+
+
+@pytest.fixture(scope="module")
+def router(spark, base_config, tmp_path_factory):
+    config = isolated_config(base_config, tmp_path_factory.mktemp("realtime"), **{
+        "streaming.mode": "realtime",
+        "kafka.partitions": "1",
+        "audit.commit_interval": "1 second",
+    })
+    router = Router(config, spark)
+    router.start()
+    try:
+        yield router
+    finally:
+        router.stop()
+
+
+def _unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers=()) -> str:
+    from confluent_kafka import Producer
+
+    from schemas.records import message_id
+
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 0})
+    acked = []
+    producer.produce(topic, key=key, value=value, headers=list(headers),
+                     on_delivery=lambda error, record: acked.append((error, record)))
+    assert producer.flush(KAFKA_TIMEOUT_S) == 0
+    error, record = acked[0]
+    assert error is None, error
+    return message_id(record.topic(), record.partition(), record.offset())
+
+
+def _subscribe(config, sub_id: str, exchange: str, subscriber: str, filter_: str,
+               headers: dict | None = None) -> None:
+    value = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
+    if headers is not None:
+        value["headers"] = headers
+    _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
+
+
+def _publish(config, routing_key: str, payload: bytes, exchange: str, headers=()) -> str:
+    return _produce(config, config.kafka.publishes_topic, routing_key.encode(), payload,
+                    [*headers, (EXCHANGE_HEADER, exchange.encode())])
+
+
+def _deliveries(config, subscriber: str, count: int) -> list:
+    """The subscriber's delivery records, once there are ``count``."""
+    return wait_until(lambda: _at_least(read_topic(config, config.kafka.layout.topic(subscriber)),
+                                        count), f"{count} deliveries to {subscriber}", DELIVERY_BOUND_S)
+
+
+def _at_least(records: list, count: int) -> list | None:
+    return records if len(records) >= count else None
+
+
+def table_rows(config, name: str) -> list[dict]:
+    from deltalake import DeltaTable
+
+    return DeltaTable(config.delta.table_path(name)).to_pyarrow_table().to_pylist()
+
+
+def test_a_publish_reaches_its_subscribers_with_the_micro_batch_contract(router):
+    config = router.config
+    billing, ops = _unique("billing"), _unique("ops")
+    _subscribe(config, f"{billing}-1", "amq.topic", billing, "orders.*.paid")
+    _subscribe(config, f"{billing}-2", "amq.topic", billing, "orders.#")
+    _subscribe(config, f"{ops}-1", "mqtt", ops, "sensors/+/temperature",
+               headers={"match": "all", "criteria": {"unit": "celsius"}})
+    paid = _publish(config, "orders.eu.paid", b'{"order": 42}', "amq.topic",
+                    [("trace", b"abc")])
+    hot = _publish(config, "sensors/boiler/temperature", b"71.5", "mqtt", [("unit", b"celsius")])
+    _publish(config, "sensors/boiler/temperature", b"-", "mqtt", [("unit", b"kelvin")])
+
+    [delivery] = _deliveries(config, billing, 1)
+    assert delivery.key() == b"orders.eu.paid" and delivery.value() == b'{"order": 42}'
+    headers = headers_of(delivery)
+    assert headers["trace"] == "abc"
+    assert headers[MESSAGE_ID_HEADER] == paid
+    assert json.loads(headers[SUBSCRIPTION_IDS_HEADER]) == [f"{billing}-1", f"{billing}-2"]
+    assert int(headers[SNAPSHOT_VERSION_HEADER]) >= 1
+    [reading] = _deliveries(config, ops, 1)
+    assert headers_of(reading)[MESSAGE_ID_HEADER] == hot and reading.value() == b"71.5"
+
+
+def test_a_subscription_acknowledged_before_a_publish_applies_to_it(router):
+    # Happens-before: each subscription is acknowledged by Kafka, then the publish written
+    # at once; every publish reaches its new subscriber.
+    config = router.config
+    subscribers = [_unique("hb") for _ in range(10)]
+    for subscriber in subscribers:
+        _subscribe(config, subscriber, "amq.topic", subscriber, f"hb.{subscriber}")
+        _publish(config, f"hb.{subscriber}", b"x", "amq.topic")
+    for subscriber in subscribers:
+        assert len(_deliveries(config, subscriber, 1)) == 1, subscriber
+
+
+def test_bad_input_is_rejected_with_its_reason_and_audited(router):
+    config = router.config
+    bad = _publish(config, "orders..paid", b"?", "amq.topic")  # an empty word: invalid AMQP
+    unknown = _publish(config, "a.b", b"?", "no-such-exchange")
+    records = wait_until(lambda: _at_least(read_topic(config, config.kafka.rejected_topic), 2),
+                         "2 rejected records", DELIVERY_BOUND_S)
+    rejected = {headers_of(r)[MESSAGE_ID_HEADER]: headers_of(r) for r in records}
+    assert set(rejected) == {bad, unknown}
+    assert "no-such-exchange" in rejected[unknown][REASON_HEADER]
+    rows = wait_until(lambda: _rows_for(config, MESSAGES, {bad, unknown}, 2), "the rejected publishes' messages rows",
+                      AUDIT_BOUND_S)
+    assert {r["outcome"] for r in rows} == {OUTCOME_REJECTED}
+    assert all(r["reason"] for r in rows)
+
+
+def test_every_publish_and_delivery_is_audited_exactly_once(router):
+    config = router.config
+    first, second = _unique("audited"), _unique("audited")
+    _subscribe(config, first, "amq.topic", first, "audit.#")
+    _subscribe(config, second, "amq.topic", second, "audit.*")
+    ids = [_publish(config, f"audit.{i}", b"p", "amq.topic") for i in range(20)]
+    nobody = _publish(config, "nobody.listens", b"p", "amq.topic")
+    messages = wait_until(lambda: _rows_for(config, MESSAGES, {*ids, nobody}, 21), "21 messages rows",
+                          AUDIT_BOUND_S)
+    deliveries = wait_until(lambda: _rows_for(config, DELIVERIES, set(ids), 40), "40 deliveries rows",
+                            AUDIT_BOUND_S)
+    assert sorted(r["message_id"] for r in messages) == sorted([*ids, nobody])
+    outcomes = {r["message_id"]: r["outcome"] for r in messages}
+    assert outcomes[nobody] == OUTCOME_UNROUTABLE
+    assert {outcomes[i] for i in ids} == {OUTCOME_ROUTED}
+    pairs = [(r["message_id"], r["subscriber"]) for r in deliveries]
+    assert len(pairs) == len(set(pairs)) == 40
+    assert all(r["snapshot_version"] >= 1 for r in deliveries)
+
+
+def test_status_names_the_mode_and_the_latency(router):
+    status = router._status_figures()
+    assert status["mode"] == "realtime"
+    realtime = status["realtime"]
+    assert realtime["view_version"] is not None and realtime["view_failure"] is None
+    wait_until(lambda: router.realtime.status()["latency_ms"], "a latency figure",
+               AUDIT_BOUND_S)
+
+
+def _rows_for(config, table: str, message_ids: set[str], expected: int):
+    """The rows of ``table`` for ``message_ids`` once there are ``expected`` (else None)."""
+    rows = [r for r in table_rows(config, table) if r["message_id"] in message_ids]
+    return rows if len(rows) >= expected else None
