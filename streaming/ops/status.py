@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.errors import BitrouteError, one_line
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
 from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
@@ -61,7 +61,7 @@ KAFKA_BUDGET_S = STATUS_BUDGET_S
 def router_status(config: Config) -> dict[str, object]:
     """The status as one JSON-ready dict (see the module docstring; ``None`` = unknown).
 
-    Keys: ``running``, ``stopping`` (the lock is held but its driver exited: the
+    Keys: ``mode`` (``streaming.mode``), ``running``, ``stopping`` (the lock is held but its driver exited: the
     JVM is ending), ``router`` (the lock holder ``{pid, host, started_at, jvm_pid}``
     or None), ``last_batch`` (status.json as the router wrote it, or None),
     ``input_lag`` and ``changelog_lag`` (``{topic, records, partitions}``,
@@ -97,6 +97,11 @@ def router_status(config: Config) -> dict[str, object]:
             topics = None
     holder, last, committed_batch, committed, snapshot, notes = local
     publishes_at = committed.get(kafka.publishes_topic, {}) if committed is not None else {}
+    if config.streaming.mode == MODE_REALTIME:
+        from streaming.realtime.audit import committed_offsets
+
+        publishes_at = committed_offsets(CheckpointLayout.of(
+            config.streaming.checkpoint_dir).realtime_routing, kafka.publishes_topic) or {}
     changelog_at = dict(snapshot.offsets) if snapshot is not None else {}
     subscribers = unfed = None
     if snapshot is not None:
@@ -107,6 +112,7 @@ def router_status(config: Config) -> dict[str, object]:
             unfed = sorted(topics - fed)
     stopping = holder is not None and lock.driver_alive(holder) is False
     return {
+        "mode": config.streaming.mode,
         "running": holder is not None and not stopping,
         "stopping": stopping,
         "router": holder,

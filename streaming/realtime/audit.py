@@ -44,6 +44,7 @@ from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.writer import ROUTED_VERSION_COLUMN, PublishBatch
 from streaming.config import Config
+from streaming.realtime.errors import AuditWaitInterrupted
 from streaming.router.offsets_log import read_offsets
 from streaming.router.report import BatchReport
 
@@ -216,7 +217,3 @@ class RoutedAudit:
         self.repeats += len(rows) - len(kept)
         return rows.take(pa.array(kept, pa.int64()))
 
-
-class AuditWaitInterrupted(Exception):
-    """The router stopped while a batch of routed records waited for the routing query's
-    checkpoint (the batch is audited at the next start)."""

@@ -35,7 +35,7 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import AuditTables
 from streaming.config import Config
-from streaming.errors import BitrouteError
+from streaming.realtime.errors import RealtimeSlotsError
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.query import register_route_function, start_routing_query
@@ -48,9 +48,6 @@ from streaming.router.subscription_sync import SubscriptionSync
 
 _log = logging.getLogger(__name__)
 
-
-class RealtimeSlotsError(BitrouteError):
-    """Spark has fewer task slots than realtime mode holds (the message says how many)."""
 
 
 AUDIT_STREAM = "realtime-publishes"

@@ -37,6 +37,7 @@ from compiler import Snapshot
 from compiler.grammar import grammar_for
 from schemas.records import CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.config import Config
+from streaming.realtime.errors import ViewError
 from streaming.errors import one_line
 from streaming.kafka import clients as kafka
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
@@ -185,9 +186,6 @@ class RoutingViewPublisher:
     def close(self) -> None:
         self._producer.flush(KAFKA_TIMEOUT_S)
 
-
-class ViewError(Exception):
-    """The routing view could not be written (Kafka refused or did not answer)."""
 
 
 class ViewFollower:

@@ -103,5 +103,8 @@ class StatusFile:
             "audit_pending_batches": figures.get("audit_pending_batches", 0),
             "audit_lag_seconds": figures.get("audit_lag_seconds", 0.0),
             "lost_total": figures.get("lost_total", 0),
+            "mode": figures.get("mode", "microbatch"),
         }
+        if "realtime" in figures:
+            status["realtime"] = figures["realtime"]
         write_atomically(self.path, json.dumps(status) + "\n", durable=False)
