@@ -45,7 +45,15 @@ from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
-from compiler import CompilerError, Dialect, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
+from compiler import (
+    CompilerError,
+    Dialect,
+    RoutingIndex,
+    Snapshot,
+    SnapshotFormatError,
+    Subscription,
+    SubscriptionError,
+)
 from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_REMOVE,
@@ -53,7 +61,7 @@ from schemas.records import (
     REASON_HEADER,
     SUBSCRIPTION_REQUIRED_FIELDS,
 )
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.kafka.clients import OnError, access_failure, consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.router.errors import ChangelogError
@@ -90,14 +98,21 @@ class Change(NamedTuple):
     applied_at_ms: int
 
 
+SINCE_REFUSED_IN_REALTIME = ('a replay ("since") is served by streaming.mode = "microbatch", '
+                             'not by the realtime mode this router runs')
+"""The reason a subscription asking for a replay is rejected in realtime mode."""
+
+
 def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, partition: int,
                  offset: int, changed_at_ms: int | None, applied_at_ms: int,
                  headers: Sequence[tuple[str, bytes | None]] | None = None,
-                 replays: list[ReplayRequest] | None = None) -> Change:
+                 replays: list[ReplayRequest] | None = None,
+                 refuse_since: str | None = None) -> Change:
     """Apply one changelog record to ``index``; never raises for a bad record. A tombstone's
     ``bitroute.reason`` header (``bitroute retire`` writes one) is its removal's reason.
     An upsert with ``since`` is checked (:func:`~streaming.router.replay_requests.check_request`)
-    and, applied, appends its :class:`ReplayRequest` to ``replays``."""
+    and, applied, appends its :class:`ReplayRequest` to ``replays``; with ``refuse_since``
+    (a mode that cannot replay) it is an invalid value, with that reason."""
     sub_id = "" if key is None else key.decode("utf-8", errors="replace")
     where = (partition, offset, changed_at_ms, applied_at_ms)
     if value is None:
@@ -109,6 +124,8 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
                       _header_text(headers, REASON_HEADER), *where)
     try:
         sub = Subscription.from_changelog(key, value)
+        if refuse_since is not None and sub.since is not None:
+            raise SubscriptionError(refuse_since)
         check_request(index, sub, changed_at_ms if changed_at_ms is not None else applied_at_ms)
         index.upsert(sub)
     except CompilerError as exc:
@@ -299,6 +316,8 @@ class Subscriptions:
         self._offsets = dict(offsets)
         self._pending: PendingVersion | None = None
         self._reader = ChangelogReader(config, on_error)
+        self._refuse_since = (SINCE_REFUSED_IN_REALTIME if config.streaming.mode == MODE_REALTIME
+                              else None)
 
     @classmethod
     def open(cls, config: Config, snapshots: BatchSnapshots,
@@ -359,7 +378,7 @@ class Subscriptions:
             _, timestamp = message.timestamp()
             change = apply_record(self._index, message.key(), message.value(), message.partition(),
                                   message.offset(), timestamp if timestamp > 0 else None,
-                                  applied_at_ms, message.headers(), replays)
+                                  applied_at_ms, message.headers(), replays, self._refuse_since)
             changes.append(change)
             if change.reason is not None:
                 rejected.append(RejectedRecord(message.topic(), message.partition(), message.offset(),

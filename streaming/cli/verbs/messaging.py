@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from schemas.records import RETAIN_HEADER, RETAIN_TRUE
 from streaming.cli.arguments import config_of, message_headers
 from streaming.cli.errors import UsageError, reported
+from streaming.config import MODE_REALTIME
 
 
 def subscribe(args: argparse.Namespace) -> int:
@@ -23,6 +24,9 @@ def subscribe(args: argparse.Namespace) -> int:
     filter_ = "#" if args.filter is None else args.filter
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         since = None
+        if args.since is not None and cfg.streaming.mode == MODE_REALTIME:
+            raise UsageError('--since (a replay) is served by streaming.mode = "microbatch"; '
+                             "this configuration runs the realtime mode")
         if args.since is not None:
             from compiler import HeaderCriteria
             from streaming.router import replay_cli
