@@ -30,7 +30,7 @@ prereqs:
 # The Python module (kernel/src) and the pure-Rust core it is built on (kernel/core); the
 # JNI library (kernel/jni) is the realtime jar's, built by its own cargo command, but a
 # change of its manifest changes the workspace's Cargo.lock, so it is listed too.
-KERNEL_SOURCES := kernel/Cargo.toml kernel/Cargo.lock kernel/pyproject.toml $(wildcard kernel/src/*.rs) \
+KERNEL_SOURCES := kernel/Cargo.toml kernel/Cargo.lock kernel/pyproject.toml kernel/bitroute_kernel.pyi $(wildcard kernel/src/*.rs) \
 	kernel/core/Cargo.toml $(wildcard kernel/core/src/*.rs) kernel/jni/Cargo.toml
 
 $(STAMP): pyproject.toml $(KERNEL_SOURCES)
