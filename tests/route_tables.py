@@ -65,10 +65,8 @@ def micro_batch(matcher: Matcher, default_exchange: str, publishes: list[tuple[b
     out = []
     for (key, _), exchange, reason, row, headers_json in zip(
             publishes, columns.exchanges, reasons, deliveries.to_pylist(), regrouped.to_pylist()):
-        try:
-            routing_key = None if key is None else key.decode("utf-8")
-        except UnicodeDecodeError:
-            routing_key = None
+        # As the audit shows a routing key (streaming.kafka.records.text).
+        routing_key = None if key is None else key.decode("utf-8", "backslashreplace")
         if reason is not None:
             out.append((REJECTED, exchange, routing_key, reason, []))
             continue

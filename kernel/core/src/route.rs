@@ -330,7 +330,8 @@ impl RouteTable {
         self.subscriptions.is_empty()
     }
 
-    /// Route one publish: `key` the record key (the routing key), `headers`
+    /// Route one publish: `key` the record key (its text in the outcome as the
+    /// micro-batch audit shows it: invalid UTF-8 as `\\xNN` escapes) (the routing key), `headers`
     /// the record's headers in order, `message_id` its
     /// `<topic>/<partition>/<offset>` (the shared groups' choice).
     pub fn route(
@@ -339,9 +340,7 @@ impl RouteTable {
         headers: &[(&str, Option<&[u8]>)],
         message_id: &str,
     ) -> Outcome<'_> {
-        let routing_key = key
-            .and_then(|k| std::str::from_utf8(k).ok())
-            .map(str::to_owned);
+        let routing_key = key.map(backslash_replaced);
         let rejected = |exchange: Option<String>, reason: String| Outcome {
             kind: OutcomeKind::Rejected,
             exchange,
@@ -623,7 +622,7 @@ mod tests {
             .unwrap()
             .starts_with("routing key is 256 bytes, longer than 255: 'aaa"));
         // Not UTF-8: no text form, as the contract says.
-        assert_eq!(t.route(Some(b"\xff"), &[], "m").routing_key, None);
+        assert_eq!(t.route(Some(b"\xff"), &[], "m").routing_key.as_deref(), Some("\\xff"));
     }
 
     #[test]
@@ -702,5 +701,29 @@ mod tests {
     fn ids_header_escapes_as_json_dumps() {
         assert_eq!(ids_header(&["a", "b\"c", "é"]), r#"["a","b\"c","é"]"#);
         assert_eq!(ids_header(&[]), "[]");
+    }
+}
+
+/// `key` decoded as Python's `bytes.decode("utf-8", "backslashreplace")` does
+/// (`streaming.kafka.records.text`): each byte of an invalid sequence as `\xhh`.
+pub fn backslash_replaced(key: &[u8]) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key;
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(valid) => {
+                out.push_str(valid);
+                return out;
+            }
+            Err(error) => {
+                let (valid, after) = rest.split_at(error.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                let bad = error.error_len().unwrap_or(after.len());
+                for byte in &after[..bad] {
+                    out.push_str(&format!("\\x{byte:02x}"));
+                }
+                rest = &after[bad..];
+            }
+        }
     }
 }
