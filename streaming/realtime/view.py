@@ -11,7 +11,8 @@ written only here), and every executor JVM follows it
   ``{"id", "exchange", "subscriber", "filter", "headers": {"match", "criteria"} | null}``;
   a tombstone (null value) removes it;
 - key ``mark``: JSON ``{"version", "changelog": {"<partition>": next offset},
-  "default_exchange", "exchanges": [{"name", "dialect", "share_prefix"}]}``, written
+  "default_exchange", "exchanges": [{"name", "dialect", "share_prefix"}],
+  "retained_refused"}``, written
   after the ``sub:`` records of each applied step. Every changelog record below
   ``changelog[p]`` is applied (or was rejected) in the state the mark closes.
 
@@ -69,12 +70,19 @@ def exchanges_of(config: Config) -> list[dict[str, object]]:
             for name, dialect in sorted(config.exchanges.dialects.items())]
 
 
+RETAINED_REFUSED = ('a retained publish (retain: true) is served by streaming.mode = '
+                    '"microbatch", not by the realtime mode this router runs')
+"""Why realtime mode rejects a retained publish to an MQTT exchange (it keeps no retained
+state: delivering it without retaining it would drop the retain silently)."""
+
+
 def mark_record(config: Config, version: int, offsets: Mapping[int, int]) -> bytes:
     """The view value closing an applied step: ``version`` covers ``offsets``."""
     return json.dumps({"version": version,
                        "changelog": {str(p): o for p, o in sorted(offsets.items())},
                        "default_exchange": config.exchanges.default,
-                       "exchanges": exchanges_of(config)},
+                       "exchanges": exchanges_of(config),
+                       "retained_refused": RETAINED_REFUSED},
                       separators=(",", ":")).encode("utf-8")
 
 

@@ -29,11 +29,14 @@ use hashbrown::HashMap;
 use serde::Deserialize;
 
 use crate::dialect::{Dialect, Grammar};
-use crate::pytext::{decode_utf8, push_json_string, quote, repr_bytes};
+use crate::pytext::{decode_utf8, push_json_string, quote, repr_bytes, repr_str};
 use crate::trie::{with_scratch, Hit, Trie};
 
 /// `schemas.records.EXCHANGE_HEADER`.
 pub const EXCHANGE_HEADER: &str = "exchange";
+/// `schemas.records.RETAIN_HEADER` and `RETAIN_TRUE`: an MQTT retained publish.
+pub const RETAIN_HEADER: &str = "retain";
+pub const RETAIN_TRUE: &[u8] = b"true";
 
 /// Why a routing table cannot be read: malformed JSON, an unknown dialect
 /// or exchange, a repeated id.
@@ -87,6 +90,10 @@ struct TableJson {
     default_exchange: String,
     exchanges: Vec<ExchangeJson>,
     subscriptions: Vec<SubscriptionJson>,
+    /// Why a retained publish to an MQTT exchange is rejected (a router that does not
+    /// keep retained messages: realtime mode); absent, it is routed as any other.
+    #[serde(default)]
+    retained_refused: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -197,6 +204,7 @@ pub struct RouteTable {
     filters: Vec<Filter>,
     filter_subs: Vec<u32>,
     has_criteria: bool,
+    retained_refused: Option<String>,
 }
 
 impl RouteTable {
@@ -314,6 +322,7 @@ impl RouteTable {
             filters,
             filter_subs,
             has_criteria,
+            retained_refused: json.retained_refused,
         })
     }
 
@@ -389,6 +398,27 @@ impl RouteTable {
         if !trie.dialect.valid_topic(topic.as_bytes()) {
             if let Some(reason) = trie.dialect.topic_error(topic) {
                 return rejected(exchange_name, reason);
+            }
+        }
+        // As streaming.router.retained.plan_retained: the last `retain` header decides.
+        let retained = headers
+            .iter()
+            .rev()
+            .find(|(name, _)| *name == RETAIN_HEADER)
+            .is_some_and(|(_, value)| *value == Some(RETAIN_TRUE));
+        if retained {
+            if trie.dialect != Dialect::Mqtt {
+                return rejected(
+                    exchange_name,
+                    format!(
+                        "retain=true on exchange {}, which is not an MQTT exchange: retained \
+                         messages are MQTT's (exchanges.dialects)",
+                        repr_str(exchange)
+                    ),
+                );
+            }
+            if let Some(reason) = &self.retained_refused {
+                return rejected(exchange_name, reason.clone());
             }
         }
         let deliveries = self.deliveries(number, topic, headers, message_id);
@@ -551,6 +581,28 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_retained_publish_is_mqtt_only_and_refused_where_the_table_says() {
+        let t = table();
+        let retain: &[(&str, Option<&[u8]>)] = &[("retain", Some(b"true"))];
+        let amqp = t.route(Some(b"orders.eu.paid"), retain, "p/0/1");
+        assert_eq!(amqp.kind, OutcomeKind::Rejected);
+        assert_eq!(
+            amqp.reason.as_deref(),
+            Some("retain=true on exchange 'amq.topic', which is not an MQTT exchange: retained messages are MQTT's (exchanges.dialects)")
+        );
+        let mqtt: Vec<(&str, Option<&[u8]>)> = vec![("exchange", Some(b"mqtt")), ("retain", Some(b"true"))];
+        assert_eq!(t.route(Some(b"jobs/1"), &mqtt, "p/0/2").kind, OutcomeKind::Routed);
+        let last_wins: Vec<(&str, Option<&[u8]>)> =
+            vec![("retain", Some(b"true")), ("retain", Some(b"false"))];
+        assert_eq!(t.route(Some(b"orders.eu.paid"), &last_wins, "p/0/3").kind, OutcomeKind::Routed);
+        let refusing = TABLE.replacen('{', r#"{"retained_refused": "served by micro-batch mode", "#, 1);
+        let refused = RouteTable::from_json(refusing.as_bytes()).unwrap();
+        let o = refused.route(Some(b"jobs/1"), &mqtt, "p/0/2");
+        assert_eq!(o.kind, OutcomeKind::Rejected);
+        assert_eq!(o.reason.as_deref(), Some("served by micro-batch mode"));
     }
 
     #[test]
