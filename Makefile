@@ -27,7 +27,11 @@ prereqs:
 	  echo "installing C and C++ compilers, make, pkg-config and OpenSSL's headers from Debian's packages (the kernel's librdkafka: its configure wants a C++ compiler)"; \
 	  apt-get update -qq && apt-get install -y -qq gcc g++ make perl pkg-config libssl-dev >/dev/null; }
 
-KERNEL_SOURCES := kernel/Cargo.toml kernel/pyproject.toml $(wildcard kernel/src/*.rs)
+# The Python module (kernel/src) and the pure-Rust core it is built on (kernel/core); the
+# JNI library (kernel/jni) is the realtime jar's, built by its own cargo command, but a
+# change of its manifest changes the workspace's Cargo.lock, so it is listed too.
+KERNEL_SOURCES := kernel/Cargo.toml kernel/Cargo.lock kernel/pyproject.toml kernel/bitroute_kernel.pyi $(wildcard kernel/src/*.rs) \
+	kernel/core/Cargo.toml $(wildcard kernel/core/src/*.rs) kernel/jni/Cargo.toml
 
 $(STAMP): pyproject.toml $(KERNEL_SOURCES)
 	$(PYTHON) -m venv $(VENV)

@@ -2,7 +2,9 @@
 the extension module, installed with it (maturin ships this file and
 ``py.typed``). ``compiler.matcher.Matcher`` and ``compiler.offline`` are the
 matching kernel's callers, ``streaming.router.delivery.DeliveryProducer`` the
-delivery writer's; see kernel/src/lib.rs for what it does.
+delivery writer's; see kernel/src/lib.rs for what it does. :class:`RouteTable` is
+the realtime mode's routing table (kernel/core/src/route.rs), the one its JNI
+library routes with, here for tests that hold it against the micro-batch path.
 
 Slot arrays are int64 numpy arrays (any contiguous int64 buffer); results
 named "bytes of int64" are native-endian int64 values (``np.frombuffer``).
@@ -162,3 +164,32 @@ class OfflineOutput(Iterator[bytes]):
 def offline_match(subscriptions: bytes, topics: bytes, grammar: Grammar, subscribers: SubscriberRule) -> OfflineOutput | None:
     """``bitroute match`` of two files' bytes, or ``None`` when the Python
     reference path must answer (see kernel/src/offline.rs)."""
+
+class RouteTable:
+    """The realtime mode's routing table (kernel/core/src/route.rs): built from
+    the table JSON of the realtime contract (section 2), it routes one publish
+    exactly as the micro-batch path does (``PublishColumns``, ``Matcher``,
+    ``subscription_ids_json``). Immutable."""
+
+    def __init__(self, table_json: bytes) -> None:
+        """Raises :class:`TableError` for a table it cannot read (malformed
+        JSON, an unknown dialect or exchange, a repeated id)."""
+
+    @property
+    def version(self) -> int | None:
+        """The table's ``version`` (informational)."""
+
+    def __len__(self) -> int:
+        """The number of subscriptions."""
+
+    def route(
+        self, key: bytes | None, headers: list[tuple[str, bytes | None]], message_id: str
+    ) -> tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]]]:
+        """``(outcome, exchange, routing_key, reason, deliveries)`` of the publish
+        with record key ``key``, Kafka headers ``headers`` (in order) and id
+        ``message_id`` (``<topic>/<partition>/<offset>``, for shared groups).
+        ``outcome``: 0 routed, 1 unroutable, 2 rejected (``reason`` set, no
+        deliveries); ``exchange`` None when the exchange header was null or
+        not UTF-8; ``routing_key`` None when absent or not UTF-8;
+        ``deliveries``: ``(subscriber, ids_header, ids)`` by subscriber, ids in
+        order, ``ids_header`` the ``bitroute.subscription_ids`` header value."""

@@ -1,7 +1,11 @@
 //! bitroute's matching kernel: the part of `compiler.matcher.Matcher` that
-//! runs once per topic (or per topic and subscription), in Rust.
+//! runs once per topic (or per topic and subscription), in Rust. The
+//! matching itself (dialects, trie, exact table, the realtime mode's
+//! `RouteTable`) is the pure-Rust core, `bitroute-core` (`core/`), shared
+//! with the JNI library of the realtime mode (`jni/`); this crate is its
+//! Python face.
 //!
-//! - [`trie`]: per exchange, the exact filters in one hash map and the
+//! - `trie` (core): per exchange, the exact filters in one hash map and the
 //!   wildcard filters in a trie; a topic is one lookup and one walk of its
 //!   words, whatever the number of subscriptions. Leaves hold *hit codes*,
 //!   exactly as the Python side defines them (`compiler/resolve.py`): a code
@@ -10,7 +14,7 @@
 //!   subscriptions are a CSR range and which may be *special* (header
 //!   criteria or a shared group: per-message conditions the Python side
 //!   applies).
-//! - [`exact`]: the exact filters' hash table, one cache line per entry.
+//! - `exact` (core): the exact filters' hash table, one cache line per entry.
 //! - [`kernel`]: the Python class `Kernel` of one snapshot: one topic to its
 //!   finished `Delivery` tuples (`deliveries`), a batch's keys or distinct
 //!   topics to their slots in output order (`match_keys`, `match_topics`),
@@ -22,9 +26,12 @@
 //!   per record.
 //! - [`offline`]: `bitroute match` on the same trie, for the files it reads
 //!   exactly as the Python reference path does.
-//! - [`dialect`]: the topic rules of AMQP and MQTT; the rules of the
-//!   grammar that `compiler/` owns (the MQTT shared-subscription prefix,
-//!   the subscriber-name characters) are handed in, not written here.
+//! - [`dialect`]: the grammar `compiler/` hands in (the MQTT
+//!   shared-subscription prefix); the topic rules of AMQP and MQTT are the
+//!   core's.
+//! - [`route_table`]: the Python class `RouteTable`, the core's routing
+//!   table of the realtime mode, for tests that hold it against the
+//!   micro-batch path.
 //! - [`errors`]: the exception classes (`KernelError` and its subclasses).
 //!
 //! The Python face is typed in `bitroute_kernel.pyi` (installed with the
@@ -39,11 +46,12 @@
 mod delivery;
 mod dialect;
 mod errors;
-mod exact;
 mod kernel;
 mod layout;
 mod offline;
-mod trie;
+mod route_table;
+
+use bitroute_core::trie;
 
 use pyo3::prelude::*;
 
@@ -59,6 +67,7 @@ fn bitroute_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Kernel>()?;
     m.add_class::<delivery::DeliveryWriter>()?;
     m.add_class::<offline::OfflineOutput>()?;
+    m.add_class::<route_table::RouteTable>()?;
     m.add_function(wrap_pyfunction!(offline::offline_match, m)?)?;
     Ok(())
 }

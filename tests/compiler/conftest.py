@@ -12,25 +12,34 @@ import pytest
 
 from compiler import Matcher, RoutingIndex, Subscription
 from compiler.reference import ReferenceMatcher
+from route_tables import ROUTED, UNROUTABLE, header_list, route_table
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
 
 
 class Routing:
-    """A RoutingIndex, its Matcher and the ReferenceMatcher over the same subscriptions."""
+    """A RoutingIndex, its Matcher, the ReferenceMatcher and the realtime mode's
+    RouteTable over the same subscriptions."""
 
     def __init__(self, subs: Iterable[Subscription], exchanges=EXCHANGES) -> None:
+        subs = list(subs)
         self.index = RoutingIndex(exchanges)
         self.reference = ReferenceMatcher(exchanges)
         for sub in subs:
             self.index.upsert(sub)
             self.reference.upsert(sub)
         self.matcher = Matcher(self.index.snapshot(1, {}))
+        self.route_table = route_table(subs, exchanges, next(iter(exchanges)))
 
     def ids(self, exchange: str, topic: str, headers=None, message_id: str = "") -> list[str]:
-        """Matched subscription ids, after checking the matcher agrees with the reference."""
+        """Matched subscription ids, after checking the matcher agrees with the
+        reference and with the RouteTable (the realtime mode's matching)."""
         got = self.matcher.match(exchange, topic, headers, message_id)
         assert got == self.reference.match(exchange, topic, headers, message_id)
+        outcome, _, _, reason, deliveries = self.route_table.route(
+            topic.encode(), [("exchange", exchange.encode()), *header_list(headers)], message_id)
+        assert (outcome, reason) == ((ROUTED, None) if got else (UNROUTABLE, None))
+        assert [(s, tuple(ids)) for s, _, ids in deliveries] == [tuple(d) for d in got]
         return sorted(i for d in got for i in d.subscription_ids)
 
 

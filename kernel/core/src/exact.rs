@@ -41,7 +41,7 @@ const FREE: Entry = Entry {
     key: [0; INLINE],
 };
 
-pub(crate) struct ExactTable {
+pub struct ExactTable {
     entries: Vec<Entry>,
     mask: usize,
     long_keys: Vec<Box<[u8]>>,
@@ -50,7 +50,7 @@ pub(crate) struct ExactTable {
 
 impl ExactTable {
     /// A table of `items` (distinct keys), at most 5/8 full.
-    pub(crate) fn new(items: &[(&[u8], ExactValue)]) -> Self {
+    pub fn new(items: &[(&[u8], ExactValue)]) -> Self {
         let capacity = (items.len() * 8 / 5 + 1).next_power_of_two().max(8);
         let mut table = ExactTable {
             entries: vec![FREE; capacity],
@@ -79,18 +79,18 @@ impl ExactTable {
         table
     }
 
-    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+    pub fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
 
     /// Start loading the entry a key of `hash` would be found at first.
     #[inline(always)]
-    pub(crate) fn prefetch(&self, hash: u64) {
+    pub fn prefetch(&self, hash: u64) {
         prefetch(&self.entries[hash as usize & self.mask]);
     }
 
     /// The value of `key`, whose hash is `hash`.
-    pub(crate) fn get(&self, key: &[u8], hash: u64) -> Option<ExactValue> {
+    pub fn get(&self, key: &[u8], hash: u64) -> Option<ExactValue> {
         let mut index = hash as usize & self.mask;
         loop {
             let entry = &self.entries[index];

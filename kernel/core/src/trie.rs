@@ -6,14 +6,14 @@ use hashbrown::{HashMap, HashSet};
 use crate::dialect::Dialect;
 use crate::exact::ExactTable;
 
-pub(crate) const NONE: u32 = u32::MAX;
+pub const NONE: u32 = u32::MAX;
 
 /// Ask the CPU to start loading the cache line at `p` (a hint; no effect on
 /// results). A batch reads one table entry and one id per delivered
 /// subscription, each a memory miss at a million subscriptions: issued ahead,
 /// the misses overlap instead of queueing.
 #[inline(always)]
-pub(crate) fn prefetch<T>(p: *const T) {
+pub fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching is a hint; it never faults, whatever the address.
     unsafe {
@@ -23,16 +23,16 @@ pub(crate) fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-pub(crate) struct Node {
-    pub(crate) one: u32,
-    pub(crate) many: u32,
-    pub(crate) hits_start: u32,
-    pub(crate) hits_end: u32,
-    pub(crate) is_many: bool,
+pub struct Node {
+    pub one: u32,
+    pub many: u32,
+    pub hits_start: u32,
+    pub hits_end: u32,
+    pub is_many: bool,
 }
 
 impl Node {
-    pub(crate) fn new(is_many: bool) -> Self {
+    pub fn new(is_many: bool) -> Self {
         Node {
             one: NONE,
             many: NONE,
@@ -50,15 +50,15 @@ impl Node {
 /// interned (`words`); a literal edge is `children[(node << 32) | word]`; the
 /// `*`/`+` and `#` edges are fields of the node. A node reached through `#`
 /// is a *many* node: it may absorb further words.
-pub(crate) struct Trie {
-    pub(crate) dialect: Dialect,
+pub struct Trie {
+    pub dialect: Dialect,
     /// Per exact text, its hits (see [`ExactValue`]).
-    pub(crate) exact: ExactTable,
-    pub(crate) exact_hits: Vec<Hit>,
-    pub(crate) words: HashMap<Box<[u8]>, u32>,
-    pub(crate) children: HashMap<u64, u32>,
-    pub(crate) nodes: Vec<Node>,
-    pub(crate) hits: Vec<Hit>,
+    pub exact: ExactTable,
+    pub exact_hits: Vec<Hit>,
+    pub words: HashMap<Box<[u8]>, u32>,
+    pub children: HashMap<u64, u32>,
+    pub nodes: Vec<Node>,
+    pub hits: Vec<Hit>,
 }
 
 /// A hit code with, for a subscription slot (`code >= 0`), that slot's rank
@@ -66,30 +66,30 @@ pub(crate) struct Trie {
 /// ordered and grouped without reading the per-slot table (a memory miss per
 /// subscription at a million).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub(crate) struct Hit {
-    pub(crate) code: i64,
-    pub(crate) rank: u32,
-    pub(crate) subscriber: u32,
+pub struct Hit {
+    pub code: i64,
+    pub rank: u32,
+    pub subscriber: u32,
 }
 
 /// An exact text's hits: `count == 1` (the common case), the hit itself;
 /// otherwise `hit.code` is where its `count` hits start in `exact_hits`.
 #[derive(Clone, Copy)]
-pub(crate) struct ExactValue {
-    pub(crate) hit: Hit,
-    pub(crate) count: u32,
+pub struct ExactValue {
+    pub hit: Hit,
+    pub count: u32,
 }
 
 /// Scratch space of one match, reused across the calls of a thread.
 #[derive(Default)]
-pub(crate) struct Scratch {
-    pub(crate) bounds: Vec<(usize, usize)>,
-    pub(crate) word_ids: Vec<u32>,
-    pub(crate) stack: Vec<(u32, u32)>,
-    pub(crate) seen: HashSet<u64>,
-    pub(crate) codes: Vec<Hit>,
-    pub(crate) entries: Vec<(u64, u32)>,
-    pub(crate) runs: Vec<(usize, usize)>,
+pub struct Scratch {
+    pub bounds: Vec<(usize, usize)>,
+    pub word_ids: Vec<u32>,
+    pub stack: Vec<(u32, u32)>,
+    pub seen: HashSet<u64>,
+    pub codes: Vec<Hit>,
+    pub entries: Vec<(u64, u32)>,
+    pub runs: Vec<(usize, usize)>,
 }
 
 thread_local! {
@@ -97,7 +97,7 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's scratch space (a fresh one if it is in use).
-pub(crate) fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
+pub fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut scratch) => f(&mut scratch),
         Err(_) => f(&mut Scratch::default()),
@@ -105,7 +105,7 @@ pub(crate) fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
 }
 
 impl Trie {
-    pub(crate) fn build<S: AsRef<str>>(dialect: Dialect, filters: &[S], codes: &[Hit]) -> Self {
+    pub fn build<S: AsRef<str>>(dialect: Dialect, filters: &[S], codes: &[Hit]) -> Self {
         let mut trie = Trie {
             dialect,
             exact: ExactTable::new(&[]),
@@ -203,7 +203,7 @@ impl Trie {
         trie
     }
 
-    pub(crate) fn wild_child(&mut self, node: u32, many: bool) -> u32 {
+    pub fn wild_child(&mut self, node: u32, many: bool) -> u32 {
         let existing = if many {
             self.nodes[node as usize].many
         } else {
@@ -223,7 +223,7 @@ impl Trie {
         child
     }
 
-    pub(crate) fn literal_child(&mut self, node: u32, word: &[u8]) -> u32 {
+    pub fn literal_child(&mut self, node: u32, word: &[u8]) -> u32 {
         let next_word = self.words.len() as u32;
         let word_id = *self.words.entry(word.into()).or_insert(next_word);
         let next_node = self.nodes.len() as u32;
@@ -246,7 +246,7 @@ impl Trie {
     /// literal or one-word node has one predecessor state, and states of
     /// many nodes (the only ones with two) are de-duplicated through `seen`;
     /// so a filter, whose end is one node, is reported at most once.
-    pub(crate) fn collect(&self, dollar: bool, scratch: &mut Scratch) {
+    pub fn collect(&self, dollar: bool, scratch: &mut Scratch) {
         let Scratch {
             word_ids,
             stack,
@@ -291,12 +291,12 @@ impl Trie {
     }
 
     /// Appends the codes of the exact filters equal to `text` to `codes`.
-    pub(crate) fn exact_hits(&self, text: &[u8], codes: &mut Vec<Hit>) {
+    pub fn exact_hits(&self, text: &[u8], codes: &mut Vec<Hit>) {
         self.exact_hits_hashed(text, self.exact.hash(text), codes)
     }
 
     /// [`Trie::exact_hits`] of a text whose [`ExactTable::hash`] is known.
-    pub(crate) fn exact_hits_hashed(&self, text: &[u8], hash: u64, codes: &mut Vec<Hit>) {
+    pub fn exact_hits_hashed(&self, text: &[u8], hash: u64, codes: &mut Vec<Hit>) {
         match self.exact.get(text, hash) {
             Some(ExactValue { hit, count: 1 }) => codes.push(hit),
             Some(ExactValue { hit, count }) => {
@@ -307,12 +307,12 @@ impl Trie {
     }
 
     /// Hit codes of a valid topic into `scratch.codes` (cleared first).
-    pub(crate) fn topic_hits(&self, topic: &[u8], scratch: &mut Scratch) {
+    pub fn topic_hits(&self, topic: &[u8], scratch: &mut Scratch) {
         self.topic_hits_hashed(topic, self.exact.hash(topic), scratch)
     }
 
     /// [`Trie::topic_hits`] of a topic whose [`ExactTable::hash`] is known.
-    pub(crate) fn topic_hits_hashed(&self, topic: &[u8], hash: u64, scratch: &mut Scratch) {
+    pub fn topic_hits_hashed(&self, topic: &[u8], hash: u64, scratch: &mut Scratch) {
         scratch.codes.clear();
         self.exact_hits_hashed(topic, hash, &mut scratch.codes);
         if self.nodes.len() == 1 {
@@ -329,7 +329,7 @@ impl Trie {
     }
 
     /// Hit codes of a topic given as its words, into `scratch.codes`.
-    pub(crate) fn word_hits(&self, words: &[String], scratch: &mut Scratch) {
+    pub fn word_hits(&self, words: &[String], scratch: &mut Scratch) {
         scratch.codes.clear();
         let separator = [self.dialect.separator()];
         let text = words

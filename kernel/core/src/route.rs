@@ -1,0 +1,706 @@
+//! [`RouteTable`]: one publish routed against a routing table, exactly as the
+//! micro-batch path decides it (`streaming/kafka/records.py` `PublishColumns`,
+//! `streaming/router/routing.py`, `compiler/`), for the realtime mode's JNI
+//! library and its Python face. The table is the JSON of the realtime
+//! contract, section 2:
+//!
+//! ```json
+//! {"version": 12, "default_exchange": "amq.topic",
+//!  "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null}],
+//!  "subscriptions": [{"id": "s1", "exchange": "amq.topic", "subscriber": "billing",
+//!                     "filter": "orders.*.paid",
+//!                     "headers": {"match": "all", "criteria": {"unit": "celsius", "x": null}}}]}
+//! ```
+//!
+//! A publish's outcome:
+//! - the exchange is the value of its last `exchange` header, else the
+//!   table's default; a null value is a missing exchange, a value that is
+//!   not UTF-8 is rejected with `PublishColumns`' reason;
+//! - an unknown exchange, a missing routing key, one that is not UTF-8 or
+//!   not a topic of the exchange's dialect: rejected, with `compiler/`'s reason;
+//! - else its deliveries: the subscriptions whose filter matches (the trie),
+//!   whose header criteria hold (`compiler/headers.py`: the last header of a
+//!   name counts, values compared as UTF-8) and, of a shared group, those of
+//!   the member chosen for the message id (`compiler/shared.py`); one
+//!   delivery per subscriber, by subscriber, ids in order; routed with at
+//!   least one delivery, else unroutable.
+
+use hashbrown::HashMap;
+use serde::Deserialize;
+
+use crate::dialect::{Dialect, Grammar};
+use crate::pytext::{decode_utf8, push_json_string, quote, repr_bytes};
+use crate::trie::{with_scratch, Hit, Trie};
+
+/// `schemas.records.EXCHANGE_HEADER`.
+pub const EXCHANGE_HEADER: &str = "exchange";
+
+/// Why a routing table cannot be read: malformed JSON, an unknown dialect
+/// or exchange, a repeated id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableError(pub String);
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TableError {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum OutcomeKind {
+    Routed = 0,
+    Unroutable = 1,
+    Rejected = 2,
+}
+
+/// One subscriber's delivery: its matched subscription ids in output order
+/// and the value of the `bitroute.subscription_ids` header (a JSON array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery<'t> {
+    pub subscriber: &'t str,
+    pub ids: Vec<&'t str>,
+    pub ids_header: String,
+}
+
+/// What became of one publish (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome<'t> {
+    pub kind: OutcomeKind,
+    /// The exchange the publish went to; `None` when its exchange header
+    /// was null or not UTF-8.
+    pub exchange: Option<String>,
+    /// The routing key as text; `None` when absent or not UTF-8.
+    pub routing_key: Option<String>,
+    /// Why it was rejected (`kind == Rejected` only).
+    pub reason: Option<String>,
+    /// By subscriber (empty unless routed).
+    pub deliveries: Vec<Delivery<'t>>,
+}
+
+#[derive(Deserialize)]
+struct TableJson {
+    #[serde(default)]
+    version: Option<i64>,
+    default_exchange: String,
+    exchanges: Vec<ExchangeJson>,
+    subscriptions: Vec<SubscriptionJson>,
+}
+
+#[derive(Deserialize)]
+struct ExchangeJson {
+    name: String,
+    dialect: String,
+    #[serde(default)]
+    share_prefix: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SubscriptionJson {
+    id: String,
+    exchange: String,
+    subscriber: String,
+    filter: String,
+    #[serde(default)]
+    headers: Option<CriteriaJson>,
+}
+
+#[derive(Deserialize)]
+struct CriteriaJson {
+    #[serde(rename = "match")]
+    mode: String,
+    /// serde_json's map keeps the last of a repeated name, as Python's `json` does.
+    criteria: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A subscription's header criteria (`compiler.headers.HeaderCriteria`).
+#[derive(Debug, Clone)]
+struct Criteria {
+    all: bool,
+    /// Name and the value it must equal (`None`: presence).
+    criteria: Vec<(String, Option<String>)>,
+}
+
+impl Criteria {
+    fn read(json: CriteriaJson, id: &str) -> Result<Self, TableError> {
+        let all = match json.mode.as_str() {
+            "all" => true,
+            "any" => false,
+            other => {
+                return Err(TableError(format!(
+                    "subscription {id:?}: header match must be \"all\" or \"any\", not {other:?}"
+                )))
+            }
+        };
+        let criteria = json
+            .criteria
+            .into_iter()
+            .map(|(name, value)| match value {
+                serde_json::Value::Null => Ok((name, None)),
+                serde_json::Value::String(v) => Ok((name, Some(v))),
+                other => Err(TableError(format!(
+                    "subscription {id:?}: header criterion {name:?} must be a string or null, not {other}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Criteria { all, criteria })
+    }
+
+    /// `HeaderCriteria.matches` on a publish's headers (name to its last
+    /// value: `Some(None)` present without text, null or not UTF-8).
+    fn holds(&self, headers: &HashMap<&str, Option<&str>>) -> bool {
+        let holds = |(name, want): &(String, Option<String>)| match headers.get(name.as_str()) {
+            None => false,
+            Some(value) => want.is_none() || value.as_deref() == want.as_deref(),
+        };
+        if self.all {
+            self.criteria.iter().all(holds)
+        } else {
+            self.criteria.iter().any(holds)
+        }
+    }
+}
+
+struct Exchange {
+    name: String,
+    trie: Trie,
+}
+
+struct Subscription {
+    id: String,
+    /// Number of its subscriber: subscribers are numbered in name order.
+    subscriber: u32,
+    criteria: Option<Criteria>,
+}
+
+/// One filter of one exchange (its subscriptions share it).
+struct Filter {
+    /// `compiler.shared.group_key(exchange, filter)` for a shared group.
+    group: Option<String>,
+    /// Its subscriptions in `filter_subs`, in output order.
+    start: u32,
+    end: u32,
+}
+
+/// A routing table (see the module docs); immutable, shared by threads.
+pub struct RouteTable {
+    version: Option<i64>,
+    default_exchange: String,
+    exchange_number: HashMap<String, usize>,
+    exchanges: Vec<Exchange>,
+    subscribers: Vec<String>,
+    /// In output order: by subscriber name, then id (code point order,
+    /// `compiler.tables.slot_ranks`); a subscription's number is its rank.
+    subscriptions: Vec<Subscription>,
+    filters: Vec<Filter>,
+    filter_subs: Vec<u32>,
+    has_criteria: bool,
+}
+
+impl RouteTable {
+    /// The table of the JSON `table` (see the module docs).
+    pub fn from_json(table: &[u8]) -> Result<Self, TableError> {
+        let json: TableJson =
+            serde_json::from_slice(table).map_err(|e| TableError(format!("routing table: {e}")))?;
+        Self::build(json)
+    }
+
+    fn build(json: TableJson) -> Result<Self, TableError> {
+        let mut exchange_number = HashMap::new();
+        let mut grammars = Vec::new();
+        for (k, exchange) in json.exchanges.iter().enumerate() {
+            let dialect = Dialect::parse(&exchange.dialect)
+                .map_err(|e| TableError(format!("exchange {:?}: {e}", exchange.name)))?;
+            if exchange_number.insert(exchange.name.clone(), k).is_some() {
+                return Err(TableError(format!(
+                    "exchange {:?} is listed twice",
+                    exchange.name
+                )));
+            }
+            grammars.push(Grammar {
+                dialect,
+                share_prefix: exchange.share_prefix.clone(),
+            });
+        }
+        let mut subs = json.subscriptions;
+        subs.sort_unstable_by(|a, b| {
+            (a.subscriber.as_bytes(), a.id.as_bytes())
+                .cmp(&(b.subscriber.as_bytes(), b.id.as_bytes()))
+        });
+        let mut subscribers: Vec<String> = Vec::new();
+        let mut subscriptions = Vec::with_capacity(subs.len());
+        // Per exchange, its filters by text: filter number.
+        let mut filter_of: Vec<HashMap<String, u32>> = vec![HashMap::new(); grammars.len()];
+        let mut filter_members: Vec<Vec<u32>> = Vec::new();
+        let mut filter_exchange: Vec<(usize, String)> = Vec::new();
+        let mut has_criteria = false;
+        for (rank, sub) in subs.into_iter().enumerate() {
+            let &e = exchange_number.get(&sub.exchange).ok_or_else(|| {
+                TableError(format!(
+                    "subscription {:?}: unknown exchange {:?}",
+                    sub.id, sub.exchange
+                ))
+            })?;
+            if subscribers.last() != Some(&sub.subscriber) {
+                subscribers.push(sub.subscriber.clone());
+            }
+            let next = filter_members.len() as u32;
+            let f = *filter_of[e].entry(sub.filter.clone()).or_insert(next);
+            if f == next {
+                filter_members.push(Vec::new());
+                filter_exchange.push((e, sub.filter.clone()));
+            }
+            filter_members[f as usize].push(rank as u32);
+            let criteria = sub
+                .headers
+                .map(|c| Criteria::read(c, &sub.id))
+                .transpose()?;
+            has_criteria |= criteria.is_some();
+            subscriptions.push(Subscription {
+                id: sub.id,
+                subscriber: subscribers.len() as u32 - 1,
+                criteria,
+            });
+        }
+        let mut ids: Vec<&str> = subscriptions.iter().map(|s| s.id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(TableError(format!(
+                "subscription {:?} is listed twice",
+                w[0]
+            )));
+        }
+        let mut filters = Vec::with_capacity(filter_members.len());
+        let mut filter_subs = Vec::new();
+        let mut per_exchange: Vec<(Vec<&str>, Vec<Hit>)> =
+            vec![(Vec::new(), Vec::new()); grammars.len()];
+        for (f, members) in filter_members.iter().enumerate() {
+            let (e, text) = &filter_exchange[f];
+            let grammar = &grammars[*e];
+            let start = filter_subs.len() as u32;
+            filter_subs.extend_from_slice(members);
+            filters.push(Filter {
+                group: grammar
+                    .is_shared(text)
+                    .then(|| format!("{}\0{}", json.exchanges[*e].name, text)),
+                start,
+                end: filter_subs.len() as u32,
+            });
+            per_exchange[*e].0.push(grammar.match_part(text));
+            per_exchange[*e].1.push(Hit {
+                code: !(f as i64),
+                ..Hit::default()
+            });
+        }
+        let exchanges = json
+            .exchanges
+            .iter()
+            .zip(&grammars)
+            .zip(&per_exchange)
+            .map(|((exchange, grammar), (texts, hits))| Exchange {
+                name: exchange.name.clone(),
+                trie: Trie::build(grammar.dialect, texts, hits),
+            })
+            .collect();
+        Ok(RouteTable {
+            version: json.version,
+            default_exchange: json.default_exchange,
+            exchange_number,
+            exchanges,
+            subscribers,
+            subscriptions,
+            filters,
+            filter_subs,
+            has_criteria,
+        })
+    }
+
+    /// The table's `version` (informational).
+    pub fn version(&self) -> Option<i64> {
+        self.version
+    }
+
+    pub fn len(&self) -> usize {
+        self.subscriptions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.subscriptions.is_empty()
+    }
+
+    /// Route one publish: `key` the record key (the routing key), `headers`
+    /// the record's headers in order, `message_id` its
+    /// `<topic>/<partition>/<offset>` (the shared groups' choice).
+    pub fn route(
+        &self,
+        key: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+        message_id: &str,
+    ) -> Outcome<'_> {
+        let routing_key = key
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .map(str::to_owned);
+        let rejected = |exchange: Option<String>, reason: String| Outcome {
+            kind: OutcomeKind::Rejected,
+            exchange,
+            routing_key: routing_key.clone(),
+            reason: Some(reason),
+            deliveries: Vec::new(),
+        };
+        let exchange = match headers
+            .iter()
+            .rev()
+            .find(|(name, _)| *name == EXCHANGE_HEADER)
+        {
+            None => self.default_exchange.as_str(),
+            Some((_, None)) => return rejected(None, "missing exchange".to_owned()),
+            Some((_, Some(value))) => match decode_utf8(value) {
+                Ok(name) => name,
+                Err((why, at)) => {
+                    return rejected(
+                        None,
+                        format!(
+                            "the exchange header is not valid UTF-8 ({why} at byte {at}): {}",
+                            repr_bytes(&value[..value.len().min(64)])
+                        ),
+                    )
+                }
+            },
+        };
+        let Some(&number) = self.exchange_number.get(exchange) else {
+            return rejected(
+                Some(exchange.to_owned()),
+                format!("unknown exchange {}", quote(exchange)),
+            );
+        };
+        let exchange_name = Some(exchange.to_owned());
+        let topic = match key.map(decode_utf8) {
+            None => return rejected(exchange_name, "missing routing key".to_owned()),
+            Some(Err((why, at))) => {
+                return rejected(
+                    exchange_name,
+                    format!("routing key is not valid UTF-8 ({why} at byte {at})"),
+                )
+            }
+            Some(Ok(topic)) => topic,
+        };
+        let trie = &self.exchanges[number].trie;
+        if !trie.dialect.valid_topic(topic.as_bytes()) {
+            if let Some(reason) = trie.dialect.topic_error(topic) {
+                return rejected(exchange_name, reason);
+            }
+        }
+        let deliveries = self.deliveries(number, topic, headers, message_id);
+        Outcome {
+            kind: if deliveries.is_empty() {
+                OutcomeKind::Unroutable
+            } else {
+                OutcomeKind::Routed
+            },
+            exchange: exchange_name,
+            routing_key,
+            reason: None,
+            deliveries,
+        }
+    }
+
+    /// The deliveries of a valid topic of exchange `number`.
+    fn deliveries(
+        &self,
+        number: usize,
+        topic: &str,
+        headers: &[(&str, Option<&[u8]>)],
+        message_id: &str,
+    ) -> Vec<Delivery<'_>> {
+        let mut matched: Vec<u32> = Vec::new();
+        let mut groups: Vec<usize> = Vec::new();
+        with_scratch(|scratch| {
+            self.exchanges[number]
+                .trie
+                .topic_hits(topic.as_bytes(), scratch);
+            for hit in &scratch.codes {
+                let f = (!hit.code) as usize;
+                let filter = &self.filters[f];
+                matched.extend_from_slice(
+                    &self.filter_subs[filter.start as usize..filter.end as usize],
+                );
+                if filter.group.is_some() {
+                    groups.push(f);
+                }
+            }
+        });
+        if self.has_criteria && !matched.is_empty() {
+            // The last header of a name wins (Kafka's `lastHeader`); values as UTF-8 text.
+            let mut last: HashMap<&str, Option<&str>> = HashMap::with_capacity(headers.len());
+            for &(name, value) in headers {
+                last.insert(name, value.and_then(|v| std::str::from_utf8(v).ok()));
+            }
+            matched.retain(|&s| {
+                self.subscriptions[s as usize]
+                    .criteria
+                    .as_ref()
+                    .map_or(true, |c| c.holds(&last))
+            });
+        }
+        for f in groups {
+            self.choose_member(f, message_id, &mut matched);
+        }
+        matched.sort_unstable();
+        let mut out: Vec<Delivery<'_>> = Vec::new();
+        for &s in &matched {
+            let sub = &self.subscriptions[s as usize];
+            let name = self.subscribers[sub.subscriber as usize].as_str();
+            match out.last_mut() {
+                Some(last) if last.subscriber == name => last.ids.push(&sub.id),
+                _ => out.push(Delivery {
+                    subscriber: name,
+                    ids: vec![&sub.id],
+                    ids_header: String::new(),
+                }),
+            }
+        }
+        for delivery in &mut out {
+            delivery.ids_header = ids_header(&delivery.ids);
+        }
+        out
+    }
+
+    /// `compiler.resolve.Resolver.shared`: of filter `f`'s subscriptions in
+    /// `matched`, keep those of the member chosen for `message_id` among
+    /// their subscribers (`compiler.shared.choose_member`).
+    fn choose_member(&self, f: usize, message_id: &str, matched: &mut Vec<u32>) {
+        let filter = &self.filters[f];
+        let Some(group) = &filter.group else { return };
+        let members_of = &self.filter_subs[filter.start as usize..filter.end as usize];
+        let in_group = |s: u32| members_of.binary_search(&s).is_ok();
+        // Subscriber numbers are in name order, so sorted numbers are sorted names.
+        let mut members: Vec<u32> = matched
+            .iter()
+            .filter(|&&s| in_group(s))
+            .map(|&s| self.subscriptions[s as usize].subscriber)
+            .collect();
+        members.sort_unstable();
+        members.dedup();
+        if members.len() <= 1 {
+            return;
+        }
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(group.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(message_id.as_bytes());
+        let chosen = members[hasher.finalize() as usize % members.len()];
+        matched.retain(|&s| !in_group(s) || self.subscriptions[s as usize].subscriber == chosen);
+    }
+
+    /// The default exchange's name.
+    pub fn default_exchange(&self) -> &str {
+        &self.default_exchange
+    }
+
+    /// The exchanges' names, in the table's order.
+    pub fn exchange_names(&self) -> impl Iterator<Item = &str> {
+        self.exchanges.iter().map(|e| e.name.as_str())
+    }
+}
+
+/// The `bitroute.subscription_ids` header of a delivery: its ids as a JSON
+/// array, as `streaming.kafka.records.subscription_ids_json` writes it
+/// (`["a","b"]`, no spaces).
+pub fn ids_header(ids: &[&str]) -> String {
+    let mut out = String::with_capacity(2 + ids.iter().map(|i| i.len() + 3).sum::<usize>());
+    out.push('[');
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_string(&mut out, id);
+    }
+    out.push(']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = r##"{"version": 12, "default_exchange": "amq.topic",
+      "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null},
+                    {"name": "mqtt", "dialect": "mqtt", "share_prefix": "$share/"}],
+      "subscriptions": [
+        {"id": "s1", "exchange": "amq.topic", "subscriber": "billing", "filter": "orders.*.paid", "headers": null},
+        {"id": "s0", "exchange": "amq.topic", "subscriber": "billing", "filter": "orders.#", "headers": null},
+        {"id": "a9", "exchange": "amq.topic", "subscriber": "audit", "filter": "#", "headers": null},
+        {"id": "s2", "exchange": "mqtt", "subscriber": "ops", "filter": "sensors/+/temperature",
+         "headers": {"match": "all", "criteria": {"unit": "celsius", "x": null}}},
+        {"id": "g1", "exchange": "mqtt", "subscriber": "w1", "filter": "$share/g/jobs/#", "headers": null},
+        {"id": "g2", "exchange": "mqtt", "subscriber": "w2", "filter": "$share/g/jobs/#", "headers": null},
+        {"id": "g3", "exchange": "mqtt", "subscriber": "w3", "filter": "$share/g/jobs/#", "headers": null}]}"##;
+
+    fn table() -> RouteTable {
+        RouteTable::from_json(TABLE.as_bytes()).unwrap()
+    }
+
+    fn summary(o: &Outcome<'_>) -> Vec<(String, Vec<String>)> {
+        o.deliveries
+            .iter()
+            .map(|d| {
+                (
+                    d.subscriber.to_owned(),
+                    d.ids.iter().map(|i| i.to_string()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn routes_by_subscriber_then_id_on_the_default_exchange() {
+        let t = table();
+        let o = t.route(Some(b"orders.eu.paid"), &[], "p/0/1");
+        assert_eq!(o.kind, OutcomeKind::Routed);
+        assert_eq!(o.exchange.as_deref(), Some("amq.topic"));
+        assert_eq!(o.routing_key.as_deref(), Some("orders.eu.paid"));
+        assert_eq!(
+            summary(&o),
+            vec![
+                ("audit".into(), vec!["a9".into()]),
+                ("billing".into(), vec!["s0".into(), "s1".into()])
+            ]
+        );
+        assert_eq!(o.deliveries[1].ids_header, r#"["s0","s1"]"#);
+        let o = t.route(Some(b"x"), &[("exchange", Some(b"mqtt"))], "p/0/1");
+        assert_eq!(
+            (o.kind, o.exchange.as_deref()),
+            (OutcomeKind::Unroutable, Some("mqtt"))
+        );
+    }
+
+    #[test]
+    fn the_last_exchange_header_wins_and_bad_ones_reject() {
+        let t = table();
+        let headers: &[(&str, Option<&[u8]>)] =
+            &[("exchange", Some(b"nope")), ("exchange", Some(b"mqtt"))];
+        assert_eq!(
+            t.route(Some(b"a/b"), headers, "m").exchange.as_deref(),
+            Some("mqtt")
+        );
+        let o = t.route(Some(b"a"), &[("exchange", Some(b"nope"))], "m");
+        assert_eq!(o.reason.as_deref(), Some("unknown exchange 'nope'"));
+        assert_eq!(o.exchange.as_deref(), Some("nope"));
+        let o = t.route(Some(b"a"), &[("exchange", None)], "m");
+        assert_eq!(
+            (o.exchange, o.reason.as_deref()),
+            (None, Some("missing exchange"))
+        );
+        let o = t.route(Some(b"a"), &[("exchange", Some(b"mq\xfftt"))], "m");
+        assert_eq!(o.kind, OutcomeKind::Rejected);
+        assert_eq!(
+            o.reason.as_deref(),
+            Some("the exchange header is not valid UTF-8 (invalid start byte at byte 2): b'mq\\xfftt'")
+        );
+    }
+
+    #[test]
+    fn bad_routing_keys_reject_with_the_grammar_reason() {
+        let t = table();
+        let mqtt: &[(&str, Option<&[u8]>)] = &[("exchange", Some(b"mqtt"))];
+        let reason = |key: Option<&[u8]>, h| t.route(key, h, "m").reason;
+        assert_eq!(reason(None, &[]).as_deref(), Some("missing routing key"));
+        assert_eq!(
+            reason(Some(b"a\xe2\x82"), &[]).as_deref(),
+            Some("routing key is not valid UTF-8 (unexpected end of data at byte 1)")
+        );
+        assert_eq!(
+            reason(Some(b"a/#"), mqtt).as_deref(),
+            Some("topic must not contain the wildcards '+' or '#': 'a/#'")
+        );
+        assert_eq!(
+            reason(Some(b""), mqtt).as_deref(),
+            Some("topic must not be empty")
+        );
+        assert!(reason(Some("a".repeat(256).as_bytes()), &[])
+            .unwrap()
+            .starts_with("routing key is 256 bytes, longer than 255: 'aaa"));
+        // Not UTF-8: no text form, as the contract says.
+        assert_eq!(t.route(Some(b"\xff"), &[], "m").routing_key, None);
+    }
+
+    #[test]
+    fn header_criteria_read_the_last_header_of_a_name() {
+        let t = table();
+        let route = |headers: &[(&str, Option<&[u8]>)]| {
+            let mut all = vec![("exchange", Some(&b"mqtt"[..]))];
+            all.extend_from_slice(headers);
+            t.route(Some(b"sensors/k/temperature"), &all, "m").kind
+        };
+        assert_eq!(
+            route(&[("unit", Some(b"celsius")), ("x", None)]),
+            OutcomeKind::Routed
+        );
+        assert_eq!(
+            route(&[("unit", Some(b"celsius")), ("x", Some(b"\xff"))]),
+            OutcomeKind::Routed
+        );
+        assert_eq!(
+            route(&[("unit", Some(b"celsius"))]),
+            OutcomeKind::Unroutable
+        );
+        assert_eq!(
+            route(&[
+                ("unit", Some(b"celsius")),
+                ("x", None),
+                ("unit", Some(b"kelvin"))
+            ]),
+            OutcomeKind::Unroutable
+        );
+        assert_eq!(
+            route(&[
+                ("unit", Some(b"kelvin")),
+                ("unit", Some(b"celsius")),
+                ("x", None)
+            ]),
+            OutcomeKind::Routed
+        );
+    }
+
+    #[test]
+    fn a_shared_group_delivers_to_one_member_by_crc32() {
+        let t = table();
+        let mqtt: &[(&str, Option<&[u8]>)] = &[("exchange", Some(b"mqtt"))];
+        for mid in ["p/0/1", "p/0/2", "p/0/3", "p/1/7"] {
+            let o = t.route(Some(b"jobs/x"), mqtt, mid);
+            // zlib.crc32(b"mqtt\0$share/g/jobs/#\0" + mid) % 3 indexes [w1, w2, w3].
+            let mut h = crc32fast::Hasher::new();
+            h.update(format!("mqtt\0$share/g/jobs/#\0{mid}").as_bytes());
+            let want = ["w1", "w2", "w3"][h.finalize() as usize % 3];
+            assert_eq!(summary(&o).len(), 1);
+            assert_eq!(o.deliveries[0].subscriber, want);
+        }
+    }
+
+    #[test]
+    fn refuses_unreadable_tables() {
+        for (json, why) in [
+            ("{", "routing table:"),
+            (
+                r#"{"default_exchange": "a", "exchanges": [{"name": "a", "dialect": "x"}], "subscriptions": []}"#,
+                "unknown dialect \"x\"",
+            ),
+            (
+                r#"{"default_exchange": "a", "exchanges": [], "subscriptions": [
+                {"id": "s", "exchange": "b", "subscriber": "c", "filter": "f"}]}"#,
+                "unknown exchange \"b\"",
+            ),
+        ] {
+            let err = RouteTable::from_json(json.as_bytes()).err().unwrap();
+            assert!(err.0.contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn ids_header_escapes_as_json_dumps() {
+        assert_eq!(ids_header(&["a", "b\"c", "é"]), r#"["a","b\"c","é"]"#);
+        assert_eq!(ids_header(&[]), "[]");
+    }
+}

@@ -1,0 +1,289 @@
+//! bitroute's realtime mode: the routing table of `bitroute-core`
+//! ([`RouteTable`]) behind JNI, for the Java class
+//! `io.bitroute.realtime.NativeRouter` (the realtime contract, section 1):
+//!
+//! ```java
+//! static native long load(byte[] tableJson);
+//! static native void free(long handle);
+//! static native byte[] route(long handle, byte[] key, String[] headerNames,
+//!                            byte[][] headerValues, String messageId);
+//! ```
+//!
+//! A handle is a `Box<RouteTable>` turned into a pointer: `load` makes it,
+//! `free` drops it (once, when no thread uses it: the Java side's duty);
+//! `route` only reads it, from any number of threads. The outcome is
+//! encoded by [`encode`] (big-endian, as `DataInputStream` reads it).
+//!
+//! Nothing crosses the boundary but values and Java exceptions: a table that
+//! cannot be read throws `IllegalArgumentException` with the reason; bad
+//! arguments throw `IllegalArgumentException`; a panic is caught and thrown
+//! as `IllegalStateException` (the JVM survives; the task fails).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use bitroute_core::{Outcome, OutcomeKind, RouteTable};
+use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString};
+use jni::sys::{jbyteArray, jlong};
+use jni::JNIEnv;
+
+const ILLEGAL_ARGUMENT: &str = "java/lang/IllegalArgumentException";
+const ILLEGAL_STATE: &str = "java/lang/IllegalStateException";
+
+/// Why an export failed: the Java exception to throw, unless one is pending
+/// already (a JNI call failed with a Java exception of its own).
+enum Failure {
+    Throw(&'static str, String),
+    Pending,
+}
+
+impl From<jni::errors::Error> for Failure {
+    fn from(e: jni::errors::Error) -> Self {
+        match e {
+            jni::errors::Error::JavaException => Failure::Pending,
+            other => Failure::Throw(
+                ILLEGAL_STATE,
+                format!("bitroute_jni: JNI call failed: {other}"),
+            ),
+        }
+    }
+}
+
+/// Runs `body`, turning its failure or panic into a thrown Java exception
+/// and `fallback` as the return value.
+fn guarded<T>(
+    env: &mut JNIEnv<'_>,
+    fallback: T,
+    body: impl FnOnce(&mut JNIEnv<'_>) -> Result<T, Failure>,
+) -> T {
+    let result = catch_unwind(AssertUnwindSafe(|| body(env)));
+    let failure = match result {
+        Ok(Ok(value)) => return value,
+        Ok(Err(failure)) => failure,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            Failure::Throw(ILLEGAL_STATE, format!("bitroute_jni panicked: {what}"))
+        }
+    };
+    if let Failure::Throw(class, message) = failure {
+        if !env.exception_check().unwrap_or(true) {
+            let _ = env.throw_new(class, message);
+        }
+    }
+    fallback
+}
+
+fn table<'t>(handle: jlong) -> Result<&'t RouteTable, Failure> {
+    if handle == 0 {
+        return Err(Failure::Throw(
+            ILLEGAL_ARGUMENT,
+            "NativeRouter: handle 0 is no table".to_owned(),
+        ));
+    }
+    // SAFETY: a non-zero handle comes from `load` and is not freed while a
+    // task uses it (the Java side's contract).
+    Ok(unsafe { &*(handle as *const RouteTable) })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_load<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    table_json: JByteArray<'l>,
+) -> jlong {
+    guarded(&mut env, 0, |env| {
+        if table_json.is_null() {
+            return Err(Failure::Throw(
+                ILLEGAL_ARGUMENT,
+                "routing table: null".to_owned(),
+            ));
+        }
+        let bytes = env.convert_byte_array(&table_json)?;
+        let table =
+            RouteTable::from_json(&bytes).map_err(|e| Failure::Throw(ILLEGAL_ARGUMENT, e.0))?;
+        Ok(Box::into_raw(Box::new(table)) as jlong)
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_free<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    guarded(&mut env, (), |_| {
+        if handle != 0 {
+            // SAFETY: a handle from `load`, freed once (the Java side's contract).
+            drop(unsafe { Box::from_raw(handle as *mut RouteTable) });
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    key: JByteArray<'l>,
+    header_names: JObjectArray<'l>,
+    header_values: JObjectArray<'l>,
+    message_id: JString<'l>,
+) -> jbyteArray {
+    guarded(&mut env, std::ptr::null_mut(), |env| {
+        let table = table(handle)?;
+        let key = if key.is_null() {
+            None
+        } else {
+            Some(env.convert_byte_array(&key)?)
+        };
+        let headers = read_headers(env, &header_names, &header_values)?;
+        let message_id: String = if message_id.is_null() {
+            String::new()
+        } else {
+            env.get_string(&message_id)?.into()
+        };
+        let borrowed: Vec<(&str, Option<&[u8]>)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_deref()))
+            .collect();
+        let outcome = table.route(key.as_deref(), &borrowed, &message_id);
+        Ok(env.byte_array_from_slice(&encode(&outcome))?.into_raw())
+    })
+}
+
+/// The headers of a publish from the two parallel arrays (null arrays: none).
+fn read_headers(
+    env: &mut JNIEnv<'_>,
+    names: &JObjectArray<'_>,
+    values: &JObjectArray<'_>,
+) -> Result<Vec<(String, Option<Vec<u8>>)>, Failure> {
+    let n = if names.is_null() {
+        0
+    } else {
+        env.get_array_length(names)?
+    };
+    let m = if values.is_null() {
+        0
+    } else {
+        env.get_array_length(values)?
+    };
+    if n != m {
+        return Err(Failure::Throw(
+            ILLEGAL_ARGUMENT,
+            format!("NativeRouter.route: {n} header names but {m} header values"),
+        ));
+    }
+    let mut headers = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let name = JString::from(env.get_object_array_element(names, i)?);
+        if name.is_null() {
+            return Err(Failure::Throw(
+                ILLEGAL_ARGUMENT,
+                format!("NativeRouter.route: header name {i} is null"),
+            ));
+        }
+        let text: String = env.get_string(&name)?.into();
+        env.delete_local_ref(name)?;
+        let value: JObject<'_> = env.get_object_array_element(values, i)?;
+        let bytes = if value.is_null() {
+            None
+        } else {
+            let array = JByteArray::from(value);
+            let bytes = env.convert_byte_array(&array)?;
+            env.delete_local_ref(array)?;
+            Some(bytes)
+        };
+        headers.push((text, bytes));
+    }
+    Ok(headers)
+}
+
+/// An outcome in the contract's encoding (section 1): big-endian; a string
+/// is an int32 byte length (-1: null), then its UTF-8 bytes.
+///
+/// ```text
+/// byte outcome (0 routed, 1 unroutable, 2 rejected), string exchange, string routing_key,
+/// rejected: string reason; else: int32 n, per delivery: string subscriber,
+/// string ids_header, int32 n ids, n strings
+/// ```
+pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(outcome.kind as u8);
+    put_string(&mut out, outcome.exchange.as_deref());
+    put_string(&mut out, outcome.routing_key.as_deref());
+    if outcome.kind == OutcomeKind::Rejected {
+        put_string(&mut out, outcome.reason.as_deref());
+        return out;
+    }
+    put_i32(&mut out, outcome.deliveries.len());
+    for delivery in &outcome.deliveries {
+        put_string(&mut out, Some(delivery.subscriber));
+        put_string(&mut out, Some(&delivery.ids_header));
+        put_i32(&mut out, delivery.ids.len());
+        for id in &delivery.ids {
+            put_string(&mut out, Some(id));
+        }
+    }
+    out
+}
+
+fn put_i32(out: &mut Vec<u8>, n: usize) {
+    let n = i32::try_from(n).expect("a count or length beyond int32");
+    out.extend_from_slice(&n.to_be_bytes());
+}
+
+fn put_string(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        Some(s) => {
+            put_i32(out, s.len());
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = r#"{"version": 3, "default_exchange": "amq.topic",
+        "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null}],
+        "subscriptions": [{"id": "s1", "exchange": "amq.topic", "subscriber": "billing",
+                           "filter": "orders.*", "headers": null}]}"#;
+
+    #[test]
+    fn encodes_a_routed_outcome() {
+        let table = RouteTable::from_json(TABLE.as_bytes()).unwrap();
+        let got = encode(&table.route(Some(b"orders.a"), &[], "p/0/1"));
+        let mut want = vec![0u8];
+        for s in ["amq.topic", "orders.a"] {
+            want.extend_from_slice(&(s.len() as i32).to_be_bytes());
+            want.extend_from_slice(s.as_bytes());
+        }
+        want.extend_from_slice(&1i32.to_be_bytes());
+        for s in ["billing", "[\"s1\"]"] {
+            want.extend_from_slice(&(s.len() as i32).to_be_bytes());
+            want.extend_from_slice(s.as_bytes());
+        }
+        want.extend_from_slice(&1i32.to_be_bytes());
+        want.extend_from_slice(&2i32.to_be_bytes());
+        want.extend_from_slice(b"s1");
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn encodes_a_rejection_with_nulls() {
+        let table = RouteTable::from_json(TABLE.as_bytes()).unwrap();
+        let got = encode(&table.route(None, &[("exchange", None)], "p/0/1"));
+        let mut want = vec![2u8];
+        want.extend_from_slice(&(-1i32).to_be_bytes());
+        want.extend_from_slice(&(-1i32).to_be_bytes());
+        want.extend_from_slice(&16i32.to_be_bytes());
+        want.extend_from_slice(b"missing exchange");
+        assert_eq!(got, want);
+    }
+}

@@ -1,0 +1,173 @@
+"""The realtime mode's routing table (``bitroute_kernel.RouteTable``: the Rust core its
+JNI library routes with) gives the micro-batch path's answer for every publish: the
+exchange (last ``exchange`` header, else the default), every rejection reason byte for
+byte, the deliveries (header criteria, shared groups, order) and their
+``bitroute.subscription_ids`` header. The grammar corpora run through it too, in
+``conftest.Routing.ids``; here: chosen cases, and random publishes and subscriptions
+against the micro-batch path (``route_tables.micro_batch``), including bytes that are
+not UTF-8 in keys and headers."""
+
+from __future__ import annotations
+
+import pytest
+from bitroute_kernel import RouteTable, TableError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compiler import CompilerError, HeaderCriteria, Matcher, RoutingIndex, Subscription
+from route_tables import REJECTED, ROUTED, UNROUTABLE, micro_batch, realtime, route_table, table_json
+
+EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def both(subs, publishes, default="amq", exchanges=EXCHANGES):
+    """Each publish's outcome by the routing table, after checking the micro-batch path agrees."""
+    index = RoutingIndex(exchanges)
+    valid = []
+    for sub in subs:
+        try:
+            index.upsert(sub)
+        except CompilerError:
+            continue
+        valid.append(sub)
+    got = realtime(route_table(valid, exchanges, default), publishes)
+    assert got == micro_batch(Matcher(index.snapshot(1, {})), default, publishes)
+    return got
+
+
+SUBS = [
+    Subscription("s1", "amq", "billing", "orders.*.paid"),
+    Subscription("s0", "amq", "billing", "orders.#"),
+    Subscription("a9", "amq", "audit", "#"),
+    Subscription('q"\\\n\x01é', "amq", "audit", "orders.eu.*"),
+    Subscription("t1", "mq", "ops", "sensors/+/temperature",
+                 HeaderCriteria("all", {"unit": "celsius", "x": None})),
+    Subscription("t2", "mq", "ops2", "sensors/#", HeaderCriteria("any", {"unit": "kelvin", "y": None})),
+    *(Subscription(f"g{i}", "mq", f"w{i}", "$share/g/jobs/#") for i in range(4)),
+    Subscription("h1", "mq", "w1", "$share/h/jobs/+"),
+    Subscription("h2", "mq", "w2", "$share/h/jobs/+", HeaderCriteria("all", {"unit": None})),
+]
+
+CASES = {
+    "routed, ids escaped as JSON": (b"orders.eu.paid", []),
+    "unroutable": (b"nothing", []),
+    "exchange by header": (b"sensors/a/temperature", [("exchange", b"mq"), ("unit", b"celsius"), ("x", None)]),
+    "last exchange header wins": (b"a.b", [("exchange", b"mq"), ("exchange", b"amq")]),
+    "last criteria header wins": (b"sensors/a/temperature",
+                                  [("exchange", b"mq"), ("unit", b"celsius"), ("x", b"\xff"), ("unit", b"kelvin")]),
+    "unknown exchange": (b"a", [("exchange", b"it's \x85 \xc2\x85 \xc2\xa0 q\"")]),
+    "unknown exchange, long name": (b"a", [("exchange", "é\u200b".encode() * 100)]),
+    "empty exchange": (b"a", [("exchange", b"")]),
+    "null exchange header": (b"a", [("exchange", None)]),
+    "exchange header not UTF-8": (b"a", [("exchange", b"amq\xff")]),
+    "exchange header cut short": (b"a", [("exchange", b"x" * 70 + b"\xe2\x82")]),
+    "exchange header overlong": (b"a", [("exchange", b"\xe0\x80\x80'\\\t")]),
+    "missing routing key": (None, []),
+    "routing key not UTF-8": (b"orders.\xed\xa0\x80", []),
+    "routing key too long": ("a\x00\u2028é'".encode() * 60, []),
+    "MQTT wildcard in topic": (b"a/+", [("exchange", b"mq")]),
+    "MQTT empty topic": (b"", [("exchange", b"mq")]),
+    "MQTT U+0000": (b"a\x00b", [("exchange", b"mq")]),
+    "MQTT topic too long": (b"a" * 65536, [("exchange", b"mq")]),
+    "AMQP empty key": (b"", []),
+    "shared groups": (b"jobs/x", [("exchange", b"mq"), ("unit", b"1")]),
+    "MQTT dollar topic": (b"$SYS/jobs", [("exchange", b"mq")]),
+}
+
+
+@pytest.mark.parametrize("key, headers", CASES.values(), ids=CASES.keys())
+def test_chosen_publishes(key, headers):
+    both(SUBS, [(key, headers)])
+    both(SUBS, [(key, headers)], default="mq")
+    both(SUBS, [(key, headers)], default="nope")
+
+
+def test_chosen_outcomes():
+    got = both(SUBS, [(b"orders.eu.paid", []), (b"x", []), (None, [("exchange", b"\xff")])])
+    assert got[0] == (ROUTED, "amq", "orders.eu.paid", None, [
+        ("audit", '["a9","q\\"\\\\\\n\\u0001é"]', ["a9", 'q"\\\n\x01é']),
+        ("billing", '["s0","s1"]', ["s0", "s1"])])
+    assert got[1] == (ROUTED, "amq", "x", None, [("audit", '["a9"]', ["a9"])])
+    assert got[2] == (REJECTED, None, None,
+                      "the exchange header is not valid UTF-8 (invalid start byte at byte 0): b'\\xff'", [])
+
+
+def test_a_shared_group_delivers_each_publish_to_one_member():
+    publishes = [(b"jobs/x", [("exchange", b"mq")])] * 200
+    got = both(SUBS, publishes)
+    chosen = [[s for s, _, ids in deliveries if ids[0].startswith("g")] for *_, deliveries in got]
+    assert all(len(c) == 1 for c in chosen)
+    assert {c[0] for c in chosen} == {"w0", "w1", "w2", "w3"}
+
+
+def test_the_table_json_of_the_contract():
+    table = RouteTable(b"""{"version": 12, "default_exchange": "amq.topic",
+      "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null},
+                    {"name": "mqtt", "dialect": "mqtt", "share_prefix": "$share/"}],
+      "subscriptions": [{"id": "s1", "exchange": "amq.topic", "subscriber": "billing",
+                         "filter": "orders.*.paid", "headers": null},
+                        {"id": "s2", "exchange": "mqtt", "subscriber": "ops",
+                         "filter": "sensors/+/temperature",
+                         "headers": {"match": "all", "criteria": {"unit": "celsius", "x": null}}}]}""")
+    assert (table.version, len(table)) == (12, 2)
+    assert table.route(b"orders.eu.paid", [], "t/0/1") == (
+        ROUTED, "amq.topic", "orders.eu.paid", None, [("billing", '["s1"]', ["s1"])])
+    headers = [("exchange", b"mqtt"), ("unit", b"celsius")]
+    assert table.route(b"sensors/k/temperature", headers, "t/0/2")[0] == UNROUTABLE
+    assert table.route(b"sensors/k/temperature", headers + [("x", None)], "t/0/3")[0] == ROUTED
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"{", "routing table"),
+    (b'{"default_exchange": "a", "exchanges": [], "subscriptions": []', "routing table"),
+    (b'{"default_exchange": "a", "exchanges": [{"name": "a", "dialect": "stomp"}], "subscriptions": []}',
+     'unknown dialect "stomp"'),
+    (b'{"default_exchange": "a", "exchanges": [], "subscriptions": [{"id": "s", "exchange": "b",'
+     b' "subscriber": "c", "filter": "f"}]}', 'unknown exchange "b"'),
+])
+def test_a_table_it_cannot_read_raises_table_error(data, message):
+    with pytest.raises(TableError, match=message):
+        RouteTable(data)
+
+
+def test_unknown_default_exchange_is_a_rejection_not_an_error():
+    table = RouteTable(table_json([], EXCHANGES, "gone"))
+    assert table.route(b"a", [], "m") == (REJECTED, "gone", "a", "unknown exchange 'gone'", [])
+
+
+# --- Random subscriptions and publishes against the micro-batch path -------------------
+
+amqp_filters = st.lists(st.sampled_from(["a", "b", "", "*", "#"]), max_size=5).map(".".join)
+amqp_topics = st.lists(st.sampled_from(["a", "b", ""]), max_size=6).map(".".join)
+mqtt_levels = st.lists(st.sampled_from(["a", "b", "", "+", "$x"]), min_size=1, max_size=4)
+mqtt_filters = st.builds(
+    lambda share, levels, tail: share + "/".join(levels + (["#"] if tail else [])),
+    st.sampled_from(["", "", "$share/g/", "$share/h/"]), mqtt_levels, st.booleans(),
+) | st.sampled_from(["#", "+", "$share/g/#", "a/#/b", "$share/g"])  # some invalid: left out of both
+mqtt_topics = st.lists(st.sampled_from(["a", "b", "", "$x", "$"]), min_size=1, max_size=5).map("/".join)
+criteria = st.none() | st.builds(
+    HeaderCriteria, st.sampled_from(["all", "any"]),
+    st.dictionaries(st.sampled_from(["h1", "h2", "h3"]), st.sampled_from(["1", "2", "é", None]), max_size=3))
+ids = st.builds(lambda form, i: form.format(i), st.sampled_from(["id{}", "id{}", 'q"{}', "b\\{}", "n\n{}", "é{}"]),
+                st.integers(0, 20))
+subscriptions = st.lists(
+    st.builds(Subscription, ids, st.sampled_from(["amq", "mq"]), st.sampled_from(["c0", "c1", "c2", "c3"]),
+              amqp_filters | mqtt_filters, criteria),
+    max_size=25, unique_by=lambda sub: sub.id)
+
+keys = st.one_of(
+    amqp_topics.map(str.encode), mqtt_topics.map(str.encode),
+    st.sampled_from([None, b"a/+", b"#", b"\xff", b"a.\xe2\x82", b"a\x00", b"a" * 256, "é\x85".encode() * 90]),
+    st.binary(max_size=4))
+exchange_values = st.sampled_from([b"amq", b"mq", b"amq", b"mq", b"nope", b"", None, b"\xff", b"m\xc3", "é'".encode()])
+header_values = st.sampled_from([b"1", b"2", "é".encode(), b"\xff", None])
+headers = st.lists(st.one_of(
+    st.tuples(st.just("exchange"), exchange_values),
+    st.tuples(st.sampled_from(["h1", "h2", "h3", "other"]), header_values)), max_size=6)
+
+
+@SETTINGS
+@given(subscriptions, st.lists(st.tuples(keys, headers), max_size=12), st.sampled_from(["amq", "mq", "nope"]))
+def test_random_publishes_route_as_the_micro_batch_path(subs, publishes, default):
+    both(subs, publishes, default)
