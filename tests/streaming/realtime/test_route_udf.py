@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from schemas.records import (
     MESSAGE_ID_HEADER,
     REASON_HEADER,
+    ROUTING_KEY_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_HEADER,
     SOURCE_PUBLISH,
@@ -258,3 +259,51 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
         (b"orders.late", b"late-1", _delivery_headers([], held, ["s3"], 2))]
     after = wait_until(lambda: routed().get(held), "the held publish's routed record")
     assert json.loads(after.value())["snapshot_version"] == 2
+
+
+def test_shared_layout_incarnation_and_the_size_limit_to_the_byte(base_config, kafka_bootstrap,
+                                                                  realtime_query):
+    run = uuid.uuid4().hex[:8]
+    publishes, view, changelog = f"rt-{run}.publishes", f"rt-{run}.view", f"rt-{run}.subscriptions"
+    routed_topic, rejected_topic, shared = f"rt-{run}.routed", f"rt-{run}.rejected", f"rt-{run}.shared"
+    _create(kafka_bootstrap, publishes, view, changelog, routed_topic, rejected_topic, shared)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+    _produce(producer, view, b"sub:a", json.dumps(_sub("a", "amq.topic", "billing", "orders.#")).encode())
+    _produce(producer, view, b"sub:b", json.dumps(_sub("b", "amq.topic", "operations", "orders.*")).encode())
+    _produce(producer, view, b"mark", _mark(7, 0))
+    limit = 2048
+    realtime_query({"kafka.bootstrap.servers": kafka_bootstrap, "view_topic": view,
+                    "changelog_topic": changelog, "publishes_topic": publishes, "incarnation": "2",
+                    "shared_topic": shared, "rejected_topic": rejected_topic,
+                    "routed_topic": routed_topic, "max_delivery_bytes": str(limit)}, publishes)
+
+    key, headers = b"orders.eu", [("h", b"v"), ("exchange", b"amq.topic")]
+    ids = [f"{publishes}~2/0/{offset}" for offset in range(2)]
+    # _reject_oversize's largest delivery: the publish's record with the router's headers, plus
+    # the longest subscriber's own bytes (its name as key, the routing key header's framing).
+    empty = (record_size(key, b"", kept_headers(headers)) + _router_headers_size() + len(b"7")
+             + len(ids[0].encode()) + len(b'["b"]') + header_size(ROUTING_KEY_HEADER)
+             + len(b"operations"))
+    fits, over = b"f" * (limit - empty), b"o" * (limit - empty + 1)
+    for value in (fits, over):
+        producer.produce(publishes, key=key, value=value, headers=headers)
+    producer.flush(30)
+
+    records = wait_until(lambda: (lambda r: r if len(r) == 2 else None)(
+        {r.key().decode(): json.loads(r.value()) for r in read_topic(base_config, routed_topic)}),
+        "both routed records", timeout=120)
+    deliveries = read_topic(base_config, shared)
+    assert [(d.key(), d.value(), d.headers()) for d in deliveries] == [
+        (subscriber.encode(), fits, kept_headers(headers) + [(ROUTING_KEY_HEADER, key)]
+         + _delivery_headers([], ids[0], [sid], 7))
+        for subscriber, sid in (("billing", "a"), ("operations", "b"))]
+    assert records[ids[0]]["outcome"] == "routed"
+    assert records[ids[0]]["deliveries"] == [{"subscriber": "billing", "subscription_ids": ["a"]},
+                                             {"subscriber": "operations", "subscription_ids": ["b"]}]
+    assert (records[ids[1]]["outcome"], records[ids[1]]["reason"]) == ("rejected", (
+        f"a delivery of this publish would be {limit + 1:,} bytes, more than "
+        f"kafka.max_delivery_bytes ({limit:,}): the broker would refuse it"
+        " (the copy in the rejected topic has no payload or headers: too large)"))
+    [copy] = read_topic(base_config, rejected_topic)
+    assert (copy.key(), copy.value(), dict(copy.headers())[MESSAGE_ID_HEADER]) == (
+        key, None, ids[1].encode())

@@ -37,9 +37,10 @@ import scala.jdk.javaapi.CollectionConverters;
  *       {@code ROUTED_PUBLISH} row as JSON, for the audit query.</li>
  * </ol>
  *
- * <p>No publish fails the task (the poison-pill rule): a kernel error on one publish rejects
- * it with the error as reason, as {@code route_safely} does. The call blocks while the
- * routing view lags the subscriptions changelog ({@link RoutingView#lease}).
+ * <p>No publish fails the task: the kernel turns whatever is wrong with a publish (its
+ * exchange header, its routing key) into a rejection reason; only the kernel's own errors
+ * (bugs) fail it, as in the micro-batch path. The call blocks while the routing view lags
+ * the subscriptions changelog ({@link RoutingView#lease}).
  *
  * <p>Not handled here (the micro-batch path's, not this slice's): MQTT retained publishes,
  * and deliveries Kafka refuses although they fit (the Kafka sink fails the query instead).
@@ -75,7 +76,7 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
 
     private void route(RoutingView.Lease lease, int partition, long offset, byte[] key, byte[] value,
                        List<Header> all, Long publishedAt, String messageId, List<Row> rows) {
-        RouteOutcome outcome = routeSafely(lease.handle(), key, all, messageId);
+        RouteOutcome outcome = routeOne(lease.handle(), key, all, messageId);
         String version = Long.toString(lease.version());
         List<Header> kept = KafkaRecords.keptHeaders(all);
         List<Delivery> deliveries = outcome.deliveries();
@@ -99,22 +100,17 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
         rows.add(row(settings.routedTopic(), KafkaRecords.utf8(messageId), routed, List.of()));
     }
 
-    /** The kernel's outcome; a failure on this publish (a kernel bug, a malformed outcome)
-     *  rejects it with the error as reason instead of failing the task (route_safely). */
-    private static RouteOutcome routeSafely(long handle, byte[] key, List<Header> all, String messageId) {
+    /** The kernel's outcome. Its exceptions (a panic, a malformed outcome: bugs, never a
+     *  property of the publish, whose every fault the kernel turns into a reason) fail the
+     *  task, as the kernel's errors fail the micro-batch path's (routing.py NOT_ABOUT_A_RECORD). */
+    private static RouteOutcome routeOne(long handle, byte[] key, List<Header> all, String messageId) {
         String[] names = new String[all.size()];
         byte[][] values = new byte[all.size()][];
         for (int i = 0; i < names.length; i++) {
             names[i] = all.get(i).name();
             values[i] = all.get(i).value();
         }
-        try {
-            return RouteOutcome.decode(NativeRouter.route(handle, key, names, values, messageId));
-        } catch (RuntimeException e) { // the poison-pill net: an error of this one publish
-            String reason = "routing this publish failed: " + e.getClass().getSimpleName() + ": "
-                    + e.getMessage() + " at NativeRouter.route";
-            return new RouteOutcome(RouteOutcome.REJECTED, null, null, reason, List.of());
-        }
+        return RouteOutcome.decode(NativeRouter.route(handle, key, names, values, messageId));
     }
 
     /** {@code _reject_oversize}: why the publish is rejected when its largest delivery would
