@@ -53,36 +53,39 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
             + KafkaRecords.headerSize(KafkaRecords.SUBSCRIPTION_IDS_HEADER, 0)
             + KafkaRecords.headerSize(KafkaRecords.SNAPSHOT_VERSION_HEADER, 0);
 
-    /** Read per JVM from SparkEnv: this object is built on the driver and shipped in the plan. */
-    private transient RealtimeSettings settings;
-    private transient RoutingView view;
+    /** This JVM's, from SparkEnv on first call: this object is built on the driver and shipped
+     *  in the plan. Volatile: one instance may serve several task threads. */
+    private transient volatile RoutingView view;
 
     @Override
     public Seq<Row> call(Integer partition, Long offset, byte[] key, byte[] value, Seq<Row> headers,
                          Timestamp timestamp) {
-        if (settings == null) {
-            settings = RealtimeSettings.fromSparkEnv();
-            view = RoutingView.of(settings);
+        RoutingView view = this.view;
+        if (view == null) {
+            view = RoutingView.of(RealtimeSettings.fromSparkEnv());
+            this.view = view;
         }
+        RealtimeSettings settings = view.settings();
         String messageId = settings.messageIdTopic() + "/" + partition + "/" + offset;
         List<Header> all = headers(headers);
         Long publishedAt = timestamp == null ? null : timestamp.getTime();
         List<Row> rows = new ArrayList<>();
         try (RoutingView.Lease lease = view.lease(publishedAt == null ? Long.MAX_VALUE : publishedAt)) {
-            route(lease, partition, offset, key, value, all, publishedAt, messageId, rows);
+            route(settings, lease, partition, offset, key, value, all, publishedAt, messageId, rows);
         }
         return CollectionConverters.asScala(rows).toSeq();
     }
 
-    private void route(RoutingView.Lease lease, int partition, long offset, byte[] key, byte[] value,
-                       List<Header> all, Long publishedAt, String messageId, List<Row> rows) {
+    private static void route(RealtimeSettings settings, RoutingView.Lease lease, int partition,
+                              long offset, byte[] key, byte[] value, List<Header> all,
+                              Long publishedAt, String messageId, List<Row> rows) {
         RouteOutcome outcome = routeOne(lease.handle(), key, all, messageId);
         String version = Long.toString(lease.version());
         List<Header> kept = KafkaRecords.keptHeaders(all);
         List<Delivery> deliveries = outcome.deliveries();
         String reason = outcome.reason();
         if (reason == null) {
-            reason = oversize(key, value, kept, messageId, version, deliveries);
+            reason = oversize(settings, key, value, kept, messageId, version, deliveries);
         }
         if (reason != null) {
             RejectedCopy copy = KafkaRecords.rejectedCopy(key, value, kept, reason,
@@ -92,7 +95,7 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
             rows.add(row(settings.rejectedTopic(), key, copy.value(), copy.headers()));
         }
         for (Delivery delivery : deliveries) {
-            rows.add(delivery(delivery, key, value, kept, messageId, version));
+            rows.add(delivery(settings, delivery, key, value, kept, messageId, version));
         }
         String outcomeName = reason != null ? "rejected" : deliveries.isEmpty() ? "unroutable" : "routed";
         byte[] routed = routedJson(messageId, partition, offset, outcome.exchange(), key, outcomeName,
@@ -115,8 +118,9 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
 
     /** {@code _reject_oversize}: why the publish is rejected when its largest delivery would
      *  exceed max_delivery_bytes (checked even with no delivery, as there), else null. */
-    private String oversize(byte[] key, byte[] value, List<Header> kept, String messageId,
-                            String version, List<Delivery> deliveries) {
+    private static String oversize(RealtimeSettings settings, byte[] key, byte[] value,
+                                   List<Header> kept, String messageId, String version,
+                                   List<Delivery> deliveries) {
         long base = KafkaRecords.recordSize(key, value, kept) + ROUTER_HEADERS_SIZE + version.length()
                 + KafkaRecords.utf8(messageId).length;
         long largest = base;
@@ -136,8 +140,8 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
                 + "kafka.max_delivery_bytes (%,d): the broker would refuse it", largest, limit);
     }
 
-    private Row delivery(Delivery d, byte[] key, byte[] value, List<Header> kept, String messageId,
-                         String version) {
+    private static Row delivery(RealtimeSettings settings, Delivery d, byte[] key, byte[] value,
+                                List<Header> kept, String messageId, String version) {
         List<Header> headers = new ArrayList<>(kept.size() + 4);
         headers.addAll(kept);
         String topic;

@@ -131,6 +131,11 @@ public final class RoutingView {
         });
     }
 
+    /** The settings this view follows Kafka with. */
+    public RealtimeSettings settings() {
+        return settings;
+    }
+
     /**
      * The table to route a publish written at {@code timestampMs} (Kafka's timestamp, epoch
      * ms) with: once the view covers every changelog record written before the publish
