@@ -155,12 +155,15 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
     })
 }
 
+/// A publish's headers: name and value (null: `None`), in order.
+type Headers = Vec<(String, Option<Vec<u8>>)>;
+
 /// The headers of a publish from the two parallel arrays (null arrays: none).
 fn read_headers(
     env: &mut JNIEnv<'_>,
     names: &JObjectArray<'_>,
     values: &JObjectArray<'_>,
-) -> Result<Vec<(String, Option<Vec<u8>>)>, Failure> {
+) -> Result<Headers, Failure> {
     let n = if names.is_null() {
         0
     } else {
