@@ -13,13 +13,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-unit install jars prereqs clean
 
-# Java 17 runs Spark and the Kafka broker; Maven resolves conf/jvm.toml; cargo
-# builds the kernel (kernel/) from crates.io, with librdkafka compiled from source
+# Java 17 runs Spark and the Kafka broker (its javac builds realtime/); Maven resolves
+# conf/jvm.toml; cargo builds the kernel (kernel/) from crates.io, with librdkafka compiled from source
 # (C and C++ compilers: its configure wants both; make, pkg-config and OpenSSL's headers).
 prereqs:
-	@command -v java >/dev/null && command -v mvn >/dev/null || { \
-	  echo "installing Java 17 and Maven from Debian's packages"; \
-	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null; }
+	@command -v java >/dev/null && command -v javac >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing Java 17 (with javac) and Maven from Debian's packages"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null; }
 	@command -v cargo >/dev/null || { \
 	  echo "installing Rust's cargo from Debian's packages (the kernel needs rustc >= 1.77; else use rustup)"; \
 	  apt-get update -qq && apt-get install -y -qq cargo >/dev/null; }
@@ -42,7 +42,9 @@ $(STAMP): pyproject.toml $(KERNEL_SOURCES)
 
 install: prereqs $(STAMP)
 
-# Resolve the JVM artifacts of conf/jvm.toml from Maven Central into .cache/jars.
+# Resolve the JVM artifacts of conf/jvm.toml from Maven Central into .cache/jars, and
+# build realtime mode's jar (realtime/ with the kernel's JNI library, kernel/jni: cargo
+# and javac) into .cache/realtime/ (streaming/realtime/jar.py; rebuilt when they change).
 jars: install
 	$(BIN)/bitroute jars
 

@@ -3,7 +3,8 @@
 ``except BitrouteError`` catches what the router, the client verbs and the
 CLI report as one line; anything else is a bug or a library's own failure.
 This module holds the root and the errors of the package's top-level modules
-(:class:`ConfigError`, :class:`PackError`, :class:`JvmResolutionError`); each
+(:class:`ConfigError`, :class:`PackError`, :class:`JvmResolutionError`,
+:class:`RealtimeBuildError`); each
 subpackage keeps its own in its ``errors`` module (:mod:`streaming.kafka.errors`,
 :mod:`streaming.router.errors`, :mod:`streaming.audit.errors`,
 :mod:`streaming.ops.errors`, :mod:`streaming.cli.errors`), all under
@@ -43,6 +44,11 @@ class RetryAbandoned(BitrouteError):
 
 class JvmResolutionError(BitrouteError):
     """Maven could not resolve a group of conf/jvm.toml; the message says which and why."""
+
+
+class RealtimeBuildError(BitrouteError):
+    """The realtime jar (the JVM side of ``streaming.mode = "realtime"``) cannot be built:
+    the message names the step (cargo, javac) and its error (:mod:`streaming.realtime.jar`)."""
 
 
 ONE_LINE_MAX = 500

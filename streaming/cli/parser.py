@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     verb("version", installation.version,
          "print the versions of bitroute, pyspark and python")
     verb("jars", installation.jars,
-         "resolve the JVM jars of conf/jvm.toml from Maven Central (cached)")
+         "resolve the JVM jars of conf/jvm.toml from Maven Central and build the realtime jar (cached)")
 
     pack = verb("pack", installation.pack,
                 "pack bitroute, its kernel and dependencies for a cluster's "

@@ -7,7 +7,9 @@
 - :mod:`streaming.realtime.query`: the routing query (Kafka -> the JVM route function
   on the Rust kernel -> Kafka);
 - :mod:`streaming.realtime.audit`: the routed records, read back into the Delta audit
-  exactly once.
+  exactly once;
+- :mod:`streaming.realtime.jar`: the JVM side's jar (``realtime/`` compiled, with the
+  kernel's JNI library inside), built by ``bitroute jars``.
 
 The JVM side is ``realtime/`` (Java) over ``kernel/jni`` (the Rust kernel's JNI face).
 """

@@ -24,9 +24,12 @@ def version(args: argparse.Namespace) -> int:
 def jars(args: argparse.Namespace) -> int:
     from streaming import jvm
 
+    from streaming.realtime.jar import realtime_jar
+
     for group in jvm.GROUPS:
         paths = jvm.jars(group)
         print(f"{group}: {len(paths)} jars in {paths[0].parent if paths else '-'}")
+    print(f"realtime: {realtime_jar()}")
     return 0
 
 

@@ -1,0 +1,59 @@
+package io.bitroute.realtime;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+
+/**
+ * The Rust kernel's routing table over JNI (realtime contract, section 1).
+ *
+ * <p>The library, {@code libbitroute_jni.so}, travels inside this class's jar at
+ * {@link #LIBRARY_RESOURCE}: the static initializer copies it to a temporary file and
+ * {@code System.load}s it, once per JVM (a class is initialised once). A jar built without
+ * it fails here, naming the resource, rather than at the first native call.
+ *
+ * <p>A handle from {@link #load} is an immutable table: {@link #route} may be called on it
+ * from several task threads at once; {@link #free} is called once, when no task uses it
+ * ({@link RoutingTable} counts the users).
+ */
+public final class NativeRouter {
+    /** Where the build (streaming/realtime/jar.py) puts the JNI library in the jar. */
+    public static final String LIBRARY_RESOURCE = "/native/linux-x86_64/libbitroute_jni.so";
+
+    static {
+        loadLibrary();
+    }
+
+    private NativeRouter() {
+    }
+
+    /** Build a routing table from UTF-8 JSON (contract section 2). Returns a handle != 0.
+     *  Throws IllegalArgumentException(message) for a table it cannot read. */
+    static native long load(byte[] tableJson);
+
+    /** Free a handle from load (once; never used after). */
+    static native void free(long handle);
+
+    /** Route one publish: the encoded outcome ({@link RouteOutcome#decode}). */
+    static native byte[] route(long handle, byte[] key, String[] headerNames,
+                               byte[][] headerValues, String messageId);
+
+    private static void loadLibrary() {
+        try (InputStream in = NativeRouter.class.getResourceAsStream(LIBRARY_RESOURCE)) {
+            if (in == null) {
+                throw new UnsatisfiedLinkError("bitroute's JNI library is not in the jar of "
+                        + NativeRouter.class.getName() + ": resource " + LIBRARY_RESOURCE
+                        + " is missing (build the jar with streaming/realtime/jar.py)");
+            }
+            Path file = Files.createTempFile("libbitroute_jni", ".so");
+            file.toFile().deleteOnExit();
+            Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
+            System.load(file.toAbsolutePath().toString());
+        } catch (IOException e) {
+            throw new UnsatisfiedLinkError("cannot extract " + LIBRARY_RESOURCE
+                    + " to a temporary file: " + e);
+        }
+    }
+}
