@@ -96,6 +96,8 @@ class RoutedAudit:
         self._routing_checkpoint = routing_checkpoint
         self._stopping = stopping
         self._on_report = on_report
+        self._idle = threading.Condition()
+        self._busy = False
         self._latencies: deque[float] = deque(maxlen=LATENCIES_KEPT)
         self._lock = threading.Lock()
         self.publishes = 0
@@ -131,6 +133,26 @@ class RoutedAudit:
         """The ``foreachBatch`` function: journal one batch of routed records, then report
         it (:class:`~streaming.router.report.BatchReport`: ``bitroute run``'s line,
         ``status.json``, the metrics)."""
+        if self._stopping.is_set():
+            raise AuditWaitInterrupted("the router is stopping: this batch is audited at the "
+                                       "next start")
+        with self._idle:
+            self._busy = True
+        try:
+            self._process(batch, batch_id)
+        finally:
+            with self._idle:
+                self._busy = False
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no batch is being audited (a stopping router lets the batch in progress
+        end, or raise, before it stops the query: a Spark job cancelled under a batch fails
+        it with a stack of errors instead); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._busy, timeout)
+
+    def _process(self, batch, batch_id: int) -> None:
         started = time.monotonic()
         rows = batch.toArrow()
         if not rows.num_rows:

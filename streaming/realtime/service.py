@@ -50,6 +50,9 @@ _log = logging.getLogger(__name__)
 
 
 
+AUDIT_STOP_WAIT_S = 30.0
+"""How long a stopping router waits for the audit batch in progress before it stops the query."""
+
 AUDIT_STREAM = "realtime-publishes"
 """The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""
 
@@ -117,11 +120,14 @@ class RealtimeRouting:
         """Stop both queries and the view thread, then commit what the audit journaled."""
         self._stopping.set()
         for query in (self.routing_query, self.audit_query):
-            if query is not None:
-                try:
-                    query.stop()
-                except Exception as exc:  # noqa: BLE001 - stopping anyway
-                    _log.warning(f"could not stop {query.name}: {exc}")
+            if query is None:
+                continue
+            if query is self.audit_query and self.audit is not None:
+                self.audit.wait_idle(AUDIT_STOP_WAIT_S)
+            try:
+                query.stop()
+            except Exception as exc:  # noqa: BLE001 - stopping anyway
+                _log.warning(f"could not stop {query.name}: {exc}")
         self._follower.stop()
         if self.view.note in self._snapshots.commit_listeners:
             self._snapshots.commit_listeners.remove(self.view.note)

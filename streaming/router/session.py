@@ -90,6 +90,25 @@ def session_settings(config: Config) -> dict[str, str]:
     return settings
 
 
+def session_jars(config: Config, jar_group: str) -> list[Path]:
+    """The jars a session bitroute launches is given: ``jar_group``'s of conf/jvm.toml and,
+    for a router's session, realtime mode's (:mod:`streaming.realtime.jar`), so that one
+    session serves either mode. Micro-batch mode does without it where it cannot be built
+    (no JDK on this host); realtime mode stops with the build's error."""
+    from streaming.errors import RealtimeBuildError
+    from streaming.realtime.jar import realtime_jar
+
+    jars = list(jvm.jars(jar_group))
+    if jar_group == "spark":
+        try:
+            jars.append(realtime_jar())
+        except RealtimeBuildError as exc:
+            if config.streaming.mode == MODE_REALTIME:
+                raise
+            _log.debug(f"micro-batch mode without the realtime jar: {exc}")
+    return jars
+
+
 def local_master(config: Config) -> str:
     """The master Spark runs: ``spark.master``, except that realtime mode on ``local[*]``
     gets a task slot per publishes partition plus two (Real-Time Mode holds one slot
@@ -139,7 +158,7 @@ def spark_session(config: Config, jar_group: str = "spark",
         session = builder.getOrCreate()
     else:
         conf = (SparkConf().setMaster(local_master(config))
-                .set("spark.jars", ",".join(str(p) for p in jvm.jars(jar_group)))
+                .set("spark.jars", ",".join(str(p) for p in session_jars(config, jar_group)))
                 .setAll(settings.items()))
         gateway = None
         if SparkContext._gateway is None:  # else the JVM of a stopped session is reused

@@ -1,7 +1,7 @@
 """RouteUdf end to end on the JVM side of realtime mode (realtime contract, sections 3-6).
 
-A Spark Real-Time Mode query in a JVM of its own (the ``spark.bitroute.realtime.*``
-settings are the SparkContext's, read by the executors, so not the shared session's):
+A Spark Real-Time Mode query in a JVM of its own (a JVM holds one routing view per
+settings, and a test's view is written by hand):
 Kafka source -> ``inline(bitroute_route(...))`` -> Kafka sink, with ``bitroute-realtime.jar``
 (:func:`streaming.realtime.jar.realtime_jar`). The test writes the routing view topic by hand
 as the driver's view publisher would (section 3), publishes with confluent-kafka, and reads
@@ -60,8 +60,11 @@ for key, value in args["conf"].items():
     builder = builder.config(key, value)
 spark = builder.getOrCreate()
 spark.sparkContext.setLogLevel("WARN")
-spark.udf.registerJavaFunction("bitroute_route", "io.bitroute.realtime.RouteUdf",
-                               _parse_datatype_string(args["type"]))
+# As streaming/realtime/query.py registers it: the UDF object carries its settings.
+udf = spark.sparkContext._jvm.io.bitroute.realtime.RouteUdf(json.dumps(args["settings"]))
+spark._jsparkSession.udf().register(
+    "bitroute_route", udf,
+    spark._jsparkSession.parseDataType(_parse_datatype_string(args["type"]).json()))
 source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args["bootstrap"])
           .option("subscribe", args["publishes"]).option("startingOffsets", "earliest")
           .option("includeHeaders", "true").load())
@@ -116,16 +119,20 @@ def _header_map(headers) -> dict:
 
 @pytest.fixture
 def realtime_query(kafka_bootstrap: str, tmp_path: Path):
-    """Factory: ``start(settings)`` runs the RTM query with ``spark.bitroute.realtime.*``
-    ``settings``; stopped (stdin closed, then killed) at the end of the test."""
+    """Factory: ``start(settings)`` runs the RTM query with the route function's
+    ``settings`` (``udf_settings``'s keys, the Kafka properties as ``kafka.<property>``);
+    stopped (stdin closed, then killed) at the end of the test."""
     jar = realtime_jar()
     started = []
 
     def start(settings: dict[str, str], publishes: str) -> subprocess.Popen:
         conf = {"spark.jars": ",".join([*(str(p) for p in jvm.jars("spark")), str(jar)]),
-                "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
-                **{f"spark.bitroute.realtime.{k}": v for k, v in settings.items()}}
-        args = {"conf": conf, "type": ROUTE_TYPE, "bootstrap": kafka_bootstrap,
+                "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+        udf_settings = {k: v for k, v in settings.items() if not k.startswith("kafka.")}
+        udf_settings["kafka"] = {k[len("kafka."):]: v for k, v in settings.items()
+                                 if k.startswith("kafka.")}
+        args = {"conf": conf, "settings": udf_settings, "type": ROUTE_TYPE,
+                "bootstrap": kafka_bootstrap,
                 "publishes": publishes, "checkpoint": str(tmp_path / "checkpoint")}
         log = (tmp_path / "query.log").open("w")
         env = {**os.environ, "JAVA_TOOL_OPTIONS": short_jvm_options()}

@@ -139,13 +139,14 @@ def test_a_subscription_acknowledged_before_a_publish_applies_to_it(router):
 
 def test_bad_input_is_rejected_with_its_reason_and_audited(router):
     config = router.config
-    bad = _publish(config, "orders..paid", b"?", "amq.topic")  # an empty word: invalid AMQP
+    bad = _produce(config, config.kafka.publishes_topic, None, b"?")  # no routing key
     unknown = _publish(config, "a.b", b"?", "no-such-exchange")
     records = wait_until(lambda: _at_least(read_topic(config, config.kafka.rejected_topic), 2),
                          "2 rejected records", DELIVERY_BOUND_S)
     rejected = {headers_of(r)[MESSAGE_ID_HEADER]: headers_of(r) for r in records}
     assert set(rejected) == {bad, unknown}
-    assert "no-such-exchange" in rejected[unknown][REASON_HEADER]
+    assert rejected[bad][REASON_HEADER] == "missing routing key"
+    assert rejected[unknown][REASON_HEADER] == "unknown exchange 'no-such-exchange'"
     rows = wait_until(lambda: _rows_for(config, MESSAGES, {bad, unknown}, 2), "the rejected publishes' messages rows",
                       AUDIT_BOUND_S)
     assert {r["outcome"] for r in rows} == {OUTCOME_REJECTED}

@@ -1,13 +1,17 @@
 package io.bitroute.realtime;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import java.util.Properties;
-import org.apache.spark.SparkConf;
-import org.apache.spark.SparkEnv;
-import scala.Tuple2;
 
 /**
- * The Spark settings the driver sets for the executors (realtime contract, section 5), read
- * once per JVM from {@code SparkEnv.get().conf()}: the one place that names them on the JVM side.
+ * The route function's settings, as the driver hands them to {@link RouteUdf}'s constructor
+ * ({@code streaming/realtime/query.py} {@code udf_settings}): a JSON object with the Java Kafka
+ * client's properties under {@code "kafka"} and the topics and limits by name. The one place
+ * that names them on the JVM side. The UDF object carries the JSON into the plan, so the
+ * settings reach the executors without a Spark setting (a session outlives one router's
+ * settings), a plan string or a log line.
  *
  * <p>{@link #kafka} holds credentials ({@code sasl.jaas.config}, {@code ssl.*.password}):
  * never logged, and {@link #toString} leaves it out.
@@ -17,39 +21,35 @@ public record RealtimeSettings(Properties kafka, String viewTopic, String change
                                String deliveriesTopicPrefix, String sharedTopic,
                                String rejectedTopic, String routedTopic, int maxDeliveryBytes,
                                long clockSkewMs) {
-    public static final String PREFIX = "spark.bitroute.realtime.";
-    public static final String KAFKA_PREFIX = PREFIX + "kafka.";
+    private static final ObjectMapper JSON = new ObjectMapper();
 
-    /** The settings of this JVM's Spark configuration (an executor's, or a local driver's). */
-    public static RealtimeSettings fromSparkEnv() {
-        SparkEnv env = SparkEnv.get();
-        if (env == null) {
-            throw new IllegalStateException("no SparkEnv in this JVM: RouteUdf runs in Spark tasks");
+    /** The settings of {@code json} (an {@link IllegalArgumentException} names a bad one). */
+    public static RealtimeSettings fromJson(String json) {
+        JsonNode root;
+        try {
+            root = JSON.readTree(json);
+        } catch (JsonProcessingException e) {
+            throw new IllegalArgumentException("the route function's settings are not JSON: "
+                    + e.getOriginalMessage());
         }
-        return of(env.conf());
-    }
-
-    /** The settings of {@code conf} (section 5's defaults for those it lacks). */
-    public static RealtimeSettings of(SparkConf conf) {
         Properties kafka = new Properties();
-        for (Tuple2<String, String> entry : conf.getAllWithPrefix(KAFKA_PREFIX)) {
-            kafka.setProperty(entry._1(), entry._2());
-        }
+        JsonNode clients = root.path("kafka");
+        clients.fields().forEachRemaining(e -> kafka.setProperty(e.getKey(), e.getValue().asText()));
         if (kafka.getProperty("bootstrap.servers") == null) {
-            throw new IllegalArgumentException(KAFKA_PREFIX + "bootstrap.servers is not set");
+            throw new IllegalArgumentException("settings: kafka.bootstrap.servers is not set");
         }
-        String shared = conf.get(PREFIX + "shared_topic", "");
+        String shared = text(root, "shared_topic", "");
         return new RealtimeSettings(kafka,
-                conf.get(PREFIX + "view_topic", "bitroute.routing-view"),
-                conf.get(PREFIX + "changelog_topic", "bitroute.subscriptions"),
-                conf.get(PREFIX + "publishes_topic", "bitroute.publishes"),
-                integer(conf, "incarnation", "0", 0),
-                conf.get(PREFIX + "deliveries_topic_prefix", "bitroute.deliveries."),
+                text(root, "view_topic", "bitroute.routing-view"),
+                text(root, "changelog_topic", "bitroute.subscriptions"),
+                text(root, "publishes_topic", "bitroute.publishes"),
+                integer(root, "incarnation", 0, 0),
+                text(root, "deliveries_topic_prefix", "bitroute.deliveries."),
                 shared.isEmpty() ? null : shared,
-                conf.get(PREFIX + "rejected_topic", "bitroute.rejected"),
-                conf.get(PREFIX + "routed_topic", "bitroute.routed"),
-                integer(conf, "max_delivery_bytes", "1048576", 1),
-                integer(conf, "clock_skew_ms", "0", 0));
+                text(root, "rejected_topic", "bitroute.rejected"),
+                text(root, "routed_topic", "bitroute.routed"),
+                integer(root, "max_delivery_bytes", 1048576, 1),
+                integer(root, "clock_skew_ms", 0, 0));
     }
 
     /** Whether every subscriber's deliveries share one topic, keyed by subscriber. */
@@ -63,8 +63,14 @@ public record RealtimeSettings(Properties kafka, String viewTopic, String change
         return incarnation == 0 ? publishesTopic : publishesTopic + "~" + incarnation;
     }
 
-    private static int integer(SparkConf conf, String name, String fallback, int least) {
-        String text = conf.get(PREFIX + name, fallback);
+    private static String text(JsonNode root, String name, String fallback) {
+        JsonNode node = root.get(name);
+        return node == null || node.isNull() ? fallback : node.asText();
+    }
+
+    private static int integer(JsonNode root, String name, int fallback, int least) {
+        JsonNode node = root.get(name);
+        String text = node == null || node.isNull() ? Integer.toString(fallback) : node.asText();
         try {
             int value = Integer.parseInt(text.trim());
             if (value >= least) {
@@ -73,8 +79,8 @@ public record RealtimeSettings(Properties kafka, String viewTopic, String change
         } catch (NumberFormatException e) {
             // reported below
         }
-        throw new IllegalArgumentException(PREFIX + name + ": expected an integer >= " + least
-                + ", got '" + text + "'");
+        throw new IllegalArgumentException("settings: " + name + ": expected an integer >= "
+                + least + ", got '" + text + "'");
     }
 
     @Override

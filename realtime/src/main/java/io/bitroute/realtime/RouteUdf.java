@@ -19,9 +19,9 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * {@code bitroute_route(partition, offset, key, value, headers, timestamp)}: one publish of the
- * Kafka source routed, as the Kafka sink's rows (realtime contract, section 6). Registered by
- * the driver with {@code spark.udf.registerJavaFunction("bitroute_route",
- * "io.bitroute.realtime.RouteUdf", <the return type below>)}; returns
+ * Kafka source routed, as the Kafka sink's rows. Built by the driver with the router's
+ * settings ({@link RealtimeSettings}, JSON) and registered as {@code bitroute_route}
+ * ({@code streaming/realtime/query.py}); returns
  * {@code array<struct<topic:string, key:binary, value:binary,
  * headers:array<struct<key:string, value:binary>>>>}, in this order:
  * <ol>
@@ -53,16 +53,23 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
             + KafkaRecords.headerSize(KafkaRecords.SUBSCRIPTION_IDS_HEADER, 0)
             + KafkaRecords.headerSize(KafkaRecords.SNAPSHOT_VERSION_HEADER, 0);
 
-    /** This JVM's, from SparkEnv on first call: this object is built on the driver and shipped
-     *  in the plan. Volatile: one instance may serve several task threads. */
+    /** The settings, as JSON: this object is built on the driver and shipped in the plan. */
+    private final String settingsJson;
+    /** This JVM's view of those settings, made on first call. Volatile: one instance may
+     *  serve several task threads. */
     private transient volatile RoutingView view;
+
+    public RouteUdf(String settingsJson) {
+        RealtimeSettings.fromJson(settingsJson); // a bad setting fails on the driver, at once
+        this.settingsJson = settingsJson;
+    }
 
     @Override
     public Seq<Row> call(Integer partition, Long offset, byte[] key, byte[] value, Seq<Row> headers,
                          Timestamp timestamp) {
         RoutingView view = this.view;
         if (view == null) {
-            view = RoutingView.of(RealtimeSettings.fromSparkEnv());
+            view = RoutingView.of(RealtimeSettings.fromJson(settingsJson));
             this.view = view;
         }
         RealtimeSettings settings = view.settings();

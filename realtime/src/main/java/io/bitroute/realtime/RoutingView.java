@@ -111,8 +111,7 @@ public final class RoutingView {
     // The view thread's alone.
     private final Map<String, JsonNode> subscriptions = new TreeMap<>();
     private boolean subscriptionsChanged = true;
-    private JsonNode lastExchanges;
-    private String lastDefaultExchange;
+    private ObjectNode lastTableFields;
     private long nextOffset;
     private long viewFailureLoggedAt;
 
@@ -296,16 +295,17 @@ public final class RoutingView {
         Map<Integer, Long> marks = new HashMap<>();
         mark.path("changelog").properties().forEach(
                 e -> marks.put(Integer.valueOf(e.getKey()), e.getValue().asLong()));
-        JsonNode exchanges = mark.path("exchanges");
-        String defaultExchange = mark.path("default_exchange").asText(null);
+        // The table's own fields (exchanges, default exchange, retained_refused, ...): the
+        // mark's, less its position.
+        ObjectNode tableFields = ((ObjectNode) mark).deepCopy();
+        tableFields.remove(List.of("version", "changelog"));
         State before = current;
-        boolean same = before != null && !subscriptionsChanged && exchanges.equals(lastExchanges)
-                && java.util.Objects.equals(defaultExchange, lastDefaultExchange);
+        boolean same = before != null && !subscriptionsChanged && tableFields.equals(lastTableFields);
         RoutingTable table;
         if (same) {
             table = before.table();
         } else {
-            byte[] json = tableJson(version, defaultExchange, exchanges);
+            byte[] json = tableJson(version, tableFields);
             try {
                 table = new RoutingTable(NativeRouter.load(json));
             } catch (IllegalArgumentException e) {
@@ -316,8 +316,7 @@ public final class RoutingView {
                 return;
             }
             subscriptionsChanged = false;
-            lastExchanges = exchanges;
-            lastDefaultExchange = defaultExchange;
+            lastTableFields = tableFields;
         }
         synchronized (swapped) {
             current = new State(table, version, Map.copyOf(marks));
@@ -330,11 +329,12 @@ public final class RoutingView {
                 settings.viewTopic(), version, subscriptions.size(), marks);
     }
 
-    private byte[] tableJson(long version, String defaultExchange, JsonNode exchanges) {
-        ObjectNode table = JSON.createObjectNode();
+    private byte[] tableJson(long version, ObjectNode tableFields) {
+        ObjectNode table = tableFields.deepCopy();
         table.put("version", version);
-        table.put("default_exchange", defaultExchange);
-        table.set("exchanges", exchanges.isMissingNode() ? JSON.createArrayNode() : exchanges);
+        if (!table.has("exchanges")) {
+            table.putArray("exchanges");
+        }
         ArrayNode subs = table.putArray("subscriptions");
         subscriptions.values().forEach(subs::add);
         try {
