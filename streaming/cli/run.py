@@ -46,7 +46,7 @@ from pyspark.errors import StreamingQueryException
 
 from streaming.audit.storage import StorageError
 from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.errors import one_line
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
@@ -54,6 +54,9 @@ from streaming.kafka.topics import TopicCreationError
 from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
 from streaming.router.changelog import ChangelogError
+from streaming.errors import RealtimeBuildError
+from streaming.realtime.errors import RealtimeSlotsError
+from streaming.router.errors import RouterModeError
 from streaming.router.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router
 from streaming.router.snapshots import SnapshotStoreError
@@ -61,7 +64,8 @@ from streaming.router.snapshots import SnapshotStoreError
 ACCESS_RETRY_S = 10.0
 """How long ``bitroute run`` waits before starting a query Kafka refused again."""
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
-                   KafkaAccessError, RouterLockedError, StorageError)
+                   KafkaAccessError, RouterLockedError, StorageError, RouterModeError,
+                   RealtimeSlotsError, RealtimeBuildError)
 
 
 def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool = False) -> int:
@@ -240,6 +244,15 @@ def _failure_line(router: Router, failure: object) -> str:
             "the unfinished batch is replayed)")
 
 
+def _mode_line(config: Config) -> str:
+    streaming = config.streaming
+    if streaming.mode == MODE_REALTIME:
+        return (f"mode realtime: Spark's Real-Time Mode, a long task per publishes partition, "
+                f"checkpointed every {streaming.realtime_checkpoint_interval}; the audit follows "
+                "each checkpoint (docs/running.md, \"Choosing a mode\")")
+    return f"mode microbatch: a batch every {streaming.trigger_interval} at most"
+
+
 def _announce(router: Router, metrics: RouterMetrics | None, info: TextIO) -> None:
     config = router.config
     kafka = config.kafka
@@ -251,6 +264,7 @@ def _announce(router: Router, metrics: RouterMetrics | None, info: TextIO) -> No
            else f" ({kafka.client_settings.describe()})"),
         f"writing deliveries to {kafka.layout.describe()}, rejected to {kafka.rejected_topic}",
         f"audit tables in {config.delta.warehouse}, checkpoints in {config.streaming.checkpoint_dir}",
+        _mode_line(config),
     ]
     if metrics is not None:
         lines.append(f"metrics at {metrics.server.url}")
