@@ -109,6 +109,7 @@ class RealtimeRouting:
             self._sync.catch_up()
             self.view.reset(self._current_snapshot(), self._sync.subscriptions.offsets)
             self._snapshots.commit_listeners.append(self.view.note)
+            self._sync.on_committed = self._publish_committed
         self._follower.start()
         self.audit_query = self.audit.start(self._spark, self._layout.realtime_audit)
         register_route_function(self._spark, self._config, self._incarnation)
@@ -132,6 +133,7 @@ class RealtimeRouting:
             except Exception as exc:  # noqa: BLE001 - stopping anyway
                 _log.warning(f"could not stop {query.name}: {exc}")
         self._follower.stop()
+        self._sync.on_committed = None
         if self.view.note in self._snapshots.commit_listeners:
             self._snapshots.commit_listeners.remove(self.view.note)
         self.committer.stop()
@@ -166,6 +168,14 @@ class RealtimeRouting:
                 f"({self._spark.sparkContext.master}): give Spark more cores (spark.master "
                 "local[N], or executors' cores on a cluster), or run streaming.mode = "
                 "\"microbatch\", which needs none")
+
+    def _publish_committed(self, version: int, offsets: dict[int, int]) -> None:
+        """A new version, persisted: to the view at once, before its Delta audit append (a
+        failure is the follower's to retry: the records stay pending)."""
+        try:
+            self.view.publish(version, offsets)
+        except Exception as exc:  # noqa: BLE001 - retried by the view thread's next round
+            _log.debug(f"the routing view waits for the next round: {exc}")
 
     def _follow(self) -> None:
         """One round of the view thread: catch the changelog up and publish what changed."""

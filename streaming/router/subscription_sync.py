@@ -91,6 +91,10 @@ class SubscriptionSync:
         """Called with each pending version before it is persisted (after its rejected
         records and delivery topics): the replays' durable record of what it asks for
         (:meth:`streaming.router.replay.Replays.requested`); raising rolls the version back."""
+        self.on_committed: Callable[[int, dict[int, int]], None] | None = None
+        """Called with each version and the changelog offsets it covers once it is persisted,
+        before its Delta ``subscriptions`` append: realtime mode's routing view, which must
+        not wait for Delta (:mod:`streaming.realtime.view`). It must not raise."""
 
     @classmethod
     def open(cls, config: Config, snapshots: BatchSnapshots, audit: AuditTables,
@@ -132,6 +136,8 @@ class SubscriptionSync:
         # Committed: from here the version stands, and a failed audit append
         # is retried by the next catch-up (or by open() after a restart).
         self._unaudited = (pending.version, changes_table(pending.changes, pending.version))
+        if self.on_committed is not None:
+            self.on_committed(pending.version, dict(pending.offsets))
         self._audit.append_subscriptions(*self._unaudited)
         self._unaudited = None
         return pending.version

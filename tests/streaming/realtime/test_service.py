@@ -243,3 +243,16 @@ def _covering(records: list, expected: set[str]) -> int | None:
     """The number of delivery records once they cover every message id of ``expected``."""
     seen = {headers_of(r)[MESSAGE_ID_HEADER] for r in records}
     return len(records) if expected <= seen else None
+
+
+def test_micro_batch_mode_refuses_a_state_folder_routed_in_realtime_mode(spark, isolated_config):
+    from streaming.router.errors import RouterModeError
+
+    config = isolated_config()
+    router = Router(config, spark)
+    router.layout.realtime_routing.mkdir(parents=True)
+    try:
+        with pytest.raises(RouterModeError, match="last routed in realtime mode"):
+            router.start()
+    finally:
+        router.stop()
