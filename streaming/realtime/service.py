@@ -167,9 +167,11 @@ class RealtimeRouting:
         """Refuse to start when Spark has fewer task slots than Real-Time Mode holds (one
         per publishes partition, for as long as the query runs) plus one for the audit.
 
-        On a cluster, executors register after the application starts: the check waits for
-        enough slots until Spark's own registration window has passed since then
-        (``spark.scheduler.maxRegisteredResourcesWaitingTime``, 30 s by default)."""
+        On a cluster, executors register a while after the application starts (their JVMs
+        start, then fetch the application's files): short of slots, the check waits for
+        more for as long as Spark's own registration window
+        (``spark.scheduler.maxRegisteredResourcesWaitingTime``, 30 s by default), so a
+        cluster that has too few is refused that much later."""
         from streaming.kafka.topics import admin_client
 
         topic = self._config.kafka.publishes_topic
@@ -178,10 +180,9 @@ class RealtimeRouting:
         context = self._spark.sparkContext
         slots = task_slots(self._spark)
         if slots < partitions + 1 and not context.master.startswith("local"):
-            jsc = context._jsc.sc()
-            window_ms = jsc.conf().getTimeAsMs(REGISTRATION_WINDOW, "30s")
-            deadline_s = (jsc.startTime() + window_ms) / 1000
-            while slots < partitions + 1 and time.time() < deadline_s:
+            window_ms = context._jsc.sc().conf().getTimeAsMs(REGISTRATION_WINDOW, "30s")
+            deadline = time.monotonic() + window_ms / 1000
+            while slots < partitions + 1 and time.monotonic() < deadline:
                 time.sleep(SLOTS_POLL_S)
                 slots = task_slots(self._spark)
         if slots < partitions + 1:

@@ -453,12 +453,10 @@ def test_realtime_mode_refuses_a_cluster_with_fewer_task_slots_than_it_holds(
     in one line, counting the executors' slots (not spark.default.parallelism), once
     Spark's registration window (5 s here) has passed."""
     _, master, _ = s3_cluster
-    settings = isolated_settings(base_config, tmp_path, **{"spark.master": master},
-                                 **CLUSTER_SETTINGS, **REALTIME_SETTINGS, **{
-                                     "kafka.partitions": "2",
-                                     "spark.shuffle_partitions": "8",
-                                     "spark.options.spark.scheduler"
-                                     ".maxRegisteredResourcesWaitingTime": "5s"})
+    settings = isolated_settings(base_config, tmp_path, **{
+        **CLUSTER_SETTINGS, **REALTIME_SETTINGS, "spark.master": master,
+        "kafka.partitions": "2", "spark.shuffle_partitions": "8",
+        "spark.options.spark.scheduler.maxRegisteredResourcesWaitingTime": "5s"})
     refused = subprocess.run(
         [str(Path(sys.executable).parent / "bitroute"), "run",
          *(a for k, v in settings.items() for a in ("--set", f"{k}={v}"))],
