@@ -66,6 +66,9 @@ ROUTED_TASK = StructType([
     StructField("deliveries", LongType(), False),
     StructField("rejected", LongType(), False),
     StructField("files", ArrayType(AUDIT_FILE, False), False),
+    # A sample (at most LATENCY_SAMPLE) of its publishes' end-to-end latency in ms: publish
+    # timestamp to the acknowledgement of their deliveries (bitroute status, the metrics).
+    StructField("latency_ms", ArrayType(LongType(), False), True),
 ])
 
 #: Delta table ``deliveries``: one row per (message, subscriber). ``retained``: true for a

@@ -383,15 +383,15 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
     lines = [("router", running), ("mode", status.get("mode", "microbatch"))]
     realtime = (last or {}).get("realtime")
     if realtime:
-        latency = realtime.get("latency_ms")
         lines.append(("realtime", (
             f"routing view v{realtime.get('view_version')}"
             + (f" (not updated: {realtime['view_failure']})" if realtime.get("view_failure") else "")
-            + f"; {realtime.get('audited_publishes', 0)} publishes audited since start"
-            + ("" if not latency else
-               f"; end-to-end latency p50 {latency['p50']:.0f} ms, p99 {latency['p99']:.0f} ms, "
-               f"max {latency['max']:.0f} ms (publish to routed, the latest "
-               "publishes)"))))
+            + f"; {realtime.get('audited_publishes', 0)} publishes audited since start")))
+    latency = (last or {}).get("latency_ms")
+    if latency:
+        lines.append(("latency", (
+            f"p50 {latency['p50']:.0f} ms, p99 {latency['p99']:.0f} ms, max {latency['max']:.0f} ms "
+            "(publish to its deliveries acknowledged, the latest 10,000 publishes)")))
     if last is not None:
         lines.append(("query", f"{last.get('query_id', '?')} (run {last.get('run_id', '?')})"))
         stages = last.get("stages") or {}

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from schemas.records import AUDIT_TABLE_NAMES
-from streaming.config import Config, MetricsConfig
+from streaming.config import STREAMING_MODES, Config, MetricsConfig
 from streaming.ops.exposition import Metric, MetricsServer, Registry
 from streaming.ops.query_progress import QueryListener, input_lag
 from streaming.router.report import ROUTED_IN_DRIVER, ROUTED_IN_EXECUTORS
@@ -79,6 +79,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("bitroute_snapshot_version", "gauge",
            "Snapshot version the last batch routed with (before the first batch: the router's "
            "version at start)."),
+    Metric("bitroute_mode", "gauge",
+           "1 for the mode the router runs in (streaming.mode), 0 for the other.", ("mode",)),
+    Metric("bitroute_latency_seconds", "gauge",
+           "End-to-end latency of the latest publishes: the publish's timestamp to its "
+           "deliveries' acknowledgement (micro-batch: a batch routed in the driver; realtime: "
+           "its routed record, written with its deliveries), as a quantile (0.5, 0.99, 1: max).",
+           ("quantile",)),
     Metric("bitroute_subscriptions", "gauge",
            "Live subscriptions in the router's current snapshot."),
     Metric("bitroute_input_lag_records", "gauge",
@@ -165,6 +172,8 @@ class RouterMetrics:
         Call before ``router.start()`` so that the query's start is seen.
         """
         self._router = router
+        for mode in STREAMING_MODES:
+            self.registry.set("bitroute_mode", int(mode == router.config.streaming.mode), mode=mode)
         router.report_listeners.append(self.record_batch)
         router.maintenance.listeners.append(self.record_maintenance)
         router.spark.streams.addListener(self.listener)
@@ -221,6 +230,10 @@ class RouterMetrics:
             r.set("bitroute_snapshot_version", report.snapshot_version)
             if live is not None:
                 r.set("bitroute_subscriptions", live)
+            latency = router.latency.percentiles() if router is not None else None
+            if latency is not None:
+                for quantile, key in (("0.5", "p50"), ("0.99", "p99"), ("1", "max")):
+                    r.set("bitroute_latency_seconds", latency[key] / 1000, quantile=quantile)
 
     def record_maintenance(self, report: MaintenanceReport) -> None:
         """One audit maintenance pass (a ``Router.maintenance.listeners`` entry): the tables'

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +45,7 @@ from streaming.audit.writer import ROUTED_VERSION_COLUMN, PublishBatch
 from streaming.config import Config
 from streaming.realtime.errors import AuditWaitInterrupted
 from streaming.router.offsets_log import read_offsets
-from streaming.router.report import BatchReport
+from streaming.router.report import BatchReport, LatencyWindow
 
 _log = logging.getLogger(__name__)
 
@@ -59,8 +58,6 @@ ROUTED_RECORD_DDL = (
 """The routed record's JSON value, as Spark parses it (``from_json``)."""
 
 COMMIT_WAIT_POLL_S = 0.1
-LATENCIES_KEPT = 10_000
-"""End-to-end latencies kept for the status's percentiles (the latest ones)."""
 
 _ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 
@@ -89,7 +86,8 @@ class RoutedAudit:
 
     def __init__(self, config: Config, committer: AuditCommitter, audited: dict[int, int],
                  routing_checkpoint: Path, stopping: threading.Event,
-                 on_report: Callable[[BatchReport], None] | None = None) -> None:
+                 on_report: Callable[[BatchReport], None] | None = None,
+                 latency: LatencyWindow | None = None) -> None:
         self._config = config
         self._committer = committer
         self._next = dict(audited)
@@ -98,7 +96,8 @@ class RoutedAudit:
         self._on_report = on_report
         self._idle = threading.Condition()
         self._busy = False
-        self._latencies: deque[float] = deque(maxlen=LATENCIES_KEPT)
+        self.latency = latency if latency is not None else LatencyWindow()
+        """End-to-end latency: publish timestamp to its routed record's."""
         self._lock = threading.Lock()
         self.publishes = 0
         self.deliveries = 0
@@ -182,7 +181,7 @@ class RoutedAudit:
         deliveries = pc.sum(pc.list_value_length(rows["deliveries"])).as_py() or 0
         rejected = pc.sum(pc.equal(rows["outcome"], OUTCOME_REJECTED)).as_py() or 0
         with self._lock:
-            self._latencies.extend(latency.tolist())
+            self.latency.add(latency.tolist())
             self.publishes += rows.num_rows
             self.deliveries += deliveries
             self.rejected += rejected
@@ -193,16 +192,6 @@ class RoutedAudit:
                 time.monotonic() - started, False,
                 {"await_checkpoint": self.waiting_s,
                  "audit": time.monotonic() - started - self.waiting_s}))
-
-    def latency_ms(self) -> dict[str, float] | None:
-        """Percentiles (p50, p99, max) of the latest publishes' end-to-end latency: publish
-        timestamp to the routed record's (written with the deliveries), in ms."""
-        with self._lock:
-            if not self._latencies:
-                return None
-            values = np.array(self._latencies, dtype=float)
-        return {"p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99)),
-                "max": float(values.max())}
 
     def _await_committed(self, rows: pa.Table) -> None:
         """Wait until the routing query committed every publish of ``rows`` (module docstring)."""

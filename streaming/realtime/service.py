@@ -43,7 +43,7 @@ from streaming.realtime.query import register_route_function, start_routing_quer
 from streaming.realtime.view import RoutingViewPublisher, ViewFollower
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.offsets_log import batch_end, last_committed_batch
-from streaming.router.report import BatchReport
+from streaming.router.report import BatchReport, LatencyWindow
 from streaming.router.snapshots import BatchSnapshots, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 
@@ -83,7 +83,8 @@ class RealtimeRouting:
                  store: SnapshotStore, sync: SubscriptionSync, snapshots: BatchSnapshots,
                  catch_up_lock: threading.Lock, incarnation: int,
                  on_commit: Callable[[], None] | None = None,
-                 on_report: Callable[[BatchReport], None] | None = None) -> None:
+                 on_report: Callable[[BatchReport], None] | None = None,
+                 latency: LatencyWindow | None = None) -> None:
         self._config = config
         self._spark = spark
         self._layout = layout
@@ -92,6 +93,7 @@ class RealtimeRouting:
         self._catch_up_lock = catch_up_lock
         self._incarnation = incarnation
         self._on_report = on_report
+        self._latency = latency
         self._stopping = threading.Event()
         self.view = RoutingViewPublisher(config)
         self._follower = ViewFollower(self._follow, self._stopping)
@@ -117,7 +119,8 @@ class RealtimeRouting:
         mark = self.tables.latest_mark(MESSAGES)
         self.audit = RoutedAudit(self._config, self.committer,
                                  dict(mark.offsets) if mark is not None else {},
-                                 self._layout.realtime_routing, self._stopping, self._on_report)
+                                 self._layout.realtime_routing, self._stopping, self._on_report,
+                                 self._latency)
         with self._catch_up_lock:
             self._sync.catch_up()
             self.view.reset(self._current_snapshot(), self._sync.subscriptions.offsets)
@@ -159,7 +162,6 @@ class RealtimeRouting:
             "audited_publishes": audit.publishes if audit is not None else 0,
             "audited_deliveries": audit.deliveries if audit is not None else 0,
             "audit_repeats": audit.repeats if audit is not None else 0,
-            "latency_ms": audit.latency_ms() if audit is not None else None,
             "audit_pending_batches": self.committer.pending_batches,
         }
 

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from streaming.atomic import write_atomically
+
+LATENCIES_KEPT = 10_000
+"""Publishes whose end-to-end latency :class:`LatencyWindow` keeps (the latest)."""
 
 ROUTED_IN_DRIVER = "driver"
 ROUTED_IN_EXECUTORS = "executors"
@@ -48,6 +52,32 @@ class BatchReport:
     lost: int = 0
     """Publishes Kafka deleted before the router read them, recorded with this batch
     (:mod:`streaming.router.retention`)."""
+
+
+class LatencyWindow:
+    """The end-to-end latency of the latest :data:`LATENCIES_KEPT` publishes (publish
+    timestamp to the moment their deliveries were acknowledged: a micro-batch's routing
+    done, or realtime mode's routed record), for ``bitroute status`` and the metrics.
+    Bounded whatever the traffic; thread-safe."""
+
+    def __init__(self, kept: int = LATENCIES_KEPT) -> None:
+        self._values: deque[float] = deque(maxlen=kept)
+        self._lock = threading.Lock()
+
+    def add(self, latencies_ms) -> None:
+        """Add latencies in ms (an iterable of numbers; NaN and None are left out)."""
+        values = [float(v) for v in latencies_ms if v is not None and v == v]
+        with self._lock:
+            self._values.extend(values)
+
+    def percentiles(self) -> dict[str, float] | None:
+        """``{"p50", "p99", "max"}`` in ms, or None before the first publish."""
+        with self._lock:
+            if not self._values:
+                return None
+            values = sorted(self._values)
+        return {"p50": values[int(0.5 * (len(values) - 1))],
+                "p99": values[int(0.99 * (len(values) - 1))], "max": values[-1]}
 
 
 ReportListener = Callable[[BatchReport], None]
@@ -104,6 +134,7 @@ class StatusFile:
             "audit_lag_seconds": figures.get("audit_lag_seconds", 0.0),
             "lost_total": figures.get("lost_total", 0),
             "mode": figures.get("mode", "microbatch"),
+            "latency_ms": figures.get("latency_ms"),
         }
         if "realtime" in figures:
             status["realtime"] = figures["realtime"]

@@ -111,6 +111,7 @@ from streaming.router.offsets_log import (
 )
 from streaming.router.replay import Replays
 from streaming.router.report import (
+    LatencyWindow,
     ROUTED_IN_DRIVER,
     ROUTED_IN_EXECUTORS,
     BatchReport,
@@ -211,6 +212,8 @@ class Router:
         """Publishes recorded lost to retention since this router started."""
         self.replays: Replays | None = None
         """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
+        self.latency = LatencyWindow()
+        """End-to-end latency of the latest publishes, in either mode (status, metrics)."""
         self.realtime = None
         """Realtime mode's view, routing and audit queries while they run
         (:class:`streaming.realtime.service.RealtimeRouting`), else None."""
@@ -323,7 +326,8 @@ class Router:
         sync, snapshots = self._require_open()
         self.realtime = RealtimeRouting(self.config, self.spark, self.layout, self._store, sync,
                                         snapshots, self._pin_lock, self.incarnation.number,
-                                        on_commit=self._status.refresh, on_report=self._report)
+                                        on_commit=self._status.refresh, on_report=self._report,
+                                        latency=self.latency)
         try:
             self.query = self.realtime.start()
         except BaseException:
@@ -476,6 +480,7 @@ class Router:
                                     lambda: self._route_in_driver(source, route), attempts)
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
+            self.latency.add(publish_latencies_ms(routed, time.time()))
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed, gap_rows(gaps)])
@@ -492,6 +497,7 @@ class Router:
                 tasks = pa.concat_tables([tasks, pa.Table.from_batches([lost])])
             publishes = pc.sum(tasks["publishes"]).as_py() or 0
             deliveries = pc.sum(tasks["deliveries"]).as_py() or 0
+            self.latency.add(pc.list_flatten(tasks["latency_ms"]).to_pylist())
             rejected = pc.sum(tasks["rejected"]).as_py() or 0
             files = pa.Table.from_struct_array(pc.list_flatten(tasks["files"]).combine_chunks())
             audit = FileBatch(batch_id, snapshot.version, routed_at, files, publishes, start, end)
@@ -604,6 +610,7 @@ class Router:
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
             "lost_total": self.lost_total,
             "mode": self.config.streaming.mode,
+            "latency_ms": self.latency.percentiles(),
             **({"realtime": self.realtime.status()} if self.realtime is not None else {}),
         }
 
@@ -653,6 +660,13 @@ class Router:
         if self.query is None:
             raise RuntimeError("the router's query is not started: call start() first")
         return self.query
+
+
+def publish_latencies_ms(routed: pa.Table, acked_at: float):
+    """Each routed publish's end-to-end latency (ms): its publish timestamp to ``acked_at``
+    (Unix seconds: when its deliveries were acknowledged)."""
+    published = pc.cast(routed["published_at"], pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+    return (acked_at * 1000 - pc.drop_null(published).to_numpy(zero_copy_only=False)).tolist()
 
 
 def within_driver_bounds(publishes: int | None, bounds: tuple[int, int],
