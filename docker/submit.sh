@@ -10,8 +10,9 @@
 # its dependencies from the application: `bitroute pack` builds the packed
 # environment once (then reuses it) and the driver hands it to them
 # (spark.archives); a worker needs only Java 17 and the Python `bitroute pack`
-# names. SPARK_DRIVER_HOST (default: this host's name) must be reachable from
-# the workers.
+# names. Realtime mode's JVM side (bitroute-realtime.jar, its native library
+# inside) goes with the application's jars. SPARK_DRIVER_HOST (default: this
+# host's name) must be reachable from the workers.
 set -eu
 master=${1:?usage: submit.sh SPARK_MASTER_URL [bitroute run options...]}
 shift
@@ -32,7 +33,10 @@ submit=$(dirname "$python")/spark-submit
 # The executors' environment: built now (progress and summary on stderr) rather
 # than by the driver after spark-submit's start.
 "$bitroute" pack >&2
-jars=$("$python" -c "from streaming import jvm; print(','.join(str(p) for p in jvm.jars('spark')))")
+# The Kafka connector's jars and realtime mode's (built now if its sources changed;
+# left out where this host cannot build it: micro-batch mode does without it, and a
+# realtime router then refuses at start with one line).
+jars=$("$python" -c "from streaming.router.session import router_jars; print(','.join(str(p) for p in router_jars()))")
 main=$("$python" -c "import streaming.cli.main as cli; print(cli.__file__)")
 # spark-submit's JVM is the driver's: bitroute's logging, and the options of a driver
 # that only plans and schedules (docs/running.md, "Where a batch is routed").

@@ -55,7 +55,7 @@ from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
 from streaming.router.changelog import ChangelogError
 from streaming.errors import RealtimeBuildError
-from streaming.realtime.errors import RealtimeSlotsError
+from streaming.realtime.errors import RealtimeJarMissing, RealtimeSlotsError
 from streaming.router.errors import RouterModeError
 from streaming.router.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router
@@ -65,7 +65,7 @@ ACCESS_RETRY_S = 10.0
 """How long ``bitroute run`` waits before starting a query Kafka refused again."""
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
                    KafkaAccessError, RouterLockedError, StorageError, RouterModeError,
-                   RealtimeSlotsError, RealtimeBuildError)
+                   RealtimeSlotsError, RealtimeBuildError, RealtimeJarMissing)
 
 
 def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool = False) -> int:

@@ -8,6 +8,11 @@ class RealtimeSlotsError(BitrouteError):
     """Spark has fewer task slots than realtime mode holds (the message says how many)."""
 
 
+class RealtimeJarMissing(BitrouteError):
+    """The Spark driver's JVM lacks the realtime jar (``RouteUdf``): a realtime router given
+    no ``bitroute-realtime.jar`` (spark-submit without it in ``--jars``)."""
+
+
 class ViewError(BitrouteError):
     """The routing view could not be written (Kafka refused or did not answer)."""
 

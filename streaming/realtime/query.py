@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from streaming.config import Config
+from streaming.realtime.errors import RealtimeJarMissing
 
 UDF_NAME = "bitroute_route"
 UDF_CLASS = "io.bitroute.realtime.RouteUdf"
@@ -71,9 +72,20 @@ def java_client_properties(config: Config) -> dict[str, str]:
 
 
 def register_route_function(spark: SparkSession, config: Config, incarnation: int) -> None:
-    """Build ``RouteUdf`` with the router's settings and register it as ``bitroute_route``."""
-    jvm = spark.sparkContext._jvm
-    udf = jvm.io.bitroute.realtime.RouteUdf(json.dumps(udf_settings(config, incarnation)))
+    """Build ``RouteUdf`` with the router's settings and register it as ``bitroute_route``.
+
+    The driver's JVM must have the realtime jar (``spark.jars`` of a session bitroute
+    launches; ``--jars`` under spark-submit, which ``docker/submit.sh`` gives): else
+    :class:`RealtimeJarMissing`."""
+    from py4j.java_gateway import JavaClass
+
+    udf_class = spark.sparkContext._jvm.io.bitroute.realtime.RouteUdf
+    if not isinstance(udf_class, JavaClass):  # py4j's JavaPackage: no such class
+        raise RealtimeJarMissing(
+            f"realtime mode's {UDF_CLASS} is not in the Spark driver's JVM: give it "
+            "bitroute-realtime.jar (bitroute jars builds it; under spark-submit add it to "
+            "--jars, as docker/submit.sh does when it can build it)")
+    udf = udf_class(json.dumps(udf_settings(config, incarnation)))
     return_type = spark._jsparkSession.parseDataType(ROUTE_OUTPUT.json())
     spark._jsparkSession.udf().register(UDF_NAME, udf, return_type)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from pyspark.sql import SparkSession
@@ -53,8 +54,22 @@ _log = logging.getLogger(__name__)
 AUDIT_STOP_WAIT_S = 30.0
 """How long a stopping router waits for the audit batch in progress before it stops the query."""
 
+SLOTS_POLL_S = 0.5
+"""How often the slot check counts a cluster's slots again while executors register."""
+REGISTRATION_WINDOW = "spark.scheduler.maxRegisteredResourcesWaitingTime"
+"""Spark's setting for how long executors may take to register: the slot check waits as long."""
+
 AUDIT_STREAM = "realtime-publishes"
 """The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""
+
+
+def task_slots(spark: SparkSession) -> int:
+    """The tasks Spark can run at once on the executors registered now (its scheduler's own
+    count, ``SparkContext.maxNumConcurrentTasks``, the one barrier stages are checked
+    against). Not ``defaultParallelism``: bitroute sets ``spark.default.parallelism``, which
+    that returns whatever the cores."""
+    context = spark.sparkContext._jsc.sc()
+    return context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile())
 
 
 class RealtimeRouting:
@@ -96,6 +111,7 @@ class RealtimeRouting:
         """Publish the view, start the audit and the routing query; return the routing
         query (the router's query: its end is the router's)."""
         self._check_slots()
+        register_route_function(self._spark, self._config, self._incarnation)
         self._layout.realtime.mkdir(parents=True, exist_ok=True)
         self.tables.ensure()
         self.committer.recover()  # a crash's leftovers, before the audit query resumes
@@ -112,7 +128,6 @@ class RealtimeRouting:
             self._sync.on_committed = self._publish_committed
         self._follower.start()
         self.audit_query = self.audit.start(self._spark, self._layout.realtime_audit)
-        register_route_function(self._spark, self._config, self._incarnation)
         self.routing_query = start_routing_query(self._spark, self._config,
                                                  self._layout.realtime_routing,
                                                  self._starting_offsets())
@@ -154,20 +169,32 @@ class RealtimeRouting:
 
     def _check_slots(self) -> None:
         """Refuse to start when Spark has fewer task slots than Real-Time Mode holds (one
-        per publishes partition, for as long as the query runs) plus one for the audit."""
+        per publishes partition, for as long as the query runs) plus one for the audit.
+
+        On a cluster, executors register a while after the application starts (their JVMs
+        start, then fetch the application's files): short of slots, the check waits for
+        more for as long as Spark's own registration window
+        (``spark.scheduler.maxRegisteredResourcesWaitingTime``, 30 s by default), so a
+        cluster that has too few is refused that much later."""
         from streaming.kafka.topics import admin_client
 
         topic = self._config.kafka.publishes_topic
         metadata = admin_client(self._config).list_topics(topic, timeout=KAFKA_TIMEOUT_S)
         partitions = len(metadata.topics[topic].partitions)
-        slots = self._spark.sparkContext.defaultParallelism
+        context = self._spark.sparkContext
+        slots = task_slots(self._spark)
+        if slots < partitions + 1 and not context.master.startswith("local"):
+            window_ms = context._jsc.sc().conf().getTimeAsMs(REGISTRATION_WINDOW, "30s")
+            deadline = time.monotonic() + window_ms / 1000
+            while slots < partitions + 1 and time.monotonic() < deadline:
+                time.sleep(SLOTS_POLL_S)
+                slots = task_slots(self._spark)
         if slots < partitions + 1:
             raise RealtimeSlotsError(
                 f"realtime mode needs a task slot per partition of {topic} ({partitions}) "
-                f"plus one for the audit, and Spark has {slots} "
-                f"({self._spark.sparkContext.master}): give Spark more cores (spark.master "
-                "local[N], or executors' cores on a cluster), or run streaming.mode = "
-                "\"microbatch\", which needs none")
+                f"plus one for the audit, and Spark has {slots} ({context.master}): give "
+                "Spark more cores (spark.master local[N], or executors' cores on a cluster), "
+                "or run streaming.mode = \"microbatch\", which needs none")
 
     def _publish_committed(self, version: int, offsets: dict[int, int]) -> None:
         """A new version, persisted: to the view at once, before its Delta audit append (a

@@ -92,20 +92,30 @@ def session_settings(config: Config) -> dict[str, str]:
 
 def session_jars(config: Config, jar_group: str) -> list[Path]:
     """The jars a session bitroute launches is given: ``jar_group``'s of conf/jvm.toml and,
-    for a router's session, realtime mode's (:mod:`streaming.realtime.jar`), so that one
-    session serves either mode. Micro-batch mode does without it where it cannot be built
-    (no JDK on this host); realtime mode stops with the build's error."""
+    for a router's session, :func:`router_jars`."""
+    if jar_group == "spark":
+        return router_jars(realtime_required=config.streaming.mode == MODE_REALTIME)
+    return list(jvm.jars(jar_group))
+
+
+def router_jars(realtime_required: bool = False) -> list[Path]:
+    """The router's jars: conf/jvm.toml's ``spark`` group and realtime mode's jar
+    (:mod:`streaming.realtime.jar`, built here if need be), so that one application serves
+    either mode; Spark ships them to a cluster's executors (``spark.jars``, or
+    ``docker/submit.sh``'s ``--jars``). Micro-batch mode does without the realtime jar where
+    it cannot be built (no JDK or cargo on this host): it is left out, unless
+    ``realtime_required`` (then the build's error is raised; a realtime router given no jar
+    refuses at start, :func:`streaming.realtime.query.register_route_function`)."""
     from streaming.errors import RealtimeBuildError
     from streaming.realtime.jar import realtime_jar
 
-    jars = list(jvm.jars(jar_group))
-    if jar_group == "spark":
-        try:
-            jars.append(realtime_jar())
-        except RealtimeBuildError as exc:
-            if config.streaming.mode == MODE_REALTIME:
-                raise
-            _log.debug(f"micro-batch mode without the realtime jar: {exc}")
+    jars = list(jvm.jars("spark"))
+    try:
+        jars.append(realtime_jar())
+    except RealtimeBuildError as exc:
+        if realtime_required:
+            raise
+        _log.debug(f"micro-batch mode without the realtime jar: {exc}")
     return jars
 
 

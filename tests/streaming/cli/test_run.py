@@ -398,6 +398,16 @@ def _s3_audit(settings: dict[str, str], env: dict[str, str], publishes: int) -> 
 SUBMIT = Path(__file__).resolve().parents[3] / "docker" / "submit.sh"
 
 
+def _submit_environment(settings: dict[str, str]) -> dict[str, str]:
+    """The router host's environment with ``settings`` as BITROUTE_* variables, as
+    docs/running.md gives them to docker/submit.sh."""
+    env = _driver_environment()
+    env.update({f"BITROUTE_{key.replace('.', '_').upper()}": value
+                for key, value in settings.items()})
+    env["SPARK_DRIVER_HOST"] = "127.0.0.1"
+    return env
+
+
 def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
         base_config: Config, tmp_path: Path, s3_cluster):
     """docker/submit.sh as docs/running.md shows it: the settings in BITROUTE_*
@@ -411,12 +421,9 @@ def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
     config = load(overrides=settings, environ={})
     client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
     client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
-    env = _driver_environment()
-    env.update({f"BITROUTE_{key.replace('.', '_').upper()}": value
-                for key, value in settings.items()})
-    env["SPARK_DRIVER_HOST"] = "127.0.0.1"
     router = RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
-                           command=[str(SUBMIT), master], env=env, cwd=tmp_path)
+                           command=[str(SUBMIT), master], env=_submit_environment(settings),
+                           cwd=tmp_path)
     ids, gamma, delta = _route_on(config, router)
     # SIGTERM reaches spark-submit's JVM and the Python driver alike (its
     # process group, as Ctrl-C does): the stop may be abrupt, and safe.
@@ -428,3 +435,81 @@ def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
             router.kill()
     assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
     _assert_executors_ran_the_packed_python(work_dirs, earlier)
+
+
+REALTIME_SETTINGS = {
+    "streaming.mode": "realtime",
+    # A routing task per partition for as long as the query runs, and the other of the
+    # cluster's two slots for the audit query's batches.
+    "kafka.partitions": "1",
+    "audit.commit_interval": "500 milliseconds",
+}
+
+
+def test_realtime_mode_refuses_a_cluster_with_fewer_task_slots_than_it_holds(
+        base_config: Config, tmp_path: Path, s3_cluster):
+    """Two partitions need three slots (two routing tasks and the audit's) and the
+    cluster's two one-core workers have two: `bitroute run` on the cluster master says so
+    in one line, counting the executors' slots (not spark.default.parallelism), once
+    Spark's registration window (5 s here) has passed."""
+    _, master, _ = s3_cluster
+    settings = isolated_settings(base_config, tmp_path, **{
+        **CLUSTER_SETTINGS, **REALTIME_SETTINGS, "spark.master": master,
+        "kafka.partitions": "2", "spark.shuffle_partitions": "8",
+        "spark.options.spark.scheduler.maxRegisteredResourcesWaitingTime": "5s"})
+    refused = subprocess.run(
+        [str(Path(sys.executable).parent / "bitroute"), "run",
+         *(a for k, v in settings.items() for a in ("--set", f"{k}={v}"))],
+        env=_driver_environment(), capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    # The JVM may log after it (executors still fetching the application's files).
+    [error] = [line for line in refused.stderr.splitlines() if line.startswith("bitroute: error")]
+    assert re.fullmatch(
+        r"bitroute: error: cannot start the router: realtime mode needs a task slot per "
+        rf"partition of {settings['kafka.publishes_topic']} \(2\) plus one for the audit, and "
+        rf"Spark has [0-2] \({re.escape(master)}\): give Spark more cores .*", error), error
+
+
+def test_realtime_mode_routes_on_a_standalone_cluster_with_its_jar_from_submit_sh(
+        base_config: Config, tmp_path: Path, s3_cluster):
+    """docker/submit.sh with streaming.mode = "realtime": spark-submit's --jars carries
+    bitroute-realtime.jar (the route function's classes and the kernel's JNI library) to
+    the driver, whose py4j finds RouteUdf, and to the executors, whose long tasks match
+    every publish; the workers have nothing of bitroute. Deliveries arrive through raw
+    Kafka with their message ids, and the driver's audit query lands one messages row
+    per publish and one deliveries row per (message, subscriber) in Delta."""
+    _assert_workers_python_is_bare(tmp_path)
+    _, master, work_dirs = s3_cluster
+    earlier = _applications(work_dirs)
+    settings = isolated_settings(base_config, tmp_path, **REALTIME_SETTINGS)
+    del settings["spark.master"]  # spark-submit's --master rules
+    config = load(overrides=settings, environ={})
+    client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
+    client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
+    router = RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
+                           command=[str(SUBMIT), master], env=_submit_environment(settings),
+                           cwd=tmp_path)
+    try:
+        ids, gamma, delta = _route_on(config, router)
+        messages = wait_until(lambda: _complete(_audit_counts(
+            config, "messages", ["message_id", "outcome"]), len(ids)),
+            "a messages row per publish", timeout=120)
+        deliveries = _audit_counts(config, "deliveries", ["message_id", "subscriber"])
+    finally:
+        with suppress(ProcessLookupError):
+            router.kill()
+    assert any(line.startswith("bitroute: mode realtime") for line in router.seen), router.seen
+    assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
+    assert messages == Counter({**{(m, "routed"): 1 for m in ids[:40]},
+                                (ids[40], "unroutable"): 1})
+    assert deliveries == Counter(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20))
+    # The executors (launched by the bare workers) fetched the jar with the application.
+    executors = [d for app in _applications(work_dirs) - earlier for d in app.iterdir()
+                 if d.is_dir()]
+    assert executors and all((d / "bitroute-realtime.jar").is_file() for d in executors), \
+        executors
+
+
+def _complete(counts: Counter, expected: int) -> Counter | None:
+    """``counts`` once it holds ``expected`` keys (else None)."""
+    return counts if len(counts) >= expected else None
