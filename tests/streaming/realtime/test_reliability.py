@@ -50,7 +50,7 @@ def test_a_realtime_router_sigkilled_mid_traffic_loses_nothing_and_audits_once(
         bootstrap=kafka_bootstrap, timeout_s=100, mode=REALTIME))
     assert result.passed, _failed(result)
     assert _value(result, "kills (point, target)") == "journaled/group, random/python"
-    assert result.figures["summary"]["pairs"] > 500
+    assert result.figures["summary"]["pairs"] > 200
 
 
 def test_a_broker_sigkilled_and_restarted_under_a_realtime_router_needs_no_operator(
