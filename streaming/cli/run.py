@@ -22,8 +22,8 @@ credential the Spark Kafka source is refused) does not end the process: the
 line says what to grant, and the query is started again every
 :data:`ACCESS_RETRY_S` seconds until the grant lands or a signal stops it.
 In realtime mode the router itself starts a failed query again, whatever failed
-(:mod:`streaming.realtime.supervisor`: Real-Time Mode does not retry a task, so a
-broker restart fails the routing query), with backoff and the same lines; the
+(:mod:`streaming.realtime.supervisor`: Real-Time Mode does not retry a task, so one
+failed task fails the routing query), with backoff and the same lines; the
 process ends with status 1 only when the Spark JVM is gone or a query was
 stopped from outside.
 

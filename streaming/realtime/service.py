@@ -14,7 +14,7 @@ this:
 3. the audit query (:mod:`streaming.realtime.audit`) over the routed records, with
    its own journal and group commit into the same Delta tables;
 4. a supervisor per query (:mod:`streaming.realtime.supervisor`): a query that fails
-   (Real-Time Mode does not retry a task: a broker restart fails the routing query)
+   (Real-Time Mode does not retry a task: one failed task fails the routing query)
    is started again from its checkpoint with backoff, while the view thread retries
    on its own.
 

@@ -1,8 +1,9 @@
 """Realtime mode's queries kept running: a failed query started again from its checkpoint.
 
-Real-Time Mode does not retry a task: a broker restart, a lost executor or a cut
-connection fails the routing query as a whole (the Kafka sink's producer or the
-source's consumer gives up, the task fails, the query ends). In micro-batch mode
+Real-Time Mode does not retry a task: a lost executor, a cancelled job or a Kafka
+client that gives up (a broker away past the producer's ``delivery.timeout.ms`` with
+deliveries in flight) fails the routing query as a whole. (A single broker's restart
+of a minute or two is waited out by Kafka's clients: docs/reliability.md.) In micro-batch mode
 the same faults fail a batch's step, which the router retries with backoff
 (:mod:`streaming.retry`); here the router does the same one level up: each of
 realtime mode's queries (the routing query, the audit query) has a
