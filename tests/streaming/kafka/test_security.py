@@ -598,7 +598,8 @@ def test_a_realtime_router_delivers_and_audits_on_sasl_ssl_and_tells_no_secret(
     options = config.kafka.client_settings.spark_options()
     register_route_function(spark, config, 0)
     routing = (spark.readStream.format("kafka").options(**options)
-               .option("subscribe", names["kafka.publishes_topic"]).load()
+               .option("subscribe", names["kafka.publishes_topic"])
+               .option("includeHeaders", "true").load()
                .selectExpr(f"inline({UDF_NAME}(partition, offset, key, value, headers, "
                            "timestamp))"))
     described = routing._jdf.queryExecution().toString()

@@ -244,24 +244,3 @@ def _covering(records: list, expected: set[str]) -> int | None:
     seen = {headers_of(r)[MESSAGE_ID_HEADER] for r in records}
     return len(records) if expected <= seen else None
 
-
-def test_a_failed_routing_query_is_started_again_from_its_checkpoint(router):
-    """Real-Time Mode retries no task: a routing task that fails (a lost executor, a Kafka
-    client giving up) fails the query. Here its job is cancelled; the router starts the
-    query again from its checkpoint by itself, and routes and audits on."""
-    config, realtime = router.config, router.realtime
-    failed = realtime.routing_query
-    router.spark.sparkContext.cancelAllJobs()
-    wait_until(lambda: realtime.routing_query is not failed and realtime.routing_query.isActive,
-               "the routing query started again", 60)
-    assert failed.exception() is not None
-    assert router.query is realtime.routing_query
-    subscriber = _unique("restarted")
-    _subscribe(config, subscriber, "amq.topic", subscriber, "after.restart")
-    published = _publish(config, "after.restart", b"r", "amq.topic")
-    [delivery] = _deliveries(config, subscriber, 1)
-    assert headers_of(delivery)[MESSAGE_ID_HEADER] == published
-    [row] = wait_until(lambda: _rows_for(config, MESSAGES, {published}, 1),
-                       "the publish's messages row", AUDIT_BOUND_S)
-    assert row["outcome"] == OUTCOME_ROUTED
-    assert realtime.status()["routing_restarts"] >= 1
