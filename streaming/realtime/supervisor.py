@@ -1,6 +1,6 @@
 """Realtime mode's queries kept running: a failed query started again from its checkpoint.
 
-Real-Time Mode does not retry a task: a lost executor, a cancelled job or a Kafka
+Real-Time Mode does not retry a task: a lost executor or a Kafka
 client that gives up (a broker away past the producer's ``delivery.timeout.ms`` with
 deliveries in flight) fails the routing query as a whole. (A single broker's restart
 of a minute or two is waited out by Kafka's clients: docs/reliability.md.) In micro-batch mode
