@@ -386,7 +386,11 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
         lines.append(("realtime", (
             f"routing view v{realtime.get('view_version')}"
             + (f" (not updated: {realtime['view_failure']})" if realtime.get("view_failure") else "")
-            + f"; {realtime.get('audited_publishes', 0)} publishes audited since start")))
+            + f"; {realtime.get('audited_publishes', 0)} publishes audited since start"
+            + "".join(f"; the {name} query failed, restarting: {realtime[f'{name}_failure']}"
+                      for name in ("routing", "audit") if realtime.get(f"{name}_failure"))
+            + "".join(f"; {name} query restarted {realtime[f'{name}_restarts']}x"
+                      for name in ("routing", "audit") if realtime.get(f"{name}_restarts")))))
     latency = (last or {}).get("latency_ms")
     if latency:
         lines.append(("latency", (

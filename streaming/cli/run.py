@@ -21,6 +21,11 @@ Kafka refusing the publishes topic to the router's principal (an ACL or a
 credential the Spark Kafka source is refused) does not end the process: the
 line says what to grant, and the query is started again every
 :data:`ACCESS_RETRY_S` seconds until the grant lands or a signal stops it.
+In realtime mode the router itself starts a failed query again, whatever failed
+(:mod:`streaming.realtime.supervisor`: Real-Time Mode does not retry a task, so one
+failed task fails the routing query), with backoff and the same lines; the
+process ends with status 1 only when the Spark JVM is gone or a query was
+stopped from outside.
 
 The Kafka clients' own connection logs are kept off the terminal
 (:mod:`streaming.kafka.broker_watch` reports an outage in two lines instead). A
@@ -194,6 +199,8 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
     reported in one line and started again every :data:`ACCESS_RETRY_S`; a query
     stopped on a recreated publishes topic is started again on the new topic.
     """
+    if router.realtime is not None:
+        return _await_realtime(router, stop_requested)
     refused_since = 0.0
     while True:
         try:
@@ -229,6 +236,20 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
                 print("bitroute: stopped", file=info, flush=True)
                 return 0
             query = router.start()
+
+
+def _await_realtime(router: Router, stop_requested: threading.Event) -> int | None:
+    """Realtime mode's :func:`_await_query`: the router starts a failed query again itself
+    (:mod:`streaming.realtime.supervisor`: Kafka refusing access included, its line naming
+    the grant), so this waits for a stop request, or for the end that is no failure (the
+    Spark JVM gone, a query stopped from outside): status 1 with its line."""
+    while not stop_requested.is_set():
+        ended = router.realtime.ended(1.0)
+        if ended is not None and not stop_requested.is_set():
+            router.stop()
+            print(f"bitroute: error: {ended}", file=sys.stderr)
+            return 1
+    return None
 
 
 def _jvm_pid(router: Router) -> int:

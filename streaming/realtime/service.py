@@ -12,7 +12,11 @@ this:
 2. the routing query (:mod:`streaming.realtime.query`): Spark's Real-Time Mode, one
    long task per publishes partition, matching in the JVM on the Rust kernel;
 3. the audit query (:mod:`streaming.realtime.audit`) over the routed records, with
-   its own journal and group commit into the same Delta tables.
+   its own journal and group commit into the same Delta tables;
+4. a supervisor per query (:mod:`streaming.realtime.supervisor`): a query that fails
+   (Real-Time Mode does not retry a task: one failed task fails the routing query)
+   is started again from its checkpoint with backoff, while the view thread retries
+   on its own.
 
 The state folder keeps the mode it was last routed in: a folder routed in micro-batch
 mode starts its realtime routing query where the micro-batch query committed; a
@@ -35,11 +39,13 @@ from schemas.records import MESSAGES
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import AuditTables
-from streaming.config import Config
+from streaming.config import Config, duration_seconds
+from streaming.errors import one_line
 from streaming.realtime.errors import RealtimeSlotsError
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import RoutingViewPublisher, ViewFollower
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.offsets_log import batch_end, last_committed_batch
@@ -58,6 +64,8 @@ SLOTS_POLL_S = 0.5
 """How often the slot check counts a cluster's slots again while executors register."""
 REGISTRATION_WINDOW = "spark.scheduler.maxRegisteredResourcesWaitingTime"
 """Spark's setting for how long executors may take to register: the slot check waits as long."""
+SUPERVISOR_STOP_WAIT_S = 30.0
+"""How long a stopping router waits for a supervisor's restart in progress."""
 
 AUDIT_STREAM = "realtime-publishes"
 """The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""
@@ -76,7 +84,9 @@ class RealtimeRouting:
     """Realtime mode's view, routing query and audit query (module docstring).
 
     ``catch_up_lock`` is the router's lock around a changelog catch-up (held by each
-    catch-up here); ``incarnation`` the publishes topic's incarnation number.
+    catch-up here); ``incarnation`` the publishes topic's incarnation number;
+    ``describe`` tells a query's failure in one line (Kafka's refusal as what to grant);
+    ``on_routing_query`` is told each routing query started (the first and each restart).
     """
 
     def __init__(self, config: Config, spark: SparkSession, layout: CheckpointLayout,
@@ -84,7 +94,9 @@ class RealtimeRouting:
                  catch_up_lock: threading.Lock, incarnation: int,
                  on_commit: Callable[[], None] | None = None,
                  on_report: Callable[[BatchReport], None] | None = None,
-                 latency: LatencyWindow | None = None) -> None:
+                 latency: LatencyWindow | None = None,
+                 describe: Callable[[BaseException], str] | None = None,
+                 on_routing_query: Callable[[StreamingQuery], None] | None = None) -> None:
         self._config = config
         self._spark = spark
         self._layout = layout
@@ -106,6 +118,11 @@ class RealtimeRouting:
         self.audit: RoutedAudit | None = None
         self.routing_query: StreamingQuery | None = None
         self.audit_query: StreamingQuery | None = None
+        self._describe = describe
+        self._on_routing_query = on_routing_query
+        self._queries_lock = threading.Lock()
+        """Held around each query's start and while :meth:`stop` stops them."""
+        self.supervisors: list[QuerySupervisor] = []
 
     def start(self) -> StreamingQuery:
         """Publish the view, start the audit and the routing query; return the routing
@@ -127,26 +144,67 @@ class RealtimeRouting:
             self._snapshots.commit_listeners.append(self.view.note)
             self._sync.on_committed = self._publish_committed
         self._follower.start()
-        self.audit_query = self.audit.start(self._spark, self._layout.realtime_audit)
-        self.routing_query = start_routing_query(self._spark, self._config,
-                                                 self._layout.realtime_routing,
-                                                 self._starting_offsets())
+        with self._queries_lock:
+            self.audit_query = self._start_audit()
+            self.routing_query = self._start_routing()
         _log.info(f"realtime mode: routing {self._config.kafka.publishes_topic} with the "
                   f"routing view at version {self.view.published_version}")
+        recovered = recovery_s(duration_seconds(self._config.streaming.realtime_checkpoint_interval))
+        options = {"recovered_after_s": recovered, **(
+            {"describe": self._describe} if self._describe is not None else {})}
+        self.supervisors = [
+            QuerySupervisor("routing", self.routing_query, self._start_routing, self._stopping,
+                            self._queries_lock, on_start=self._routing_started, **options).start(),
+            QuerySupervisor("audit", self.audit_query, self._start_audit, self._stopping,
+                            self._queries_lock, on_start=self._audit_started, **options).start(),
+        ]
         return self.routing_query
+
+    def _start_routing(self) -> StreamingQuery:
+        """Start the routing query: it resumes from its checkpoint, or starts where
+        :meth:`_starting_offsets` says."""
+        return start_routing_query(self._spark, self._config, self._layout.realtime_routing,
+                                   self._starting_offsets())
+
+    def _start_audit(self) -> StreamingQuery:
+        return self.audit.start(self._spark, self._layout.realtime_audit)
+
+    def _routing_started(self, query: StreamingQuery) -> None:
+        self.routing_query = query
+        if self._on_routing_query is not None:
+            self._on_routing_query(query)
+
+    def _audit_started(self, query: StreamingQuery) -> None:
+        self.audit_query = query
+
+    def ended(self, timeout: float) -> str | None:
+        """Wait up to ``timeout`` for a query to end for good (the JVM gone, a query stopped
+        from outside: :mod:`streaming.realtime.supervisor`); why, else None. A failed
+        query is no end: it is started again."""
+        deadline = time.monotonic() + timeout
+        for supervisor in self.supervisors:
+            end = supervisor.ended(max(0.0, deadline - time.monotonic()))
+            if end is not None:
+                return end
+        if not self.supervisors:
+            time.sleep(timeout)
+        return None
 
     def stop(self) -> None:
         """Stop both queries and the view thread, then commit what the audit journaled."""
         self._stopping.set()
-        for query in (self.routing_query, self.audit_query):
-            if query is None:
-                continue
-            if query is self.audit_query and self.audit is not None:
-                self.audit.wait_idle(AUDIT_STOP_WAIT_S)
-            try:
-                query.stop()
-            except Exception as exc:  # noqa: BLE001 - stopping anyway
-                _log.warning(f"could not stop {query.name}: {exc}")
+        for supervisor in self.supervisors:
+            supervisor.join(SUPERVISOR_STOP_WAIT_S)
+        with self._queries_lock:  # no restart from here on
+            for query in (self.routing_query, self.audit_query):
+                if query is None:
+                    continue
+                if query is self.audit_query and self.audit is not None:
+                    self.audit.wait_idle(AUDIT_STOP_WAIT_S)
+                try:
+                    query.stop()
+                except Exception as exc:  # noqa: BLE001 - stopping anyway
+                    _log.warning(f"could not stop {query.name}: {one_line(exc)}")
         self._follower.stop()
         self._sync.on_committed = None
         if self.view.note in self._snapshots.commit_listeners:
@@ -158,9 +216,15 @@ class RealtimeRouting:
     def status(self) -> dict[str, object]:
         """What ``bitroute status`` shows of realtime mode."""
         audit = self.audit
+        supervisors = {s.name: s for s in self.supervisors}
+        routing, audit_query = supervisors.get("routing"), supervisors.get("audit")
         return {
             "view_version": self.view.published_version,
             "view_failure": self._follower.failure,
+            "routing_failure": routing.failure if routing is not None else None,
+            "routing_restarts": routing.restarts if routing is not None else 0,
+            "audit_failure": audit_query.failure if audit_query is not None else None,
+            "audit_restarts": audit_query.restarts if audit_query is not None else 0,
             "audited_publishes": audit.publishes if audit is not None else 0,
             "audited_deliveries": audit.deliveries if audit is not None else 0,
             "audit_repeats": audit.repeats if audit is not None else 0,

@@ -327,7 +327,8 @@ class Router:
         self.realtime = RealtimeRouting(self.config, self.spark, self.layout, self._store, sync,
                                         snapshots, self._pin_lock, self.incarnation.number,
                                         on_commit=self._status.refresh, on_report=self._report,
-                                        latency=self.latency)
+                                        latency=self.latency, describe=self.failure_line,
+                                        on_routing_query=self._routing_query_started)
         try:
             self.query = self.realtime.start()
         except BaseException:
@@ -335,6 +336,11 @@ class Router:
             self.realtime = None
             raise
         return self.query
+
+    def _routing_query_started(self, query: StreamingQuery) -> None:
+        """Realtime mode started its routing query again (after a failure): it is the
+        router's query now."""
+        self.query = query
 
     @property
     def subscriptions(self) -> Subscriptions | None:
@@ -398,8 +404,12 @@ class Router:
         """Wait for the batch in progress, if any, and for Spark to commit it; then stop.
 
         A batch waiting to retry a failure gives up at once (it is replayed at
-        the next start).
+        the next start). In realtime mode there is no batch to wait for: the stop lets
+        the audit batch in progress end (:meth:`streaming.realtime.service.RealtimeRouting.stop`).
         """
+        if self.realtime is not None:
+            self.stop()
+            return
         self._stopping.set()
         with self._batch_done:
             self._batch_done.wait_for(lambda: not self._in_batch)

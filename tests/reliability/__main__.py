@@ -1,6 +1,7 @@
 """``python -m tests.reliability``: the fault campaign of issue 12, case by case, at full size.
 
     python -m tests.reliability {kills,broker-kills,cluster,fuzz,soak,retention-gap,deleted-topic,all} [options]
+    python -m tests.reliability {kills,broker-kills,cluster,fuzz,all} --mode realtime [options]
 
 Each case starts its own Kafka (one embedded broker, or a 3-node KRaft cluster for
 ``cluster``) and its own router (``bitroute run``) on free loopback ports, in a
@@ -12,6 +13,11 @@ a case could not be carried out, 130 when interrupted.
 The defaults are the issue's sizes (1M publishes, 3,000 subscriptions, 12 router
 kills, 2 broker kills, 10,000 + 10,000 fuzzed records, a 30-minute soak); what was
 run on the 2-core machine, and why less, is in docs/reliability.md.
+
+``--mode realtime`` runs the router with ``streaming.mode = "realtime"`` (one
+publishes partition: Real-Time Mode holds a task slot per partition, the audit one
+more, on the cases' ``local[2]``), and only the cases of
+:data:`~tests.reliability.cases.REALTIME_CASES` (``all``: those).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tests.reliability.cases import CASES, Options, Result, dump
+from tests.reliability.cases import CASES, REALTIME_CASES, Options, Result, dump
 
 
 def _interrupt(signum, _frame):
@@ -37,7 +43,9 @@ def table(results: list[Result]) -> str:
     lines = []
     for r in results:
         verdict = "PASS" if r.passed else "FAIL"
-        lines.append(f"\n## {r.case}: {verdict} ({r.seconds / 60:.1f} min)")
+        mode = r.figures.get("mode", "microbatch")
+        lines.append(f"\n## {r.case}{'' if mode == 'microbatch' else f' ({mode})'}: {verdict} "
+                     f"({r.seconds / 60:.1f} min)")
         if r.error:
             lines.append(f"error: {r.error}")
         lines.append("| check | value | |")
@@ -83,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executors", action="store_true",
                     help="kills: every batch routed on the executors, whose Python workers "
                          "carry the task-files kill point")
+    ap.add_argument("--mode", choices=("microbatch", "realtime"), default=d.mode,
+                    help="the router's streaming.mode (default %(default)s); realtime runs "
+                         f"{', '.join(REALTIME_CASES)}")
     ap.add_argument("--gap-routed", type=int, default=d.gap_routed,
                     help="retention-gap: publishes routed before the router stops")
     ap.add_argument("--gap-down", type=int, default=d.gap_down,
@@ -109,12 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed, timeout_s=args.timeout, executors=args.executors,
         gap_routed=args.gap_routed, gap_down=args.gap_down, gap_after=args.gap_after,
         topic_publishes=args.topic_publishes, topic_rate=args.topic_rate,
-        recreate_before=args.recreate_before, recreate_after=args.recreate_after)
+        recreate_before=args.recreate_before, recreate_after=args.recreate_after, mode=args.mode)
+    if args.mode == "realtime" and args.case not in (*REALTIME_CASES, "all"):
+        ap.error(f"{args.case} is a micro-batch mode case; --mode realtime runs "
+                 f"{', '.join(REALTIME_CASES)}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-reliability-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results_path = args.results or workdir / "results.json"
     command = "python -m tests.reliability " + shlex.join(sys.argv[1:] if argv is None else argv)
-    names = list(CASES) if args.case == "all" else [args.case]
+    every = list(REALTIME_CASES) if args.mode == "realtime" else list(CASES)
+    names = every if args.case == "all" else [args.case]
     results: list[Result] = []
     interrupted = False
     for name in names:
@@ -129,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             result = Result(name, error=f"{type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - t
+        result.figures.setdefault("mode", options.mode)
         results.append(result)
         dump(results, results_path, options, command)
         if interrupted:

@@ -40,12 +40,12 @@ from tests.reliability import fuzz as fuzzing
 from tests.reliability.faulty_router import POINTS, arm
 from tests.reliability.kafka_io import (
     CampaignError,
+    REALTIME,
     committed_offsets,
     create_topic,
     delete_records,
     delete_topic,
     end_offsets,
-    lag,
     read_topics,
     topic_names,
     topic_partitions,
@@ -83,6 +83,7 @@ class Options:
     broker_kill_after_s: tuple[float, float] = (10.0, 25.0)  # random wait before a broker kill
     bootstrap: str | None = None  # an existing Kafka (kills and fuzz only); None = start one
     executors: bool = False  # kills: every batch routed on the executors (their audit files)
+    mode: str = "microbatch"  # the router's streaming.mode; "realtime": REALTIME_CASES only
     # retention-gap: routed before the router stops; published while it is down (the
     # first GAP_SHARE of each partition's then deleted); published after the deletion
     gap_routed: int = 10_000
@@ -213,8 +214,10 @@ def kills(folder: Path, o: Options) -> Result:
         plan = [KILL_PLAN[i % len(KILL_PLAN)] for i in range(o.kills)]
         rng.shuffle(plan)
     w = _workload(o)
+    if o.executors and o.mode == REALTIME:
+        raise CampaignError("--executors is micro-batch mode's (realtime mode routes in the JVM)")
     with Stage(folder, 1, EXECUTOR_SETTINGS if o.executors else None,
-               bootstrap=o.bootstrap) as stage:
+               bootstrap=o.bootstrap, mode=o.mode) as stage:
         stage.start(o.max_offsets)
         _subscribe(stage, w)
         stage.start_router()
@@ -227,8 +230,7 @@ def kills(folder: Path, o: Options) -> Result:
         outlived = leftover = stuck = 0
         for number, (point, target) in enumerate(plan, 1):
             time.sleep(rng.uniform(*o.kill_after_s))
-            pending = lag(stage.config.kafka.client_settings, stage.config.kafka.publishes_topic,
-                          Path(stage.settings["streaming.checkpoint_dir"]))
+            pending = stage.lag()
             jvms = stage.router.pids()["jvm"]
             fired = point
             if target == "worker":
@@ -306,7 +308,7 @@ def broker_kills(folder: Path, o: Options, brokers: int = 1) -> Result:
     times = 1 if brokers > 1 else o.broker_kills
     extra = ({"kafka.replication_factor": "3", "kafka.min_insync_replicas": "2"}
              if brokers > 1 else {})
-    with Stage(folder, brokers, extra) as stage:
+    with Stage(folder, brokers, extra, mode=o.mode) as stage:
         stage.start(o.max_offsets)
         _subscribe(stage, w)
         stage.start_router()
@@ -318,8 +320,7 @@ def broker_kills(folder: Path, o: Options, brokers: int = 1) -> Result:
         for number in range(times):
             time.sleep(rng.uniform(*o.broker_kill_after_s))
             node = rng.randrange(brokers)
-            pending = lag(stage.config.kafka.client_settings, stage.config.kafka.publishes_topic,
-                          Path(stage.settings["streaming.checkpoint_dir"]))
+            pending = stage.lag()
             stage.kafka.kill(node)
             _log(f"broker {node + 1} SIGKILLed ({pending:,} publishes pending); down {o.down_s:.0f}s")
             time.sleep(o.down_s)
@@ -476,7 +477,7 @@ def fuzz(folder: Path, o: Options) -> Result:
     rng = random.Random(o.seed)
     w = _workload(o)
     settings = {"kafka.max_delivery_bytes": str(fuzzing.MAX_DELIVERY_BYTES)}
-    with Stage(folder, 1, settings, bootstrap=o.bootstrap) as stage:
+    with Stage(folder, 1, settings, bootstrap=o.bootstrap, mode=o.mode) as stage:
         stage.start(o.max_offsets)
         before = topic_names(stage.config.kafka.client_settings)
         # Half the bad changes before the router starts, mixed with the good ones; the
@@ -971,6 +972,12 @@ def recreated_topic(folder: Path, o: Options) -> Result:
                            "recreated_lines": lines})
     return result
 
+
+REALTIME_CASES = ("kills", "broker-kills", "cluster", "fuzz")
+"""The cases ``--mode realtime`` runs: the faults realtime mode must ride out (router
+kills, broker kills) and bad input. The others are runbooks of micro-batch mode
+(docs/operations.md, "Realtime mode"): a retention gap, a deleted delivery topic, a
+recreated publishes topic and a restore; the soak measures micro-batch's batches."""
 
 CASES = {
     "kills": kills,

@@ -169,35 +169,50 @@ def headers_of(message) -> dict[str, bytes | None]:
     return dict(message.headers() or [])
 
 
-def committed_offsets(checkpoint_dir: Path) -> dict[int, int]:
-    """Partition -> next offset of the publishes topic that the router's query has
-    committed (its last ``commits/<n>`` and the ``offsets/<n>`` it closes)."""
+MICROBATCH, REALTIME = "microbatch", "realtime"
+"""The router's modes (``streaming.mode``): which Spark query's checkpoint says what it routed."""
+
+
+def query_checkpoint(checkpoint_dir: Path, mode: str = MICROBATCH) -> Path:
+    """The Spark checkpoint of the router's query that reads the publishes: the micro-batch
+    query's, or realtime mode's routing query's."""
     layout = CheckpointLayout.of(checkpoint_dir)
+    return layout.realtime_routing if mode == REALTIME else layout.query
+
+
+def spark_committed(query: Path) -> dict[str, dict[int, int]]:
+    """Topic -> partition -> next offset that the Spark query checkpointed in ``query`` has
+    committed (its last ``commits/<n>`` and the ``offsets/<n>`` it closes)."""
     try:
-        batches = sorted(int(p.name) for p in layout.commits.iterdir() if p.name.isdigit())
+        batches = sorted(int(p.name) for p in (query / "commits").iterdir() if p.name.isdigit())
     except FileNotFoundError:
         return {}
     for batch in reversed(batches):
         try:
-            topics = read_offsets(layout.offsets_file(batch))
+            return read_offsets(query / "offsets" / str(batch))
         except (OSError, OffsetLogError):
             continue
-        out: dict[int, int] = {}
-        for partitions in topics.values():
-            out.update(partitions)
-        return out
     return {}
 
 
+def committed_offsets(checkpoint_dir: Path, mode: str = MICROBATCH) -> dict[int, int]:
+    """Partition -> next offset of the publishes topic that the router's query (of
+    ``mode``) has committed."""
+    out: dict[int, int] = {}
+    for partitions in spark_committed(query_checkpoint(checkpoint_dir, mode)).values():
+        out.update(partitions)
+    return out
+
+
 def wait_routed(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path, timeout: float,
-                alive: Callable[[], bool] = lambda: True) -> float:
+                alive: Callable[[], bool] = lambda: True, mode: str = MICROBATCH) -> float:
     """Wait until the router's query has committed every publish in ``topic`` now;
     return the seconds it took. Raises CampaignError on timeout or when ``alive()``
     turns false."""
     started = time.monotonic()
     ends = {p: o for (t, p), o in end_offsets(bootstrap, [topic]).items()}
     while True:
-        done = committed_offsets(checkpoint_dir)
+        done = committed_offsets(checkpoint_dir, mode)
         if all(done.get(p, 0) >= o for p, o in ends.items()):
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
@@ -208,9 +223,31 @@ def wait_routed(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Pat
         time.sleep(1.0)
 
 
-def lag(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path) -> int:
+def wait_audited(bootstrap: str | ClientSettings, routed_topic: str, checkpoint_dir: Path,
+                 timeout: float, alive: Callable[[], bool] = lambda: True) -> float:
+    """Realtime mode: wait until the audit query has committed every routed record in
+    ``routed_topic`` now (its batches are journaled by then, and a stopping router
+    commits its journal); return the seconds it took."""
+    started = time.monotonic()
+    ends = {p: o for (t, p), o in end_offsets(bootstrap, [routed_topic]).items()}
+    audit = CheckpointLayout.of(checkpoint_dir).realtime_audit
+    while True:
+        done = spark_committed(audit).get(routed_topic, {})
+        if all(done.get(p, 0) >= o for p, o in ends.items()):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            lag = sum(o - done.get(p, 0) for p, o in ends.items())
+            raise CampaignError(f"the audit query did not commit {lag:,} routed records "
+                                f"within {timeout:.0f}s")
+        if not alive():
+            raise CampaignError("the router exited before it had audited every publish")
+        time.sleep(1.0)
+
+
+def lag(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path,
+        mode: str = MICROBATCH) -> int:
     """Publishes in ``topic`` not yet committed by the router."""
-    done = committed_offsets(checkpoint_dir)
+    done = committed_offsets(checkpoint_dir, mode)
     return sum(max(0, o - done.get(p, 0))
                for (t, p), o in end_offsets(bootstrap, [topic]).items())
 

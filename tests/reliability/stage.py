@@ -20,10 +20,14 @@ from confluent_kafka.admin import ConfigResource
 
 from tests.reliability.cluster import Kafka
 from tests.reliability.kafka_io import (
+    MICROBATCH,
+    REALTIME,
     CampaignError,
     Publisher,
     Record,
+    lag,
     producer,
+    wait_audited,
     wait_routed,
 )
 from tests.reliability.ledger import Ledger
@@ -43,6 +47,14 @@ from streaming.config import Config, load
 from streaming.kafka.topics import ensure_router_topics
 
 _EXCHANGE_LIST = sorted(EXCHANGES)
+REALTIME_SETTINGS = {
+    "streaming.mode": REALTIME,
+    # Real-Time Mode holds a task slot per publishes partition, and the audit query one
+    # more: local[2] routes one partition.
+    "kafka.partitions": "1",
+    "audit.commit_interval": "1 second",
+}
+"""The router's settings of a campaign run in realtime mode (``Options.mode``)."""
 
 
 def _log(msg: str) -> None:
@@ -62,15 +74,20 @@ def decode(code: int) -> Publish:
 
 
 class Stage:
-    """Kafka + settings + router in ``folder`` for one case."""
+    """Kafka + settings + router in ``folder`` for one case; ``mode``: the router's
+    ``streaming.mode`` (:data:`REALTIME_SETTINGS` in realtime mode)."""
 
     def __init__(self, folder: Path, brokers: int = 1, settings: dict[str, str] | None = None,
-                 log: Callable[[str], None] | None = None, bootstrap: str | None = None) -> None:
+                 log: Callable[[str], None] | None = None, bootstrap: str | None = None,
+                 mode: str = MICROBATCH) -> None:
+        if mode not in (MICROBATCH, REALTIME):
+            raise ValueError(f"unknown mode {mode!r}")
+        self.mode = mode
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.kafka = Kafka(self.folder, brokers) if bootstrap is None else None
         self.bootstrap = bootstrap
-        self.extra = dict(settings or {})
+        self.extra = {**(REALTIME_SETTINGS if mode == REALTIME else {}), **(settings or {})}
         self.log = log or _log
         self.settings: dict[str, str] = {}
         self.config: Config | None = None
@@ -108,6 +125,8 @@ class Stage:
             bootstrap, tag = self.bootstrap, uuid.uuid4().hex[:10]
             topics = {"kafka.publishes_topic": f"pub-{tag}", "kafka.subscriptions_topic": f"subs-{tag}",
                       "kafka.rejected_topic": f"rej-{tag}",
+                      "kafka.routing_view_topic": f"view-{tag}",
+                      "kafka.routed_topic": f"routed-{tag}",
                       "kafka.deliveries_topic_prefix": f"dlv-{tag}."}
         self.settings = {
             **topics,
@@ -198,9 +217,22 @@ class Stage:
                          **{"message.max.bytes": 1_000_000}).start()
 
     def wait_routed(self, timeout: float, alive: Callable[[], bool] | None = None) -> float:
-        return wait_routed(self.config.kafka.client_settings, self.config.kafka.publishes_topic,
-                           Path(self.settings["streaming.checkpoint_dir"]), timeout,
-                           alive or self.router.alive)
+        """Wait until the router committed every publish in Kafka now (in realtime mode,
+        and its audit query every routed record: the audit trails the routing by a
+        checkpoint interval); return the seconds it took."""
+        k, checkpoint = self.config.kafka, Path(self.settings["streaming.checkpoint_dir"])
+        alive = alive or self.router.alive
+        t = time.monotonic()
+        wait_routed(k.client_settings, k.publishes_topic, checkpoint, timeout, alive, self.mode)
+        if self.mode == REALTIME:
+            wait_audited(k.client_settings, k.routed_topic, checkpoint,
+                         max(1.0, timeout - (time.monotonic() - t)), alive)
+        return time.monotonic() - t
+
+    def lag(self) -> int:
+        """Publishes in Kafka the router has not committed yet."""
+        return lag(self.config.kafka.client_settings, self.config.kafka.publishes_topic,
+                   Path(self.settings["streaming.checkpoint_dir"]), self.mode)
 
     # --- outputs -------------------------------------------------------------------------
     def read_outputs(self, ledger: Ledger) -> tuple[Rejections, dict]:

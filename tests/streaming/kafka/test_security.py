@@ -513,3 +513,95 @@ def test_a_broker_certificate_from_another_ca_fails_in_seconds_with_one_line(bro
         assert status == 1 and out == "" and took < FAIL_WITHIN_S, (status, err, took)
         assert line.startswith("bitroute: error: ") and "certificate" in line, line
         assert str(other_ca) in line, line
+
+
+def test_a_realtime_router_delivers_and_audits_on_sasl_ssl_and_tells_no_secret(
+        broker, tmp_path, names, spark):
+    """Realtime mode on SASL_SSL: `bitroute run` with streaming.mode = "realtime", as the
+    router principal with the ACLs docs/running.md lists (realtime mode's routing view and
+    routed topics included), delivers a publish and audits it; no password in its output,
+    its logs, the state folder or the tables, nor in the routing query's plan (the
+    executors' Kafka properties travel inside the route function's object in the plan)."""
+    from deltalake import DeltaTable
+
+    from schemas.records import DELIVERIES, MESSAGES
+    from streaming.realtime.query import UDF_NAME, register_route_function
+
+    tag = names["kafka.publishes_topic"].split("-", 1)[1]
+    names = {**names, "kafka.routing_view_topic": f"view-{tag}",
+             "kafka.routed_topic": f"routed-{tag}"}
+    router = "User:router"
+    _grant_router_acls(broker, names)
+    for topic in (names["kafka.routing_view_topic"], names["kafka.routed_topic"]):
+        broker.grant(router, "topic", topic, ["Read", "Write", "Describe", "Create"])
+    _subscribe_as_admin(broker, tmp_path, names, "ivy")
+    broker.grant("User:alice", "topic", names["kafka.deliveries_topic_prefix"] + "ivy", ["Read"])
+    config_path, env = _as(broker, tmp_path, names, "router")
+    admin_config, admin_env = _as(broker, tmp_path, names, "admin")
+    state, warehouse = tmp_path / "checkpoints", tmp_path / "delta"
+    out, err = tmp_path / "run.out", tmp_path / "run.err"
+    settings = {"streaming.mode": "realtime", "kafka.partitions": "1",
+                "streaming.checkpoint_dir": str(state), "delta.warehouse": str(warehouse),
+                "broker.embedded": "false", "spark.master": "local[2]",
+                "audit.commit_interval": "1 second"}
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streaming.cli", "run", "--config", str(config_path),
+             *[a for k, v in settings.items() for a in ("--set", f"{k}={v}")]],
+            stdout=stdout, stderr=stderr, env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+            start_new_session=True)
+
+    def running() -> None:
+        assert process.poll() is None, f"bitroute run exited: {err.read_text()[-3000:]}"
+
+    def rows(table: str) -> list[dict] | None:
+        running()
+        time.sleep(0.5)  # a table read per poll, not one per 50 ms
+        try:
+            found = DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
+        except Exception:  # noqa: BLE001 - not created yet
+            return None
+        return found or None
+
+    try:
+        wait_until(lambda: running() or ("Ctrl-C stops after the current batch"
+                                         in out.read_text()), "the realtime router's start", 240)
+        status, published, perr, _ = _cli(admin_config, admin_env, "publish", "--routing-key",
+                                          "a.b", "routed in realtime")
+        assert status == 0, perr
+        alice_config, alice_env = _as(broker, tmp_path, names, "alice")
+        reader = load(alice_config, environ=alice_env)
+        from streaming.kafka import client_verbs as client
+
+        got = list(client.tail(reader, "ivy", from_beginning=True, max_records=1, timeout_s=120))
+        assert [d.payload for d in got] == [b"routed in realtime"]
+        [message] = wait_until(lambda: rows(MESSAGES), "the publish's messages row", 120)
+        [delivery] = wait_until(lambda: rows(DELIVERIES), "its deliveries row", 60)
+        assert message["outcome"] == "routed" and delivery["subscriber"] == "ivy"
+        assert delivery["message_id"] == message["message_id"] == got[0].message_id
+        process.send_signal(signal.SIGINT)
+        assert process.wait(120) == 0, err.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+    assert "mode realtime" in out.read_text()
+    _no_secret(out.read_text() + err.read_text())
+    for folder in (state, warehouse):
+        for path in folder.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                assert not any(p.encode() in data for p in PASSWORDS), path
+    # The routing query's plan, as Spark tells it (explain, the UI, its logs): the route
+    # function's object carries the executors' SASL properties, its string form does not.
+    config = load(config_path, overrides=settings, environ=env)
+    options = config.kafka.client_settings.spark_options()
+    register_route_function(spark, config, 0)
+    routing = (spark.readStream.format("kafka").options(**options)
+               .option("subscribe", names["kafka.publishes_topic"])
+               .option("includeHeaders", "true").load()
+               .selectExpr(f"inline({UDF_NAME}(partition, offset, key, value, headers, "
+                           "timestamp))"))
+    described = routing._jdf.queryExecution().toString()
+    assert UDF_NAME in described, described[:2000]
+    _no_secret(described)

@@ -188,63 +188,6 @@ def _rows_for(config, table: str, message_ids: set[str], expected: int):
     return rows if len(rows) >= expected else None
 
 
-def test_a_router_killed_mid_traffic_audits_each_publish_and_delivery_once(
-        router_process, isolated_settings, tmp_path):
-    """kill -9 of the driver (and its JVM) while publishes flow: after a restart every
-    publish is delivered at least once, with its message id, and audited exactly once."""
-    import re
-    import threading
-
-    from streaming.config import load
-
-    settings = isolated_settings(**{"streaming.mode": "realtime", "kafka.partitions": "1",
-                                    "audit.commit_interval": "1 second"})
-    config = load(overrides=settings, environ={})
-    subscriber = _unique("killed")
-    first = router_process(settings)
-    first.wait_for(re.compile(r"^bitroute: snapshot v"))
-    _subscribe(config, f"{subscriber}-a", "amq.topic", subscriber, "k.#")
-    _subscribe(config, f"{subscriber}-b", "amq.topic", subscriber, "k.*")
-    ids: list[str] = []
-    stop = threading.Event()
-
-    def publish_until_stopped() -> None:
-        while not stop.is_set() and len(ids) < 2000:
-            ids.append(_publish(config, f"k.{len(ids)}", b"p", "amq.topic"))
-
-    publisher = threading.Thread(target=publish_until_stopped)
-    publisher.start()
-    try:
-        wait_until(lambda: len(read_topic(config, config.kafka.layout.topic(subscriber))) >= 20,
-                   "deliveries before the kill", DELIVERY_BOUND_S * 2)
-        first.kill()
-        wait_until(lambda: len(ids) >= 200, "publishes while the router is down", 60)
-    finally:
-        stop.set()
-        publisher.join()
-    second = router_process(settings)
-    second.wait_for(re.compile(r"^bitroute: snapshot v"))
-    expected = set(ids)
-    delivered = wait_until(lambda: _covering(read_topic(config, config.kafka.layout.topic(subscriber)),
-                                             expected), "every publish delivered", 120)
-    messages = wait_until(lambda: _rows_for(config, MESSAGES, expected, len(expected)),
-                          "a messages row per publish", 120)
-    deliveries = wait_until(lambda: _rows_for(config, DELIVERIES, expected, len(expected)),
-                            "a deliveries row per publish", 120)
-    assert sorted(r["message_id"] for r in messages) == sorted(expected)
-    assert sorted(r["message_id"] for r in deliveries) == sorted(expected)
-    assert {tuple(r["subscription_ids"]) for r in deliveries} == {
-        (f"{subscriber}-a", f"{subscriber}-b")}
-    assert delivered >= len(expected)
-    second.terminate()
-
-
-def _covering(records: list, expected: set[str]) -> int | None:
-    """The number of delivery records once they cover every message id of ``expected``."""
-    seen = {headers_of(r)[MESSAGE_ID_HEADER] for r in records}
-    return len(records) if expected <= seen else None
-
-
 def test_micro_batch_mode_refuses_a_state_folder_routed_in_realtime_mode(spark, isolated_config):
     from streaming.router.errors import RouterModeError
 

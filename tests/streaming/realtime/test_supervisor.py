@@ -1,0 +1,114 @@
+"""The realtime queries' supervisor (streaming/realtime/supervisor.py) on fake queries:
+a failed query is started again with the retry policy's lines, a recovery is a restart
+that keeps running, and the ends that are no failure (the JVM gone, a stop from
+outside) end the supervision with their line. No JVM: the queries are stand-ins."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+from py4j.protocol import Py4JNetworkError
+from pyspark.errors import StreamingQueryException
+
+from streaming.realtime import supervisor as supervision
+from streaming.realtime.supervisor import JVM_GONE, QuerySupervisor
+from streaming.retry import Backoff
+
+from waiting import wait_until
+
+FAST = Backoff(base_s=0.01, cap_s=0.05, report_interval_s=30.0)
+
+
+class FakeQuery:
+    """A streaming query that runs until told to fail or stop."""
+
+    def __init__(self, fails_with: BaseException | None = None) -> None:
+        self.failure: BaseException | None = None
+        self.active = True
+        if fails_with is not None:
+            self.fail(fails_with)
+
+    @property
+    def isActive(self) -> bool:
+        return self.active
+
+    def exception(self):
+        return self.failure
+
+    def fail(self, failure: BaseException) -> None:
+        self.failure, self.active = failure, False
+
+    def stop(self) -> None:
+        self.active = False
+
+
+class JvmGone(FakeQuery):
+    @property
+    def isActive(self) -> bool:
+        raise Py4JNetworkError("Answer from Java side is empty")
+
+
+@pytest.fixture(autouse=True)
+def _quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervision, "WATCH_INTERVAL_S", 0.02)
+
+
+def _supervise(first, starts, stopping=None, recovered_after_s=0.2) -> QuerySupervisor:
+    started = iter(starts)
+    return QuerySupervisor("routing", first, lambda: next(started), stopping or threading.Event(),
+                           threading.Lock(), recovered_after_s=recovered_after_s,
+                           backoff=FAST).start()
+
+
+def test_a_failed_query_is_started_again_until_a_start_keeps_running(caplog):
+    caplog.set_level(logging.INFO, logger="streaming")
+    broker_down = StreamingQueryException(message="Timeout expired while fetching topic metadata")
+    first = FakeQuery()
+    # The first restart meets the broker still down (it fails at once), the second runs.
+    again, running = FakeQuery(fails_with=broker_down), FakeQuery()
+    stopping = threading.Event()
+    supervisor = _supervise(first, [again, running], stopping)
+    first.fail(broker_down)
+    wait_until(lambda: supervisor.query is running and supervisor.failure is None
+               and any("succeeded at attempt" in m for m in caplog.messages),
+               "the recovery", 10)
+    lines = [m for m in caplog.messages if "the routing query" in m]
+    assert lines[0].startswith("realtime mode: the routing query failed (attempt 1, for 0s): "
+                               "Timeout expired while fetching topic metadata")
+    assert lines[-1].startswith("realtime mode: the routing query succeeded at attempt 3")
+    assert sum("failed (attempt" in m for m in lines) == 1, "one line per 30 s, not per attempt"
+    assert supervisor.restarts == 2 and supervisor.ended(0) is None
+    stopping.set()
+    supervisor.join(5)
+
+
+def test_a_restart_that_fails_is_told_in_status_until_it_recovers():
+    first = FakeQuery()
+    supervisor = _supervise(first, [FakeQuery()], recovered_after_s=5)
+    first.fail(StreamingQueryException(message="Kafka is down"))
+    wait_until(lambda: supervisor.failure == "Kafka is down", "the failure in status", 5)
+
+
+def test_the_jvm_gone_and_a_stop_from_outside_end_the_supervision_with_their_line():
+    assert _supervise(JvmGone(), []).ended(5) == JVM_GONE
+    stopped = FakeQuery()
+    supervisor = _supervise(stopped, [])
+    stopped.stop()
+    assert "stopped from outside the router" in supervisor.ended(5)
+
+
+def test_a_stopping_router_ends_the_restarts_and_starts_no_query():
+    stopping = threading.Event()
+    first = FakeQuery()
+    failing = [FakeQuery(fails_with=StreamingQueryException(message="down")) for _ in range(1000)]
+    supervisor = _supervise(first, failing, stopping)
+    first.fail(StreamingQueryException(message="down"))
+    wait_until(lambda: supervisor.restarts >= 2, "restarts", 5)
+    stopping.set()
+    supervisor.join(5)
+    restarts = supervisor.restarts
+    time.sleep(0.2)
+    assert supervisor.restarts == restarts and supervisor.ended(0) is None
