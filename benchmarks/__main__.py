@@ -37,6 +37,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "e2e": ("benchmarks.e2e.__main__",
             "end to end against its peers (Kafka Streams, RabbitMQ, Mosquitto): sustained "
             "rate, latency at 50% and 90%, time to the first routed publish"),
+    "subscribe-latency": ("benchmarks.subscribe_latency",
+                          "how soon a new subscription applies: subscribe, then at once a "
+                          "publish it matches, timed to its delivery, per mode"),
     "soak": ("benchmarks.soak", "memory and state of a router over time at half its rate"),
     "audit-week": ("benchmarks.audit_week",
                    "a week in an hour: the audit path after 100 to 100k micro-batches"),

@@ -230,7 +230,11 @@ class ChangelogReader:
                         raise ChangelogError(
                             f"changelog {self._topic!r} partitions {sorted(todo)} not read up to "
                             f"their end offsets within {timeout:.0f}s")
-                    messages = self._consumer.consume(POLL_MAX_RECORDS, _POLL_TIMEOUT_S)
+                    # At most what is left of the range: the last record ends the wait
+                    # (asking for more waited out the poll timeout on every catch-up).
+                    left = sum(ends[p] - position[p] for p in todo)
+                    messages = self._consumer.consume(min(POLL_MAX_RECORDS, max(1, left)),
+                                                      _POLL_TIMEOUT_S)
                     self._consumer.errors.check()
                     for message in messages:
                         partition = message.partition()
