@@ -46,7 +46,7 @@ from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.query import register_route_function, start_routing_query
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
-from streaming.realtime.view import RoutingViewPublisher, ViewFollower
+from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.offsets_log import batch_end, last_committed_batch
 from streaming.router.report import BatchReport, LatencyWindow
@@ -108,7 +108,8 @@ class RealtimeRouting:
         self._latency = latency
         self._stopping = threading.Event()
         self.view = RoutingViewPublisher(config)
-        self._follower = ViewFollower(self._follow, self._stopping)
+        self._watch: ChangelogWatch | None = None
+        self._follower = ViewFollower(self._follow, self._stopping, self._wait_for_change)
         self.tables = AuditTables(config, store.router_id(), store.snapshot_audit_id(),
                                   publishes_stream=AUDIT_STREAM)
         self.committer = AuditCommitter(self.tables, AuditJournal(layout.realtime_audit_journal),
@@ -206,6 +207,8 @@ class RealtimeRouting:
                 except Exception as exc:  # noqa: BLE001 - stopping anyway
                     _log.warning(f"could not stop {query.name}: {one_line(exc)}")
         self._follower.stop()
+        if self._watch is not None:
+            self._watch.close()
         self._sync.on_committed = None
         if self.view.note in self._snapshots.commit_listeners:
             self._snapshots.commit_listeners.remove(self.view.note)
@@ -267,6 +270,12 @@ class RealtimeRouting:
             self.view.publish(version, offsets)
         except Exception as exc:  # noqa: BLE001 - retried by the view thread's next round
             _log.debug(f"the routing view waits for the next round: {exc}")
+
+    def _wait_for_change(self, timeout: float) -> None:
+        """The view thread's wait: until the changelog changes, or ``timeout``."""
+        if self._watch is None:
+            self._watch = ChangelogWatch(self._config)  # here: a failure is the thread's to retry
+        self._watch.wait(timeout)
 
     def _follow(self) -> None:
         """One round of the view thread: catch the changelog up and publish what changed."""

@@ -48,9 +48,9 @@ _log = logging.getLogger(__name__)
 
 SUB_PREFIX = "sub:"
 MARK_KEY = b"mark"
-FOLLOW_INTERVAL_S = 0.02
-"""How often the driver catches the changelog up in realtime mode: what a subscription
-change waits, at most, before the view publishes it (plus a Kafka round trip)."""
+FOLLOW_INTERVAL_S = 0.1
+"""The longest the driver goes without a changelog catch-up in realtime mode; a change
+wakes it at once (:class:`ChangelogWatch`)."""
 
 
 def subscription_record(sub_id: str, exchange: str, subscriber: str, filter_: str,
@@ -196,14 +196,40 @@ class RoutingViewPublisher:
 
 
 
-class ViewFollower:
-    """The driver's thread that keeps the routing view current in realtime mode: every
-    :data:`FOLLOW_INTERVAL_S` it calls ``step`` (a changelog catch-up that publishes what it
-    applied); a failure is logged (at most one line per 30 s) and retried next round."""
+class ChangelogWatch:
+    """Waits for the changelog to change: a consumer at the changelog's end whose fetch
+    the broker answers as soon as a record arrives, so that a subscription change wakes
+    the view thread within a round trip instead of at its next round. It only wakes: the
+    catch-up (:class:`~streaming.router.changelog.ChangelogReader`) reads the records."""
 
-    def __init__(self, step: Callable[[], None], stopping: threading.Event) -> None:
+    def __init__(self, config: Config) -> None:
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        topic = config.kafka.subscriptions_topic
+        self._consumer = kafka.consumer(config.kafka.client_settings, "bitroute-changelog-watch",
+                                        {"fetch.wait.max.ms": int(FOLLOW_INTERVAL_S * 1000)})
+        metadata = self._consumer.list_topics(topic, timeout=KAFKA_TIMEOUT_S).topics[topic]
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in metadata.partitions])
+
+    def wait(self, timeout: float) -> None:
+        """Return once a changelog record arrived, or after ``timeout`` seconds."""
+        self._consumer.consume(1, timeout)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class ViewFollower:
+    """The driver's thread that keeps the routing view current in realtime mode: it calls
+    ``step`` (a changelog catch-up that publishes what it applied) as soon as ``watch``
+    sees a change, and at least every :data:`FOLLOW_INTERVAL_S`; a failure is logged (at
+    most one line per 30 s) and retried next round."""
+
+    def __init__(self, step: Callable[[], None], stopping: threading.Event,
+                 watch: Callable[[float], None] | None = None) -> None:
         self._step = step
         self._stopping = stopping
+        self._watch = watch
         self._thread = threading.Thread(target=self._run, name="bitroute-routing-view",
                                         daemon=True)
         self.failure: str | None = None
@@ -221,8 +247,12 @@ class ViewFollower:
         import time
 
         reported = 0.0
-        while not self._stopping.wait(FOLLOW_INTERVAL_S):
+        while not self._stopping.is_set():
             try:
+                if self._watch is not None:
+                    self._watch(FOLLOW_INTERVAL_S)
+                elif self._stopping.wait(FOLLOW_INTERVAL_S):
+                    break
                 self._step()
                 if self.failure is not None:
                     _log.warning(f"the routing view is current again (after: {self.failure})")
@@ -232,3 +262,4 @@ class ViewFollower:
                 if time.monotonic() - reported >= 30:
                     reported = time.monotonic()
                     _log.warning(f"could not update the routing view (retrying): {self.failure}")
+                self._stopping.wait(FOLLOW_INTERVAL_S)
