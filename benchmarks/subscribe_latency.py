@@ -64,9 +64,9 @@ def _delivered_at(bootstrap: str, topic: str, timeout: float) -> float | None:
 
 def run_mode(mode: str, folder: Path, bootstrap: str, size: str, changes: int, rate: float,
              producer: Producer) -> dict:
-    tag = f"{harness.topic_prefix()}.sl-{uuid.uuid4().hex[:8]}"
+    tag = f"{harness.topic_prefix()}.sl{uuid.uuid4().hex[:4]}"
     topics = {"publishes": f"{tag}.publishes", "subscriptions": f"{tag}.subscriptions",
-              "prefix": f"{tag}.deliveries."}
+              "prefix": f"{tag}.d."}  # kafka.deliveries_topic_prefix: 40 characters at most
     sets = [f"kafka.bootstrap={bootstrap}", "broker.embedded=false",
             f"kafka.publishes_topic={topics['publishes']}",
             f"kafka.subscriptions_topic={topics['subscriptions']}",

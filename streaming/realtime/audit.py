@@ -176,7 +176,8 @@ class RoutedAudit:
         self._committer.submit(PublishBatch(batch_id, version, datetime.now(timezone.utc),
                                             routed, start, end))
         self._next.update(end)
-        routed_ms = pc.cast(rows["routed_at"], pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+        routed_ms = pc.cast(rows["routed_at"], pa.timestamp("ms", tz="UTC"),
+                            safe=False).cast(pa.int64())
         latency = pc.drop_null(pc.subtract(routed_ms, published_ms)).to_numpy(zero_copy_only=False)
         deliveries = pc.sum(pc.list_value_length(rows["deliveries"])).as_py() or 0
         rejected = pc.sum(pc.equal(rows["outcome"], OUTCOME_REJECTED)).as_py() or 0

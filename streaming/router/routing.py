@@ -215,8 +215,8 @@ a few hundred bytes per task, whatever its size."""
 def latency_sample(routed: pa.Table) -> list[int]:
     """At most :data:`LATENCY_SAMPLE` of ``routed``'s publishes' latencies in ms, publish
     timestamp to now (their deliveries are acknowledged)."""
-    published = pc.drop_null(pc.cast(routed["published_at"], pa.timestamp("ms", tz="UTC"))
-                             .cast(pa.int64())).to_numpy(zero_copy_only=False)
+    published = pc.drop_null(pc.cast(routed["published_at"], pa.timestamp("ms", tz="UTC"),
+                                     safe=False).cast(pa.int64())).to_numpy(zero_copy_only=False)
     if not len(published):
         return []
     picked = published[np.linspace(0, len(published) - 1,

@@ -675,7 +675,8 @@ class Router:
 def publish_latencies_ms(routed: pa.Table, acked_at: float):
     """Each routed publish's end-to-end latency (ms): its publish timestamp to ``acked_at``
     (Unix seconds: when its deliveries were acknowledged)."""
-    published = pc.cast(routed["published_at"], pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+    published = pc.cast(routed["published_at"], pa.timestamp("ms", tz="UTC"),
+                        safe=False).cast(pa.int64())
     return (acked_at * 1000 - pc.drop_null(published).to_numpy(zero_copy_only=False)).tolist()
 
 
