@@ -42,6 +42,7 @@ FIGURE = {
     "replay": "live p99 with / without a replay",
     "pack-start": "build (cached)",
     "retained-match": "| `+/+/m3` |",
+    "passthrough": "| Spark copy, realtime |",
 }
 
 
