@@ -17,7 +17,11 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    audit files of its publishes (``messages`` and ``deliveries`` Parquet files
    in the tables' folders, :mod:`streaming.audit.files`) and returns one row:
    its counts and the files' records (:mod:`streaming.router.routing`). So the
-   driver receives a few hundred bytes per task, whatever the batch's size. A
+   driver receives a few hundred bytes per task, whatever the batch's size. On a
+   ``local[...]`` master (``streaming.executor_audit_files = "auto"``) the tasks
+   return their routed rows instead (one per publish) and the committer writes
+   the files beside the next batch: the files are then off the routing tasks'
+   critical path, and the driver's work per publish is the same machine's CPU. A
    batch within the driver's bounds (``streaming.driver_route_max_publishes``
    publishes, its size read from the query's offset log,
    :mod:`streaming.router.offsets_log`, and ``driver_route_max_deliveries``
@@ -84,7 +88,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from schemas.records import OUTCOME_REJECTED
-from schemas.tables import ROUTED_TASK
+from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.maintenance import BackgroundMaintenance
@@ -181,6 +185,9 @@ class Router:
         self.driver_bounds = config.streaming.driver_route_bounds(spark.sparkContext.master)
         """(publishes, deliveries): the largest batch routed in the driver, for the master
         Spark runs (:meth:`streaming.config.StreamingConfig.driver_route_bounds`)."""
+        self.task_audit_files = config.streaming.task_audit_files(spark.sparkContext.master)
+        """Whether the executors' routing tasks write their audit files themselves, for the
+        master Spark runs (:meth:`streaming.config.StreamingConfig.task_audit_files`)."""
         self.maintenance = BackgroundMaintenance(config)
         """The audit tables' upkeep, in its own thread while the router is open
         (:mod:`streaming.audit.maintenance`): never on a batch's path."""
@@ -479,6 +486,19 @@ class Router:
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed, gap_rows(gaps)])
+            audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
+        elif not self.task_audit_files:
+            # The executors route; their routed rows come back to be journaled, and the
+            # committer writes the files beside the next batch (a local master).
+            routed_in = ROUTED_IN_EXECUTORS
+            route = self._route_function(snapshot)
+            routed = self._retrying(batch_id, "routing",
+                                    source.mapInArrow(route, ROUTED_PUBLISH).toArrow, attempts)
+            publishes = routed.num_rows
+            deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
+            rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            if gaps:
+                routed = pa.concat_tables([routed.cast(ROUTED_ARROW), gap_rows(gaps)])
             audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
         else:
             # The executors route and write the audit files; the driver gets a row per task.

@@ -146,11 +146,12 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
 
 @pytest.fixture(scope="module")
 def router(base_config: Config, spark, tmp_path_factory: pytest.TempPathFactory) -> Router:
-    # Every batch through the Python workers (mapInArrow): the path of batches
-    # too large for the driver. test_shared_layout routes small batches in the driver.
+    # Every batch through the Python workers (mapInArrow), each task writing its audit
+    # files: a cluster's path. test_shared_layout routes small batches in the driver; the
+    # executors' ordering test below has the driver write the files (a local master's).
     config = router_config(base_config, tmp_path_factory.mktemp("router"))
     config = dataclasses.replace(config, streaming=dataclasses.replace(
-        config.streaming, driver_route_max_publishes=0))
+        config.streaming, driver_route_max_publishes=0, executor_audit_files="tasks"))
     instance = Router(config, spark)
     instance.start()
     try:
