@@ -134,6 +134,8 @@ def _measure_copy(bootstrap: str, mode: str, trigger: str, partitions: int, rate
 
 def _measure_bitroute(w: workload.Workload, rate: float, warmup: float, seconds: float,
                       folder: Path, sets: list[str]) -> bitroute_run.Phase:
+    """bitroute run at ``rate`` after ``warmup`` seconds of it (its first minute is slower:
+    the JVM's and the workers' warm-up), the ``seconds`` window measured."""
     env = bitroute_run.Env(folder / "bitroute", sets)
     try:
         env.bring_up(w, _log)
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="micro-batch trigger (default: bitroute's streaming.trigger_interval)")
     ap.add_argument("--bitroute", action="store_true",
                     help="also bitroute run at the same rate, ratios to the micro-batch copy")
+    ap.add_argument("--bitroute-warmup", type=float, default=60.0,
+                    help="seconds of paced load before bitroute's window (its first minute)")
     ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k",
                     help="bitroute's subscriptions (devices workload)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="toy size: 200/s for 3 s, both modes")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.rate, args.seconds, args.warmup = 200.0, 3.0, 2.0
+        args.rate, args.seconds, args.warmup, args.bitroute_warmup = 200.0, 3.0, 2.0, 2.0
     modes = [m for m in args.modes.split(",") if m]
     unknown = set(modes) - set(MODES)
     if unknown:
@@ -199,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             harness.delete_own_topics()
         bitroute = None
         if args.bitroute:
-            bitroute = _measure_bitroute(w, args.rate, args.warmup, args.seconds, folder, args.set)
+            bitroute = _measure_bitroute(w, args.rate, args.bitroute_warmup, args.seconds, folder,
+                                         args.set)
     base = results.get("microbatch")
     print(f"\n## pass-through at {args.rate:,.0f} publishes/s, {args.seconds:.0f} s window "
           f"(micro-batch trigger {trigger}, realtime checkpoint {REALTIME_CHECKPOINT}, "

@@ -100,6 +100,7 @@ from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import admin_client, ensure_router_topics
 from streaming.retry import RetryAbandoned, retry
+from streaming.router.batch_rows import BatchRows
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
@@ -210,6 +211,8 @@ class Router:
         """Why the router stopped on a retention gap (the one line), when it did."""
         self.incarnation = IncarnationWatch(config.kafka.client_settings,
                                             config.kafka.publishes_topic)
+        self.batch_rows = BatchRows(config.kafka.client_settings, config.kafka.publishes_topic)
+        """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch_rows`)."""
         """The publishes topic's incarnation the router reads (:mod:`streaming.router.incarnations`)."""
         self.recreated: str | None = None
         """Why the query stopped on a recreated publishes topic (the line), when it did:
@@ -382,6 +385,7 @@ class Router:
             self.retained.close()
             self.retained = None
         self.retention.close()
+        self.batch_rows.close()
 
     def follow_recreated_topic(self) -> StreamingQuery:
         """After the query stopped on a recreated publishes topic (:attr:`recreated`):
@@ -479,8 +483,8 @@ class Router:
             # the collected rows, skips the Python workers' round trip.
             routed_in = ROUTED_IN_DRIVER
             route = self._route_function(snapshot)
-            routed = self._retrying(batch_id, "routing",
-                                    lambda: self._route_in_driver(source, route), attempts)
+            routed = self._retrying(batch_id, "routing", lambda: self._route_in_driver(
+                lambda: self.batch_rows.read(start, end), source, route), attempts)
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
@@ -564,8 +568,14 @@ class Router:
             raise
 
     @staticmethod
-    def _route_in_driver(source: DataFrame, route: RoutePartitions) -> pa.Table:
+    def _route_in_driver(read: Callable[[], pa.RecordBatch | None], source: DataFrame,
+                         route: RoutePartitions) -> pa.Table:
         """Route a small batch in this process, in ONE routing call.
+
+        Its rows are ``read()`` from Kafka by this process (the batch's offset range,
+        :mod:`streaming.router.batch_rows`: no Spark job, the largest fixed cost of a
+        light batch after Spark's trigger), or, when that returns None, ``source``'s
+        rows through a Spark job (``toArrow``).
 
         ``toArrow`` hands back a record batch per Kafka partition, and every
         routing call ends with a flush, which sends a Produce request to each
@@ -573,8 +583,9 @@ class Router:
         per publishes partition halves a batch's flushes and its requests
         (docs/benchmarks-history.md, "The batch cycle").
         """
-        rows = source.toArrow().combine_chunks()
-        return pa.Table.from_batches(route(iter(rows.to_batches())), ROUTED_ARROW)
+        rows = read()
+        batches = [rows] if rows is not None else source.toArrow().combine_chunks().to_batches()
+        return pa.Table.from_batches(route(iter(batches)), ROUTED_ARROW)
 
     def _catch_up_progress(self) -> Callable[[int, int], None] | None:
         return self.catch_up_progress() if self.catch_up_progress is not None else None

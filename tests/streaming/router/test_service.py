@@ -131,9 +131,13 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
 
     source = spark.range(0, 10, numPartitions=2)
     assert len(source.toArrow().to_batches()) == 2
-    routed = Router._route_in_driver(source, route)
+    routed = Router._route_in_driver(lambda: None, source, route)  # rows through Spark
     assert calls == [10]
     assert routed.schema == ROUTED_ARROW and routed.num_rows == 0
+    # Rows read from Kafka by the driver (streaming.router.batch_rows) are one batch: no job.
+    calls.clear()
+    Router._route_in_driver(lambda: pa.RecordBatch.from_pylist([{"id": 1}] * 3), None, route)
+    assert calls == [3]
 
 
 # --- one running router, one round of traffic ------------------------------------------
