@@ -134,13 +134,17 @@ def _measure_copy(bootstrap: str, mode: str, trigger: str, partitions: int, rate
 
 def _measure_bitroute(w: workload.Workload, rate: float, warmup: float, seconds: float,
                       folder: Path, sets: list[str]) -> bitroute_run.Phase:
-    """bitroute run at ``rate`` after ``warmup`` seconds of it (its first minute is slower:
-    the JVM's and the workers' warm-up), the ``seconds`` window measured."""
+    """bitroute run at ``rate``: first ``warmup`` seconds of it, until the router has routed
+    all of it (its first minute is slower: the JVM's warm-up, the first deliveries to each
+    topic), then the measured phase (a few seconds more of warm-up and the ``seconds``
+    window)."""
     env = bitroute_run.Env(folder / "bitroute", sets)
     try:
         env.bring_up(w, _log)
-        return bitroute_run._paced(env, w, rate, warmup, seconds, 1, 1, _log, lead=8.0,
-                                   idle=5.0)
+        warm = bitroute_run._paced(env, w, rate, 1.0, warmup, 1, 1, _log, lead=5.0, idle=3.0)
+        _log(f"bitroute: warm-up of {warmup:.0f} s done (p50 {warm.p50_ms:.0f} ms, p99 "
+             f"{warm.p99_ms:.0f} ms, routed {warm.lag_after_s:.1f} s after its last publish)")
+        return bitroute_run._paced(env, w, rate, 5.0, seconds, 1, 1, _log, lead=5.0, idle=5.0)
     finally:
         env.stop()
 

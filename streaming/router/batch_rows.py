@@ -104,6 +104,8 @@ class BatchRows:
                             continue
                         raise KafkaException(error)
                     offset = message.offset()
+                    if offset < wanted[partition][0]:
+                        continue  # not this range's (librdkafka drops a stale fetch already)
                     if offset > last:
                         todo.discard(partition)
                         continue
