@@ -86,13 +86,18 @@ class BatchRows:
         try:
             consumer.assign([TopicPartition(self.topic, p, s) for p, (s, _) in wanted.items()])
             todo = set(wanted)
+            done = {p: s for p, (s, _) in wanted.items()}  # the next offset wanted
             deadline = time.monotonic() + timeout
             while todo:
                 if time.monotonic() > deadline:
                     raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                                     f"partitions {sorted(todo)} of {self.topic} "
                                                     f"not read to the batch's end in {timeout:.0f}s"))
-                for message in consumer.consume(10_000, _POLL_S):
+                # consume() returns once it holds that many events or at its timeout: ask
+                # for what is left of the range (an end-of-partition event counts as one),
+                # so that the last record ends the wait instead of the timeout.
+                left = sum(wanted[p][1] - max(wanted[p][0], done[p]) for p in todo)
+                for message in consumer.consume(max(1, min(left, 10_000)), _POLL_S):
                     partition = message.partition()
                     if partition not in todo:
                         continue
@@ -110,6 +115,7 @@ class BatchRows:
                         todo.discard(partition)
                         continue
                     rows[partition].append(message)
+                    done[partition] = offset + 1
                     if offset == last:
                         todo.discard(partition)
                 consumer.errors.check()
