@@ -17,9 +17,12 @@ benchmark's (:mod:`benchmarks.e2e.kafka_load`): ``--rate`` publishes/s stamped w
 publish time in a header, which the copy carries, for ``--warmup + --seconds``; p50/p99/max
 of the ``--seconds`` window.
 
-``--bitroute``: then the router itself (``bitroute run``, its own broker) with the devices
-workload's ``--size`` subscriptions at the same rate and window, and its ratios to the
-micro-batch copy measured in the same run (issue 36's aim: micro-batch p99 <= 1.25x).
+``--bitroute``: the router itself too (``bitroute run``, the devices workload's ``--size``
+subscriptions), started first and warmed up (``--bitroute-warmup`` seconds at the rate,
+waited for until routed); every query then runs on its broker beside it, idle: the copies,
+bitroute's window at the same rate, and the micro-batch copy once more right after it,
+since the machine is shared and its load moves within minutes. Its ratios are to the
+micro-batch copy measured before and after it (issue 36's aim: p99 <= 1.25x).
 ``--smoke``: both modes at 200 publishes/s for 3 s (CI).
 """
 
@@ -86,17 +89,19 @@ def query_main(argv: list[str]) -> int:
 
 
 def _measure_copy(bootstrap: str, mode: str, trigger: str, partitions: int, rate: float,
-                  warmup: float, seconds: float, folder: Path, w: workload.Workload) -> dict:
-    """One mode's copy query started in a child process, the paced load through it."""
+                  warmup: float, seconds: float, folder: Path, w: workload.Workload,
+                  label: str = "") -> dict:
+    """One mode's copy query started in a child process, the paced load through it
+    (``label`` names a second measurement of the mode apart: its topics, its folder)."""
     from streaming import kafka
     from streaming.kafka.topics import create_topics
 
-    prefix = f"{harness.topic_prefix()}.passthrough.{mode}"
+    prefix = f"{harness.topic_prefix()}.passthrough.{mode}{label}"
     source, sink = f"{prefix}.in", f"{prefix}.out"
     admin = kafka.admin(kafka.ClientSettings.of(bootstrap))
     create_topics(admin, [source], partitions, 1, {})
     create_topics(admin, [sink], 1, 1, {})
-    work = folder / mode
+    work = folder / f"{mode}{label}"
     work.mkdir(parents=True, exist_ok=True)
     log = open(work / "query.log", "w")
     child = subprocess.Popen([sys.executable, "-m", "benchmarks.passthrough", "--query", mode,
@@ -132,21 +137,13 @@ def _measure_copy(bootstrap: str, mode: str, trigger: str, partitions: int, rate
         log.close()
 
 
-def _measure_bitroute(w: workload.Workload, rate: float, warmup: float, seconds: float,
-                      folder: Path, sets: list[str]) -> bitroute_run.Phase:
-    """bitroute run at ``rate``: first ``warmup`` seconds of it, until the router has routed
-    all of it (its first minute is slower: the JVM's warm-up, the first deliveries to each
-    topic), then the measured phase (a few seconds more of warm-up and the ``seconds``
-    window)."""
-    env = bitroute_run.Env(folder / "bitroute", sets)
-    try:
-        env.bring_up(w, _log)
-        warm = bitroute_run._paced(env, w, rate, 1.0, warmup, 1, 1, _log, lead=5.0, idle=3.0)
-        _log(f"bitroute: warm-up of {warmup:.0f} s done (p50 {warm.p50_ms:.0f} ms, p99 "
-             f"{warm.p99_ms:.0f} ms, routed {warm.lag_after_s:.1f} s after its last publish)")
-        return bitroute_run._paced(env, w, rate, 5.0, seconds, 1, 1, _log, lead=5.0, idle=5.0)
-    finally:
-        env.stop()
+def _warm_bitroute(env: bitroute_run.Env, w: workload.Workload, rate: float,
+                   warmup: float) -> None:
+    """``warmup`` seconds of ``rate`` through the router, until it has routed all of it (its
+    first minute is slower: the JVM's warm-up, the first deliveries to each topic)."""
+    warm = bitroute_run._paced(env, w, rate, 1.0, warmup, 1, 1, _log, lead=5.0, idle=3.0)
+    _log(f"bitroute: warm-up of {warmup:.0f} s done (p50 {warm.p50_ms:.0f} ms, p99 "
+         f"{warm.p99_ms:.0f} ms, routed {warm.lag_after_s:.1f} s after its last publish)")
 
 
 def _row(name: str, p50: float, p99: float, mx: float, n: int, base: dict | None) -> str:
@@ -191,24 +188,44 @@ def main(argv: list[str] | None = None) -> int:
     subscriptions = 100 if args.smoke else workload.SIZES[args.size]
     w = workload.generate("devices", subscriptions, 1, 50_000)
     results: dict[str, dict] = {}
+    bitroute = None
     with tempfile.TemporaryDirectory(prefix="bitroute-passthrough-") as tmp:
         folder = Path(tmp)
-        broker = harness.start_broker(folder / "kafka")
+        # With --bitroute every query runs on the router's broker, the router warm and idle
+        # beside the copies, and the micro-batch copy is measured again right after the
+        # router: the machine is shared, and its load moves within minutes.
+        env = bitroute_run.Env(folder / "bitroute", args.set) if args.bitroute else None
+        broker = None
         try:
-            bootstrap = broker.bootstrap
-            for mode in modes:
+            if env is not None:
+                env.bring_up(w, _log)
+                _warm_bitroute(env, w, args.rate, args.bitroute_warmup)
+                bootstrap = env.config.kafka.bootstrap
+            else:
+                broker = harness.start_broker(folder / "kafka")
+                bootstrap = broker.bootstrap
+
+            def copy(mode: str, label: str = "") -> None:
                 got = _measure_copy(bootstrap, mode, trigger, partitions, args.rate, args.warmup,
-                                    args.seconds, folder, w)
-                _log(f"{mode} copy: p50 {got['p50_ms']:.0f} ms p99 {got['p99_ms']:.0f} ms "
-                     f"({got['latency_n']:,} of {got['sent']:,} sent)")
-                results[mode] = got
+                                    args.seconds, folder, w, label)
+                _log(f"{mode}{label} copy: p50 {got['p50_ms']:.0f} ms p99 {got['p99_ms']:.0f} "
+                     f"ms ({got['latency_n']:,} of {got['sent']:,} sent)")
+                results[f"{mode}{label}"] = got
+
+            for mode in modes:
+                copy(mode)
+            if env is not None:
+                bitroute = bitroute_run._paced(env, w, args.rate, 5.0, args.seconds, 1, 1, _log,
+                                               lead=5.0, idle=5.0)
+                _log(f"bitroute: p50 {bitroute.p50_ms:.0f} ms p99 {bitroute.p99_ms:.0f} ms")
+                if "microbatch" in modes:
+                    copy("microbatch", ", after bitroute")
         finally:
-            broker.stop()
+            if env is not None:
+                env.stop()
+            if broker is not None:
+                broker.stop()
             harness.delete_own_topics()
-        bitroute = None
-        if args.bitroute:
-            bitroute = _measure_bitroute(w, args.rate, args.bitroute_warmup, args.seconds, folder,
-                                         args.set)
     base = results.get("microbatch")
     print(f"\n## pass-through at {args.rate:,.0f} publishes/s, {args.seconds:.0f} s window "
           f"(micro-batch trigger {trigger}, realtime checkpoint {REALTIME_CHECKPOINT}, "
@@ -219,9 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     for mode, got in results.items():
         print(_row(f"Spark copy, {mode}", got["p50_ms"], got["p99_ms"], got["max_ms"],
                    got["latency_n"], base if mode != "microbatch" else None))
+    after = results.get("microbatch, after bitroute")
     if bitroute is not None:
         print(_row(f"bitroute micro-batch, {subscriptions:,} subscriptions", bitroute.p50_ms,
                    bitroute.p99_ms, bitroute.max_ms, bitroute.consumer.get("latency_n", 0), base))
+        if after is not None:
+            print(f"\nbitroute / the micro-batch copy measured after it: p50 "
+                  f"{bitroute.p50_ms / after['p50_ms']:.2f}x, p99 "
+                  f"{bitroute.p99_ms / after['p99_ms']:.2f}x")
         batches = bitroute.batches
         if batches:
             import statistics
