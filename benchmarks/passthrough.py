@@ -42,6 +42,7 @@ from benchmarks.e2e import bitroute_run, kafka_load
 MODES = ("microbatch", "realtime")
 REALTIME_CHECKPOINT = "5 minutes"
 STARTED_LINE = "passthrough: query started"
+AFTER = "microbatch, after bitroute"
 QUERY_START_TIMEOUT_S = 300.0
 
 
@@ -205,21 +206,21 @@ def main(argv: list[str] | None = None) -> int:
                 broker = harness.start_broker(folder / "kafka")
                 bootstrap = broker.bootstrap
 
-            def copy(mode: str, label: str = "") -> None:
+            def copy(mode: str, name: str, label: str = "") -> None:
                 got = _measure_copy(bootstrap, mode, trigger, partitions, args.rate, args.warmup,
                                     args.seconds, folder, w, label)
-                _log(f"{mode}{label} copy: p50 {got['p50_ms']:.0f} ms p99 {got['p99_ms']:.0f} "
+                _log(f"{name} copy: p50 {got['p50_ms']:.0f} ms p99 {got['p99_ms']:.0f} "
                      f"ms ({got['latency_n']:,} of {got['sent']:,} sent)")
-                results[f"{mode}{label}"] = got
+                results[name] = got
 
             for mode in modes:
-                copy(mode)
+                copy(mode, mode)
             if env is not None:
                 bitroute = bitroute_run._paced(env, w, args.rate, 5.0, args.seconds, 1, 1, _log,
                                                lead=5.0, idle=5.0)
                 _log(f"bitroute: p50 {bitroute.p50_ms:.0f} ms p99 {bitroute.p99_ms:.0f} ms")
                 if "microbatch" in modes:
-                    copy("microbatch", ", after bitroute")
+                    copy("microbatch", AFTER, "-after")
         finally:
             if env is not None:
                 env.stop()
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode, got in results.items():
         print(_row(f"Spark copy, {mode}", got["p50_ms"], got["p99_ms"], got["max_ms"],
                    got["latency_n"], base if mode != "microbatch" else None))
-    after = results.get("microbatch, after bitroute")
+    after = results.get(AFTER)
     if bitroute is not None:
         print(_row(f"bitroute micro-batch, {subscriptions:,} subscriptions", bitroute.p50_ms,
                    bitroute.p99_ms, bitroute.max_ms, bitroute.consumer.get("latency_n", 0), base))
