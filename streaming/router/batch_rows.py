@@ -25,7 +25,8 @@ Same records as Spark's source, by construction:
   :func:`~streaming.router.offsets_log.records_between` counts it.
 
 :meth:`BatchRows.read` returns None when it cannot stand in for the Spark job (the
-range unknown, a header name that is not UTF-8): the caller then reads through Spark.
+range unknown, a log that ends below the range's end, a header name that is not UTF-8):
+the caller then reads through Spark, so no record of the range is ever left unread.
 A Kafka failure raises (``KafkaException``): the batch's step is retried.
 """
 
@@ -105,7 +106,11 @@ class BatchRows:
                     last = wanted[partition][1] - 1
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
-                            todo.discard(partition)  # at the log's end: nothing more below end
+                            if message.offset() < wanted[partition][1]:
+                                # The log ends below the range Spark planned (truncated):
+                                # Spark's source decides what that means, not a guess here.
+                                return None
+                            todo.discard(partition)
                             continue
                         raise KafkaException(error)
                     offset = message.offset()
