@@ -27,10 +27,10 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    :mod:`streaming.router.offsets_log`, and ``driver_route_max_deliveries``
    deliveries, estimated from the recent batches' fan-out; by default only on
    a ``local[...]`` master, :meth:`streaming.config.StreamingConfig.driver_route_bounds`)
-   is routed in the driver instead, on the collected source rows, in one call
-   for the whole batch (one flush): the Spark job then only reads Kafka,
-   without the Python workers' round trip, and the routed rows are journaled
-   for the committer to write. No record can fail this step (bad records are
+   is routed in the driver instead, in one call for the whole batch (one
+   flush), on its rows read from Kafka by the driver itself (the offset log's
+   range, :mod:`streaming.router.batch_rows`: no Spark job, no Python workers'
+   round trip), and the routed rows are journaled for the committer to write. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, logged at its first
    failure and then at most every 30 s (:mod:`streaming.retry`), never turned
