@@ -54,6 +54,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
                "subscribe --since: replay rate against the live rate, live p99 beside a replay"),
     "pack-start": ("benchmarks.pack_start",
                    "the executors' packed environment: size, build, first task"),
+    "passthrough": ("benchmarks.passthrough",
+                    "Spark's own floor: a Kafka -> Kafka copy without Python, micro-batch and "
+                    "Real-Time Mode, publish-to-receive p50/p99 (--bitroute: the router beside it)"),
     "retained-match": ("benchmarks.retained_match",
                        "retained messages' reverse match at 1M topics: trie walk against "
                        "per-level bitmaps"),

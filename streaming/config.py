@@ -170,6 +170,9 @@ STREAMING_MODES = (MODE_MICROBATCH, MODE_REALTIME)
 
 DRIVER_ROUTE_DELIVERIES_PER_PUBLISH = 5
 """``streaming.driver_route_max_deliveries = "auto"``: this many times the publishes' bound."""
+AUDIT_FILES_AUTO, AUDIT_FILES_TASKS, AUDIT_FILES_DRIVER = "auto", "tasks", "driver"
+AUDIT_FILES_WRITERS = (AUDIT_FILES_AUTO, AUDIT_FILES_TASKS, AUDIT_FILES_DRIVER)
+"""``streaming.executor_audit_files``' values."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,9 @@ class StreamingConfig:
     max_offsets_per_trigger: int = 100_000
     driver_route_max_publishes: AutoCount = None
     driver_route_max_deliveries: AutoCount = None
+    executor_audit_files: str = AUDIT_FILES_AUTO
+    """Who writes the audit files of a batch the executors route
+    (:meth:`task_audit_files`): ``tasks``, ``driver`` or ``auto``."""
     lease_timeout: str = "60 seconds"
     """A router lease not renewed for this long is stale (:mod:`streaming.router.lease`)."""
     on_retention_gap: str = "resume"
@@ -220,6 +226,18 @@ class StreamingConfig:
         if deliveries is None:
             deliveries = DRIVER_ROUTE_DELIVERIES_PER_PUBLISH * publishes
         return publishes, deliveries
+
+    def task_audit_files(self, master: str) -> bool:
+        """Whether each routing task on the executors writes its publishes' audit files
+        itself after Kafka's acks (True), or returns its routed rows for the driver to
+        journal and its committer to write beside the next batch (False), under Spark
+        master ``master``. ``executor_audit_files = "auto"``: the tasks on a cluster,
+        where the driver is the one process a cluster cannot add more of; the driver on
+        a ``local[...]`` master, where both are this machine's CPU and the files written
+        inside the routing task lengthen every batch (conf/bitroute.toml says by how much)."""
+        if self.executor_audit_files == AUDIT_FILES_AUTO:
+            return not master.startswith("local")
+        return self.executor_audit_files == AUDIT_FILES_TASKS
 
 
 @dataclass(frozen=True)
@@ -549,6 +567,8 @@ def _validate(config: Config) -> None:
         value = getattr(streaming, name)
         require(value is None or value >= 0, f"streaming.{name}",
                 '"auto" or an integer >= 0 (0: every batch is routed on the executors)', value)
+    require(streaming.executor_audit_files in AUDIT_FILES_WRITERS, "streaming.executor_audit_files",
+            " or ".join(repr(w) for w in AUDIT_FILES_WRITERS), streaming.executor_audit_files)
     require(bool(_DURATION.match(streaming.lease_timeout.strip()))
             and duration_seconds(streaming.lease_timeout) >= 5, "streaming.lease_timeout",
             "a duration of at least 5 seconds, such as '60 seconds'", streaming.lease_timeout)

@@ -17,16 +17,20 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    audit files of its publishes (``messages`` and ``deliveries`` Parquet files
    in the tables' folders, :mod:`streaming.audit.files`) and returns one row:
    its counts and the files' records (:mod:`streaming.router.routing`). So the
-   driver receives a few hundred bytes per task, whatever the batch's size. A
+   driver receives a few hundred bytes per task, whatever the batch's size. On a
+   ``local[...]`` master (``streaming.executor_audit_files = "auto"``) the tasks
+   return their routed rows instead (one per publish) and the committer writes
+   the files beside the next batch: the files are then off the routing tasks'
+   critical path, and the driver's work per publish is the same machine's CPU. A
    batch within the driver's bounds (``streaming.driver_route_max_publishes``
    publishes, its size read from the query's offset log,
    :mod:`streaming.router.offsets_log`, and ``driver_route_max_deliveries``
    deliveries, estimated from the recent batches' fan-out; by default only on
    a ``local[...]`` master, :meth:`streaming.config.StreamingConfig.driver_route_bounds`)
-   is routed in the driver instead, on the collected source rows, in one call
-   for the whole batch (one flush): the Spark job then only reads Kafka,
-   without the Python workers' round trip, and the routed rows are journaled
-   for the committer to write. No record can fail this step (bad records are
+   is routed in the driver instead, in one call for the whole batch (one
+   flush), on its rows read from Kafka by the driver itself (the offset log's
+   range, :mod:`streaming.router.batch_rows`: no Spark job, no Python workers'
+   round trip), and the routed rows are journaled for the committer to write. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, logged at its first
    failure and then at most every 30 s (:mod:`streaming.retry`), never turned
@@ -84,7 +88,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from schemas.records import OUTCOME_REJECTED
-from schemas.tables import ROUTED_TASK
+from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.maintenance import BackgroundMaintenance
@@ -96,6 +100,7 @@ from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import admin_client, ensure_router_topics
 from streaming.retry import RetryAbandoned, retry
+from streaming.router.batch_rows import BatchRows
 from streaming.router.changelog import ChangelogError, Subscriptions
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
@@ -182,6 +187,9 @@ class Router:
         self.driver_bounds = config.streaming.driver_route_bounds(spark.sparkContext.master)
         """(publishes, deliveries): the largest batch routed in the driver, for the master
         Spark runs (:meth:`streaming.config.StreamingConfig.driver_route_bounds`)."""
+        self.task_audit_files = config.streaming.task_audit_files(spark.sparkContext.master)
+        """Whether the executors' routing tasks write their audit files themselves, for the
+        master Spark runs (:meth:`streaming.config.StreamingConfig.task_audit_files`)."""
         self.maintenance = BackgroundMaintenance(config)
         """The audit tables' upkeep, in its own thread while the router is open
         (:mod:`streaming.audit.maintenance`): never on a batch's path."""
@@ -204,6 +212,8 @@ class Router:
         """Why the router stopped on a retention gap (the one line), when it did."""
         self.incarnation = IncarnationWatch(config.kafka.client_settings,
                                             config.kafka.publishes_topic)
+        self.batch_rows = BatchRows(config.kafka.client_settings, config.kafka.publishes_topic)
+        """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch_rows`)."""
         """The publishes topic's incarnation the router reads (:mod:`streaming.router.incarnations`)."""
         self.recreated: str | None = None
         """Why the query stopped on a recreated publishes topic (the line), when it did:
@@ -385,6 +395,7 @@ class Router:
             self.retained.close()
             self.retained = None
         self.retention.close()
+        self.batch_rows.close()
 
     def follow_recreated_topic(self) -> StreamingQuery:
         """After the query stopped on a recreated publishes topic (:attr:`recreated`):
@@ -486,14 +497,28 @@ class Router:
             # the collected rows, skips the Python workers' round trip.
             routed_in = ROUTED_IN_DRIVER
             route = self._route_function(snapshot)
-            routed = self._retrying(batch_id, "routing",
-                                    lambda: self._route_in_driver(source, route), attempts)
+            routed = self._retrying(batch_id, "routing", lambda: self._route_in_driver(
+                lambda: self.batch_rows.read(start, end), source, route), attempts)
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
             self.latency.add(publish_latencies_ms(routed, time.time()))
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed, gap_rows(gaps)])
+            audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
+        elif not self.task_audit_files:
+            # The executors route; their routed rows come back to be journaled, and the
+            # committer writes the files beside the next batch (a local master).
+            routed_in = ROUTED_IN_EXECUTORS
+            route = self._route_function(snapshot)
+            routed = self._retrying(batch_id, "routing",
+                                    source.mapInArrow(route, ROUTED_PUBLISH).toArrow, attempts)
+            publishes = routed.num_rows
+            deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
+            self.latency.add(publish_latencies_ms(routed, time.time()))
+            rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            if gaps:
+                routed = pa.concat_tables([routed.cast(ROUTED_ARROW), gap_rows(gaps)])
             audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
         else:
             # The executors route and write the audit files; the driver gets a row per task.
@@ -560,8 +585,14 @@ class Router:
             raise
 
     @staticmethod
-    def _route_in_driver(source: DataFrame, route: RoutePartitions) -> pa.Table:
+    def _route_in_driver(read: Callable[[], pa.RecordBatch | None], source: DataFrame,
+                         route: RoutePartitions) -> pa.Table:
         """Route a small batch in this process, in ONE routing call.
+
+        Its rows are ``read()`` from Kafka by this process (the batch's offset range,
+        :mod:`streaming.router.batch_rows`: no Spark job, the largest fixed cost of a
+        light batch after Spark's trigger), or, when that returns None, ``source``'s
+        rows through a Spark job (``toArrow``).
 
         ``toArrow`` hands back a record batch per Kafka partition, and every
         routing call ends with a flush, which sends a Produce request to each
@@ -569,8 +600,9 @@ class Router:
         per publishes partition halves a batch's flushes and its requests
         (docs/benchmarks-history.md, "The batch cycle").
         """
-        rows = source.toArrow().combine_chunks()
-        return pa.Table.from_batches(route(iter(rows.to_batches())), ROUTED_ARROW)
+        rows = read()
+        batches = [rows] if rows is not None else source.toArrow().combine_chunks().to_batches()
+        return pa.Table.from_batches(route(iter(batches)), ROUTED_ARROW)
 
     def _catch_up_progress(self) -> Callable[[int, int], None] | None:
         return self.catch_up_progress() if self.catch_up_progress is not None else None

@@ -43,6 +43,7 @@ FIGURE = {
     "pack-start": "build (cached)",
     "retained-match": "| `+/+/m3` |",
     "subscribe-latency": "subscribe-ack to delivery",
+    "passthrough": "| Spark copy, realtime |",
 }
 
 

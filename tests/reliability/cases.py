@@ -188,6 +188,7 @@ def _subscribe(stage: Stage, w: Workload) -> None:
 # --- kills -------------------------------------------------------------------------------
 EXECUTOR_SETTINGS = {
     "streaming.driver_route_max_publishes": "0",
+    "streaming.executor_audit_files": "tasks",
     "spark.options.spark.python.daemon.module": "tests.reliability.worker_faults",
 }
 """``Options.executors``: every batch routed on the executors, whose Python workers carry

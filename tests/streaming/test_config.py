@@ -133,6 +133,19 @@ def test_a_bad_driver_route_bound_names_the_key(value):
         load(overrides={"streaming.driver_route_max_deliveries": value}, environ={})
 
 
+def test_who_writes_the_executors_audit_files_is_chosen_by_the_master_unless_set():
+    config = load(environ={})
+    assert config.streaming.executor_audit_files == "auto"  # conf/bitroute.toml
+    assert not config.streaming.task_audit_files("local[*]")
+    assert config.streaming.task_audit_files("spark://master:7077")
+    tasks = load(overrides={"streaming.executor_audit_files": "tasks"}, environ={})
+    assert tasks.streaming.task_audit_files("local[2]")
+    driver = load(overrides={"streaming.executor_audit_files": "driver"}, environ={})
+    assert not driver.streaming.task_audit_files("yarn")
+    with pytest.raises(ConfigError, match="streaming.executor_audit_files"):
+        load(overrides={"streaming.executor_audit_files": "workers"}, environ={})
+
+
 def test_a_batch_is_routed_in_the_driver_only_within_both_bounds():
     from streaming.router.report import BatchReport
     from streaming.router.service import within_driver_bounds

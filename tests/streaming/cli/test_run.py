@@ -304,6 +304,8 @@ CLUSTER_SETTINGS = {
     # Every batch through the executors' Python workers, none routed in the driver.
     "streaming.driver_route_max_publishes": "0",
 }
+"""(A cluster master: ``streaming.executor_audit_files = "auto"`` has the tasks write the
+audit files.)"""
 
 
 def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter, Counter]:

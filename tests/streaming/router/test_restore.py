@@ -76,7 +76,8 @@ def _run(config: Config, spark, publish: int, tag: str, max_offsets: int | None 
     streaming = config.streaming
     config = dataclasses.replace(config, streaming=dataclasses.replace(
         streaming, max_offsets_per_trigger=max_offsets or streaming.max_offsets_per_trigger,
-        driver_route_max_publishes=0 if executors else streaming.driver_route_max_publishes))
+        driver_route_max_publishes=0 if executors else streaming.driver_route_max_publishes,
+        executor_audit_files="tasks" if executors else streaming.executor_audit_files))
     router = Router(config, spark)
     router.start()
     sent = _publish(config, publish, tag)

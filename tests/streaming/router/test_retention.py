@@ -23,10 +23,13 @@ from streaming.router.service import Router
 pytestmark = pytest.mark.integration
 
 
-def test_a_retention_gap_is_recorded_counted_and_routing_goes_on(isolated_config, spark):
+@pytest.mark.parametrize("audit_files", ["tasks", "driver"])
+def test_a_retention_gap_is_recorded_counted_and_routing_goes_on(isolated_config, spark,
+                                                                 audit_files):
     # On the executors' path: the lost rows go into audit files the driver writes beside
-    # the tasks' own.
-    config = isolated_config(**{"streaming.driver_route_max_publishes": "0"})
+    # the tasks' own (tasks), or join the tasks' routed rows in the journal (driver).
+    config = isolated_config(**{"streaming.driver_route_max_publishes": "0",
+                                "streaming.executor_audit_files": audit_files})
     create_publishes(config, 2)
     subscribe(config, "ann", "g/#")
     before = publish(config, 0, 3) + publish(config, 1, 3)

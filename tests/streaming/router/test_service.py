@@ -131,9 +131,13 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
 
     source = spark.range(0, 10, numPartitions=2)
     assert len(source.toArrow().to_batches()) == 2
-    routed = Router._route_in_driver(source, route)
+    routed = Router._route_in_driver(lambda: None, source, route)  # rows through Spark
     assert calls == [10]
     assert routed.schema == ROUTED_ARROW and routed.num_rows == 0
+    # Rows read from Kafka by the driver (streaming.router.batch_rows) are one batch: no job.
+    calls.clear()
+    Router._route_in_driver(lambda: pa.RecordBatch.from_pylist([{"id": 1}] * 3), None, route)
+    assert calls == [3]
 
 
 # --- one running router, one round of traffic ------------------------------------------
@@ -146,11 +150,12 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
 
 @pytest.fixture(scope="module")
 def router(base_config: Config, spark, tmp_path_factory: pytest.TempPathFactory) -> Router:
-    # Every batch through the Python workers (mapInArrow): the path of batches
-    # too large for the driver. test_shared_layout routes small batches in the driver.
+    # Every batch through the Python workers (mapInArrow), each task writing its audit
+    # files: a cluster's path. test_shared_layout routes small batches in the driver; the
+    # executors' ordering test below has the driver write the files (a local master's).
     config = router_config(base_config, tmp_path_factory.mktemp("router"))
     config = dataclasses.replace(config, streaming=dataclasses.replace(
-        config.streaming, driver_route_max_publishes=0))
+        config.streaming, driver_route_max_publishes=0, executor_audit_files="tasks"))
     instance = Router(config, spark)
     instance.start()
     try:
