@@ -239,8 +239,15 @@ def main(argv: list[str] | None = None) -> int:
                    got["latency_n"], base if mode != "microbatch" else None))
     after = results.get(AFTER)
     if bitroute is not None:
-        print(_row(f"bitroute micro-batch, {subscriptions:,} subscriptions", bitroute.p50_ms,
+        mode = env.config.streaming.mode if env is not None else "microbatch"
+        print(_row(f"bitroute {mode}, {subscriptions:,} subscriptions", bitroute.p50_ms,
                    bitroute.p99_ms, bitroute.max_ms, bitroute.consumer.get("latency_n", 0), base))
+        realtime = results.get("realtime")
+        if mode == "realtime" and realtime is not None:
+            print(f"
+bitroute / the Real-Time Mode copy: p50 "
+                  f"{bitroute.p50_ms / realtime['p50_ms']:.2f}x, p99 "
+                  f"{bitroute.p99_ms / realtime['p99_ms']:.2f}x")
         if after is not None:
             print(f"\nbitroute / the micro-batch copy measured after it: p50 "
                   f"{bitroute.p50_ms / after['p50_ms']:.2f}x, p99 "
