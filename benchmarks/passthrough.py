@@ -244,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                    bitroute.p99_ms, bitroute.max_ms, bitroute.consumer.get("latency_n", 0), base))
         realtime = results.get("realtime")
         if mode == "realtime" and realtime is not None:
-            print(f"
-bitroute / the Real-Time Mode copy: p50 "
+            print(f"\nbitroute / the Real-Time Mode copy: p50 "
                   f"{bitroute.p50_ms / realtime['p50_ms']:.2f}x, p99 "
                   f"{bitroute.p99_ms / realtime['p99_ms']:.2f}x")
         if after is not None:
