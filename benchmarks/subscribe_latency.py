@@ -45,13 +45,13 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
-def _delivered_at(bootstrap: str, topic: str, timeout: float) -> float | None:
-    """Wall-clock time at which the first record of ``topic`` is read (polling from 0)."""
+def _delivered_at(bootstrap: str, topic: str, timeout: float, offset: int = 0) -> float | None:
+    """Wall-clock time at which the record at ``offset`` of ``topic`` is read."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 5,
                          "topic.metadata.refresh.interval.ms": 100})
     try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.assign([TopicPartition(topic, 0, offset)])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             message = consumer.poll(0.05)
@@ -104,7 +104,7 @@ def run_mode(mode: str, folder: Path, bootstrap: str, size: str, changes: int, r
                 after_change.append((delivered - subscribed) * 1000)
             published = time.time()
             _acked(producer, topics["publishes"], key.encode(), b"y", [("exchange", b"amq.topic")])
-            again = _delivered_second(bootstrap, topics["prefix"] + subscriber, 60)
+            again = _delivered_at(bootstrap, topics["prefix"] + subscriber, 60, offset=1)
             if again is not None and i >= 2:
                 base.append((again - published) * 1000)
         if background is not None:
@@ -117,21 +117,6 @@ def run_mode(mode: str, folder: Path, bootstrap: str, size: str, changes: int, r
                                  if base else None)}
     finally:
         router.stop()
-
-
-def _delivered_second(bootstrap: str, topic: str, timeout: float) -> float | None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 5})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 1)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                return time.time()
-        return None
-    finally:
-        consumer.close()
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:

@@ -95,6 +95,10 @@ class QuerySupervisor:
         self._thread.start()
         return self
 
+    def is_alive(self) -> bool:
+        """Whether the supervising thread runs (it may still restart a query)."""
+        return self._thread.is_alive()
+
     def join(self, timeout: float) -> None:
         if self._thread.is_alive():
             self._thread.join(timeout)

@@ -121,6 +121,15 @@ class Result:
     def check(self, name: str, value: object, ok: bool | None) -> None:
         self.checks.append(Check(name, value, ok))
 
+    def value(self, name: str) -> object:
+        """The value of the check named ``name``."""
+        return next(c.value for c in self.checks if c.name == name)
+
+    def failures(self) -> str:
+        """The error and the failed checks, as one line (a test's assertion message)."""
+        failed = [f"{c.name}: {c.value}" for c in self.checks if c.ok is False]
+        return f"error={self.error}; failed checks: {failed}"
+
     def as_dict(self) -> dict:
         return {"case": self.case, "passed": self.passed, "seconds": round(self.seconds, 1),
                 "error": self.error, "checks": [asdict(c) for c in self.checks],

@@ -17,7 +17,7 @@ import pytest
 from short_jvm import short_jvm_options
 
 from tests.reliability import cases
-from tests.reliability.cases import Options, Result
+from tests.reliability.cases import Options
 
 pytestmark = pytest.mark.integration
 REALTIME = "realtime"
@@ -29,13 +29,6 @@ def _short_jvms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", short_jvm_options())
 
 
-def _failed(result: Result) -> str:
-    failed = [f"{c.name}: {c.value}" for c in result.checks if c.ok is False]
-    return f"error={result.error}; failed checks: {failed}"
-
-
-def _value(result: Result, name: str) -> object:
-    return next(c.value for c in result.checks if c.name == name)
 
 
 def test_a_realtime_router_sigkilled_mid_traffic_loses_nothing_and_audits_once(
@@ -48,8 +41,8 @@ def test_a_realtime_router_sigkilled_mid_traffic_loses_nothing_and_audits_once(
         publishes=1500, subscriptions=300, subscribers=20, rate=150.0, max_offsets=500,
         kill_plan=(("journaled", "group"), ("random", "python")), kill_after_s=(4.0, 6.0),
         bootstrap=kafka_bootstrap, timeout_s=100, mode=REALTIME))
-    assert result.passed, _failed(result)
-    assert _value(result, "kills (point, target)") == "journaled/group, random/python"
+    assert result.passed, result.failures()
+    assert result.value("kills (point, target)") == "journaled/group, random/python"
     assert result.figures["summary"]["pairs"] > 200
 
 
@@ -63,8 +56,8 @@ def test_a_broker_sigkilled_and_restarted_under_a_realtime_router_needs_no_opera
         publishes=2000, subscriptions=300, subscribers=20, rate=200.0, max_offsets=500,
         broker_kills=1, down_s=5.0, broker_kill_after_s=(4.0, 6.0), timeout_s=120,
         mode=REALTIME))
-    assert result.passed, _failed(result)
-    assert _value(result, "router restarts (operator actions)") == 0
+    assert result.passed, result.failures()
+    assert result.value("router restarts (operator actions)") == 0
     assert len(result.figures["outages"]) == 1, "the broker was not killed exactly once"
 
 
@@ -76,6 +69,6 @@ def test_fuzzed_bad_input_to_a_realtime_router_is_rejected_and_good_traffic_deli
     result = cases.fuzz(tmp_path, Options(
         subscriptions=200, subscribers=20, fuzz_publishes=100, fuzz_changes=100,
         max_offsets=200, bootstrap=kafka_bootstrap, timeout_s=100, mode=REALTIME))
-    assert result.passed, _failed(result)
-    assert _value(result, "bad publishes in bitroute.rejected with a reason") == "100 of 100"
-    assert _value(result, "bad changes in bitroute.rejected with a reason") == "100 of 100"
+    assert result.passed, result.failures()
+    assert result.value("bad publishes in bitroute.rejected with a reason") == "100 of 100"
+    assert result.value("bad changes in bitroute.rejected with a reason") == "100 of 100"

@@ -19,7 +19,7 @@ import pytest
 from short_jvm import short_jvm_options
 
 from tests.reliability import cases
-from tests.reliability.cases import Options, Result
+from tests.reliability.cases import Options
 
 pytestmark = pytest.mark.integration
 
@@ -30,13 +30,6 @@ def _short_jvms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", short_jvm_options())
 
 
-def _failed(result: Result) -> str:
-    failed = [f"{c.name}: {c.value}" for c in result.checks if c.ok is False]
-    return f"error={result.error}; failed checks: {failed}"
-
-
-def _value(result: Result, name: str) -> object:
-    return next(c.value for c in result.checks if c.name == name)
 
 
 def test_fuzzed_bad_publishes_and_changes_are_rejected_and_good_traffic_is_delivered(
@@ -49,9 +42,9 @@ def test_fuzzed_bad_publishes_and_changes_are_rejected_and_good_traffic_is_deliv
     result = cases.fuzz(tmp_path, Options(
         subscriptions=300, subscribers=30, fuzz_publishes=200, fuzz_changes=200,
         max_offsets=200, bootstrap=kafka_bootstrap, timeout_s=100))
-    assert result.passed, _failed(result)
-    assert _value(result, "bad publishes in bitroute.rejected with a reason") == "200 of 200"
-    assert _value(result, "bad changes in bitroute.rejected with a reason") == "200 of 200"
+    assert result.passed, result.failures()
+    assert result.value("bad publishes in bitroute.rejected with a reason") == "200 of 200"
+    assert result.value("bad changes in bitroute.rejected with a reason") == "200 of 200"
     categories = {k for k in result.figures["publishes_by_category"] if k.startswith("bad:")}
     assert len(categories) >= 10, categories
     assert len(result.figures["bad_changes_by_category"]) >= 14
@@ -69,8 +62,8 @@ def test_router_sigkilled_at_its_kill_points_loses_nothing_and_audits_once(
         kill_plan=(("audit", "group"), ("journaled", "group"), ("catch-up", "python"),
                    ("mid-audit", "group")), kill_after_s=(1.0, 2.0),
         bootstrap=kafka_bootstrap, timeout_s=100))
-    assert result.passed, _failed(result)
-    assert _value(result, "kills (point, target)") == \
+    assert result.passed, result.failures()
+    assert result.value("kills (point, target)") == \
         "audit/group, journaled/group, catch-up/python, mid-audit/group"
     assert result.figures["summary"]["pairs"] > 1000
 
@@ -87,8 +80,8 @@ def test_batches_routed_on_the_executors_lose_nothing_and_audit_once_through_the
         kill_plan=(("task-files", "worker"), ("audit", "group"), ("journaled", "group"),
                    ("mid-audit", "group")), kill_after_s=(1.0, 2.0), executors=True,
         bootstrap=kafka_bootstrap, timeout_s=100))
-    assert result.passed, _failed(result)
-    assert _value(result, "kills (point, target)") == \
+    assert result.passed, result.failures()
+    assert result.value("kills (point, target)") == \
         "task-files/worker, audit/group, journaled/group, mid-audit/group"
     assert result.figures["summary"]["pairs"] > 1000
 
@@ -100,8 +93,8 @@ def test_broker_sigkilled_and_restarted_mid_run_loses_nothing_without_operator_a
     result = cases.broker_kills(tmp_path, Options(
         publishes=4000, subscriptions=1000, subscribers=50, rate=400.0, max_offsets=500,
         broker_kills=1, down_s=3.0, broker_kill_after_s=(3.0, 5.0), timeout_s=100))
-    assert result.passed, _failed(result)
-    assert _value(result, "router restarts (operator actions)") == 0
+    assert result.passed, result.failures()
+    assert result.value("router restarts (operator actions)") == 0
     assert len(result.figures["outages"]) == 1, "the broker was not killed exactly once"
 
 
