@@ -372,6 +372,7 @@ class Router:
                 self.query.stop()
         finally:
             self._close_state()
+            self.broker_watch.stop()
             self.lease.release()
             self.lock.release()
 
