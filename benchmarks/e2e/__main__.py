@@ -1,9 +1,11 @@
 """``python -m benchmarks e2e``: the end-to-end table in one run.
 
     python -m benchmarks e2e [--profile devices] [--size 100k] [--first-route 1m]
-                             [--systems bitroute,kstreams,rabbitmq,mosquitto]
+                             [--systems bitroute,bitroute-realtime,kstreams,rabbitmq,mosquitto]
                              [--set section.key=value]... [--kstreams-set key=value]...
 
+``bitroute`` is the router in micro-batch mode (the default), ``bitroute-realtime`` the
+same router with ``streaming.mode = "realtime"``, each on a broker of its own.
 Everything listens on loopback and is started and stopped by this command;
 ``benchmarks/e2e/run.sh`` installs the brokers and clients first. Run by hand,
 never in CI. Results go to stdout (the table) and ``<workdir>/results.json``.
@@ -27,9 +29,10 @@ from benchmarks.e2e import bitroute_run, compare, kstreams_run
 from benchmarks import workload
 
 MB = 1 << 20
-SYSTEMS = ("bitroute", "kstreams", "rabbitmq", "mosquitto")
-#: Systems whose sustained rate is a drain measured by the router's own reports.
-KAFKA_SYSTEMS = ("bitroute", "kstreams")
+SYSTEMS = ("bitroute", "bitroute-realtime", "kstreams", "rabbitmq", "mosquitto")
+#: Systems whose sustained rate is a backlog's drain (bitroute_run.measure_phases).
+KAFKA_SYSTEMS = ("bitroute", "bitroute-realtime", "kstreams")
+BITROUTE = tuple(bitroute_run.MODES)
 
 
 def _log(msg: str) -> None:
@@ -110,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
                      "machine": _machine(), "loadavg": {"start": os.getloadavg()}}
     backlog = args.backlog or 300_000
     try:
-        if "bitroute" in systems:
-            results["bitroute"] = asdict(bitroute_run.run(
-                workdir / "bitroute", w, args.set, backlog, args.warmup, args.measure,
-                args.publishers, args.consumers, _log, args.config, smoke=args.smoke))
+        for system in BITROUTE:
+            if system in systems:
+                results[system] = asdict(bitroute_run.run(
+                    workdir / system, w, args.set, backlog, args.warmup, args.measure,
+                    args.publishers, args.consumers, _log, args.config, smoke=args.smoke,
+                    system=system))
         if "kstreams" in systems:
             results["kstreams"] = asdict(kstreams_run.run(
                 workdir / "kstreams", w, args.set, args.kstreams_set, backlog, args.warmup,
@@ -191,6 +196,10 @@ def table(r: dict) -> str:
 
     rows.append(("sustained publishes/s", [_f(sustained(s)[0]) for s in cols]))
     rows.append(("sustained deliveries/s", [_f(sustained(s)[1]) for s in cols]))
+    rows.append(("  measured at", [r[s]["saturation"].get("rate_source", "router")
+                                   if s in KAFKA_SYSTEMS else "client" for s in cols]))
+    rows.append(("  delivery side deliveries/s", [
+        _f(_delivery_side(r[s]["saturation"])) if s in KAFKA_SYSTEMS else "-" for s in cols]))
     rows.append(("p50 / p99 ms at 50% rate", [_lat(at(s, "at50")) for s in cols]))
     rows.append(("p50 / p99 ms at 90% rate", [_lat(at(s, "at90")) for s in cols]))
     rows.append(("deliveries/s at 90% rate", [_f(at(s, "at90")["deliveries_per_s"]) for s in cols]))
@@ -209,12 +218,17 @@ def table(r: dict) -> str:
         return _busiest(run["max_core"])
 
     rows.append(("busiest process at full speed (cores)", [busiest(s) for s in cols]))
-    if "bitroute" in r:
-        b = sustained("bitroute")[1]
-        for s in ("kstreams", "rabbitmq", "mosquitto"):
-            if s in r and sustained(s)[1]:
-                rows.append((f"bitroute/{s} deliveries/s", [f"{b / sustained(s)[1]:.2f}x"]
-                             + [""] * (len(cols) - 1)))
+    rows.append(("router CPU us per delivery (saturated)", [
+        _f(1e6 * cpu_per_delivery(r[s]["saturation"]), 1) if s in KAFKA_SYSTEMS else "-"
+        for s in cols]))
+    for mine in BITROUTE:
+        if mine not in r:
+            continue
+        b = sustained(mine)[1]
+        for s in ("bitroute", "kstreams", "rabbitmq", "mosquitto"):
+            if s != mine and s in r and sustained(s)[1]:
+                rows.append((f"{mine}/{s} deliveries/s", [
+                    f"{b / sustained(s)[1]:.2f}x" if c == mine else "" for c in cols]))
     width = max(len(name) for name, _ in rows) + 2
     cw = max(12, *(len(v) for _, vals in rows for v in vals)) + 2
     load = r.get("loadavg", {})
@@ -228,35 +242,9 @@ def table(r: dict) -> str:
            "".ljust(width) + "".join(c.rjust(cw) for c in cols)]
     out += [name.ljust(width) + "".join(v.rjust(cw) for v in vals) for name, vals in rows]
 
-    if "bitroute" in r:
-        br = r["bitroute"]
-        sat = br["saturation"]
-        out += ["", "bitroute memory (peak RSS MB) and CPU (cores, average) while saturated:"]
-        for role, v in sat["peak_rss"].items():
-            out.append(f"  {role:<28}{_f(v / MB):>8} MB {sat['cores'].get(role, 0):>6.2f} cores"
-                       f" (busiest process {sat['max_core'].get(role, 0):.2f})")
-        batches = [b for b in sat["batches"] if b["rows"]]
-        full = [b for b in batches if b["rows"] >= 0.9 * max(x["rows"] for x in batches)][1:] \
-            if batches else []
-        if full:
-            keys = ("catch_up", "route", "audit")
-            mean = {k: sum(b.get(k, 0.0) for b in full) / len(full) for k in keys}
-            total = sum(b["seconds"] for b in full) / len(full)
-            rows_ = sum(b["rows"] for b in full) / len(full)
-            out.append(f"bitroute per-batch split (mean of {len(full)} full batches of "
-                       f"{rows_:,.0f} publishes, {total:.2f}s): "
-                       + ", ".join(f"{k} {mean[k]:.2f}s ({100 * mean[k] / total:.0f}%)"
-                                   for k in keys))
-        out.append(f"bitroute start with {r['n']:,} subscriptions in the changelog: "
-                   f"changelog written in {br['changelog_write_s']:.1f}s, router open "
-                   f"{br['open_s']:.1f}s")
-        for key in ("at50", "at90"):
-            phase = br[key]
-            split = _mean_split(phase["batches"])
-            out.append(f"bitroute at {key[2:]}%: {phase['publishes_per_s']:,.0f} publishes/s, "
-                       f"all routed {phase['lag_after_s']:.1f}s after the last publish; "
-                       f"{len(phase['batches'])} batches, mean {split}; audit lag at most "
-                       f"{audit_lag_bound(phase['batches']):.2f}s")
+    for system in BITROUTE:
+        if system in r:
+            out += _bitroute_lines(system, r[system], r["n"])
     if "first_route" in r:
         fr = r["first_route"]
         out.append(f"bitroute first routed publish after a {fr['subscriptions']:,}-subscription "
@@ -291,6 +279,64 @@ def table(r: dict) -> str:
     return "\n".join(out)
 
 
+def _delivery_side(sat: dict) -> float:
+    """The saturation's deliveries/s at the delivery consumer (NaN in older results)."""
+    side = sat.get("delivery_side") or (float("nan"), float("nan"))
+    return side[1]
+
+
+def cpu_per_delivery(sat: dict) -> float:
+    """CPU seconds of the router's processes per delivery received while saturated
+    (:meth:`benchmarks.e2e.bitroute_run.Phase.router_cpu_per_delivery`, on a results dict)."""
+    cpu = sum(v for k, v in (sat.get("cpu_s") or {}).items()
+              if k.startswith(("router:", "kstreams:")))
+    return cpu / sat["delivered"] if sat.get("delivered") else float("nan")
+
+
+def _bitroute_lines(name: str, br: dict, n: int) -> list[str]:
+    """The detail lines of one bitroute mode: memory and CPU by role, the batches (micro-batch
+    mode; realtime mode's batches are its audit query's), the start, the paced phases."""
+    sat = br["saturation"]
+    realtime = name != "bitroute"
+    out = ["", f"{name} memory (peak RSS MB) and CPU (cores, average) while saturated:"]
+    for role, v in sat["peak_rss"].items():
+        out.append(f"  {role:<28}{_f(v / MB):>8} MB {sat['cores'].get(role, 0):>6.2f} cores"
+                   f" (busiest process {sat['max_core'].get(role, 0):.2f})")
+    out.append(f"{name} saturated: router {sat['publishes_per_s']:,.0f} publishes/s, "
+               f"{sat['deliveries_per_s']:,.0f} deliveries/s ({sat.get('rate_source', 'router')}"
+               f" side); delivery side {_f(_delivery_side(sat))} deliveries/s, "
+               f"{sat.get('delivered', 0):,} received; router CPU "
+               f"{_f(1e6 * cpu_per_delivery(sat), 1)} us per delivery")
+    batches = [b for b in sat["batches"] if b["rows"]]
+    full = [b for b in batches if b["rows"] >= 0.9 * max(x["rows"] for x in batches)][1:] \
+        if batches and not realtime else []
+    if full:
+        keys = ("catch_up", "route", "audit")
+        mean = {k: sum(b.get(k, 0.0) for b in full) / len(full) for k in keys}
+        total = sum(b["seconds"] for b in full) / len(full)
+        rows_ = sum(b["rows"] for b in full) / len(full)
+        out.append(f"{name} per-batch split (mean of {len(full)} full batches of "
+                   f"{rows_:,.0f} publishes, {total:.2f}s): "
+                   + ", ".join(f"{k} {mean[k]:.2f}s ({100 * mean[k] / total:.0f}%)"
+                               for k in keys))
+    out.append(f"{name} start with {n:,} subscriptions in the changelog: "
+               f"changelog written in {br['changelog_write_s']:.1f}s, router open "
+               f"{br['open_s']:.1f}s")
+    for key in ("at50", "at90"):
+        phase = br[key]
+        if realtime:
+            out.append(f"{name} at {key[2:]}%: {phase['publishes_per_s']:,.0f} publishes/s, "
+                       f"all audited {phase['lag_after_s']:.1f}s after the last publish "
+                       f"({len(phase['batches'])} audit batches)")
+            continue
+        split = _mean_split(phase["batches"])
+        out.append(f"{name} at {key[2:]}%: {phase['publishes_per_s']:,.0f} publishes/s, "
+                   f"all routed {phase['lag_after_s']:.1f}s after the last publish; "
+                   f"{len(phase['batches'])} batches, mean {split}; audit lag at most "
+                   f"{audit_lag_bound(phase['batches']):.2f}s")
+    return out
+
+
 def _mean_split(batches: list[dict]) -> str:
     if not batches:
         return "no batch"
@@ -312,9 +358,14 @@ def audit_lag_bound(batches: list[dict]) -> float:
 
 
 def _targets(r: dict) -> list[str]:
-    if "bitroute" not in r:
-        return []
     out = []
+    if "bitroute" in r and "bitroute-realtime" in r:
+        m = r["bitroute"]["saturation"]["deliveries_per_s"]
+        t = r["bitroute-realtime"]["saturation"]["deliveries_per_s"]
+        out.append(f"realtime saturated deliveries/s >= half of micro-batch's: {t:,.0f} vs "
+                   f"{m / 2:,.0f} -> {'met' if t >= m / 2 else 'missed'}")
+    if "bitroute" not in r:
+        return out
     b = r["bitroute"]["saturation"]["deliveries_per_s"]
     if "mosquitto" in r:
         m = r["mosquitto"]["sustained_deliveries"]

@@ -33,6 +33,7 @@ from confluent_kafka import TopicPartition
 
 from benchmarks import harness
 from benchmarks.e2e import kafka_load, procstat
+from benchmarks.e2e.drain import arrival_rates
 from benchmarks.workload import EXCHANGE, Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import kafka
@@ -145,6 +146,22 @@ class Phase:
     max_core: dict[str, float] = field(default_factory=dict)
     peak_rss: dict[str, int] = field(default_factory=dict)
     consumer: dict = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds each role used while sampled (user + system)."""
+    delivered: int = 0
+    """Deliveries the delivery consumer received in the phase."""
+    delivery_side: tuple[float, float] = (float("nan"), float("nan"))
+    """(publishes/s, deliveries/s) at the delivery consumer while the backlog drained
+    (:func:`benchmarks.e2e.drain.arrival_rates`); saturation only."""
+    rate_source: str = "router"
+    """Where ``publishes_per_s`` and ``deliveries_per_s`` come from: ``router`` (its
+    progress reports) or ``delivery`` (:attr:`delivery_side`)."""
+
+    def router_cpu_per_delivery(self) -> float:
+        """CPU seconds of the router's processes (the roles named ``router: ...`` or
+        ``kstreams: ...``) per delivery the consumer received while they were sampled."""
+        cpu = sum(v for k, v in self.cpu_s.items() if k.startswith(("router:", "kstreams:")))
+        return cpu / self.delivered if self.delivered else float("nan")
 
     @classmethod
     def skipped(cls) -> "Phase":
@@ -173,14 +190,18 @@ def full_batch_rates(batches: list[dict]) -> tuple[float, float]:
 def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: int, log,
               rates=full_batch_rates) -> Phase:
     """Produce ``backlog`` publishes as fast as possible; measure the drain: ``rates`` of
-    the router's progress reports (``router.batches``) while it drained."""
+    the router's progress reports (``router.batches``) while it drained, or with ``rates``
+    None the delivery side's (:func:`benchmarks.e2e.drain.arrival_rates`), which is
+    measured and kept in either case. The processes are sampled from the backlog's first
+    publish until the router reported all of it routed."""
     r = env.router
     routed0 = r.routed()
     n_probes0 = len(r.batches)
-    # Producers: flat out until `backlog` are sent (duration bound from a generous rate).
+    # The consumers stop 15 s after the last delivery (and not before the first).
+    now = time.time()
     consumer_procs, cout = kafka_load.start_consumers(
         env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
-        (time.time(), time.time() + 3600), time.time() + 3600 * 2, consumers, idle=10)
+        (now, now), now + 3600, consumers, idle=15, idle_after_first=True)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
         p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
         p.pid for p in consumer_procs if p.is_alive()]})
@@ -196,14 +217,18 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
     sampler.stop()
     if not ok:
         log(f"{env.name}: WARNING: the backlog was not drained in time")
-    for p in consumer_procs:
-        p.terminate()
+    cons = kafka_load.join_consumers(consumer_procs, cout, timeout=600)
     batches = r.batches[n_probes0:]
-    publishes_per_s, deliveries_per_s = rates(batches)
+    delivery_side = arrival_rates(cons["per_second"], pub["sent"])
+    publishes_per_s, deliveries_per_s = rates(batches) if rates else delivery_side
+    cons.pop("latencies_ns", None)
     return Phase(publishes_per_s, deliveries_per_s, batches=batches,
                  cores={k: sampler.cores(k) for k in sampler.stats},
                  max_core={k: v.max_core for k, v in sampler.stats.items()},
-                 peak_rss={k: v.peak_rss for k, v in sampler.stats.items()})
+                 peak_rss={k: v.peak_rss for k, v in sampler.stats.items()},
+                 consumer=cons, cpu_s={k: v.cpu_s for k, v in sampler.stats.items()},
+                 delivered=cons["received"], delivery_side=delivery_side,
+                 rate_source="router" if rates else "delivery")
 
 
 def _cycle(w: Workload, n: int) -> Workload:
@@ -245,7 +270,8 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
                  cons["p50_ms"], cons["p99_ms"], cons["max_ms"], lag_after, batches,
                  {k: sampler.cores(k) for k in sampler.stats},
                  {k: v.max_core for k, v in sampler.stats.items()},
-                 {k: v.peak_rss for k, v in sampler.stats.items()}, cons)
+                 {k: v.peak_rss for k, v in sampler.stats.items()}, cons,
+                 {k: v.cpu_s for k, v in sampler.stats.items()}, cons["received"])
 
 
 @dataclass
@@ -258,13 +284,24 @@ class BitrouteResult:
     sets: list[str]
 
 
+MODES = {"bitroute": "microbatch", "bitroute-realtime": "realtime"}
+"""The e2e systems that are bitroute, and the ``streaming.mode`` each runs."""
+
+
 def run(folder: Path, w: Workload, user_sets: list[str], backlog: int, warmup: float,
         measure: float, publishers: int, consumers: int, log,
-        config_file: Path | None = None, smoke: bool = False) -> BitrouteResult:
-    env = Env(folder, user_sets, config_file=config_file)
+        config_file: Path | None = None, smoke: bool = False,
+        system: str = "bitroute") -> BitrouteResult:
+    """``system`` (:data:`MODES`) on ``w``. Micro-batch mode's sustained rate is its full
+    batches' (the delivery side's kept beside it as a cross-check); realtime mode's batch
+    reports are its audit query's, so its sustained rate is the delivery side's."""
+    mode = MODES[system]
+    env = Env(folder, [f"streaming.mode={mode}", *user_sets], name=system,
+              config_file=config_file)
     try:
         write_s, started = env.bring_up(w, log)
         phases = measure_phases(env, w, backlog, warmup, measure, publishers, consumers, log,
+                                rates=full_batch_rates if mode == "microbatch" else None,
                                 smoke=smoke)
         return BitrouteResult(write_s, started["open_s"], *phases, user_sets)
     finally:
@@ -283,7 +320,9 @@ def measure_phases(env: Env, w: Workload, backlog: int, warmup: float, measure: 
         log(f"{env.name}: warm-up done (p50 {warm.p50_ms:.0f} ms)")
     sat = _saturate(env, w, backlog, publishers, consumers, log, rates)
     log(f"{env.name}: sustained {sat.publishes_per_s:,.0f} publishes/s, "
-        f"{sat.deliveries_per_s:,.0f} deliveries/s; cores "
+        f"{sat.deliveries_per_s:,.0f} deliveries/s ({sat.rate_source} side; delivery side "
+        f"{sat.delivery_side[1]:,.0f} deliveries/s, {sat.delivered:,} received); router CPU "
+        f"{1e6 * sat.router_cpu_per_delivery():.1f} us per delivery; cores "
         + ", ".join(f"{k} {v:.2f}" for k, v in sat.cores.items()))
     paced = [Phase.skipped()] if smoke else []
     for share in (0.9,) if smoke else (0.5, 0.9):

@@ -140,7 +140,8 @@ def join_publishers(procs: list[mp.Process], out: mp.Queue, timeout: float) -> d
 # --- delivery consumer --------------------------------------------------------------
 
 def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: int, window: tuple[float, float],
-              deadline: float, idle: float, ready: mp.Event, out: mp.Queue) -> None:
+              deadline: float, idle: float, ready: mp.Event, out: mp.Queue,
+              idle_after_first: bool = False) -> None:
     consumer = kafka.consumer(ClientSettings.coerce(bootstrap), f"bench-{time.time_ns()}", {
         "fetch.min.bytes": 1, "fetch.wait.max.ms": 20, "queued.max.messages.kbytes": 262_144})
     # Start at the end of every delivery topic: only this run's deliveries count.
@@ -158,6 +159,7 @@ def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: in
     header = PUBLISHED_HEADER
     w0_ns, w1_ns = int(w0 * 1e9), int(w1 * 1e9)
     unpack = _TS.unpack
+    per_second: dict[int, int] = {}  # arrivals by the Unix second they arrived in
     while True:
         msgs = consumer.consume(10_000, 0.2)
         now_ns = time.time_ns()
@@ -183,28 +185,35 @@ def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: in
                         break
             if w0 <= now < w1:
                 in_window += len(msgs)
+            second = int(now)
+            per_second[second] = per_second.get(second, 0) + len(msgs)
             if not first_arrival:
                 first_arrival = now
             last_arrival = now
-        if now > deadline or (now > w1 and now - last > idle):
+        if now > deadline or (now > w1 and now - last > idle
+                              and (first_arrival or not idle_after_first)):
             break
     consumer.close()
     lat.append(buf[:nb].copy())
     out.put({"received": received, "window_arrivals": in_window,
              "latencies_ns": np.concatenate(lat), "first_arrival": first_arrival,
-             "last_arrival": last_arrival})
+             "last_arrival": last_arrival, "per_second": per_second})
 
 
 def start_consumers(bootstrap: str | ClientSettings, topics: list[str], partitions: int,
                     window: tuple[float, float], deadline: float, processes: int = 1,
-                    idle: float = 5.0):
+                    idle: float = 5.0, idle_after_first: bool = False):
+    """``processes`` delivery consumers from the end of ``topics``; each stops at ``deadline``
+    or once ``idle`` seconds passed without a delivery after the window's end (with
+    ``idle_after_first``, only once a first delivery arrived)."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs, events = [], []
     for k in range(processes):
         ready = ctx.Event()
         p = ctx.Process(target=_consumer, args=(bootstrap, topics[k::processes], partitions,
-                                                window, deadline, idle, ready, out), daemon=True)
+                                                window, deadline, idle, ready, out,
+                                                idle_after_first), daemon=True)
         p.start()
         procs.append(p)
         events.append(ready)
@@ -219,7 +228,12 @@ def join_consumers(procs, out, timeout: float) -> dict:
     for p in procs:
         p.join(timeout=30)
     lat = np.concatenate([r["latencies_ns"] for r in results]) / 1e6
+    per_second: dict[int, int] = {}
+    for r in results:
+        for second, n in r["per_second"].items():
+            per_second[second] = per_second.get(second, 0) + n
     return {
+        "per_second": per_second,
         "received": sum(r["received"] for r in results),
         "window_arrivals": sum(r["window_arrivals"] for r in results),
         "latency_n": int(lat.size),

@@ -14,7 +14,7 @@ bitroute's per-batch reports:
 2. saturation: a backlog produced as fast as the driver can; sustained rate =
    publishes processed (deliveries acknowledged) per second of wall time between
    the seconds at which 5% and 95% of the backlog had been processed, every
-   second in between counted (:func:`drain_rates`).
+   second in between counted (:func:`benchmarks.e2e.drain.drain_rates`).
 3. latency at 50% and 90% of that rate, exactly as for bitroute.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from benchmarks.e2e import bitroute_run
 from benchmarks.e2e.bitroute_run import Env, Phase
+from benchmarks.e2e.drain import drain_rates
 from benchmarks.harness import ReportedProcess
 from benchmarks.workload import Workload
 
@@ -85,29 +86,6 @@ class KStreamsEnv(Env):
             "kstreams: JVM": lambda: r.pids()["jvm"],
             "Kafka broker": lambda: [self.broker.pid()] if self.broker.pid() else [],
         }
-
-
-def drain_rates(probes: list[dict], lo: float = 0.05, hi: float = 0.95) -> tuple[float, float]:
-    """(publishes/s, deliveries/s) over the drain of a backlog, from per-second probes:
-    between the probe at which ``lo`` of the phase's publishes had been processed and the
-    one at which ``hi`` had, every second in between counted (a slow second is not dropped)."""
-    total = sum(p["rows"] for p in probes)
-    if not total:
-        return 0.0, 0.0
-    rows = dels = 0
-    first = last = None
-    for p in probes:
-        rows += p["rows"]
-        if first is None and rows >= lo * total:
-            first, rows0, dels0 = p, rows, dels + p["deliveries"]
-        dels += p["deliveries"]
-        if rows >= hi * total:
-            last = p
-            break
-    span = last["end"] - first["end"]
-    if span <= 0:  # the whole drain within a probe interval
-        return total / last["seconds"], dels / last["seconds"]
-    return (rows - rows0) / span, (dels - dels0) / span
 
 
 @dataclass
