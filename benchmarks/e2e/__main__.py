@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=sorted(workload.PROFILES), default="devices")
     ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--systems", default=",".join(SYSTEMS),
-                    help="comma-separated, among " + ", ".join(SYSTEMS))
+    ap.add_argument("--systems", default=None,
+                    help="comma-separated, among " + ", ".join(SYSTEMS) + " (default: all; "
+                         "with --smoke: bitroute)")
     ap.add_argument("--first-route", choices=["none", *sorted(workload.SIZES)], default="1m",
                     help="changelog size for the time-to-first-routed-publish phase")
     ap.add_argument("--publishes", type=int, default=400_000,
@@ -81,18 +82,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--smoke", action="store_true",
-                    help="toy size, bitroute alone: 100 subscriptions, a 2,000-publish backlog, "
-                         "the 90%% phase alone (2 s), no warm-up nor first-route phase")
+                    help="toy size, bitroute alone (or the bitroute modes --systems names): "
+                         "100 subscriptions, a 2,000-publish backlog, the 90%% phase alone "
+                         "(2 s), no warm-up nor first-route phase")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.systems, args.first_route, args.publishes, args.backlog = "bitroute", "none", 2000, 2000
+        if args.systems and set(args.systems.split(",")) - set(BITROUTE):
+            ap.error(f"--smoke runs bitroute alone: --systems among {', '.join(BITROUTE)}")
+        args.systems = args.systems or "bitroute"
+        args.first_route, args.publishes, args.backlog = "none", 2000, 2000
         args.warmup, args.measure, args.publishers = 1.0, 2.0, 1
     if args.config is not None and args.first_route != "none":
         ap.error("--config runs on an existing cluster; the first-route phase needs a fresh "
                  "broker of its own: add --first-route none")
     signal.signal(signal.SIGTERM, _interrupt)
 
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    systems = [s.strip() for s in (args.systems or ",".join(SYSTEMS)).split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         ap.error(f"--systems: unknown {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
