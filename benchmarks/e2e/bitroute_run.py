@@ -237,19 +237,22 @@ def _cycle(w: Workload, n: int) -> Workload:
 
 
 def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, publishers: int,
-           consumers: int, log, lead: float = 10.0, idle: float = 15.0) -> Phase:
+           consumers: int, log, lead: float = 10.0, idle: float = 120.0) -> Phase:
     """Publishes at ``rate`` for ``warmup + measure`` seconds from ``lead`` seconds on (the
     consumers assigned, the publishers spawned); latency of the ``measure`` window's, the
-    consumers done once ``idle`` seconds passed without a delivery after it."""
+    consumers done once the router reported every publish routed (or, failing that, once
+    ``idle`` seconds passed without a delivery after the window: a loaded router's batch
+    may take longer than a short idle wait)."""
     r = env.router
     routed0 = r.routed()
     n_probes0 = len(r.batches)
     start_at = time.time() + lead
     w0 = start_at + warmup
     w1 = w0 + measure
+    stop = kafka_load.stop_event()
     consumer_procs, cout = kafka_load.start_consumers(
         env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
-        (w0, w1), w1 + 120, consumers, idle=idle)
+        (w0, w1), w1 + 300, consumers, idle=idle, stop=stop)
     procs, pout, start_at = kafka_load.start_publishers(
         env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
         warmup + measure + 0.5, publishers, start_at=start_at)
@@ -264,6 +267,7 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
     t_last = time.time()
     r.wait_routed(routed0 + pub["sent"], timeout=300)
     lag_after = time.time() - t_last
+    stop.set()
     cons = kafka_load.join_consumers(consumer_procs, cout, timeout=400)
     batches = r.batches[n_probes0:]
     return Phase(pub["sent"] / pub["seconds"], cons["window_arrivals"] / measure,

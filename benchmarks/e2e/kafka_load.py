@@ -25,6 +25,8 @@ from benchmarks.workload import Workload, changelog_value
 from schemas.records import EXCHANGE_HEADER
 
 PUBLISHED_HEADER = "bench.published_ns"
+STOP_QUIET_S = 1.0
+"""How long a stopped consumer still reads while deliveries arrive (:func:`stop_event`)."""
 _PRODUCER = {
     "linger.ms": 20,
     "batch.size": 1_000_000,
@@ -141,7 +143,7 @@ def join_publishers(procs: list[mp.Process], out: mp.Queue, timeout: float) -> d
 
 def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: int, window: tuple[float, float],
               deadline: float, idle: float, ready: mp.Event, out: mp.Queue,
-              idle_after_first: bool = False) -> None:
+              idle_after_first: bool = False, stop: mp.Event | None = None) -> None:
     consumer = kafka.consumer(ClientSettings.coerce(bootstrap), f"bench-{time.time_ns()}", {
         "fetch.min.bytes": 1, "fetch.wait.max.ms": 20, "queued.max.messages.kbytes": 262_144})
     # Start at the end of every delivery topic: only this run's deliveries count.
@@ -193,6 +195,8 @@ def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: in
         if now > deadline or (now > w1 and now - last > idle
                               and (first_arrival or not idle_after_first)):
             break
+        if stop is not None and now - last > STOP_QUIET_S and stop.is_set():
+            break
     consumer.close()
     lat.append(buf[:nb].copy())
     out.put({"received": received, "window_arrivals": in_window,
@@ -202,10 +206,12 @@ def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: in
 
 def start_consumers(bootstrap: str | ClientSettings, topics: list[str], partitions: int,
                     window: tuple[float, float], deadline: float, processes: int = 1,
-                    idle: float = 5.0, idle_after_first: bool = False):
-    """``processes`` delivery consumers from the end of ``topics``; each stops at ``deadline``
-    or once ``idle`` seconds passed without a delivery after the window's end (with
-    ``idle_after_first``, only once a first delivery arrived)."""
+                    idle: float = 5.0, idle_after_first: bool = False,
+                    stop: mp.Event | None = None):
+    """``processes`` delivery consumers from the end of ``topics``; each stops at ``deadline``,
+    once ``idle`` seconds passed without a delivery after the window's end (with
+    ``idle_after_first``, only once a first delivery arrived), or once ``stop``
+    (:func:`stop_event`) is set and :data:`STOP_QUIET_S` passed without a delivery."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs, events = [], []
@@ -213,7 +219,7 @@ def start_consumers(bootstrap: str | ClientSettings, topics: list[str], partitio
         ready = ctx.Event()
         p = ctx.Process(target=_consumer, args=(bootstrap, topics[k::processes], partitions,
                                                 window, deadline, idle, ready, out,
-                                                idle_after_first), daemon=True)
+                                                idle_after_first, stop), daemon=True)
         p.start()
         procs.append(p)
         events.append(ready)
@@ -221,6 +227,12 @@ def start_consumers(bootstrap: str | ClientSettings, topics: list[str], partitio
         if not e.wait(120):
             raise RuntimeError("delivery consumer not ready")
     return procs, out
+
+
+def stop_event() -> mp.Event:
+    """An event :func:`start_consumers` takes as ``stop``: set it once the router reported
+    every publish routed (its deliveries acknowledged), and the consumers end."""
+    return mp.get_context("spawn").Event()
 
 
 def join_consumers(procs, out, timeout: float) -> dict:
