@@ -197,11 +197,14 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
     r = env.router
     routed0 = r.routed()
     n_probes0 = len(r.batches)
-    # The consumers stop 15 s after the last delivery (and not before the first).
+    # The consumers stop once the router reported the backlog routed (a micro-batch of a
+    # loaded router may take longer than any short idle wait), 120 s without a delivery
+    # failing that.
     now = time.time()
+    stop = kafka_load.stop_event()
     consumer_procs, cout = kafka_load.start_consumers(
         env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
-        (now, now), now + 3600, consumers, idle=15, idle_after_first=True)
+        (now, now), now + 3600, consumers, idle=120, idle_after_first=True, stop=stop)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
         p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
         p.pid for p in consumer_procs if p.is_alive()]})
@@ -215,6 +218,7 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
         f"({pub['sent'] / pub['seconds']:,.0f}/s)")
     ok = r.wait_routed(routed0 + pub["sent"], timeout=1800)
     sampler.stop()
+    stop.set()
     if not ok:
         log(f"{env.name}: WARNING: the backlog was not drained in time")
     cons = kafka_load.join_consumers(consumer_procs, cout, timeout=600)
