@@ -1,0 +1,97 @@
+"""What README.md, docs/ and conf/bitroute.toml state that the code can check.
+
+Each topic has one home page and the others link to it by page and section
+(`docs/running.md, "The checkpoint folder"`): every such link must name a
+section (a heading, or a paragraph's bold lead) of that page. The defaults a
+home page states are compared with the configuration's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from streaming.config import load
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+SOURCES = [ROOT / "README.md", ROOT / "conf" / "bitroute.toml",
+           *(page for page in PAGES if page.name != "benchmarks-history.md")]
+"""The pages whose links are checked: not the history page, which quotes each run as it was."""
+# `docs/running.md, "Settings"`, `running.md "Settings"`, `(docs/design.md, "Guarantees")`;
+# in conf/bitroute.toml the reference may run over a comment's line break.
+_LINK = re.compile(r'(?:docs/)?([a-z-]+\.md)[,:]? *\(?"([^"]+)"')
+
+
+def _flat(path: Path) -> str:
+    """The text with line breaks (and a TOML comment's `#`) folded into spaces."""
+    return re.sub(r"\s*\n\s*(?:# ?)?", " ", path.read_text())
+
+
+def _sections(page: Path) -> list[str]:
+    text = page.read_text()
+    headings = [re.sub(r"^#+\s*", "", line).strip() for line in text.splitlines()
+                if re.match(r"#+ ", line)]
+    bold = re.findall(r"\*\*(.+?)\*\*", text, re.S)
+    return headings + [" ".join(b.split()) for b in bold]
+
+
+def _links() -> list[tuple[str, str, str]]:
+    pages = {page.name for page in PAGES}
+    return [(str(source.relative_to(ROOT)), page, section)
+            for source in SOURCES
+            for page, section in _LINK.findall(_flat(source)) if page in pages]
+
+
+def test_links_are_found_in_the_pages():
+    assert len(_links()) > 50  # the pattern still finds the links
+
+
+@pytest.mark.parametrize("source, page, section", _links())
+def test_a_link_to_a_section_names_one_of_that_page(source, page, section):
+    sections = _sections(ROOT / "docs" / page)
+    assert any(s.startswith(section) or section in s for s in sections), (
+        f"{source} links to docs/{page}, {section!r}, which has no such section")
+
+
+def _section(page: str, heading: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    body = text.split(f"\n{heading}\n", 1)[1]
+    return " ".join(re.split(r"\n#+ ", body, maxsplit=1)[0].split())
+
+
+def test_where_a_batch_is_routed_states_the_defaults():
+    """docs/running.md's home of the driver-or-executors choice, against StreamingConfig."""
+    text = _section("running.md", "## Where a batch is routed, and what the driver costs")
+    streaming = load(environ={}).streaming
+    assert streaming.driver_route_max_publishes is None  # "auto"
+    assert streaming.driver_route_bounds("local[2]") == (20_000, 100_000)
+    assert streaming.driver_route_bounds("spark://master:7077") == (0, 0)
+    assert ("Both are `\"auto\"` by default: 20,000 publishes and 100,000 deliveries on a "
+            "`local[...]` master, 0 (every batch on the executors) on any other master") in text
+    assert streaming.task_audit_files("local[2]") is False
+    assert streaming.task_audit_files("spark://master:7077") is True
+    assert ("On a `local[...]` master (`streaming.executor_audit_files = \"auto\"`) the tasks "
+            "return their routed rows instead") in text
+    assert "`\"tasks\"` or `\"driver\"` chooses on any master" in text
+
+
+def test_the_lease_section_states_the_default_timeout():
+    text = _section("running.md", "### One router per publishes topic and warehouse")
+    assert load(environ={}).streaming.lease_timeout_s == 60.0
+    assert "renewed every quarter of `streaming.lease_timeout` (60 s)" in text
+    assert "its lease is taken over once it is 60s old" in text
+
+
+def test_the_audit_bound_is_the_configured_one():
+    """docs/design.md's "Audit exactly once" bound and audit.md's summary of it."""
+    audit = load(environ={}).audit
+    assert audit.commit_interval_s == 2.0
+    with pytest.raises(Exception, match="at most 10 seconds"):
+        load(overrides={"audit.commit_interval": "11 seconds"}, environ={})
+    design = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    assert "`audit.commit_interval` (2 s by default, at most 10 s)" in design
+    assert "`audit.commit_interval` (2 s)" in " ".join((ROOT / "docs" / "audit.md")
+                                                      .read_text().split())
