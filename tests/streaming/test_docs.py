@@ -95,3 +95,86 @@ def test_the_audit_bound_is_the_configured_one():
     assert "`audit.commit_interval` (2 s by default, at most 10 s)" in design
     assert "`audit.commit_interval` (2 s)" in " ".join((ROOT / "docs" / "audit.md")
                                                       .read_text().split())
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The rows of the markdown table whose header row starts with ``header``, as cells."""
+    lines = text.split(f"\n{header}", 1)[1].splitlines()[2:]
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+def test_the_spark_settings_table_is_what_the_session_sets(monkeypatch):
+    """docs/running.md, "Spark settings bitroute applies", against session_settings."""
+    from streaming.router.session import session_settings
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    text = (ROOT / "docs" / "running.md").read_text()
+    section = text.split("\n### Spark settings bitroute applies\n", 1)[1].split("\n### ", 1)[0]
+    config = load(environ={})
+    settings = session_settings(config)
+    literal = {"`true`": "true", "`false`": "false", "`UTC`": "UTC", "`20`": "20",
+               "`FAIR`": "FAIR", "`spark.shuffle_partitions`": str(config.spark.shuffle_partitions),
+               "`spark.app_name` (`bitroute`)": "bitroute"}
+    for keys, value, _why in _table_rows(section, "| Spark key |"):
+        for key in re.findall(r"`([^`]+)`", keys):
+            assert key in settings, key
+            if value in literal:
+                assert settings[key] == literal[value], key
+    assert config.spark.app_name == "bitroute"
+    # Every key the session sets, on a local or a cluster master, is named in the section.
+    cluster = session_settings(load(overrides={"spark.master": "spark://m:7077"}, environ={}))
+    for key in {**settings, **cluster}:
+        assert f"`{key}" in section, f"running.md does not say bitroute sets {key}"
+
+
+SETTINGS_ON_A_CLUSTER = {
+    "kafka.bootstrap": ("kafka-1:9092,kafka-2:9092", "kafka-1:9092,kafka-2:9092"),
+    "broker.embedded": ("false", False),
+    "kafka.replication_factor": ("3", 3),
+    "kafka.partitions": ("6", 6),
+    "delta.warehouse": ("/mnt/shared/bitroute/delta", "/mnt/shared/bitroute/delta"),
+    "streaming.checkpoint_dir": ("/var/lib/bitroute/checkpoints",
+                                 Path("/var/lib/bitroute/checkpoints")),
+    "spark.master": ("spark://spark-master:7077", "spark://spark-master:7077"),
+}
+
+
+def test_the_settings_to_change_on_a_cluster_load_from_their_variables():
+    """docs/running.md, "Settings": each row's key is set by its environment variable."""
+    text = (ROOT / "docs" / "running.md").read_text()
+    section = text.split("\n## Settings\n", 1)[1].split("\n### ", 1)[0]
+    rows = _table_rows(section, "| setting |")
+    assert sorted(key.strip("`") for key, _, _ in rows) == sorted(SETTINGS_ON_A_CLUSTER)
+    for key, variable, _ in rows:
+        key, variable = key.strip("`"), variable.strip("`")
+        raw, expected = SETTINGS_ON_A_CLUSTER[key]
+        section_name, name = key.split(".")
+        value = getattr(getattr(load(environ={variable: raw}), section_name), name)
+        assert (str(value) if isinstance(expected, str) else value) == expected, key
+
+
+def test_a_table_setting_is_refused_in_the_environment_naming_the_key():
+    """docs/running.md, "Settings": tables only in the file or with --set."""
+    from streaming.config import ConfigError
+
+    with pytest.raises(ConfigError, match="exchanges.dialects|EXCHANGES_DIALECTS"):
+        load(environ={"BITROUTE_EXCHANGES_DIALECTS": "amq.topic=amqp"})
+
+
+def test_the_run_json_sample_has_the_batch_report_fields():
+    """docs/running.md, "Stopping and restarting": `bitroute run --json`'s object."""
+    import dataclasses
+    import json
+
+    from streaming.router.report import BatchReport
+
+    text = (ROOT / "docs" / "running.md").read_text()
+    section = text.split("\n### Stopping and restarting\n", 1)[1]
+    sample = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    fields = [f.name for f in dataclasses.fields(BatchReport)] + ["finished_at"]
+    assert sorted(sample) == sorted(fields)
