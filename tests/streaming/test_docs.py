@@ -178,3 +178,25 @@ def test_the_run_json_sample_has_the_batch_report_fields():
     sample = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
     fields = [f.name for f in dataclasses.fields(BatchReport)] + ["finished_at"]
     assert sorted(sample) == sorted(fields)
+
+
+_TYPE_NAMES = {"StringType": "string", "LongType": "long", "IntegerType": "int",
+               "TimestampType": "timestamp", "BooleanType": "boolean", "DateType": "date",
+               "ArrayType": "array<string>", "MapType": "map<string,string>"}
+
+
+@pytest.mark.parametrize("table", ["deliveries", "messages", "subscriptions"])
+def test_the_audit_page_lists_each_table_s_columns_as_the_schema_has_them(table):
+    """docs/audit.md's column tables against schemas/tables.py: names in order, types,
+    nullability."""
+    from schemas.tables import AUDIT_TABLES
+
+    text = (ROOT / "docs" / "audit.md").read_text().replace("&lt;", "<").replace("&gt;", ">")
+    section = re.split(rf"\n## `{table}`[^\n]*\n", text, maxsplit=1)[1].split("\n## ", 1)[0]
+    documented = [(name.strip("`"), kind) for name, kind, _ in
+                  _table_rows(section, "| column | type | meaning |")]
+    schema = AUDIT_TABLES[table]
+    assert [name for name, _ in documented] == schema.fieldNames()
+    for (name, kind), field in zip(documented, schema.fields):
+        assert kind.split(", nullable")[0] == _TYPE_NAMES[type(field.dataType).__name__], name
+        assert ("nullable" in kind) == field.nullable, name
