@@ -200,3 +200,35 @@ def test_the_audit_page_lists_each_table_s_columns_as_the_schema_has_them(table)
     for (name, kind), field in zip(documented, schema.fields):
         assert kind.split(", nullable")[0] == _TYPE_NAMES[type(field.dataType).__name__], name
         assert ("nullable" in kind) == field.nullable, name
+
+
+def _pins() -> tuple[dict[str, str], dict[str, list[str]]]:
+    """pyproject.toml's pinned Python distributions and conf/jvm.toml's artifacts per group."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    python = dict(re.match(r"([A-Za-z0-9_.-]+)==(\S+)$", d).groups()
+                  for d in project["dependencies"] if "==" in d)
+    jvm = {group: table["artifacts"]
+           for group, table in tomllib.loads((ROOT / "conf" / "jvm.toml").read_text()).items()}
+    return python, jvm
+
+
+def test_the_versions_the_pages_name_are_the_pinned_ones():
+    """docs/running.md's requirements and docs/audit.md's version table, against
+    pyproject.toml and conf/jvm.toml."""
+    python, jvm = _pins()
+    running = " ".join((ROOT / "docs" / "running.md").read_text().split())
+    audit = " ".join((ROOT / "docs" / "audit.md").read_text().split())
+    pyspark, delta = python["pyspark"], python["delta-spark"]
+    [connector] = jvm["spark"]
+    [delta_jar] = [a for a in jvm["delta"] if ":delta-spark_" in a]
+    [hadoop_aws] = jvm["s3a"]
+    spark_minor = ".".join(pyspark.split(".")[:2])
+    assert connector.endswith(f":{pyspark}") and delta_jar.endswith(f":{delta}")
+    assert f"pyspark {pyspark} is pinned in `pyproject.toml`, the Kafka connector {pyspark}" in running
+    assert f"| Spark | {spark_minor}.x built for Scala 2.13" in running
+    assert f"delta-spark {delta}" in running
+    assert f"`{connector}`" in running
+    assert f"| {pyspark} (bitroute's pin) | `{delta_jar}` | `delta-spark=={delta}` |" in audit
+    assert f"hadoop-aws {hadoop_aws.rsplit(':', 1)[1]}" in audit
