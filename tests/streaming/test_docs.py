@@ -232,3 +232,26 @@ def test_the_versions_the_pages_name_are_the_pinned_ones():
     assert f"`{connector}`" in running
     assert f"| {pyspark} (bitroute's pin) | `{delta_jar}` | `delta-spark=={delta}` |" in audit
     assert f"hadoop-aws {hadoop_aws.rsplit(':', 1)[1]}" in audit
+
+
+def test_where_state_lives_names_every_path_of_the_checkpoint_folder():
+    """docs/operations.md, "Where state lives", against CheckpointLayout: every path the
+    table gives under the checkpoint folder is the layout's, and every path the layout
+    defines (its properties) is in the table, under a folder it names, or a folder of
+    paths it names."""
+    from streaming.router.checkpoint import CheckpointLayout
+
+    layout = CheckpointLayout.of("/c")
+    defined = {str(value.relative_to("/c")) for name in dir(CheckpointLayout)
+               if isinstance(getattr(CheckpointLayout, name), property)
+               and isinstance(value := getattr(layout, name), Path) and value != layout.root}
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("\n## Where state lives\n", 1)[1].split("\n## ", 1)[0]
+    documented = {re.split(r"/?<", path, maxsplit=1)[0].rstrip("/") for path in
+                  re.findall(r"`<(?:streaming\.)?checkpoint_dir>/([^`]+)`", section)}
+    for path in documented:
+        assert any(path == d or path.startswith(d + "/") for d in defined), path
+    for path in defined:
+        assert any(path == d or path.startswith(d + "/") or d.startswith(path + "/")
+                   for d in documented), (
+            f"docs/operations.md, Where state lives: no row for <checkpoint_dir>/{path}")
