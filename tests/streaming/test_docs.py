@@ -255,3 +255,15 @@ def test_where_state_lives_names_every_path_of_the_checkpoint_folder():
         assert any(path == d or path.startswith(d + "/") or d.startswith(path + "/")
                    for d in documented), (
             f"docs/operations.md, Where state lives: no row for <checkpoint_dir>/{path}")
+
+
+def test_the_audit_page_s_summary_of_the_verb_has_the_parser_s_flags():
+    """docs/audit.md's `bitroute audit` block against docs/cli.md (generated from the parser)."""
+    audit = (ROOT / "docs" / "audit.md").read_text()
+    block = audit.split("\n## `bitroute audit`\n", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    reference = cli.split("\n## bitroute audit\n", 1)[1].split("\n## ", 1)[0]
+    parser_flags = set(re.findall(r"^\| `(--[a-z-]+)`", reference, re.M)) | {"--config", "--set"}
+    assert set(re.findall(r"(--[a-z-]+)", block)) == parser_flags
+    assert set(re.findall(r"^bitroute audit ([a-z|]+)", block, re.M)) == {
+        "maintain", "migrate", "deliveries|messages|subscriptions"}
