@@ -267,3 +267,23 @@ def test_the_audit_page_s_summary_of_the_verb_has_the_parser_s_flags():
     assert set(re.findall(r"(--[a-z-]+)", block)) == parser_flags
     assert set(re.findall(r"^bitroute audit ([a-z|]+)", block, re.M)) == {
         "maintain", "migrate", "deliveries|messages|subscriptions"}
+
+
+def test_the_image_s_defaults_are_the_dockerfile_s():
+    """docs/running.md, "Docker": the user, folder and settings the image runs with."""
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    docker = " ".join((ROOT / "docs" / "running.md").read_text()
+                      .split("\n## Docker\n", 1)[1].split("\n### ", 1)[0].split())
+    assert "It runs as user `bitroute` (uid 1000) in `/data`" in docker
+    assert "useradd --create-home --uid 1000 bitroute" in dockerfile
+    assert "\nWORKDIR /data\n" in dockerfile
+    for variable, value, said in (
+            ("BITROUTE_BROKER_EMBEDDED", "false", "`BITROUTE_BROKER_EMBEDDED=false`"),
+            ("BITROUTE_DELTA_WAREHOUSE", "/data/delta", "the warehouse at `/data/delta`"),
+            ("BITROUTE_STREAMING_CHECKPOINT_DIR", "/data/checkpoints",
+             "the checkpoints at `/data/checkpoints`"),
+            ("BITROUTE_BROKER_DATA_DIR", "/data/broker", "the broker's data at `/data/broker`"),
+            ("PYSPARK_PYTHON", "/opt/bitroute/bin/python", "`PYSPARK_PYTHON`")):
+        assert re.search(rf"\b{variable}={re.escape(value)}\b", dockerfile), variable
+        assert said in docker, said
+    assert "RUN bitroute jars --s3a" in dockerfile and "`bitroute jars --s3a`" in docker
