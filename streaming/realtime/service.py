@@ -40,10 +40,13 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import AuditTables
 from streaming.config import Config, duration_seconds
-from streaming.errors import one_line
+from streaming.errors import RetryAbandoned, one_line
 from streaming.realtime.errors import RealtimeSlotsError
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
+from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
+from streaming.realtime.incarnation import PublishesTopicWatch
+from streaming.realtime.restored import refuse_restored_audit
 from streaming.realtime.query import register_route_function, start_routing_query
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
@@ -86,7 +89,9 @@ class RealtimeRouting:
     ``catch_up_lock`` is the router's lock around a changelog catch-up (held by each
     catch-up here); ``incarnation`` the publishes topic's incarnation number;
     ``describe`` tells a query's failure in one line (Kafka's refusal as what to grant);
-    ``on_routing_query`` is told each routing query started (the first and each restart).
+    ``on_routing_query`` is told each routing query started (the first and each restart);
+    ``topic_id`` is the publishes topic's Kafka id the router opened: another one found
+    while running ends the routing (:mod:`streaming.realtime.incarnation`).
     """
 
     def __init__(self, config: Config, spark: SparkSession, layout: CheckpointLayout,
@@ -96,7 +101,8 @@ class RealtimeRouting:
                  on_report: Callable[[BatchReport], None] | None = None,
                  latency: LatencyWindow | None = None,
                  describe: Callable[[BaseException], str] | None = None,
-                 on_routing_query: Callable[[StreamingQuery], None] | None = None) -> None:
+                 on_routing_query: Callable[[StreamingQuery], None] | None = None,
+                 topic_id: str | None = None) -> None:
         self._config = config
         self._spark = spark
         self._layout = layout
@@ -124,6 +130,10 @@ class RealtimeRouting:
         self._queries_lock = threading.Lock()
         """Held around each query's start and while :meth:`stop` stops them."""
         self.supervisors: list[QuerySupervisor] = []
+        self.topic_watch = PublishesTopicWatch(config.kafka.client_settings,
+                                               config.kafka.publishes_topic, topic_id, layout,
+                                               self._stopping, self._stop_routing)
+        """Ends the routing when the publishes topic is recreated (:meth:`ended` says so)."""
 
     def start(self) -> StreamingQuery:
         """Publish the view, start the audit and the routing query; return the routing
@@ -132,6 +142,7 @@ class RealtimeRouting:
         register_route_function(self._spark, self._config, self._incarnation)
         self._layout.realtime.mkdir(parents=True, exist_ok=True)
         self.tables.ensure()
+        refuse_restored_audit(self._layout, self.tables)
         self.committer.recover()  # a crash's leftovers, before the audit query resumes
         self.committer.start()
         mark = self.tables.latest_mark(MESSAGES)
@@ -155,15 +166,20 @@ class RealtimeRouting:
             {"describe": self._describe} if self._describe is not None else {})}
         self.supervisors = [
             QuerySupervisor("routing", self.routing_query, self._start_routing, self._stopping,
-                            self._queries_lock, on_start=self._routing_started, **options).start(),
+                            self._queries_lock, on_start=self._routing_started,
+                            on_failure=lambda failure: recreate_missing_delivery_topics(
+                                self._config, failure), **options).start(),
             QuerySupervisor("audit", self.audit_query, self._start_audit, self._stopping,
                             self._queries_lock, on_start=self._audit_started, **options).start(),
         ]
+        self.topic_watch.start()
         return self.routing_query
 
     def _start_routing(self) -> StreamingQuery:
         """Start the routing query: it resumes from its checkpoint, or starts where
-        :meth:`_starting_offsets` says."""
+        :meth:`_starting_offsets` says. Not once the publishes topic was recreated."""
+        if self.topic_watch.end is not None:
+            raise RetryAbandoned(self.topic_watch.end)
         return start_routing_query(self._spark, self._config, self._layout.realtime_routing,
                                    self._starting_offsets())
 
@@ -175,18 +191,33 @@ class RealtimeRouting:
         if self._on_routing_query is not None:
             self._on_routing_query(query)
 
+    def _stop_routing(self) -> None:
+        """The publishes topic was recreated: stop routing at once, so that nothing of the
+        new topic is routed under the old incarnation's ids (:meth:`ended` then says why;
+        the audit goes on until the router stops)."""
+        with self._queries_lock:
+            if self.routing_query is not None and not self._stopping.is_set():
+                try:
+                    self.routing_query.stop()
+                except Exception as exc:  # noqa: BLE001 - the router stops it again
+                    _log.warning(f"could not stop the routing query: {one_line(exc)}")
+
     def _audit_started(self, query: StreamingQuery) -> None:
         self.audit_query = query
 
     def ended(self, timeout: float) -> str | None:
         """Wait up to ``timeout`` for a query to end for good (the JVM gone, a query stopped
-        from outside: :mod:`streaming.realtime.supervisor`); why, else None. A failed
-        query is no end: it is started again."""
+        from outside: :mod:`streaming.realtime.supervisor`; the publishes topic recreated:
+        :mod:`streaming.realtime.incarnation`); why, else None. A failed query is no end:
+        it is started again."""
         deadline = time.monotonic() + timeout
+        recreated = self.topic_watch.ended()
+        if recreated is not None:
+            return recreated
         for supervisor in self.supervisors:
             end = supervisor.ended(max(0.0, deadline - time.monotonic()))
-            if end is not None:
-                return end
+            if end is not None:  # a recreated topic stops the routing query: its line first
+                return self.topic_watch.ended() or end
         if not self.supervisors:
             time.sleep(timeout)
         return None
@@ -196,6 +227,7 @@ class RealtimeRouting:
         self._stopping.set()
         for supervisor in self.supervisors:
             supervisor.join(SUPERVISOR_STOP_WAIT_S)
+        self.topic_watch.join(SUPERVISOR_STOP_WAIT_S)
         with self._queries_lock:  # no restart from here on
             for query in (self.routing_query, self.audit_query):
                 if query is None:

@@ -251,6 +251,11 @@ class Router:
         """Everything :meth:`open` prepares once the lock and lease are held."""
         journal = AuditJournal(self.layout.audit_journal)
         ensure_router_topics(self.config)
+        if self.config.streaming.mode == MODE_REALTIME:
+            from streaming.realtime.incarnation import refuse_recreated_topic
+
+            refuse_recreated_topic(self.layout, self.config.kafka.publishes_topic,
+                                   admin_client(self.config))
         self.incarnation.topic_id, self.incarnation.number = follow_incarnation(
             self.config, self.layout, admin_client(self.config))
         if store.has_pins() and not self.layout.offsets.is_dir():
@@ -338,7 +343,8 @@ class Router:
                                         snapshots, self._pin_lock, self.incarnation.number,
                                         on_commit=self._status.refresh, on_report=self._report,
                                         latency=self.latency, describe=self.failure_line,
-                                        on_routing_query=self._routing_query_started)
+                                        on_routing_query=self._routing_query_started,
+                                        topic_id=self.incarnation.topic_id)
         try:
             self.query = self.realtime.start()
         except BaseException:
