@@ -38,7 +38,6 @@ from pyspark.sql.streaming import StreamingQuery
 from schemas.records import MESSAGES
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
-from streaming.audit.writer import AuditTables
 from streaming.config import Config, duration_seconds
 from streaming.errors import RetryAbandoned, one_line
 from streaming.realtime.errors import RealtimeSlotsError
@@ -46,7 +45,7 @@ from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
 from streaming.realtime.incarnation import PublishesTopicWatch
-from streaming.realtime.restored import refuse_restored_audit
+from streaming.realtime.restored import realtime_tables
 from streaming.realtime.query import register_route_function, start_routing_query
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
@@ -69,9 +68,8 @@ REGISTRATION_WINDOW = "spark.scheduler.maxRegisteredResourcesWaitingTime"
 """Spark's setting for how long executors may take to register: the slot check waits as long."""
 SUPERVISOR_STOP_WAIT_S = 30.0
 """How long a stopping router waits for a supervisor's restart in progress."""
-
-AUDIT_STREAM = "realtime-publishes"
-"""The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""
+ENDED_POLL_S = 0.1
+"""How often :meth:`RealtimeRouting.ended` looks at the supervisors and the topic watch."""
 
 
 def task_slots(spark: SparkSession) -> int:
@@ -116,8 +114,7 @@ class RealtimeRouting:
         self.view = RoutingViewPublisher(config)
         self._watch: ChangelogWatch | None = None
         self._follower = ViewFollower(self._follow, self._stopping, self._wait_for_change)
-        self.tables = AuditTables(config, store.router_id(), store.snapshot_audit_id(),
-                                  publishes_stream=AUDIT_STREAM)
+        self.tables = realtime_tables(config, store)
         self.committer = AuditCommitter(self.tables, AuditJournal(layout.realtime_audit_journal),
                                         config.audit.commit_interval_s,
                                         config.audit.max_pending_batches,
@@ -142,7 +139,6 @@ class RealtimeRouting:
         register_route_function(self._spark, self._config, self._incarnation)
         self._layout.realtime.mkdir(parents=True, exist_ok=True)
         self.tables.ensure()
-        refuse_restored_audit(self._layout, self.tables)
         self.committer.recover()  # a crash's leftovers, before the audit query resumes
         self.committer.start()
         mark = self.tables.latest_mark(MESSAGES)
@@ -211,16 +207,15 @@ class RealtimeRouting:
         :mod:`streaming.realtime.incarnation`); why, else None. A failed query is no end:
         it is started again."""
         deadline = time.monotonic() + timeout
-        recreated = self.topic_watch.ended()
-        if recreated is not None:
-            return recreated
-        for supervisor in self.supervisors:
-            end = supervisor.ended(max(0.0, deadline - time.monotonic()))
-            if end is not None:  # a recreated topic stops the routing query: its line first
-                return self.topic_watch.ended() or end
-        if not self.supervisors:
-            time.sleep(timeout)
-        return None
+        while True:
+            # The recreated topic's line first: its stop of the routing query is no end.
+            for end in (self.topic_watch.ended(), *(s.ended(0) for s in self.supervisors)):
+                if end is not None:
+                    return self.topic_watch.ended() or end
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(left, ENDED_POLL_S))
 
     def stop(self) -> None:
         """Stop both queries and the view thread, then commit what the audit journaled."""

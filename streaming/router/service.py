@@ -268,7 +268,8 @@ class Router:
             store.forget_batches()
         # A restored (older) state folder is found and made safe here.
         self._committer = open_audit(self.layout, store,
-                                     lambda: self._committer_for(store, journal))
+                                     lambda: self._committer_for(store, journal),
+                                     self._realtime_restored(store))
         self._audit = self._committer.tables
         unpartitioned = self._audit.unpartitioned()
         self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
@@ -296,6 +297,14 @@ class Router:
         self.maintenance.start()
         if self.replays is not None:
             self.replays.start()
+
+    def _realtime_restored(self, store: SnapshotStore) -> Callable[[], list[str]]:
+        """Realtime mode's signs of a restored state folder (:mod:`streaming.realtime.restored`)."""
+        if self.config.streaming.mode != MODE_REALTIME:
+            return list
+        from streaming.realtime.restored import realtime_restored
+
+        return lambda: realtime_restored(self.config, self.layout, store)
 
     def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""

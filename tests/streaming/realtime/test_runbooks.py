@@ -3,8 +3,10 @@
 ``bitroute retire --delete-topic`` waits for the routing query, and a recreated
 publishes topic ends the router with its one line and refuses the next start.
 
-One router serves the module (its start is the cost: a JVM's Real-Time Mode queries);
-the recreated publishes topic ends it, so that test comes last.
+One router serves the module's runbooks (its start is the cost: a JVM's Real-Time Mode
+queries); the recreated publishes topic ends it, so that test comes last. The restore
+test, with routers of its own, comes first (one Spark session holds one realtime router
+at a time: the queries' names).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from router_runs import delivered_ids, publish, subscribe
+from router_runs import create_publishes, delivered_ids, publish, subscribe
+from streaming.kafka import clients
+from streaming.kafka.topics import topic_id as admin_topic_id
 from streaming.ops.retire import retire
 from streaming.router.errors import RouterModeError
 from streaming.router.service import Router
-from tests.streaming.router.test_incarnations import recreate
 
 from isolation import isolated_config
 from kafka_io import KAFKA_TIMEOUT_S
@@ -41,6 +44,42 @@ def router(spark, base_config, tmp_path_factory):
         router.stop()
 
 
+def test_a_restored_state_folder_goes_on_under_a_new_router_id_and_audits_once(
+        spark, isolated_config):
+    """A copy taken after 2 publishes, restored after 2 more: found by its realtime audit
+    (the snapshots are the same), the 2 later publishes routed again, every publish
+    audited once."""
+    import shutil
+    from pathlib import Path
+
+    config = isolated_config(**{"streaming.mode": "realtime", "kafka.partitions": "1",
+                                "audit.commit_interval": "1 second"})
+    folder = Path(config.streaming.checkpoint_dir)
+    copy = folder.parent / "copy"
+
+    def run(publishes: int, audited: int) -> str:
+        router = Router(config, spark)
+        router.start()
+        try:
+            if publishes:
+                publish(config, 0, publishes)
+            wait_until(lambda: len(_messages(config)) >= audited, f"{audited} messages rows",
+                       DELIVERY_BOUND_S)
+            return router._store.router_id()
+        finally:
+            router.stop()
+
+    subscribe(config, "eel", "g/#")
+    first = run(2, 2)
+    shutil.copytree(folder, copy)
+    assert run(2, 4) == first
+    shutil.rmtree(folder)
+    copy.rename(folder)
+    assert run(1, 5) != first  # restored: a new router id
+    ids = _messages(config)
+    assert len(ids) == len(set(ids)) == 5, ids
+
+
 def _delivered(config, subscriber: str, ids: list[str]) -> None:
     wait_until(lambda: set(ids) <= _ids(config, subscriber), f"{ids} delivered to {subscriber}",
                DELIVERY_BOUND_S)
@@ -58,6 +97,24 @@ def _delete_topic(config, topic: str) -> None:
     admin.delete_topics([topic])[topic].result(KAFKA_TIMEOUT_S)
     wait_until(lambda: topic not in admin.list_topics(timeout=KAFKA_TIMEOUT_S).topics,
                f"{topic} deleted")
+
+
+def _recreate_publishes(config) -> None:
+    """Delete the publishes topic and create it again. A broker that creates topics on
+    demand may do so first, at a Spark client's request: a recreation too."""
+    admin = clients.admin(config.kafka.client_settings)
+    topic = config.kafka.publishes_topic
+    old = admin_topic_id(admin, topic)
+    _delete_topic(config, topic)
+
+    def again():
+        if admin_topic_id(admin, topic) is None:
+            try:
+                create_publishes(config, 1)
+            except Exception:  # noqa: BLE001 - the deletion is completing, or it exists now
+                return None
+        return admin_topic_id(admin, topic) not in (None, old)
+    wait_until(again, "the publishes topic created again")
 
 
 def test_a_deleted_delivery_topic_is_back_and_the_next_publish_delivered(router):
@@ -83,7 +140,7 @@ def test_retire_deletes_the_topic_once_the_routing_query_routed_the_earlier_publ
 def test_a_recreated_publishes_topic_ends_the_router_in_one_line_and_is_refused_at_start(
         router, spark):
     config = router.config
-    recreate(config, 1)
+    _recreate_publishes(config)
     line = router.realtime.ended(30)
     assert line is not None and "realtime mode does not follow a recreated publishes topic" in line
     assert "streaming.mode = \"microbatch\" and a new streaming.checkpoint_dir" in line
@@ -93,3 +150,13 @@ def test_a_recreated_publishes_topic_ends_the_router_in_one_line_and_is_refused_
     with pytest.raises(RouterModeError, match="does not follow a recreated publishes topic"):
         again.start()
     again.stop()
+
+
+def _messages(config) -> list[str]:
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(config.delta.table_path("messages"))
+    except Exception:  # noqa: BLE001 - not created yet
+        return []
+    return [r["message_id"] for r in table.to_pyarrow_table(columns=["message_id"]).to_pylist()]
