@@ -10,7 +10,8 @@ publishes would go unaudited; and the routed records the routing query wrote aft
 last checkpoint of the deleted topic can neither be routed again nor committed. So:
 
 - at open (:func:`refuse_recreated_topic`), a state folder whose publishes topic id is
-  not the topic's now is refused with one line, before anything is moved or routed;
+  not the topic's now is refused with one line, before anything is moved or routed
+  (what its realtime audit journal holds is committed first);
 - while running (:class:`PublishesTopicWatch`, one DescribeTopics request a second: a
   batch's check in micro-batch mode, here on a clock), a new topic id stops the routing
   query at once (so that it routes nothing of the new topic under the old ids) and
@@ -19,7 +20,9 @@ last checkpoint of the deleted topic can neither be routed again nor committed. 
 The line names the mode that follows the topic: micro-batch mode, on this state folder
 if it was never routed in realtime mode, else on a new ``streaming.checkpoint_dir``.
 A topic deleted and not yet created again is no end: the routing query has nothing to
-read meanwhile.
+read meanwhile. The routed records of the deleted topic after the routing query's last
+checkpoint are never committed, so the audit batch holding them (and the publishes
+audited with them) waits until the router stops: those publishes have no audit rows.
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ import logging
 import threading
 from collections.abc import Callable
 
+from streaming.config import Config
 from streaming.errors import one_line
 from streaming.kafka import clients
 from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
+from streaming.realtime.restored import commit_journal, realtime_tables
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.errors import RouterModeError
+from streaming.router.snapshots import SnapshotStore
 
 _log = logging.getLogger(__name__)
 
@@ -54,17 +60,27 @@ def recreation_line(layout: CheckpointLayout, topic: str, old: str, new: str) ->
             f"\"microbatch\"{folder} (docs/operations.md, \"A recreated publishes topic\")")
 
 
-def refuse_recreated_topic(layout: CheckpointLayout, topic: str, admin: BitrouteAdmin) -> None:
+def refuse_recreated_topic(config: Config, layout: CheckpointLayout, store: SnapshotStore,
+                           admin: BitrouteAdmin) -> None:
     """At open in realtime mode: raise :class:`RouterModeError` with
-    :func:`recreation_line` when the state folder read another incarnation of ``topic``
-    than the one Kafka has now. Writes nothing."""
+    :func:`recreation_line` when the state folder read another incarnation of the publishes
+    topic than the one Kafka has now, after committing what the realtime audit journal
+    holds (the folder is left for good). Changes nothing else."""
     try:
         seen = layout.publishes_topic_id_file.read_text().strip() or None
     except FileNotFoundError:
         return
+    topic = config.kafka.publishes_topic
     current = topic_id(admin, topic)
-    if seen is not None and current is not None and current != seen:
-        raise RouterModeError(recreation_line(layout, topic, seen, current))
+    if seen is None or current is None or current == seen:
+        return
+    if layout.realtime.is_dir():
+        tables = realtime_tables(config, store)
+        try:
+            commit_journal(config, layout, tables)
+        finally:
+            tables.close()
+    raise RouterModeError(recreation_line(layout, topic, seen, current))
 
 
 class PublishesTopicWatch:

@@ -53,14 +53,19 @@ def realtime_restored(config: Config, layout: CheckpointLayout, store: SnapshotS
         return []
     tables = realtime_tables(config, store)
     try:
-        tables.ensure()
-        journal = AuditJournal(layout.realtime_audit_journal)
-        if len(journal):
-            AuditCommitter(tables, journal, config.audit.commit_interval_s,
-                           config.audit.max_pending_batches).recover()
+        commit_journal(config, layout, tables)
         return audit_ahead(layout, tables)
     finally:
         tables.close()
+
+
+def commit_journal(config: Config, layout: CheckpointLayout, tables: AuditTables) -> None:
+    """Commit what realtime mode's audit journal holds (a crash's leftovers) to ``tables``."""
+    tables.ensure()
+    journal = AuditJournal(layout.realtime_audit_journal)
+    if len(journal):
+        AuditCommitter(tables, journal, config.audit.commit_interval_s,
+                       config.audit.max_pending_batches).recover()
 
 
 def audit_ahead(layout: CheckpointLayout, tables: AuditTables) -> list[str]:

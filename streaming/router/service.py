@@ -254,8 +254,7 @@ class Router:
         if self.config.streaming.mode == MODE_REALTIME:
             from streaming.realtime.incarnation import refuse_recreated_topic
 
-            refuse_recreated_topic(self.layout, self.config.kafka.publishes_topic,
-                                   admin_client(self.config))
+            refuse_recreated_topic(self.config, self.layout, store, admin_client(self.config))
         self.incarnation.topic_id, self.incarnation.number = follow_incarnation(
             self.config, self.layout, admin_client(self.config))
         if store.has_pins() and not self.layout.offsets.is_dir():
