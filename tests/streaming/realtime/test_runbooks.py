@@ -1,12 +1,15 @@
 """The runbooks of docs/operations.md in realtime mode, on a real broker, real Spark
-(Real-Time Mode) and real Delta: a deleted delivery topic is back and delivered to,
-``bitroute retire --delete-topic`` waits for the routing query, and a recreated
-publishes topic ends the router with its one line and refuses the next start.
+(Real-Time Mode) and real Delta: a restored state folder goes on under a new router id;
+a deleted delivery topic is back and delivered to (created by the router as the layout
+says on a broker that creates no topics: the Java producer's 120 s delivery timeout is
+most of this module's time); ``bitroute retire --delete-topic`` waits for the routing
+query; a recreated publishes topic ends the router with its one line and refuses the
+next start.
 
-One router serves the module's runbooks (its start is the cost: a JVM's Real-Time Mode
-queries); the recreated publishes topic ends it, so that test comes last. The restore
-test, with routers of its own, comes first (one Spark session holds one realtime router
-at a time: the queries' names).
+One router serves the module's runbooks on the shared broker (its start is the cost: a
+JVM's Real-Time Mode queries); the recreated publishes topic ends it, so that test comes
+last. The tests with routers of their own come first (one Spark session holds one
+realtime router at a time: the queries' names).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from router_runs import create_publishes, delivered_ids, publish, subscribe
 from streaming.kafka import clients
+from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.topics import topic_id as admin_topic_id
 from streaming.ops.retire import retire
 from streaming.router.errors import RouterModeError
@@ -80,9 +84,48 @@ def test_a_restored_state_folder_goes_on_under_a_new_router_id_and_audits_once(
     assert len(ids) == len(set(ids)) == 5, ids
 
 
-def _delivered(config, subscriber: str, ids: list[str]) -> None:
+class BrokerCreatingNoTopics(EmbeddedBroker):
+    """The embedded broker with ``auto.create.topics.enable=false``, as production sets it."""
+
+    def _server_properties(self) -> str:
+        return super()._server_properties() + "auto.create.topics.enable=false\n"
+
+
+def test_a_deleted_delivery_topic_on_a_broker_creating_no_topics_is_created_as_the_layout_says(
+        spark, isolated_config, tmp_path, caplog):
+    """The Java producer gives up on the deleted topic (60 s), the routing query fails, and
+    the router creates the topic with the layout's partitions before starting it again."""
+    broker = BrokerCreatingNoTopics(tmp_path / "kafka", port=free_port(),
+                                    controller_port=free_port())
+    broker.start()
+    try:
+        config = isolated_config(**{"kafka.bootstrap": broker.bootstrap,
+                                    "streaming.mode": "realtime", "kafka.partitions": "1",
+                                    "kafka.delivery_partitions": "2"})
+        topic = config.kafka.layout.topic("fox")
+        router = Router(config, spark)
+        router.start()
+        try:
+            subscribe(config, "fox", "g/#")
+            [first] = publish(config, 0, 1)
+            _delivered(config, "fox", [first])
+            _delete_topic(config, topic)
+            [second] = publish(config, 0, 1)
+            _delivered(config, "fox", [second], DELIVERY_BOUND_S + 120)
+        finally:
+            router.stop()
+        partitions = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
+            timeout=KAFKA_TIMEOUT_S).topics[topic].partitions
+        assert len(partitions) == 2
+        assert any(f"the delivery topic {topic} of subscriber fox did not exist" in m
+                   for m in caplog.messages)
+    finally:
+        broker.stop()
+
+
+def _delivered(config, subscriber: str, ids: list[str], bound_s: float = DELIVERY_BOUND_S) -> None:
     wait_until(lambda: set(ids) <= _ids(config, subscriber), f"{ids} delivered to {subscriber}",
-               DELIVERY_BOUND_S)
+               bound_s)
 
 
 def _ids(config, subscriber: str) -> set[str]:
