@@ -96,6 +96,18 @@ struct TableJson {
     retained_refused: Option<String>,
 }
 
+/// A table's JSON less its subscriptions ([`SubscriptionSet::table`]); any
+/// `subscriptions` member is ignored.
+#[derive(Deserialize)]
+struct TableFieldsJson {
+    #[serde(default)]
+    version: Option<i64>,
+    default_exchange: String,
+    exchanges: Vec<ExchangeJson>,
+    #[serde(default)]
+    retained_refused: Option<String>,
+}
+
 #[derive(Deserialize)]
 struct ExchangeJson {
     name: String,
@@ -104,7 +116,7 @@ struct ExchangeJson {
     share_prefix: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, PartialEq)]
 struct SubscriptionJson {
     id: String,
     exchange: String,
@@ -114,7 +126,7 @@ struct SubscriptionJson {
     headers: Option<CriteriaJson>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, PartialEq)]
 struct CriteriaJson {
     #[serde(rename = "match")]
     mode: String,
@@ -189,6 +201,70 @@ struct Filter {
     /// Its subscriptions in `filter_subs`, in output order.
     start: u32,
     end: u32,
+}
+
+/// The subscriptions of a routing table kept parsed between tables: the
+/// realtime executors' view applies each subscription record as it reads it
+/// ([`put`](Self::put), [`remove`](Self::remove)) and builds a table only at a
+/// mark ([`table`](Self::table)), so that a change costs one parse and a mark
+/// one build, never the JSON of the whole table. Keyed by the view's
+/// subscription id (its `sub:<id>` key); [`table`](Self::table) is exactly
+/// [`RouteTable::from_json`] of the same fields and subscriptions.
+#[derive(Default)]
+pub struct SubscriptionSet {
+    subscriptions: HashMap<String, SubscriptionJson>,
+}
+
+impl SubscriptionSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hold the subscription of `json` (one entry of a table's
+    /// `subscriptions`) as `id`'s; true when that changed the set. Malformed
+    /// JSON is refused and leaves the set as it was.
+    pub fn put(&mut self, id: &str, json: &[u8]) -> Result<bool, TableError> {
+        let sub: SubscriptionJson = serde_json::from_slice(json)
+            .map_err(|e| TableError(format!("subscription {id:?}: {e}")))?;
+        match self.subscriptions.get_mut(id) {
+            Some(held) if *held == sub => Ok(false),
+            Some(held) => {
+                *held = sub;
+                Ok(true)
+            }
+            None => {
+                self.subscriptions.insert(id.to_owned(), sub);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Drop `id`'s subscription; true when it held one.
+    pub fn remove(&mut self, id: &str) -> bool {
+        self.subscriptions.remove(id).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.subscriptions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.subscriptions.is_empty()
+    }
+
+    /// The table of `fields` (a table's JSON; its `subscriptions`, if any,
+    /// ignored) with the held subscriptions.
+    pub fn table(&self, fields: &[u8]) -> Result<RouteTable, TableError> {
+        let fields: TableFieldsJson = serde_json::from_slice(fields)
+            .map_err(|e| TableError(format!("routing table: {e}")))?;
+        RouteTable::build(TableJson {
+            version: fields.version,
+            default_exchange: fields.default_exchange,
+            exchanges: fields.exchanges,
+            subscriptions: self.subscriptions.values().cloned().collect(),
+            retained_refused: fields.retained_refused,
+        })
+    }
 }
 
 /// A routing table (see the module docs); immutable, shared by threads.
@@ -753,6 +829,43 @@ mod tests {
     fn ids_header_escapes_as_json_dumps() {
         assert_eq!(ids_header(&["a", "b\"c", "é"]), r#"["a","b\"c","é"]"#);
         assert_eq!(ids_header(&[]), "[]");
+    }
+
+    #[test]
+    fn a_subscription_set_builds_the_table_of_the_same_json() {
+        let json: serde_json::Value = serde_json::from_str(TABLE).unwrap();
+        let mut set = SubscriptionSet::new();
+        for sub in json["subscriptions"].as_array().unwrap() {
+            let id = sub["id"].as_str().unwrap();
+            assert!(set.put(id, sub.to_string().as_bytes()).unwrap());
+            assert!(!set.put(id, sub.to_string().as_bytes()).unwrap(), "the same value again");
+        }
+        let from_set = set.table(TABLE.as_bytes()).unwrap();
+        let whole = table();
+        for (key, headers) in [
+            ("orders.eu.paid", vec![]),
+            ("sensors/a/temperature", vec![("exchange", Some(&b"mqtt"[..])), ("unit", Some(&b"celsius"[..])), ("x", None)]),
+            ("jobs/1", vec![("exchange", Some(&b"mqtt"[..]))]),
+        ] {
+            let a = from_set.route(Some(key.as_bytes()), &headers, "p/0/7");
+            let b = whole.route(Some(key.as_bytes()), &headers, "p/0/7");
+            assert_eq!(summary(&a), summary(&b), "{key}");
+            assert_eq!(a.kind, b.kind);
+        }
+        assert_eq!(from_set.len(), 7);
+        // A change, a removal and a bad record.
+        assert!(set.put("s1", br#"{"id": "s1", "exchange": "amq.topic", "subscriber": "billing", "filter": "orders.*.due", "headers": null}"#).unwrap());
+        assert!(set.remove("a9"));
+        assert!(!set.remove("a9"));
+        assert!(set.put("s9", b"{not json").is_err());
+        let t = set.table(br#"{"version": 13, "default_exchange": "amq.topic", "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null}, {"name": "mqtt", "dialect": "mqtt", "share_prefix": "$share/"}]}"#).unwrap();
+        assert_eq!(t.len(), 6);
+        assert_eq!(t.version(), Some(13));
+        let o = t.route(Some(b"orders.eu.due"), &[], "p/0/1");
+        assert_eq!(summary(&o), vec![("billing".to_owned(), vec!["s0".to_owned(), "s1".to_owned()])]);
+        // A table the set cannot make: a subscription of an unknown exchange.
+        let refused = set.table(br#"{"default_exchange": "amq.topic", "exchanges": [{"name": "amq.topic", "dialect": "amqp"}]}"#);
+        assert!(refused.is_err());
     }
 }
 
