@@ -30,6 +30,8 @@ from streaming.config import Config
 from streaming.realtime.errors import RealtimeJarMissing
 
 UDF_NAME = "bitroute_route"
+SINK_LINGER_MS = 5
+"""The Kafka sink producer's ``linger.ms``: what a delivery may wait to share a request."""
 UDF_CLASS = "io.bitroute.realtime.RouteUdf"
 
 ROUTE_OUTPUT = ArrayType(StructType([
@@ -110,8 +112,11 @@ def start_routing_query(spark: SparkSession, config: Config, checkpoint: Path,
             .queryName("bitroute-realtime-routing")
             .format("kafka")
             .options(**options)
-            # Each record is sent as it is made: the latency is the point of the mode.
-            .option("kafka.linger.ms", "0")
+            # A publish's deliveries go to many topics: with linger.ms 0 the producer's sender
+            # wakes per record and scans every partition it ever wrote (thousands of
+            # subscriber topics), which made it the busiest thread of the JVM; a few ms of
+            # linger make it one scan per few ms for every record of them.
+            .option("kafka.linger.ms", str(SINK_LINGER_MS))
             .option("checkpointLocation", str(checkpoint))
             .outputMode("update")
             .trigger(realTime=config.streaming.realtime_checkpoint_interval)

@@ -401,6 +401,7 @@ public final class RoutingView {
                 // Not routed without it: no table is built until a later record of the id.
                 NativeRouter.remove(subscriptionSet, id);
                 unreadable.add(id);
+                subscriptionsChanged = true;
                 LOG.error("routing view {}: cannot read the subscription at offset {} (key '{}'): "
                         + "{}; publishes wait for a later record of it", settings.viewTopic(),
                         record.offset(), key, e.getMessage());
@@ -424,13 +425,14 @@ public final class RoutingView {
         State before = current;
         boolean same = before != null && !subscriptionsChanged && tableFields.equals(lastTableFields);
         RoutingTable table;
-        if (same) {
-            table = before.table();
-        } else if (!unreadable.isEmpty()) {
+        if (!unreadable.isEmpty()) {
             LOG.error("routing view {}: no table at version {}: subscriptions {} could not be "
                     + "read; publishes wait for a later record of them", settings.viewTopic(),
                     version, unreadable);
             return;
+        }
+        if (same) {
+            table = before.table();
         } else {
             if (subscriptionSet == 0) {
                 subscriptionSet = NativeRouter.newSet();
