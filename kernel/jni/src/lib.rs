@@ -18,7 +18,9 @@
 //! A set is a `Box<SubscriptionSet>` (the routing view's subscriptions, kept
 //! parsed between tables): `newSet` makes it, `freeSet` drops it; `put`,
 //! `remove` and `build` are called by one thread at a time (the view's). `build`
-//! returns a table handle, as `load` does.
+//! returns a table handle, as `load` does: a table layered over the set's last
+//! whole table when only a few subscriptions changed since (it holds a
+//! reference to that base, which lives until its last table is freed).
 //!
 //! A handle is a `Box<RouteTable>` turned into a pointer: `load` makes it,
 //! `free` drops it (once, when no thread uses it: the Java side's duty);

@@ -56,8 +56,11 @@ public final class NativeRouter {
     static native int size(long set);
 
     /** A table (a handle as {@link #load}'s) of {@code tableFieldsJson} (a table's JSON, its
-     *  subscriptions left out) with the set's subscriptions: exactly {@link #load} of the same
-     *  table. Throws IllegalArgumentException(message) for a table it cannot make. */
+     *  subscriptions left out) with the set's subscriptions: the outcomes of {@link #load} of
+     *  the same table. Only the subscriptions changed since the set's last whole table are
+     *  compiled, layered over it, when they are few and none is in a shared group
+     *  (bitroute-core {@code SubscriptionSet}). Throws IllegalArgumentException(message) for
+     *  a table it cannot make. */
     static native long build(long set, byte[] tableFieldsJson);
 
     /** Free a handle from newSet (once; never used after). */
