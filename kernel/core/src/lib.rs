@@ -23,4 +23,4 @@ pub mod pytext;
 pub mod route;
 pub mod trie;
 
-pub use route::{Delivery, Outcome, OutcomeKind, RouteTable, TableError};
+pub use route::{Delivery, Outcome, OutcomeKind, RouteTable, SubscriptionSet, TableError};
