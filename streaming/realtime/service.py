@@ -138,7 +138,7 @@ class RealtimeRouting:
         self.audit = RoutedAudit(self._config, self.committer,
                                  dict(mark.offsets) if mark is not None else {},
                                  self._layout.realtime_routing, self._stopping, self._on_report,
-                                 self._latency)
+                                 self._latency, incarnation=self._incarnation)
         with self._catch_up_lock:
             self._sync.catch_up()
             self.view.reset(self._current_snapshot(), self._sync.subscriptions.offsets)
