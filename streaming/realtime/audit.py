@@ -58,14 +58,10 @@ from datetime import datetime, timezone
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import OffsetSpec
-
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.writer import PUBLISH_TABLES, FileBatch, PublishBatch
 from streaming.config import Config
 from streaming.kafka import clients
-from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit_batch import (
     AUDIT_TASK,
     AuditTask,
@@ -75,7 +71,7 @@ from streaming.realtime.audit_batch import (
     task_result,
 )
 from streaming.realtime.errors import AuditWaitInterrupted
-from streaming.router.offsets_log import read_offsets
+from streaming.realtime.retention import committed_offsets, earliest_offsets
 from streaming.router.report import BatchReport, LatencyWindow
 from streaming.router.retention import gaps_line
 
@@ -90,20 +86,6 @@ ROUTED_RECORD_DDL = (
 """The routed record's JSON value, as Spark parses it (``from_json``)."""
 
 COMMIT_WAIT_POLL_S = 0.1
-
-
-def committed_offsets(query_checkpoint: Path, topic: str) -> dict[int, int] | None:
-    """The routing query's committed boundary: the end offsets of its latest committed
-    epoch (Real-Time Mode writes an epoch's end offsets to the offset log when the epoch
-    ends, after its tasks flushed their deliveries, then commits it), below which
-    Kafka acknowledged every publish's deliveries; None before the first commit."""
-    commits = query_checkpoint / "commits"
-    if not commits.is_dir():
-        return None
-    ids = [int(name) for name in (p.name for p in commits.iterdir()) if name.isdigit()]
-    if not ids:
-        return None
-    return read_offsets(query_checkpoint / "offsets" / str(max(ids))).get(topic)
 
 
 class RoutedAudit:
@@ -261,17 +243,10 @@ class RoutedAudit:
 
     def _earliest(self, partitions: list[int]) -> Mapping[int, int]:
         """Kafka's earliest offsets of the publishes ``partitions`` (one ListOffsets request)."""
-        if not partitions:
-            return {}
         if self._admin is None:
             self._admin = clients.admin(self._config.kafka.client_settings)
-        topic = self._config.kafka.publishes_topic
         try:
-            futures = self._admin.list_offsets(
-                {TopicPartition(topic, p): OffsetSpec.earliest() for p in partitions},
-                request_timeout=KAFKA_TIMEOUT_S)
-            return {tp.partition: self._admin.result(future, KAFKA_TIMEOUT_S).offset
-                    for tp, future in futures.items()}
+            return earliest_offsets(self._admin, self._config.kafka.publishes_topic, partitions)
         except Exception:
             self._admin = None  # a broker restarted under it: the batch's retry makes another
             raise

@@ -251,9 +251,10 @@ class AuditTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         s = self.settings
-        rows = pa.Table.from_batches(list(batches))
-        if not rows.num_rows:
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
             return
+        rows = pa.Table.from_batches(batches)
         audit, audited = audit_batch(rows, s.floor, lambda _: s.earliest, s.topic,
                                      s.incarnation)
         files = write_audit_files(audited, s) if audited.num_rows else []

@@ -45,6 +45,7 @@ from streaming.realtime.errors import RealtimeSlotsError
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
 from streaming.router.checkpoint import CheckpointLayout
@@ -163,9 +164,13 @@ class RealtimeRouting:
 
     def _start_routing(self) -> StreamingQuery:
         """Start the routing query: it resumes from its checkpoint, or starts where
-        :meth:`_starting_offsets` says."""
+        :meth:`_starting_offsets` says, or past a retention gap below its checkpoint
+        (:mod:`streaming.realtime.retention`)."""
+        kafka = self._config.kafka
+        past_gap = skip_deleted(kafka.client_settings, kafka.publishes_topic,
+                                self._layout.realtime_routing)
         return start_routing_query(self._spark, self._config, self._layout.realtime_routing,
-                                   self._starting_offsets())
+                                   past_gap or self._starting_offsets())
 
     def _start_audit(self) -> StreamingQuery:
         return self.audit.start(self._spark, self._layout.realtime_audit)

@@ -105,6 +105,7 @@ def test_the_task_writes_the_files_and_returns_one_row(tmp_path, isolated_config
         routed_at=datetime(2026, 11, 27, 12, tzinfo=timezone.utc),
         partitioned=frozenset({"messages", "deliveries"}), floor={0: 5}, earliest={0: 8},
         topic=TOPIC)
+    assert list(AuditTask(settings)(iter([]))) == []  # an empty batch: no row
     records = _records([(0, 4), (0, 8), (0, 9), (0, 8)], subscribers=3)
     [row] = list(AuditTask(settings)(iter(records.to_batches())))
     audit = task_result(pa.Table.from_batches([row]), TOPIC, 0)
