@@ -444,6 +444,8 @@ class RunResult:
     idle_driver_python_per_s: float = 0.0
     driver_jvm_threads: dict[str, float] = field(default_factory=dict)
     """The driver JVM's CPU seconds in the measured span by thread name, largest first."""
+    stages_s: dict[str, float] = field(default_factory=dict)
+    """Each stage's seconds summed over the measured batches (their reports' ``stages``)."""
     idle_jvm_threads: dict[str, float] = field(default_factory=dict)
     """The same while the router was idle after the drain (``--idle`` seconds)."""
 
@@ -576,6 +578,9 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             counted = [b for b in router.batches[first_batch:] if b["rows"]]
             result.batches = len(counted)
             result.routed_in = sorted({b["routed_in"] for b in counted})
+            for b in counted:
+                for stage, seconds in (b.get("stages") or {}).items():
+                    result.stages_s[stage] = round(result.stages_s.get(stage, 0.0) + seconds, 3)
             full = [b for b in counted[1:] if b["rows"] >= 0.5 * batch]
             if full:
                 cpu = timeline.between(counted[0]["end"], full[-1]["end"])
@@ -689,6 +694,8 @@ def capacity(results: list[RunResult], target: float) -> list[str]:
         return []
     batch = max(r.batch for r in after)
     group = [r for r in after if r.batch == batch]
+    if not all(r.executors_s for r in group):
+        return []  # --local: the executors are the driver JVM's threads
     per_batch = statistics.median(r.driver_per_batch for r in group)
     per_batch_deliveries = statistics.median(r.deliveries / max(r.batches, 1) for r in group)
     exec_rate = 1 / statistics.median(r.executors_s / r.deliveries for r in group)
@@ -795,6 +802,9 @@ def main(argv: list[str] | None = None) -> int:
             if i == 0:
                 print(HEADER)
             print(run_line(r), flush=True)
+            if r.ok and r.stages_s:
+                print("    stages (s, summed over the batches): " + ", ".join(
+                    f"{stage} {seconds:.2f}" for stage, seconds in r.stages_s.items()), flush=True)
             if args.threads and r.ok:
                 print("    driver JVM threads (CPU s): " + ", ".join(
                     f"{name} {cpu:.2f}" for name, cpu in list(r.driver_jvm_threads.items())[:12]),
