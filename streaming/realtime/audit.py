@@ -37,14 +37,14 @@ docs/benchmarks.md) the driver collects the records (``toArrow``) and journals a
 is never journaled (a crash, a failed wait) are never added to a table: the
 maintenance's vacuum deletes them.
 
-Retention gaps: publishes Kafka deleted before the routing query read them (its
-Kafka source skips them silently) are found here, per publishes partition, where
-the offsets audited jump past the next offset the audit lacks and Kafka's earliest
-offset lies past the jump, and recorded as ``lost`` rows of ``messages`` as micro-batch
-mode records them (:mod:`streaming.router.retention`), logged in one line and counted
-in the batch's report (``lost``, ``lost_total``). Realtime mode records them and goes
-on whatever ``streaming.on_retention_gap`` says: its routing query has already
-routed past them.
+Retention gaps: publishes Kafka deleted before the routing query read them (it
+starts again past them, :mod:`streaming.realtime.retention`) are found here, per
+publishes partition, where the offsets audited jump past the next offset the audit
+lacks and Kafka's earliest offset lies past the jump, and recorded as ``lost`` rows
+of ``messages`` as micro-batch mode records them (:mod:`streaming.router.retention`),
+logged in one line and counted in the batch's report (``lost``, ``lost_total``).
+Realtime mode records them and goes on whatever ``streaming.on_retention_gap`` says
+(``"stop"`` is micro-batch mode's).
 """
 
 

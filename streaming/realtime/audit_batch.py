@@ -13,8 +13,8 @@ do the same work on the same Arrow columns:
 2. **Retention gaps found** (:func:`lost_ranges`): per publishes partition, the
    offsets between the audited mark and the first routed record kept, and between
    two records kept, that Kafka no longer holds (below its earliest offset) were
-   deleted before the routing query read them (Spark's Kafka source skips them
-   silently): each range becomes one ``lost`` row of ``messages``, as micro-batch
+   deleted before the routing query read them (it starts again past them,
+   :mod:`streaming.realtime.retention`): each range becomes one ``lost`` row of ``messages``, as micro-batch
    mode records them (:func:`streaming.router.retention.gap_rows`). Offsets still in
    the log are gaps for another reason (a transaction marker, compaction) and are
    not lost. Kafka is asked (``earliest``) only when a batch has a gap; gaps
