@@ -47,6 +47,7 @@ from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
 from streaming.realtime.incarnation import PublishesTopicWatch
 from streaming.realtime.restored import realtime_tables
 from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
 from streaming.router.checkpoint import CheckpointLayout
@@ -145,7 +146,7 @@ class RealtimeRouting:
         self.audit = RoutedAudit(self._config, self.committer,
                                  dict(mark.offsets) if mark is not None else {},
                                  self._layout.realtime_routing, self._stopping, self._on_report,
-                                 self._latency)
+                                 self._latency, incarnation=self._incarnation)
         with self._catch_up_lock:
             self._sync.catch_up()
             self.view.reset(self._current_snapshot(), self._sync.subscriptions.offsets)
@@ -173,11 +174,15 @@ class RealtimeRouting:
 
     def _start_routing(self) -> StreamingQuery:
         """Start the routing query: it resumes from its checkpoint, or starts where
-        :meth:`_starting_offsets` says. Not once the publishes topic was recreated."""
+        :meth:`_starting_offsets` says, or past a retention gap below its checkpoint
+        (:mod:`streaming.realtime.retention`). Not once the publishes topic was recreated."""
         if self.topic_watch.end is not None:
             raise RetryAbandoned(self.topic_watch.end)
+        kafka = self._config.kafka
+        past_gap = skip_deleted(kafka.client_settings, kafka.publishes_topic,
+                                self._layout.realtime_routing)
         return start_routing_query(self._spark, self._config, self._layout.realtime_routing,
-                                   self._starting_offsets())
+                                   past_gap or self._starting_offsets())
 
     def _start_audit(self) -> StreamingQuery:
         return self.audit.start(self._spark, self._layout.realtime_audit)

@@ -561,14 +561,15 @@ class Router:
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in,
                              lost=sum(g.records for g in gaps))
-        self.lost_total += report.lost
         self._last_batch_at = time.monotonic()
         self._report(report)
         return report
 
     def _report(self, report: BatchReport) -> None:
-        """Keep ``report`` and hand it to every report listener."""
+        """Keep ``report`` (and count its lost publishes) and hand it to every report listener
+        (a micro-batch's, or realtime mode's audit batch's)."""
         self.reports.append(report)
+        self.lost_total += report.lost
         for listener in self.report_listeners:
             listener(report)
 
