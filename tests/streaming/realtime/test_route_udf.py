@@ -389,3 +389,13 @@ def test_a_view_of_many_marks_loads_at_its_last_and_an_unreadable_subscription_h
                         timeout=60)
     assert record["snapshot_version"] == last + 2
     assert [d["subscriber"] for d in record["deliveries"]] == ["first", "kept", "last", "moved"]
+
+    # A publisher's clock 5 minutes ahead: the gate does not wait for the executor's clock
+    # to pass the publish's timestamp (an end-offsets read begun after the publish reached
+    # the task saw everything Kafka had before it).
+    ahead = int(time.time() * 1000) + 300_000
+    producer.produce(publishes, key=b"k.a", value=b"4", timestamp=ahead)
+    producer.flush(30)
+    record = wait_until(lambda: routed().get(f"{publishes}/0/3"),
+                        "a publish stamped 5 minutes ahead", timeout=90)
+    assert record["published_at"] == ahead

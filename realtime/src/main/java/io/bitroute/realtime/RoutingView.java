@@ -47,8 +47,9 @@ import org.slf4j.LoggerFactory;
  *
  * <p>{@link #lease} is what a task calls per publish: it waits, if need be, until the view
  * covers every changelog record written before the publish (section 4): until a read of the
- * end offsets that began after the publish was written (less the clock skew allowed) is
- * covered by the view's mark. Under traffic such a read is usually done by the time the
+ * end offsets that began after the publish was written (by its timestamp, less the clock
+ * skew allowed, or because it began after the publish reached the task) is covered by the
+ * view's mark. Under traffic such a read is usually done by the time the
  * publish reaches the task, so the publish does not wait for a Kafka round trip of its own.
  * It never routes early: while the view lags it waits, with a warning every
  * {@link #LOG_EVERY_MS} ms. Kafka being unreachable (view or gate) is retried with backoff
@@ -120,8 +121,9 @@ public final class RoutingView {
         }
     }
 
-    /** One read of the changelog's end offsets, begun at {@code startedAt} (epoch ms). */
-    private record EndsRead(long startedAt, Map<Integer, Long> ends) {
+    /** One read of the changelog's end offsets, the {@code number}-th begun, at
+     *  {@code startedAt} (epoch ms). */
+    private record EndsRead(long number, long startedAt, Map<Integer, Long> ends) {
     }
 
     private final RealtimeSettings settings;
@@ -133,6 +135,7 @@ public final class RoutingView {
     /** Every publish written at or before this (epoch ms) is covered by {@code current}. */
     private volatile long verifiedUpTo = Long.MIN_VALUE;
     private EndsRead latestRead;
+    private long readsBegun;
     private boolean readWanted;
     /** When a task last asked for a lease (the gate thread reads on while it is recent). */
     private volatile long lastLeaseAt;
@@ -194,9 +197,13 @@ public final class RoutingView {
         long skew = settings.clockSkewMs();
         EndsRead read;
         synchronized (gate) {
-            // A read begun after the publish was written (less the skew) saw every changelog
-            // record Kafka acknowledged before it.
-            while (latestRead == null || latestRead.startedAt() - skew < timestampMs) {
+            // A read begun after the publish was written saw every changelog record Kafka
+            // acknowledged before it: one begun after the publish was written by the
+            // clocks (less the skew), or one begun after this call, which the publish
+            // reached after Kafka had it (whatever the clocks say).
+            long begunBefore = readsBegun;
+            while (latestRead == null || (latestRead.number() <= begunBefore
+                    && latestRead.startedAt() - skew < timestampMs)) {
                 if (timestampMs <= verifiedUpTo && current != null) {
                     return;
                 }
@@ -230,6 +237,7 @@ public final class RoutingView {
     private void refreshEnds() {
         KafkaConsumer<byte[], byte[]> consumer = null;
         long backoff = MIN_BACKOFF_MS;
+        long number;
         while (true) {
             try {
                 synchronized (gate) {
@@ -238,12 +246,13 @@ public final class RoutingView {
                         gate.wait();
                     }
                     readWanted = false;
+                    number = ++readsBegun;
                 }
                 if (consumer == null) {
                     consumer = consumer("gate");
                 }
                 long startedAt = System.currentTimeMillis();
-                EndsRead read = new EndsRead(startedAt, changelogEndOffsets(consumer));
+                EndsRead read = new EndsRead(number, startedAt, changelogEndOffsets(consumer));
                 synchronized (gate) {
                     latestRead = read;
                     gate.notifyAll();
