@@ -1,0 +1,128 @@
+"""MQTT subscription options of retained messages on a real broker, Spark and Delta:
+Retain Handling (delivery when the router applies a subscription, idle or busy).
+
+One router run, its query started (so that it applies the changelog itself while no
+publish arrives), tried as a new user would: retain, then subscribe, then wait.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from compiler.options import SubscriptionOptions
+from schemas.records import (
+    CHANGE_REJECTED,
+    CHANGE_UPSERT,
+    MESSAGE_ID_HEADER,
+    RETAIN_HEADER,
+    RETAINED_HEADER,
+    SUBSCRIPTION_IDS_HEADER,
+)
+from streaming.config import load
+from streaming.kafka import client_verbs
+from streaming.router.service import Router
+
+from isolation import isolated_settings
+from kafka_io import headers_of, read_topic
+from waiting import wait_until
+
+RETAIN = [(RETAIN_HEADER, b"true")]
+
+
+def _deliveries(cfg, subscriber: str) -> list[tuple[str, bool, str | None]]:
+    """(message id, retained mark, retain header) of each delivery to ``subscriber``."""
+    return [(headers_of(r)[MESSAGE_ID_HEADER], headers_of(r).get(RETAINED_HEADER) == "true",
+             headers_of(r).get(RETAIN_HEADER))
+            for r in read_topic(cfg, cfg.kafka.layout.topic(subscriber))]
+
+
+def _audit(cfg, name: str) -> list[dict]:
+    return DeltaTable(cfg.delta.table_path(name)).to_pyarrow_table().to_pylist()
+
+
+def test_retain_handling_delivers_when_applied_on_an_idle_router(
+        base_config, spark, tmp_path: Path, cli):
+    settings = isolated_settings(base_config, tmp_path)
+    cfg = load(overrides=settings, environ={})
+
+    def subscribe(sub_id: str, subscriber: str, handling: int) -> None:
+        client_verbs.subscribe(cfg, "mqtt", subscriber, "home/#", sub_id=sub_id,
+                               options=SubscriptionOptions(handling))
+
+    door = client_verbs.publish(cfg, "mqtt", "home/door", b"open", RETAIN)
+    light = client_verbs.publish(cfg, "mqtt", "home/light", b"on", RETAIN)
+    router = Router(cfg, spark)
+    router.start()
+    try:
+        router.process_all_available()  # the retained publishes routed, to no one
+        # The command line as a user types it: Retain Handling 1 from the flag.
+        done = cli("subscribe", "--exchange", "mqtt", "--subscriber", "bea", "--filter",
+                   "home/#", "--id", "rh1", "--retain-handling", "1", settings=settings)
+        assert done.returncode == 0, done.stderr
+        subscribe("rh0", "al", 0)
+        subscribe("rh2", "cy", 2)
+        # No publish: the idle router applies them and delivers the retained messages.
+        retained = {door: (door, True, "true"), light: (light, True, "true")}
+        wait_until(lambda: len(_deliveries(cfg, "al")) == 2 and len(_deliveries(cfg, "bea")) == 2,
+                   "the retained messages delivered on an idle router", 60)
+        for subscriber in ("al", "bea"):
+            assert sorted(_deliveries(cfg, subscriber)) == sorted(retained.values())
+        first = read_topic(cfg, cfg.kafka.layout.topic("bea"))[0]
+        assert json.loads(headers_of(first)[SUBSCRIPTION_IDS_HEADER]) == ["rh1"]
+
+        # The same ids written again, same definition: 0 sends again, 1 and 2 do not.
+        subscribe("rh2", "cy", 2)
+        done = cli("subscribe", "--exchange", "mqtt", "--subscriber", "bea", "--filter",
+                   "home/#", "--id", "rh1", "--retain-handling", "1", settings=settings)
+        assert done.returncode == 0, done.stderr
+        subscribe("rh0", "al", 0)
+        wait_until(lambda: len(_deliveries(cfg, "al")) == 4, "the re-subscribe served", 60)
+        # A live publish after them: whatever was to be delivered at subscribe is before it.
+        bell = client_verbs.publish(cfg, "mqtt", "home/bell", b"ring")
+        wait_until(lambda: _deliveries(cfg, "cy"), "the live publish routed", 60)
+        live = (bell, False, None)
+        assert _deliveries(cfg, "cy") == [live]
+        assert sorted(_deliveries(cfg, "bea")[:2]) == sorted(retained.values())
+        assert _deliveries(cfg, "bea")[2:] == [live]
+        assert sorted(_deliveries(cfg, "al")[:4]) == sorted([*retained.values()] * 2)
+        assert _deliveries(cfg, "al")[4:] == [live]
+
+        # Bad options: the router rejects them as the command line does, with a reason.
+        bad = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "dee", "--filter",
+                  "#", "--retain-handling", "1", settings=settings)
+        assert bad.returncode != 0
+        assert "retain_handling: MQTT subscription options" in bad.stderr
+        refused = cli("subscribe", "--exchange", "mqtt", "--subscriber", "dee", "--filter",
+                      "#", "--retain-handling", "3", settings=settings)
+        assert refused.returncode != 0 and "--retain-handling" in refused.stderr
+        for sub_id, value in (("bad-amqp", {"exchange": "amq.topic", "retain_handling": 1}),
+                              ("bad-value", {"exchange": "mqtt", "retain_handling": "1"})):
+            record = json.dumps({"subscriber": "dee", "filter": "#", **value}).encode()
+            client_verbs._produce(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), record)
+        router.flush_audit(60)
+        wait_until(lambda: {r["subscription_id"] for r in _audit(cfg, "subscriptions")
+                            if r["change"] == CHANGE_REJECTED} >= {"bad-amqp", "bad-value"},
+                   "the bad records rejected", 60)
+        assert router.flush_audit(60)
+    finally:
+        router.stop()
+
+    changes = _audit(cfg, "subscriptions")
+    reasons = {r["subscription_id"]: r["reason"] for r in changes if r["change"] == CHANGE_REJECTED}
+    assert "MQTT subscription options, and exchange 'amq.topic' is amqp" in reasons["bad-amqp"]
+    assert "field 'retain_handling' must be 0, 1 or 2" in reasons["bad-value"]
+    upserts = {(r["subscription_id"], r["retain_handling"]) for r in changes
+               if r["change"] == CHANGE_UPSERT}
+    assert upserts == {("rh0", 0), ("rh1", 1), ("rh2", 2)}
+    rows = [r for r in _audit(cfg, "deliveries") if r["retained"]]
+    assert sorted((r["message_id"], r["subscriber"]) for r in rows) == sorted(
+        [(door, "al"), (light, "al")] * 2 + [(door, "bea"), (light, "bea")])
+    # The listing shows the options.
+    listed = cli("subscriptions", "--json", settings=settings)
+    assert listed.returncode == 0, listed.stderr
+    options = {row["subscription_id"]: (row["retain_handling"], row["retain_as_published"])
+               for row in map(json.loads, listed.stdout.splitlines())}
+    assert options == {"rh0": (0, False), "rh1": (1, False), "rh2": (2, False)}
