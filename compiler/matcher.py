@@ -45,6 +45,7 @@ from .columns import bool_mask, string_buffers
 from .errors import SnapshotFormatError, TopicError, UnknownExchangeError, quote
 from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
 from .grammar import grammar_for, kernel_grammar
+from .options import SubscriptionOptions
 from .output import DELIVERIES_TYPE, Delivery, deliveries_column
 from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver, TopicResult
 from .shared import shared_filters
@@ -120,6 +121,10 @@ class Matcher:
             raise SnapshotFormatError(f"snapshot {snapshot.version}: the matching kernel refuses its tables: {exc}") from exc
         self._kernel_deliveries = self._kernel.deliveries
         self._resolver = Resolver(self._kernel, self._names, owners, flags, t.sub_filter, t.filter_text)
+        published = [slot for slot, bits in zip(t.option_slots.tolist(), t.option_flags.tolist())
+                     if SubscriptionOptions.from_flags(bits).retain_as_published]
+        self._retain_as_published = frozenset(
+            t.sub_ids.take(pa.array(published, pa.int64())).to_pylist())
 
     @property
     def snapshot(self) -> Snapshot:
@@ -128,6 +133,12 @@ class Matcher:
     @property
     def version(self) -> int:
         return self._snapshot.version
+
+    @property
+    def retain_as_published(self) -> frozenset[str]:
+        """The ids of the subscriptions with MQTT Retain As Published (:mod:`compiler.options`):
+        a live delivery of a retained publish keeps its ``retain`` header only for them."""
+        return self._retain_as_published
 
     @property
     def cache(self) -> TopicCache:

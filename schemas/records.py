@@ -60,7 +60,8 @@ SOURCE_HEADER = "bitroute.source"
 ROUTING_KEY_HEADER = "bitroute.routing_key"
 #: A publish to an MQTT exchange whose last ``retain`` header is :data:`RETAIN_TRUE` is
 #: retained: it becomes its topic's retained message, or, with an empty payload, clears it
-#: (streaming.router.retained; docs/design.md, "Retained messages").
+#: (streaming.router.retained; docs/design.md, "Retained messages"). Its live deliveries keep
+#: the header only for a subscription with Retain As Published (compiler.options).
 RETAIN_HEADER = "retain"
 RETAIN_TRUE = "true"
 #: On a delivery of a topic's retained message made when a subscription was applied: the

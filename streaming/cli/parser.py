@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 "the same id and definition included (0, default); only when "
                                 "the id did not exist before (1); never (2); docs/design.md, "
                                 "\"Retained messages\"")
+    subscribe.add_argument("--retain-as-published", action="store_true",
+                           help="MQTT exchanges only: a live delivery of a retained publish "
+                                "keeps its header retain: true (default: a live delivery "
+                                "carries no retain header, as MQTT 5 requires of a server; a "
+                                "retained message delivered when the subscription is applied "
+                                "always carries it)")
 
     unsubscribe = verb("unsubscribe", messaging.unsubscribe,
                        "remove a subscription: write its tombstone to the changelog and print "

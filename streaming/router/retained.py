@@ -3,7 +3,8 @@
 The contract (docs/design.md, "Retained messages"):
 
 - A publish to an MQTT exchange whose last ``retain`` header is ``true``
-  (:data:`schemas.records.RETAIN_HEADER`) is routed as usual and becomes its
+  (:data:`schemas.records.RETAIN_HEADER`) is routed as usual (the header kept on a
+  live delivery only for Retain As Published: ``streaming.router.routing``) and becomes its
   topic's retained message; with an empty (or null) payload it clears it and is
   delivered to no one (``messages.outcome = cleared``). ``retain=true`` on an
   exchange that is not MQTT is bad input: the publish is rejected with a reason.

@@ -49,7 +49,7 @@ def _options(args: argparse.Namespace):
     """The MQTT subscription options of ``subscribe``'s flags (compiler.options)."""
     from compiler.options import SubscriptionOptions
 
-    return SubscriptionOptions(args.retain_handling)
+    return SubscriptionOptions(args.retain_handling, args.retain_as_published)
 
 
 def unsubscribe(args: argparse.Namespace) -> int:

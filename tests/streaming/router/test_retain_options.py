@@ -126,3 +126,54 @@ def test_retain_handling_delivers_when_applied_on_an_idle_router(
     options = {row["subscription_id"]: (row["retain_handling"], row["retain_as_published"])
                for row in map(json.loads, listed.stdout.splitlines())}
     assert options == {"rh0": (0, False), "rh1": (1, False), "rh2": (2, False)}
+
+
+def test_retain_as_published_keeps_the_retain_header_of_live_deliveries(
+        base_config, spark, tmp_path: Path, cli):
+    settings = isolated_settings(base_config, tmp_path)
+    cfg = load(overrides=settings, environ={})
+
+    def subscribe(sub_id: str, subscriber: str, filter_: str, published: bool) -> None:
+        client_verbs.subscribe(cfg, "mqtt", subscriber, filter_, sub_id=sub_id,
+                               options=SubscriptionOptions(0, published))
+
+    subscribe("kept", "ra", "home/#", True)
+    subscribe("plain", "pl", "home/#", False)
+    subscribe("mix-plain", "mix", "home/#", False)  # one of two asks for it: kept
+    done = cli("subscribe", "--exchange", "mqtt", "--subscriber", "mix", "--filter",
+               "home/door", "--id", "mix-kept", "--retain-as-published", settings=settings)
+    assert done.returncode == 0, done.stderr
+    router = Router(cfg, spark)
+    router.start()
+    try:
+        door = client_verbs.publish(cfg, "mqtt", "home/door", b"open", RETAIN)
+        bell = client_verbs.publish(cfg, "mqtt", "home/bell", b"ring", [(RETAIN_HEADER, b"no")])
+        router.process_all_available()
+        # A subscription applied after: the retained message at subscribe time carries it.
+        subscribe("late", "lat", "home/door", False)
+        wait_until(lambda: _deliveries(cfg, "lat"), "the retained message at subscribe", 60)
+        assert router.flush_audit(60)
+    finally:
+        router.stop()
+
+    def by_message(subscriber: str) -> dict[str, tuple[bool, str | None]]:
+        return {m: (r, retain) for m, r, retain in _deliveries(cfg, subscriber)}
+
+    assert by_message("ra") == {door: (False, "true"), bell: (False, "no")}
+    assert by_message("pl") == {door: (False, None), bell: (False, "no")}
+    assert by_message("mix") == {door: (False, "true"), bell: (False, "no")}
+    mixed = [r for r in read_topic(cfg, cfg.kafka.layout.topic("mix"))
+             if headers_of(r)[MESSAGE_ID_HEADER] == door]
+    assert json.loads(headers_of(mixed[0])[SUBSCRIPTION_IDS_HEADER]) == ["mix-kept", "mix-plain"]
+    assert by_message("lat") == {door: (True, "true")}
+    # Only the header differs: the payload and the other headers are the publish's.
+    plain = [r for r in read_topic(cfg, cfg.kafka.layout.topic("pl"))
+             if headers_of(r)[MESSAGE_ID_HEADER] == door][0]
+    assert (plain.key(), plain.value(), headers_of(plain)["exchange"]) == (
+        b"home/door", b"open", "mqtt")
+    changes = {r["subscription_id"]: r["retain_as_published"] for r in _audit(cfg, "subscriptions")}
+    assert changes == {"kept": True, "plain": False, "mix-plain": False, "mix-kept": True,
+                       "late": False}
+    refused = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "dee", "--filter", "#",
+                  "--retain-as-published", settings=settings)
+    assert refused.returncode != 0 and "retain_as_published: MQTT subscription" in refused.stderr
