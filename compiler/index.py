@@ -145,7 +145,7 @@ class RoutingIndex:
         options = sub.options
         if not isinstance(options, SubscriptionOptions):
             raise SubscriptionError(f"subscription {quote(sub_id)}: options must be SubscriptionOptions")
-        options.check_dialect(sub_id, sub.exchange, self._exchanges[sub.exchange].value)
+        options.check(sub_id, sub.exchange, self._exchanges[sub.exchange].value, sub.filter)
         flags = options.flags
         fslot = self._filter_slot[exchange].get(sub.filter) if type(sub.filter) is str else None
         if fslot is None:

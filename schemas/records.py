@@ -64,6 +64,10 @@ ROUTING_KEY_HEADER = "bitroute.routing_key"
 #: the header only for a subscription with Retain As Published (compiler.options).
 RETAIN_HEADER = "retain"
 RETAIN_TRUE = "true"
+#: Optional on a publish: who published it (``bitroute publish --publisher NAME``), a
+#: subscriber name; its last value is compared with the subscriber of each subscription with
+#: No Local (compiler.options), which is not delivered the publish. Kept on deliveries.
+PUBLISHER_HEADER = "publisher"
 #: On a delivery of a topic's retained message made when a subscription was applied: the
 #: value ``true``; live deliveries do not carry it.
 RETAINED_HEADER = "bitroute.retained"
@@ -98,7 +102,9 @@ SUBSCRIPTION_SINCE_FIELD = "since"
 #: options"): Retain Handling, the integer 0 (default), 1 or 2; Retain As Published, a boolean.
 RETAIN_HANDLING_FIELD = "retain_handling"
 RETAIN_AS_PUBLISHED_FIELD = "retain_as_published"
-SUBSCRIPTION_OPTION_FIELDS = (RETAIN_HANDLING_FIELD, RETAIN_AS_PUBLISHED_FIELD)
+#: Optional MQTT No Local, a boolean: not delivered what the subscriber published itself.
+NO_LOCAL_FIELD = "no_local"
+SUBSCRIPTION_OPTION_FIELDS = (RETAIN_HANDLING_FIELD, RETAIN_AS_PUBLISHED_FIELD, NO_LOCAL_FIELD)
 #: Every field a changelog value may carry (all but the required ones optional, may be null).
 SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers", SUBSCRIPTION_SINCE_FIELD,
                        *SUBSCRIPTION_OPTION_FIELDS)

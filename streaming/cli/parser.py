@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 "carries no retain header, as MQTT 5 requires of a server; a "
                                 "retained message delivered when the subscription is applied "
                                 "always carries it)")
+    subscribe.add_argument("--no-local", action="store_true",
+                           help="MQTT exchanges only, not $share/: a publish is never delivered "
+                                "through this subscription to the subscriber that published it "
+                                "(its last header publisher names the subscriber: publish "
+                                "--publisher)")
 
     unsubscribe = verb("unsubscribe", messaging.unsubscribe,
                        "remove a subscription: write its tombstone to the changelog and print "
@@ -154,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "subscriptions it matches when the router applies them (subscribe "
                               "--retain-handling) (header retain=true; docs/design.md, "
                               "\"Retained messages\")")
+    publish.add_argument("--publisher", metavar="NAME",
+                         help="who publishes: a subscriber name, sent as the header "
+                              "publisher=NAME; a subscription of NAME with --no-local is not "
+                              "delivered this publish")
 
     tail = verb("tail", messaging.tail,
                 "print a subscriber's deliveries as they arrive (one line each; --json: one "

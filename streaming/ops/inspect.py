@@ -68,9 +68,9 @@ KAFKA_PROBE_TIMEOUT_S = PROBE_TIMEOUT_S
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
 
 SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "header_match",
-                        "header_criteria", "retain_handling", "retain_as_published"]
+                        "header_criteria", "retain_handling", "retain_as_published", "no_local"]
 """A listed subscription's fields: the names of the Delta ``subscriptions`` table."""
-OPTION_COLUMNS = ("retain_handling", "retain_as_published")
+OPTION_COLUMNS = ("retain_handling", "retain_as_published", "no_local")
 """The MQTT subscription options among them (:mod:`compiler.options`): the text tables show
 them only where an MQTT exchange is listed."""
 
@@ -252,6 +252,7 @@ def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, object]]:
         options = SubscriptionOptions.from_flags(flags.get(slot, 0))
         row["retain_handling"] = options.retain_handling
         row["retain_as_published"] = options.retain_as_published
+        row["no_local"] = options.no_local
         rows.append(row)
     return rows
 

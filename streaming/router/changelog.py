@@ -102,6 +102,8 @@ class Change(NamedTuple):
     """An upsert's MQTT Retain As Published, else None."""
     existed: bool | None = None
     """An upsert's: whether its id was live before this record (Retain Handling 1)."""
+    no_local: bool | None = None
+    """An upsert's MQTT No Local, else None."""
 
 
 SINCE_REFUSED_IN_REALTIME = ('a replay ("since") is served by streaming.mode = "microbatch", '
@@ -147,7 +149,8 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
     if sub.since is not None and replays is not None:
         replays.append(request_of(sub, partition, offset))
     criteria = sub.headers
-    options = (sub.options.retain_handling, sub.options.retain_as_published, existed)
+    options = (sub.options.retain_handling, sub.options.retain_as_published, existed,
+               sub.options.no_local)
     if criteria is None:
         return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, None, None,
                       None, *where, *options)

@@ -47,7 +47,7 @@ def _index_with_options() -> RoutingIndex:
     """:func:`_index` plus subscriptions with MQTT options (one replaced back to the default)."""
     index = _index()
     index.upsert(Subscription("o1", "mq", "olga", "a/#", options=SubscriptionOptions(1, True)))
-    index.upsert(Subscription("o2", "mq", "olga", "b", options=SubscriptionOptions(2)))
+    index.upsert(Subscription("o2", "mq", "olga", "b", options=SubscriptionOptions(2, False, True)))
     index.upsert(Subscription("o3", "mq", "pete", "c", options=SubscriptionOptions(0, True)))
     index.upsert(Subscription("o3", "mq", "pete", "c"))
     return index
@@ -59,7 +59,7 @@ def test_options_round_trip_and_continue():
     assert loaded.to_bytes() == snap.to_bytes()
     restored = RoutingIndex.from_snapshot(loaded)
     assert [restored.get(i).options for i in ("o1", "o2", "o3", "s1")] == [
-        (1, True), (2, False), (0, False), (0, False)]
+        (1, True, False), (2, False, True), (0, False, False), (0, False, False)]
     assert loaded.tables.option_slots.tolist() == [restored.slot("o1"), restored.slot("o2")]
     assert _all_matches(Matcher(loaded)) == _all_matches(Matcher(snap))
 

@@ -25,7 +25,7 @@ from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
 
-DEFAULTS = {"retain_handling": 0, "retain_as_published": False}
+DEFAULTS = {"retain_handling": 0, "retain_as_published": False, "no_local": False}
 """The MQTT subscription options of a listed subscription that has none."""
 
 
@@ -189,7 +189,7 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
         {"subscription_id": "m1", "exchange": "mqtt", "subscriber": "ops",
          "filter": "sensors/+/temperature", "header_match": "any",
          "header_criteria": {"unit": "celsius"}, "retain_handling": 2,
-         "retain_as_published": False, "retained": 0},
+         "retain_as_published": False, "no_local": False, "retained": 0},
     ]
     _, out, _ = _cli(capsys, settings, "subscriptions", "--json", "--subscriber", "ops")
     assert [json.loads(line)["subscription_id"] for line in out.splitlines()] == ["a3", "m1"]
@@ -201,9 +201,9 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
     lines = out.splitlines()
     assert lines[1].split() == ["subscription_id", "exchange", "subscriber", "filter",
                                 "header_match", "header_criteria", "retain_handling",
-                                "retain_as_published", "retained"]
+                                "retain_as_published", "no_local", "retained"]
     assert lines[3].split() == ["m1", "mqtt", "ops", "sensors/+/temperature", "any",
-                                "unit=celsius", "2", "False", "0"]
+                                "unit=celsius", "2", "False", "False", "0"]
     assert lines[4] == "(1 row)"
 
 

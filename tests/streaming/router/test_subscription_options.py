@@ -1,8 +1,9 @@
-"""MQTT subscription options of retained messages on a real broker, Spark and Delta:
-Retain Handling (delivery when the router applies a subscription, idle or busy).
+"""MQTT subscription options (compiler.options) on a real broker, Spark and Delta: Retain
+Handling (delivery when the router applies a subscription, idle or busy), Retain As
+Published, No Local.
 
-One router run, its query started (so that it applies the changelog itself while no
-publish arrives), tried as a new user would: retain, then subscribe, then wait.
+Each test is one router run, its query started (so that it applies the changelog itself
+while no publish arrives), tried as a new user would: e.g. retain, then subscribe, then wait.
 """
 
 from __future__ import annotations
@@ -177,3 +178,55 @@ def test_retain_as_published_keeps_the_retain_header_of_live_deliveries(
     refused = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "dee", "--filter", "#",
                   "--retain-as-published", settings=settings)
     assert refused.returncode != 0 and "retain_as_published: MQTT subscription" in refused.stderr
+
+
+def test_no_local_keeps_a_subscribers_own_publishes_from_it(base_config, spark, tmp_path: Path,
+                                                             cli):
+    settings = isolated_settings(base_config, tmp_path)
+    cfg = load(overrides=settings, environ={})
+    done = cli("subscribe", "--exchange", "mqtt", "--subscriber", "ann", "--filter", "chat/#",
+               "--id", "ann-chat", "--no-local", settings=settings)
+    assert done.returncode == 0, done.stderr
+    client_verbs.subscribe(cfg, "mqtt", "bob", "chat/#", sub_id="bob-chat",
+                           options=SubscriptionOptions(no_local=True))
+    client_verbs.subscribe(cfg, "mqtt", "cy", "chat/#", sub_id="cy-chat")
+    refused = cli("subscribe", "--exchange", "mqtt", "--subscriber", "dee", "--filter",
+                  "$share/g/chat/#", "--no-local", settings=settings)
+    assert refused.returncode != 0 and "no_local on a shared subscription" in refused.stderr
+    router = Router(cfg, spark)
+    router.start()
+    try:
+        sent = cli("publish", "--exchange", "mqtt", "--routing-key", "chat/room", "--publisher",
+                   "ann", "hi from ann", settings=settings)
+        assert sent.returncode == 0, sent.stderr
+        from_ann = sent.stdout.strip()
+        from_bob = client_verbs.publish(cfg, "mqtt", "chat/room", b"hi from bob",
+                                        [("publisher", b"bob")])
+        anonymous = client_verbs.publish(cfg, "mqtt", "chat/room", b"hi")
+        bad = cli("publish", "--exchange", "mqtt", "--routing-key", "chat/room", "--publisher",
+                  "not a name", "x", settings=settings)
+        assert bad.returncode != 0 and "--publisher" in bad.stderr
+        router.process_all_available()
+        assert router.flush_audit(60)
+    finally:
+        router.stop()
+
+    def got(subscriber: str) -> set[str]:
+        return {m for m, _, _ in _deliveries(cfg, subscriber)}
+
+    assert got("ann") == {from_bob, anonymous}
+    assert got("bob") == {from_ann, anonymous}
+    assert got("cy") == {from_ann, from_bob, anonymous}
+    own = [r for r in read_topic(cfg, cfg.kafka.layout.topic("bob"))
+           if headers_of(r)[MESSAGE_ID_HEADER] == from_ann]
+    assert headers_of(own[0])["publisher"] == "ann"  # kept on the delivery
+    deliveries = {(r["message_id"], r["subscriber"]) for r in _audit(cfg, "deliveries")}
+    assert (from_ann, "ann") not in deliveries and (from_ann, "bob") in deliveries
+    assert {r["message_id"]: r["deliveries"] for r in _audit(cfg, "messages")} == {
+        from_ann: 2, from_bob: 2, anonymous: 3}
+    changes = {r["subscription_id"]: r["no_local"] for r in _audit(cfg, "subscriptions")}
+    assert changes == {"ann-chat": True, "bob-chat": True, "cy-chat": False}
+    listed = cli("subscriptions", "--json", settings=settings)
+    assert {row["subscription_id"]: row["no_local"]
+            for row in map(json.loads, listed.stdout.splitlines())} == {
+        "ann-chat": True, "bob-chat": True, "cy-chat": False}
