@@ -32,7 +32,7 @@ from .dialect import Dialect
 from .errors import CompilerError, SubscriptionError, UnknownExchangeError, quote
 from .grammar import grammar_for, parse_dialect
 from .headers import HeaderCriteria
-from .options import SubscriptionOptions
+from .options import DEFAULT_OPTIONS, SubscriptionOptions
 from .snapshot import Snapshot, SnapshotTables
 from .subscription import Subscription, validate_subscriber
 from .text import is_utf8_text
@@ -143,10 +143,13 @@ class RoutingIndex:
         if criteria is not None and not isinstance(criteria, HeaderCriteria):
             raise SubscriptionError(f"subscription {quote(sub_id)}: headers must be HeaderCriteria or None")
         options = sub.options
-        if not isinstance(options, SubscriptionOptions):
-            raise SubscriptionError(f"subscription {quote(sub_id)}: options must be SubscriptionOptions")
-        options.check(sub_id, sub.exchange, self._exchanges[sub.exchange].value, sub.filter)
-        flags = options.flags
+        if options is DEFAULT_OPTIONS:  # the common case, kept cheap (benchmarks compiler, churn)
+            flags = 0
+        else:
+            if not isinstance(options, SubscriptionOptions):
+                raise SubscriptionError(f"subscription {quote(sub_id)}: options must be SubscriptionOptions")
+            options.check(sub_id, sub.exchange, self._exchanges[sub.exchange].value, sub.filter)
+            flags = options.flags
         fslot = self._filter_slot[exchange].get(sub.filter) if type(sub.filter) is str else None
         if fslot is None:
             try:
@@ -200,7 +203,8 @@ class RoutingIndex:
             return False
         self._release(slot)
         self._criteria.pop(slot, None)
-        self._options.pop(slot, None)
+        if self._options:
+            self._options.pop(slot, None)
         self._ids[slot] = None
         heapq.heappush(self._free_subs, slot)
         return True

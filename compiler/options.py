@@ -91,8 +91,10 @@ class SubscriptionOptions(NamedTuple):
         elif type(handling) is not int or handling not in RETAIN_HANDLING_VALUES:
             raise SubscriptionError(f"field {RETAIN_HANDLING_FIELD!r} must be 0, 1 or 2, "
                                     f"not {quote(handling)}")
-        return cls(handling, _boolean(obj, RETAIN_AS_PUBLISHED_FIELD),
-                   _boolean(obj, NO_LOCAL_FIELD))
+        published, local = _boolean(obj, RETAIN_AS_PUBLISHED_FIELD), _boolean(obj, NO_LOCAL_FIELD)
+        if not (handling or published or local):
+            return DEFAULT_OPTIONS  # the one default object: RoutingIndex.upsert's fast path
+        return cls(handling, published, local)
 
     def check(self, sub_id: str, exchange: str, dialect: str, filter_: str) -> None:
         """Raise :class:`SubscriptionError` when options other than the default are given
