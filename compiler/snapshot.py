@@ -47,7 +47,7 @@ Version 2 is version 3 without the two option sections (every subscription has
 the default options); a build that knows only version 2 refuses version 3 rather
 than route without the options.
 
-Version 1 (written until issue 21) is version 2 plus a class per filter that
+Version 1 (written by the first releases) is version 2 plus a class per filter that
 nothing reads since the Rust kernel: a header field ``"shapes"`` and a
 section ``filter_code`` (uint32 per filter slot). :meth:`Snapshot.from_bytes`
 reads every version (it skips the two) and the same snapshot routes the same

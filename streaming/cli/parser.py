@@ -32,6 +32,31 @@ def _seconds(text: str) -> float:
     return value
 
 
+EXIT_STATUSES: dict[int, str] = {
+    0: "done",
+    1: "the operation failed: one line on stderr says what failed and what to do",
+    2: "invalid arguments or configuration: one line on stderr, nothing was done",
+    130: "interrupted (Ctrl-C)",
+}
+"""The exit statuses every verb shares (:mod:`streaming.cli.main`); a verb's own
+meanings are given to :func:`build_parser`'s ``verb`` and replace or extend these."""
+
+_verb_exit_statuses: dict[str, dict[int, str | None]] = {}
+
+
+def exit_statuses(verb: str) -> dict[int, str]:
+    """Verb ``verb``'s exit statuses and their meanings, by status (after
+    :func:`build_parser` ran): the shared ones with the verb's own over them (a verb's
+    None: the verb never exits with that status)."""
+    merged = {**EXIT_STATUSES, **_verb_exit_statuses.get(verb, {})}
+    return {status: meaning for status, meaning in sorted(merged.items()) if meaning is not None}
+
+
+def _epilog(statuses: dict[int, str]) -> str:
+    return "exit status: " + "; ".join(f"{status}: {meaning}"
+                                       for status, meaning in statuses.items())
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="TOML configuration file (default: the packaged conf/bitroute.toml)")
@@ -43,18 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bitroute",
         description="A topic router on Spark Structured Streaming: RabbitMQ/MQTT topic "
-                    "semantics, trie matching in a Rust kernel, Kafka in and out, Delta audit.")
+                    "semantics, trie matching in a Rust kernel, Kafka in and out, Delta audit.",
+        epilog="Every verb, flag, default and exit status: docs/cli.md.")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    def verb(name: str, handler: Callable[[argparse.Namespace], int], help_text: str
-             ) -> argparse.ArgumentParser:
-        sub = verbs.add_parser(name, help=help_text, description=help_text)
+    def verb(name: str, handler: Callable[[argparse.Namespace], int], help_text: str,
+             exits: dict[int, str | None] | None = None) -> argparse.ArgumentParser:
+        _verb_exit_statuses[name] = dict(exits or {})
+        sub = verbs.add_parser(name, help=help_text, description=help_text,
+                               epilog=_epilog(exit_statuses(name)))
         _common(sub)
         sub.set_defaults(handler=handler)
         return sub
 
     run = verb("run", router.run, "run the router: a long-lived Spark streaming query (Ctrl-C "
-                                  "stops after the current batch)")
+                                  "stops after the current batch)",
+               {0: "stopped by SIGINT or SIGTERM, after the batch in progress",
+                1: "the router could not start or its query failed (one line on stderr says "
+                   "what to do), or a second signal ended it at once",
+                130: None})
     run.add_argument("--json", action="store_true",
                      help="one JSON object per finished batch on stdout instead of the progress "
                           "line; every other line on stderr")
@@ -64,8 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "= \"stop\" stopped the router on them)")
     verb("version", installation.version,
          "print the versions of bitroute, pyspark and python")
-    verb("jars", installation.jars,
-         "resolve the JVM jars of conf/jvm.toml from Maven Central and build the realtime jar (cached)")
+    jars = verb("jars", installation.jars,
+                "resolve the JVM jars of conf/jvm.toml from Maven Central and build the realtime "
+                "jar (cached)")
+    jars.add_argument("--s3a", action="store_true",
+                      help="also Hadoop's S3A connector (the [s3a] group, about 650 MB), which "
+                           "`bitroute sql` needs on an s3:// warehouse and otherwise resolves "
+                           "with Maven at its first use (the Docker image has it)")
 
     pack = verb("pack", installation.pack,
                 "pack bitroute, its kernel and dependencies for a cluster's "
@@ -78,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--port", type=int, help="listener port (default: broker.port)")
 
     match = verb("match", router.match,
-                 "match topics against subscriptions offline (JSON Lines in, JSON Lines out)")
+                 "match topics against subscriptions offline (JSON Lines in, JSON Lines out)",
+                 {0: "both files were read (rejected subscriptions included, one JSON object "
+                     "each on stderr)",
+                  2: "a file cannot be read, a non-blank line is not a JSON object, or the "
+                     "dialect is unknown: one line on stderr, nothing on stdout"})
     match.add_argument("--dialect", required=True, choices=("amqp", "mqtt"))
     match.add_argument("--subscriptions", required=True, metavar="SUBS.jsonl")
     match.add_argument("--topics", required=True, metavar="TOPICS.jsonl")
@@ -220,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = verb("status", inspection.status,
                   "is a router running on this configuration, what did it last do, how far "
-                  "behind is it (exit status 0 when running, 3 when not)")
+                  "behind is it (exit status 0 when running, 3 when not)",
+                  {0: "a router is running on this configuration",
+                   3: "no router is running on this configuration"})
     status.add_argument("--json", action="store_true", help="one JSON object")
 
     explain = verb("explain", inspection.explain,

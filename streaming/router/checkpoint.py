@@ -23,6 +23,7 @@
                                        subscriptions, and its done mark (streaming.router.retained)
         retained/applied-<version>.arrow|.done  the same for the subscriptions the idle router
                                        applied at <version>
+        replays.json                   the replays in progress (subscribe --since: streaming.router.replay)
         status.json                    the last batch's report (streaming.router.report)
         maintenance.json               the last audit maintenance pass (streaming.audit.maintenance)
       realtime/                        streaming.mode = "realtime" (streaming.realtime)
