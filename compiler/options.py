@@ -63,6 +63,8 @@ class SubscriptionOptions(NamedTuple):
     @classmethod
     def from_flags(cls, flags: int) -> SubscriptionOptions:
         flags = int(flags)
+        if not flags:
+            return DEFAULT_OPTIONS
         return cls(flags & _RETAIN_HANDLING_MASK, bool(flags & _RETAIN_AS_PUBLISHED_BIT),
                    bool(flags & _NO_LOCAL_BIT))
 

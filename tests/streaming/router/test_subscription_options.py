@@ -203,10 +203,18 @@ def test_no_local_keeps_a_subscribers_own_publishes_from_it(base_config, spark, 
         from_bob = client_verbs.publish(cfg, "mqtt", "chat/room", b"hi from bob",
                                         [("publisher", b"bob")])
         anonymous = client_verbs.publish(cfg, "mqtt", "chat/room", b"hi")
+        from_dee = client_verbs.publish(cfg, "mqtt", "chat/room", b"hi from dee",
+                                        [("publisher", b"dee")])
         bad = cli("publish", "--exchange", "mqtt", "--routing-key", "chat/room", "--publisher",
                   "not a name", "x", settings=settings)
         assert bad.returncode != 0 and "--publisher" in bad.stderr
         router.process_all_available()
+        # A replay (--since) of a subscription with No Local leaves out its own too.
+        done = cli("subscribe", "--exchange", "mqtt", "--subscriber", "dee", "--filter",
+                   "chat/+", "--id", "dee-late", "--since", "1h", "--no-local",
+                   settings=settings)
+        assert done.returncode == 0, done.stderr
+        wait_until(lambda: len(_deliveries(cfg, "dee")) >= 3, "dee's replay", 180)
         assert router.flush_audit(60)
     finally:
         router.stop()
@@ -214,19 +222,23 @@ def test_no_local_keeps_a_subscribers_own_publishes_from_it(base_config, spark, 
     def got(subscriber: str) -> set[str]:
         return {m for m, _, _ in _deliveries(cfg, subscriber)}
 
-    assert got("ann") == {from_bob, anonymous}
-    assert got("bob") == {from_ann, anonymous}
-    assert got("cy") == {from_ann, from_bob, anonymous}
+    assert got("ann") == {from_bob, anonymous, from_dee}
+    assert got("bob") == {from_ann, anonymous, from_dee}
+    assert got("cy") == {from_ann, from_bob, anonymous, from_dee}
+    replayed = [headers_of(r) for r in read_topic(cfg, cfg.kafka.layout.topic("dee"))]
+    assert all(h.get("bitroute.replayed") == "true" for h in replayed)
+    assert sorted(h[MESSAGE_ID_HEADER] for h in replayed) == sorted(
+        [from_ann, from_bob, anonymous])
     own = [r for r in read_topic(cfg, cfg.kafka.layout.topic("bob"))
            if headers_of(r)[MESSAGE_ID_HEADER] == from_ann]
     assert headers_of(own[0])["publisher"] == "ann"  # kept on the delivery
     deliveries = {(r["message_id"], r["subscriber"]) for r in _audit(cfg, "deliveries")}
     assert (from_ann, "ann") not in deliveries and (from_ann, "bob") in deliveries
     assert {r["message_id"]: r["deliveries"] for r in _audit(cfg, "messages")} == {
-        from_ann: 2, from_bob: 2, anonymous: 3}
+        from_ann: 2, from_bob: 2, anonymous: 3, from_dee: 3}
     changes = {r["subscription_id"]: r["no_local"] for r in _audit(cfg, "subscriptions")}
-    assert changes == {"ann-chat": True, "bob-chat": True, "cy-chat": False}
+    assert changes == {"ann-chat": True, "bob-chat": True, "cy-chat": False, "dee-late": True}
     listed = cli("subscriptions", "--json", settings=settings)
     assert {row["subscription_id"]: row["no_local"]
             for row in map(json.loads, listed.stdout.splitlines())} == {
-        "ann-chat": True, "bob-chat": True, "cy-chat": False}
+        "ann-chat": True, "bob-chat": True, "cy-chat": False, "dee-late": True}
