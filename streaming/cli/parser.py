@@ -146,6 +146,24 @@ def build_parser() -> argparse.ArgumentParser:
                                 "subscription matches, then the live stream: an ISO-8601 time "
                                 "(UTC when no zone) or a duration back from now (90s, 15m, 2h, "
                                 "7d, 1h30m); docs/design.md, \"Replay\"")
+    subscribe.add_argument("--retain-handling", type=int, choices=(0, 1, 2), default=0,
+                           help="MQTT exchanges only: when the router applies the subscription, "
+                                "deliver the retained messages it matches (marked "
+                                "bitroute.retained: true) on every subscribe, a re-subscribe of "
+                                "the same id and definition included (0, default); only when "
+                                "the id did not exist before (1); never (2); docs/design.md, "
+                                "\"Retained messages\"")
+    subscribe.add_argument("--retain-as-published", action="store_true",
+                           help="MQTT exchanges only: a live delivery of a retained publish "
+                                "keeps its header retain: true (default: a live delivery "
+                                "carries no retain header, as MQTT 5 requires of a server; a "
+                                "retained message delivered when the subscription is applied "
+                                "always carries it)")
+    subscribe.add_argument("--no-local", action="store_true",
+                           help="MQTT exchanges only, not $share/: a publish is never delivered "
+                                "through this subscription to the subscriber that published it "
+                                "(its last header publisher names the subscriber: publish "
+                                "--publisher)")
 
     unsubscribe = verb("unsubscribe", messaging.unsubscribe,
                        "remove a subscription: write its tombstone to the changelog and print "
@@ -178,9 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--file", metavar="F", help="send the bytes of file F ('-': stdin)")
     publish.add_argument("--retain", action="store_true",
                          help="MQTT exchanges only: the publish becomes its topic's retained "
-                              "message (an empty payload clears it), delivered to each new "
-                              "subscription it matches (header retain=true; docs/design.md, "
+                              "message (an empty payload clears it), delivered to the "
+                              "subscriptions it matches when the router applies them (subscribe "
+                              "--retain-handling) (header retain=true; docs/design.md, "
                               "\"Retained messages\")")
+    publish.add_argument("--publisher", metavar="NAME",
+                         help="who publishes: a subscriber name, sent as the header "
+                              "publisher=NAME; a subscription of NAME with --no-local is not "
+                              "delivered this publish")
 
     tail = verb("tail", messaging.tail,
                 "print a subscriber's deliveries as they arrive (one line each; --json: one "

@@ -54,6 +54,7 @@ from compiler import (
     TopicError,
     UnknownExchangeError,
 )
+from compiler.options import SubscriptionOptions
 from compiler.shared import shared_filters
 from streaming.config import Config
 from streaming.errors import one_line
@@ -67,8 +68,11 @@ KAFKA_PROBE_TIMEOUT_S = PROBE_TIMEOUT_S
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
 
 SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "header_match",
-                        "header_criteria"]
+                        "header_criteria", "retain_handling", "retain_as_published", "no_local"]
 """A listed subscription's fields: the names of the Delta ``subscriptions`` table."""
+OPTION_COLUMNS = ("retain_handling", "retain_as_published", "no_local")
+"""The MQTT subscription options among them (:mod:`compiler.options`): the text tables show
+them only where an MQTT exchange is listed."""
 
 
 @dataclass(frozen=True)
@@ -237,11 +241,18 @@ def _criteria(snapshot: Snapshot) -> dict[int, HeaderCriteria]:
 def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, object]]:
     """The rows of a :func:`_table`, as dicts of :data:`SUBSCRIPTION_COLUMNS`."""
     criteria = _criteria(snapshot)
+    t = snapshot.tables
+    flags = dict(zip(t.option_slots.tolist(), t.option_flags.tolist()))
     rows = []
     for row in table.to_pylist():
-        found = criteria.get(row.pop("slot"))
+        slot = row.pop("slot")
+        found = criteria.get(slot)
         row["header_match"] = None if found is None else found.match
         row["header_criteria"] = None if found is None else dict(found.criteria)
+        options = SubscriptionOptions.from_flags(flags.get(slot, 0))
+        row["retain_handling"] = options.retain_handling
+        row["retain_as_published"] = options.retain_as_published
+        row["no_local"] = options.no_local
         rows.append(row)
     return rows
 

@@ -96,6 +96,14 @@ class Change(NamedTuple):
     changelog_offset: int
     changed_at_ms: int | None
     applied_at_ms: int
+    retain_handling: int | None = None
+    """An upsert's MQTT Retain Handling (0, 1, 2; :mod:`compiler.options`), else None."""
+    retain_as_published: bool | None = None
+    """An upsert's MQTT Retain As Published, else None."""
+    existed: bool | None = None
+    """An upsert's: whether its id was live before this record (Retain Handling 1)."""
+    no_local: bool | None = None
+    """An upsert's MQTT No Local, else None."""
 
 
 SINCE_REFUSED_IN_REALTIME = ('a replay ("since") is served by streaming.mode = "microbatch", '
@@ -127,6 +135,7 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
         if refuse_since is not None and sub.since is not None:
             raise SubscriptionError(refuse_since)
         check_request(index, sub, changed_at_ms if changed_at_ms is not None else applied_at_ms)
+        existed = sub_id in index
         index.upsert(sub)
     except CompilerError as exc:
         exchange, subscriber, filter_ = _fields_of(value)
@@ -140,11 +149,13 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
     if sub.since is not None and replays is not None:
         replays.append(request_of(sub, partition, offset))
     criteria = sub.headers
+    options = (sub.options.retain_handling, sub.options.retain_as_published, existed,
+               sub.options.no_local)
     if criteria is None:
         return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, None, None,
-                      None, *where)
+                      None, *where, *options)
     return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, criteria.match,
-                  dict(criteria.criteria), None, *where)
+                  dict(criteria.criteria), None, *where, *options)
 
 
 def _header_text(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -> str | None:

@@ -472,7 +472,9 @@ class Replays:
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,
-                                 with_headers=any(r.request.headers for r in active),
+                                 # No Local reads the publisher header too.
+                                 with_headers=any(r.request.headers or r.request.subscription()
+                                                  .options.no_local for r in active),
                                  producer=ProducerSettings.of(kafka),
                                  incarnation=self._incarnation())
         matcher = self._matcher(active)

@@ -68,6 +68,7 @@ from schemas.records import (
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
+    RETAIN_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
     PARTITION_COLUMNS,
@@ -294,6 +295,8 @@ class BatchPlan:
     retain: RetainPlan | None = None
     """The batch's retained publishes (``ok`` is False for those that clear: they are
     delivered to no one)."""
+    retain_as_published: frozenset[str] = frozenset()
+    """The snapshot's subscriptions with Retain As Published (:mod:`compiler.options`)."""
 
 
 def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
@@ -326,7 +329,8 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
         ok &= ~retain.cleared
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
-                     send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain)
+                     send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain,
+                     matcher.retain_as_published)
 
 
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
@@ -337,26 +341,73 @@ def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumn
     topic and key as the layout says, its publish's payload as value, and its headers
     in this order: the publish's kept headers, [the routing key (shared layout)],
     message id, subscription ids, snapshot version.
+
+    A live delivery of a retained publish keeps its ``retain`` header only when one of
+    its subscriptions has Retain As Published (MQTT 5.0, 3.8.3.1): the others are records
+    of a copy of the publish's row without it (rows ``n`` and up, see :func:`_unretained`).
     """
     layout = settings.layout
     publishes = plan.publishes
     send = pa.array(plan.send, pa.int64())
     subscribers = plan.subscribers.take(send)
-    keys, per_delivery = layout.record_keys(subscribers, publishes.keys)
+    rows = plan.owner[plan.send].astype(np.int64)
     header_offsets, header_names, header_values = publishes.kept_header_columns()
+    routing_keys, values, message_ids = publishes.keys, publishes.values, publishes.message_ids
+    if plan.retain is not None and len(plan.retain.rows):
+        rows, header_offsets, header_names, header_values, routing_keys, values, message_ids = \
+            _unretained(plan, rows, header_offsets, header_names, header_values)
+    keys, per_delivery = layout.record_keys(subscribers, routing_keys)
     return DeliveryColumns(
         topic_names=layout.topic_column(subscribers),
-        rows=plan.owner[plan.send].astype(np.int64),
+        rows=rows,
         keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
-        routing_keys=BinaryColumn.of(publishes.keys),
+        routing_keys=BinaryColumn.of(routing_keys),
         routing_key_header=layout.routing_key_header,
-        values=BinaryColumn.of(publishes.values),
+        values=BinaryColumn.of(values),
         header_offsets=header_offsets,
         header_names=BinaryColumn.of(header_names), header_values=BinaryColumn.of(header_values),
-        message_ids=BinaryColumn.of(publishes.message_ids),
+        message_ids=BinaryColumn.of(message_ids),
         subscription_ids=BinaryColumn.of(plan.ids_json.take(send)),
         version=plan.version,
         header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+
+
+def _unretained(plan: BatchPlan, rows: np.ndarray, header_offsets: np.ndarray,
+                header_names: pa.Array, header_values: pa.Array):
+    """The delivery columns with each live delivery of a retained publish that none of its
+    subscriptions asks Retain As Published of pointed at a copy of its publish's row
+    without the ``retain`` header (MQTT 5.0, 3.3.1.3: the server "MUST set the RETAIN flag
+    to 0" when forwarding it to a subscription without it). Returns ``(rows,
+    header_offsets, header_names, header_values, routing_keys, values, message_ids)``;
+    only a batch with retained publishes gets here."""
+    publishes = plan.publishes
+    retained = set(plan.retain.rows.tolist())
+    ids = plan.entries.flatten()[1]
+    copies: dict[int, int] = {}
+    rows = rows.copy()
+    for i, row in enumerate(rows.tolist()):
+        if row in retained and plan.retain_as_published.isdisjoint(ids[int(plan.send[i])].as_py()):
+            rows[i] = copies.setdefault(row, publishes.n + len(copies))
+    if not copies:
+        return (rows, header_offsets, header_names, header_values, publishes.keys,
+                publishes.values, publishes.message_ids)
+    kept, counts = [], []
+    for row in copies:
+        entries = [h for h in range(int(header_offsets[row]), int(header_offsets[row + 1]))
+                   if header_names[h].as_py() != RETAIN_HEADER]
+        kept += entries
+        counts.append(len(entries))
+    offsets = np.concatenate([header_offsets, header_offsets[-1] + np.cumsum(counts)]).astype(
+        np.int32)
+    entries = pa.array(kept, pa.int64())
+    source = pa.array(list(copies), pa.int64())
+
+    def extended(column: pa.Array, take: pa.Array) -> pa.Array:
+        return pa.concat_arrays([column, column.take(take)])
+
+    return (rows, offsets, extended(header_names, entries), extended(header_values, entries),
+            extended(publishes.keys, source), extended(publishes.values, source),
+            extended(publishes.message_ids, source))
 
 
 def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
@@ -373,7 +424,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
         # Each failure names its record (its index in the columns): reject its publish
         # with Kafka's reason; a refused publish lists only the deliveries Kafka acknowledged.
         for failure in failed:
-            row = int(columns.rows[failure.tag])
+            row = int(owner[plan.send[failure.tag]])
             reasons[row] = reasons[row] or _why(failure)
         acked[plan.send[sorted({failure.tag for failure in failed})]] = False
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,

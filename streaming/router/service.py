@@ -674,10 +674,11 @@ class Router:
 
     def _idle_catch_up(self) -> None:
         """While no batch runs (no publishes arrive), apply the changelog, so that a
-        subscription asking for a replay is applied and its replay bounded without waiting
-        for the next publish. Its boundary is the next batch: the latest batch Spark planned
-        if it is not pinned yet (it waits on :attr:`_pin_lock`), else the one after it,
-        which starts at that one's end offsets."""
+        new MQTT subscription gets its retained messages and a subscription asking for a
+        replay is applied and its replay bounded without waiting for the next publish.
+        Their boundary is the next batch: the latest batch Spark planned if it is not
+        pinned yet (it waits on :attr:`_pin_lock`), else the one after it, which starts at
+        that one's end offsets."""
         query, replays = self.query, self.replays
         if (query is None or replays is None or self._stopping.is_set()
                 or time.monotonic() - self._last_batch_at < IDLE_CATCH_UP_S):
@@ -689,10 +690,12 @@ class Router:
                 return
             sync, _ = self._require_open()
             version = sync.catch_up()
+            planned = last_planned_batch(self.layout)
+            if self.retained.waiting():
+                self.retained.deliver_applied(version, self._next_batch(planned))
             if not replays.unbounded():
                 return
             topic = self.config.kafka.publishes_topic
-            planned = last_planned_batch(self.layout)
             if planned is None:
                 return  # the query has planned no batch: its first one bounds the replay
             if SnapshotFiles(self.layout).pinned(planned) is None:
@@ -703,6 +706,12 @@ class Router:
                 replays.on_batch(boundary, version, start)
         finally:
             self._pin_lock.release()
+
+    def _next_batch(self, planned: int | None) -> int:
+        """The id of the next batch to pin, given the latest batch Spark planned."""
+        if planned is None:
+            return 0
+        return planned if SnapshotFiles(self.layout).pinned(planned) is None else planned + 1
 
     def _audit_committed(self, batch_id: int) -> bool:
         """Whether every batch up to ``batch_id`` that has audit rows is in Delta."""

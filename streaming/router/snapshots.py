@@ -75,7 +75,7 @@ class SnapshotVersion:
     """One snapshot version: its bytes and what is recorded about it.
 
     ``reads_headers``: whether matching against it needs the publishes'
-    headers (some live subscription has header criteria); when False the
+    headers (some live subscription has header criteria or No Local); when False the
     routing tasks do not build them.
     """
 
@@ -94,7 +94,12 @@ class SnapshotVersion:
 
 
 def _reads_headers(snapshot: Snapshot) -> bool:
-    return len(snapshot.tables.criteria_slots) > 0
+    """Some subscription has header criteria, or No Local (the ``publisher`` header)."""
+    from compiler.options import SubscriptionOptions
+
+    t = snapshot.tables
+    return len(t.criteria_slots) > 0 or any(
+        SubscriptionOptions.from_flags(bits).no_local for bits in t.option_flags.tolist())
 
 
 class SnapshotFiles:

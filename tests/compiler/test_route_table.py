@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler import CompilerError, HeaderCriteria, Matcher, RoutingIndex, Subscription
+from compiler.options import SubscriptionOptions
 from route_tables import REJECTED, ROUTED, UNROUTABLE, micro_batch, realtime, route_table, table_json
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
@@ -101,6 +102,42 @@ def test_a_shared_group_delivers_each_publish_to_one_member():
     assert {c[0] for c in chosen} == {"w0", "w1", "w2", "w3"}
 
 
+NO_LOCAL = [
+    Subscription("n1", "mq", "ann", "chat/#", options=SubscriptionOptions(no_local=True)),
+    Subscription("n2", "mq", "ann", "chat/+"),  # ann's other subscription: still delivered
+    Subscription("n3", "mq", "bob", "chat/#", options=SubscriptionOptions(no_local=True)),
+    Subscription("n4", "mq", "cy", "chat/#", HeaderCriteria("all", {"k": None}),
+                 options=SubscriptionOptions(no_local=True)),
+    Subscription("n5", "amq", "ann", "chat.#"),
+]
+
+
+def test_no_local_is_decided_alike_by_both_paths():
+    """MQTT No Local: a subscription is not matched by a publish whose last ``publisher``
+    header names its subscriber; the subscriber's other subscriptions still are."""
+    mq = ("exchange", b"mq")
+    got = both(NO_LOCAL, [
+        (b"chat/a", [mq, ("publisher", b"ann")]),
+        (b"chat/a/b", [mq, ("publisher", b"ann")]),
+        (b"chat/a", [mq, ("publisher", b"bob"), ("k", b"1")]),
+        (b"chat/a", [mq, ("publisher", b"bob"), ("publisher", b"cy"), ("k", b"1")]),
+        (b"chat/a", [mq, ("publisher", b"c\xff"), ("k", b"1")]),
+        (b"chat/a", [mq, ("publisher", None)]),
+        (b"chat/a", [mq]),
+        (b"chat.a", [("publisher", b"ann")]),
+    ], default="amq")
+    who = [[(s, ids) for s, _, ids in deliveries] for *_, deliveries in got]
+    assert who[0] == [("ann", ["n2"]), ("bob", ["n3"])]
+    assert got[1][0] == ROUTED and who[1] == [("bob", ["n3"])]
+    assert who[2] == [("ann", ["n1", "n2"]), ("cy", ["n4"])]
+    assert who[3] == [("ann", ["n1", "n2"]), ("bob", ["n3"])]  # the last publisher header
+    assert who[4] == [("ann", ["n1", "n2"]), ("bob", ["n3"]), ("cy", ["n4"])]  # not UTF-8
+    assert who[5] == who[6] == [("ann", ["n1", "n2"]), ("bob", ["n3"])]
+    assert who[7] == [("ann", ["n5"])]  # an AMQP subscription has no No Local
+    only = both([NO_LOCAL[2]], [(b"chat/a", [mq, ("publisher", b"bob")])], default="amq")
+    assert only[0][0] == UNROUTABLE
+
+
 def test_the_table_json_of_the_contract():
     table = RouteTable(b"""{"version": 12, "default_exchange": "amq.topic",
       "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null},
@@ -171,3 +208,14 @@ headers = st.lists(st.one_of(
 @given(subscriptions, st.lists(st.tuples(keys, headers), max_size=12), st.sampled_from(["amq", "mq", "nope"]))
 def test_random_publishes_route_as_the_micro_batch_path(subs, publishes, default):
     both(subs, publishes, default)
+
+
+def test_no_local_in_a_single_match_as_explain_asks():
+    index = RoutingIndex(EXCHANGES)
+    for sub in NO_LOCAL:
+        index.upsert(sub)
+    matcher = Matcher(index.snapshot(1, {}))
+    assert matcher.reads_publisher
+    assert [(d.subscriber, d.subscription_ids) for d in matcher.match(
+        "mq", "chat/a", {"publisher": b"ann"})] == [("ann", ("n2",)), ("bob", ("n3",))]
+    assert [d.subscriber for d in matcher.match("mq", "chat/a", {"publisher": "bob"})] == ["ann"]

@@ -39,6 +39,8 @@ pub const EXCHANGE_HEADER: &str = "exchange";
 /// `schemas.records.RETAIN_HEADER` and `RETAIN_TRUE`: an MQTT retained publish.
 pub const RETAIN_HEADER: &str = "retain";
 pub const RETAIN_TRUE: &[u8] = b"true";
+/// `schemas.records.PUBLISHER_HEADER`: who published (MQTT No Local).
+pub const PUBLISHER_HEADER: &str = "publisher";
 
 /// Why a routing table cannot be read: malformed JSON, an unknown dialect
 /// or exchange, a repeated id.
@@ -126,6 +128,9 @@ struct SubscriptionJson {
     filter: String,
     #[serde(default)]
     headers: Option<CriteriaJson>,
+    /// MQTT No Local (`compiler.options`): not delivered what its subscriber published.
+    #[serde(default)]
+    no_local: bool,
 }
 
 #[derive(Deserialize, Clone, PartialEq)]
@@ -194,6 +199,7 @@ struct Subscription {
     /// Number of its subscriber: subscribers are numbered in name order.
     subscriber: u32,
     criteria: Option<Criteria>,
+    no_local: bool,
 }
 
 /// One filter of one exchange (its subscriptions share it).
@@ -372,6 +378,8 @@ pub struct RouteTable {
     filters: Vec<Filter>,
     filter_subs: Vec<u32>,
     has_criteria: bool,
+    /// Some subscription has No Local: a publish's `publisher` header is read.
+    has_no_local: bool,
     retained_refused: Option<String>,
     /// Set when this table holds only changes over a base ([`SubscriptionSet`]).
     layer: Option<Layer>,
@@ -414,6 +422,7 @@ impl RouteTable {
         let mut filter_members: Vec<Vec<u32>> = Vec::new();
         let mut filter_exchange: Vec<(usize, String)> = Vec::new();
         let mut has_criteria = false;
+        let mut has_no_local = false;
         for (rank, sub) in subs.into_iter().enumerate() {
             let &e = exchange_number.get(&sub.exchange).ok_or_else(|| {
                 TableError(format!(
@@ -436,10 +445,12 @@ impl RouteTable {
                 .map(|c| Criteria::read(c, &sub.id))
                 .transpose()?;
             has_criteria |= criteria.is_some();
+            has_no_local |= sub.no_local;
             subscriptions.push(Subscription {
                 id: sub.id,
                 subscriber: subscribers.len() as u32 - 1,
                 criteria,
+                no_local: sub.no_local,
             });
         }
         let mut ids: Vec<&str> = subscriptions.iter().map(|s| s.id.as_str()).collect();
@@ -492,6 +503,7 @@ impl RouteTable {
             filters,
             filter_subs,
             has_criteria,
+            has_no_local,
             retained_refused: json.retained_refused,
             layer: None,
         })
@@ -695,6 +707,20 @@ impl RouteTable {
                     .as_ref()
                     .map_or(true, |c| c.holds(&last))
             });
+        }
+        if self.has_no_local && !matched.is_empty() {
+            // As compiler.matcher.Matcher: the last `publisher` header, as UTF-8 text.
+            let publisher = headers
+                .iter()
+                .rev()
+                .find(|(name, _)| *name == PUBLISHER_HEADER)
+                .and_then(|(_, value)| value.and_then(|v| std::str::from_utf8(v).ok()));
+            if let Some(publisher) = publisher {
+                matched.retain(|&s| {
+                    let sub = &self.subscriptions[s as usize];
+                    !(sub.no_local && self.subscribers[sub.subscriber as usize] == publisher)
+                });
+            }
         }
         for f in groups {
             self.choose_member(f, message_id, &mut matched);

@@ -54,7 +54,7 @@ def explain(args: argparse.Namespace) -> int:
           + f" ({state_source(state)})")
     if receivers:
         columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
-                   "shared_group"]
+                   "shared_group", *(inspect.OPTION_COLUMNS if mqtt else ())]
         print("\n".join(table(columns, [row for r in receivers for row in r.subscriptions])))
     if mqtt:
         print(f"retained message: {retained['message_id']} ({retained['payload_bytes']} bytes, "
@@ -78,8 +78,10 @@ def subscriptions(args: argparse.Namespace) -> int:
     from streaming.cli.render import state_source, table
 
     print(state_source(state))
-    columns = inspect.SUBSCRIPTION_COLUMNS + (["retained"] if any("retained" in r for r in rows)
-                                              else [])
+    mqtt = any(cfg.exchanges.dialects.get(r["exchange"]) == "mqtt" for r in rows)
+    columns = [c for c in inspect.SUBSCRIPTION_COLUMNS
+               if mqtt or c not in inspect.OPTION_COLUMNS] + (
+        ["retained"] if any("retained" in r for r in rows) else [])
     print("\n".join(table(columns, [{"retained": None, **row} for row in rows])))
     return 0
 

@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from schemas.records import RETAIN_HEADER, RETAIN_TRUE
+from schemas.records import PUBLISHER_HEADER, RETAIN_HEADER, RETAIN_TRUE
 from streaming.cli.arguments import config_of, message_headers
 from streaming.cli.errors import UsageError, reported
 from streaming.config import MODE_REALTIME
@@ -22,6 +22,7 @@ def subscribe(args: argparse.Namespace) -> int:
     if args.filter is None and not criteria:
         raise UsageError("--filter is required unless --header is given")
     filter_ = "#" if args.filter is None else args.filter
+    options = _options(args)
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         since = None
         if args.since is not None and cfg.streaming.mode == MODE_REALTIME:
@@ -33,15 +34,22 @@ def subscribe(args: argparse.Namespace) -> int:
 
             since = replay_cli.parse_since_argument(args.since)
             client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
-                                             criteria, args.match, args.id, since)
+                                             criteria, args.match, args.id, since, options)
             replay_cli.check_existing(cfg, args.id, args.exchange, args.subscriber, filter_,
                                       HeaderCriteria(args.match, criteria) if criteria else None)
             notice = replay_cli.retained_start_notice(cfg, since)
             if notice is not None:
                 print(f"bitroute: {notice}", file=sys.stderr, flush=True)
         print(client_verbs.subscribe(cfg, args.exchange, args.subscriber, filter_,
-                                     criteria, args.match, args.id, since))
+                                     criteria, args.match, args.id, since, options))
     return 0
+
+
+def _options(args: argparse.Namespace):
+    """The MQTT subscription options of ``subscribe``'s flags (compiler.options)."""
+    from compiler.options import SubscriptionOptions
+
+    return SubscriptionOptions(args.retain_handling, args.retain_as_published, args.no_local)
 
 
 def unsubscribe(args: argparse.Namespace) -> int:
@@ -85,11 +93,23 @@ def publish(args: argparse.Namespace) -> int:
     if args.retain:
         _check_retain(cfg, exchange)
         headers.append((RETAIN_HEADER, RETAIN_TRUE.encode()))
+    if args.publisher is not None:
+        headers.append((PUBLISHER_HEADER, _publisher(args.publisher).encode()))
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         incarnation = publishing_incarnation(cfg)
         print(client_verbs.publish(cfg, exchange, args.routing_key, payload, headers,
                                    incarnation))
     return 0
+
+
+def _publisher(name: str) -> str:
+    """``--publisher``: a subscriber name (the one No Local compares it with)."""
+    from compiler import SubscriptionError, validate_subscriber
+
+    try:
+        return validate_subscriber(name)
+    except SubscriptionError as exc:
+        raise UsageError(f"--publisher: {exc}") from None
 
 
 def _check_retain(cfg, exchange: str) -> None:

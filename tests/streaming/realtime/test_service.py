@@ -137,6 +137,23 @@ def test_a_subscription_acknowledged_before_a_publish_applies_to_it(router):
         assert len(_deliveries(config, subscriber, 1)) == 1, subscriber
 
 
+def test_no_local_keeps_a_subscribers_own_publish_from_it_as_in_micro_batch_mode(router):
+    # The routing view carries no_local to the executors' RouteTable (kernel/core/src/route.rs).
+    config = router.config
+    ann, bob = _unique("ann"), _unique("bob")
+    room = f"chat/{ann}"
+    for subscriber in (ann, bob):
+        value = {"exchange": "mqtt", "subscriber": subscriber, "filter": f"{room}/#",
+                 "no_local": True}
+        _produce(config, config.kafka.subscriptions_topic, subscriber.encode(),
+                 json.dumps(value).encode())
+    from_ann = _publish(config, f"{room}/x", b"a", "mqtt", [("publisher", ann.encode())])
+    from_bob = _publish(config, f"{room}/x", b"b", "mqtt", [("publisher", bob.encode())])
+    # One publishes partition: had ann's own publish reached ann, it would come first.
+    assert [headers_of(r)[MESSAGE_ID_HEADER] for r in _deliveries(config, ann, 1)] == [from_bob]
+    assert [headers_of(r)[MESSAGE_ID_HEADER] for r in _deliveries(config, bob, 1)] == [from_ann]
+
+
 def test_bad_input_is_rejected_with_its_reason_and_audited(router):
     config = router.config
     bad = _produce(config, config.kafka.publishes_topic, None, b"?")  # no routing key
