@@ -37,9 +37,10 @@ Invariants:
   ``.meta``: what it records is read from the snapshot itself.
 - A pin is written before a batch writes anything and is never rewritten: a
   replayed batch finds it and uses the same version (deterministic replay).
-- :meth:`SnapshotStore.prune` keeps the pins of the last :data:`PINS_KEPT`
-  batches, the snapshots they name, and the latest snapshot. Spark replays
-  only the last batch whose commit was not written, so that is ample.
+- :meth:`SnapshotStore.prune` (at each batch's pin and each commit) keeps the
+  pins of the last :data:`PINS_KEPT` batches, the snapshots they name, and the
+  latest snapshot. Spark replays only the last batch whose commit was not
+  written, so that is ample.
 - The current version is the latest persisted one: versions only grow, and a
   version is current once it is on disk.
 """
@@ -47,6 +48,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -62,6 +64,8 @@ if TYPE_CHECKING:
     from pyspark import Broadcast, SparkContext
 
     from compiler import Snapshot
+
+_log = logging.getLogger(__name__)
 
 PINS_KEPT = 16
 """Pins of this many most recent batch ids survive pruning (Spark replays at most the last)."""
@@ -318,12 +322,19 @@ class BatchSnapshots:
         return self._store.changes(version)
 
     def commit(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
-        """Persist ``snapshot`` with the ``changes`` that made it and make it current.
+        """Persist ``snapshot`` with the ``changes`` that made it and make it current, then
+        prune the versions no kept pin names (:meth:`SnapshotStore.prune`).
         If this raises, the current version is unchanged."""
         self._store.save(snapshot, changes)
         self._current = snapshot
         for listener in self.commit_listeners:
             listener(changes)
+        # Here and not only at a batch's pin: realtime mode pins no batch, and would keep
+        # every version (three files each, one version per subscription change) for ever.
+        try:
+            self._store.prune()
+        except OSError as exc:  # housekeeping: the next commit or batch prunes again
+            _log.warning(f"could not prune old snapshot versions: {exc}")
 
     def for_batch(self, batch_id: int, catch_up: Callable[[], object]) -> BatchSnapshot:
         """The version batch ``batch_id`` routes with, broadcast.
