@@ -122,6 +122,10 @@ def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
         "spark_commits": (layout.commits, visible),
         "spark_checkpoint": (layout.query, visible),
         "router_state": (layout.state, visible),
+        # realtime mode's: each query's Spark checkpoint and the audit's journal
+        "realtime_routing": (layout.realtime_routing, visible),
+        "realtime_audit": (layout.realtime_audit, visible),
+        "realtime_audit_journal": (layout.realtime_audit_journal, visible),
     }
     out: dict[str, float] = {}
     for name, (path, accept) in folders.items():
@@ -154,6 +158,7 @@ RETENTION = {
     "spark_commits_n": "about 100 (spark.sql.streaming.minBatchesToRetain)",
     "status_mb": "one file, rewritten each batch",
     "audit_journal_n": "the batches not yet committed to Delta (audit.max_pending_batches)",
+    "realtime_audit_journal_n": "the audit batches not yet committed to Delta (audit.max_pending_batches)",
 }
 
 
