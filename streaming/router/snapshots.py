@@ -37,9 +37,9 @@ Invariants:
   ``.meta``: what it records is read from the snapshot itself.
 - A pin is written before a batch writes anything and is never rewritten: a
   replayed batch finds it and uses the same version (deterministic replay).
-- :meth:`SnapshotStore.prune` (at each batch's pin and each commit) keeps the
-  pins of the last :data:`PINS_KEPT` batches, the snapshots they name, and the
-  latest snapshot. Spark replays only the last batch whose commit was not
+- :meth:`SnapshotStore.prune` (at each batch's pin; in realtime mode at each
+  commit) keeps the pins of the last :data:`PINS_KEPT` batches, the snapshots
+  they name, and the latest snapshot. Spark replays only the last batch whose commit was not
   written, so that is ample.
 - The current version is the latest persisted one: versions only grow, and a
   version is current once it is on disk.
@@ -301,9 +301,16 @@ class BatchSnapshots:
     Not thread-safe: the router calls it from one batch at a time.
     """
 
-    def __init__(self, store: SnapshotStore, context: SparkContext | None = None) -> None:
+    def __init__(self, store: SnapshotStore, context: SparkContext | None = None,
+                 prune_at_commit: bool = False) -> None:
         self._store = store
         self._context = context
+        self._prune_at_commit = prune_at_commit
+        """Prune at each commit too (realtime mode: it pins no batch, and would keep every
+        version, three files each, one per subscription change, for ever). Not in
+        micro-batch mode: a restart's retained seeding reads the versions committed after
+        the last pin (:meth:`streaming.router.retained.RetainedDeliveries.seed`), which the
+        next batch's pin prunes."""
         self._current: SnapshotVersion | None = None
         self._live: tuple[int, Broadcast, str] | None = None
         self.commit_listeners: list[Callable[[Sequence[Sequence]], None]] = []
@@ -322,15 +329,15 @@ class BatchSnapshots:
         return self._store.changes(version)
 
     def commit(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
-        """Persist ``snapshot`` with the ``changes`` that made it and make it current, then
-        prune the versions no kept pin names (:meth:`SnapshotStore.prune`).
-        If this raises, the current version is unchanged."""
+        """Persist ``snapshot`` with the ``changes`` that made it and make it current, then,
+        with ``prune_at_commit``, prune the versions no kept pin names
+        (:meth:`SnapshotStore.prune`). If this raises, the current version is unchanged."""
         self._store.save(snapshot, changes)
         self._current = snapshot
         for listener in self.commit_listeners:
             listener(changes)
-        # Here and not only at a batch's pin: realtime mode pins no batch, and would keep
-        # every version (three files each, one version per subscription change) for ever.
+        if not self._prune_at_commit:
+            return
         try:
             self._store.prune()
         except OSError as exc:  # housekeeping: the next commit or batch prunes again

@@ -134,14 +134,14 @@ def test_router_id_is_stable_until_the_batches_are_forgotten(tmp_path: Path):
 
 
 def test_versions_committed_without_batches_are_pruned_at_each_commit(tmp_path: Path):
-    # Realtime mode: a version per subscription change and no batch pins any: the folder
-    # holds the latest version (and what the pins of an earlier micro-batch run name), not
-    # one version per change since the start.
+    # Realtime mode (prune_at_commit): a version per subscription change and no batch pins
+    # any: the folder holds the latest version (and what the pins of an earlier micro-batch
+    # run name), not one version per change since the start.
     layout = _layout(tmp_path)
     store = SnapshotStore(layout)
     store.save(_version(0), [])
     store.pin(7, 0)  # an earlier micro-batch run's last batch
-    snapshots = BatchSnapshots(store)
+    snapshots = BatchSnapshots(store, prune_at_commit=True)
     for version in range(1, 1001):
         snapshots.commit(_version(version), [["s", "upsert"]])
     assert store.versions() == [0, 1000]
