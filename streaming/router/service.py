@@ -279,7 +279,8 @@ class Router:
                          "partitions it")
         self._committer.recover()  # a crash's leftovers, before routing starts
         self._committer.start()
-        self._snapshots = BatchSnapshots(store, self.spark.sparkContext)
+        self._snapshots = BatchSnapshots(store, self.spark.sparkContext,
+                                         prune_at_commit=self.config.streaming.mode == MODE_REALTIME)
         self.retained = RetainedDeliveries(self.config, self.layout.retained, self._audit,
                                            self.broker_watch.on_error)
         self.retained.seed(store)
