@@ -176,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
                               "message (an empty payload clears it), delivered to each new "
                               "subscription it matches (header retain=true; docs/design.md, "
                               "\"Retained messages\")")
+    publish.add_argument("--expiry", metavar="SECONDS",
+                         help="MQTT 5's Message Expiry Interval, 1 to 4294967295 (header "
+                              "expiry=SECONDS): routed after SECONDS it is delivered to no one "
+                              "(messages outcome 'expired'); each delivery carries the interval "
+                              "left; a retained message stops being served when it expires; a "
+                              "replay skips it once expired (docs/design.md, \"Message expiry\")")
 
     tail = verb("tail", messaging.tail,
                 "print a subscriber's deliveries as they arrive (one line each; --json: one "
@@ -246,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--routing-key", required=True, help="routing key / topic name")
     explain.add_argument("--header", action="append", metavar="NAME=VALUE",
                          help="message header (repeatable; the last value of a name counts)")
+    explain.add_argument("--expiry", metavar="SECONDS",
+                         help="the publish's expiry interval (header expiry=SECONDS): checked "
+                              "as the router checks it, and shown")
     explain.add_argument("--message-id", metavar="M",
                          help="<topic>/<partition>/<offset>: pick each shared group's member as "
                               "the router would for message M (default: list every member)")

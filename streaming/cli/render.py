@@ -329,6 +329,7 @@ def batch_line(report: BatchReport) -> str:
     return (f"batch {report.batch_id}: {report.rows} publishes, {report.deliveries} deliveries, "
             f"{report.rejected} rejected, "
             + (f"{report.lost} lost to retention, " if report.lost else "")
+            + (f"{report.expired} expired, " if report.expired else "")
             + f"snapshot v{report.snapshot_version}, "
             f"{report.seconds:.2f}s ({split}, routed in the {report.routed_in}){replay}")
 
@@ -406,6 +407,7 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
             f"{last.get('batch_id', '?')}: {last.get('publishes', '?')} publishes, "
             f"{last.get('deliveries', '?')} deliveries, {last.get('rejected', '?')} rejected, "
             + (f"{last['lost']} lost to retention, " if last.get("lost") else "")
+            + (f"{last['expired']} expired, " if last.get("expired") else "")
             + f"snapshot v{last.get('snapshot_version', '?')}, {_seconds(last.get('seconds'))}"
             + (f" ({split})" if split else "")
             + f", finished {last.get('finished_at', '?')}{_ago(last.get('finished_at'), now)}")))
@@ -425,6 +427,10 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
     if last is not None and last.get("lost_total"):
         lines.append(("lost", f"{last['lost_total']} publishes lost to retention since the "
                               "router started (audit: messages with outcome 'lost')"))
+    if last is not None and last.get("expired_total"):
+        lines.append(("expired", f"{last['expired_total']} publishes expired before they were "
+                                 "routed since the router started (audit: messages with outcome "
+                                 "'expired')"))
     version = status["snapshot_version"]
     for replay in status.get("replays") or []:
         rate = replay.get("rate")

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.records import OUTCOME_REJECTED
+from schemas.records import OUTCOME_EXPIRED, OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.writer import ROUTED_VERSION_COLUMN, PublishBatch
@@ -102,6 +102,7 @@ class RoutedAudit:
         self.publishes = 0
         self.deliveries = 0
         self.rejected = 0
+        self.expired = 0
         self.repeats = 0
         """Routed records left out as repeats of an audited publish."""
         self.snapshot_version: int | None = None
@@ -181,18 +182,20 @@ class RoutedAudit:
         latency = pc.drop_null(pc.subtract(routed_ms, published_ms)).to_numpy(zero_copy_only=False)
         deliveries = pc.sum(pc.list_value_length(rows["deliveries"])).as_py() or 0
         rejected = pc.sum(pc.equal(rows["outcome"], OUTCOME_REJECTED)).as_py() or 0
+        expired = pc.sum(pc.equal(rows["outcome"], OUTCOME_EXPIRED)).as_py() or 0
         with self._lock:
             self.latency.add(latency.tolist())
             self.publishes += rows.num_rows
             self.deliveries += deliveries
             self.rejected += rejected
+            self.expired += expired
             self.snapshot_version = version
         if self._on_report is not None:
             self._on_report(BatchReport(
                 batch_id, rows.num_rows, deliveries, rejected, version,
                 time.monotonic() - started, False,
                 {"await_checkpoint": self.waiting_s,
-                 "audit": time.monotonic() - started - self.waiting_s}))
+                 "audit": time.monotonic() - started - self.waiting_s}, expired=expired))
 
     def _await_committed(self, rows: pa.Table) -> None:
         """Wait until the routing query committed every publish of ``rows`` (module docstring)."""

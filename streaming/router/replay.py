@@ -74,6 +74,7 @@ from streaming.router.routing import (
     _refused,
     _routed_rows,
     delivery_columns,
+    kept_header_columns,
     plan_batch,
 )
 
@@ -544,7 +545,8 @@ class Replays:
 
     def _only_in_range(self, plan, active: list[Replay], batch: pa.RecordBatch):
         """``plan`` with each delivery's subscription ids cut to the replays whose range holds
-        its publish, deliveries left without one dropped, and deliveries the subscriber
+        its publish, deliveries left without one dropped, those of publishes expired at the
+        replay's time dropped, and deliveries the subscriber
         had already (the audit) dropped; every publish's rejection forgotten (a replay
         rejects nothing: the live routing did)."""
         entries = plan.entries
@@ -575,6 +577,8 @@ class Replays:
                              & (offsets[mine] < high[partitions[mine]]))
         counts = np.bincount(parent[keep_id], minlength=n)
         wanted = counts > 0
+        if plan.expiry is not None:  # its lifetime ended before the replay reached it
+            wanted &= ~plan.expiry.expired[plan.owner]
         delivered = self._already_delivered(active)
         if delivered:
             # Only a subscriber with audit rows costs a look-up per delivery.
@@ -598,7 +602,7 @@ class Replays:
 
 def _replayed(columns, plan):
     """``columns`` with :data:`REPLAYED_HEADER` after each publish's own headers."""
-    offsets, names, values = plan.publishes.kept_header_columns()
+    offsets, names, values = kept_header_columns(plan)
     n = len(offsets) - 1
     total = len(names) + n
     new_offsets = (offsets + np.arange(n + 1)).astype(np.int32)

@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from schemas.records import RETAIN_HEADER, RETAIN_TRUE
+from schemas.records import EXPIRY_HEADER, RETAIN_HEADER, RETAIN_TRUE
 from streaming.cli.arguments import config_of, message_headers
 from streaming.cli.errors import UsageError, reported
 from streaming.config import MODE_REALTIME
@@ -85,11 +85,25 @@ def publish(args: argparse.Namespace) -> int:
     if args.retain:
         _check_retain(cfg, exchange)
         headers.append((RETAIN_HEADER, RETAIN_TRUE.encode()))
+    if args.expiry is not None:
+        headers.append(expiry_header(args.expiry))
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         incarnation = publishing_incarnation(cfg)
         print(client_verbs.publish(cfg, exchange, args.routing_key, payload, headers,
                                    incarnation))
     return 0
+
+
+def expiry_header(seconds: str) -> tuple[str, bytes]:
+    """``--expiry SECONDS`` as the publish's ``expiry`` header, refused (one line) with the
+    router's reason when the router would reject it."""
+    from streaming.kafka.records import expiry_error
+
+    value = seconds.encode("utf-8")
+    reason = expiry_error(value)
+    if reason is not None:
+        raise UsageError(f"--expiry {seconds}: {reason}")
+    return EXPIRY_HEADER, value
 
 
 def _check_retain(cfg, exchange: str) -> None:
