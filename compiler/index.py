@@ -75,6 +75,11 @@ class RoutingIndex:
         self._filter_refs = array("I")
         self._free_filters: list[int] = []
 
+        # Live subscriptions per exchange (code) and per (exchange code, subscriber slot),
+        # for the limits (streaming.router.limits).
+        self._exchange_subs = [0] * len(self._exchange_names)
+        self._pair_subs: dict[tuple[int, int], int] = {}
+
     @property
     def exchanges(self) -> Mapping[str, Dialect]:
         return dict(self._exchanges)
@@ -94,6 +99,16 @@ class RoutingIndex:
     def filter_count(self) -> int:
         """Number of distinct (exchange, filter) pairs held, i.e. live filter slots."""
         return sum(map(len, self._filter_slot))
+
+    def count(self, exchange: str, subscriber: str | None = None) -> int:
+        """Live subscriptions of ``exchange`` (of ``subscriber`` on it, when given)."""
+        code = self._exchange_code.get(exchange)
+        if code is None:
+            return 0
+        if subscriber is None:
+            return self._exchange_subs[code]
+        slot = self._subscriber_slot.get(subscriber)
+        return 0 if slot is None else self._pair_subs.get((code, slot), 0)
 
     def slot(self, sub_id: str) -> int | None:
         """The subscription slot of ``sub_id`` (stable while it lives), or ``None``."""
@@ -174,6 +189,9 @@ class RoutingIndex:
         self._slot_of[sub_id] = slot
         self._sub_filter[slot] = fslot
         self._sub_subscriber[slot] = subscriber_slot
+        self._exchange_subs[exchange] += 1
+        pair = (exchange, subscriber_slot)
+        self._pair_subs[pair] = self._pair_subs.get(pair, 0) + 1
         if criteria is not None:
             self._criteria[slot] = criteria
         elif self._criteria:
@@ -251,6 +269,12 @@ class RoutingIndex:
         index._free_filters = [fslot for fslot, text in enumerate(texts) if text is None]
         index._filter_exchange = _uint_array(t.filter_exchange)
         index._filter_refs = _uint_array(np.bincount(t.sub_filter[live], minlength=len(texts)))
+        exchange_of = t.filter_exchange[t.sub_filter[live]].astype(np.int64)
+        index._exchange_subs = np.bincount(exchange_of, minlength=len(t.exchange_names)).tolist()
+        pairs, counts = np.unique((exchange_of << 32) | t.sub_subscriber[live].astype(np.int64),
+                                  return_counts=True)
+        index._pair_subs = {(int(p >> 32), int(p & 0xFFFFFFFF)): int(n)
+                            for p, n in zip(pairs.tolist(), counts.tolist())}
         return index
 
     def _new_filter(self, exchange: int, text: str) -> int:
@@ -280,6 +304,14 @@ class RoutingIndex:
     def _release(self, slot: int) -> None:
         """Drop subscription ``slot``'s references to its filter and subscriber."""
         fslot = self._sub_filter[slot]
+        exchange = self._filter_exchange[fslot]
+        self._exchange_subs[exchange] -= 1
+        pair = (exchange, self._sub_subscriber[slot])
+        left = self._pair_subs[pair] - 1
+        if left:
+            self._pair_subs[pair] = left
+        else:
+            del self._pair_subs[pair]
         self._filter_refs[fslot] -= 1
         if not self._filter_refs[fslot]:
             del self._filter_slot[self._filter_exchange[fslot]][self._filter_text[fslot]]

@@ -122,7 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe = verb("subscribe", messaging.subscribe,
                      "add or replace a subscription: validate it as the router would, create "
                      "the subscriber's delivery topic, write the change to the changelog and "
-                     "print the subscription id once Kafka acknowledged it")
+                     "print the subscription id once Kafka acknowledged it; a subscription "
+                     "that breaks a limit ([limits]: subscriptions per subscriber and per "
+                     "exchange, filter levels and length, header criteria) is refused with "
+                     "one line naming it, nothing written")
     subscribe.add_argument("--exchange", required=True, help="a declared exchange "
                            "(exchanges.dialects); its dialect rules the filter")
     subscribe.add_argument("--subscriber", required=True,

@@ -366,6 +366,14 @@ def _count(value: int | None) -> str:
 
 # --- status ---------------------------------------------------------------------------------
 
+_LIMIT_WORDS = {"max_subscriptions_per_exchange": "subscriptions",
+                "max_subscriptions_per_subscriber": "most per subscriber",
+                "max_filter_levels": "deepest filter (levels)",
+                "max_filter_length": "longest filter (bytes)",
+                "max_header_criteria": "most header criteria"}
+"""How ``bitroute status`` names the use of each limit (``[limits]``): used/limit."""
+
+
 def status_lines(status: Mapping[str, object], now: datetime | None = None) -> list[str]:
     """:func:`streaming.ops.status.router_status` as aligned ``name: value`` lines."""
     now = now or datetime.now(timezone.utc)
@@ -450,6 +458,10 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
                                        f"subscribers (snapshot v{version})"))
     else:
         lines.append(("subscriptions", "unknown (no snapshot)"))
+    for exchange, limits in (status.get("limits") or {}).items():
+        lines.append((f"limits {exchange}", ", ".join(
+            f"{_LIMIT_WORDS[name]} {figures['used']:,}/{figures['limit']:,}"
+            for name, figures in limits.items())))
     unfed = status.get("unfed_delivery_topics")
     if unfed:
         lines.append(("unfed topics", (

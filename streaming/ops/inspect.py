@@ -176,7 +176,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
             index = make_index()
         _, timestamp = message.timestamp()
         apply_record(index, message.key(), message.value(), message.partition(), message.offset(),
-                     timestamp if timestamp > 0 else None, applied_at_ms)
+                     timestamp if timestamp > 0 else None, applied_at_ms, limits=config.limits)
         count += 1
 
     reader = ChangelogReader(config)

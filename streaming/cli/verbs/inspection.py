@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 from schemas.records import EXPIRY_HEADER
 from streaming.cli.arguments import config_of, message_headers
@@ -92,6 +93,12 @@ def subscriptions(args: argparse.Namespace) -> int:
     columns = inspect.SUBSCRIPTION_COLUMNS + (["retained"] if any("retained" in r for r in rows)
                                               else [])
     print("\n".join(table(columns, [{"retained": None, **row} for row in rows])))
+    # Each listed subscriber's use of its limit, per exchange ([limits]).
+    counts = Counter((row["exchange"], row["subscriber"]) for row in rows)
+    for exchange, subscriber in sorted(counts):
+        limit = cfg.limits.of(exchange, "max_subscriptions_per_subscriber")
+        print(f"{subscriber} on {exchange}: {counts[exchange, subscriber]:,} of "
+              f"{cfg.limits.key(exchange, 'max_subscriptions_per_subscriber')} = {limit:,}")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from collections.abc import Sequence
 
 from schemas.records import EXPIRY_HEADER, RETAIN_HEADER, RETAIN_TRUE
@@ -22,6 +23,7 @@ def subscribe(args: argparse.Namespace) -> int:
     if args.filter is None and not criteria:
         raise UsageError("--filter is required unless --header is given")
     filter_ = "#" if args.filter is None else args.filter
+    sub_id = args.id if args.id is not None else uuid.uuid4().hex
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         since = None
         if args.since is not None and cfg.streaming.mode == MODE_REALTIME:
@@ -33,15 +35,38 @@ def subscribe(args: argparse.Namespace) -> int:
 
             since = replay_cli.parse_since_argument(args.since)
             client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
-                                             criteria, args.match, args.id, since)
+                                             criteria, args.match, sub_id, since)
             replay_cli.check_existing(cfg, args.id, args.exchange, args.subscriber, filter_,
                                       HeaderCriteria(args.match, criteria) if criteria else None)
             notice = replay_cli.retained_start_notice(cfg, since)
             if notice is not None:
                 print(f"bitroute: {notice}", file=sys.stderr, flush=True)
+        record = client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
+                                                  criteria, args.match, sub_id, since)
+        _check_limits(cfg, *record)
         print(client_verbs.subscribe(cfg, args.exchange, args.subscriber, filter_,
-                                     criteria, args.match, args.id, since))
+                                     criteria, args.match, sub_id, since))
     return 0
+
+
+def _check_limits(cfg, key: bytes, value: bytes) -> None:
+    """Refuse (one line, nothing written) a subscription that breaks a limit (``[limits]``)
+    on the state the router would apply it to: the check the router makes
+    (:func:`streaming.router.limits.check_limits`)."""
+    from compiler import RoutingIndex, Subscription
+    from streaming.ops import inspect
+    from streaming.router.limits import LimitError, check_limits
+
+    sub = Subscription.from_changelog(key, value)
+    try:
+        check_limits(RoutingIndex(cfg.exchanges.dialects), sub, cfg.limits)  # no state needed
+        try:
+            index = RoutingIndex.from_snapshot(inspect.load_state(cfg).snapshot)
+        except inspect.InspectError:  # no router ran and no changelog yet: nothing subscribed
+            return
+        check_limits(index, sub, cfg.limits)
+    except LimitError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def unsubscribe(args: argparse.Namespace) -> int:
