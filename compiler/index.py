@@ -75,11 +75,6 @@ class RoutingIndex:
         self._filter_refs = array("I")
         self._free_filters: list[int] = []
 
-        # Live subscriptions per exchange (code) and per (exchange code, subscriber slot),
-        # for the limits (streaming.router.limits).
-        self._exchange_subs = [0] * len(self._exchange_names)
-        self._pair_subs: dict[tuple[int, int], int] = {}
-
     @property
     def exchanges(self) -> Mapping[str, Dialect]:
         return dict(self._exchanges)
@@ -100,15 +95,30 @@ class RoutingIndex:
         """Number of distinct (exchange, filter) pairs held, i.e. live filter slots."""
         return sum(map(len, self._filter_slot))
 
+    def subscriptions_of(self, subscriber: str) -> int:
+        """``subscriber``'s live subscriptions, on every exchange (kept as it changes)."""
+        slot = self._subscriber_slot.get(subscriber)
+        return 0 if slot is None else self._subscriber_refs[slot]
+
     def count(self, exchange: str, subscriber: str | None = None) -> int:
-        """Live subscriptions of ``exchange`` (of ``subscriber`` on it, when given)."""
+        """Live subscriptions of ``exchange`` (of ``subscriber`` on it, when given).
+
+        Counted when asked, over whole columns (linear in the slots): the limits
+        (streaming.router.limits) ask only when :meth:`subscriptions_of` or ``len``, the
+        bounds kept for free, reach a limit, so upserts pay nothing for it."""
         code = self._exchange_code.get(exchange)
         if code is None:
             return 0
-        if subscriber is None:
-            return self._exchange_subs[code]
-        slot = self._subscriber_slot.get(subscriber)
-        return 0 if slot is None else self._pair_subs.get((code, slot), 0)
+        live = np.ones(len(self._ids), dtype=bool)
+        live[self._free_subs] = False
+        if subscriber is not None:
+            slot = self._subscriber_slot.get(subscriber)
+            if slot is None:
+                return 0
+            live &= np.frombuffer(self._sub_subscriber, np.uint32) == slot
+        exchange_of = np.frombuffer(self._filter_exchange, np.uint32)[
+            np.frombuffer(self._sub_filter, np.uint32)[live]]
+        return int(np.count_nonzero(exchange_of == code))
 
     def slot(self, sub_id: str) -> int | None:
         """The subscription slot of ``sub_id`` (stable while it lives), or ``None``."""
@@ -189,9 +199,6 @@ class RoutingIndex:
         self._slot_of[sub_id] = slot
         self._sub_filter[slot] = fslot
         self._sub_subscriber[slot] = subscriber_slot
-        self._exchange_subs[exchange] += 1
-        pair = (exchange, subscriber_slot)
-        self._pair_subs[pair] = self._pair_subs.get(pair, 0) + 1
         if criteria is not None:
             self._criteria[slot] = criteria
         elif self._criteria:
@@ -269,12 +276,6 @@ class RoutingIndex:
         index._free_filters = [fslot for fslot, text in enumerate(texts) if text is None]
         index._filter_exchange = _uint_array(t.filter_exchange)
         index._filter_refs = _uint_array(np.bincount(t.sub_filter[live], minlength=len(texts)))
-        exchange_of = t.filter_exchange[t.sub_filter[live]].astype(np.int64)
-        index._exchange_subs = np.bincount(exchange_of, minlength=len(t.exchange_names)).tolist()
-        pairs, counts = np.unique((exchange_of << 32) | t.sub_subscriber[live].astype(np.int64),
-                                  return_counts=True)
-        index._pair_subs = {(int(p >> 32), int(p & 0xFFFFFFFF)): int(n)
-                            for p, n in zip(pairs.tolist(), counts.tolist())}
         return index
 
     def _new_filter(self, exchange: int, text: str) -> int:
@@ -304,14 +305,6 @@ class RoutingIndex:
     def _release(self, slot: int) -> None:
         """Drop subscription ``slot``'s references to its filter and subscriber."""
         fslot = self._sub_filter[slot]
-        exchange = self._filter_exchange[fslot]
-        self._exchange_subs[exchange] -= 1
-        pair = (exchange, self._sub_subscriber[slot])
-        left = self._pair_subs[pair] - 1
-        if left:
-            self._pair_subs[pair] = left
-        else:
-            del self._pair_subs[pair]
         self._filter_refs[fslot] -= 1
         if not self._filter_refs[fslot]:
             del self._filter_slot[self._filter_exchange[fslot]][self._filter_text[fslot]]

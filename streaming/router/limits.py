@@ -75,14 +75,20 @@ def check_limits(index: RoutingIndex, sub: Subscription, limits: LimitsConfig) -
          f"its filter has {filter_levels(dialect, sub.filter)} levels")
     criteria = len(sub.headers.criteria) if sub.headers is not None else 0
     over("max_header_criteria", criteria, f"it has {criteria} header criteria")
+    # The counts are exact but linear: asked only when the bounds kept for free (every
+    # subscription, the subscriber's on every exchange) reach the limit.
     old = index.get(sub.id) if isinstance(sub.id, str) else None
-    if old is None or old.exchange != exchange:
-        over("max_subscriptions_per_exchange", index.count(exchange) + 1,
-             f"it would be subscription {index.count(exchange) + 1:,} of the exchange")
-    if old is None or (old.exchange, old.subscriber) != (exchange, sub.subscriber):
-        mine = index.count(exchange, sub.subscriber) + 1
-        over("max_subscriptions_per_subscriber", mine,
-             f"it would be subscription {mine:,} of subscriber {quote(sub.subscriber)} on the "
+    if (old is None or old.exchange != exchange) and len(index) >= limits.of(
+            exchange, "max_subscriptions_per_exchange"):
+        count = index.count(exchange) + 1
+        over("max_subscriptions_per_exchange", count,
+             f"it would be subscription {count:,} of the exchange")
+    if (old is None or (old.exchange, old.subscriber) != (exchange, sub.subscriber)) and \
+            isinstance(sub.subscriber, str) and index.subscriptions_of(sub.subscriber) >= \
+            limits.of(exchange, "max_subscriptions_per_subscriber"):
+        count = index.count(exchange, sub.subscriber) + 1
+        over("max_subscriptions_per_subscriber", count,
+             f"it would be subscription {count:,} of subscriber {quote(sub.subscriber)} on the "
              "exchange")
 
 
