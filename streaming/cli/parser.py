@@ -241,8 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--json", action="store_true", help="one JSON object per row")
 
     status = verb("status", inspection.status,
-                  "is a router running on this configuration, what did it last do, how far "
-                  "behind is it (exit status 0 when running, 3 when not)",
+                  "is a router running on this configuration, what did it last do (publishes "
+                  "rejected, expired, lost), how far behind is it, what each exchange uses of "
+                  "its [limits] (exit status 0 when running, 3 when not)",
                   {0: "a router is running on this configuration",
                    3: "no router is running on this configuration"})
     status.add_argument("--json", action="store_true", help="one JSON object")
@@ -265,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     subscriptions = verb("subscriptions", inspection.subscriptions,
                          "list the live subscriptions (the latest snapshot plus the newer "
-                         "changelog records; not the change history: see audit subscriptions)")
+                         "changelog records; not the change history: see audit subscriptions), "
+                         "then each listed subscriber's subscriptions per exchange against "
+                         "limits.max_subscriptions_per_subscriber")
     subscriptions.add_argument("--subscriber", metavar="S", help="only subscriber S's")
     subscriptions.add_argument("--exchange", metavar="E", help="only exchange E's")
     subscriptions.add_argument("--json", action="store_true", help="one JSON object per line")
