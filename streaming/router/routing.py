@@ -8,6 +8,10 @@ a task, in one pass:
    the default; not UTF-8 = rejected), routing key, headers;
 2. matches them against the pinned snapshot (``Matcher.match_columns``), which
    turns every bad field it reads into a reason, never an error;
+   then decides each publish's expiry at the batch's routing time (``RouteSettings.now_ms``;
+   :func:`plan_expiry`, the Rust core's rule): expired publishes are delivered to no one
+   (outcome ``expired``), live ones' deliveries carry the interval left
+   (:func:`kept_header_columns`), a bad ``expiry`` header is a reason;
 3. checks every delivery's size against ``kafka.max_delivery_bytes`` (the
    broker would refuse a larger record, and would refuse it forever);
 4. produces each delivery to its subscriber's topic (as the delivery layout,
