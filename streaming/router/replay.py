@@ -545,8 +545,9 @@ class Replays:
 
     def _only_in_range(self, plan, active: list[Replay], batch: pa.RecordBatch):
         """``plan`` with each delivery's subscription ids cut to the replays whose range holds
-        its publish, deliveries left without one dropped, those of publishes expired at the
-        replay's time dropped, and deliveries the subscriber
+        its publish, deliveries left without one dropped, those of publishes delivered to
+        no one dropped (rejected, clearing a retained message, or expired at the replay's
+        time), and deliveries the subscriber
         had already (the audit) dropped; every publish's rejection forgotten (a replay
         rejects nothing: the live routing did)."""
         entries = plan.entries
@@ -577,8 +578,9 @@ class Replays:
                              & (offsets[mine] < high[partitions[mine]]))
         counts = np.bincount(parent[keep_id], minlength=n)
         wanted = counts > 0
-        if plan.expiry is not None:  # its lifetime ended before the replay reached it
-            wanted &= ~plan.expiry.expired[plan.owner]
+        # Delivered to no one: a publish the live routing rejected or that cleared its
+        # retained message, and one whose lifetime ended before the replay reached it.
+        wanted &= plan.ok[plan.owner]
         delivered = self._already_delivered(active)
         if delivered:
             # Only a subscriber with audit rows costs a look-up per delivery.
