@@ -32,10 +32,12 @@ pub(crate) fn expiry_states(
     Ok(values
         .iter()
         .zip(published_ms)
-        .map(|(value, published)| match expiry_at(value.as_deref(), published, now_ms) {
-            Expiry::Remaining(seconds) => State::Seconds(u64::from(seconds)),
-            Expiry::Expired | Expiry::Never => State::Seconds(0),
-            Expiry::Invalid(reason) => State::Reason(reason),
-        })
+        .map(
+            |(value, published)| match expiry_at(value.as_deref(), published, now_ms) {
+                Expiry::Remaining(seconds) => State::Seconds(u64::from(seconds)),
+                Expiry::Expired | Expiry::Never => State::Seconds(0),
+                Expiry::Invalid(reason) => State::Reason(reason),
+            },
+        )
         .collect())
 }

@@ -50,9 +50,7 @@ pub fn parse_interval(value: Option<&[u8]>) -> Result<u32, String> {
     if value.is_empty() || value.len() > 10 || !value.iter().all(u8::is_ascii_digit) {
         return bad(shown());
     }
-    let n = value
-        .iter()
-        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
     if n == 0 || n > MAX_EXPIRY_SECONDS {
         return bad(shown());
     }
@@ -62,7 +60,11 @@ pub fn parse_interval(value: Option<&[u8]>) -> Result<u32, String> {
 /// The expiry of a publish with `headers`, Kafka timestamp `published_ms`,
 /// routed at `now_ms` (both epoch milliseconds).
 pub fn expiry_of(headers: &[(&str, Option<&[u8]>)], published_ms: i64, now_ms: i64) -> Expiry {
-    match headers.iter().rev().find(|(name, _)| *name == EXPIRY_HEADER) {
+    match headers
+        .iter()
+        .rev()
+        .find(|(name, _)| *name == EXPIRY_HEADER)
+    {
         None => Expiry::Never,
         Some(&(_, value)) => expiry_at(value, published_ms, now_ms),
     }
@@ -105,10 +107,25 @@ mod tests {
 
     #[test]
     fn the_last_header_counts_and_bad_values_are_invalid() {
-        let two = [(EXPIRY_HEADER, Some(&b"x"[..])), (EXPIRY_HEADER, Some(&b"5"[..]))];
+        let two = [
+            (EXPIRY_HEADER, Some(&b"x"[..])),
+            (EXPIRY_HEADER, Some(&b"5"[..])),
+        ];
         assert_eq!(expiry_of(&two, 0, 0), Expiry::Remaining(5));
-        for bad in [&b""[..], b"0", b"-1", b" 5", b"5s", b"4294967296", b"99999999999", b"\xff"] {
-            assert!(matches!(expiry_at(Some(bad), 0, 0), Expiry::Invalid(_)), "{bad:?}");
+        for bad in [
+            &b""[..],
+            b"0",
+            b"-1",
+            b" 5",
+            b"5s",
+            b"4294967296",
+            b"99999999999",
+            b"\xff",
+        ] {
+            assert!(
+                matches!(expiry_at(Some(bad), 0, 0), Expiry::Invalid(_)),
+                "{bad:?}"
+            );
         }
         assert_eq!(
             parse_interval(Some(b"0")).unwrap_err(),

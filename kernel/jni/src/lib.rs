@@ -153,8 +153,7 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_deref()))
             .collect();
-        let outcome =
-            table.route_at(key.as_deref(), &borrowed, &message_id, published_ms, now_ms);
+        let outcome = table.route_at(key.as_deref(), &borrowed, &message_id, published_ms, now_ms);
         Ok(env.byte_array_from_slice(&encode(&outcome))?.into_raw())
     })
 }
@@ -292,9 +291,15 @@ mod tests {
         let headers: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"5"))];
         let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 5_000));
         assert_eq!(got[0], 3);
-        assert_eq!(got[got.len() - 12..], [&0i32.to_be_bytes()[..], &(-1i64).to_be_bytes()].concat());
+        assert_eq!(
+            got[got.len() - 12..],
+            [&0i32.to_be_bytes()[..], &(-1i64).to_be_bytes()].concat()
+        );
         let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 1_000));
-        assert_eq!((got[0], &got[got.len() - 8..]), (0, &4i64.to_be_bytes()[..]));
+        assert_eq!(
+            (got[0], &got[got.len() - 8..]),
+            (0, &4i64.to_be_bytes()[..])
+        );
     }
 
     #[test]
