@@ -13,6 +13,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-unit install jars prereqs clean
 
+# True when rustc is at least the kernel's rust-version (1.77).
+RUSTC_RECENT = rustc --version | awk '{ split($$2, v, "."); exit !(v[1] > 1 || v[2] >= 77) }'
+
 # Java 17 runs Spark and the Kafka broker (its javac builds realtime/); Maven resolves
 # conf/jvm.toml; cargo builds the kernel (kernel/) from crates.io, with librdkafka compiled from source
 # (C and C++ compilers: its configure wants both; make, pkg-config and OpenSSL's headers).
@@ -20,9 +23,10 @@ prereqs:
 	@command -v java >/dev/null && command -v javac >/dev/null && command -v mvn >/dev/null || { \
 	  echo "installing Java 17 (with javac) and Maven from Debian's packages"; \
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null; }
-	@command -v cargo >/dev/null || { \
-	  echo "installing Rust's cargo from Debian's packages (the kernel needs rustc >= 1.77; else use rustup)"; \
-	  apt-get update -qq && apt-get install -y -qq cargo >/dev/null; }
+	@command -v cargo >/dev/null && command -v rustc >/dev/null && $(RUSTC_RECENT) || { \
+	  echo "installing Rust (rustc >= 1.77, the kernel's) from Debian's packages: cargo-web where Debian's cargo is older (bookworm's is 1.63)"; \
+	  apt-get update -qq && { apt-get install -y -qq cargo-web >/dev/null 2>&1 || apt-get install -y -qq cargo >/dev/null; }; \
+	  $(RUSTC_RECENT) || { echo "rustc $$(rustc --version) is older than the kernel's 1.77: install a newer Rust (rustup) and run make again"; exit 1; }; }
 	@command -v cc >/dev/null && command -v c++ >/dev/null && command -v make >/dev/null && pkg-config --exists openssl 2>/dev/null || { \
 	  echo "installing C and C++ compilers, make, pkg-config and OpenSSL's headers from Debian's packages (the kernel's librdkafka: its configure wants a C++ compiler)"; \
 	  apt-get update -qq && apt-get install -y -qq gcc g++ make perl pkg-config libssl-dev >/dev/null; }
@@ -56,7 +60,7 @@ run: jars
 test: jars
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The unit tests alone, in well under a minute: no broker, no JVM, no Delta table
+# The unit tests alone, in a few minutes at most: no broker, no JVM, no Delta table
 # (tests/conftest.py marks every test that needs one `integration`).
 test-unit: install
 	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)

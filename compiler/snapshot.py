@@ -41,7 +41,7 @@ of criteria), ``subscriber_live``, ``subscriber_names.offsets``,
 ``subscriber_names.data``, ``filter_live``, ``filter_text.offsets``,
 ``filter_text.data``, ``filter_exchange``.
 
-Version 1 (written until issue 21) is version 2 plus a class per filter that
+Version 1 (written by the first releases) is version 2 plus a class per filter that
 nothing reads since the Rust kernel: a header field ``"shapes"`` and a
 section ``filter_code`` (uint32 per filter slot). :meth:`Snapshot.from_bytes`
 reads both versions (it skips the two) and the same snapshot routes the same

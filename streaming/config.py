@@ -669,15 +669,16 @@ def _validate(config: Config) -> None:
     metrics = config.metrics
     require(0 <= metrics.port < 65536, "metrics.port", "0 (off) or a port number 1..65535",
             metrics.port)
-    require(_is_loopback(metrics.host), "metrics.host",
-            "a loopback address such as 127.0.0.1 or ::1 (the endpoint is never served elsewhere)",
-            metrics.host)
+    require(_is_address(metrics.host), "metrics.host",
+            "an IP address to listen on (127.0.0.1, the default: this host only; 0.0.0.0 or "
+            "the pod's address for a scraper elsewhere) or localhost", metrics.host)
 
 
-def _is_loopback(host: str) -> bool:
+def _is_address(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ipaddress.ip_address(host)
     except ValueError:
         return False
+    return True

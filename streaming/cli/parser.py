@@ -96,8 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "= \"stop\" stopped the router on them)")
     verb("version", installation.version,
          "print the versions of bitroute, pyspark and python")
-    verb("jars", installation.jars,
-         "resolve the JVM jars of conf/jvm.toml from Maven Central and build the realtime jar (cached)")
+    jars = verb("jars", installation.jars,
+                "resolve the JVM jars of conf/jvm.toml from Maven Central and build the realtime "
+                "jar (cached)")
+    jars.add_argument("--s3a", action="store_true",
+                      help="also Hadoop's S3A connector (the [s3a] group, about 650 MB), which "
+                           "`bitroute sql` needs on an s3:// warehouse and otherwise resolves "
+                           "with Maven at its first use (the Docker image has it)")
 
     pack = verb("pack", installation.pack,
                 "pack bitroute, its kernel and dependencies for a cluster's "

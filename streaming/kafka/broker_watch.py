@@ -41,6 +41,8 @@ class BrokerWatch:
         self._down_since: float | None = None
         self._recovered_at = float("-inf")
         self._failures = 0
+        self._stopped = threading.Event()
+        self._prober: threading.Thread | None = None
         self.outages = 0
 
     @property
@@ -48,7 +50,7 @@ class BrokerWatch:
         return self._down_since is not None
 
     def on_error(self, error: KafkaError) -> None:
-        if error.code() not in OUTAGE_ERRORS:
+        if error.code() not in OUTAGE_ERRORS or self._stopped.is_set():
             return
         with self._lock:
             self._failures += 1
@@ -61,17 +63,28 @@ class BrokerWatch:
             self.outages += 1
         _log.warning(f"Kafka at {self.bootstrap} is unreachable ({error.str()}); "
                      "routing waits and resumes when it answers")
-        threading.Thread(target=self._wait_for_recovery, name="bitroute-broker-watch",
-                         daemon=True).start()
+        self._prober = threading.Thread(target=self._wait_for_recovery,
+                                        name="bitroute-broker-watch", daemon=True)
+        self._prober.start()
+
+    def stop(self) -> None:
+        """End the probing of an outage in progress (its end is not reported) and report no
+        new one; returns once the probing thread is gone (within a probe's timeout)."""
+        self._stopped.set()
+        prober = self._prober
+        if prober is not None:
+            prober.join(timeout=PROBE_INTERVAL_S * 5)
 
     def _wait_for_recovery(self) -> None:
         admin = kafka.admin(self.settings)
-        while True:
+        while not self._stopped.is_set():
             try:
                 admin.list_topics(timeout=PROBE_INTERVAL_S)
                 break
             except Exception:  # noqa: BLE001 - any failure means: not back yet
-                time.sleep(PROBE_INTERVAL_S)
+                self._stopped.wait(PROBE_INTERVAL_S)
+        if self._stopped.is_set():
+            return
         with self._lock:
             since, failures = self._down_since, self._failures
             self._down_since, self._failures = None, 0

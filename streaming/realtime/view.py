@@ -17,8 +17,8 @@ written only here), and every executor JVM follows it
   ``changelog[p]`` is applied (or was rejected) in the state the mark closes.
 
 Happens-before: an executor routes a publish only once its view's mark covers
-the changelog's end offsets as they were when the publish was written
-(``RoutingView.awaitApplied``), so a subscription Kafka acknowledged before a
+the changelog's end offsets as read after the publish was written
+(``RoutingView.lease``), so a subscription Kafka acknowledged before a
 publish is applied to it, exactly as in micro-batch mode. The driver's part is
 to publish each catch-up promptly: :class:`ViewFollower` catches the changelog up
 every :data:`FOLLOW_INTERVAL_S`.

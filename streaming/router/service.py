@@ -252,6 +252,10 @@ class Router:
         """Everything :meth:`open` prepares once the lock and lease are held."""
         journal = AuditJournal(self.layout.audit_journal)
         ensure_router_topics(self.config)
+        if self.config.streaming.mode == MODE_REALTIME:
+            from streaming.realtime.incarnation import refuse_recreated_topic
+
+            refuse_recreated_topic(self.config, self.layout, store, admin_client(self.config))
         self.incarnation.topic_id, self.incarnation.number = follow_incarnation(
             self.config, self.layout, admin_client(self.config))
         if store.has_pins() and not self.layout.offsets.is_dir():
@@ -264,7 +268,8 @@ class Router:
             store.forget_batches()
         # A restored (older) state folder is found and made safe here.
         self._committer = open_audit(self.layout, store,
-                                     lambda: self._committer_for(store, journal))
+                                     lambda: self._committer_for(store, journal),
+                                     self._realtime_restored(store))
         self._audit = self._committer.tables
         unpartitioned = self._audit.unpartitioned()
         self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
@@ -292,6 +297,14 @@ class Router:
         self.maintenance.start()
         if self.replays is not None:
             self.replays.start()
+
+    def _realtime_restored(self, store: SnapshotStore) -> Callable[[], list[str]]:
+        """Realtime mode's signs of a restored state folder (:mod:`streaming.realtime.restored`)."""
+        if self.config.streaming.mode != MODE_REALTIME:
+            return list
+        from streaming.realtime.restored import realtime_restored
+
+        return lambda: realtime_restored(self.config, self.layout, store)
 
     def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""
@@ -339,7 +352,8 @@ class Router:
                                         snapshots, self._pin_lock, self.incarnation.number,
                                         on_commit=self._status.refresh, on_report=self._report,
                                         latency=self.latency, describe=self.failure_line,
-                                        on_routing_query=self._routing_query_started)
+                                        on_routing_query=self._routing_query_started,
+                                        topic_id=self.incarnation.topic_id)
         try:
             self.query = self.realtime.start()
         except BaseException:
@@ -373,6 +387,7 @@ class Router:
                 self.query.stop()
         finally:
             self._close_state()
+            self.broker_watch.stop()
             self.lease.release()
             self.lock.release()
 
@@ -552,15 +567,16 @@ class Router:
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in,
                              lost=sum(g.records for g in gaps), expired=expired)
-        self.lost_total += report.lost
         self._last_batch_at = time.monotonic()
         self._report(report)
         return report
 
     def _report(self, report: BatchReport) -> None:
-        """Keep ``report`` and hand it to every report listener."""
+        """Keep ``report`` (and count its lost and expired publishes) and hand it to every listener
+        (a micro-batch's, or realtime mode's audit batch's)."""
         self.expired_total += report.expired
         self.reports.append(report)
+        self.lost_total += report.lost
         for listener in self.report_listeners:
             listener(report)
 

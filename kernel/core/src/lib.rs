@@ -27,4 +27,4 @@ pub mod route;
 pub mod trie;
 
 pub use expiry::{expiry_of, Expiry};
-pub use route::{Delivery, Outcome, OutcomeKind, RouteTable, TableError};
+pub use route::{Delivery, Outcome, OutcomeKind, RouteTable, SubscriptionSet, TableError};

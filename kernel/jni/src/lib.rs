@@ -8,7 +8,20 @@
 //! static native byte[] route(long handle, byte[] key, String[] headerNames,
 //!                            byte[][] headerValues, String messageId,
 //!                            long publishedMs, long nowMs);
+//! static native long newSet();
+//! static native boolean put(long set, String id, byte[] subscriptionJson);
+//! static native boolean remove(long set, String id);
+//! static native int size(long set);
+//! static native long build(long set, byte[] tableFieldsJson);
+//! static native void freeSet(long set);
 //! ```
+//!
+//! A set is a `Box<SubscriptionSet>` (the routing view's subscriptions, kept
+//! parsed between tables): `newSet` makes it, `freeSet` drops it; `put`,
+//! `remove` and `build` are called by one thread at a time (the view's). `build`
+//! returns a table handle, as `load` does: a table layered over the set's last
+//! whole table when only a few subscriptions changed since (it holds a
+//! reference to that base, which lives until its last table is freed).
 //!
 //! A handle is a `Box<RouteTable>` turned into a pointer: `load` makes it,
 //! `free` drops it (once, when no thread uses it: the Java side's duty);
@@ -22,9 +35,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use bitroute_core::{Outcome, OutcomeKind, RouteTable};
+use bitroute_core::{Outcome, OutcomeKind, RouteTable, SubscriptionSet};
 use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString};
-use jni::sys::{jbyteArray, jlong};
+use jni::sys::{jboolean, jbyteArray, jint, jlong, JNI_FALSE, JNI_TRUE};
 use jni::JNIEnv;
 
 const ILLEGAL_ARGUMENT: &str = "java/lang/IllegalArgumentException";
@@ -155,6 +168,126 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
             .collect();
         let outcome = table.route_at(key.as_deref(), &borrowed, &message_id, published_ms, now_ms);
         Ok(env.byte_array_from_slice(&encode(&outcome))?.into_raw())
+    })
+}
+
+fn set<'s>(handle: jlong) -> Result<&'s mut SubscriptionSet, Failure> {
+    if handle == 0 {
+        return Err(Failure::Throw(
+            ILLEGAL_ARGUMENT,
+            "NativeRouter: handle 0 is no subscription set".to_owned(),
+        ));
+    }
+    // SAFETY: a non-zero handle comes from `newSet`, is not freed while in use
+    // and is used by one thread at a time (the Java side's contract).
+    Ok(unsafe { &mut *(handle as *mut SubscriptionSet) })
+}
+
+fn java_string(env: &mut JNIEnv<'_>, s: &JString<'_>, what: &str) -> Result<String, Failure> {
+    if s.is_null() {
+        return Err(Failure::Throw(ILLEGAL_ARGUMENT, format!("{what}: null")));
+    }
+    Ok(env.get_string(s)?.into())
+}
+
+fn java_bytes(env: &mut JNIEnv<'_>, b: &JByteArray<'_>, what: &str) -> Result<Vec<u8>, Failure> {
+    if b.is_null() {
+        return Err(Failure::Throw(ILLEGAL_ARGUMENT, format!("{what}: null")));
+    }
+    Ok(env.convert_byte_array(b)?)
+}
+
+fn jbool(b: bool) -> jboolean {
+    if b {
+        JNI_TRUE
+    } else {
+        JNI_FALSE
+    }
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_newSet<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+) -> jlong {
+    guarded(&mut env, 0, |_| {
+        Ok(Box::into_raw(Box::new(SubscriptionSet::new())) as jlong)
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_freeSet<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    guarded(&mut env, (), |_| {
+        if handle != 0 {
+            // SAFETY: a handle from `newSet`, freed once (the Java side's contract).
+            drop(unsafe { Box::from_raw(handle as *mut SubscriptionSet) });
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_put<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    id: JString<'l>,
+    json: JByteArray<'l>,
+) -> jboolean {
+    guarded(&mut env, JNI_FALSE, |env| {
+        let set = set(handle)?;
+        let id = java_string(env, &id, "subscription id")?;
+        let json = java_bytes(env, &json, "subscription")?;
+        let changed = set
+            .put(&id, &json)
+            .map_err(|e| Failure::Throw(ILLEGAL_ARGUMENT, e.0))?;
+        Ok(jbool(changed))
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_remove<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    id: JString<'l>,
+) -> jboolean {
+    guarded(&mut env, JNI_FALSE, |env| {
+        let set = set(handle)?;
+        let id = java_string(env, &id, "subscription id")?;
+        Ok(jbool(set.remove(&id)))
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_size<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> jint {
+    guarded(&mut env, 0, |_| {
+        Ok(jint::try_from(set(handle)?.len()).unwrap_or(jint::MAX))
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_build<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    fields: JByteArray<'l>,
+) -> jlong {
+    guarded(&mut env, 0, |env| {
+        let set = set(handle)?;
+        let fields = java_bytes(env, &fields, "routing table")?;
+        let table = set
+            .table(&fields)
+            .map_err(|e| Failure::Throw(ILLEGAL_ARGUMENT, e.0))?;
+        Ok(Box::into_raw(Box::new(table)) as jlong)
     })
 }
 

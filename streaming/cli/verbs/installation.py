@@ -26,7 +26,7 @@ def jars(args: argparse.Namespace) -> int:
 
     from streaming.realtime.jar import realtime_jar
 
-    for group in jvm.GROUPS:
+    for group in (*jvm.GROUPS, "s3a") if args.s3a else jvm.GROUPS:
         paths = jvm.jars(group)
         print(f"{group}: {len(paths)} jars in {paths[0].parent if paths else '-'}")
     print(f"realtime: {realtime_jar()}")

@@ -53,6 +53,28 @@ def test_an_outage_is_one_line_and_its_end_another(tmp_path: Path, caplog):
     assert watch.outages == 1
 
 
+def test_a_stopped_watch_ends_its_probe_during_an_outage(caplog):
+    """The router's stop ends the watch, even while Kafka is away."""
+    caplog.set_level(logging.INFO, logger="streaming.kafka.broker_watch")
+    watch = BrokerWatch(f"127.0.0.1:{free_port()}")
+    consumer = kafka.consumer(watch.settings, "watch", {"reconnect.backoff.ms": 100},
+                              on_error=watch.on_error)
+    try:
+        wait_until(lambda: consumer.poll(0.2) is None and watch.down,
+                   "the watch reporting Kafka down", 20)
+        prober = watch._prober
+        assert prober is not None and prober.is_alive()
+        watch.stop()
+        assert not prober.is_alive()
+        outages = watch.outages
+        for _ in range(5):
+            consumer.poll(0.2)
+        assert watch.outages == outages  # a stopped watch reports nothing new
+    finally:
+        consumer.close()
+    assert not any("answers again" in r.getMessage() for r in caplog.records)
+
+
 def test_a_spark_failure_is_summed_up_in_its_python_error_line():
     text = """An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
   File "/x/pyspark/sql/utils.py", line 120, in call

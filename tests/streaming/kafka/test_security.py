@@ -109,7 +109,7 @@ def _subscribe_as_admin(broker, tmp_path, names, subscriber: str) -> None:
 def _grant_router_acls(broker: SecuredBroker, names: dict[str, str],
                        publishes: tuple[str, ...] = ("Read", "Describe", "Create"),
                        deliveries: tuple[str, ...] = ("Write", "Describe", "Create")) -> None:
-    """The router principal's ACLs as docs/running.md lists them (``publishes`` and
+    """The router principal's ACLs as docs/security.md lists them (``publishes`` and
     ``deliveries``: its operations on the publishes and delivery topics, to withhold one)."""
     router = "User:router"
     broker.grant(router, "topic", names["kafka.publishes_topic"], list(publishes))
@@ -186,7 +186,7 @@ def test_a_client_without_credentials_fails_in_seconds_with_one_line(broker, tmp
 
 def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, names, spark,
                                                            capfd, caplog):
-    """The router principal holds exactly the ACLs docs/running.md lists."""
+    """The router principal holds exactly the ACLs docs/security.md lists."""
     for logger in ("streaming", "bitroute.kafka"):  # the library's logs and librdkafka's
         caplog.set_level(logging.INFO, logger=logger)
     from streaming.router.service import Router
@@ -518,7 +518,7 @@ def test_a_broker_certificate_from_another_ca_fails_in_seconds_with_one_line(bro
 def test_a_realtime_router_delivers_and_audits_on_sasl_ssl_and_tells_no_secret(
         broker, tmp_path, names, spark):
     """Realtime mode on SASL_SSL: `bitroute run` with streaming.mode = "realtime", as the
-    router principal with the ACLs docs/running.md lists (realtime mode's routing view and
+    router principal with the ACLs docs/security.md lists (realtime mode's routing view and
     routed topics included), delivers a publish and audits it; no password in its output,
     its logs, the state folder or the tables, nor in the routing query's plan (the
     executors' Kafka properties travel inside the route function's object in the plan)."""

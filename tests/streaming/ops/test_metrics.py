@@ -224,6 +224,18 @@ def test_the_server_answers_metrics_on_loopback_in_the_format_asked_for():
         urllib.request.urlopen(server.url, timeout=5)
 
 
+def test_the_server_on_every_interface_answers_on_loopback_too():
+    """metrics.host = "0.0.0.0" (docs/operations.md, "Metrics"; deploy/kubernetes/)."""
+    registry = Registry([Metric("demo_total", "counter", "c")])
+    server = MetricsServer(registry, "0.0.0.0", 0)
+    server.start()
+    try:
+        status, _, body = _get(f"http://127.0.0.1:{server.port}/metrics")
+        assert (status, body) == (200, registry.render())
+    finally:
+        server.stop()
+
+
 def test_a_port_in_use_is_an_error_naming_the_address():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -234,15 +246,17 @@ def test_a_port_in_use_is_an_error_naming_the_address():
             server.start()
 
 
-def test_the_metrics_section_is_off_by_default_and_loopback_only():
+def test_the_metrics_section_is_off_by_default_and_on_loopback_unless_told():
     config = load(environ={})
     assert (config.metrics.host, config.metrics.port) == ("127.0.0.1", 0)
     assert load(overrides={"metrics.port": "9464", "metrics.host": "::1"},
                 environ={}).metrics.port == 9464
     assert load(environ={"BITROUTE_METRICS_PORT": "9464"}).metrics.port == 9464
-    for overrides, key in (({"metrics.host": "0.0.0.0"}, "metrics.host"),
-                           ({"metrics.host": "10.1.2.3"}, "metrics.host"),
-                           ({"metrics.host": "example.com"}, "metrics.host"),
+    # A scraper on another host (a Kubernetes pod's Prometheus) needs another interface.
+    for host in ("0.0.0.0", "10.1.2.3", "::"):
+        assert load(overrides={"metrics.host": host}, environ={}).metrics.host == host
+    for overrides, key in (({"metrics.host": "example.com"}, "metrics.host"),
+                           ({"metrics.host": "10.1.2"}, "metrics.host"),
                            ({"metrics.port": "70000"}, "metrics.port"),
                            ({"metrics.port": "-1"}, "metrics.port")):
         with pytest.raises(ConfigError) as err:
