@@ -98,6 +98,31 @@ class RoutingIndex:
         """Number of distinct (exchange, filter) pairs held, i.e. live filter slots."""
         return sum(map(len, self._filter_slot))
 
+    def subscriptions_of(self, subscriber: str) -> int:
+        """``subscriber``'s live subscriptions, on every exchange (kept as it changes)."""
+        slot = self._subscriber_slot.get(subscriber)
+        return 0 if slot is None else self._subscriber_refs[slot]
+
+    def count(self, exchange: str, subscriber: str | None = None) -> int:
+        """Live subscriptions of ``exchange`` (of ``subscriber`` on it, when given).
+
+        Counted when asked, over whole columns (linear in the slots): the limits
+        (streaming.router.limits) ask only when :meth:`subscriptions_of` or ``len``, the
+        bounds kept for free, reach a limit, so upserts pay nothing for it."""
+        code = self._exchange_code.get(exchange)
+        if code is None:
+            return 0
+        live = np.ones(len(self._ids), dtype=bool)
+        live[self._free_subs] = False
+        if subscriber is not None:
+            slot = self._subscriber_slot.get(subscriber)
+            if slot is None:
+                return 0
+            live &= np.frombuffer(self._sub_subscriber, np.uint32) == slot
+        exchange_of = np.frombuffer(self._filter_exchange, np.uint32)[
+            np.frombuffer(self._sub_filter, np.uint32)[live]]
+        return int(np.count_nonzero(exchange_of == code))
+
     def slot(self, sub_id: str) -> int | None:
         """The subscription slot of ``sub_id`` (stable while it lives), or ``None``."""
         return self._slot_of.get(sub_id)

@@ -2,7 +2,8 @@
 
 Kafka, publishes (input): key = routing key (UTF-8), value = payload (opaque,
 never parsed), headers = message properties used by header criteria, plus the
-optional :data:`EXCHANGE_HEADER` (default exchange from config). The message
+optional :data:`EXCHANGE_HEADER` (default exchange from config), :data:`RETAIN_HEADER` and
+:data:`EXPIRY_HEADER`. The message
 id is ``<topic>/<partition>/<offset>``: unique and stable across replays; for
 the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
 :mod:`streaming.router.incarnations`) it is ``<topic>~<n>/<partition>/<offset>``
@@ -68,6 +69,13 @@ RETAIN_TRUE = "true"
 #: subscriber name; its last value is compared with the subscriber of each subscription with
 #: No Local (compiler.options), which is not delivered the publish. Kept on deliveries.
 PUBLISHER_HEADER = "publisher"
+#: MQTT 5's Message Expiry Interval of a publish: whole seconds, 1 to :data:`MAX_EXPIRY_SECONDS`
+#: (the last header of the name counts; absent: it never expires). A publish whose lifetime
+#: ended before it was routed is delivered to no one (:data:`OUTCOME_EXPIRED`); a delivery's
+#: header carries the remaining interval (kernel/core/src/expiry.rs; docs/design.md,
+#: "Message expiry"). ``bitroute publish --expiry`` sets it.
+EXPIRY_HEADER = "expiry"
+MAX_EXPIRY_SECONDS = 4_294_967_295
 #: On a delivery of a topic's retained message made when a subscription was applied: the
 #: value ``true``; live deliveries do not carry it.
 RETAINED_HEADER = "bitroute.retained"
@@ -120,6 +128,9 @@ OUTCOME_LOST = "lost"
 #: A retained publish with an empty payload: it cleared its topic's retained message and
 #: is delivered to no one (streaming.router.retained).
 OUTCOME_CLEARED = "cleared"
+#: A publish whose lifetime (:data:`EXPIRY_HEADER`) ended before it was routed: delivered to
+#: no one.
+OUTCOME_EXPIRED = "expired"
 CHANGE_UPSERT = "upsert"
 CHANGE_REMOVE = "remove"
 CHANGE_REJECTED = "rejected"

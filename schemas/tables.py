@@ -69,6 +69,8 @@ ROUTED_TASK = StructType([
     # A sample (at most LATENCY_SAMPLE) of its publishes' end-to-end latency in ms: publish
     # timestamp to the acknowledgement of their deliveries (bitroute status, the metrics).
     StructField("latency_ms", ArrayType(LongType(), False), True),
+    # Its publishes whose lifetime (the expiry header) ended before they were routed.
+    StructField("expired", LongType(), True),
 ])
 
 #: Delta table ``deliveries``: one row per (message, subscriber). ``retained``: true for a

@@ -127,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe = verb("subscribe", messaging.subscribe,
                      "add or replace a subscription: validate it as the router would, create "
                      "the subscriber's delivery topic, write the change to the changelog and "
-                     "print the subscription id once Kafka acknowledged it")
+                     "print the subscription id once Kafka acknowledged it; a subscription "
+                     "that breaks a limit ([limits]: subscriptions per subscriber and per "
+                     "exchange, filter levels and length, header criteria) is refused with "
+                     "one line naming it, nothing written")
     subscribe.add_argument("--exchange", required=True, help="a declared exchange "
                            "(exchanges.dialects); its dialect rules the filter")
     subscribe.add_argument("--subscriber", required=True,
@@ -204,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="who publishes: a subscriber name, sent as the header "
                               "publisher=NAME; a subscription of NAME with --no-local is not "
                               "delivered this publish")
+    publish.add_argument("--expiry", metavar="SECONDS",
+                         help="MQTT 5's Message Expiry Interval, 1 to 4294967295 (header "
+                              "expiry=SECONDS): routed after SECONDS it is delivered to no one "
+                              "(messages outcome 'expired'); each delivery carries the interval "
+                              "left; a retained message stops being served when it expires; a "
+                              "replay skips it once expired (docs/design.md, \"Message expiry\")")
 
     tail = verb("tail", messaging.tail,
                 "print a subscriber's deliveries as they arrive (one line each; --json: one "
@@ -260,8 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--json", action="store_true", help="one JSON object per row")
 
     status = verb("status", inspection.status,
-                  "is a router running on this configuration, what did it last do, how far "
-                  "behind is it (exit status 0 when running, 3 when not)",
+                  "is a router running on this configuration, what did it last do (publishes "
+                  "rejected, expired, lost), how far behind is it, what each exchange uses of "
+                  "its [limits] (exit status 0 when running, 3 when not)",
                   {0: "a router is running on this configuration",
                    3: "no router is running on this configuration"})
     status.add_argument("--json", action="store_true", help="one JSON object")
@@ -274,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--routing-key", required=True, help="routing key / topic name")
     explain.add_argument("--header", action="append", metavar="NAME=VALUE",
                          help="message header (repeatable; the last value of a name counts)")
+    explain.add_argument("--expiry", metavar="SECONDS",
+                         help="the publish's expiry interval (header expiry=SECONDS): checked "
+                              "as the router checks it, and shown")
     explain.add_argument("--message-id", metavar="M",
                          help="<topic>/<partition>/<offset>: pick each shared group's member as "
                               "the router would for message M (default: list every member)")
@@ -281,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     subscriptions = verb("subscriptions", inspection.subscriptions,
                          "list the live subscriptions (the latest snapshot plus the newer "
-                         "changelog records; not the change history: see audit subscriptions)")
+                         "changelog records; not the change history: see audit subscriptions), "
+                         "then each listed subscriber's subscriptions per exchange against "
+                         "limits.max_subscriptions_per_subscriber")
     subscriptions.add_argument("--subscriber", metavar="S", help="only subscriber S's")
     subscriptions.add_argument("--exchange", metavar="E", help="only exchange E's")
     subscriptions.add_argument("--json", action="store_true", help="one JSON object per line")

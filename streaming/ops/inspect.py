@@ -56,9 +56,11 @@ from compiler import (
 )
 from compiler.options import SubscriptionOptions
 from compiler.shared import shared_filters
+from schemas.records import EXPIRY_HEADER
 from streaming.config import Config
 from streaming.errors import one_line
 from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.kafka.records import expiry_error
 from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
 from streaming.ops.errors import InspectError, RejectedPublish
 from streaming.router.checkpoint import CheckpointLayout
@@ -178,7 +180,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
             index = make_index()
         _, timestamp = message.timestamp()
         apply_record(index, message.key(), message.value(), message.partition(), message.offset(),
-                     timestamp if timestamp > 0 else None, applied_at_ms)
+                     timestamp if timestamp > 0 else None, applied_at_ms, limits=config.limits)
         count += 1
 
     reader = ChangelogReader(config)
@@ -293,6 +295,10 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
         deliveries = Matcher(snapshot).match(exchange, routing_key, header_map, message_id or "")
     except (UnknownExchangeError, TopicError, HeaderError) as exc:
         raise RejectedPublish(f"the router would reject this publish: {exc}") from None
+    if EXPIRY_HEADER in header_map:
+        reason = expiry_error(header_map[EXPIRY_HEADER])
+        if reason is not None:
+            raise RejectedPublish(f"the router would reject this publish: {reason}")
     t = snapshot.tables
     ids = [sub_id for d in deliveries for sub_id in d.subscription_ids]
     live = _live(t)
@@ -337,6 +343,8 @@ def retained_messages(config: Config, state: RoutingState):
     try:
         if _topic_exists(config, config.kafka.retained_topic):
             messages.catch_up()
+        # As the router serves them: an expired one is no longer retained.
+        messages.expire(int(time.time() * 1000))
         return messages
     except (ChangelogError, KafkaException, KafkaAccessError):
         return None
@@ -367,7 +375,8 @@ def retained_of(config: Config, state: RoutingState, exchange: str,
         return None
     published = datetime.fromtimestamp(found.published_at_ms / 1000, timezone.utc)
     return {"message_id": found.message_id, "payload_bytes": len(found.value),
-            "published_at": published.isoformat()}
+            "published_at": published.isoformat(),
+            "expiry_remaining": messages.remaining.get((exchange, topic))}
 
 
 def with_retained(config: Config, state: RoutingState,

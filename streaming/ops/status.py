@@ -53,6 +53,7 @@ from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
 from streaming.ops.errors import KafkaUnavailable
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.limits import usage as limits_usage
 from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 
 KAFKA_BUDGET_S = STATUS_BUDGET_S
@@ -76,7 +77,9 @@ def router_status(config: Config) -> dict[str, object]:
     recorded, or None), ``lease`` (the router lease of the publishes topic and
     warehouse: :mod:`streaming.router.lease`'s record plus ``age_seconds``, or
     ``{error}``, or None), ``replays`` (the replays of ``subscribe --since`` in progress:
-    :func:`_replays`), ``notes`` (why something is missing).
+    :func:`_replays`), ``limits`` (per exchange, per limit of ``[limits]``: ``{limit, used}``,
+    the largest use in the snapshot: :func:`streaming.router.limits.usage`; None without a
+    snapshot), ``notes`` (why something is missing).
     """
     kafka = config.kafka
     # Kafka's round trips and the Delta log reads overlap the local reads (librdkafka
@@ -125,6 +128,7 @@ def router_status(config: Config) -> dict[str, object]:
         "snapshot_version": None if snapshot is None else snapshot.version,
         "subscriptions": None if snapshot is None else len(snapshot),
         "subscribers": subscribers,
+        "limits": None if snapshot is None else limits_usage(snapshot, config.limits),
         "unfed_delivery_topics": unfed,
         "kafka_error": kafka_error,
         "audit_tables": audit_tables,

@@ -121,6 +121,7 @@ class RoutedAudit:
         self.rejected = 0
         self.lost = 0
         """Publishes recorded ``lost`` (deleted by Kafka before they were routed)."""
+        self.expired = 0
         self.repeats = 0
         """Routed records left out as repeats of an audited publish."""
         self.snapshot_version: int | None = None
@@ -210,6 +211,7 @@ class RoutedAudit:
             self.publishes += audit.publishes
             self.deliveries += audit.deliveries
             self.rejected += audit.rejected
+            self.expired += audit.expired
             self.repeats += audit.repeats
             self.lost += lost
             if audit.snapshot_version is not None:
@@ -219,7 +221,8 @@ class RoutedAudit:
                 batch_id, audit.publishes, audit.deliveries, audit.rejected, version,
                 time.monotonic() - started, False,
                 {"await_checkpoint": self.waiting_s,
-                 "audit": time.monotonic() - started - self.waiting_s}, lost=lost))
+                 "audit": time.monotonic() - started - self.waiting_s}, lost=lost,
+                 expired=audit.expired))
 
     def _audit_in_task(self, batch, batch_id: int, routed_at: datetime) -> BatchAudit:
         """One Spark task audits the batch and writes its files (module docstring); the

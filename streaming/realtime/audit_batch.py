@@ -50,7 +50,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from schemas.records import OUTCOME_REJECTED, PARTITION_COLUMNS
+from schemas.records import OUTCOME_EXPIRED, OUTCOME_REJECTED, PARTITION_COLUMNS
 from schemas.tables import AUDIT_FILE, ROUTED_PUBLISH, arrow_schema
 from streaming.audit.files import AuditFile, write_table_files
 from streaming.audit.storage import warehouse_filesystem
@@ -93,6 +93,8 @@ AUDIT_TASK = StructType([
     StructField("latency_ms", ArrayType(LongType(), False), False),
     StructField("offsets", ArrayType(_OFFSETS, False), False),
     StructField("lost", ArrayType(_LOST, False), False),
+    # Its publishes whose lifetime (the expiry header) ended before they were routed.
+    StructField("expired", LongType(), True),
 ])
 AUDIT_TASK_ARROW = arrow_schema(AUDIT_TASK)
 
@@ -111,6 +113,7 @@ class BatchAudit:
     deliveries: int = 0
     rejected: int = 0
     repeats: int = 0
+    expired: int = 0
     snapshot_version: int | None = None
     seen_end: dict[int, int] = field(default_factory=dict)
     start: dict[int, int] = field(default_factory=dict)
@@ -202,6 +205,7 @@ def audit_batch(rows: pa.Table, floor: Mapping[int, int], earliest: Earliest, to
     audit.publishes = kept.num_rows
     audit.deliveries = pc.sum(pc.list_value_length(kept["deliveries"])).as_py() or 0
     audit.rejected = pc.sum(pc.equal(kept["outcome"], OUTCOME_REJECTED)).as_py() or 0
+    audit.expired = pc.sum(pc.equal(kept["outcome"], OUTCOME_EXPIRED)).as_py() or 0
     audit.snapshot_version = pc.max(kept["snapshot_version"]).as_py()
     audit.start = _starts(partitions[kept_at], offsets[kept_at])
     audit.end = _ends(partitions[kept_at], offsets[kept_at])
@@ -268,6 +272,7 @@ class AuditTask:
                          "end": audit.end.get(p)} for p, seen in audit.seen_end.items()],
             "lost": [{"partition": g.partition, "first": g.first_offset, "end": g.end_offset,
                       "lost_before": g.lost_before} for g in audit.lost],
+            "expired": audit.expired,
         }], schema=AUDIT_TASK_ARROW)
 
 
@@ -279,6 +284,7 @@ def task_result(rows: pa.Table, topic: str, incarnation: int) -> BatchAudit:
         audit.deliveries += task["deliveries"]
         audit.rejected += task["rejected"]
         audit.repeats += task["repeats"]
+        audit.expired += task["expired"] or 0
         if task["snapshot_version"] is not None:
             audit.snapshot_version = max(audit.snapshot_version or 0, task["snapshot_version"])
         audit.latency_ms += task["latency_ms"]

@@ -66,6 +66,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -77,6 +78,7 @@ import pyarrow.compute as pc
 from compiler.options import RETAIN_HANDLING_IF_NEW, RETAIN_HANDLING_NEVER
 from schemas.records import (
     CHANGE_UPSERT,
+    EXPIRY_HEADER,
     MESSAGE_ID_HEADER,
     PUBLISHED_AT_HEADER,
     RETAIN_HEADER,
@@ -248,6 +250,11 @@ class RetainedMessages:
         self._offsets: dict[int, int] = {}
         self._messages: dict[tuple[str, str], RetainedMessage] = {}
         self._indexes: dict[str, object] = {}
+        #: The retained messages with an expiry header: the value of their last one.
+        self._expiring: dict[tuple[str, str], bytes | None] = {}
+        #: As of the last :meth:`expire`: the remaining interval (seconds) of each retained
+        #: message with an expiry, by ``(exchange, topic)``.
+        self.remaining: dict[tuple[str, str], int] = {}
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -266,6 +273,7 @@ class RetainedMessages:
                          f"{message.offset()}: its key is not [exchange, topic] ({exc})")
             return
         index = self._indexes.get(exchange)
+        self._expiring.pop((exchange, topic), None)
         if message.value() is None:
             self._messages.pop((exchange, topic), None)
             if index is not None:
@@ -285,6 +293,34 @@ class RetainedMessages:
         self._messages[(exchange, topic)] = RetainedMessage(
             exchange, topic, (router.get(MESSAGE_ID_HEADER) or b"").decode("utf-8", "replace"),
             message.value(), kept, int(published) if published.isdigit() else 0)
+        expiry = [v for n, v in kept if n == EXPIRY_HEADER]
+        if expiry:
+            self._expiring[(exchange, topic)] = expiry[-1]
+
+    def expire(self, now_ms: int) -> list[RetainedMessage]:
+        """Remove the retained messages whose lifetime (``expiry`` header) ended by ``now_ms``
+        from the state and return them; :attr:`remaining` gets the interval left to the
+        others with an expiry (the rule of both modes, ``bitroute_kernel.expiry_states``)."""
+        from bitroute_kernel import expiry_states
+
+        self.remaining = {}
+        if not self._expiring:
+            return []
+        keys = list(self._expiring)
+        states = expiry_states([self._expiring[k] for k in keys],
+                               [self._messages[k].published_at_ms for k in keys], now_ms)
+        gone, remaining = [], {}
+        for (exchange, topic), state in zip(keys, states):
+            if isinstance(state, str):  # a record the router did not write: never expires
+                continue
+            if state:
+                remaining[(exchange, topic)] = state
+                continue
+            gone.append(self._messages.pop((exchange, topic)))
+            del self._expiring[(exchange, topic)]
+            self._indexes[exchange].discard(topic)
+        self.remaining = remaining
+        return gone
 
     def matching(self, exchange: str, filter_text: str) -> list[RetainedMessage]:
         """The retained messages of ``exchange`` whose topics ``filter_text`` matches."""
@@ -465,6 +501,7 @@ class RetainedDeliveries:
             return None
         self.messages.catch_up()
         self._caught_up = True
+        remaining = self._expire()
         wanted: dict[tuple[str, str, str], list[str]] = {}
         found: dict[tuple[str, str], RetainedMessage] = {}
         for sub in new:
@@ -484,11 +521,35 @@ class RetainedDeliveries:
             rows["subscriber"].append(subscriber)
             rows["subscription_ids"].append(sorted(ids))
             rows["value"].append(message.value)
+            left = remaining.get((exchange, topic))
             rows["header_names"].append([n for n, _ in message.headers])
-            rows["header_values"].append([v for _, v in message.headers])
+            rows["header_values"].append([
+                str(left).encode() if left is not None and n == EXPIRY_HEADER else v
+                for n, v in message.headers])
             rows["published_at_ms"].append(message.published_at_ms)
         return pa.table(rows, schema=_PLAN_SCHEMA).replace_schema_metadata(
             {b"snapshot_version": str(version).encode(), b"batch_id": str(batch_id).encode()})
+
+    def _expire(self) -> dict[tuple[str, str], int]:
+        """Drop the retained messages whose lifetime ended (now) from the state and the
+        retained topic (a tombstone each); return the remaining interval of the others with
+        an expiry, by ``(exchange, topic)``. Raises on a Kafka failure (retried)."""
+        from streaming.router.delivery import ProducerSettings, cached_producer
+
+        gone = self.messages.expire(int(time.time() * 1000))
+        if gone:
+            kafka = self._config.kafka
+            producer = cached_producer(ProducerSettings.of(kafka))
+            for i, message in enumerate(gone):
+                producer.produce_tagged(kafka.retained_topic,
+                                        retained_key(message.exchange, message.topic), None,
+                                        [(MESSAGE_ID_HEADER, message.message_id.encode())], i)
+            failed = producer.flush()
+            if failed:
+                raise OSError(f"the retained topic refused {len(failed)} tombstones of expired "
+                              f"retained messages: {failed[0].reason}")
+            _log.info(f"{len(gone)} retained messages expired and left the retained state")
+        return self.messages.remaining
 
     def deliver(self, batch_id: int) -> int:
         """Make batch ``batch_id``'s planned deliveries (after its pin): produce them, wait

@@ -87,7 +87,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.records import OUTCOME_REJECTED
+from schemas.records import OUTCOME_EXPIRED, OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
@@ -219,6 +219,7 @@ class Router:
         """Why the query stopped on a recreated publishes topic (the line), when it did:
         :meth:`follow_recreated_topic` follows it."""
         self.lost_total = 0
+        self.expired_total = 0
         """Publishes recorded lost to retention since this router started."""
         self.replays: Replays | None = None
         """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
@@ -463,10 +464,11 @@ class Router:
                 self._batch_done.notify_all()
         return report
 
-    def _route_function(self, snapshot: BatchSnapshot,
+    def _route_function(self, snapshot: BatchSnapshot, routed_at: datetime,
                         audit: TaskAudit | None = None) -> RoutePartitions:
-        """The ``mapInArrow`` function that routes a batch against ``snapshot`` (with
-        ``audit``: each task writes its audit files)."""
+        """The ``mapInArrow`` function that routes a batch against ``snapshot`` at
+        ``routed_at`` (the publishes' expiry; with ``audit``: each task writes its audit
+        files)."""
         kafka = self.config.kafka
         return RoutePartitions(snapshot.broadcast, snapshot.key, RouteSettings(
             default_exchange=self.config.exchanges.default,
@@ -478,6 +480,7 @@ class Router:
             audit=audit,
             incarnation=self.incarnation.number,
             retain=RetainSettings.of(self.config),
+            now_ms=int(routed_at.timestamp() * 1000),
         ))
 
     def _routes_in_driver(self, publishes: int | None) -> bool:
@@ -512,13 +515,14 @@ class Router:
             # A small batch: the same routing function, run in this process on
             # the collected rows, skips the Python workers' round trip.
             routed_in = ROUTED_IN_DRIVER
-            route = self._route_function(snapshot)
+            route = self._route_function(snapshot, routed_at)
             routed = self._retrying(batch_id, "routing", lambda: self._route_in_driver(
                 lambda: self.batch_rows.read(start, end), source, route), attempts)
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
             self.latency.add(publish_latencies_ms(routed, time.time()))
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed, gap_rows(gaps)])
             audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
@@ -526,13 +530,14 @@ class Router:
             # The executors route; their routed rows come back to be journaled, and the
             # committer writes the files beside the next batch (a local master).
             routed_in = ROUTED_IN_EXECUTORS
-            route = self._route_function(snapshot)
+            route = self._route_function(snapshot, routed_at)
             routed = self._retrying(batch_id, "routing",
                                     source.mapInArrow(route, ROUTED_PUBLISH).toArrow, attempts)
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
             self.latency.add(publish_latencies_ms(routed, time.time()))
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed.cast(ROUTED_ARROW), gap_rows(gaps)])
             audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
@@ -540,7 +545,7 @@ class Router:
             # The executors route and write the audit files; the driver gets a row per task.
             routed_in = ROUTED_IN_EXECUTORS
             task_audit = TaskAudit(self.config.delta, batch_id, routed_at, self._partitioned)
-            route = self._route_function(snapshot, task_audit)
+            route = self._route_function(snapshot, routed_at, task_audit)
             tasks = self._retrying(batch_id, "routing",
                                    source.mapInArrow(route, ROUTED_TASK).toArrow, attempts)
             if gaps:
@@ -550,6 +555,7 @@ class Router:
             deliveries = pc.sum(tasks["deliveries"]).as_py() or 0
             self.latency.add(pc.list_flatten(tasks["latency_ms"]).to_pylist())
             rejected = pc.sum(tasks["rejected"]).as_py() or 0
+            expired = pc.sum(tasks["expired"]).as_py() or 0
             files = pa.Table.from_struct_array(pc.list_flatten(tasks["files"]).combine_chunks())
             audit = FileBatch(batch_id, snapshot.version, routed_at, files, publishes, start, end)
         route_done = time.monotonic()
@@ -561,14 +567,15 @@ class Router:
                              audited - started, snapshot.replayed,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in,
-                             lost=sum(g.records for g in gaps))
+                             lost=sum(g.records for g in gaps), expired=expired)
         self._last_batch_at = time.monotonic()
         self._report(report)
         return report
 
     def _report(self, report: BatchReport) -> None:
-        """Keep ``report`` (and count its lost publishes) and hand it to every report listener
+        """Keep ``report`` (and count its lost and expired publishes) and hand it to every listener
         (a micro-batch's, or realtime mode's audit batch's)."""
+        self.expired_total += report.expired
         self.reports.append(report)
         self.lost_total += report.lost
         for listener in self.report_listeners:
@@ -668,6 +675,7 @@ class Router:
             "audit_pending_batches": committer.pending_batches if committer is not None else 0,
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
             "lost_total": self.lost_total,
+            "expired_total": self.expired_total,
             "mode": self.config.streaming.mode,
             "latency_ms": self.latency.percentiles(),
             **({"realtime": self.realtime.status()} if self.realtime is not None else {}),

@@ -219,3 +219,76 @@ def test_no_local_in_a_single_match_as_explain_asks():
     assert [(d.subscriber, d.subscription_ids) for d in matcher.match(
         "mq", "chat/a", {"publisher": b"ann"})] == [("ann", ("n2",)), ("bob", ("n3",))]
     assert [d.subscriber for d in matcher.match("mq", "chat/a", {"publisher": "bob"})] == ["ann"]
+
+
+# --- Message expiry: RouteTable.route_at against plan_batch -----------------------------
+
+PUBLISHED_MS = 1_735_689_600_000  # arrow_batches.source_batch's timestamp, 2025-01-01 UTC
+EXPIRY_PUBLISHES = [
+    (b"orders.eu.paid", [("expiry", b"5")]),
+    (b"nothing", [("expiry", b"5")]),
+    (b"orders.eu.paid", [("expiry", b"0")]),
+    (b"orders.eu.paid", [("expiry", b"5"), ("expiry", b"x")]),
+    (b"orders.eu.paid", [("expiry", None)]),
+    (b"orders.eu.paid", [("expiry", b"x"), ("expiry", b"4294967295")]),
+    (b"orders.eu.paid", [("expiry", b"4294967296")]),
+    (None, [("expiry", b"1")]),
+    (b"orders.eu.paid", []),
+    (b"a", [("exchange", b"nope"), ("expiry", b"soon")]),
+    (b"orders.eu.paid", [("expiry", b"9"), ("unit", b"x"), ("expiry", b"007")]),
+]
+
+
+def micro_batch_expiry(matcher: Matcher, publishes, now_ms: int) -> list[tuple]:
+    """Per publish, as the micro-batch path decides it at ``now_ms`` (``plan_batch``):
+    ``(outcome, reason, the expiry header values its deliveries carry)``, outcome 3 expired."""
+    from arrow_batches import source_batch
+    from streaming.kafka.layout import DeliveryLayout
+    from streaming.router.delivery import ProducerSettings
+    from streaming.router.routing import RouteSettings, kept_header_columns, plan_batch
+
+    settings = RouteSettings("amq", DeliveryLayout("d."), "rejected", 1, True,
+                             ProducerSettings("localhost:1", 1_048_576), now_ms=now_ms)
+    plan = plan_batch(matcher, source_batch([(k, b"x", h) for k, h in publishes]), settings)
+    offsets, names, values = kept_header_columns(plan)
+    names, values = names.to_pylist(), values.to_pylist()
+    out = []
+    for row in range(plan.publishes.n):
+        carried = [v for n, v in zip(names[offsets[row]:offsets[row + 1]],
+                                     values[offsets[row]:offsets[row + 1]]) if n == "expiry"]
+        if plan.reasons[row] is not None:
+            out.append((REJECTED, plan.reasons[row], carried))
+        elif plan.expiry is not None and plan.expiry.expired[row]:
+            out.append((3, None, carried))
+        else:
+            routed = bool((plan.owner == row).any())
+            out.append((ROUTED if routed else UNROUTABLE, None, carried))
+    return out
+
+
+@pytest.mark.parametrize("waited_ms", [-5_000, 0, 999, 1_000, 4_999, 5_000, 9_000, 10 ** 12])
+def test_both_paths_expire_publishes_alike(waited_ms):
+    subs = [s for s in SUBS if s.exchange == "amq"]
+    index = RoutingIndex(EXCHANGES)
+    for sub in subs:
+        index.upsert(sub)
+    table = route_table(subs, EXCHANGES, "amq")
+    now_ms = PUBLISHED_MS + waited_ms
+    got = micro_batch_expiry(Matcher(index.snapshot(1, {})), EXPIRY_PUBLISHES, now_ms)
+    for offset, ((key, headers), (outcome, reason, carried)) in enumerate(
+            zip(EXPIRY_PUBLISHES, got)):
+        (kind, _, _, table_reason, deliveries), remaining = table.route_at(
+            key, headers, f"p/0/{offset}", PUBLISHED_MS, now_ms)
+        assert (kind, table_reason) == (outcome, reason), (key, headers)
+        assert (kind == 3) == (deliveries == [] and outcome == 3)
+        own = [v for n, v in headers if n == "expiry"]
+        # The deliveries' expiry headers: each set to the remaining interval.
+        assert carried == (own if remaining is None else [str(remaining).encode()] * len(own))
+    waited_s = max(waited_ms, 0) // 1000
+    assert got[0] == ((3, None, [b"5"]) if waited_s >= 5
+                      else (ROUTED, None, [str(5 - waited_s).encode()]))
+    assert got[2][0] == REJECTED and got[2][1].endswith("not b'0'")
+    assert got[3][0] == REJECTED  # the last header counts: 'x'
+    assert got[4][1].endswith("not null")
+    assert got[7][1] == "missing routing key" and got[9][1] == "unknown exchange 'nope'"
+    assert got[8] == (ROUTED, None, [])

@@ -31,6 +31,7 @@ use hashbrown::{HashMap, HashSet};
 use serde::Deserialize;
 
 use crate::dialect::{self, Dialect, Grammar};
+use crate::expiry::{expiry_of, Expiry};
 use crate::pytext::{decode_utf8, push_json_string, quote, repr_bytes, repr_str};
 use crate::trie::{with_scratch, Hit, Trie};
 
@@ -61,6 +62,8 @@ pub enum OutcomeKind {
     Routed = 0,
     Unroutable = 1,
     Rejected = 2,
+    /// Its lifetime ended before it was routed ([`crate::expiry`]): delivered to no one.
+    Expired = 3,
 }
 
 /// One subscriber's delivery: its matched subscription ids in output order
@@ -85,6 +88,9 @@ pub struct Outcome<'t> {
     pub reason: Option<String>,
     /// By subscriber (empty unless routed).
     pub deliveries: Vec<Delivery<'t>>,
+    /// The remaining expiry interval, seconds, that the deliveries carry in the
+    /// `expiry` header ([`RouteTable::route_at`] of a publish that expires).
+    pub remaining: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -552,6 +558,7 @@ impl RouteTable {
             routing_key: routing_key.clone(),
             reason: Some(reason),
             deliveries: Vec::new(),
+            remaining: None,
         };
         let exchange = match headers
             .iter()
@@ -628,7 +635,41 @@ impl RouteTable {
             routing_key,
             reason: None,
             deliveries,
+            remaining: None,
         }
+    }
+
+    /// [`RouteTable::route`] of a publish whose Kafka timestamp is `published_ms`,
+    /// routed at `now_ms` (epoch ms), with its expiry ([`crate::expiry`]) applied:
+    /// a bad `expiry` header rejects it (after the reasons `route` gives), an
+    /// expired one is [`OutcomeKind::Expired`] with no deliveries, a live one's
+    /// outcome names the remaining interval its deliveries carry.
+    pub fn route_at(
+        &self,
+        key: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+        message_id: &str,
+        published_ms: i64,
+        now_ms: i64,
+    ) -> Outcome<'_> {
+        let mut outcome = self.route(key, headers, message_id);
+        if outcome.kind == OutcomeKind::Rejected {
+            return outcome;
+        }
+        match expiry_of(headers, published_ms, now_ms) {
+            Expiry::Never => {}
+            Expiry::Remaining(seconds) => outcome.remaining = Some(seconds),
+            Expiry::Expired => {
+                outcome.kind = OutcomeKind::Expired;
+                outcome.deliveries.clear();
+            }
+            Expiry::Invalid(reason) => {
+                outcome.kind = OutcomeKind::Rejected;
+                outcome.reason = Some(reason);
+                outcome.deliveries.clear();
+            }
+        }
+        outcome
     }
 
     /// The deliveries of a valid topic of exchange `number`: by subscriber
@@ -866,6 +907,25 @@ mod tests {
         let o = refused.route(Some(b"jobs/1"), &mqtt, "p/0/2");
         assert_eq!(o.kind, OutcomeKind::Rejected);
         assert_eq!(o.reason.as_deref(), Some("served by micro-batch mode"));
+    }
+
+    #[test]
+    fn route_at_applies_the_expiry_after_the_other_reasons() {
+        let t = table();
+        let live: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"10"))];
+        let o = t.route_at(Some(b"orders.eu.paid"), live, "p/0/1", 1_000, 3_500);
+        assert_eq!((o.kind, o.remaining, summary(&o).len()), (OutcomeKind::Routed, Some(8), 2));
+        let o = t.route_at(Some(b"orders.eu.paid"), live, "p/0/1", 1_000, 11_000);
+        assert_eq!((o.kind, o.remaining, o.deliveries.len()), (OutcomeKind::Expired, None, 0));
+        // Unroutable publishes expire too; a bad key is rejected first.
+        assert_eq!(t.route_at(Some(b"x"), live, "m", 0, 10_000).kind, OutcomeKind::Expired);
+        assert_eq!(t.route_at(None, live, "m", 0, 10_000).reason.as_deref(),
+                   Some("missing routing key"));
+        let bad: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"soon"))];
+        let o = t.route_at(Some(b"orders.eu.paid"), bad, "m", 0, 0);
+        assert_eq!((o.kind, o.deliveries.len()), (OutcomeKind::Rejected, 0));
+        assert!(o.reason.unwrap().ends_with("not b'soon'"));
+        assert_eq!(t.route_at(Some(b"orders.eu.paid"), &[], "m", 0, 1 << 40).remaining, None);
     }
 
     #[test]

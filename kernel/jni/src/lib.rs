@@ -6,7 +6,8 @@
 //! static native long load(byte[] tableJson);
 //! static native void free(long handle);
 //! static native byte[] route(long handle, byte[] key, String[] headerNames,
-//!                            byte[][] headerValues, String messageId);
+//!                            byte[][] headerValues, String messageId,
+//!                            long publishedMs, long nowMs);
 //! static native long newSet();
 //! static native boolean put(long set, String id, byte[] subscriptionJson);
 //! static native boolean remove(long set, String id);
@@ -145,6 +146,8 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
     header_names: JObjectArray<'l>,
     header_values: JObjectArray<'l>,
     message_id: JString<'l>,
+    published_ms: jlong,
+    now_ms: jlong,
 ) -> jbyteArray {
     guarded(&mut env, std::ptr::null_mut(), |env| {
         let table = table(handle)?;
@@ -163,7 +166,7 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_deref()))
             .collect();
-        let outcome = table.route(key.as_deref(), &borrowed, &message_id);
+        let outcome = table.route_at(key.as_deref(), &borrowed, &message_id, published_ms, now_ms);
         Ok(env.byte_array_from_slice(&encode(&outcome))?.into_raw())
     })
 }
@@ -342,9 +345,10 @@ fn read_headers(
 /// is an int32 byte length (-1: null), then its UTF-8 bytes.
 ///
 /// ```text
-/// byte outcome (0 routed, 1 unroutable, 2 rejected), string exchange, string routing_key,
-/// rejected: string reason; else: int32 n, per delivery: string subscriber,
-/// string ids_header, int32 n ids, n strings
+/// byte outcome (0 routed, 1 unroutable, 2 rejected, 3 expired), string exchange,
+/// string routing_key, rejected: string reason; else: int32 n, per delivery: string
+/// subscriber, string ids_header, int32 n ids, n strings; then int64 the remaining
+/// expiry interval in seconds the deliveries carry (-1: the publish has none)
 /// ```
 pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
@@ -364,6 +368,8 @@ pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
             put_string(&mut out, Some(id));
         }
     }
+    let remaining = outcome.remaining.map_or(-1, i64::from);
+    out.extend_from_slice(&remaining.to_be_bytes());
     out
 }
 
@@ -408,7 +414,25 @@ mod tests {
         want.extend_from_slice(&1i32.to_be_bytes());
         want.extend_from_slice(&2i32.to_be_bytes());
         want.extend_from_slice(b"s1");
+        want.extend_from_slice(&(-1i64).to_be_bytes());
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn encodes_an_expired_outcome_and_a_remaining_interval() {
+        let table = RouteTable::from_json(TABLE.as_bytes()).unwrap();
+        let headers: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"5"))];
+        let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 5_000));
+        assert_eq!(got[0], 3);
+        assert_eq!(
+            got[got.len() - 12..],
+            [&0i32.to_be_bytes()[..], &(-1i64).to_be_bytes()].concat()
+        );
+        let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 1_000));
+        assert_eq!(
+            (got[0], &got[got.len() - 8..]),
+            (0, &4i64.to_be_bytes()[..])
+        );
     }
 
     #[test]

@@ -262,7 +262,8 @@ def test_explain_and_subscriptions_show_the_retained_messages(capsys, settings, 
     answer = _explain(capsys, settings, "--exchange", "mqtt", "--routing-key",
                       "sensors/boiler/temperature")
     assert answer["retained"] == {"message_id": "pubs/0/1", "payload_bytes": 4,
-                                  "published_at": "2026-11-26T17:52:23.443000+00:00"}
+                                  "published_at": "2026-11-26T17:52:23.443000+00:00",
+                                  "expiry_remaining": None}  # it has no expiry header
     assert _explain(capsys, settings, "--exchange", "mqtt", "--routing-key",
                     "sensors/attic/temperature")["retained"] is None
     assert "retained" not in _explain(capsys, settings, "--routing-key", "orders.1")

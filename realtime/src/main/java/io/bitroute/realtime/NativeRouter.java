@@ -36,9 +36,11 @@ public final class NativeRouter {
     /** Free a handle from load (once; never used after). */
     static native void free(long handle);
 
-    /** Route one publish: the encoded outcome ({@link RouteOutcome#decode}). */
+    /** Route one publish with Kafka timestamp {@code publishedMs} at {@code nowMs} (epoch ms,
+     *  for its expiry): the encoded outcome ({@link RouteOutcome#decode}). */
     static native byte[] route(long handle, byte[] key, String[] headerNames,
-                               byte[][] headerValues, String messageId);
+                               byte[][] headerValues, String messageId, long publishedMs,
+                               long nowMs);
 
     /** A new, empty subscription set (the routing view's subscriptions, kept parsed between
      *  tables): a handle != 0, freed by {@link #freeSet}. A set is used by one thread at a time. */
