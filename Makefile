@@ -60,7 +60,7 @@ run: jars
 test: jars
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The unit tests alone, in well under a minute: no broker, no JVM, no Delta table
+# The unit tests alone, in a few minutes at most: no broker, no JVM, no Delta table
 # (tests/conftest.py marks every test that needs one `integration`).
 test-unit: install
 	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)

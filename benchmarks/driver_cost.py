@@ -35,6 +35,13 @@ from the delivery topics and the audit tables (read with delta-rs) hold a
 - cluster daemons (the master and the workers' JVMs) and the Kafka broker are
   shown apart, not counted in the router's CPU.
 
+``--local N`` runs the router on a ``local[N]`` master instead (no cluster): its
+executors are threads of the driver's JVM, so "driver JVM" holds the routing too,
+and "executor Python" is the JVM's Python workers (``pyspark.daemon``), apart from
+the driver's own Python process. Realtime mode is measured with
+``--set streaming.mode=realtime --set kafka.partitions=1`` (a slot per publishes
+partition plus one for the audit query).
+
 ``--before TREE`` runs a second checkout (e.g. a worktree of the commit before
 issue 28, ``git worktree add /work/wt-before f0324da``) with the same
 settings, alternating with this tree run by run (ABAB): both use this Python
@@ -112,7 +119,7 @@ def fanout_workload(subscribers: int, fanout: int, publishes: int, seed: int = 1
 @dataclass
 class Cluster:
     url: str
-    master: subprocess.Popen
+    master: subprocess.Popen | None  # None: a local master (--local)
     workers: list[subprocess.Popen]
 
     @property
@@ -280,15 +287,33 @@ def _is_java(pid: int) -> bool:
     return command.endswith("/java") or command == "java"
 
 
+@contextlib.contextmanager
+def no_cluster(master: str) -> Iterator[Cluster]:
+    """``--local``: the router's own ``local[N]`` master, no process of its own."""
+    yield Cluster(master, None, [])
+
+
+def _is_python_worker(pid: int) -> bool:
+    return "pyspark.daemon" in procstat.cmdline(pid) or "pyspark/daemon" in procstat.cmdline(pid)
+
+
 def router_roles(router: harness.RouterRun, cluster: Cluster, broker: EmbeddedBroker) -> dict:
     driver = router.proc.pid
     workers = [p.pid for p in cluster.workers]
+    local = cluster.master is None
 
     def driver_jvm(tree):
         return [p for p in descendants(tree, driver) if _is_java(p)]
 
+    def local_workers(tree):
+        # A local master's Python workers: the daemon the driver JVM forks, and its forks.
+        daemons = [p for p in descendants(tree, driver) if _is_python_worker(p)]
+        return daemons + [c for d in daemons for c in descendants(tree, d)]
+
     def driver_python(tree):
-        return [driver] + [p for p in descendants(tree, driver) if not _is_java(p)]
+        workers_now = set(local_workers(tree)) if local else set()
+        return [driver] + [p for p in descendants(tree, driver)
+                           if not _is_java(p) and p not in workers_now]
 
     def executors(tree, java: bool):
         # The worker daemon's own JVM is not an executor: only its descendants are.
@@ -298,8 +323,9 @@ def router_roles(router: harness.RouterRun, cluster: Cluster, broker: EmbeddedBr
         "driver Python": driver_python,
         "driver JVM": driver_jvm,
         "executor JVMs": lambda tree: executors(tree, True),
-        "executor Python": lambda tree: executors(tree, False),
-        "cluster daemons": lambda tree: [p.pid for p in cluster.processes],
+        "executor Python": lambda tree: list(set(local_workers(tree))) if local
+        else executors(tree, False),
+        "cluster daemons": lambda tree: [p.pid for p in cluster.processes if p is not None],
         "Kafka broker": lambda tree: [p for p in [broker.pid()] if p],
     }
 
@@ -418,6 +444,8 @@ class RunResult:
     idle_driver_python_per_s: float = 0.0
     driver_jvm_threads: dict[str, float] = field(default_factory=dict)
     """The driver JVM's CPU seconds in the measured span by thread name, largest first."""
+    stages_s: dict[str, float] = field(default_factory=dict)
+    """Each stage's seconds summed over the measured batches (their reports' ``stages``)."""
     idle_jvm_threads: dict[str, float] = field(default_factory=dict)
     """The same while the router was idle after the drain (``--idle`` seconds)."""
 
@@ -467,7 +495,8 @@ def _produce_backlog(config, w: Workload) -> dict:
 
 def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder: Path,
              timeout: float, sample: float, idle: float, warm: bool = False,
-             extra_sets: tuple[str, ...] = (), workers: int = 2) -> RunResult:
+             extra_sets: tuple[str, ...] = (), workers: int = 2,
+             local: int = 0) -> RunResult:
     """One measured drain of ``w``'s publishes by a router of ``tree`` on a fresh cluster
     and broker in ``folder``; everything started is stopped before returning."""
     result = RunResult(code, str(tree), batch, len(w.publishes), warm=warm)
@@ -477,7 +506,9 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
     broker = None
     try:
         # The router, its CPU sampler and the consumer stop before the cluster does.
-        with standalone_cluster(folder, str(tree), workers) as cluster, contextlib.ExitStack() as stops:
+        spark = no_cluster(f"local[{local}]") if local else standalone_cluster(
+            folder, str(tree), workers)
+        with spark as cluster, contextlib.ExitStack() as stops:
             broker = harness.start_broker(folder / "kafka")
             sets = [
                 "broker.embedded=false",
@@ -547,6 +578,9 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             counted = [b for b in router.batches[first_batch:] if b["rows"]]
             result.batches = len(counted)
             result.routed_in = sorted({b["routed_in"] for b in counted})
+            for b in counted:
+                for stage, seconds in (b.get("stages") or {}).items():
+                    result.stages_s[stage] = round(result.stages_s.get(stage, 0.0) + seconds, 3)
             full = [b for b in counted[1:] if b["rows"] >= 0.5 * batch]
             if full:
                 cpu = timeline.between(counted[0]["end"], full[-1]["end"])
@@ -660,6 +694,8 @@ def capacity(results: list[RunResult], target: float) -> list[str]:
         return []
     batch = max(r.batch for r in after)
     group = [r for r in after if r.batch == batch]
+    if not all(r.executors_s for r in group):
+        return []  # --local: the executors are the driver JVM's threads
     per_batch = statistics.median(r.driver_per_batch for r in group)
     per_batch_deliveries = statistics.median(r.deliveries / max(r.batches, 1) for r in group)
     exec_rate = 1 / statistics.median(r.executors_s / r.deliveries for r in group)
@@ -711,6 +747,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--workers", type=int, default=2,
                     help="one-core workers of the standalone cluster")
+    ap.add_argument("--local", type=int, default=0, metavar="N",
+                    help="run the router on a local[N] master instead of a standalone cluster")
     ap.add_argument("--smoke", action="store_true",
                     help="toy size: one run of 2,000 publishes in batches of 1,000 on one "
                          "worker, no sweep")
@@ -742,7 +780,8 @@ def main(argv: list[str] | None = None) -> int:
         plan.append(("after", after_tree, args.tiny, tiny))
 
     commit = _commit(after_tree)
-    print(f"driver cost on a standalone cluster ({args.workers} one-core workers) on "
+    print((f"driver cost on local[{args.local}]" if args.local else
+           f"driver cost on a standalone cluster ({args.workers} one-core workers)") + " on "
           f"{os.cpu_count()} cores; "
           f"after = {after_tree} at {commit}" + (
               f", before = {args.before} at {_commit(args.before)}" if args.before else ""))
@@ -758,11 +797,14 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"run {i + 1}/{len(plan)}: {code} ({tree}), batches of {batch:,}")
             r = run_once(code, tree, batch, workload, args.fanout,
                          base / f"run{i + 1}-{code}-{batch}", args.timeout, args.sample, args.idle, args.warm,
-                         tuple(args.set), args.workers)
+                         tuple(args.set), args.workers, args.local)
             results.append(r)
             if i == 0:
                 print(HEADER)
             print(run_line(r), flush=True)
+            if r.ok and r.stages_s:
+                print("    stages (s, summed over the batches): " + ", ".join(
+                    f"{stage} {seconds:.2f}" for stage, seconds in r.stages_s.items()), flush=True)
             if args.threads and r.ok:
                 print("    driver JVM threads (CPU s): " + ", ".join(
                     f"{name} {cpu:.2f}" for name, cpu in list(r.driver_jvm_threads.items())[:12]),

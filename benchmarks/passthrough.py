@@ -3,6 +3,7 @@ Real-Time Mode, measured through raw Kafka the way bitroute is (publish time -> 
 
     python -m benchmarks passthrough [--rate 1000] [--seconds 30] [--warmup 10]
                                      [--modes microbatch,realtime] [--trigger "100 milliseconds"]
+                                     [--realtime-checkpoint "5 minutes"]
                                      [--bitroute --size 100k] [--smoke]
 
 The embedded broker (:func:`benchmarks.harness.start_broker`), a publishes topic with the
@@ -11,8 +12,11 @@ child process builds the router's own Spark session (:func:`streaming.router.ses
 the same jars, settings and master) and runs a query that reads the publishes with their
 headers and writes ``key``, ``value`` and ``headers`` unchanged to the copy topic: in
 micro-batch mode with bitroute's trigger (``streaming.trigger_interval``, or ``--trigger``),
-in Real-Time Mode with ``trigger(realTime=...)`` (a 5-minute checkpoint interval, one slot
-per partition plus two). The load driver and the delivery reader are the end-to-end
+in Real-Time Mode with ``trigger(realTime=...)`` (a 5-minute checkpoint interval, or
+``--realtime-checkpoint``; one slot per partition plus two). A Real-Time Mode query's tasks
+end and start again at each checkpoint, so the interval bounds its tail: "5 seconds", the
+router's ``streaming.realtime_checkpoint_interval``, compares the copy with the router at
+the same interval. The load driver and the delivery reader are the end-to-end
 benchmark's (:mod:`benchmarks.e2e.kafka_load`): ``--rate`` publishes/s stamped with their
 publish time in a header, which the copy carries, for ``--warmup + --seconds``; p50/p99/max
 of the ``--seconds`` window.
@@ -60,8 +64,9 @@ def _config(bootstrap: str, folder: Path, mode: str):
 
 
 def query_main(argv: list[str]) -> int:
-    """The child: ``--query MODE BOOTSTRAP SOURCE SINK FOLDER TRIGGER``; runs until stdin closes."""
-    mode, bootstrap, source, sink, folder, trigger = argv
+    """The child: ``--query MODE BOOTSTRAP SOURCE SINK FOLDER TRIGGER CHECKPOINT``; runs until
+    stdin closes."""
+    mode, bootstrap, source, sink, folder, trigger, checkpoint = argv
     from streaming.router.session import spark_session
 
     config = _config(bootstrap, Path(folder), mode)
@@ -76,7 +81,7 @@ def query_main(argv: list[str]) -> int:
               .option("topic", sink).option("checkpointLocation", f"{folder}/query")
               .outputMode("update"))
     if mode == "realtime":
-        writer = writer.trigger(realTime=REALTIME_CHECKPOINT)
+        writer = writer.trigger(realTime=checkpoint)
     else:
         writer = writer.trigger(processingTime=trigger)
     query = writer.start()
@@ -91,7 +96,7 @@ def query_main(argv: list[str]) -> int:
 
 def _measure_copy(bootstrap: str, mode: str, trigger: str, partitions: int, rate: float,
                   warmup: float, seconds: float, folder: Path, w: workload.Workload,
-                  label: str = "") -> dict:
+                  label: str = "", checkpoint: str = REALTIME_CHECKPOINT) -> dict:
     """One mode's copy query started in a child process, the paced load through it
     (``label`` names a second measurement of the mode apart: its topics, its folder)."""
     from streaming import kafka
@@ -106,7 +111,7 @@ def _measure_copy(bootstrap: str, mode: str, trigger: str, partitions: int, rate
     work.mkdir(parents=True, exist_ok=True)
     log = open(work / "query.log", "w")
     child = subprocess.Popen([sys.executable, "-m", "benchmarks.passthrough", "--query", mode,
-                              bootstrap, source, sink, str(work), trigger],
+                              bootstrap, source, sink, str(work), trigger, checkpoint],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                              cwd=harness.ROOT, start_new_session=True)
     try:
@@ -165,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--trigger", default=None,
                     help="micro-batch trigger (default: bitroute's streaming.trigger_interval)")
+    ap.add_argument("--realtime-checkpoint", default=REALTIME_CHECKPOINT,
+                    help="the Real-Time Mode copy's checkpoint interval")
     ap.add_argument("--bitroute", action="store_true",
                     help="also bitroute run at the same rate, ratios to the micro-batch copy")
     ap.add_argument("--bitroute-warmup", type=float, default=60.0,
@@ -208,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def copy(mode: str, name: str, label: str = "") -> None:
                 got = _measure_copy(bootstrap, mode, trigger, partitions, args.rate, args.warmup,
-                                    args.seconds, folder, w, label)
+                                    args.seconds, folder, w, label, args.realtime_checkpoint)
                 _log(f"{name} copy: p50 {got['p50_ms']:.0f} ms p99 {got['p99_ms']:.0f} "
                      f"ms ({got['latency_n']:,} of {got['sent']:,} sent)")
                 results[name] = got
@@ -229,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             harness.delete_own_topics()
     base = results.get("microbatch")
     print(f"\n## pass-through at {args.rate:,.0f} publishes/s, {args.seconds:.0f} s window "
-          f"(micro-batch trigger {trigger}, realtime checkpoint {REALTIME_CHECKPOINT}, "
+          f"(micro-batch trigger {trigger}, realtime checkpoint {args.realtime_checkpoint}, "
           f"{partitions} partitions)\n")
     print("| query | latencies | p50 ms | p99 ms | max ms | p50 / micro-batch copy | "
           "p99 / micro-batch copy |")

@@ -1,8 +1,8 @@
 """``python -m benchmarks soak``: does the router's memory and state stay flat over time?
 
     python -m benchmarks soak [--minutes 60] [--rate R] [--warmup-minutes 5]
-                              [--size 100k] [--interval 5] [--set section.key=value]...
-                              [--workdir DIR] [--keep] [--smoke]
+                              [--size 100k] [--interval 5] [--churn 5]
+                              [--set section.key=value]... [--workdir DIR] [--keep] [--smoke]
 
 Everything runs on loopback in a temporary folder (``--workdir`` to choose it,
 ``--keep`` to keep it): an embedded Kafka broker of its own, the devices
@@ -21,13 +21,27 @@ written to the changelog, and the router (``bitroute run --json``,
    route, audit); the sizes and entry counts of every state folder (pins,
    snapshots, Spark's offsets and commits, status, the audit journal when
    there is one, each Delta table's data files and ``_delta_log`` entries).
-   A progress line a minute.
+   A progress line a minute. Every ``--churn`` seconds (0: never) one subscription
+   change is written to the changelog, a subscribe and then its unsubscribe in turn,
+   so that the subscriptions stay as many while the router rebuilds its state (in
+   realtime mode the routing view and every executor's native tables) all along.
+   Each sample also reads ``status.json``: the end-to-end latency p50/p99 of the
+   latest publishes (publish timestamp to routed) and, in realtime mode, the view's
+   version.
+
+Both modes (``--set streaming.mode=realtime``): in realtime mode the routing runs in
+long tasks inside the same local Spark JVM (its RSS and old generation include the
+executors' matchers and their native tables), and a "batch" is one of the audit
+query's batches over the routed records, so its cost per publish is the audit's
+(the routing's own cost shows in the latency). Realtime mode needs a task slot per
+publishes partition plus one: on a 2-core machine ``--set spark.master=local[4]``.
 
 At the end it prints, per process, the slope of its RSS (MB/min, least
 squares over the samples after ``--warmup-minutes``) with the fit's standard
 error, against the issue's bound (1 MB/min); the per-batch cost in the first
 and the last minute after warm-up; and each folder's count at the end and its
-largest. Samples go to ``<workdir>/soak.csv`` and everything to
+largest; the latency and the cost per publish, per minute, first and last minute
+after warm-up; the subscription changes written. Samples go to ``<workdir>/soak.csv`` and everything to
 ``<workdir>/soak.json`` (written also when the run is interrupted), whose
 paths are printed.
 
@@ -65,6 +79,9 @@ FLAT_MB_PER_MIN = 1.0
 ROLES = ("driver", "jvm", "workers")
 ROLE_NAMES = {"driver": "Python driver", "jvm": "Spark JVM", "workers": "Python workers"}
 STAGES = ("catch_up", "route", "audit", "seconds")
+"""The micro-batch stages reported first; realtime mode's audit batches report their own
+(``await_checkpoint``, ``audit``): every stage found in the batches is reported."""
+CHURN_PREFIX = "soak-churn-"
 
 
 def _log(msg: str) -> None:
@@ -105,6 +122,10 @@ def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
         "spark_commits": (layout.commits, visible),
         "spark_checkpoint": (layout.query, visible),
         "router_state": (layout.state, visible),
+        # realtime mode's: each query's Spark checkpoint and the audit's journal
+        "realtime_routing": (layout.realtime_routing, visible),
+        "realtime_audit": (layout.realtime_audit, visible),
+        "realtime_audit_journal": (layout.realtime_audit_journal, visible),
     }
     out: dict[str, float] = {}
     for name, (path, accept) in folders.items():
@@ -137,6 +158,7 @@ RETENTION = {
     "spark_commits_n": "about 100 (spark.sql.streaming.minBatchesToRetain)",
     "status_mb": "one file, rewritten each batch",
     "audit_journal_n": "the batches not yet committed to Delta (audit.max_pending_batches)",
+    "realtime_audit_journal_n": "the audit batches not yet committed to Delta (audit.max_pending_batches)",
 }
 
 
@@ -185,6 +207,74 @@ def fit(ts_min: list[float], ys: list[float]) -> Fit | None:
                ts_min[-1] - ts_min[0])
 
 
+# --- subscription churn ----------------------------------------------------------------
+
+class Churn:
+    """One subscription change every ``every`` seconds, in a thread: a subscribe of
+    ``soak-churn-<i>`` (an existing subscriber of the workload, a filter of its own),
+    then its unsubscribe (a tombstone), in turn. ``changes`` counts the acknowledged ones."""
+
+    def __init__(self, config, w: workload.Workload, every: float) -> None:
+        import threading
+
+        from streaming.kafka import clients as kafka
+
+        self._topic = config.kafka.subscriptions_topic
+        self._producer = kafka.producer(config.kafka.client_settings, {"linger.ms": 0})
+        self._subscriber = w.subs[0][1]
+        self._every = every
+        self._stop = threading.Event()
+        self.changes = 0
+        self.failures: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="soak-churn", daemon=True)
+
+    def start(self) -> "Churn":
+        if self._every > 0:
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(self._every):
+            key = f"{CHURN_PREFIX}{i // 2}".encode()
+            value = (workload.changelog_value(EXCHANGE, self._subscriber, f"soak/churn/{i // 2}/#")
+                     if i % 2 == 0 else None)
+            self._producer.produce(self._topic, value=value, key=key,
+                                   on_delivery=self._acked)
+            self._producer.flush(30)
+            i += 1
+
+    def _acked(self, error, _message) -> None:
+        if error is None:
+            self.changes += 1
+        elif len(self.failures) < 10:
+            self.failures.append(str(error))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+
+
+def status_figures(state: Path) -> dict:
+    """The latency p50/p99 (ms) and, in realtime mode, the view version ``status.json``
+    holds now (empty before the first batch, or while it is replaced)."""
+    try:
+        status = json.loads(CheckpointLayout.of(state).status_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    latency = status.get("latency_ms") or {}
+    for k in ("p50", "p99"):
+        if latency.get(k) is not None:
+            out[f"latency_{k}_ms"] = round(float(latency[k]), 1)
+    realtime = status.get("realtime") or {}
+    if realtime.get("view_version") is not None:
+        out["view_version"] = realtime["view_version"]
+    out["snapshot_version"] = status.get("snapshot_version")
+    return out
+
+
 # --- the run ---------------------------------------------------------------------------
 
 @dataclass
@@ -195,6 +285,7 @@ class Soak:
     batches: list[dict] = field(default_factory=list)
     result: dict = field(default_factory=dict)
     started_pids: set[int] = field(default_factory=set)
+    churn: "Churn | None" = None
 
 
 def _pids(env: bitroute_run.Env) -> dict[str, list[int]]:
@@ -224,15 +315,27 @@ def sample(env: bitroute_run.Env, soak: Soak, t0: float, n_probes: int, heap: bo
     row["batches"] = len(probes)
     row["publishes"] = sum(b["rows"] for b in probes)
     state = Path(env.config.streaming.checkpoint_dir)
+    row.update(status_figures(state))
+    row["churn_changes"] = soak.churn.changes if soak.churn is not None else 0
     row.update({k: round(v, 3) for k, v in folder_stats(state, Path(env.config.delta.warehouse)).items()})
     return row
+
+
+def stages_of(batches: list[dict]) -> list[str]:
+    """The stages the batches report (micro-batch's first), ``seconds`` (the whole) last."""
+    found = {k for b in batches for k in (b.get("stages") or {})}
+    return ([k for k in STAGES if k in found] + sorted(found - set(STAGES)) + ["seconds"])
 
 
 def _stage_means(batches: list[dict]) -> dict[str, float]:
     if not batches:
         return {}
-    out = {k: statistics.median(b.get(k, 0.0) for b in batches) for k in STAGES}
+    out = {k: statistics.median(b.get(k, 0.0) for b in batches) for k in stages_of(batches)}
+    for k in STAGES:
+        out.setdefault(k, 0.0)
     out["rows"] = statistics.mean(b["rows"] for b in batches)
+    rows = sum(b["rows"] for b in batches)
+    out["ms_per_publish"] = 1000 * sum(b.get("seconds", 0.0) for b in batches) / rows if rows else 0.0
     out["n"] = len(batches)
     return out
 
@@ -245,7 +348,7 @@ def run(soak: Soak) -> int:
     matches, per_publish = workload.match_stats(w)
     _log(f"workload devices, {n:,} subscriptions: {w.description}; {per_publish:.2f} deliveries per publish "
          f"(generated in {time.monotonic() - t:.1f}s)")
-    soak.result.update({"size": a.size, "subscriptions": n, "deliveries_per_publish": per_publish,
+    soak.result.update({"mode": _mode(a.set), "churn_s": a.churn, "size": a.size, "subscriptions": n, "deliveries_per_publish": per_publish,
                         "sets": a.set, "minutes": a.minutes, "warmup_minutes": a.warmup_minutes,
                         "interval_s": a.interval, "loadavg_start": os.getloadavg(),
                         "cores": os.cpu_count(),
@@ -269,6 +372,7 @@ def run(soak: Soak) -> int:
             duration, 1)
         soak.started_pids.update(p.pid for p in procs)
         time.sleep(max(0.0, start_at - time.time()))
+        soak.churn = Churn(env.config, w, a.churn).start()
         t_start = time.time()
         _log(f"soak: {rate:,.0f} publishes/s for {a.minutes:g} min, sampling every "
              f"{a.interval:g}s, warm-up {a.warmup_minutes:g} min excluded from the slopes")
@@ -293,22 +397,37 @@ def run(soak: Soak) -> int:
                         if m else "no batch")
                      + f"; pins {row['pins_n']:.0f}, commits {row['spark_commits_n']:.0f}, "
                      f"deliveries table {row.get('delta_deliveries_files_n', 0):.0f} files / "
-                     f"{row.get('delta_deliveries_log_n', 0):.0f} log entries")
+                     f"{row.get('delta_deliveries_log_n', 0):.0f} log entries; latency p50/p99 "
+                     f"{row.get('latency_p50_ms', float('nan')):,.0f}/"
+                     f"{row.get('latency_p99_ms', float('nan')):,.0f} ms; "
+                     f"{row['churn_changes']} subscription changes"
+                     + (f", view v{row['view_version']}" if "view_version" in row else ""))
             time.sleep(max(0.0, a.interval - (time.time() - t_start - row["t_s"])))
+        soak.churn.stop()
         pub = kafka_load.join_publishers(procs, pout, timeout=300)
         sent0 = sum(b["rows"] for b in env.router.batches[:n_probes])
         env.router.wait_routed(sent0 + pub["sent"], timeout=300)
         soak.samples.append(sample(env, soak, t_start, n_probes, True))
         soak.batches = env.router.batches[n_probes:]
         soak.result["published"] = pub["sent"]
+        soak.result["churn_changes"] = soak.churn.changes
+        soak.result["churn_failures"] = soak.churn.failures
         soak.result["loadavg_end"] = os.getloadavg()
         return 0
     finally:
         _stop(env, soak)
 
 
+def _mode(sets: list[str]) -> str:
+    """``streaming.mode`` as the ``--set`` flags give it (the default otherwise)."""
+    modes = [s.split("=", 1)[1] for s in sets if s.startswith("streaming.mode=")]
+    return modes[-1] if modes else "microbatch"
+
+
 def _stop(env: bitroute_run.Env, soak: Soak) -> None:
     """End every process this run started, whatever happened."""
+    if soak.churn is not None:
+        soak.churn.stop()
     try:
         if env.router is not None:
             pids = _pids(env)
@@ -340,6 +459,9 @@ def report(soak: Soak) -> str:
              + f", {r.get('published', 0):,} publishes, {len(soak.batches):,} batches; "
              f"{r.get('cores')} cores, load average {r.get('loadavg_start', [0])[0]:.1f} at start, "
              f"{r.get('loadavg_end', [0])[0]:.1f} at end",
+             f"mode {r.get('mode', _mode(a.set))}; {r.get('churn_changes', 0):,} subscription "
+             f"changes (one every {a.churn:g}s)" + (f", failures: {r['churn_failures'][:2]}"
+                                                  if r.get("churn_failures") else ""),
              f"router settings: {' '.join(a.set) or '(defaults)'}"
              + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else ""),
              "",
@@ -379,14 +501,34 @@ def report(soak: Soak) -> str:
             head = [x for x in warm if x["end"] < warm[0]["end"] + 60]
             tail = [x for x in warm if x["end"] >= warm[-1]["end"] - 60]
             h, t = _stage_means(head), _stage_means(tail)
-            lines += ["", "Per batch (median), first and last minute after warm-up:"]
-            for k in STAGES:
-                ratio = t[k] / h[k] if h[k] else float("nan")
+            lines += ["", "Per batch (median), first and last minute after warm-up"
+                      + (" (realtime: the audit query's batches):" if r.get("mode") == "realtime"
+                         else ":")]
+            for k in stages_of(warm):
+                ratio = t[k] / h[k] if h.get(k) else float("nan")
                 lines.append(f"  {('whole batch' if k == 'seconds' else k):<12} {h[k]:7.3f}s -> "
                              f"{t[k]:7.3f}s ({ratio:.2f}x)")
             lines.append(f"  publishes per batch {h['rows']:.0f} -> {t['rows']:.0f} "
                          f"({h['n']} and {t['n']} batches)")
+            ratio = t["ms_per_publish"] / h["ms_per_publish"] if h["ms_per_publish"] else float("nan")
+            lines.append(f"  per publish  {h['ms_per_publish']:7.3f} ms -> {t['ms_per_publish']:7.3f} ms "
+                         f"({ratio:.2f}x)")
             soak.result["per_batch"] = {"first_minute": h, "last_minute": t}
+    lat = [s for s in after if "latency_p50_ms" in s]
+    if lat:
+        t_head, t_tail = lat[0]["t_s"] + 60, lat[-1]["t_s"] - 60
+        head = [s for s in lat if s["t_s"] <= t_head]
+        tail = [s for s in lat if s["t_s"] >= t_tail]
+        med = lambda rows, k: statistics.median(s[k] for s in rows)  # noqa: E731
+        lines += ["", "End-to-end latency (status.json: the latest publishes, publish to routed), "
+                      "median of the samples in the first and last minute after warm-up:",
+                  f"  p50 {med(head, 'latency_p50_ms'):,.0f} -> {med(tail, 'latency_p50_ms'):,.0f} ms, "
+                  f"p99 {med(head, 'latency_p99_ms'):,.0f} -> {med(tail, 'latency_p99_ms'):,.0f} ms"]
+        soak.result["latency"] = {"first_minute": {k: med(head, f"latency_{k}_ms") for k in ("p50", "p99")},
+                                  "last_minute": {k: med(tail, f"latency_{k}_ms") for k in ("p50", "p99")}}
+        versions = [s["view_version"] for s in after if s.get("view_version") is not None]
+        if versions:
+            lines.append(f"  routing view version {versions[0]} -> {versions[-1]} after warm-up")
     if soak.samples:
         last, mid = soak.samples[-1], soak.samples[len(soak.samples) // 2]
         lines += ["", "State folders at the end: entries, MB (largest entries during the run):"]
@@ -438,6 +580,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publishes", type=int, default=200_000,
                     help="distinct publishes generated (the load cycles through them)")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
+    ap.add_argument("--churn", type=float, default=5.0,
+                    help="seconds between subscription changes (a subscribe, then its "
+                         "unsubscribe; default 5, 0: none)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="router configuration override (repeatable), as for bitroute run")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -448,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.minutes, args.rate, args.warmup_minutes, args.interval = 0.1, 200.0, 0.0, 2.0
         args.publishes = 2000
+        args.churn = min(args.churn, 1.0) if args.churn else 0.0
     signal.signal(signal.SIGTERM, _interrupt)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bitroute-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from schemas.records import PUBLISHER_HEADER
+
 from .errors import HeaderError, TopicError, quote
 from .headers import decode_header_value
 from .text import is_utf8_text
@@ -122,3 +124,24 @@ def relevant_entries(entries: object, names: frozenset[str]) -> frozenset:
         if name in names:
             out[name] = header_value(name, value)
     return frozenset(out.items()) if out else NO_HEADERS
+
+
+def publisher_of(entries) -> str | None:
+    """The last ``publisher`` header of one batch row's Kafka header entries (``None``, or
+    ``(key, value)`` pairs or mappings with ``"key"`` and ``"value"``), as text; ``None``
+    when absent, not UTF-8 or malformed (a malformed row is rejected by the matcher)."""
+    if entries is None:
+        return None
+    found = None
+    for entry in entries:
+        if isinstance(entry, Mapping):
+            name, value = entry.get("key"), entry.get("value")
+        elif isinstance(entry, (tuple, list)) and len(entry) == 2:
+            name, value = entry
+        else:
+            return None
+        if name == PUBLISHER_HEADER:
+            found = value
+    if found is None or found.__class__ is str:
+        return found
+    return decode_header_value(found) if isinstance(found, (bytes, bytearray, memoryview)) else None

@@ -32,6 +32,7 @@ from .dialect import Dialect
 from .errors import CompilerError, SubscriptionError, UnknownExchangeError, quote
 from .grammar import grammar_for, parse_dialect
 from .headers import HeaderCriteria
+from .options import DEFAULT_OPTIONS, SubscriptionOptions
 from .snapshot import Snapshot, SnapshotTables
 from .subscription import Subscription, validate_subscriber
 from .text import is_utf8_text
@@ -62,6 +63,8 @@ class RoutingIndex:
         self._sub_filter = array("I")
         self._sub_subscriber = array("I")
         self._criteria: dict[int, HeaderCriteria] = {}
+        self._options: dict[int, int] = {}
+        """Subscription slot -> its MQTT options' flags, for the options not the default."""
         self._free_subs: list[int] = []
 
         self._subscriber_slot: dict[str, int] = {}
@@ -95,6 +98,31 @@ class RoutingIndex:
         """Number of distinct (exchange, filter) pairs held, i.e. live filter slots."""
         return sum(map(len, self._filter_slot))
 
+    def subscriptions_of(self, subscriber: str) -> int:
+        """``subscriber``'s live subscriptions, on every exchange (kept as it changes)."""
+        slot = self._subscriber_slot.get(subscriber)
+        return 0 if slot is None else self._subscriber_refs[slot]
+
+    def count(self, exchange: str, subscriber: str | None = None) -> int:
+        """Live subscriptions of ``exchange`` (of ``subscriber`` on it, when given).
+
+        Counted when asked, over whole columns (linear in the slots): the limits
+        (streaming.router.limits) ask only when :meth:`subscriptions_of` or ``len``, the
+        bounds kept for free, reach a limit, so upserts pay nothing for it."""
+        code = self._exchange_code.get(exchange)
+        if code is None:
+            return 0
+        live = np.ones(len(self._ids), dtype=bool)
+        live[self._free_subs] = False
+        if subscriber is not None:
+            slot = self._subscriber_slot.get(subscriber)
+            if slot is None:
+                return 0
+            live &= np.frombuffer(self._sub_subscriber, np.uint32) == slot
+        exchange_of = np.frombuffer(self._filter_exchange, np.uint32)[
+            np.frombuffer(self._sub_filter, np.uint32)[live]]
+        return int(np.count_nonzero(exchange_of == code))
+
     def slot(self, sub_id: str) -> int | None:
         """The subscription slot of ``sub_id`` (stable while it lives), or ``None``."""
         return self._slot_of.get(sub_id)
@@ -111,6 +139,7 @@ class RoutingIndex:
             self._subscriber_names[self._sub_subscriber[slot]],
             self._filter_text[fslot],
             self._criteria.get(slot),
+            options=SubscriptionOptions.from_flags(self._options.get(slot, 0)),
         )
 
     def upsert(self, sub: Subscription) -> None:
@@ -138,6 +167,14 @@ class RoutingIndex:
         criteria = sub.headers
         if criteria is not None and not isinstance(criteria, HeaderCriteria):
             raise SubscriptionError(f"subscription {quote(sub_id)}: headers must be HeaderCriteria or None")
+        options = sub.options
+        if options is DEFAULT_OPTIONS:  # the common case, kept cheap (benchmarks compiler, churn)
+            flags = 0
+        else:
+            if not isinstance(options, SubscriptionOptions):
+                raise SubscriptionError(f"subscription {quote(sub_id)}: options must be SubscriptionOptions")
+            options.check(sub_id, sub.exchange, self._exchanges[sub.exchange].value, sub.filter)
+            flags = options.flags
         fslot = self._filter_slot[exchange].get(sub.filter) if type(sub.filter) is str else None
         if fslot is None:
             try:
@@ -151,6 +188,7 @@ class RoutingIndex:
             and fslot == self._sub_filter[old]
             and subscriber_slot == self._sub_subscriber[old]
             and self._criteria.get(old) == criteria
+            and self._options.get(old, 0) == flags
         ):
             return
         # Validated: from here on nothing raises.
@@ -178,6 +216,10 @@ class RoutingIndex:
             self._criteria[slot] = criteria
         elif self._criteria:
             self._criteria.pop(slot, None)
+        if flags:
+            self._options[slot] = flags
+        elif self._options:
+            self._options.pop(slot, None)
 
     def remove(self, sub_id: str) -> bool:
         """Remove the subscription ``sub_id``; whether it existed."""
@@ -186,6 +228,8 @@ class RoutingIndex:
             return False
         self._release(slot)
         self._criteria.pop(slot, None)
+        if self._options:
+            self._options.pop(slot, None)
         self._ids[slot] = None
         heapq.heappush(self._free_subs, slot)
         return True
@@ -202,6 +246,7 @@ class RoutingIndex:
         sets: dict[HeaderCriteria, int] = {}
         criteria_slots = sorted(self._criteria)
         criteria_ref = [sets.setdefault(self._criteria[slot], len(sets)) for slot in criteria_slots]
+        option_slots = sorted(self._options)
         tables = SnapshotTables(
             exchange_names=self._exchange_names,
             sub_ids=string_column(self._ids),
@@ -213,6 +258,8 @@ class RoutingIndex:
             subscriber_names=string_column(self._subscriber_names),
             filter_text=string_column(self._filter_text),
             filter_exchange=slot_array(self._filter_exchange),
+            option_slots=slot_array(option_slots),
+            option_flags=slot_array([self._options[slot] for slot in option_slots]),
         )
         snap = Snapshot(version, offsets, self._exchanges, tables, len(self._slot_of))
         self._last_version = version
@@ -235,6 +282,7 @@ class RoutingIndex:
         index._criteria = {
             int(slot): t.criteria_sets[ref] for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())
         }
+        index._options = dict(zip(t.option_slots.tolist(), t.option_flags.tolist()))
         live = np.fromiter(index._slot_of.values(), dtype=np.int64, count=len(index._slot_of))
 
         names = t.subscriber_names.to_pylist()

@@ -42,9 +42,20 @@ from .batch import Units
 from .cache import MATCH_CACHE_MAX_BYTES, MATCH_CACHE_MIN_ITEMS, TopicCache
 from .criteria_index import CriteriaIndex
 from .columns import bool_mask, string_buffers
-from .errors import SnapshotFormatError, TopicError, UnknownExchangeError, quote
-from .frame_input import MALFORMED, decode_keys, frame_headers, relevant_headers, relevant_mapping
+from .errors import HeaderError, SnapshotFormatError, TopicError, UnknownExchangeError, quote
+from .frame_input import (
+    MALFORMED,
+    decode_keys,
+    frame_headers,
+    header_value,
+    publisher_of,
+    relevant_headers,
+    relevant_mapping,
+)
 from .grammar import grammar_for, kernel_grammar
+from schemas.records import PUBLISHER_HEADER
+
+from .options import SubscriptionOptions
 from .output import DELIVERIES_TYPE, Delivery, deliveries_column
 from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver, TopicResult
 from .shared import shared_filters
@@ -120,6 +131,19 @@ class Matcher:
             raise SnapshotFormatError(f"snapshot {snapshot.version}: the matching kernel refuses its tables: {exc}") from exc
         self._kernel_deliveries = self._kernel.deliveries
         self._resolver = Resolver(self._kernel, self._names, owners, flags, t.sub_filter, t.filter_text)
+        options = [(slot, SubscriptionOptions.from_flags(bits))
+                   for slot, bits in zip(t.option_slots.tolist(), t.option_flags.tolist())]
+        published = [slot for slot, o in options if o.retain_as_published]
+        self._retain_as_published = frozenset(
+            t.sub_ids.take(pa.array(published, pa.int64())).to_pylist())
+        local = pa.array([slot for slot, o in options if o.no_local], pa.int64())
+        self._no_local_ids = frozenset(t.sub_ids.take(local).to_pylist())
+        self._no_local_subscribers = frozenset(t.subscriber_names.take(
+            pa.array(t.sub_subscriber[local.to_numpy()], pa.int64())).to_pylist())
+        if not self._no_local_ids:
+            # No No Local to apply: match() is _match() itself, without a wrapper's call
+            # on the cold path (python -m benchmarks compiler, "cold median").
+            self.match = self._match
 
     @property
     def snapshot(self) -> Snapshot:
@@ -128,6 +152,18 @@ class Matcher:
     @property
     def version(self) -> int:
         return self._snapshot.version
+
+    @property
+    def retain_as_published(self) -> frozenset[str]:
+        """The ids of the subscriptions with MQTT Retain As Published (:mod:`compiler.options`):
+        a live delivery of a retained publish keeps its ``retain`` header only for them."""
+        return self._retain_as_published
+
+    @property
+    def reads_publisher(self) -> bool:
+        """Whether some subscription has MQTT No Local: matching then reads each publish's
+        last :data:`~schemas.records.PUBLISHER_HEADER` (its headers must be given)."""
+        return bool(self._no_local_ids)
 
     @property
     def cache(self) -> TopicCache:
@@ -149,8 +185,31 @@ class Matcher:
         :class:`~compiler.errors.HeaderError` for headers that are not a
         mapping of string names to bytes, str or ``None`` (headers are only
         read when a matched subscription has header criteria).
-        ``message_id`` picks the member of each shared-subscription group.
+        ``message_id`` picks the member of each shared-subscription group. A
+        subscription with No Local does not match a publish whose last ``publisher``
+        header names its subscriber.
         """
+        deliveries = self._match(exchange, routing_key, headers, message_id)
+        if self._no_local_ids and headers:
+            if not isinstance(headers, Mapping):
+                raise HeaderError(f"headers must be a mapping of name to value, not "
+                                  f"{type(headers).__name__}")
+            publisher = header_value(PUBLISHER_HEADER, headers.get(PUBLISHER_HEADER))
+            if publisher in self._no_local_subscribers:
+                deliveries = [Delivery(d.subscriber, tuple(ids)) for d, ids in (
+                    (d, self._not_local(d.subscriber, d.subscription_ids, publisher))
+                    for d in deliveries) if ids]
+        return deliveries
+
+    def _not_local(self, subscriber: str, ids, publisher: str):
+        """``ids`` of a delivery to ``subscriber`` less those with No Local when it published."""
+        if subscriber != publisher:
+            return ids
+        return [i for i in ids if i not in self._no_local_ids]
+
+    def _match(self, exchange: str, routing_key: str, headers=None,
+               message_id: str = "") -> list[Delivery]:
+        """:meth:`match` before No Local."""
         try:
             result = self._cache_get((exchange, routing_key))
         except TypeError:  # an unhashable exchange or routing key: invalid below
@@ -207,7 +266,31 @@ class Matcher:
         if rest is None or len(rest):
             self._match_rows(message_ids, exchanges, keys, headers, rest, units, row_unit, errors)
         flat, offsets = units.build()
-        return deliveries_column(n, self._kernel.layout(row_unit, flat, offsets)), errors
+        deliveries = deliveries_column(n, self._kernel.layout(row_unit, flat, offsets))
+        if self._no_local_ids and headers is not None:
+            deliveries = self._without_local(deliveries, headers)
+        return deliveries, errors
+
+    def _without_local(self, deliveries: pa.ListArray, headers: list) -> pa.ListArray:
+        """``deliveries`` less the subscriptions with No Local of the subscriber each row's
+        last ``publisher`` header names (a Python pass over the batch's headers: only
+        with a snapshot that has such subscriptions; rows rebuilt only when one is hit)."""
+        hit: dict[int, str] = {}
+        for row, entries in enumerate(headers):
+            publisher = publisher_of(entries)
+            if publisher in self._no_local_subscribers:
+                hit[row] = publisher
+        if not hit:
+            return deliveries
+        rows = deliveries.to_pylist()
+        for row, publisher in hit.items():
+            kept = []
+            for d in rows[row] or ():
+                ids = self._not_local(d["subscriber"], d["subscription_ids"], publisher)
+                if ids:
+                    kept.append({"subscriber": d["subscriber"], "subscription_ids": list(ids)})
+            rows[row] = kept
+        return pa.array(rows, DELIVERIES_TYPE)
 
     def _match_keys(self, exchanges: list, keys: list, units: Units, row_unit: np.ndarray) -> np.ndarray | None:
         """The common batch, all in the kernel: no header criteria in the

@@ -6,14 +6,14 @@ offset covered), numbered ``version``. It is columnar (see
 :class:`SnapshotTables`), so that it serialises to bytes and loads back with
 vectorised copies instead of rebuilding millions of Python objects.
 
-Byte format, version 2 (all integers little-endian)
+Byte format, version 3 (all integers little-endian)
 ----------------------------------------------------
 
 ======  =====================================================================
 bytes   content
 ======  =====================================================================
 0-7     magic ``b"BRSNAP\\r\\n"`` (the CR LF catches text-mode mangling)
-8-9     format version, uint16 (2)
+8-9     format version, uint16 (3)
 10-11   reserved, zero
 12-15   header length ``H``, uint32
 16-19   CRC-32 (``zlib.crc32``) of every byte from offset 20 to the end
@@ -39,13 +39,19 @@ index into the next column), ``criteria_json.offsets``,
 ``criteria_json.data`` (one JSON ``{"match", "criteria"}`` per distinct set
 of criteria), ``subscriber_live``, ``subscriber_names.offsets``,
 ``subscriber_names.data``, ``filter_live``, ``filter_text.offsets``,
-``filter_text.data``, ``filter_exchange``.
+``filter_text.data``, ``filter_exchange``, ``option_slots`` (uint32: the subscription
+slots whose MQTT options are not the default, ascending) and ``option_flags``
+(uint32 per entry of ``option_slots``: :attr:`compiler.options.SubscriptionOptions.flags`).
+
+Version 2 is version 3 without the two option sections (every subscription has
+the default options); a build that knows only version 2 refuses version 3 rather
+than route without the options.
 
 Version 1 (written by the first releases) is version 2 plus a class per filter that
 nothing reads since the Rust kernel: a header field ``"shapes"`` and a
 section ``filter_code`` (uint32 per filter slot). :meth:`Snapshot.from_bytes`
-reads both versions (it skips the two) and the same snapshot routes the same
-either way; :meth:`Snapshot.to_bytes` writes version 2.
+reads every version (it skips the two) and the same snapshot routes the same
+either way; :meth:`Snapshot.to_bytes` writes version 3.
 
 No Python object graph is pickled. A reader refuses other magic, other format
 versions, a CRC mismatch, and sections inconsistent with each other, with
@@ -71,9 +77,9 @@ from .errors import HeaderCriteriaError, SnapshotFormatError
 from .headers import HeaderCriteria
 
 MAGIC = b"BRSNAP\r\n"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The format version :meth:`Snapshot.to_bytes` writes."""
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """The format versions :meth:`Snapshot.from_bytes` reads (see the module docstring)."""
 _PREFIX = struct.Struct("<8sHHII")
 _ALIGN = 8
@@ -86,7 +92,9 @@ class SnapshotTables:
     ``subscriber_names``; filter slots index ``filter_*``. A free slot has a
     null string in its space's string column; its other columns are
     meaningless. Every live subscription's filter and subscriber slots are
-    live. ``criteria_slots[i]`` has the criteria ``criteria_sets[criteria_ref[i]]``.
+    live. ``criteria_slots[i]`` has the criteria ``criteria_sets[criteria_ref[i]]``;
+    ``option_slots[i]`` the MQTT options of flags ``option_flags[i]`` (every other
+    subscription the default options).
     """
 
     exchange_names: tuple[str, ...]
@@ -99,6 +107,8 @@ class SnapshotTables:
     subscriber_names: pa.StringArray
     filter_text: pa.StringArray
     filter_exchange: np.ndarray
+    option_slots: np.ndarray
+    option_flags: np.ndarray
 
 
 class Snapshot:
@@ -176,6 +186,8 @@ class Snapshot:
         sections.append(("filter_live", live_slots(t.filter_text).serialize()))
         sections += _string_sections("filter_text", t.filter_text)
         sections.append(("filter_exchange", _slots_bytes(t.filter_exchange)))
+        sections += [("option_slots", _slots_bytes(t.option_slots)),
+                     ("option_flags", _slots_bytes(t.option_flags))]
         header = json.dumps(
             {
                 "version": self._version,
@@ -208,7 +220,7 @@ class Snapshot:
         if zlib.crc32(body) != crc:
             raise SnapshotFormatError("snapshot is corrupt: CRC-32 mismatch")
         try:
-            return _Reader(body, header_len).read(cls)
+            return _Reader(body, header_len, fmt).read(cls)
         except (ValueError, KeyError, TypeError, IndexError, HeaderCriteriaError, pa.ArrowException) as exc:
             # The CRC matched, so these are bytes from a writer that breaks
             # the format, not line noise: report them as a format error.
@@ -239,7 +251,8 @@ def _string_sections(name: str, column: pa.StringArray) -> list[tuple[str, bytes
 class _Reader:
     """Decodes the sections of one snapshot body (CRC already checked)."""
 
-    def __init__(self, body: memoryview, header_len: int) -> None:
+    def __init__(self, body: memoryview, header_len: int, format_version: int) -> None:
+        self.format = format_version
         if header_len > len(body):
             raise ValueError(f"header length {header_len} exceeds the {len(body)} bytes present")
         self.header = json.loads(bytes(body[:header_len]).decode("utf-8"))
@@ -319,6 +332,13 @@ class _Reader:
             criteria_ref.max() >= len(criteria_sets) or not np.isin(criteria_slots, live).all()
         ):
             raise ValueError("criteria refer to a free subscription or a missing criteria set")
+        if self.format >= 3:
+            option_slots = self.slots("option_slots")
+            option_flags = self.slots("option_flags", len(option_slots))
+        else:  # versions 1 and 2: every subscription has the default options
+            option_slots = option_flags = np.zeros(0, dtype=SLOT_DTYPE)
+        if len(option_slots) and not np.isin(option_slots, live).all():
+            raise ValueError("options refer to a free subscription")
         if h["subscriptions"] != len(sub_live):
             raise ValueError(f"header counts {h['subscriptions']} subscriptions, {len(sub_live)} are live")
         tables = SnapshotTables(
@@ -332,6 +352,8 @@ class _Reader:
             subscriber_names=subscriber_names,
             filter_text=filter_text,
             filter_exchange=filter_exchange,
+            option_slots=option_slots,
+            option_flags=option_flags,
         )
         offsets = {int(p): int(o) for p, o in h["offsets"]}
         return cls(int(h["version"]), offsets, exchanges, tables, len(sub_live))

@@ -1,7 +1,8 @@
 """A subscription record and its changelog form.
 
 The subscriptions changelog is a compacted Kafka topic: key = subscription id
-(UTF-8), value = JSON ``{"exchange", "subscriber", "filter", "headers"?}``
+(UTF-8), value = JSON ``{"exchange", "subscriber", "filter", "headers"?, "since"?, "retain_handling"?,
+"retain_as_published"?}``
 where ``headers`` is ``{"match": "all"|"any", "criteria": {name: value-or-null}}``
 or null; a null value (tombstone) removes the subscription and is handled by
 the caller, not parsed here.
@@ -23,6 +24,7 @@ from schemas.records import SUBSCRIPTION_FIELDS, SUBSCRIPTION_REQUIRED_FIELDS, S
 
 from .errors import HeaderCriteriaError, SubscriptionError, quote
 from .headers import HeaderCriteria
+from .options import DEFAULT_OPTIONS, SubscriptionOptions
 
 SUBSCRIBER_CHARACTER = "[A-Za-z0-9._-]"
 """One character of a subscriber name (a regular expression class): the
@@ -80,7 +82,8 @@ class Subscription:
     Construction does not validate; :meth:`compiler.index.RoutingIndex.upsert`
     does, as it knows the exchange's dialect. ``since`` (UTC, from the changelog's
     optional ``since`` field) asks for a replay of the retained publishes at or
-    after it (``streaming.router.replay``); the index does not keep it.
+    after it (``streaming.router.replay``); the index does not keep it. ``options``: the
+    MQTT subscription options (:mod:`compiler.options`), which the index keeps.
     """
 
     id: str
@@ -89,6 +92,7 @@ class Subscription:
     filter: str
     headers: HeaderCriteria | None = None
     since: datetime | None = None
+    options: SubscriptionOptions = DEFAULT_OPTIONS
 
     @classmethod
     def from_changelog(cls, key: bytes | str, value: bytes | str) -> Subscription:
@@ -130,7 +134,11 @@ class Subscription:
                 since = parse_since(obj[SUBSCRIPTION_SINCE_FIELD])
             except SubscriptionError as exc:
                 raise SubscriptionError(f"subscription {quote(sub_id)}: {exc}") from None
-        return cls(sub_id, obj["exchange"], subscriber, obj["filter"], headers, since)
+        try:
+            options = SubscriptionOptions.from_json(obj)
+        except SubscriptionError as exc:
+            raise SubscriptionError(f"subscription {quote(sub_id)}: {exc}") from None
+        return cls(sub_id, obj["exchange"], subscriber, obj["filter"], headers, since, options)
 
     def to_changelog(self) -> tuple[bytes, bytes]:
         """The changelog record (key, value) that :meth:`from_changelog` parses back."""
@@ -139,6 +147,7 @@ class Subscription:
             value["headers"] = self.headers.to_json()
         if self.since is not None:
             value[SUBSCRIPTION_SINCE_FIELD] = since_text(self.since)
+        value.update(self.options.to_json())
         return self.id.encode("utf-8"), json.dumps(value, ensure_ascii=False).encode("utf-8")
 
 

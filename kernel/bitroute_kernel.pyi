@@ -161,6 +161,12 @@ class OfflineOutput(Iterator[bytes]):
     def __iter__(self) -> OfflineOutput: ...
     def __next__(self) -> bytes: ...
 
+def expiry_states(values: list[bytes | None], published_ms: list[int], now_ms: int) -> list[int | str]:
+    """Message expiry (kernel/core/src/expiry.rs) of publishes whose last ``expiry``
+    header is ``values[i]`` (None: a null value) and Kafka timestamp ``published_ms[i]``,
+    routed at ``now_ms`` (epoch ms): the remaining interval in seconds (>= 1), 0 when
+    expired, or the reason the value is not an interval."""
+
 def offline_match(subscriptions: bytes, topics: bytes, grammar: Grammar, subscribers: SubscriberRule) -> OfflineOutput | None:
     """``bitroute match`` of two files' bytes, or ``None`` when the Python
     reference path must answer (see kernel/src/offline.rs)."""
@@ -193,3 +199,14 @@ class RouteTable:
         not UTF-8; ``routing_key`` None when absent or not UTF-8;
         ``deliveries``: ``(subscriber, ids_header, ids)`` by subscriber, ids in
         order, ``ids_header`` the ``bitroute.subscription_ids`` header value."""
+
+    def route_at(
+        self, key: bytes | None, headers: list[tuple[str, bytes | None]], message_id: str,
+        published_ms: int, now_ms: int,
+    ) -> tuple[tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]]],
+               int | None]:
+        """``(route(...), remaining)`` with the publish's expiry applied (its Kafka
+        timestamp ``published_ms``, routed at ``now_ms``, epoch ms): an invalid
+        ``expiry`` header rejects it, an expired publish is outcome 3 with no
+        deliveries, and ``remaining`` is the interval (seconds) a live one's
+        deliveries carry in their ``expiry`` headers (None: no expiry header)."""

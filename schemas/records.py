@@ -2,7 +2,8 @@
 
 Kafka, publishes (input): key = routing key (UTF-8), value = payload (opaque,
 never parsed), headers = message properties used by header criteria, plus the
-optional :data:`EXCHANGE_HEADER` (default exchange from config). The message
+optional :data:`EXCHANGE_HEADER` (default exchange from config), :data:`RETAIN_HEADER` and
+:data:`EXPIRY_HEADER`. The message
 id is ``<topic>/<partition>/<offset>``: unique and stable across replays; for
 the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
 :mod:`streaming.router.incarnations`) it is ``<topic>~<n>/<partition>/<offset>``
@@ -11,7 +12,8 @@ the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
 nowhere else.
 
 Kafka, subscriptions (compacted changelog): key = subscription id; value =
-JSON ``{exchange, subscriber, filter, headers?: {match, criteria}, since?}``
+JSON ``{exchange, subscriber, filter, headers?: {match, criteria}, since?, retain_handling?,
+retain_as_published?}``
 (:data:`SUBSCRIPTION_FIELDS`, the names the parser ``compiler.subscription`` reads);
 a null value (tombstone) removes it.
 
@@ -59,9 +61,21 @@ SOURCE_HEADER = "bitroute.source"
 ROUTING_KEY_HEADER = "bitroute.routing_key"
 #: A publish to an MQTT exchange whose last ``retain`` header is :data:`RETAIN_TRUE` is
 #: retained: it becomes its topic's retained message, or, with an empty payload, clears it
-#: (streaming.router.retained; docs/design.md, "Retained messages").
+#: (streaming.router.retained; docs/design.md, "Retained messages"). Its live deliveries keep
+#: the header only for a subscription with Retain As Published (compiler.options).
 RETAIN_HEADER = "retain"
 RETAIN_TRUE = "true"
+#: Optional on a publish: who published it (``bitroute publish --publisher NAME``), a
+#: subscriber name; its last value is compared with the subscriber of each subscription with
+#: No Local (compiler.options), which is not delivered the publish. Kept on deliveries.
+PUBLISHER_HEADER = "publisher"
+#: MQTT 5's Message Expiry Interval of a publish: whole seconds, 1 to :data:`MAX_EXPIRY_SECONDS`
+#: (the last header of the name counts; absent: it never expires). A publish whose lifetime
+#: ended before it was routed is delivered to no one (:data:`OUTCOME_EXPIRED`); a delivery's
+#: header carries the remaining interval (kernel/core/src/expiry.rs; docs/design.md,
+#: "Message expiry"). ``bitroute publish --expiry`` sets it.
+EXPIRY_HEADER = "expiry"
+MAX_EXPIRY_SECONDS = 4_294_967_295
 #: On a delivery of a topic's retained message made when a subscription was applied: the
 #: value ``true``; live deliveries do not carry it.
 RETAINED_HEADER = "bitroute.retained"
@@ -92,8 +106,16 @@ SUBSCRIPTION_REQUIRED_FIELDS = ("exchange", "subscriber", "filter")
 #: subscription with it asks for a replay of the retained publishes at or after that
 #: time (streaming.router.replay); ``bitroute subscribe --since`` writes it.
 SUBSCRIPTION_SINCE_FIELD = "since"
-#: Every field a changelog value may carry (``headers`` and ``since`` are optional, may be null).
-SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers", SUBSCRIPTION_SINCE_FIELD)
+#: Optional MQTT subscription options (compiler.options; docs/design.md, "Subscription
+#: options"): Retain Handling, the integer 0 (default), 1 or 2; Retain As Published, a boolean.
+RETAIN_HANDLING_FIELD = "retain_handling"
+RETAIN_AS_PUBLISHED_FIELD = "retain_as_published"
+#: Optional MQTT No Local, a boolean: not delivered what the subscriber published itself.
+NO_LOCAL_FIELD = "no_local"
+SUBSCRIPTION_OPTION_FIELDS = (RETAIN_HANDLING_FIELD, RETAIN_AS_PUBLISHED_FIELD, NO_LOCAL_FIELD)
+#: Every field a changelog value may carry (all but the required ones optional, may be null).
+SUBSCRIPTION_FIELDS = (*SUBSCRIPTION_REQUIRED_FIELDS, "headers", SUBSCRIPTION_SINCE_FIELD,
+                       *SUBSCRIPTION_OPTION_FIELDS)
 HEADER_CRITERIA_FIELDS = ("match", "criteria")
 
 # --- Message outcomes (messages.outcome) and change kinds (subscriptions.change)
@@ -106,6 +128,9 @@ OUTCOME_LOST = "lost"
 #: A retained publish with an empty payload: it cleared its topic's retained message and
 #: is delivered to no one (streaming.router.retained).
 OUTCOME_CLEARED = "cleared"
+#: A publish whose lifetime (:data:`EXPIRY_HEADER`) ended before it was routed: delivered to
+#: no one.
+OUTCOME_EXPIRED = "expired"
 CHANGE_UPSERT = "upsert"
 CHANGE_REMOVE = "remove"
 CHANGE_REJECTED = "rejected"

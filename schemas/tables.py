@@ -69,6 +69,8 @@ ROUTED_TASK = StructType([
     # A sample (at most LATENCY_SAMPLE) of its publishes' end-to-end latency in ms: publish
     # timestamp to the acknowledgement of their deliveries (bitroute status, the metrics).
     StructField("latency_ms", ArrayType(LongType(), False), True),
+    # Its publishes whose lifetime (the expiry header) ended before they were routed.
+    StructField("expired", LongType(), True),
 ])
 
 #: Delta table ``deliveries``: one row per (message, subscriber). ``retained``: true for a
@@ -109,7 +111,8 @@ MESSAGES_TABLE = StructType([
     StructField("routed_date", DateType(), False),
 ])
 
-#: Delta table ``subscriptions``: every change read from the changelog.
+#: Delta table ``subscriptions``: every change read from the changelog (``retain_handling``,
+#: ``retain_as_published`` and ``no_local`` added to an older table when the router opens it).
 SUBSCRIPTIONS_TABLE = StructType([
     StructField("subscription_id", StringType(), False),
     StructField("change", StringType(), False),
@@ -123,6 +126,11 @@ SUBSCRIPTIONS_TABLE = StructType([
     StructField("changelog_partition", IntegerType(), False),
     StructField("changelog_offset", LongType(), False),
     StructField("changed_at", TimestampType(), True),
+    # An upsert's MQTT subscription options (compiler.options), null for other changes and in
+    # rows written before the columns existed.
+    StructField("retain_handling", IntegerType(), True),
+    StructField("retain_as_published", BooleanType(), True),
+    StructField("no_local", BooleanType(), True),
     StructField("applied_at", TimestampType(), False),
     StructField("applied_date", DateType(), False),
 ])

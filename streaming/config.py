@@ -257,6 +257,43 @@ class MetricsConfig:
     port: int = 0
 
 
+LIMIT_NAMES = ("max_subscriptions_per_subscriber", "max_subscriptions_per_exchange",
+               "max_filter_levels", "max_filter_length", "max_header_criteria")
+"""The limits a subscription is held to (``[limits]``; :mod:`streaming.router.limits`)."""
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """``[limits]``: what one subscription, one subscriber and one exchange may hold
+    (:mod:`streaming.router.limits` checks them; docs/design.md, "Limits")."""
+
+    max_subscriptions_per_subscriber: int = 10_000
+    """A subscriber's live subscriptions on one exchange."""
+    max_subscriptions_per_exchange: int = 10_000_000
+    """An exchange's live subscriptions."""
+    max_filter_levels: int = 128
+    """Words (AMQP) or levels (MQTT) of a filter, that of a ``$share/<group>/`` filter after
+    its group; EMQX's ``max_topic_levels`` default."""
+    max_filter_length: int = 65_535
+    """Bytes (UTF-8) of a filter as written; MQTT's longest topic filter."""
+    max_header_criteria: int = 64
+    """Header criteria of one subscription."""
+    exchanges: Mapping[str, str] = field(default_factory=dict)
+    """``[limits.exchanges]``: an exchange's own value of a limit, keyed
+    ``"<exchange>.<limit>"`` (``"mqtt.max_filter_levels" = 32``)."""
+
+    def of(self, exchange: str, name: str) -> int:
+        """The value of limit ``name`` for ``exchange`` (its override, else the default)."""
+        value = self.exchanges.get(f"{exchange}.{name}")
+        return getattr(self, name) if value is None else int(value)
+
+    def key(self, exchange: str, name: str) -> str:
+        """The configuration key that sets limit ``name`` for ``exchange``."""
+        if f"{exchange}.{name}" in self.exchanges:
+            return f'limits.exchanges."{exchange}.{name}"'
+        return f"limits.{name}"
+
+
 @dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
@@ -267,6 +304,7 @@ class Config:
     audit: AuditConfig = field(default_factory=AuditConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 _SECTION_TYPES = {
@@ -278,9 +316,11 @@ _SECTION_TYPES = {
     "audit": AuditConfig,
     "spark": SparkConfig,
     "metrics": MetricsConfig,
+    "limits": LimitsConfig,
 }
 # Keys whose value is a table of free-form names (not settable from the environment).
-_TABLE_KEYS = {("exchanges", "dialects"), ("spark", "options"), ("kafka", "client")}
+_TABLE_KEYS = {("exchanges", "dialects"), ("spark", "options"), ("kafka", "client"),
+               ("limits", "exchanges")}
 
 
 class ClientProperties(dict):
@@ -479,10 +519,23 @@ def _convert(key: str, type_name: Any, value: Any) -> Any:
     if kind.startswith("Mapping"):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a table, got {value!r}")
+        if key == "limits.exchanges":  # [limits.exchanges.mqtt] max_filter_levels = 32, too
+            value = _flattened(value)
         return {str(k): str(v) if not isinstance(v, bool) else str(v).lower() for k, v in value.items()}
     if not isinstance(value, str):
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     return value
+
+
+def _flattened(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A TOML table's nested tables as dotted keys: ``{"mqtt": {"a": 1}}`` -> ``{"mqtt.a": 1}``."""
+    flat: dict[str, Any] = {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            flat.update(_flattened(v, f"{prefix}{k}."))
+        else:
+            flat[f"{prefix}{k}"] = v
+    return flat
 
 
 def _validate(config: Config) -> None:
@@ -600,6 +653,18 @@ def _validate(config: Config) -> None:
             spark.shuffle_partitions)
     require(spark.log_level in _LOG_LEVELS, "spark.log_level", " or ".join(_LOG_LEVELS),
             spark.log_level)
+
+    limits = config.limits
+    for name in LIMIT_NAMES:
+        require(getattr(limits, name) >= 1, f"limits.{name}", "an integer >= 1",
+                getattr(limits, name))
+    for key, value in limits.exchanges.items():
+        exchange, _, name = key.rpartition(".")
+        require(exchange in exchanges.dialects and name in LIMIT_NAMES,
+                f'limits.exchanges."{key}"', "a key <exchange>.<limit> naming a declared "
+                f"exchange and one of {', '.join(LIMIT_NAMES)}", key)
+        require(value.strip().isdigit() and int(value) >= 1, f'limits.exchanges."{key}"',
+                "an integer >= 1", value)
 
     metrics = config.metrics
     require(0 <= metrics.port < 65536, "metrics.port", "0 (off) or a port number 1..65535",

@@ -33,7 +33,8 @@ def table_json(subs: Iterable[Subscription], exchanges: Mapping[str, str], defau
                        "share_prefix": grammar_for(parse_dialect(d)).SHARE_PREFIX}
                       for name, d in exchanges.items()],
         "subscriptions": [{"id": s.id, "exchange": s.exchange, "subscriber": s.subscriber,
-                           "filter": s.filter, "headers": s.headers.to_json() if s.headers else None}
+                           "filter": s.filter, "headers": s.headers.to_json() if s.headers else None,
+                           **({"no_local": True} if s.options.no_local else {})}
                           for s in subs],
     }).encode()
 

@@ -32,6 +32,8 @@
 //! - [`route_table`]: the Python class `RouteTable`, the core's routing
 //!   table of the realtime mode, for tests that hold it against the
 //!   micro-batch path.
+//! - [`expiry`]: `expiry_states`, the core's message expiry rule over a
+//!   batch's `expiry` headers (the micro-batch path's).
 //! - [`errors`]: the exception classes (`KernelError` and its subclasses).
 //!
 //! The Python face is typed in `bitroute_kernel.pyi` (installed with the
@@ -46,6 +48,7 @@
 mod delivery;
 mod dialect;
 mod errors;
+mod expiry;
 mod kernel;
 mod layout;
 mod offline;
@@ -69,5 +72,6 @@ fn bitroute_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<offline::OfflineOutput>()?;
     m.add_class::<route_table::RouteTable>()?;
     m.add_function(wrap_pyfunction!(offline::offline_match, m)?)?;
+    m.add_function(wrap_pyfunction!(expiry::expiry_states, m)?)?;
     Ok(())
 }

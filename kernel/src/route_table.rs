@@ -60,6 +60,58 @@ impl RouteTable {
         let outcome = self
             .table
             .route(key.map(|k| k.as_bytes()), &borrowed, message_id);
+        Self::tuple(outcome)
+    }
+
+    /// `route_at(key, headers, message_id, published_ms, now_ms)`: `route`'s
+    /// tuple with the publish's expiry applied (outcome 3: expired), then
+    /// the remaining interval its deliveries carry (`None`: no expiry).
+    #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (key, headers, message_id, published_ms, now_ms))]
+    fn route_at<'t>(
+        &'t self,
+        key: Option<&Bound<'_, PyBytes>>,
+        headers: Vec<(String, Option<Vec<u8>>)>,
+        message_id: &str,
+        published_ms: i64,
+        now_ms: i64,
+    ) -> (
+        (
+            u8,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Vec<PyDelivery<'t>>,
+        ),
+        Option<u32>,
+    ) {
+        let borrowed: Vec<(&str, Option<&[u8]>)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_deref()))
+            .collect();
+        let outcome = self.table.route_at(
+            key.map(|k| k.as_bytes()),
+            &borrowed,
+            message_id,
+            published_ms,
+            now_ms,
+        );
+        let remaining = outcome.remaining;
+        (Self::tuple(outcome), remaining)
+    }
+}
+
+impl RouteTable {
+    #[allow(clippy::type_complexity)]
+    fn tuple(
+        outcome: bitroute_core::Outcome<'_>,
+    ) -> (
+        u8,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Vec<PyDelivery<'_>>,
+    ) {
         (
             outcome.kind as u8,
             outcome.exchange,

@@ -175,6 +175,7 @@ class AuditTables:
         # Snapshot versions outlive a router id taken for a new streaming checkpoint.
         self._changelog_app = f"bitroute-{snapshot_audit_id or router_id}-changelog"
         self._retained_app = f"bitroute-{router_id}-retained"
+        self._retained_applied_app = f"bitroute-{router_id}-retained-applied"
         self._replay_app = f"bitroute-{router_id}-replay"
         self._tables: dict[str, DeltaTable] = {}
         self._loaded_at: dict[str, int] = {}  # the version each table object was loaded at
@@ -265,6 +266,14 @@ class AuditTables:
             # A table object of its own: the committer's thread appends to the same table
             # through the shared one meanwhile. Loaded only for a batch that delivered some.
             self._append(DELIVERIES, rows, self._retained_app, batch_id,
+                         table=DeltaTable(self.path(DELIVERIES), storage_options=self._storage))
+
+    def append_retained_applied(self, rows: pa.Table, version: int) -> None:
+        """Append the ``deliveries`` rows of the retained messages delivered when the router
+        applied snapshot ``version`` while no batch ran (streaming.router.retained), once:
+        under their own app id, versioned by the snapshot version."""
+        if rows.num_rows:
+            self._append(DELIVERIES, rows, self._retained_applied_app, version,
                          table=DeltaTable(self.path(DELIVERIES), storage_options=self._storage))
 
     def append_replayed(self, rows: pa.Table, chunk: int) -> None:
@@ -441,14 +450,15 @@ def _table_rows(batch: AuditBatch, name: str) -> int:
 
 def add_missing_columns(table: DeltaTable, name: str) -> None:
     """Add to ``table`` the nullable columns of audit table ``name`` that an earlier version
-    created it without (``deliveries.retained``, ``deliveries.replayed``); its rows read them
-    as null."""
+    created it without (``deliveries.retained``, ``deliveries.replayed``,
+    ``subscriptions.retain_handling``, ``subscriptions.retain_as_published``); its rows read
+    them as null."""
     from deltalake.schema import Field
 
     have = {f.name for f in table.schema().fields}
     missing = [f for f in ARROW_SCHEMAS[name] if f.name not in have and f.nullable]
     if missing:
-        types = {pa.bool_(): "boolean"}
+        types = {pa.bool_(): "boolean", pa.int32(): "integer"}
         table.alter.add_columns([Field(f.name, types[f.type], nullable=True) for f in missing])
 
 

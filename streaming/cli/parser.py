@@ -127,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe = verb("subscribe", messaging.subscribe,
                      "add or replace a subscription: validate it as the router would, create "
                      "the subscriber's delivery topic, write the change to the changelog and "
-                     "print the subscription id once Kafka acknowledged it")
+                     "print the subscription id once Kafka acknowledged it; a subscription "
+                     "that breaks a limit ([limits]: subscriptions per subscriber and per "
+                     "exchange, filter levels and length, header criteria) is refused with "
+                     "one line naming it, nothing written")
     subscribe.add_argument("--exchange", required=True, help="a declared exchange "
                            "(exchanges.dialects); its dialect rules the filter")
     subscribe.add_argument("--subscriber", required=True,
@@ -146,6 +149,24 @@ def build_parser() -> argparse.ArgumentParser:
                                 "subscription matches, then the live stream: an ISO-8601 time "
                                 "(UTC when no zone) or a duration back from now (90s, 15m, 2h, "
                                 "7d, 1h30m); docs/design.md, \"Replay\"")
+    subscribe.add_argument("--retain-handling", type=int, choices=(0, 1, 2), default=0,
+                           help="MQTT exchanges only: when the router applies the subscription, "
+                                "deliver the retained messages it matches (marked "
+                                "bitroute.retained: true) on every subscribe, a re-subscribe of "
+                                "the same id and definition included (0, default); only when "
+                                "the id did not exist before (1); never (2); docs/design.md, "
+                                "\"Retained messages\"")
+    subscribe.add_argument("--retain-as-published", action="store_true",
+                           help="MQTT exchanges only: a live delivery of a retained publish "
+                                "keeps its header retain: true (default: a live delivery "
+                                "carries no retain header, as MQTT 5 requires of a server; a "
+                                "retained message delivered when the subscription is applied "
+                                "always carries it)")
+    subscribe.add_argument("--no-local", action="store_true",
+                           help="MQTT exchanges only, not $share/: a publish is never delivered "
+                                "through this subscription to the subscriber that published it "
+                                "(its last header publisher names the subscriber: publish "
+                                "--publisher)")
 
     unsubscribe = verb("unsubscribe", messaging.unsubscribe,
                        "remove a subscription: write its tombstone to the changelog and print "
@@ -178,9 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--file", metavar="F", help="send the bytes of file F ('-': stdin)")
     publish.add_argument("--retain", action="store_true",
                          help="MQTT exchanges only: the publish becomes its topic's retained "
-                              "message (an empty payload clears it), delivered to each new "
-                              "subscription it matches (header retain=true; docs/design.md, "
+                              "message (an empty payload clears it), delivered to the "
+                              "subscriptions it matches when the router applies them (subscribe "
+                              "--retain-handling) (header retain=true; docs/design.md, "
                               "\"Retained messages\")")
+    publish.add_argument("--publisher", metavar="NAME",
+                         help="who publishes: a subscriber name, sent as the header "
+                              "publisher=NAME; a subscription of NAME with --no-local is not "
+                              "delivered this publish")
+    publish.add_argument("--expiry", metavar="SECONDS",
+                         help="MQTT 5's Message Expiry Interval, 1 to 4294967295 (header "
+                              "expiry=SECONDS): routed after SECONDS it is delivered to no one "
+                              "(messages outcome 'expired'); each delivery carries the interval "
+                              "left; a retained message stops being served when it expires; a "
+                              "replay skips it once expired (docs/design.md, \"Message expiry\")")
 
     tail = verb("tail", messaging.tail,
                 "print a subscriber's deliveries as they arrive (one line each; --json: one "
@@ -237,8 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--json", action="store_true", help="one JSON object per row")
 
     status = verb("status", inspection.status,
-                  "is a router running on this configuration, what did it last do, how far "
-                  "behind is it (exit status 0 when running, 3 when not)",
+                  "is a router running on this configuration, what did it last do (publishes "
+                  "rejected, expired, lost), how far behind is it, what each exchange uses of "
+                  "its [limits] (exit status 0 when running, 3 when not)",
                   {0: "a router is running on this configuration",
                    3: "no router is running on this configuration"})
     status.add_argument("--json", action="store_true", help="one JSON object")
@@ -251,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--routing-key", required=True, help="routing key / topic name")
     explain.add_argument("--header", action="append", metavar="NAME=VALUE",
                          help="message header (repeatable; the last value of a name counts)")
+    explain.add_argument("--expiry", metavar="SECONDS",
+                         help="the publish's expiry interval (header expiry=SECONDS): checked "
+                              "as the router checks it, and shown")
     explain.add_argument("--message-id", metavar="M",
                          help="<topic>/<partition>/<offset>: pick each shared group's member as "
                               "the router would for message M (default: list every member)")
@@ -258,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     subscriptions = verb("subscriptions", inspection.subscriptions,
                          "list the live subscriptions (the latest snapshot plus the newer "
-                         "changelog records; not the change history: see audit subscriptions)")
+                         "changelog records; not the change history: see audit subscriptions), "
+                         "then each listed subscriber's subscriptions per exchange against "
+                         "limits.max_subscriptions_per_subscriber")
     subscriptions.add_argument("--subscriber", metavar="S", help="only subscriber S's")
     subscriptions.add_argument("--exchange", metavar="E", help="only exchange E's")
     subscriptions.add_argument("--json", action="store_true", help="one JSON object per line")

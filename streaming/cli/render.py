@@ -329,6 +329,7 @@ def batch_line(report: BatchReport) -> str:
     return (f"batch {report.batch_id}: {report.rows} publishes, {report.deliveries} deliveries, "
             f"{report.rejected} rejected, "
             + (f"{report.lost} lost to retention, " if report.lost else "")
+            + (f"{report.expired} expired, " if report.expired else "")
             + f"snapshot v{report.snapshot_version}, "
             f"{report.seconds:.2f}s ({split}, routed in the {report.routed_in}){replay}")
 
@@ -364,6 +365,14 @@ def _count(value: int | None) -> str:
 
 
 # --- status ---------------------------------------------------------------------------------
+
+_LIMIT_WORDS = {"max_subscriptions_per_exchange": "subscriptions",
+                "max_subscriptions_per_subscriber": "most per subscriber",
+                "max_filter_levels": "deepest filter (levels)",
+                "max_filter_length": "longest filter (bytes)",
+                "max_header_criteria": "most header criteria"}
+"""How ``bitroute status`` names the use of each limit (``[limits]``): used/limit."""
+
 
 def status_lines(status: Mapping[str, object], now: datetime | None = None) -> list[str]:
     """:func:`streaming.ops.status.router_status` as aligned ``name: value`` lines."""
@@ -406,6 +415,7 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
             f"{last.get('batch_id', '?')}: {last.get('publishes', '?')} publishes, "
             f"{last.get('deliveries', '?')} deliveries, {last.get('rejected', '?')} rejected, "
             + (f"{last['lost']} lost to retention, " if last.get("lost") else "")
+            + (f"{last['expired']} expired, " if last.get("expired") else "")
             + f"snapshot v{last.get('snapshot_version', '?')}, {_seconds(last.get('seconds'))}"
             + (f" ({split})" if split else "")
             + f", finished {last.get('finished_at', '?')}{_ago(last.get('finished_at'), now)}")))
@@ -425,6 +435,10 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
     if last is not None and last.get("lost_total"):
         lines.append(("lost", f"{last['lost_total']} publishes lost to retention since the "
                               "router started (audit: messages with outcome 'lost')"))
+    if last is not None and last.get("expired_total"):
+        lines.append(("expired", f"{last['expired_total']} publishes expired before they were "
+                                 "routed since the router started (audit: messages with outcome "
+                                 "'expired')"))
     version = status["snapshot_version"]
     for replay in status.get("replays") or []:
         rate = replay.get("rate")
@@ -444,6 +458,10 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
                                        f"subscribers (snapshot v{version})"))
     else:
         lines.append(("subscriptions", "unknown (no snapshot)"))
+    for exchange, limits in (status.get("limits") or {}).items():
+        lines.append((f"limits {exchange}", ", ".join(
+            f"{_LIMIT_WORDS[name]} {figures['used']:,}/{figures['limit']:,}"
+            for name, figures in limits.items())))
     unfed = status.get("unfed_delivery_topics")
     if unfed:
         lines.append(("unfed topics", (

@@ -70,11 +70,13 @@ within seconds, not at the next periodic refresh."""
 
 def subscription_record(config: Config, exchange: str, subscriber: str, filter_: str,
                         criteria: dict[str, str | None] | None = None, match: str = "all",
-                        sub_id: str | None = None, since=None) -> tuple[bytes, bytes]:
+                        sub_id: str | None = None, since=None,
+                        options=None) -> tuple[bytes, bytes]:
     """The validated changelog record ``(key, value)`` of one subscription.
 
     ``sub_id`` defaults to a fresh uuid4 hex. ``criteria`` empty or ``None``
-    means no header criteria (the value then has no ``headers`` field).
+    means no header criteria (the value then has no ``headers`` field). ``options``: a
+    :class:`compiler.options.SubscriptionOptions` (None: the default ones).
     Raises :class:`InvalidRequest` for whatever the router would reject.
     """
     from compiler import CompilerError, HeaderCriteria, RoutingIndex, Subscription
@@ -88,8 +90,10 @@ def subscription_record(config: Config, exchange: str, subscriber: str, filter_:
         raise InvalidRequest("--id must not be empty")
     try:
         headers = HeaderCriteria(match, criteria) if criteria else None
+        from compiler.options import DEFAULT_OPTIONS
+
         record = Subscription(sub_id or uuid.uuid4().hex, exchange, subscriber, filter_,
-                              headers, since).to_changelog()
+                              headers, since, options or DEFAULT_OPTIONS).to_changelog()
         # The router's own checks, in the router's order: the record as it will
         # be read back from the changelog, then the index (exchange, filter).
         RoutingIndex(dialects).upsert(Subscription.from_changelog(*record))
@@ -100,16 +104,17 @@ def subscription_record(config: Config, exchange: str, subscriber: str, filter_:
 
 def subscribe(config: Config, exchange: str, subscriber: str, filter_: str,
               criteria: dict[str, str | None] | None = None, match: str = "all",
-              sub_id: str | None = None, since=None) -> str:
+              sub_id: str | None = None, since=None, options=None) -> str:
     """Validate, create the subscriber's delivery topic if missing, write the change; return its id.
 
     Returns once Kafka acknowledged the changelog record. The delivery topic is
     created first, so the router can deliver from the first match on. ``since`` (an
     aware datetime, not in the future: :func:`streaming.router.replay_cli.check_since`
-    checks it first) asks for a replay (``subscribe --since``).
+    checks it first) asks for a replay (``subscribe --since``). ``options``: the MQTT
+    subscription options (:class:`compiler.options.SubscriptionOptions`; None: the default).
     """
     key, value = subscription_record(config, exchange, subscriber, filter_, criteria, match,
-                                     sub_id, since)
+                                     sub_id, since, options)
     _kafka_call(config, lambda: ensure_delivery_topics(config, [subscriber]))
     _ensure(config, [config.kafka.subscriptions_topic], COMPACTED)
     _produce(config, config.kafka.subscriptions_topic, key, value)

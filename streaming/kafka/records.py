@@ -82,6 +82,15 @@ def record_sizes(keys: pa.Array, values: pa.Array, header_lists: Sequence[Header
                                 for h in header_lists), dtype=np.int64, count=n)
 
 
+def expiry_error(value: bytes | None) -> str | None:
+    """Why ``value`` is not an ``expiry`` header's value (None: it is one): the router's rule
+    (kernel/core/src/expiry.rs), for the CLI to refuse what the router would reject."""
+    from bitroute_kernel import expiry_states
+
+    state = expiry_states([value], [0], 0)[0]
+    return state if isinstance(state, str) else None
+
+
 def kept_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> Headers:
     """A publish's headers as they are copied onto its deliveries: router headers removed."""
     if not headers:
@@ -163,6 +172,16 @@ class PublishColumns:
                 errors[row] = (f"the exchange header is not valid UTF-8 ({exc.reason} at byte "
                                f"{exc.start}): {value[:64]!r}")
         return exchanges, errors
+
+    def last_values(self, name: str) -> tuple[list[int], list[bytes | None]]:
+        """The rows with a header ``name`` and the value of each one's last (Kafka's rule)."""
+        named = np.flatnonzero(pc.equal(self._names, name).to_numpy(zero_copy_only=False))
+        if not len(named):
+            return [], []
+        last = {}  # row -> index of its last header of the name
+        for row, entry in zip(self._parents[named].tolist(), named.tolist()):
+            last[row] = entry
+        return list(last), self._header_values.take(pa.array(list(last.values()))).to_pylist()
 
     def header_lists(self) -> list[Headers | None]:
         """Per row its headers as ``[(name, value), ...]`` (None when it has none)."""

@@ -54,10 +54,13 @@ from compiler import (
     TopicError,
     UnknownExchangeError,
 )
+from compiler.options import SubscriptionOptions
 from compiler.shared import shared_filters
+from schemas.records import EXPIRY_HEADER
 from streaming.config import Config
 from streaming.errors import one_line
 from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.kafka.records import expiry_error
 from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
 from streaming.ops.errors import InspectError, RejectedPublish
 from streaming.router.checkpoint import CheckpointLayout
@@ -67,8 +70,11 @@ KAFKA_PROBE_TIMEOUT_S = PROBE_TIMEOUT_S
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
 
 SUBSCRIPTION_COLUMNS = ["subscription_id", "exchange", "subscriber", "filter", "header_match",
-                        "header_criteria"]
+                        "header_criteria", "retain_handling", "retain_as_published", "no_local"]
 """A listed subscription's fields: the names of the Delta ``subscriptions`` table."""
+OPTION_COLUMNS = ("retain_handling", "retain_as_published", "no_local")
+"""The MQTT subscription options among them (:mod:`compiler.options`): the text tables show
+them only where an MQTT exchange is listed."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
             index = make_index()
         _, timestamp = message.timestamp()
         apply_record(index, message.key(), message.value(), message.partition(), message.offset(),
-                     timestamp if timestamp > 0 else None, applied_at_ms)
+                     timestamp if timestamp > 0 else None, applied_at_ms, limits=config.limits)
         count += 1
 
     reader = ChangelogReader(config)
@@ -237,11 +243,18 @@ def _criteria(snapshot: Snapshot) -> dict[int, HeaderCriteria]:
 def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, object]]:
     """The rows of a :func:`_table`, as dicts of :data:`SUBSCRIPTION_COLUMNS`."""
     criteria = _criteria(snapshot)
+    t = snapshot.tables
+    flags = dict(zip(t.option_slots.tolist(), t.option_flags.tolist()))
     rows = []
     for row in table.to_pylist():
-        found = criteria.get(row.pop("slot"))
+        slot = row.pop("slot")
+        found = criteria.get(slot)
         row["header_match"] = None if found is None else found.match
         row["header_criteria"] = None if found is None else dict(found.criteria)
+        options = SubscriptionOptions.from_flags(flags.get(slot, 0))
+        row["retain_handling"] = options.retain_handling
+        row["retain_as_published"] = options.retain_as_published
+        row["no_local"] = options.no_local
         rows.append(row)
     return rows
 
@@ -282,6 +295,10 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
         deliveries = Matcher(snapshot).match(exchange, routing_key, header_map, message_id or "")
     except (UnknownExchangeError, TopicError, HeaderError) as exc:
         raise RejectedPublish(f"the router would reject this publish: {exc}") from None
+    if EXPIRY_HEADER in header_map:
+        reason = expiry_error(header_map[EXPIRY_HEADER])
+        if reason is not None:
+            raise RejectedPublish(f"the router would reject this publish: {reason}")
     t = snapshot.tables
     ids = [sub_id for d in deliveries for sub_id in d.subscription_ids]
     live = _live(t)
@@ -326,6 +343,8 @@ def retained_messages(config: Config, state: RoutingState):
     try:
         if _topic_exists(config, config.kafka.retained_topic):
             messages.catch_up()
+        # As the router serves them: an expired one is no longer retained.
+        messages.expire(int(time.time() * 1000))
         return messages
     except (ChangelogError, KafkaException, KafkaAccessError):
         return None
@@ -356,7 +375,8 @@ def retained_of(config: Config, state: RoutingState, exchange: str,
         return None
     published = datetime.fromtimestamp(found.published_at_ms / 1000, timezone.utc)
     return {"message_id": found.message_id, "payload_bytes": len(found.value),
-            "published_at": published.isoformat()}
+            "published_at": published.isoformat(),
+            "expiry_remaining": messages.remaining.get((exchange, topic))}
 
 
 def with_retained(config: Config, state: RoutingState,

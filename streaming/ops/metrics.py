@@ -66,6 +66,9 @@ METRICS: tuple[Metric, ...] = (
            "Deliveries written to subscribers' topics and acknowledged by Kafka."),
     Metric("bitroute_rejected_total", "counter",
            "Publishes rejected with a reason (bitroute.rejected and the messages table)."),
+    Metric("bitroute_expired_total", "counter",
+           "Publishes whose lifetime (the expiry header) ended before they were routed: "
+           "delivered to no one, outcome expired in the messages table."),
     Metric("bitroute_lost_total", "counter",
            "Publishes Kafka deleted (retention, DeleteRecords) before the router read them, "
            "recorded as lost in the messages table."),
@@ -142,7 +145,7 @@ class RouterMetrics:
         registry.set("bitroute_query_active", 0)
         for name in ("bitroute_batches_total", "bitroute_batches_replayed_total",
                      "bitroute_publishes_total", "bitroute_deliveries_total",
-                     "bitroute_rejected_total", "bitroute_lost_total",
+                     "bitroute_rejected_total", "bitroute_lost_total", "bitroute_expired_total",
                      "bitroute_batch_seconds_total"):
             registry.inc(name, 0)
         for stage in STAGES:
@@ -221,6 +224,7 @@ class RouterMetrics:
             r.inc("bitroute_deliveries_total", report.deliveries)
             r.inc("bitroute_rejected_total", report.rejected)
             r.inc("bitroute_lost_total", report.lost)
+            r.inc("bitroute_expired_total", report.expired)
             r.inc("bitroute_batch_seconds_total", report.seconds)
             for stage, seconds in report.stages.items():
                 r.inc("bitroute_batch_stage_seconds_total", seconds, stage=stage)

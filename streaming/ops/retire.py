@@ -12,7 +12,8 @@ deleted, the audit saying why.
 3. With ``delete_topic``, the subscriber's delivery topic is deleted once the
    router has routed every publish written before the removals (its committed
    position reaches the publishes topic's end offsets taken after the
-   tombstones were acknowledged), so no routed delivery is still on its way to
+   tombstones were acknowledged; in realtime mode, its routing query's last
+   committed epoch), so no routed delivery is still on its way to
    the topic; a stopped router has nothing on its way (it applies the removals
    before it routes again). A router that does not get there within
    ``wait_s`` leaves the topic in place and the verb says how to finish.
@@ -137,6 +138,12 @@ def _end_offsets(config: Config, topic: str) -> dict[int, int]:
 
 
 def _committed(layout: CheckpointLayout, topic: str) -> dict[int, int]:
-    """The end offsets of the router's last committed batch (nothing committed: empty)."""
+    """The end offsets of the router's last committed batch (nothing committed: empty); in
+    realtime mode (a folder with its routing query's checkpoint), of the routing query's
+    last committed epoch, after which Kafka acknowledged the epoch's deliveries."""
+    if layout.realtime_routing.is_dir():
+        from streaming.realtime.audit import committed_offsets
+
+        return committed_offsets(layout.realtime_routing, topic) or {}
     batch = last_committed_batch(layout)
     return (batch_end(layout, batch, topic) or {}) if batch is not None else {}

@@ -11,9 +11,10 @@ gone:
   host that cannot be checked: held = running); stopping = held, driver exited.
 - ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
   atomically after each one (``query_id``, ``run_id``, ``batch_id``,
-  ``publishes``, ``deliveries``, ``rejected``, ``snapshot_version``,
+  ``publishes``, ``deliveries``, ``rejected``, ``lost``, ``snapshot_version``,
   ``seconds``, ``stages``, ``routed_in``, ``finished_at``, ``subscriptions``,
-  ``audit_pending_batches``, ``audit_lag_seconds``).
+  ``audit_pending_batches``, ``audit_lag_seconds``, ``lost_total``, ``mode``,
+  ``latency_ms``, and ``realtime`` in realtime mode: :mod:`streaming.router.report`).
 - the audit tables (:func:`streaming.audit.table_stats.table_stats`): each
   one's live data files, bytes, ``_delta_log`` entries and Delta version, read
   from its newest checkpoint and the commits after it (milliseconds on a
@@ -52,6 +53,7 @@ from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
 from streaming.ops.errors import KafkaUnavailable
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
+from streaming.router.limits import usage as limits_usage
 from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 
 KAFKA_BUDGET_S = STATUS_BUDGET_S
@@ -75,7 +77,9 @@ def router_status(config: Config) -> dict[str, object]:
     recorded, or None), ``lease`` (the router lease of the publishes topic and
     warehouse: :mod:`streaming.router.lease`'s record plus ``age_seconds``, or
     ``{error}``, or None), ``replays`` (the replays of ``subscribe --since`` in progress:
-    :func:`_replays`), ``notes`` (why something is missing).
+    :func:`_replays`), ``limits`` (per exchange, per limit of ``[limits]``: ``{limit, used}``,
+    the largest use in the snapshot: :func:`streaming.router.limits.usage`; None without a
+    snapshot), ``notes`` (why something is missing).
     """
     kafka = config.kafka
     # Kafka's round trips and the Delta log reads overlap the local reads (librdkafka
@@ -124,6 +128,7 @@ def router_status(config: Config) -> dict[str, object]:
         "snapshot_version": None if snapshot is None else snapshot.version,
         "subscriptions": None if snapshot is None else len(snapshot),
         "subscribers": subscribers,
+        "limits": None if snapshot is None else limits_usage(snapshot, config.limits),
         "unfed_delivery_topics": unfed,
         "kafka_error": kafka_error,
         "audit_tables": audit_tables,

@@ -23,7 +23,31 @@ Two rules keep the audit exact:
   has one partition, so per publishes partition the records arrive in offset order:
   a record at or below the highest offset audited (the tables' audited mark, then
   this query's own progress) is a repeat and is left out.
+
+Where the per-record work runs (:mod:`streaming.realtime.audit_batch`): under
+``streaming.executor_audit_files`` (the same policy as micro-batch mode's routing
+tasks, :meth:`streaming.config.StreamingConfig.task_audit_files`), one Spark task
+per batch filters the routed records, makes the ``messages`` and ``deliveries``
+rows and writes them as audit files, and the driver receives one row (counts, the
+files' records, per publishes partition the offsets seen) and journals a
+:class:`~streaming.audit.writer.FileBatch`; otherwise (a ``local[...]`` master by
+default, where both run on the same cores and the driver's path is the faster,
+docs/benchmarks.md) the driver collects the records (``toArrow``) and journals a
+:class:`~streaming.audit.writer.PublishBatch`. Files a task wrote for a batch that
+is never journaled (a crash, a failed wait) are never added to a table: the
+maintenance's vacuum deletes them.
+
+Retention gaps: publishes Kafka deleted before the routing query read them (it
+starts again past them, :mod:`streaming.realtime.retention`) are found here, per
+publishes partition, where the offsets audited jump past the next offset the audit
+lacks and Kafka's earliest offset lies past the jump, and recorded as ``lost`` rows
+of ``messages`` as micro-batch mode records them (:mod:`streaming.router.retention`),
+logged in one line and counted in the batch's report (``lost``, ``lost_total``).
+Realtime mode records them and goes on whatever ``streaming.on_retention_gap`` says
+(``"stop"`` is micro-batch mode's).
 """
+
+
 
 from __future__ import annotations
 
@@ -31,21 +55,25 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from schemas.records import OUTCOME_REJECTED
-from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.audit.committer import AuditCommitter
-from streaming.audit.writer import ROUTED_VERSION_COLUMN, PublishBatch
+from streaming.audit.writer import PUBLISH_TABLES, FileBatch, PublishBatch
 from streaming.config import Config
+from streaming.kafka import clients
+from streaming.realtime.audit_batch import (
+    AUDIT_TASK,
+    AuditTask,
+    AuditTaskSettings,
+    BatchAudit,
+    audit_batch,
+    task_result,
+)
 from streaming.realtime.errors import AuditWaitInterrupted
-from streaming.router.offsets_log import read_offsets
+from streaming.realtime.retention import committed_offsets, earliest_offsets
 from streaming.router.report import BatchReport, LatencyWindow
+from streaming.router.retention import gaps_line
 
 _log = logging.getLogger(__name__)
 
@@ -59,22 +87,6 @@ ROUTED_RECORD_DDL = (
 
 COMMIT_WAIT_POLL_S = 0.1
 
-_ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
-
-
-def committed_offsets(query_checkpoint: Path, topic: str) -> dict[int, int] | None:
-    """The routing query's committed boundary: the end offsets of its latest committed
-    epoch (Real-Time Mode writes an epoch's end offsets to the offset log when the epoch
-    ends, after its tasks flushed their deliveries, then commits it), below which
-    Kafka acknowledged every publish's deliveries; None before the first commit."""
-    commits = query_checkpoint / "commits"
-    if not commits.is_dir():
-        return None
-    ids = [int(name) for name in (p.name for p in commits.iterdir()) if name.isdigit()]
-    if not ids:
-        return None
-    return read_offsets(query_checkpoint / "offsets" / str(max(ids))).get(topic)
-
 
 class RoutedAudit:
     """The audit query of realtime mode (module docstring).
@@ -82,26 +94,34 @@ class RoutedAudit:
     ``audited``: per publishes partition, the next offset the tables' audit lacks (their
     mark, read after the journal's leftovers were committed). ``routing_checkpoint``: the
     routing query's checkpoint folder, whose offset log says what Spark committed.
+    ``incarnation``: the publishes topic's, in the message ids of ``lost`` rows.
     """
 
     def __init__(self, config: Config, committer: AuditCommitter, audited: dict[int, int],
                  routing_checkpoint: Path, stopping: threading.Event,
                  on_report: Callable[[BatchReport], None] | None = None,
-                 latency: LatencyWindow | None = None) -> None:
+                 latency: LatencyWindow | None = None, incarnation: int = 0) -> None:
         self._config = config
         self._committer = committer
         self._next = dict(audited)
         self._routing_checkpoint = routing_checkpoint
         self._stopping = stopping
         self._on_report = on_report
+        self._incarnation = incarnation
+        self._admin: clients.BitrouteAdmin | None = None
         self._idle = threading.Condition()
         self._busy = False
+        self._in_tasks: bool | None = None  # streaming.executor_audit_files, for this master
+        self._partitioned: frozenset[str] | None = None
         self.latency = latency if latency is not None else LatencyWindow()
         """End-to-end latency: publish timestamp to its routed record's."""
         self._lock = threading.Lock()
         self.publishes = 0
         self.deliveries = 0
         self.rejected = 0
+        self.lost = 0
+        """Publishes recorded ``lost`` (deleted by Kafka before they were routed)."""
+        self.expired = 0
         self.repeats = 0
         """Routed records left out as repeats of an audited publish."""
         self.snapshot_version: int | None = None
@@ -111,6 +131,8 @@ class RoutedAudit:
     def start(self, spark, checkpoint: Path):
         """Start the audit query (it resumes from ``checkpoint``)."""
         kafka = self._config.kafka
+        if self._in_tasks is None:
+            self._in_tasks = self._config.streaming.task_audit_files(spark.sparkContext.master)
         return (spark.readStream.format("kafka")
                 .options(**kafka.client_settings.spark_options())
                 .option("subscribe", kafka.routed_topic)
@@ -127,6 +149,11 @@ class RoutedAudit:
                 .trigger(processingTime=self._config.audit.commit_interval)
                 .option("checkpointLocation", str(checkpoint))
                 .start())
+
+    @property
+    def in_tasks(self) -> bool:
+        """Whether a Spark task writes each batch's audit files (module docstring)."""
+        return bool(self._in_tasks)
 
     def process(self, batch, batch_id: int) -> None:
         """The ``foreachBatch`` function: journal one batch of routed records, then report
@@ -153,50 +180,83 @@ class RoutedAudit:
 
     def _process(self, batch, batch_id: int) -> None:
         started = time.monotonic()
-        rows = batch.toArrow()
-        if not rows.num_rows:
+        routed_at = datetime.now(timezone.utc)
+        topic = self._config.kafka.publishes_topic
+        if self.in_tasks:
+            audit = self._audit_in_task(batch, batch_id, routed_at)
+        else:
+            rows = batch.toArrow()
+            audit, audited = audit_batch(rows, dict(self._next), self._earliest, topic,
+                                         self._incarnation)
+            audit.routed = audited
+        if not audit.seen_end:
             return
-        self._await_committed(rows)
-        rows = self._first_routings(rows)
-        if not rows.num_rows:
-            return
-        published_ms = rows["published_at"]
-        routed = pa.table({
-            **{f.name: rows[f.name] for f in _ROUTED_ARROW if f.name != "published_at"},
-            "published_at": pc.cast(published_ms, pa.timestamp("ms", tz="UTC")),
-            ROUTED_VERSION_COLUMN: rows["snapshot_version"],
-        })
-        routed = routed.select([*[f.name for f in _ROUTED_ARROW], ROUTED_VERSION_COLUMN])
-        routed = routed.cast(pa.schema([*_ROUTED_ARROW, pa.field(ROUTED_VERSION_COLUMN, pa.int64())]))
-        partitions = rows["partition"].to_numpy(zero_copy_only=False)
-        offsets = rows["offset"].to_numpy(zero_copy_only=False)
-        start = {int(p): int(offsets[partitions == p].min()) for p in np.unique(partitions)}
-        end = {int(p): int(offsets[partitions == p].max()) + 1 for p in np.unique(partitions)}
-        version = int(pc.max(rows["snapshot_version"]).as_py() or 0)
-        self._committer.submit(PublishBatch(batch_id, version, datetime.now(timezone.utc),
-                                            routed, start, end))
-        self._next.update(end)
-        routed_ms = pc.cast(rows["routed_at"], pa.timestamp("ms", tz="UTC"),
-                            safe=False).cast(pa.int64())
-        latency = pc.drop_null(pc.subtract(routed_ms, published_ms)).to_numpy(zero_copy_only=False)
-        deliveries = pc.sum(pc.list_value_length(rows["deliveries"])).as_py() or 0
-        rejected = pc.sum(pc.equal(rows["outcome"], OUTCOME_REJECTED)).as_py() or 0
+        self._await_committed(audit.seen_end)
+        if audit.lost:
+            _log.warning(f"realtime audit batch {batch_id}: {gaps_line(audit.lost)}; recorded "
+                         "in the audit (messages, outcome 'lost')")
+        version = int(audit.snapshot_version or 0)
+        if audit.publishes or audit.lost:
+            if audit.routed is not None:
+                journaled = PublishBatch(batch_id, version, routed_at, audit.routed,
+                                         audit.start, audit.end)
+            else:
+                journaled = FileBatch(batch_id, version, routed_at, audit.files,
+                                      audit.publishes + len(audit.lost), audit.start, audit.end)
+            self._committer.submit(journaled)
+            self._next.update(audit.end)
+        lost = sum(g.records for g in audit.lost)
         with self._lock:
-            self.latency.add(latency.tolist())
-            self.publishes += rows.num_rows
-            self.deliveries += deliveries
-            self.rejected += rejected
-            self.snapshot_version = version
+            self.latency.add(audit.latency_ms)
+            self.publishes += audit.publishes
+            self.deliveries += audit.deliveries
+            self.rejected += audit.rejected
+            self.expired += audit.expired
+            self.repeats += audit.repeats
+            self.lost += lost
+            if audit.snapshot_version is not None:
+                self.snapshot_version = version
         if self._on_report is not None:
             self._on_report(BatchReport(
-                batch_id, rows.num_rows, deliveries, rejected, version,
+                batch_id, audit.publishes, audit.deliveries, audit.rejected, version,
                 time.monotonic() - started, False,
                 {"await_checkpoint": self.waiting_s,
-                 "audit": time.monotonic() - started - self.waiting_s}))
+                 "audit": time.monotonic() - started - self.waiting_s}, lost=lost,
+                 expired=audit.expired))
 
-    def _await_committed(self, rows: pa.Table) -> None:
-        """Wait until the routing query committed every publish of ``rows`` (module docstring)."""
-        needed = self._ends(rows)
+    def _audit_in_task(self, batch, batch_id: int, routed_at: datetime) -> BatchAudit:
+        """One Spark task audits the batch and writes its files (module docstring); the
+        driver asks Kafka's earliest offsets first, for the task's retention check."""
+        topic = self._config.kafka.publishes_topic
+        committed = committed_offsets(self._routing_checkpoint, topic) or {}
+        settings = AuditTaskSettings(
+            delta=self._config.delta, layout=self._config.kafka.layout, batch_id=batch_id,
+            routed_at=routed_at, partitioned=self._publish_tables_partitioned(),
+            floor=dict(self._next), earliest=dict(self._earliest(sorted(
+                set(committed) | set(self._next)))),
+            topic=topic, incarnation=self._incarnation)
+        rows = batch.coalesce(1).mapInArrow(AuditTask(settings), AUDIT_TASK).toArrow()
+        return task_result(rows, topic, self._incarnation)
+
+    def _publish_tables_partitioned(self) -> frozenset[str]:
+        if self._partitioned is None:
+            unpartitioned = set(self._committer.tables.unpartitioned())
+            self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
+        return self._partitioned
+
+    def _earliest(self, partitions: list[int]) -> Mapping[int, int]:
+        """Kafka's earliest offsets of the publishes ``partitions`` (one ListOffsets request)."""
+        if self._admin is None:
+            self._admin = clients.admin(self._config.kafka.client_settings)
+        try:
+            return earliest_offsets(self._admin, self._config.kafka.publishes_topic, partitions)
+        except Exception:
+            self._admin = None  # a broker restarted under it: the batch's retry makes another
+            raise
+
+    def _await_committed(self, needed: Mapping[int, int]) -> None:
+        """Wait until the routing query committed every publish up to ``needed`` (per
+        partition, exclusive; module docstring)."""
         topic = self._config.kafka.publishes_topic
         started = time.monotonic()
         while True:
@@ -208,24 +268,3 @@ class RoutedAudit:
                 raise AuditWaitInterrupted("the router is stopping: the batch is audited at "
                                            "the next start")
             time.sleep(COMMIT_WAIT_POLL_S)
-
-    @staticmethod
-    def _ends(rows: pa.Table) -> dict[int, int]:
-        partitions = rows["partition"].to_numpy(zero_copy_only=False)
-        offsets = rows["offset"].to_numpy(zero_copy_only=False)
-        return {int(p): int(offsets[partitions == p].max()) + 1 for p in np.unique(partitions)}
-
-    def _first_routings(self, rows: pa.Table) -> pa.Table:
-        """``rows`` without repeats: each publish's first routed record, above the audit's
-        reach, in (partition, offset) order."""
-        partitions = rows["partition"].to_numpy(zero_copy_only=False).astype(np.int64)
-        offsets = rows["offset"].to_numpy(zero_copy_only=False).astype(np.int64)
-        floor = np.array([self._next.get(int(p), 0) for p in partitions], dtype=np.int64)
-        order = np.lexsort((np.arange(len(rows)), offsets, partitions))
-        ordered_p, ordered_o = partitions[order], offsets[order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = (ordered_p[1:] != ordered_p[:-1]) | (ordered_o[1:] != ordered_o[:-1])
-        kept = order[first & (ordered_o >= floor[order])]
-        self.repeats += len(rows) - len(kept)
-        return rows.take(pa.array(kept, pa.int64()))
-

@@ -30,6 +30,10 @@ from streaming.config import Config
 from streaming.realtime.errors import RealtimeJarMissing
 
 UDF_NAME = "bitroute_route"
+SINK_RETRY_BACKOFF_MS = 5
+"""The Kafka sink producer's ``retry.backoff.ms``, which also spaces its metadata refreshes:
+a new subscriber topic's first delivery waits for one (Kafka backs off exponentially up to
+``retry.backoff.max.ms`` on failures)."""
 UDF_CLASS = "io.bitroute.realtime.RouteUdf"
 
 ROUTE_OUTPUT = ArrayType(StructType([
@@ -110,8 +114,15 @@ def start_routing_query(spark: SparkSession, config: Config, checkpoint: Path,
             .queryName("bitroute-realtime-routing")
             .format("kafka")
             .options(**options)
-            # Each record is sent as it is made: the latency is the point of the mode.
+            # Each record is sent as it is made: the latency is the point of the mode. (A
+            # linger would not spare the producer's sender its scan of every partition it
+            # has written per record: a record that opens a batch wakes it all the same.)
             .option("kafka.linger.ms", "0")
+            # The first record to a topic waits in send() for the topic's metadata, and the
+            # producer refreshes metadata at most once per retry.backoff.ms (100 ms by
+            # default): a router's first minute, sending to a thousand subscriber topics for
+            # the first time one after another, waited ~50 s for them.
+            .option("kafka.retry.backoff.ms", str(SINK_RETRY_BACKOFF_MS))
             .option("checkpointLocation", str(checkpoint))
             .outputMode("update")
             .trigger(realTime=config.streaming.realtime_checkpoint_interval)

@@ -38,13 +38,16 @@ from pyspark.sql.streaming import StreamingQuery
 from schemas.records import MESSAGES
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
-from streaming.audit.writer import AuditTables
 from streaming.config import Config, duration_seconds
-from streaming.errors import one_line
+from streaming.errors import RetryAbandoned, one_line
 from streaming.realtime.errors import RealtimeSlotsError
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
+from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
+from streaming.realtime.incarnation import PublishesTopicWatch
+from streaming.realtime.restored import realtime_tables
 from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
 from streaming.router.checkpoint import CheckpointLayout
@@ -66,9 +69,8 @@ REGISTRATION_WINDOW = "spark.scheduler.maxRegisteredResourcesWaitingTime"
 """Spark's setting for how long executors may take to register: the slot check waits as long."""
 SUPERVISOR_STOP_WAIT_S = 30.0
 """How long a stopping router waits for a supervisor's restart in progress."""
-
-AUDIT_STREAM = "realtime-publishes"
-"""The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""
+ENDED_POLL_S = 0.1
+"""How often :meth:`RealtimeRouting.ended` looks at the supervisors and the topic watch."""
 
 
 def task_slots(spark: SparkSession) -> int:
@@ -86,7 +88,9 @@ class RealtimeRouting:
     ``catch_up_lock`` is the router's lock around a changelog catch-up (held by each
     catch-up here); ``incarnation`` the publishes topic's incarnation number;
     ``describe`` tells a query's failure in one line (Kafka's refusal as what to grant);
-    ``on_routing_query`` is told each routing query started (the first and each restart).
+    ``on_routing_query`` is told each routing query started (the first and each restart);
+    ``topic_id`` is the publishes topic's Kafka id the router opened: another one found
+    while running ends the routing (:mod:`streaming.realtime.incarnation`).
     """
 
     def __init__(self, config: Config, spark: SparkSession, layout: CheckpointLayout,
@@ -96,7 +100,8 @@ class RealtimeRouting:
                  on_report: Callable[[BatchReport], None] | None = None,
                  latency: LatencyWindow | None = None,
                  describe: Callable[[BaseException], str] | None = None,
-                 on_routing_query: Callable[[StreamingQuery], None] | None = None) -> None:
+                 on_routing_query: Callable[[StreamingQuery], None] | None = None,
+                 topic_id: str | None = None) -> None:
         self._config = config
         self._spark = spark
         self._layout = layout
@@ -110,8 +115,7 @@ class RealtimeRouting:
         self.view = RoutingViewPublisher(config)
         self._watch: ChangelogWatch | None = None
         self._follower = ViewFollower(self._follow, self._stopping, self._wait_for_change)
-        self.tables = AuditTables(config, store.router_id(), store.snapshot_audit_id(),
-                                  publishes_stream=AUDIT_STREAM)
+        self.tables = realtime_tables(config, store)
         self.committer = AuditCommitter(self.tables, AuditJournal(layout.realtime_audit_journal),
                                         config.audit.commit_interval_s,
                                         config.audit.max_pending_batches,
@@ -124,6 +128,10 @@ class RealtimeRouting:
         self._queries_lock = threading.Lock()
         """Held around each query's start and while :meth:`stop` stops them."""
         self.supervisors: list[QuerySupervisor] = []
+        self.topic_watch = PublishesTopicWatch(config.kafka.client_settings,
+                                               config.kafka.publishes_topic, topic_id, layout,
+                                               self._stopping, self._stop_routing)
+        """Ends the routing when the publishes topic is recreated (:meth:`ended` says so)."""
 
     def start(self) -> StreamingQuery:
         """Publish the view, start the audit and the routing query; return the routing
@@ -138,7 +146,7 @@ class RealtimeRouting:
         self.audit = RoutedAudit(self._config, self.committer,
                                  dict(mark.offsets) if mark is not None else {},
                                  self._layout.realtime_routing, self._stopping, self._on_report,
-                                 self._latency)
+                                 self._latency, incarnation=self._incarnation)
         with self._catch_up_lock:
             self._sync.catch_up()
             self.view.reset(self._current_snapshot(), self._sync.subscriptions.offsets)
@@ -155,17 +163,26 @@ class RealtimeRouting:
             {"describe": self._describe} if self._describe is not None else {})}
         self.supervisors = [
             QuerySupervisor("routing", self.routing_query, self._start_routing, self._stopping,
-                            self._queries_lock, on_start=self._routing_started, **options).start(),
+                            self._queries_lock, on_start=self._routing_started,
+                            on_failure=lambda failure: recreate_missing_delivery_topics(
+                                self._config, failure), **options).start(),
             QuerySupervisor("audit", self.audit_query, self._start_audit, self._stopping,
                             self._queries_lock, on_start=self._audit_started, **options).start(),
         ]
+        self.topic_watch.start()
         return self.routing_query
 
     def _start_routing(self) -> StreamingQuery:
         """Start the routing query: it resumes from its checkpoint, or starts where
-        :meth:`_starting_offsets` says."""
+        :meth:`_starting_offsets` says, or past a retention gap below its checkpoint
+        (:mod:`streaming.realtime.retention`). Not once the publishes topic was recreated."""
+        if self.topic_watch.end is not None:
+            raise RetryAbandoned(self.topic_watch.end)
+        kafka = self._config.kafka
+        past_gap = skip_deleted(kafka.client_settings, kafka.publishes_topic,
+                                self._layout.realtime_routing)
         return start_routing_query(self._spark, self._config, self._layout.realtime_routing,
-                                   self._starting_offsets())
+                                   past_gap or self._starting_offsets())
 
     def _start_audit(self) -> StreamingQuery:
         return self.audit.start(self._spark, self._layout.realtime_audit)
@@ -175,27 +192,42 @@ class RealtimeRouting:
         if self._on_routing_query is not None:
             self._on_routing_query(query)
 
+    def _stop_routing(self) -> None:
+        """The publishes topic was recreated: stop routing at once, so that nothing of the
+        new topic is routed under the old incarnation's ids (:meth:`ended` then says why;
+        the audit goes on until the router stops)."""
+        with self._queries_lock:
+            if self.routing_query is not None and not self._stopping.is_set():
+                try:
+                    self.routing_query.stop()
+                except Exception as exc:  # noqa: BLE001 - the router stops it again
+                    _log.warning(f"could not stop the routing query: {one_line(exc)}")
+
     def _audit_started(self, query: StreamingQuery) -> None:
         self.audit_query = query
 
     def ended(self, timeout: float) -> str | None:
         """Wait up to ``timeout`` for a query to end for good (the JVM gone, a query stopped
-        from outside: :mod:`streaming.realtime.supervisor`); why, else None. A failed
-        query is no end: it is started again."""
+        from outside: :mod:`streaming.realtime.supervisor`; the publishes topic recreated:
+        :mod:`streaming.realtime.incarnation`); why, else None. A failed query is no end:
+        it is started again."""
         deadline = time.monotonic() + timeout
-        for supervisor in self.supervisors:
-            end = supervisor.ended(max(0.0, deadline - time.monotonic()))
-            if end is not None:
-                return end
-        if not self.supervisors:
-            time.sleep(timeout)
-        return None
+        while True:
+            # The recreated topic's line first: its stop of the routing query is no end.
+            for end in (self.topic_watch.ended(), *(s.ended(0) for s in self.supervisors)):
+                if end is not None:
+                    return self.topic_watch.ended() or end
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(left, ENDED_POLL_S))
 
     def stop(self) -> None:
         """Stop both queries and the view thread, then commit what the audit journaled."""
         self._stopping.set()
         for supervisor in self.supervisors:
             supervisor.join(SUPERVISOR_STOP_WAIT_S)
+        self.topic_watch.join(SUPERVISOR_STOP_WAIT_S)
         with self._queries_lock:  # no restart from here on
             for query in (self.routing_query, self.audit_query):
                 if query is None:

@@ -63,7 +63,9 @@ class QuerySupervisor:
 
     ``start()`` starts the query (it resumes from its checkpoint) and returns it;
     ``lock`` is held around each start, and by the owner when it stops the queries,
-    so that a restart never races a stop. ``on_start`` is told each new query.
+    so that a restart never races a stop. ``on_start`` is told each new query;
+    ``on_failure`` each failure, before the start that follows it (it mends what it can,
+    such as a deleted delivery topic: :mod:`streaming.realtime.delivery_topics`).
     """
 
     def __init__(self, name: str, query: StreamingQuery, start: Callable[[], StreamingQuery],
@@ -71,6 +73,7 @@ class QuerySupervisor:
                  recovered_after_s: float,
                  describe: Callable[[BaseException], str] = one_line,
                  on_start: Callable[[StreamingQuery], None] | None = None,
+                 on_failure: Callable[[BaseException], object] | None = None,
                  backoff: Backoff = BACKOFF) -> None:
         self.name = name
         self.query = query
@@ -80,6 +83,7 @@ class QuerySupervisor:
         self._recovered_after_s = recovered_after_s
         self._describe = describe
         self._on_start = on_start
+        self._on_failure = on_failure
         self._backoff = backoff
         self._ended = threading.Event()
         self.end: str | None = None
@@ -132,12 +136,18 @@ class QuerySupervisor:
     def _restart(self, failure: BaseException) -> None:
         """Start the query again until a start runs :attr:`_recovered_after_s` without
         failing; ``failure`` (the query's) is reported as the first failed attempt."""
-        first = [failure]
+        first, last = [failure], [failure]
 
         def attempt() -> None:
             if first:
                 raise first.pop()
-            self._start_again()
+            if self._on_failure is not None:
+                self._on_failure(last[0])
+            try:
+                self._start_again()
+            except RESTARTED_ERRORS as exc:
+                last[0] = exc
+                raise
 
         def describe(exc: BaseException) -> str:
             self.failure = self._describe(exc)

@@ -17,8 +17,8 @@ written only here), and every executor JVM follows it
   ``changelog[p]`` is applied (or was rejected) in the state the mark closes.
 
 Happens-before: an executor routes a publish only once its view's mark covers
-the changelog's end offsets as they were when the publish was written
-(``RoutingView.awaitApplied``), so a subscription Kafka acknowledged before a
+the changelog's end offsets as read after the publish was written
+(``RoutingView.lease``), so a subscription Kafka acknowledged before a
 publish is applied to it, exactly as in micro-batch mode. The driver's part is
 to publish each catch-up promptly: :class:`ViewFollower` catches the changelog up
 every :data:`FOLLOW_INTERVAL_S`.
@@ -55,13 +55,17 @@ wakes it at once (:class:`ChangelogWatch`)."""
 
 def subscription_record(sub_id: str, exchange: str, subscriber: str, filter_: str,
                         header_match: str | None,
-                        header_criteria: Mapping[str, str | None] | None) -> bytes:
-    """The view value of one applied subscription."""
+                        header_criteria: Mapping[str, str | None] | None,
+                        no_local: bool | None = None) -> bytes:
+    """The view value of one applied subscription (``no_local`` only when true: the routing
+    table's MQTT No Local, kernel/core/src/route.rs)."""
     headers = None if header_match is None else {"match": header_match,
                                                  "criteria": dict(header_criteria or {})}
-    return json.dumps({"id": sub_id, "exchange": exchange, "subscriber": subscriber,
-                       "filter": filter_, "headers": headers},
-                      ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    value = {"id": sub_id, "exchange": exchange, "subscriber": subscriber, "filter": filter_,
+             "headers": headers}
+    if no_local:
+        value["no_local"] = True
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def exchanges_of(config: Config) -> list[dict[str, object]]:
@@ -114,7 +118,7 @@ class RoutingViewPublisher:
             if row["change"] == CHANGE_UPSERT:
                 self._pending.append((key, subscription_record(
                     row["subscription_id"], row["exchange"], row["subscriber"], row["filter"],
-                    row["header_match"], row["header_criteria"])))
+                    row["header_match"], row["header_criteria"], row.get("no_local"))))
             elif row["change"] == CHANGE_REMOVE:
                 self._pending.append((key, None))
 
@@ -129,7 +133,7 @@ class RoutingViewPublisher:
         self._pending = [(key, None) for key in sorted(stale)] + [
             ((SUB_PREFIX + sub_id).encode("utf-8"), subscription_record(
                 sub_id, row["exchange"], row["subscriber"], row["filter"], row["header_match"],
-                row["header_criteria"])) for sub_id, row in live.items()]
+                row["header_criteria"], row["no_local"])) for sub_id, row in live.items()]
         self._marked = None
         self.publish(snapshot.version, offsets)
 

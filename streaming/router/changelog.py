@@ -61,10 +61,11 @@ from schemas.records import (
     REASON_HEADER,
     SUBSCRIPTION_REQUIRED_FIELDS,
 )
-from streaming.config import MODE_REALTIME, Config
+from streaming.config import MODE_REALTIME, Config, LimitsConfig
 from streaming.kafka.clients import OnError, access_failure, consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.router.errors import ChangelogError
+from streaming.router.limits import check_limits
 from streaming.router.replay_requests import ReplayRequest, check_request, request_of
 from streaming.router.snapshots import BatchSnapshots, SnapshotVersion
 
@@ -96,6 +97,14 @@ class Change(NamedTuple):
     changelog_offset: int
     changed_at_ms: int | None
     applied_at_ms: int
+    retain_handling: int | None = None
+    """An upsert's MQTT Retain Handling (0, 1, 2; :mod:`compiler.options`), else None."""
+    retain_as_published: bool | None = None
+    """An upsert's MQTT Retain As Published, else None."""
+    existed: bool | None = None
+    """An upsert's: whether its id was live before this record (Retain Handling 1)."""
+    no_local: bool | None = None
+    """An upsert's MQTT No Local, else None."""
 
 
 SINCE_REFUSED_IN_REALTIME = ('a replay ("since") is served by streaming.mode = "microbatch", '
@@ -107,12 +116,13 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
                  offset: int, changed_at_ms: int | None, applied_at_ms: int,
                  headers: Sequence[tuple[str, bytes | None]] | None = None,
                  replays: list[ReplayRequest] | None = None,
-                 refuse_since: str | None = None) -> Change:
+                 refuse_since: str | None = None, limits: LimitsConfig | None = None) -> Change:
     """Apply one changelog record to ``index``; never raises for a bad record. A tombstone's
     ``bitroute.reason`` header (``bitroute retire`` writes one) is its removal's reason.
     An upsert with ``since`` is checked (:func:`~streaming.router.replay_requests.check_request`)
     and, applied, appends its :class:`ReplayRequest` to ``replays``; with ``refuse_since``
-    (a mode that cannot replay) it is an invalid value, with that reason."""
+    (a mode that cannot replay) it is an invalid value, with that reason; with ``limits``, an
+    upsert that breaks one is an invalid value (:func:`streaming.router.limits.check_limits`)."""
     sub_id = "" if key is None else key.decode("utf-8", errors="replace")
     where = (partition, offset, changed_at_ms, applied_at_ms)
     if value is None:
@@ -127,6 +137,9 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
         if refuse_since is not None and sub.since is not None:
             raise SubscriptionError(refuse_since)
         check_request(index, sub, changed_at_ms if changed_at_ms is not None else applied_at_ms)
+        existed = sub_id in index
+        if limits is not None:
+            check_limits(index, sub, limits)
         index.upsert(sub)
     except CompilerError as exc:
         exchange, subscriber, filter_ = _fields_of(value)
@@ -140,11 +153,13 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
     if sub.since is not None and replays is not None:
         replays.append(request_of(sub, partition, offset))
     criteria = sub.headers
+    options = (sub.options.retain_handling, sub.options.retain_as_published, existed,
+               sub.options.no_local)
     if criteria is None:
         return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, None, None,
-                      None, *where)
+                      None, *where, *options)
     return Change(sub.id, CHANGE_UPSERT, sub.exchange, sub.subscriber, sub.filter, criteria.match,
-                  dict(criteria.criteria), None, *where)
+                  dict(criteria.criteria), None, *where, *options)
 
 
 def _header_text(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -> str | None:
@@ -322,6 +337,7 @@ class Subscriptions:
         self._reader = ChangelogReader(config, on_error)
         self._refuse_since = (SINCE_REFUSED_IN_REALTIME if config.streaming.mode == MODE_REALTIME
                               else None)
+        self._limits = config.limits
 
     @classmethod
     def open(cls, config: Config, snapshots: BatchSnapshots,
@@ -382,7 +398,8 @@ class Subscriptions:
             _, timestamp = message.timestamp()
             change = apply_record(self._index, message.key(), message.value(), message.partition(),
                                   message.offset(), timestamp if timestamp > 0 else None,
-                                  applied_at_ms, message.headers(), replays, self._refuse_since)
+                                  applied_at_ms, message.headers(), replays, self._refuse_since,
+                                  self._limits)
             changes.append(change)
             if change.reason is not None:
                 rejected.append(RejectedRecord(message.topic(), message.partition(), message.offset(),

@@ -21,6 +21,9 @@
         audit-journal/                 each batch's audit until Delta has it (streaming.audit.journal)
         retained/<batch id>.arrow|.done the retained messages a batch delivers to new
                                        subscriptions, and its done mark (streaming.router.retained)
+        retained/applied-<version>.arrow|.done  the same for the subscriptions the idle router
+                                       applied at <version>
+        replays.json                   the replays in progress (subscribe --since: streaming.router.replay)
         status.json                    the last batch's report (streaming.router.report)
         maintenance.json               the last audit maintenance pass (streaming.audit.maintenance)
       realtime/                        streaming.mode = "realtime" (streaming.realtime)

@@ -28,8 +28,8 @@ Rules (:meth:`RouterLease.acquire`, before the router writes or routes anything)
 Every write is a compare-and-swap (:mod:`streaming.audit.warehouse_objects`):
 two routers starting at once cannot both win. While the router runs, a daemon thread renews the
 lease every quarter of the timeout (``heartbeat_at``). A renewal that finds
-the lease changed by someone else, or that has failed for longer than the
-timeout, marks the lease lost: :meth:`RouterLease.check` then raises
+the lease changed by someone else, or that has failed for longer than three
+quarters of the timeout (before another router may take it over), marks the lease lost: :meth:`RouterLease.check` then raises
 :class:`LeaseLostError`, which ends the router's next batch before it routes.
 :meth:`RouterLease.release` (the router's stop) records ``released_at`` so that
 the next router need not wait.

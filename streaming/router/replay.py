@@ -74,6 +74,7 @@ from streaming.router.routing import (
     _refused,
     _routed_rows,
     delivery_columns,
+    kept_header_columns,
     plan_batch,
 )
 
@@ -472,7 +473,9 @@ class Replays:
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,
-                                 with_headers=any(r.request.headers for r in active),
+                                 # No Local reads the publisher header too.
+                                 with_headers=any(r.request.headers or r.request.subscription()
+                                                  .options.no_local for r in active),
                                  producer=ProducerSettings.of(kafka),
                                  incarnation=self._incarnation())
         matcher = self._matcher(active)
@@ -544,7 +547,9 @@ class Replays:
 
     def _only_in_range(self, plan, active: list[Replay], batch: pa.RecordBatch):
         """``plan`` with each delivery's subscription ids cut to the replays whose range holds
-        its publish, deliveries left without one dropped, and deliveries the subscriber
+        its publish, deliveries left without one dropped, those of publishes delivered to
+        no one dropped (rejected, clearing a retained message, or expired at the replay's
+        time), and deliveries the subscriber
         had already (the audit) dropped; every publish's rejection forgotten (a replay
         rejects nothing: the live routing did)."""
         entries = plan.entries
@@ -575,6 +580,9 @@ class Replays:
                              & (offsets[mine] < high[partitions[mine]]))
         counts = np.bincount(parent[keep_id], minlength=n)
         wanted = counts > 0
+        # Delivered to no one: a publish the live routing rejected or that cleared its
+        # retained message, and one whose lifetime ended before the replay reached it.
+        wanted &= plan.ok[plan.owner]
         delivered = self._already_delivered(active)
         if delivered:
             # Only a subscriber with audit rows costs a look-up per delivery.
@@ -598,7 +606,7 @@ class Replays:
 
 def _replayed(columns, plan):
     """``columns`` with :data:`REPLAYED_HEADER` after each publish's own headers."""
-    offsets, names, values = plan.publishes.kept_header_columns()
+    offsets, names, values = kept_header_columns(plan)
     n = len(offsets) - 1
     total = len(names) + n
     new_offsets = (offsets + np.arange(n + 1)).astype(np.int32)

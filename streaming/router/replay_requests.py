@@ -44,6 +44,9 @@ class ReplayRequest(NamedTuple):
     since_ms: int
     changelog_partition: int
     changelog_offset: int
+    options: int = 0
+    """Its MQTT options' flags (:mod:`compiler.options`): No Local holds for a replay too
+    (absent from a request an earlier version recorded: the default)."""
 
     @property
     def key(self) -> str:
@@ -53,8 +56,10 @@ class ReplayRequest(NamedTuple):
         from compiler.headers import HeaderCriteria
 
         headers = HeaderCriteria.from_json(self.headers) if self.headers is not None else None
+        from compiler.options import SubscriptionOptions
+
         return Subscription(self.subscription_id, self.exchange, self.subscriber, self.filter,
-                            headers)
+                            headers, options=SubscriptionOptions.from_flags(self.options))
 
     def to_json(self) -> dict:
         return self._asdict()
@@ -97,4 +102,4 @@ def request_of(sub: Subscription, partition: int, offset: int) -> ReplayRequest:
     """The replay ``sub`` asks for, read from changelog ``partition``/``offset``."""
     headers = json.loads(json.dumps(sub.headers.to_json())) if sub.headers is not None else None
     return ReplayRequest(sub.id, sub.exchange, sub.subscriber, sub.filter, headers,
-                         since_ms(sub.since), partition, offset)
+                         since_ms(sub.since), partition, offset, sub.options.flags)

@@ -52,6 +52,8 @@ class BatchReport:
     lost: int = 0
     """Publishes Kafka deleted before the router read them, recorded with this batch
     (:mod:`streaming.router.retention`)."""
+    expired: int = 0
+    """Publishes whose lifetime (``expiry`` header) ended before they were routed."""
 
 
 class LatencyWindow:
@@ -90,7 +92,8 @@ class StatusFile:
 
     ``figures()`` gives what the report does not hold: ``query_id``, ``run_id``,
     ``subscriptions``, ``audit_pending_batches``, ``audit_lag_seconds``, ``lost_total``
-    (publishes recorded lost to retention since the router started).
+    (publishes recorded lost to retention since the router started), ``expired_total``
+    (publishes expired before they were routed, since the router started).
     Thread-safe: the batch writes it, and :meth:`refresh` rewrites it from
     the audit committer's thread (the audit figures move between batches).
     ``bitroute status`` reads it (:mod:`streaming.ops.status`).
@@ -124,6 +127,7 @@ class StatusFile:
             "deliveries": report.deliveries,
             "rejected": report.rejected,
             "lost": report.lost,
+            "expired": report.expired,
             "snapshot_version": report.snapshot_version,
             "seconds": round(report.seconds, 4),
             "stages": {k: round(v, 4) for k, v in report.stages.items()},
@@ -133,6 +137,7 @@ class StatusFile:
             "audit_pending_batches": figures.get("audit_pending_batches", 0),
             "audit_lag_seconds": figures.get("audit_lag_seconds", 0.0),
             "lost_total": figures.get("lost_total", 0),
+            "expired_total": figures.get("expired_total", 0),
             "mode": figures.get("mode", "microbatch"),
             "latency_ms": figures.get("latency_ms"),
         }

@@ -30,7 +30,8 @@ ran on (:class:`streaming.audit.audited.AuditedMark` ancestors). Then it:
 4. renumbers the newest snapshot above every version audited, so that a
    snapshot version in the audit names one set of subscriptions;
 
-and says so in one line. Every open takes over the lineage's newest marks, so
+and says so in one line. Realtime mode adds its own signs, its audit query's batch ids
+(:mod:`streaming.realtime.restored`). Every open takes over the lineage's newest marks, so
 a restored router killed before it caught up still leaves those rows out
 after its restart; for a router that was never restored the marks are its own
 and leave nothing out (its batches after its last commit start at its mark).
@@ -69,17 +70,20 @@ def read_lineage(layout: CheckpointLayout) -> tuple[str, ...]:
 
 
 def open_audit(layout: CheckpointLayout, store: SnapshotStore,
-               committer_for: Callable[[], AuditCommitter]) -> AuditCommitter:
+               committer_for: Callable[[], AuditCommitter],
+               restored: Callable[[], list[str]] = list) -> AuditCommitter:
     """The router's audit committer (from ``committer_for``, under the store's router id),
     with the lineage's marks taken over; on a restored state, after the steps of the module
-    docstring (the committer is then under a new router id). Holds the state folder's lock."""
+    docstring (the committer is then under a new router id). ``restored`` gives more signs
+    of a restored state, after the journal's leftovers were committed (realtime mode's:
+    :func:`streaming.realtime.restored.realtime_restored`). Holds the state folder's lock."""
     committer = committer_for()
     tables = committer.tables
     me, ancestors = tables.router_id, read_lineage(layout)
     newest = {name: tables.latest_mark(name) for name in AUDIT_TABLE_NAMES}
     _take_over(tables, ancestors, newest)
     committer.recover()  # the journal's leftovers, under the id that journaled them
-    found = _restored(layout, store, tables, newest)
+    found = _restored(layout, store, tables, newest) + restored()
     if not found:
         return committer
     lineage = list(ancestors)

@@ -3,7 +3,8 @@
 The contract (docs/design.md, "Retained messages"):
 
 - A publish to an MQTT exchange whose last ``retain`` header is ``true``
-  (:data:`schemas.records.RETAIN_HEADER`) is routed as usual and becomes its
+  (:data:`schemas.records.RETAIN_HEADER`) is routed as usual (the header kept on a
+  live delivery only for Retain As Published: ``streaming.router.routing``) and becomes its
   topic's retained message; with an empty (or null) payload it clears it and is
   delivered to no one (``messages.outcome = cleared``). ``retain=true`` on an
   exchange that is not MQTT is bad input: the publish is rejected with a reason.
@@ -48,6 +49,13 @@ Where each part runs, and why that makes it as durable as routing:
    mark (nothing happens); a batch replayed after a crash before its pin
    makes its plan again from the noted changes, which a restart reads back from
    the versions not yet pinned.
+4. **The same, idle** (:meth:`RetainedDeliveries.deliver_applied`): with no
+   publish arriving, the router applies the changelog itself (holding the pin
+   lock, no batch running); the subscriptions it noted get their retained messages
+   at once, from a plan keyed by the snapshot version (``applied-<version>``) and
+   audited under ``bitroute-<router id>-retained-applied``. Which upserts receive
+   them is their Retain Handling (:mod:`compiler.options`): 0 every one, 1 only
+   one that created its id, 2 none.
 
 Memory: the driver keeps every retained message of the MQTT exchanges (topic,
 payload, headers): bounded by the retained topics, not by time.
@@ -58,6 +66,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -66,8 +75,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from compiler.options import RETAIN_HANDLING_IF_NEW, RETAIN_HANDLING_NEVER
 from schemas.records import (
     CHANGE_UPSERT,
+    EXPIRY_HEADER,
     MESSAGE_ID_HEADER,
     PUBLISHED_AT_HEADER,
     RETAIN_HEADER,
@@ -239,6 +250,11 @@ class RetainedMessages:
         self._offsets: dict[int, int] = {}
         self._messages: dict[tuple[str, str], RetainedMessage] = {}
         self._indexes: dict[str, object] = {}
+        #: The retained messages with an expiry header: the value of their last one.
+        self._expiring: dict[tuple[str, str], bytes | None] = {}
+        #: As of the last :meth:`expire`: the remaining interval (seconds) of each retained
+        #: message with an expiry, by ``(exchange, topic)``.
+        self.remaining: dict[tuple[str, str], int] = {}
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -257,6 +273,7 @@ class RetainedMessages:
                          f"{message.offset()}: its key is not [exchange, topic] ({exc})")
             return
         index = self._indexes.get(exchange)
+        self._expiring.pop((exchange, topic), None)
         if message.value() is None:
             self._messages.pop((exchange, topic), None)
             if index is not None:
@@ -276,6 +293,34 @@ class RetainedMessages:
         self._messages[(exchange, topic)] = RetainedMessage(
             exchange, topic, (router.get(MESSAGE_ID_HEADER) or b"").decode("utf-8", "replace"),
             message.value(), kept, int(published) if published.isdigit() else 0)
+        expiry = [v for n, v in kept if n == EXPIRY_HEADER]
+        if expiry:
+            self._expiring[(exchange, topic)] = expiry[-1]
+
+    def expire(self, now_ms: int) -> list[RetainedMessage]:
+        """Remove the retained messages whose lifetime (``expiry`` header) ended by ``now_ms``
+        from the state and return them; :attr:`remaining` gets the interval left to the
+        others with an expiry (the rule of both modes, ``bitroute_kernel.expiry_states``)."""
+        from bitroute_kernel import expiry_states
+
+        self.remaining = {}
+        if not self._expiring:
+            return []
+        keys = list(self._expiring)
+        states = expiry_states([self._expiring[k] for k in keys],
+                               [self._messages[k].published_at_ms for k in keys], now_ms)
+        gone, remaining = [], {}
+        for (exchange, topic), state in zip(keys, states):
+            if isinstance(state, str):  # a record the router did not write: never expires
+                continue
+            if state:
+                remaining[(exchange, topic)] = state
+                continue
+            gone.append(self._messages.pop((exchange, topic)))
+            del self._expiring[(exchange, topic)]
+            self._indexes[exchange].discard(topic)
+        self.remaining = remaining
+        return gone
 
     def matching(self, exchange: str, filter_text: str) -> list[RetainedMessage]:
         """The retained messages of ``exchange`` whose topics ``filter_text`` matches."""
@@ -299,6 +344,24 @@ class RetainedMessages:
 
 # --- 3. the deliveries at subscribe time ------------------------------------------------
 
+APPLIED_PREFIX = "applied-"
+"""The plan files of subscriptions applied while no batch ran: ``applied-<version>.arrow``
+and its done mark ``.done`` (:meth:`RetainedDeliveries.deliver_applied`)."""
+
+
+def _ipc_writer(table: pa.Table):
+    def write(file) -> None:
+        with pa.ipc.new_file(file, table.schema) as writer:
+            writer.write_table(table)
+
+    return write
+
+
+def _read_plan(path) -> pa.Table:
+    with pa.OSFile(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
 @dataclass(frozen=True)
 class NewSubscription:
     """An MQTT subscription applied since the last pinned version, as the changelog said it."""
@@ -312,9 +375,12 @@ class NewSubscription:
 
 
 def _change_field(change: Sequence, name: str):
+    """Field ``name`` of a change (a :class:`~streaming.router.changelog.Change` or its
+    persisted JSON array; None for a field added after the array was written)."""
     from streaming.router.changelog import Change
 
-    return change[Change._fields.index(name)]
+    position = Change._fields.index(name)
+    return change[position] if position < len(change) else None
 
 
 class RetainedDeliveries:
@@ -329,6 +395,7 @@ class RetainedDeliveries:
         self.messages = RetainedMessages(config, on_error)
         self._caught_up = False
         self._new: dict[str, NewSubscription | None] = {}
+        self._store = None
         os.makedirs(folder, exist_ok=True)
         for name in os.listdir(folder):
             if name.startswith("."):  # a temporary file a killed writer left
@@ -347,11 +414,14 @@ class RetainedDeliveries:
         for batch_id in self._batches():
             if batch_id > last:
                 self._remove(batch_id)
+        self._store = snapshots
         if not batches:
             return
         pinned = snapshots.pinned(last)
+        served = max([pinned, *self._applied_versions(".arrow"),
+                      *self._applied_versions(".done")])
         for version in snapshots.versions():
-            if version > pinned:
+            if version > served:
                 self.note(snapshots.changes(version))
 
     def note(self, changes: Iterable[Sequence]) -> None:
@@ -365,9 +435,17 @@ class RetainedDeliveries:
             sub_id = _change_field(change, "subscription_id")
             exchange = _change_field(change, "exchange")
             filter_ = _change_field(change, "filter")
+            handling = _change_field(change, "retain_handling") or 0
             if (_change_field(change, "change") != CHANGE_UPSERT or exchange not in self._mqtt
-                    or filter_ is None or filter_.startswith("$share/")):
-                self._new[sub_id] = None  # removed, rejected, not MQTT, or shared: nothing
+                    or filter_ is None or filter_.startswith("$share/")
+                    or handling == RETAIN_HANDLING_NEVER):
+                self._new[sub_id] = None  # removed, rejected, not MQTT, shared, or never: nothing
+                continue
+            if (handling == RETAIN_HANDLING_IF_NEW and _change_field(change, "existed")
+                    and self._new.get(sub_id) is None):
+                # The id was live before: only its creation sends (an earlier upsert noted and
+                # not served yet created it, and the latest definition is served for it).
+                self._new[sub_id] = None
                 continue
             match = _change_field(change, "header_match")
             criteria = (HeaderCriteria(match, dict(_change_field(change, "header_criteria") or {}))
@@ -376,17 +454,54 @@ class RetainedDeliveries:
                                                 _change_field(change, "subscriber"), filter_,
                                                 criteria)
 
+    def waiting(self) -> bool:
+        """Whether a noted subscription waits for its retained messages."""
+        return any(sub is not None for sub in self._new.values())
+
     def prepare(self, batch_id: int, version: int) -> int:
         """Before batch ``batch_id`` is pinned (first run) to ``version``: the deliveries of
         the retained messages the noted subscriptions match, written as the batch's plan;
-        return how many. Raises on a Kafka failure (the catch-up is retried)."""
+        return how many. A plan an idle application left undelivered is delivered first.
+        Raises on a Kafka failure (the catch-up is retried)."""
         self._remove(batch_id)
+        self._deliver_applied()
+        table = self._plan_table(version, batch_id)
+        if table is not None and table.num_rows:
+            write_atomically(self._plan(batch_id), _ipc_writer(table))
+        self._new.clear()
+        return 0 if table is None else table.num_rows
+
+    def deliver_applied(self, version: int, next_batch: int) -> int:
+        """Deliver now the retained messages of the subscriptions noted since the last
+        delivery: the router applied them while no batch runs (``Router._idle_catch_up``,
+        with the pin lock held, ``version`` the current version). The retained state is
+        then as of the end of the last batch, whose writes were acknowledged, and
+        ``next_batch`` (the batch id the rows' audit names) routes the publishes after it,
+        which reach the new subscriptions live. Return the deliveries made.
+
+        Crash-safe as a batch's plan: the plan is written (``applied-<version>.arrow``, an
+        empty one too) before anything is produced, its audit rows are appended once
+        (app id ``bitroute-<router id>-retained-applied``, the version as ``txn`` version),
+        and a done mark ends it; :meth:`seed` notes again only the versions above the
+        latest such plan, and a plan left undelivered is delivered by the next idle
+        application or batch, before anything else."""
+        delivered = self._deliver_applied()
+        table = self._plan_table(version, next_batch)
+        if table is None:
+            self._new.clear()
+            return delivered
+        write_atomically(self._applied(version, ".arrow"), _ipc_writer(table))
+        self._new.clear()
+        return delivered + self._deliver_applied()
+
+    def _plan_table(self, version: int, batch_id: int) -> pa.Table | None:
+        """The deliveries of the noted subscriptions (None: none noted waits), as a plan."""
         new = [s for s in self._new.values() if s is not None]
         if not new:
-            self._new.clear()
-            return 0
+            return None
         self.messages.catch_up()
         self._caught_up = True
+        remaining = self._expire()
         wanted: dict[tuple[str, str, str], list[str]] = {}
         found: dict[tuple[str, str], RetainedMessage] = {}
         for sub in new:
@@ -397,52 +512,92 @@ class RetainedDeliveries:
                 found[(message.exchange, message.topic)] = message
                 wanted.setdefault((message.exchange, message.topic, sub.subscriber),
                                   []).append(sub.id)
-        if wanted:
-            rows = {name: [] for name in _PLAN_SCHEMA.names}
-            for (exchange, topic, subscriber), ids in sorted(wanted.items()):
-                message = found[(exchange, topic)]
-                rows["message_id"].append(message.message_id)
-                rows["exchange"].append(exchange)
-                rows["topic"].append(topic)
-                rows["subscriber"].append(subscriber)
-                rows["subscription_ids"].append(sorted(ids))
-                rows["value"].append(message.value)
-                rows["header_names"].append([n for n, _ in message.headers])
-                rows["header_values"].append([v for _, v in message.headers])
-                rows["published_at_ms"].append(message.published_at_ms)
-            table = pa.table(rows, schema=_PLAN_SCHEMA).replace_schema_metadata(
-                {b"snapshot_version": str(version).encode()})
+        rows = {name: [] for name in _PLAN_SCHEMA.names}
+        for (exchange, topic, subscriber), ids in sorted(wanted.items()):
+            message = found[(exchange, topic)]
+            rows["message_id"].append(message.message_id)
+            rows["exchange"].append(exchange)
+            rows["topic"].append(topic)
+            rows["subscriber"].append(subscriber)
+            rows["subscription_ids"].append(sorted(ids))
+            rows["value"].append(message.value)
+            left = remaining.get((exchange, topic))
+            rows["header_names"].append([n for n, _ in message.headers])
+            rows["header_values"].append([
+                str(left).encode() if left is not None and n == EXPIRY_HEADER else v
+                for n, v in message.headers])
+            rows["published_at_ms"].append(message.published_at_ms)
+        return pa.table(rows, schema=_PLAN_SCHEMA).replace_schema_metadata(
+            {b"snapshot_version": str(version).encode(), b"batch_id": str(batch_id).encode()})
 
-            def write(file) -> None:
-                with pa.ipc.new_file(file, table.schema) as writer:
-                    writer.write_table(table)
+    def _expire(self) -> dict[tuple[str, str], int]:
+        """Drop the retained messages whose lifetime ended (now) from the state and the
+        retained topic (a tombstone each); return the remaining interval of the others with
+        an expiry, by ``(exchange, topic)``. Raises on a Kafka failure (retried)."""
+        from streaming.router.delivery import ProducerSettings, cached_producer
 
-            write_atomically(self._plan(batch_id), write)
-        self._new.clear()
-        return len(wanted)
+        gone = self.messages.expire(int(time.time() * 1000))
+        if gone:
+            kafka = self._config.kafka
+            producer = cached_producer(ProducerSettings.of(kafka))
+            for i, message in enumerate(gone):
+                producer.produce_tagged(kafka.retained_topic,
+                                        retained_key(message.exchange, message.topic), None,
+                                        [(MESSAGE_ID_HEADER, message.message_id.encode())], i)
+            failed = producer.flush()
+            if failed:
+                raise OSError(f"the retained topic refused {len(failed)} tombstones of expired "
+                              f"retained messages: {failed[0].reason}")
+            _log.info(f"{len(gone)} retained messages expired and left the retained state")
+        return self.messages.remaining
 
     def deliver(self, batch_id: int) -> int:
         """Make batch ``batch_id``'s planned deliveries (after its pin): produce them, wait
         for Kafka's acks, append their audit rows once, mark the batch done; return the
         deliveries made (0 when there is no plan, or the batch is done already)."""
+        self._prune_applied(batch_id)
         plan_path = self._plan(batch_id)
         if not plan_path.exists():
             return 0
-        with pa.OSFile(str(plan_path)) as source:
-            plan = pa.ipc.open_file(source).read_all()
+        plan = _read_plan(plan_path)
         version = int(plan.schema.metadata[b"snapshot_version"])
         if not os.path.exists(self._done(batch_id)):
-            failed = self._produce(plan, version)
-            routed_at = datetime.now(timezone.utc)
-            keep = [i for i in range(plan.num_rows) if i not in failed]
-            self._audit.append_retained(self._audit_rows(plan.take(keep), version, batch_id,
-                                                         routed_at), batch_id)
+            kept = self._make(plan, version, batch_id,
+                              lambda rows: self._audit.append_retained(rows, batch_id))
             write_atomically(self._done(batch_id), b"")
-            _log.info(f"batch {batch_id}: {len(keep)} retained messages delivered to new "
+            _log.info(f"batch {batch_id}: {kept} retained messages delivered to new "
                       "subscriptions")
         plan_path.unlink(missing_ok=True)
         self._prune(batch_id)
         return plan.num_rows
+
+    def _deliver_applied(self) -> int:
+        """Deliver the applied plans not done yet (normally none), oldest first."""
+        made = 0
+        for version in self._applied_versions(".arrow"):
+            plan_path = self._applied(version, ".arrow")
+            plan = _read_plan(plan_path)
+            if not os.path.exists(self._applied(version, ".done")):
+                batch_id = int(plan.schema.metadata[b"batch_id"])
+                kept = self._make(plan, version, batch_id,
+                                  lambda rows: self._audit.append_retained_applied(rows, version))
+                write_atomically(self._applied(version, ".done"), b"")
+                if plan.num_rows:
+                    _log.info(f"version {version}: {kept} retained messages delivered to new "
+                              "subscriptions, applied while no batch ran")
+                made += plan.num_rows
+            plan_path.unlink(missing_ok=True)
+        return made
+
+    def _make(self, plan: pa.Table, version: int, batch_id: int, append) -> int:
+        """Produce ``plan`` and ``append`` the audit rows of what Kafka took; return those."""
+        if not plan.num_rows:
+            return 0
+        failed = self._produce(plan, version)
+        routed_at = datetime.now(timezone.utc)
+        keep = [i for i in range(plan.num_rows) if i not in failed]
+        append(self._audit_rows(plan.take(keep), version, batch_id, routed_at))
+        return len(keep)
 
     def _produce(self, plan: pa.Table, version: int) -> set[int]:
         """Produce every delivery of ``plan``; return the rows Kafka refused (logged)."""
@@ -513,6 +668,26 @@ class RetainedDeliveries:
 
     def close(self) -> None:
         self.messages.close()
+
+    def _applied(self, version: int, suffix: str):
+        from pathlib import Path
+
+        return Path(self._folder) / f"{APPLIED_PREFIX}{version:020d}{suffix}"
+
+    def _applied_versions(self, suffix: str) -> list[int]:
+        return sorted(int(name[len(APPLIED_PREFIX):-len(suffix)])
+                      for name in os.listdir(self._folder)
+                      if name.startswith(APPLIED_PREFIX) and name.endswith(suffix))
+
+    def _prune_applied(self, batch_id: int) -> None:
+        """Forget the done marks of applied plans at or below batch ``batch_id``'s pinned
+        version: a restart notes only the versions above it anyway."""
+        pinned = self._store.pinned(batch_id) if self._store is not None else None
+        if pinned is None:
+            return
+        for version in self._applied_versions(".done"):
+            if version <= pinned:
+                os.unlink(self._applied(version, ".done"))
 
     def _plan(self, batch_id: int):
         from pathlib import Path

@@ -8,6 +8,10 @@ a task, in one pass:
    the default; not UTF-8 = rejected), routing key, headers;
 2. matches them against the pinned snapshot (``Matcher.match_columns``), which
    turns every bad field it reads into a reason, never an error;
+   then decides each publish's expiry at the batch's routing time (``RouteSettings.now_ms``;
+   :func:`plan_expiry`, the Rust core's rule): expired publishes are delivered to no one
+   (outcome ``expired``), live ones' deliveries carry the interval left
+   (:func:`kept_header_columns`), a bad ``expiry`` header is a reason;
 3. checks every delivery's size against ``kafka.max_delivery_bytes`` (the
    broker would refuse a larger record, and would refuse it forever);
 4. produces each delivery to its subscriber's topic (as the delivery layout,
@@ -57,17 +61,20 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from bitroute_kernel import ColumnOverflowError, KernelError
+from bitroute_kernel import ColumnOverflowError, KernelError, expiry_states
 from confluent_kafka import KafkaException
 from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
 from schemas.records import (
+    EXPIRY_HEADER,
     MESSAGE_ID_HEADER,
     OUTCOME_CLEARED,
+    OUTCOME_EXPIRED,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
+    RETAIN_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
     PARTITION_COLUMNS,
@@ -151,6 +158,9 @@ class RouteSettings:
     retain: RetainSettings | None = None
     """Set: MQTT retained publishes are written to the retained topic
     (:mod:`streaming.router.retained`)."""
+    now_ms: int | None = None
+    """The routing time (epoch ms) the publishes' expiry is decided at (None: the clock's,
+    when the batch is planned)."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -201,9 +211,11 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
         files += write_table_files(filesystem, f"{root}/{name}", name, rows, partition, label)
     deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
     rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+    expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
     return pa.RecordBatch.from_pylist(
         [{"publishes": routed.num_rows, "deliveries": deliveries, "rejected": rejected,
-          "files": [f.as_row() for f in files], "latency_ms": latency_sample(routed)}],
+          "files": [f.as_row() for f in files], "latency_ms": latency_sample(routed),
+          "expired": expired}],
         schema=ROUTED_TASK_ARROW)
 
 
@@ -294,6 +306,64 @@ class BatchPlan:
     retain: RetainPlan | None = None
     """The batch's retained publishes (``ok`` is False for those that clear: they are
     delivered to no one)."""
+    retain_as_published: frozenset[str] = frozenset()
+    """The snapshot's subscriptions with Retain As Published (:mod:`compiler.options`)."""
+    expiry: ExpiryPlan | None = None
+    """The batch's publishes with an expiry header (``ok`` is False for the expired)."""
+
+
+@dataclass(frozen=True)
+class ExpiryPlan:
+    """A batch's message expiry (kernel/core/src/expiry.rs): per row whether its lifetime
+    ended before it was routed (``expired``: delivered to no one), and the remaining
+    interval (seconds) each live row with an expiry header carries on its deliveries."""
+
+    expired: np.ndarray
+    remaining: dict[int, int]
+
+
+def plan_expiry(publishes: PublishColumns, reasons: list[str | None],
+                now_ms: int) -> ExpiryPlan | None:
+    """The expiry of a batch's publishes at ``now_ms`` (None: no publish has an expiry
+    header); a publish whose header is not an interval, and not rejected already, gets its
+    reason in ``reasons`` (the order of ``RouteTable.route_at``)."""
+    rows, values = publishes.last_values(EXPIRY_HEADER)
+    if not rows:
+        return None
+    published = pc.cast(pc.cast(publishes.published_at.take(pa.array(rows, pa.int64())),
+                                pa.timestamp("ms", tz="UTC"), safe=False), pa.int64())
+    published_ms = [now_ms if p is None else p for p in published.to_pylist()]
+    expired = np.zeros(publishes.n, dtype=bool)
+    remaining: dict[int, int] = {}
+    for row, state in zip(rows, expiry_states(values, published_ms, now_ms)):
+        if reasons[row] is not None:
+            continue
+        if isinstance(state, str):
+            reasons[row] = state
+        elif state == 0:
+            expired[row] = True
+        else:
+            remaining[row] = state
+    return ExpiryPlan(expired, remaining)
+
+
+def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """The publishes' kept headers as their deliveries carry them (``PublishColumns.
+    kept_header_columns``), each ``expiry`` header of a live publish set to its remaining
+    interval (MQTT 5: the received value minus the time the message waited)."""
+    offsets, names, values = plan.publishes.kept_header_columns()
+    if plan.expiry is None or not plan.expiry.remaining:
+        return offsets, names, values
+    remaining = plan.expiry.remaining
+    at = np.flatnonzero(pc.equal(names, EXPIRY_HEADER).to_numpy(zero_copy_only=False))
+    rows = (np.searchsorted(offsets, at, side="right") - 1).tolist()
+    live = [(i, row) for i, row in zip(at.tolist(), rows) if row in remaining]
+    if not live:
+        return offsets, names, values
+    mask = np.zeros(len(values), dtype=bool)
+    mask[[i for i, _ in live]] = True
+    new = pa.array([str(remaining[row]).encode() for _, row in live], pa.binary())
+    return offsets, names, pc.replace_with_mask(values.cast(pa.binary()), pa.array(mask), new)
 
 
 def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
@@ -310,6 +380,9 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
         reasons[row] = reason
     retain = plan_retained(publishes.headers, publishes.values, publishes.exchanges, reasons,
                            settings.retain)
+    now_ms = settings.now_ms if settings.now_ms is not None else int(time.time() * 1000)
+    expiry = plan_expiry(publishes, reasons, now_ms)
+    expired = expiry.expired if expiry is not None else None
 
     kept = [kept_headers(h) for h in header_lists]
     entries = deliveries.flatten()
@@ -320,13 +393,18 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     per_delivery = (pc.binary_length(ids_json).to_numpy(zero_copy_only=False)
                     + settings.layout.key_bytes(subscribers))
     _reject_oversize(publishes, kept, owner, per_delivery, len(version), reasons,
-                     settings.producer.max_record_bytes)
+                     settings.producer.max_record_bytes, expired)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     if retain is not None:
         ok &= ~retain.cleared
+    if expired is not None:
+        ok &= ~expired
+        if retain is not None:  # an expired retained publish leaves its topic none: cleared
+            retain.cleared[retain.rows] |= expired[retain.rows]
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
-                     send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain)
+                     send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain,
+                     matcher.retain_as_published, expiry)
 
 
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
@@ -335,28 +413,76 @@ def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumn
 
     Record ``i`` is flattened delivery ``plan.send[i]``, of publish ``rows[i]``: its
     topic and key as the layout says, its publish's payload as value, and its headers
-    in this order: the publish's kept headers, [the routing key (shared layout)],
+    in this order: the publish's kept headers (an ``expiry`` header with the remaining
+    interval: :func:`kept_header_columns`), [the routing key (shared layout)],
     message id, subscription ids, snapshot version.
+
+    A live delivery of a retained publish keeps its ``retain`` header only when one of
+    its subscriptions has Retain As Published (MQTT 5.0, 3.8.3.1): the others are records
+    of a copy of the publish's row without it (rows ``n`` and up, see :func:`_unretained`).
     """
     layout = settings.layout
     publishes = plan.publishes
     send = pa.array(plan.send, pa.int64())
     subscribers = plan.subscribers.take(send)
-    keys, per_delivery = layout.record_keys(subscribers, publishes.keys)
-    header_offsets, header_names, header_values = publishes.kept_header_columns()
+    rows = plan.owner[plan.send].astype(np.int64)
+    header_offsets, header_names, header_values = kept_header_columns(plan)
+    routing_keys, values, message_ids = publishes.keys, publishes.values, publishes.message_ids
+    if plan.retain is not None and len(plan.retain.rows):
+        rows, header_offsets, header_names, header_values, routing_keys, values, message_ids = \
+            _unretained(plan, rows, header_offsets, header_names, header_values)
+    keys, per_delivery = layout.record_keys(subscribers, routing_keys)
     return DeliveryColumns(
         topic_names=layout.topic_column(subscribers),
-        rows=plan.owner[plan.send].astype(np.int64),
+        rows=rows,
         keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
-        routing_keys=BinaryColumn.of(publishes.keys),
+        routing_keys=BinaryColumn.of(routing_keys),
         routing_key_header=layout.routing_key_header,
-        values=BinaryColumn.of(publishes.values),
+        values=BinaryColumn.of(values),
         header_offsets=header_offsets,
         header_names=BinaryColumn.of(header_names), header_values=BinaryColumn.of(header_values),
-        message_ids=BinaryColumn.of(publishes.message_ids),
+        message_ids=BinaryColumn.of(message_ids),
         subscription_ids=BinaryColumn.of(plan.ids_json.take(send)),
         version=plan.version,
         header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+
+
+def _unretained(plan: BatchPlan, rows: np.ndarray, header_offsets: np.ndarray,
+                header_names: pa.Array, header_values: pa.Array):
+    """The delivery columns with each live delivery of a retained publish that none of its
+    subscriptions asks Retain As Published of pointed at a copy of its publish's row
+    without the ``retain`` header (MQTT 5.0, 3.3.1.3: the server "MUST set the RETAIN flag
+    to 0" when forwarding it to a subscription without it). Returns ``(rows,
+    header_offsets, header_names, header_values, routing_keys, values, message_ids)``;
+    only a batch with retained publishes gets here."""
+    publishes = plan.publishes
+    retained = set(plan.retain.rows.tolist())
+    ids = plan.entries.flatten()[1]
+    copies: dict[int, int] = {}
+    rows = rows.copy()
+    for i, row in enumerate(rows.tolist()):
+        if row in retained and plan.retain_as_published.isdisjoint(ids[int(plan.send[i])].as_py()):
+            rows[i] = copies.setdefault(row, publishes.n + len(copies))
+    if not copies:
+        return (rows, header_offsets, header_names, header_values, publishes.keys,
+                publishes.values, publishes.message_ids)
+    kept, counts = [], []
+    for row in copies:
+        entries = [h for h in range(int(header_offsets[row]), int(header_offsets[row + 1]))
+                   if header_names[h].as_py() != RETAIN_HEADER]
+        kept += entries
+        counts.append(len(entries))
+    offsets = np.concatenate([header_offsets, header_offsets[-1] + np.cumsum(counts)]).astype(
+        np.int32)
+    entries = pa.array(kept, pa.int64())
+    source = pa.array(list(copies), pa.int64())
+
+    def extended(column: pa.Array, take: pa.Array) -> pa.Array:
+        return pa.concat_arrays([column, column.take(take)])
+
+    return (rows, offsets, extended(header_names, entries), extended(header_values, entries),
+            extended(publishes.keys, source), extended(publishes.values, source),
+            extended(publishes.message_ids, source))
 
 
 def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
@@ -373,7 +499,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
         # Each failure names its record (its index in the columns): reject its publish
         # with Kafka's reason; a refused publish lists only the deliveries Kafka acknowledged.
         for failure in failed:
-            row = int(columns.rows[failure.tag])
+            row = int(owner[plan.send[failure.tag]])
             reasons[row] = reasons[row] or _why(failure)
         acked[plan.send[sorted({failure.tag for failure in failed})]] = False
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
@@ -384,23 +510,25 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
         write_retained(producer, plan.retain, settings.retain, plan.publishes.exchanges, plan.keys,
                        plan.values, plan.kept, plan.message_ids, published.to_pylist(), reasons)
     cleared = plan.retain.cleared if plan.retain is not None else None
+    expired = plan.expiry.expired if plan.expiry is not None else None
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked,
-                        cleared)
+                        cleared, expired)
 
 
 def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
                      per_delivery: np.ndarray, version_bytes: int, reasons: list[str | None],
-                     limit: int) -> None:
+                     limit: int, expired: np.ndarray | None = None) -> None:
     """Reject every publish with a delivery larger than ``limit`` bytes (a record the broker
-    refuses). A delivery is its publish's key, payload, kept headers and message id, the
-    router's fixed headers, and ``per_delivery[i]`` bytes of its own (aligned with ``owner``)."""
+    refuses), but an ``expired`` one (delivered to no one). A delivery is its publish's key,
+    payload, kept headers and message id, the router's fixed headers, and
+    ``per_delivery[i]`` bytes of its own (aligned with ``owner``)."""
     base = (record_sizes(publishes.keys, publishes.values, kept) + _ROUTER_HEADERS_SIZE
             + version_bytes + pc.binary_length(publishes.message_ids).to_numpy())
     largest = base.copy()
     if len(owner):
         np.maximum.at(largest, owner, base[owner] + per_delivery)
     for row in np.flatnonzero(largest > limit).tolist():
-        if reasons[row] is None:
+        if reasons[row] is None and (expired is None or not expired[row]):
             reasons[row] = (f"a delivery of this publish would be {int(largest[row]):,} bytes, more "
                             f"than kafka.max_delivery_bytes ({limit:,}): the broker would refuse it")
 
@@ -473,7 +601,8 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
 
 def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,
                  entries: pa.StructArray, owner: np.ndarray, acked: np.ndarray,
-                 cleared: np.ndarray | None = None) -> pa.RecordBatch:
+                 cleared: np.ndarray | None = None,
+                 expired: np.ndarray | None = None) -> pa.RecordBatch:
     n = publishes.n
     keep = np.flatnonzero(acked) if len(owner) else np.zeros(0, np.int64)
     counts = np.bincount(owner[keep], minlength=n) if len(keep) else np.zeros(n, np.int64)
@@ -486,6 +615,8 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
                        np.where(counts > 0, OUTCOME_ROUTED, OUTCOME_UNROUTABLE))
     if cleared is not None:  # a retained publish that cleared its topic: delivered to no one
         outcome = np.where(cleared & (outcome != OUTCOME_REJECTED), OUTCOME_CLEARED, outcome)
+    if expired is not None:  # its lifetime ended before it was routed: delivered to no one
+        outcome = np.where(expired & (outcome != OUTCOME_REJECTED), OUTCOME_EXPIRED, outcome)
     exchanges = pa.array(publishes.exchanges, pa.string())
     columns = [publishes.message_ids, exchanges, text(publishes.keys), pa.array(outcome, pa.string()),
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),

@@ -87,7 +87,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.records import OUTCOME_REJECTED
+from schemas.records import OUTCOME_EXPIRED, OUTCOME_REJECTED
 from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
@@ -219,6 +219,7 @@ class Router:
         """Why the query stopped on a recreated publishes topic (the line), when it did:
         :meth:`follow_recreated_topic` follows it."""
         self.lost_total = 0
+        self.expired_total = 0
         """Publishes recorded lost to retention since this router started."""
         self.replays: Replays | None = None
         """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
@@ -251,6 +252,10 @@ class Router:
         """Everything :meth:`open` prepares once the lock and lease are held."""
         journal = AuditJournal(self.layout.audit_journal)
         ensure_router_topics(self.config)
+        if self.config.streaming.mode == MODE_REALTIME:
+            from streaming.realtime.incarnation import refuse_recreated_topic
+
+            refuse_recreated_topic(self.config, self.layout, store, admin_client(self.config))
         self.incarnation.topic_id, self.incarnation.number = follow_incarnation(
             self.config, self.layout, admin_client(self.config))
         if store.has_pins() and not self.layout.offsets.is_dir():
@@ -263,7 +268,8 @@ class Router:
             store.forget_batches()
         # A restored (older) state folder is found and made safe here.
         self._committer = open_audit(self.layout, store,
-                                     lambda: self._committer_for(store, journal))
+                                     lambda: self._committer_for(store, journal),
+                                     self._realtime_restored(store))
         self._audit = self._committer.tables
         unpartitioned = self._audit.unpartitioned()
         self._partitioned = frozenset(n for n in PUBLISH_TABLES if n not in unpartitioned)
@@ -274,7 +280,8 @@ class Router:
                          "partitions it")
         self._committer.recover()  # a crash's leftovers, before routing starts
         self._committer.start()
-        self._snapshots = BatchSnapshots(store, self.spark.sparkContext)
+        self._snapshots = BatchSnapshots(store, self.spark.sparkContext,
+                                         prune_at_commit=self.config.streaming.mode == MODE_REALTIME)
         self.retained = RetainedDeliveries(self.config, self.layout.retained, self._audit,
                                            self.broker_watch.on_error)
         self.retained.seed(store)
@@ -291,6 +298,14 @@ class Router:
         self.maintenance.start()
         if self.replays is not None:
             self.replays.start()
+
+    def _realtime_restored(self, store: SnapshotStore) -> Callable[[], list[str]]:
+        """Realtime mode's signs of a restored state folder (:mod:`streaming.realtime.restored`)."""
+        if self.config.streaming.mode != MODE_REALTIME:
+            return list
+        from streaming.realtime.restored import realtime_restored
+
+        return lambda: realtime_restored(self.config, self.layout, store)
 
     def _committer_for(self, store: SnapshotStore, journal: AuditJournal) -> AuditCommitter:
         """The audit tables (created if missing) under the current router id, with a committer."""
@@ -338,7 +353,8 @@ class Router:
                                         snapshots, self._pin_lock, self.incarnation.number,
                                         on_commit=self._status.refresh, on_report=self._report,
                                         latency=self.latency, describe=self.failure_line,
-                                        on_routing_query=self._routing_query_started)
+                                        on_routing_query=self._routing_query_started,
+                                        topic_id=self.incarnation.topic_id)
         try:
             self.query = self.realtime.start()
         except BaseException:
@@ -448,10 +464,11 @@ class Router:
                 self._batch_done.notify_all()
         return report
 
-    def _route_function(self, snapshot: BatchSnapshot,
+    def _route_function(self, snapshot: BatchSnapshot, routed_at: datetime,
                         audit: TaskAudit | None = None) -> RoutePartitions:
-        """The ``mapInArrow`` function that routes a batch against ``snapshot`` (with
-        ``audit``: each task writes its audit files)."""
+        """The ``mapInArrow`` function that routes a batch against ``snapshot`` at
+        ``routed_at`` (the publishes' expiry; with ``audit``: each task writes its audit
+        files)."""
         kafka = self.config.kafka
         return RoutePartitions(snapshot.broadcast, snapshot.key, RouteSettings(
             default_exchange=self.config.exchanges.default,
@@ -463,6 +480,7 @@ class Router:
             audit=audit,
             incarnation=self.incarnation.number,
             retain=RetainSettings.of(self.config),
+            now_ms=int(routed_at.timestamp() * 1000),
         ))
 
     def _routes_in_driver(self, publishes: int | None) -> bool:
@@ -497,13 +515,14 @@ class Router:
             # A small batch: the same routing function, run in this process on
             # the collected rows, skips the Python workers' round trip.
             routed_in = ROUTED_IN_DRIVER
-            route = self._route_function(snapshot)
+            route = self._route_function(snapshot, routed_at)
             routed = self._retrying(batch_id, "routing", lambda: self._route_in_driver(
                 lambda: self.batch_rows.read(start, end), source, route), attempts)
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
             self.latency.add(publish_latencies_ms(routed, time.time()))
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed, gap_rows(gaps)])
             audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
@@ -511,13 +530,14 @@ class Router:
             # The executors route; their routed rows come back to be journaled, and the
             # committer writes the files beside the next batch (a local master).
             routed_in = ROUTED_IN_EXECUTORS
-            route = self._route_function(snapshot)
+            route = self._route_function(snapshot, routed_at)
             routed = self._retrying(batch_id, "routing",
                                     source.mapInArrow(route, ROUTED_PUBLISH).toArrow, attempts)
             publishes = routed.num_rows
             deliveries = pc.sum(pc.list_value_length(routed["deliveries"])).as_py() or 0
             self.latency.add(publish_latencies_ms(routed, time.time()))
             rejected = pc.sum(pc.equal(routed["outcome"], OUTCOME_REJECTED)).as_py() or 0
+            expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
             if gaps:
                 routed = pa.concat_tables([routed.cast(ROUTED_ARROW), gap_rows(gaps)])
             audit = PublishBatch(batch_id, snapshot.version, routed_at, routed, start, end)
@@ -525,7 +545,7 @@ class Router:
             # The executors route and write the audit files; the driver gets a row per task.
             routed_in = ROUTED_IN_EXECUTORS
             task_audit = TaskAudit(self.config.delta, batch_id, routed_at, self._partitioned)
-            route = self._route_function(snapshot, task_audit)
+            route = self._route_function(snapshot, routed_at, task_audit)
             tasks = self._retrying(batch_id, "routing",
                                    source.mapInArrow(route, ROUTED_TASK).toArrow, attempts)
             if gaps:
@@ -535,6 +555,7 @@ class Router:
             deliveries = pc.sum(tasks["deliveries"]).as_py() or 0
             self.latency.add(pc.list_flatten(tasks["latency_ms"]).to_pylist())
             rejected = pc.sum(tasks["rejected"]).as_py() or 0
+            expired = pc.sum(tasks["expired"]).as_py() or 0
             files = pa.Table.from_struct_array(pc.list_flatten(tasks["files"]).combine_chunks())
             audit = FileBatch(batch_id, snapshot.version, routed_at, files, publishes, start, end)
         route_done = time.monotonic()
@@ -546,15 +567,17 @@ class Router:
                              audited - started, snapshot.replayed,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in,
-                             lost=sum(g.records for g in gaps))
-        self.lost_total += report.lost
+                             lost=sum(g.records for g in gaps), expired=expired)
         self._last_batch_at = time.monotonic()
         self._report(report)
         return report
 
     def _report(self, report: BatchReport) -> None:
-        """Keep ``report`` and hand it to every report listener."""
+        """Keep ``report`` (and count its lost and expired publishes) and hand it to every listener
+        (a micro-batch's, or realtime mode's audit batch's)."""
+        self.expired_total += report.expired
         self.reports.append(report)
+        self.lost_total += report.lost
         for listener in self.report_listeners:
             listener(report)
 
@@ -652,6 +675,7 @@ class Router:
             "audit_pending_batches": committer.pending_batches if committer is not None else 0,
             "audit_lag_seconds": round(committer.lag_seconds, 3) if committer is not None else 0.0,
             "lost_total": self.lost_total,
+            "expired_total": self.expired_total,
             "mode": self.config.streaming.mode,
             "latency_ms": self.latency.percentiles(),
             **({"realtime": self.realtime.status()} if self.realtime is not None else {}),
@@ -659,10 +683,11 @@ class Router:
 
     def _idle_catch_up(self) -> None:
         """While no batch runs (no publishes arrive), apply the changelog, so that a
-        subscription asking for a replay is applied and its replay bounded without waiting
-        for the next publish. Its boundary is the next batch: the latest batch Spark planned
-        if it is not pinned yet (it waits on :attr:`_pin_lock`), else the one after it,
-        which starts at that one's end offsets."""
+        new MQTT subscription gets its retained messages and a subscription asking for a
+        replay is applied and its replay bounded without waiting for the next publish.
+        Their boundary is the next batch: the latest batch Spark planned if it is not
+        pinned yet (it waits on :attr:`_pin_lock`), else the one after it, which starts at
+        that one's end offsets."""
         query, replays = self.query, self.replays
         if (query is None or replays is None or self._stopping.is_set()
                 or time.monotonic() - self._last_batch_at < IDLE_CATCH_UP_S):
@@ -674,10 +699,12 @@ class Router:
                 return
             sync, _ = self._require_open()
             version = sync.catch_up()
+            planned = last_planned_batch(self.layout)
+            if self.retained.waiting():
+                self.retained.deliver_applied(version, self._next_batch(planned))
             if not replays.unbounded():
                 return
             topic = self.config.kafka.publishes_topic
-            planned = last_planned_batch(self.layout)
             if planned is None:
                 return  # the query has planned no batch: its first one bounds the replay
             if SnapshotFiles(self.layout).pinned(planned) is None:
@@ -688,6 +715,12 @@ class Router:
                 replays.on_batch(boundary, version, start)
         finally:
             self._pin_lock.release()
+
+    def _next_batch(self, planned: int | None) -> int:
+        """The id of the next batch to pin, given the latest batch Spark planned."""
+        if planned is None:
+            return 0
+        return planned if SnapshotFiles(self.layout).pinned(planned) is None else planned + 1
 
     def _audit_committed(self, batch_id: int) -> bool:
         """Whether every batch up to ``batch_id`` that has audit rows is in Delta."""

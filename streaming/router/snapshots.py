@@ -37,9 +37,10 @@ Invariants:
   ``.meta``: what it records is read from the snapshot itself.
 - A pin is written before a batch writes anything and is never rewritten: a
   replayed batch finds it and uses the same version (deterministic replay).
-- :meth:`SnapshotStore.prune` keeps the pins of the last :data:`PINS_KEPT`
-  batches, the snapshots they name, and the latest snapshot. Spark replays
-  only the last batch whose commit was not written, so that is ample.
+- :meth:`SnapshotStore.prune` (at each batch's pin; in realtime mode at each
+  commit) keeps the pins of the last :data:`PINS_KEPT` batches, the snapshots
+  they name, and the latest snapshot. Spark replays only the last batch whose commit was not
+  written, so that is ample.
 - The current version is the latest persisted one: versions only grow, and a
   version is current once it is on disk.
 """
@@ -47,6 +48,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -63,6 +65,8 @@ if TYPE_CHECKING:
 
     from compiler import Snapshot
 
+_log = logging.getLogger(__name__)
+
 PINS_KEPT = 16
 """Pins of this many most recent batch ids survive pruning (Spark replays at most the last)."""
 READ_ATTEMPTS = 5
@@ -75,7 +79,7 @@ class SnapshotVersion:
     """One snapshot version: its bytes and what is recorded about it.
 
     ``reads_headers``: whether matching against it needs the publishes'
-    headers (some live subscription has header criteria); when False the
+    headers (some live subscription has header criteria or No Local); when False the
     routing tasks do not build them.
     """
 
@@ -94,7 +98,12 @@ class SnapshotVersion:
 
 
 def _reads_headers(snapshot: Snapshot) -> bool:
-    return len(snapshot.tables.criteria_slots) > 0
+    """Some subscription has header criteria, or No Local (the ``publisher`` header)."""
+    from compiler.options import SubscriptionOptions
+
+    t = snapshot.tables
+    return len(t.criteria_slots) > 0 or any(
+        SubscriptionOptions.from_flags(bits).no_local for bits in t.option_flags.tolist())
 
 
 class SnapshotFiles:
@@ -297,9 +306,16 @@ class BatchSnapshots:
     Not thread-safe: the router calls it from one batch at a time.
     """
 
-    def __init__(self, store: SnapshotStore, context: SparkContext | None = None) -> None:
+    def __init__(self, store: SnapshotStore, context: SparkContext | None = None,
+                 prune_at_commit: bool = False) -> None:
         self._store = store
         self._context = context
+        self._prune_at_commit = prune_at_commit
+        """Prune at each commit too (realtime mode: it pins no batch, and would keep every
+        version, three files each, one per subscription change, for ever). Not in
+        micro-batch mode: a restart's retained seeding reads the versions committed after
+        the last pin (:meth:`streaming.router.retained.RetainedDeliveries.seed`), which the
+        next batch's pin prunes."""
         self._current: SnapshotVersion | None = None
         self._live: tuple[int, Broadcast, str] | None = None
         self.commit_listeners: list[Callable[[Sequence[Sequence]], None]] = []
@@ -318,12 +334,19 @@ class BatchSnapshots:
         return self._store.changes(version)
 
     def commit(self, snapshot: SnapshotVersion, changes: Sequence[Sequence]) -> None:
-        """Persist ``snapshot`` with the ``changes`` that made it and make it current.
-        If this raises, the current version is unchanged."""
+        """Persist ``snapshot`` with the ``changes`` that made it and make it current, then,
+        with ``prune_at_commit``, prune the versions no kept pin names
+        (:meth:`SnapshotStore.prune`). If this raises, the current version is unchanged."""
         self._store.save(snapshot, changes)
         self._current = snapshot
         for listener in self.commit_listeners:
             listener(changes)
+        if not self._prune_at_commit:
+            return
+        try:
+            self._store.prune()
+        except OSError as exc:  # housekeeping: the next commit or batch prunes again
+            _log.warning(f"could not prune old snapshot versions: {exc}")
 
     def for_batch(self, batch_id: int, catch_up: Callable[[], object]) -> BatchSnapshot:
         """The version batch ``batch_id`` routes with, broadcast.

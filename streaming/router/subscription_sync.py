@@ -55,8 +55,9 @@ def changes_table(changes: Sequence[Change], version: int) -> pa.Table:
     Columnar, so that the changes of a whole changelog (millions at a
     first start) reach Delta without a Python object per cell.
     """
-    columns = dict(zip(Change._fields, zip(*changes))) if changes else {
-        name: () for name in Change._fields}
+    columns = dict(zip(Change._fields, zip(*changes)))
+    for name in Change._fields:  # none at all, or a version persisted before a field existed
+        columns.setdefault(name, (None,) * len(changes))
     arrays = []
     for field in _SUBSCRIPTIONS_ARROW:
         if field.name == "snapshot_version":

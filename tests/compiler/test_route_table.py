@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler import CompilerError, HeaderCriteria, Matcher, RoutingIndex, Subscription
+from compiler.options import SubscriptionOptions
 from route_tables import REJECTED, ROUTED, UNROUTABLE, micro_batch, realtime, route_table, table_json
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
@@ -101,6 +102,42 @@ def test_a_shared_group_delivers_each_publish_to_one_member():
     assert {c[0] for c in chosen} == {"w0", "w1", "w2", "w3"}
 
 
+NO_LOCAL = [
+    Subscription("n1", "mq", "ann", "chat/#", options=SubscriptionOptions(no_local=True)),
+    Subscription("n2", "mq", "ann", "chat/+"),  # ann's other subscription: still delivered
+    Subscription("n3", "mq", "bob", "chat/#", options=SubscriptionOptions(no_local=True)),
+    Subscription("n4", "mq", "cy", "chat/#", HeaderCriteria("all", {"k": None}),
+                 options=SubscriptionOptions(no_local=True)),
+    Subscription("n5", "amq", "ann", "chat.#"),
+]
+
+
+def test_no_local_is_decided_alike_by_both_paths():
+    """MQTT No Local: a subscription is not matched by a publish whose last ``publisher``
+    header names its subscriber; the subscriber's other subscriptions still are."""
+    mq = ("exchange", b"mq")
+    got = both(NO_LOCAL, [
+        (b"chat/a", [mq, ("publisher", b"ann")]),
+        (b"chat/a/b", [mq, ("publisher", b"ann")]),
+        (b"chat/a", [mq, ("publisher", b"bob"), ("k", b"1")]),
+        (b"chat/a", [mq, ("publisher", b"bob"), ("publisher", b"cy"), ("k", b"1")]),
+        (b"chat/a", [mq, ("publisher", b"c\xff"), ("k", b"1")]),
+        (b"chat/a", [mq, ("publisher", None)]),
+        (b"chat/a", [mq]),
+        (b"chat.a", [("publisher", b"ann")]),
+    ], default="amq")
+    who = [[(s, ids) for s, _, ids in deliveries] for *_, deliveries in got]
+    assert who[0] == [("ann", ["n2"]), ("bob", ["n3"])]
+    assert got[1][0] == ROUTED and who[1] == [("bob", ["n3"])]
+    assert who[2] == [("ann", ["n1", "n2"]), ("cy", ["n4"])]
+    assert who[3] == [("ann", ["n1", "n2"]), ("bob", ["n3"])]  # the last publisher header
+    assert who[4] == [("ann", ["n1", "n2"]), ("bob", ["n3"]), ("cy", ["n4"])]  # not UTF-8
+    assert who[5] == who[6] == [("ann", ["n1", "n2"]), ("bob", ["n3"])]
+    assert who[7] == [("ann", ["n5"])]  # an AMQP subscription has no No Local
+    only = both([NO_LOCAL[2]], [(b"chat/a", [mq, ("publisher", b"bob")])], default="amq")
+    assert only[0][0] == UNROUTABLE
+
+
 def test_the_table_json_of_the_contract():
     table = RouteTable(b"""{"version": 12, "default_exchange": "amq.topic",
       "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null},
@@ -171,3 +208,87 @@ headers = st.lists(st.one_of(
 @given(subscriptions, st.lists(st.tuples(keys, headers), max_size=12), st.sampled_from(["amq", "mq", "nope"]))
 def test_random_publishes_route_as_the_micro_batch_path(subs, publishes, default):
     both(subs, publishes, default)
+
+
+def test_no_local_in_a_single_match_as_explain_asks():
+    index = RoutingIndex(EXCHANGES)
+    for sub in NO_LOCAL:
+        index.upsert(sub)
+    matcher = Matcher(index.snapshot(1, {}))
+    assert matcher.reads_publisher
+    assert [(d.subscriber, d.subscription_ids) for d in matcher.match(
+        "mq", "chat/a", {"publisher": b"ann"})] == [("ann", ("n2",)), ("bob", ("n3",))]
+    assert [d.subscriber for d in matcher.match("mq", "chat/a", {"publisher": "bob"})] == ["ann"]
+
+
+# --- Message expiry: RouteTable.route_at against plan_batch -----------------------------
+
+PUBLISHED_MS = 1_735_689_600_000  # arrow_batches.source_batch's timestamp, 2025-01-01 UTC
+EXPIRY_PUBLISHES = [
+    (b"orders.eu.paid", [("expiry", b"5")]),
+    (b"nothing", [("expiry", b"5")]),
+    (b"orders.eu.paid", [("expiry", b"0")]),
+    (b"orders.eu.paid", [("expiry", b"5"), ("expiry", b"x")]),
+    (b"orders.eu.paid", [("expiry", None)]),
+    (b"orders.eu.paid", [("expiry", b"x"), ("expiry", b"4294967295")]),
+    (b"orders.eu.paid", [("expiry", b"4294967296")]),
+    (None, [("expiry", b"1")]),
+    (b"orders.eu.paid", []),
+    (b"a", [("exchange", b"nope"), ("expiry", b"soon")]),
+    (b"orders.eu.paid", [("expiry", b"9"), ("unit", b"x"), ("expiry", b"007")]),
+]
+
+
+def micro_batch_expiry(matcher: Matcher, publishes, now_ms: int) -> list[tuple]:
+    """Per publish, as the micro-batch path decides it at ``now_ms`` (``plan_batch``):
+    ``(outcome, reason, the expiry header values its deliveries carry)``, outcome 3 expired."""
+    from arrow_batches import source_batch
+    from streaming.kafka.layout import DeliveryLayout
+    from streaming.router.delivery import ProducerSettings
+    from streaming.router.routing import RouteSettings, kept_header_columns, plan_batch
+
+    settings = RouteSettings("amq", DeliveryLayout("d."), "rejected", 1, True,
+                             ProducerSettings("localhost:1", 1_048_576), now_ms=now_ms)
+    plan = plan_batch(matcher, source_batch([(k, b"x", h) for k, h in publishes]), settings)
+    offsets, names, values = kept_header_columns(plan)
+    names, values = names.to_pylist(), values.to_pylist()
+    out = []
+    for row in range(plan.publishes.n):
+        carried = [v for n, v in zip(names[offsets[row]:offsets[row + 1]],
+                                     values[offsets[row]:offsets[row + 1]]) if n == "expiry"]
+        if plan.reasons[row] is not None:
+            out.append((REJECTED, plan.reasons[row], carried))
+        elif plan.expiry is not None and plan.expiry.expired[row]:
+            out.append((3, None, carried))
+        else:
+            routed = bool((plan.owner == row).any())
+            out.append((ROUTED if routed else UNROUTABLE, None, carried))
+    return out
+
+
+@pytest.mark.parametrize("waited_ms", [-5_000, 0, 999, 1_000, 4_999, 5_000, 9_000, 10 ** 12])
+def test_both_paths_expire_publishes_alike(waited_ms):
+    subs = [s for s in SUBS if s.exchange == "amq"]
+    index = RoutingIndex(EXCHANGES)
+    for sub in subs:
+        index.upsert(sub)
+    table = route_table(subs, EXCHANGES, "amq")
+    now_ms = PUBLISHED_MS + waited_ms
+    got = micro_batch_expiry(Matcher(index.snapshot(1, {})), EXPIRY_PUBLISHES, now_ms)
+    for offset, ((key, headers), (outcome, reason, carried)) in enumerate(
+            zip(EXPIRY_PUBLISHES, got)):
+        (kind, _, _, table_reason, deliveries), remaining = table.route_at(
+            key, headers, f"p/0/{offset}", PUBLISHED_MS, now_ms)
+        assert (kind, table_reason) == (outcome, reason), (key, headers)
+        assert (kind == 3) == (deliveries == [] and outcome == 3)
+        own = [v for n, v in headers if n == "expiry"]
+        # The deliveries' expiry headers: each set to the remaining interval.
+        assert carried == (own if remaining is None else [str(remaining).encode()] * len(own))
+    waited_s = max(waited_ms, 0) // 1000
+    assert got[0] == ((3, None, [b"5"]) if waited_s >= 5
+                      else (ROUTED, None, [str(5 - waited_s).encode()]))
+    assert got[2][0] == REJECTED and got[2][1].endswith("not b'0'")
+    assert got[3][0] == REJECTED  # the last header counts: 'x'
+    assert got[4][1].endswith("not null")
+    assert got[7][1] == "missing routing key" and got[9][1] == "unknown exchange 'nope'"
+    assert got[8] == (ROUTED, None, [])

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from compiler import HeaderCriteria, Matcher, RoutingIndex, Snapshot, SnapshotFormatError, Subscription
+from compiler.options import SubscriptionOptions
 from compiler.snapshot import FORMAT_VERSION, MAGIC
 
 SNAPSHOT_V1 = Path(__file__).parent / "data" / "snapshot-v1.bin"
 """``_index().snapshot(42, {0: 17, 3: 9})`` as format version 1 wrote it (the
 writer before issue 21, with filter classes): bytes on users' disks."""
+SNAPSHOT_V2 = Path(__file__).parent / "data" / "snapshot-v2.bin"
+"""The same snapshot as format version 2 wrote it (before the MQTT subscription options)."""
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
 TOPICS = [("amq", "a.b.c"), ("amq", ""), ("amq", "x.ü.z"), ("mq", "a/b"), ("mq", "$SYS/x"), ("mq", "a")]
@@ -38,6 +41,35 @@ def _index() -> RoutingIndex:
         index.upsert(sub)
     index.remove("gone")
     return index
+
+
+def _index_with_options() -> RoutingIndex:
+    """:func:`_index` plus subscriptions with MQTT options (one replaced back to the default)."""
+    index = _index()
+    index.upsert(Subscription("o1", "mq", "olga", "a/#", options=SubscriptionOptions(1, True)))
+    index.upsert(Subscription("o2", "mq", "olga", "b", options=SubscriptionOptions(2, False, True)))
+    index.upsert(Subscription("o3", "mq", "pete", "c", options=SubscriptionOptions(0, True)))
+    index.upsert(Subscription("o3", "mq", "pete", "c"))
+    return index
+
+
+def test_options_round_trip_and_continue():
+    snap = _index_with_options().snapshot(5, {})
+    loaded = Snapshot.from_bytes(snap.to_bytes())
+    assert loaded.to_bytes() == snap.to_bytes()
+    restored = RoutingIndex.from_snapshot(loaded)
+    assert [restored.get(i).options for i in ("o1", "o2", "o3", "s1")] == [
+        (1, True, False), (2, False, True), (0, False, False), (0, False, False)]
+    assert loaded.tables.option_slots.tolist() == [restored.slot("o1"), restored.slot("o2")]
+    assert _all_matches(Matcher(loaded)) == _all_matches(Matcher(snap))
+
+
+def test_a_version_2_snapshot_reads_with_default_options():
+    data = SNAPSHOT_V2.read_bytes()
+    assert struct.unpack_from("<H", data, 8)[0] == 2
+    old = Snapshot.from_bytes(data)
+    assert len(old.tables.option_slots) == 0
+    assert old.to_bytes() == _index().snapshot(42, {0: 17, 3: 9}).to_bytes()
 
 
 def _all_matches(matcher: Matcher) -> list:
@@ -69,9 +101,9 @@ def test_a_version_1_snapshot_reads_and_routes_as_version_2():
     assert (old.version, dict(old.offsets), dict(old.exchanges), len(old)) == (
         new.version, dict(new.offsets), dict(new.exchanges), len(new))
     assert _all_matches(Matcher(old)) == _all_matches(Matcher(new))
-    # Rewritten, it is the version 2 bytes of the same index; continued, the same index.
+    # Rewritten, it is the version 3 bytes of the same index; continued, the same index.
     assert old.to_bytes() == new.to_bytes()
-    assert struct.unpack_from("<H", new.to_bytes(), 8)[0] == FORMAT_VERSION == 2
+    assert struct.unpack_from("<H", new.to_bytes(), 8)[0] == FORMAT_VERSION == 3
     restored = RoutingIndex.from_snapshot(old)
     restored.upsert(Subscription("new", "mq", "ivan", "a/#"))
     index = _index()
@@ -151,7 +183,7 @@ def test_corrupt_or_foreign_bytes_are_refused(mangle, message):
     ],
 )
 def test_well_sealed_but_inconsistent_bytes_are_refused(edit, message):
-    data = _index().snapshot(1, {}).to_bytes()
+    data = _index_with_options().snapshot(1, {}).to_bytes()
     header_len = struct.unpack_from("<I", data, 12)[0]
     header = json.loads(data[20:20 + header_len])
     edit(header)

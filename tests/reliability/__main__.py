@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSON results file (default <workdir>/results.json)")
     ap.add_argument("--executors", action="store_true",
                     help="kills: every batch routed on the executors, whose Python workers "
-                         "carry the task-files kill point")
+                         "carry the task-files kill point (realtime mode: the audit query's "
+                         "task writes the audit files)")
     ap.add_argument("--mode", choices=("microbatch", "realtime"), default=d.mode,
                     help="the router's streaming.mode (default %(default)s); realtime runs "
                          f"{', '.join(REALTIME_CASES)}")

@@ -82,7 +82,8 @@ class Options:
     kill_after_s: tuple[float, float] = (3.0, 15.0)  # random wait before each router kill
     broker_kill_after_s: tuple[float, float] = (10.0, 25.0)  # random wait before a broker kill
     bootstrap: str | None = None  # an existing Kafka (kills and fuzz only); None = start one
-    executors: bool = False  # kills: every batch routed on the executors (their audit files)
+    executors: bool = False  # kills: every batch routed on the executors (their audit files;
+    # realtime mode: the audit query's task writes them)
     mode: str = "microbatch"  # the router's streaming.mode; "realtime": REALTIME_CASES only
     # retention-gap: routed before the router stops; published while it is down (the
     # first GAP_SHARE of each partition's then deleted); published after the deletion
@@ -202,6 +203,9 @@ EXECUTOR_SETTINGS = {
 }
 """``Options.executors``: every batch routed on the executors, whose Python workers carry
 the ``task-files`` kill point (:mod:`tests.reliability.worker_faults`)."""
+REALTIME_EXECUTOR_SETTINGS = {"streaming.executor_audit_files": "tasks"}
+"""``Options.executors`` in realtime mode (which routes in the JVM): the audit query's
+Spark task writes each batch's audit files (:mod:`streaming.realtime.audit_batch`)."""
 KILL_PLAN = (
     ("audit", "group"), ("catch-up", "group"), ("random", "jvm"), ("mid-audit", "python"),
     ("random", "group"), ("catch-up-read", "group"), ("after-audit", "group"),
@@ -224,9 +228,8 @@ def kills(folder: Path, o: Options) -> Result:
         plan = [KILL_PLAN[i % len(KILL_PLAN)] for i in range(o.kills)]
         rng.shuffle(plan)
     w = _workload(o)
-    if o.executors and o.mode == REALTIME:
-        raise CampaignError("--executors is micro-batch mode's (realtime mode routes in the JVM)")
-    with Stage(folder, 1, EXECUTOR_SETTINGS if o.executors else None,
+    executors = REALTIME_EXECUTOR_SETTINGS if o.mode == REALTIME else EXECUTOR_SETTINGS
+    with Stage(folder, 1, executors if o.executors else None,
                bootstrap=o.bootstrap, mode=o.mode) as stage:
         stage.start(o.max_offsets)
         _subscribe(stage, w)

@@ -72,6 +72,10 @@ def bad_publish(rng: random.Random, w: Workload, expected_nonempty: list[Publish
         return category, p.key().encode(), _junk(rng, PAYLOAD_OVERSIZE_BYTES), p.headers()
     if category == "key and exchange not UTF-8":
         return category, _not_utf8(rng), value, [("exchange", _not_utf8(rng))]
+    if category == "expiry header not an interval":
+        expiry = rng.choice((b"0", b"-5", b"1.5", b" 9", b"4294967296", b"", b"soon",
+                             _not_utf8(rng), None))
+        return category, b"k.1.1", value, [("exchange", ex), ("expiry", expiry)]
     raise AssertionError(category)
 
 
@@ -79,7 +83,7 @@ BAD_PUBLISHES = (
     "key not UTF-8", "key missing (null)", "exchange header not UTF-8", "unknown exchange",
     "AMQP key over 255 bytes", "MQTT topic with a wildcard", "MQTT topic with U+0000",
     "MQTT topic empty", "MQTT topic over 65535 bytes", "delivery over kafka.max_delivery_bytes",
-    "key and exchange not UTF-8",
+    "key and exchange not UTF-8", "expiry header not an interval",
 )
 
 
@@ -98,6 +102,8 @@ def hostile_good_publish(rng: random.Random, p: Publish) -> tuple[str, bytes, by
                              ("bitroute.reason", b"not rejected")]
     elif category == "junk exchange header, valid last":
         headers = [("exchange", _not_utf8(rng))] + headers
+    elif category == "junk expiry header, longest interval last":
+        headers = headers + [("expiry", b"soon"), ("expiry", b"4294967295")]
     elif category == WILDCARD_AMQP_KEY:
         # '*' and '#' are literal words in an AMQP routing key; no filter starts with 'q'.
         return category, b"q.*.#", value, [("exchange", b"amq.topic")]
@@ -106,7 +112,8 @@ def hostile_good_publish(rng: random.Random, p: Publish) -> tuple[str, bytes, by
 
 WILDCARD_AMQP_KEY = "AMQP key with wildcard words (routes to no one)"
 HOSTILE_GOOD = ("random payload bytes", "header values not UTF-8", "forged router headers",
-                "junk exchange header, valid last", WILDCARD_AMQP_KEY)
+                "junk exchange header, valid last", "junk expiry header, longest interval last",
+                WILDCARD_AMQP_KEY)
 
 
 def bad_change(rng: random.Random, number: int) -> tuple[str, bytes, bytes | None]:
@@ -158,6 +165,11 @@ def bad_change(rng: random.Random, number: int) -> tuple[str, bytes, bytes | Non
         return category, _not_utf8(rng), obj()
     if category == "subscription id empty":
         return category, b"", obj()
+    if category == "filter over limits.max_filter_levels":
+        return category, key, obj(exchange="mqtt", filter="/".join(["l"] * rng.randrange(129, 400)))
+    if category == "over limits.max_header_criteria":
+        return category, key, obj(headers={"match": "any", "criteria": {
+            f"h{i}": None for i in range(rng.randrange(65, 200))}})
     if category == "value not UTF-8 inside JSON":
         return category, key, b'{"exchange": "amq.topic", "subscriber": "\xff\xfe", "filter": "a"}'
     raise AssertionError(category)
@@ -169,6 +181,7 @@ BAD_CHANGES = (
     "unknown field", "field of the wrong type", "unknown exchange", "bad MQTT filter",
     "AMQP filter over 255 bytes", "hostile subscriber name", "bad header criteria",
     "subscription id not UTF-8", "subscription id empty", "value not UTF-8 inside JSON",
+    "filter over limits.max_filter_levels", "over limits.max_header_criteria",
 )
 """Changes without a key (a null subscription id, a tombstone without a key) are not
 among them: the changelog is compacted, and Kafka refuses a record without a key on a

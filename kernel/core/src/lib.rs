@@ -13,14 +13,18 @@
 //! - [`route`]: [`RouteTable`], a publish's whole outcome (exchange, reason,
 //!   deliveries) from a routing table in JSON, as the micro-batch path
 //!   decides it (docs: the realtime contract, sections 1 and 2).
+//! - [`expiry`]: MQTT 5's message expiry interval (the `expiry` header):
+//!   expired, remaining or invalid, for both modes.
 //! - [`pytext`]: Python's text forms (`repr`, `quote`, UTF-8 decode errors,
 //!   `json.dumps`) that reasons and headers are made of.
 
 pub mod dialect;
 pub mod exact;
+pub mod expiry;
 mod printable;
 pub mod pytext;
 pub mod route;
 pub mod trie;
 
-pub use route::{Delivery, Outcome, OutcomeKind, RouteTable, TableError};
+pub use expiry::{expiry_of, Expiry};
+pub use route::{Delivery, Outcome, OutcomeKind, RouteTable, SubscriptionSet, TableError};

@@ -25,10 +25,13 @@
 //!   delivery per subscriber, by subscriber, ids in order; routed with at
 //!   least one delivery, else unroutable.
 
-use hashbrown::HashMap;
+use std::sync::Arc;
+
+use hashbrown::{HashMap, HashSet};
 use serde::Deserialize;
 
-use crate::dialect::{Dialect, Grammar};
+use crate::dialect::{self, Dialect, Grammar};
+use crate::expiry::{expiry_of, Expiry};
 use crate::pytext::{decode_utf8, push_json_string, quote, repr_bytes, repr_str};
 use crate::trie::{with_scratch, Hit, Trie};
 
@@ -37,6 +40,8 @@ pub const EXCHANGE_HEADER: &str = "exchange";
 /// `schemas.records.RETAIN_HEADER` and `RETAIN_TRUE`: an MQTT retained publish.
 pub const RETAIN_HEADER: &str = "retain";
 pub const RETAIN_TRUE: &[u8] = b"true";
+/// `schemas.records.PUBLISHER_HEADER`: who published (MQTT No Local).
+pub const PUBLISHER_HEADER: &str = "publisher";
 
 /// Why a routing table cannot be read: malformed JSON, an unknown dialect
 /// or exchange, a repeated id.
@@ -57,6 +62,8 @@ pub enum OutcomeKind {
     Routed = 0,
     Unroutable = 1,
     Rejected = 2,
+    /// Its lifetime ended before it was routed ([`crate::expiry`]): delivered to no one.
+    Expired = 3,
 }
 
 /// One subscriber's delivery: its matched subscription ids in output order
@@ -81,6 +88,9 @@ pub struct Outcome<'t> {
     pub reason: Option<String>,
     /// By subscriber (empty unless routed).
     pub deliveries: Vec<Delivery<'t>>,
+    /// The remaining expiry interval, seconds, that the deliveries carry in the
+    /// `expiry` header ([`RouteTable::route_at`] of a publish that expires).
+    pub remaining: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -96,7 +106,19 @@ struct TableJson {
     retained_refused: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A table's JSON less its subscriptions ([`SubscriptionSet::table`]); any
+/// `subscriptions` member is ignored.
+#[derive(Deserialize, Clone)]
+struct TableFieldsJson {
+    #[serde(default)]
+    version: Option<i64>,
+    default_exchange: String,
+    exchanges: Vec<ExchangeJson>,
+    #[serde(default)]
+    retained_refused: Option<String>,
+}
+
+#[derive(Deserialize, Clone, PartialEq)]
 struct ExchangeJson {
     name: String,
     dialect: String,
@@ -104,7 +126,7 @@ struct ExchangeJson {
     share_prefix: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, PartialEq)]
 struct SubscriptionJson {
     id: String,
     exchange: String,
@@ -112,9 +134,12 @@ struct SubscriptionJson {
     filter: String,
     #[serde(default)]
     headers: Option<CriteriaJson>,
+    /// MQTT No Local (`compiler.options`): not delivered what its subscriber published.
+    #[serde(default)]
+    no_local: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, PartialEq)]
 struct CriteriaJson {
     #[serde(rename = "match")]
     mode: String,
@@ -180,6 +205,7 @@ struct Subscription {
     /// Number of its subscriber: subscribers are numbered in name order.
     subscriber: u32,
     criteria: Option<Criteria>,
+    no_local: bool,
 }
 
 /// One filter of one exchange (its subscriptions share it).
@@ -189,6 +215,160 @@ struct Filter {
     /// Its subscriptions in `filter_subs`, in output order.
     start: u32,
     end: u32,
+}
+
+/// The most changed subscriptions a table layers over its base
+/// ([`SubscriptionSet::table`]); past it, a whole table is built again.
+pub const MAX_LAYERED_CHANGES: usize = 2_000;
+
+/// The subscriptions of a routing table kept parsed between tables: the
+/// realtime executors' view applies each subscription record as it reads it
+/// ([`put`](Self::put), [`remove`](Self::remove)) and makes a table only at a
+/// mark ([`table`](Self::table)). Keyed by the view's subscription id (its
+/// `sub:<id>` key).
+///
+/// A table is made in one of two ways, with the same outcomes as
+/// [`RouteTable::from_json`] of the same fields and subscriptions:
+/// - whole: every subscription compiled (a few hundred ms at 100,000), which
+///   becomes the set's *base*;
+/// - layered: the subscriptions changed since the base, compiled alone, over
+///   the base with the changed ids hidden (a change costs what it changes).
+///   Only while the table's fields are the base's, at most
+///   [`MAX_LAYERED_CHANGES`] ids changed, and none of them is or was in a
+///   shared group (a group's member choice depends on all its members).
+#[derive(Default)]
+pub struct SubscriptionSet {
+    subscriptions: HashMap<String, SubscriptionJson>,
+    base: Option<Base>,
+}
+
+/// The set's last whole table, its fields, and what changed since: each
+/// changed id with its subscription in the base (`None`: it had none).
+struct Base {
+    table: Arc<RouteTable>,
+    fields: TableFieldsJson,
+    changed: HashMap<String, Option<SubscriptionJson>>,
+}
+
+impl SubscriptionSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hold the subscription of `json` (one entry of a table's
+    /// `subscriptions`) as `id`'s; true when that changed the set. Malformed
+    /// JSON is refused and leaves the set as it was.
+    pub fn put(&mut self, id: &str, json: &[u8]) -> Result<bool, TableError> {
+        let sub: SubscriptionJson = serde_json::from_slice(json)
+            .map_err(|e| TableError(format!("subscription {id:?}: {e}")))?;
+        if self.subscriptions.get(id) == Some(&sub) {
+            return Ok(false);
+        }
+        self.note_change(id);
+        self.subscriptions.insert(id.to_owned(), sub);
+        Ok(true)
+    }
+
+    /// Drop `id`'s subscription; true when it held one.
+    pub fn remove(&mut self, id: &str) -> bool {
+        if !self.subscriptions.contains_key(id) {
+            return false;
+        }
+        self.note_change(id);
+        self.subscriptions.remove(id);
+        true
+    }
+
+    fn note_change(&mut self, id: &str) {
+        if let Some(base) = &mut self.base {
+            if !base.changed.contains_key(id) {
+                base.changed
+                    .insert(id.to_owned(), self.subscriptions.get(id).cloned());
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.subscriptions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.subscriptions.is_empty()
+    }
+
+    /// The table of `fields` (a table's JSON; its `subscriptions`, if any,
+    /// ignored) with the held subscriptions: layered over the base when it
+    /// can be (see the type's docs), else whole (and the new base).
+    pub fn table(&mut self, fields: &[u8]) -> Result<RouteTable, TableError> {
+        let fields: TableFieldsJson = serde_json::from_slice(fields)
+            .map_err(|e| TableError(format!("routing table: {e}")))?;
+        if let Some(base) = &self.base {
+            if self.layerable(base, &fields) {
+                let overlay = base
+                    .changed
+                    .keys()
+                    .filter_map(|id| self.subscriptions.get(id).cloned())
+                    .collect();
+                let hidden = base.changed.keys().cloned().collect();
+                return Self::layered(&fields, overlay, base.table.clone(), hidden);
+            }
+        }
+        let whole = Arc::new(RouteTable::build(Self::json(
+            &fields,
+            self.subscriptions.values().cloned().collect(),
+        ))?);
+        self.base = Some(Base {
+            table: whole.clone(),
+            fields: fields.clone(),
+            changed: HashMap::new(),
+        });
+        Self::layered(&fields, Vec::new(), whole, HashSet::new())
+    }
+
+    fn layerable(&self, base: &Base, fields: &TableFieldsJson) -> bool {
+        let same = base.fields.default_exchange == fields.default_exchange
+            && base.fields.exchanges == fields.exchanges
+            && base.fields.retained_refused == fields.retained_refused;
+        if !same || base.changed.len() > MAX_LAYERED_CHANGES {
+            return false;
+        }
+        let shared = |sub: &SubscriptionJson| {
+            fields.exchanges.iter().any(|e| {
+                e.name == sub.exchange && dialect::is_shared(e.share_prefix.as_deref(), &sub.filter)
+            })
+        };
+        !base.changed.iter().any(|(id, before)| {
+            before.as_ref().is_some_and(shared) || self.subscriptions.get(id).is_some_and(shared)
+        })
+    }
+
+    fn layered(
+        fields: &TableFieldsJson,
+        overlay: Vec<SubscriptionJson>,
+        base: Arc<RouteTable>,
+        hidden: HashSet<String>,
+    ) -> Result<RouteTable, TableError> {
+        let mut table = RouteTable::build(Self::json(fields, overlay))?;
+        table.layer = Some(Layer { base, hidden });
+        Ok(table)
+    }
+
+    fn json(fields: &TableFieldsJson, subscriptions: Vec<SubscriptionJson>) -> TableJson {
+        TableJson {
+            version: fields.version,
+            default_exchange: fields.default_exchange.clone(),
+            exchanges: fields.exchanges.clone(),
+            subscriptions,
+            retained_refused: fields.retained_refused.clone(),
+        }
+    }
+}
+
+/// A table's base, when it is a layer of changes ([`SubscriptionSet`]): the
+/// base's subscriptions route too, less the ids `hidden` (changed since).
+struct Layer {
+    base: Arc<RouteTable>,
+    hidden: HashSet<String>,
 }
 
 /// A routing table (see the module docs); immutable, shared by threads.
@@ -204,7 +384,11 @@ pub struct RouteTable {
     filters: Vec<Filter>,
     filter_subs: Vec<u32>,
     has_criteria: bool,
+    /// Some subscription has No Local: a publish's `publisher` header is read.
+    has_no_local: bool,
     retained_refused: Option<String>,
+    /// Set when this table holds only changes over a base ([`SubscriptionSet`]).
+    layer: Option<Layer>,
 }
 
 impl RouteTable {
@@ -244,6 +428,7 @@ impl RouteTable {
         let mut filter_members: Vec<Vec<u32>> = Vec::new();
         let mut filter_exchange: Vec<(usize, String)> = Vec::new();
         let mut has_criteria = false;
+        let mut has_no_local = false;
         for (rank, sub) in subs.into_iter().enumerate() {
             let &e = exchange_number.get(&sub.exchange).ok_or_else(|| {
                 TableError(format!(
@@ -266,10 +451,12 @@ impl RouteTable {
                 .map(|c| Criteria::read(c, &sub.id))
                 .transpose()?;
             has_criteria |= criteria.is_some();
+            has_no_local |= sub.no_local;
             subscriptions.push(Subscription {
                 id: sub.id,
                 subscriber: subscribers.len() as u32 - 1,
                 criteria,
+                no_local: sub.no_local,
             });
         }
         let mut ids: Vec<&str> = subscriptions.iter().map(|s| s.id.as_str()).collect();
@@ -322,7 +509,9 @@ impl RouteTable {
             filters,
             filter_subs,
             has_criteria,
+            has_no_local,
             retained_refused: json.retained_refused,
+            layer: None,
         })
     }
 
@@ -331,12 +520,25 @@ impl RouteTable {
         self.version
     }
 
+    /// How many subscriptions route (a layered table's: its base's, less the
+    /// hidden, plus its own).
     pub fn len(&self) -> usize {
-        self.subscriptions.len()
+        match &self.layer {
+            None => self.subscriptions.len(),
+            Some(layer) => {
+                let hidden = layer
+                    .base
+                    .subscriptions
+                    .iter()
+                    .filter(|s| layer.hidden.contains(&s.id))
+                    .count();
+                layer.base.subscriptions.len() - hidden + self.subscriptions.len()
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.subscriptions.is_empty()
+        self.len() == 0
     }
 
     /// Route one publish: `key` the record key (its text in the outcome as the
@@ -356,6 +558,7 @@ impl RouteTable {
             routing_key: routing_key.clone(),
             reason: Some(reason),
             deliveries: Vec::new(),
+            remaining: None,
         };
         let exchange = match headers
             .iter()
@@ -432,10 +635,45 @@ impl RouteTable {
             routing_key,
             reason: None,
             deliveries,
+            remaining: None,
         }
     }
 
-    /// The deliveries of a valid topic of exchange `number`.
+    /// [`RouteTable::route`] of a publish whose Kafka timestamp is `published_ms`,
+    /// routed at `now_ms` (epoch ms), with its expiry ([`crate::expiry`]) applied:
+    /// a bad `expiry` header rejects it (after the reasons `route` gives), an
+    /// expired one is [`OutcomeKind::Expired`] with no deliveries, a live one's
+    /// outcome names the remaining interval its deliveries carry.
+    pub fn route_at(
+        &self,
+        key: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+        message_id: &str,
+        published_ms: i64,
+        now_ms: i64,
+    ) -> Outcome<'_> {
+        let mut outcome = self.route(key, headers, message_id);
+        if outcome.kind == OutcomeKind::Rejected {
+            return outcome;
+        }
+        match expiry_of(headers, published_ms, now_ms) {
+            Expiry::Never => {}
+            Expiry::Remaining(seconds) => outcome.remaining = Some(seconds),
+            Expiry::Expired => {
+                outcome.kind = OutcomeKind::Expired;
+                outcome.deliveries.clear();
+            }
+            Expiry::Invalid(reason) => {
+                outcome.kind = OutcomeKind::Rejected;
+                outcome.reason = Some(reason);
+                outcome.deliveries.clear();
+            }
+        }
+        outcome
+    }
+
+    /// The deliveries of a valid topic of exchange `number`: by subscriber
+    /// name, then id (code point order), as the subscriptions' ranks are.
     fn deliveries(
         &self,
         number: usize,
@@ -443,6 +681,44 @@ impl RouteTable {
         headers: &[(&str, Option<&[u8]>)],
         message_id: &str,
     ) -> Vec<Delivery<'_>> {
+        let own = self.matched(number, topic, headers, message_id);
+        let Some(layer) = &self.layer else {
+            return grouped(own.iter().map(|&s| self.entry(s)));
+        };
+        let base = &layer.base;
+        let below = base.matched(number, topic, headers, message_id);
+        if own.is_empty() && layer.hidden.is_empty() {
+            return grouped(below.iter().map(|&s| base.entry(s)));
+        }
+        let mut all: Vec<(&str, &str)> = below
+            .iter()
+            .map(|&s| base.entry(s))
+            .filter(|(_, id)| !layer.hidden.contains(*id))
+            .collect();
+        all.extend(own.iter().map(|&s| self.entry(s)));
+        all.sort_unstable_by(|a, b| {
+            (a.0.as_bytes(), a.1.as_bytes()).cmp(&(b.0.as_bytes(), b.1.as_bytes()))
+        });
+        grouped(all.into_iter())
+    }
+
+    /// Subscription `s`'s subscriber and id.
+    fn entry(&self, s: u32) -> (&str, &str) {
+        let sub = &self.subscriptions[s as usize];
+        (
+            self.subscribers[sub.subscriber as usize].as_str(),
+            sub.id.as_str(),
+        )
+    }
+
+    /// The ranks of this table's subscriptions that take the publish, in order.
+    fn matched(
+        &self,
+        number: usize,
+        topic: &str,
+        headers: &[(&str, Option<&[u8]>)],
+        message_id: &str,
+    ) -> Vec<u32> {
         let mut matched: Vec<u32> = Vec::new();
         let mut groups: Vec<usize> = Vec::new();
         with_scratch(|scratch| {
@@ -473,27 +749,25 @@ impl RouteTable {
                     .map_or(true, |c| c.holds(&last))
             });
         }
+        if self.has_no_local && !matched.is_empty() {
+            // As compiler.matcher.Matcher: the last `publisher` header, as UTF-8 text.
+            let publisher = headers
+                .iter()
+                .rev()
+                .find(|(name, _)| *name == PUBLISHER_HEADER)
+                .and_then(|(_, value)| value.and_then(|v| std::str::from_utf8(v).ok()));
+            if let Some(publisher) = publisher {
+                matched.retain(|&s| {
+                    let sub = &self.subscriptions[s as usize];
+                    !(sub.no_local && self.subscribers[sub.subscriber as usize] == publisher)
+                });
+            }
+        }
         for f in groups {
             self.choose_member(f, message_id, &mut matched);
         }
         matched.sort_unstable();
-        let mut out: Vec<Delivery<'_>> = Vec::new();
-        for &s in &matched {
-            let sub = &self.subscriptions[s as usize];
-            let name = self.subscribers[sub.subscriber as usize].as_str();
-            match out.last_mut() {
-                Some(last) if last.subscriber == name => last.ids.push(&sub.id),
-                _ => out.push(Delivery {
-                    subscriber: name,
-                    ids: vec![&sub.id],
-                    ids_header: String::new(),
-                }),
-            }
-        }
-        for delivery in &mut out {
-            delivery.ids_header = ids_header(&delivery.ids);
-        }
-        out
+        matched
     }
 
     /// `compiler.resolve.Resolver.shared`: of filter `f`'s subscriptions in
@@ -532,6 +806,25 @@ impl RouteTable {
     pub fn exchange_names(&self) -> impl Iterator<Item = &str> {
         self.exchanges.iter().map(|e| e.name.as_str())
     }
+}
+
+/// (subscriber, id) pairs in order as deliveries: one per subscriber.
+fn grouped<'t>(entries: impl Iterator<Item = (&'t str, &'t str)>) -> Vec<Delivery<'t>> {
+    let mut out: Vec<Delivery<'t>> = Vec::new();
+    for (name, id) in entries {
+        match out.last_mut() {
+            Some(last) if last.subscriber == name => last.ids.push(id),
+            _ => out.push(Delivery {
+                subscriber: name,
+                ids: vec![id],
+                ids_header: String::new(),
+            }),
+        }
+    }
+    for delivery in &mut out {
+        delivery.ids_header = ids_header(&delivery.ids);
+    }
+    out
 }
 
 /// The `bitroute.subscription_ids` header of a delivery: its ids as a JSON
@@ -593,16 +886,46 @@ mod tests {
             amqp.reason.as_deref(),
             Some("retain=true on exchange 'amq.topic', which is not an MQTT exchange: retained messages are MQTT's (exchanges.dialects)")
         );
-        let mqtt: Vec<(&str, Option<&[u8]>)> = vec![("exchange", Some(b"mqtt")), ("retain", Some(b"true"))];
-        assert_eq!(t.route(Some(b"jobs/1"), &mqtt, "p/0/2").kind, OutcomeKind::Routed);
+        let mqtt: Vec<(&str, Option<&[u8]>)> =
+            vec![("exchange", Some(b"mqtt")), ("retain", Some(b"true"))];
+        assert_eq!(
+            t.route(Some(b"jobs/1"), &mqtt, "p/0/2").kind,
+            OutcomeKind::Routed
+        );
         let last_wins: Vec<(&str, Option<&[u8]>)> =
             vec![("retain", Some(b"true")), ("retain", Some(b"false"))];
-        assert_eq!(t.route(Some(b"orders.eu.paid"), &last_wins, "p/0/3").kind, OutcomeKind::Routed);
-        let refusing = TABLE.replacen('{', r#"{"retained_refused": "served by micro-batch mode", "#, 1);
+        assert_eq!(
+            t.route(Some(b"orders.eu.paid"), &last_wins, "p/0/3").kind,
+            OutcomeKind::Routed
+        );
+        let refusing = TABLE.replacen(
+            '{',
+            r#"{"retained_refused": "served by micro-batch mode", "#,
+            1,
+        );
         let refused = RouteTable::from_json(refusing.as_bytes()).unwrap();
         let o = refused.route(Some(b"jobs/1"), &mqtt, "p/0/2");
         assert_eq!(o.kind, OutcomeKind::Rejected);
         assert_eq!(o.reason.as_deref(), Some("served by micro-batch mode"));
+    }
+
+    #[test]
+    fn route_at_applies_the_expiry_after_the_other_reasons() {
+        let t = table();
+        let live: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"10"))];
+        let o = t.route_at(Some(b"orders.eu.paid"), live, "p/0/1", 1_000, 3_500);
+        assert_eq!((o.kind, o.remaining, summary(&o).len()), (OutcomeKind::Routed, Some(8), 2));
+        let o = t.route_at(Some(b"orders.eu.paid"), live, "p/0/1", 1_000, 11_000);
+        assert_eq!((o.kind, o.remaining, o.deliveries.len()), (OutcomeKind::Expired, None, 0));
+        // Unroutable publishes expire too; a bad key is rejected first.
+        assert_eq!(t.route_at(Some(b"x"), live, "m", 0, 10_000).kind, OutcomeKind::Expired);
+        assert_eq!(t.route_at(None, live, "m", 0, 10_000).reason.as_deref(),
+                   Some("missing routing key"));
+        let bad: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"soon"))];
+        let o = t.route_at(Some(b"orders.eu.paid"), bad, "m", 0, 0);
+        assert_eq!((o.kind, o.deliveries.len()), (OutcomeKind::Rejected, 0));
+        assert!(o.reason.unwrap().ends_with("not b'soon'"));
+        assert_eq!(t.route_at(Some(b"orders.eu.paid"), &[], "m", 0, 1 << 40).remaining, None);
     }
 
     #[test]
@@ -674,7 +997,10 @@ mod tests {
             .unwrap()
             .starts_with("routing key is 256 bytes, longer than 255: 'aaa"));
         // Not UTF-8: no text form, as the contract says.
-        assert_eq!(t.route(Some(b"\xff"), &[], "m").routing_key.as_deref(), Some("\\xff"));
+        assert_eq!(
+            t.route(Some(b"\xff"), &[], "m").routing_key.as_deref(),
+            Some("\\xff")
+        );
     }
 
     #[test]
@@ -753,6 +1079,164 @@ mod tests {
     fn ids_header_escapes_as_json_dumps() {
         assert_eq!(ids_header(&["a", "b\"c", "é"]), r#"["a","b\"c","é"]"#);
         assert_eq!(ids_header(&[]), "[]");
+    }
+
+    /// A tiny deterministic generator (no dependency).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) as usize) % n
+        }
+
+        fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+            items[self.below(items.len())]
+        }
+    }
+
+    fn random_subscription(rng: &mut Lcg, id: &str) -> serde_json::Value {
+        let words = ["a", "b", "c"];
+        let (exchange, filter) = if rng.below(2) == 0 {
+            let parts: Vec<&str> = (0..1 + rng.below(3))
+                .map(|_| rng.pick(&["a", "b", "c", "*", "#"]))
+                .collect();
+            ("amq.topic", parts.join("."))
+        } else {
+            let parts: Vec<&str> = (0..1 + rng.below(3))
+                .map(|_| rng.pick(&["a", "b", "c", "+"]))
+                .collect();
+            let mut filter = parts.join("/");
+            if rng.below(4) == 0 {
+                filter.push_str("/#");
+            }
+            if rng.below(8) == 0 {
+                filter = format!("$share/{}/{filter}", rng.pick(&words));
+            }
+            ("mqtt", filter)
+        };
+        let headers = match rng.below(5) {
+            0 => serde_json::json!({"match": "all", "criteria": {"h": rng.pick(&words)}}),
+            1 => {
+                serde_json::json!({"match": "any", "criteria": {"h": null, "k": rng.pick(&words)}})
+            }
+            _ => serde_json::Value::Null,
+        };
+        serde_json::json!({"id": id, "exchange": exchange,
+                           "subscriber": format!("w{}", rng.below(6)),
+                           "filter": filter, "headers": headers})
+    }
+
+    #[test]
+    fn a_layered_table_routes_as_the_whole_table_of_the_same_subscriptions() {
+        let fields = r#"{"version": 1, "default_exchange": "amq.topic",
+          "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null},
+                        {"name": "mqtt", "dialect": "mqtt", "share_prefix": "$share/"}]}"#;
+        let mut rng = Lcg(7);
+        let mut set = SubscriptionSet::new();
+        let mut held: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
+        let (mut layered, mut whole) = (0, 0);
+        for round in 0..300 {
+            for _ in 0..1 + rng.below(if round == 0 { 200 } else { 4 }) {
+                let id = format!("s{}", rng.below(260));
+                if rng.below(4) == 0 {
+                    assert_eq!(set.remove(&id), held.remove(&id).is_some());
+                } else {
+                    let sub = random_subscription(&mut rng, &id);
+                    set.put(&id, sub.to_string().as_bytes()).unwrap();
+                    held.insert(id, sub);
+                }
+            }
+            let table = set.table(fields.as_bytes()).unwrap();
+            let layer = table.layer.as_ref().unwrap();
+            if layer.hidden.is_empty() {
+                whole += 1
+            } else {
+                layered += 1
+            }
+            let mut json: serde_json::Value = serde_json::from_str(fields).unwrap();
+            json["subscriptions"] = held.values().cloned().collect();
+            let reference = RouteTable::from_json(json.to_string().as_bytes()).unwrap();
+            assert_eq!(table.len(), reference.len());
+            for p in 0..40 {
+                let mqtt = rng.below(2) == 1;
+                let parts: Vec<&str> = (0..1 + rng.below(3))
+                    .map(|_| rng.pick(&["a", "b", "c"]))
+                    .collect();
+                let key = parts.join(if mqtt { "/" } else { "." });
+                let mut headers: Vec<(&str, Option<&[u8]>)> = Vec::new();
+                if mqtt {
+                    headers.push(("exchange", Some(b"mqtt")));
+                }
+                for _ in 0..rng.below(3) {
+                    let value: &[u8] = rng.pick(&["a", "b", "c"]).as_bytes();
+                    headers.push((rng.pick(&["h", "k"]), Some(value)));
+                }
+                let id = format!("p/0/{p}");
+                assert_eq!(
+                    table.route(Some(key.as_bytes()), &headers, &id),
+                    reference.route(Some(key.as_bytes()), &headers, &id),
+                    "round {round}, publish {key} {headers:?}"
+                );
+            }
+        }
+        assert!(
+            layered > 100 && whole > 10,
+            "layered {layered}, whole {whole}"
+        );
+    }
+
+    #[test]
+    fn a_subscription_set_builds_the_table_of_the_same_json() {
+        let json: serde_json::Value = serde_json::from_str(TABLE).unwrap();
+        let mut set = SubscriptionSet::new();
+        for sub in json["subscriptions"].as_array().unwrap() {
+            let id = sub["id"].as_str().unwrap();
+            assert!(set.put(id, sub.to_string().as_bytes()).unwrap());
+            assert!(
+                !set.put(id, sub.to_string().as_bytes()).unwrap(),
+                "the same value again"
+            );
+        }
+        let from_set = set.table(TABLE.as_bytes()).unwrap();
+        let whole = table();
+        for (key, headers) in [
+            ("orders.eu.paid", vec![]),
+            (
+                "sensors/a/temperature",
+                vec![
+                    ("exchange", Some(&b"mqtt"[..])),
+                    ("unit", Some(&b"celsius"[..])),
+                    ("x", None),
+                ],
+            ),
+            ("jobs/1", vec![("exchange", Some(&b"mqtt"[..]))]),
+        ] {
+            let a = from_set.route(Some(key.as_bytes()), &headers, "p/0/7");
+            let b = whole.route(Some(key.as_bytes()), &headers, "p/0/7");
+            assert_eq!(summary(&a), summary(&b), "{key}");
+            assert_eq!(a.kind, b.kind);
+        }
+        assert_eq!(from_set.len(), 7);
+        // A change, a removal and a bad record.
+        assert!(set.put("s1", br#"{"id": "s1", "exchange": "amq.topic", "subscriber": "billing", "filter": "orders.*.due", "headers": null}"#).unwrap());
+        assert!(set.remove("a9"));
+        assert!(!set.remove("a9"));
+        assert!(set.put("s9", b"{not json").is_err());
+        let t = set.table(br#"{"version": 13, "default_exchange": "amq.topic", "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null}, {"name": "mqtt", "dialect": "mqtt", "share_prefix": "$share/"}]}"#).unwrap();
+        assert_eq!(t.len(), 6);
+        assert_eq!(t.version(), Some(13));
+        let o = t.route(Some(b"orders.eu.due"), &[], "p/0/1");
+        assert_eq!(
+            summary(&o),
+            vec![("billing".to_owned(), vec!["s0".to_owned(), "s1".to_owned()])]
+        );
+        // A table the set cannot make: a subscription of an unknown exchange.
+        let refused = set.table(br#"{"default_exchange": "amq.topic", "exchanges": [{"name": "amq.topic", "dialect": "amqp"}]}"#);
+        assert!(refused.is_err());
     }
 }
 

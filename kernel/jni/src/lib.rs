@@ -6,8 +6,22 @@
 //! static native long load(byte[] tableJson);
 //! static native void free(long handle);
 //! static native byte[] route(long handle, byte[] key, String[] headerNames,
-//!                            byte[][] headerValues, String messageId);
+//!                            byte[][] headerValues, String messageId,
+//!                            long publishedMs, long nowMs);
+//! static native long newSet();
+//! static native boolean put(long set, String id, byte[] subscriptionJson);
+//! static native boolean remove(long set, String id);
+//! static native int size(long set);
+//! static native long build(long set, byte[] tableFieldsJson);
+//! static native void freeSet(long set);
 //! ```
+//!
+//! A set is a `Box<SubscriptionSet>` (the routing view's subscriptions, kept
+//! parsed between tables): `newSet` makes it, `freeSet` drops it; `put`,
+//! `remove` and `build` are called by one thread at a time (the view's). `build`
+//! returns a table handle, as `load` does: a table layered over the set's last
+//! whole table when only a few subscriptions changed since (it holds a
+//! reference to that base, which lives until its last table is freed).
 //!
 //! A handle is a `Box<RouteTable>` turned into a pointer: `load` makes it,
 //! `free` drops it (once, when no thread uses it: the Java side's duty);
@@ -21,9 +35,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use bitroute_core::{Outcome, OutcomeKind, RouteTable};
+use bitroute_core::{Outcome, OutcomeKind, RouteTable, SubscriptionSet};
 use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString};
-use jni::sys::{jbyteArray, jlong};
+use jni::sys::{jboolean, jbyteArray, jint, jlong, JNI_FALSE, JNI_TRUE};
 use jni::JNIEnv;
 
 const ILLEGAL_ARGUMENT: &str = "java/lang/IllegalArgumentException";
@@ -132,6 +146,8 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
     header_names: JObjectArray<'l>,
     header_values: JObjectArray<'l>,
     message_id: JString<'l>,
+    published_ms: jlong,
+    now_ms: jlong,
 ) -> jbyteArray {
     guarded(&mut env, std::ptr::null_mut(), |env| {
         let table = table(handle)?;
@@ -150,8 +166,128 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_deref()))
             .collect();
-        let outcome = table.route(key.as_deref(), &borrowed, &message_id);
+        let outcome = table.route_at(key.as_deref(), &borrowed, &message_id, published_ms, now_ms);
         Ok(env.byte_array_from_slice(&encode(&outcome))?.into_raw())
+    })
+}
+
+fn set<'s>(handle: jlong) -> Result<&'s mut SubscriptionSet, Failure> {
+    if handle == 0 {
+        return Err(Failure::Throw(
+            ILLEGAL_ARGUMENT,
+            "NativeRouter: handle 0 is no subscription set".to_owned(),
+        ));
+    }
+    // SAFETY: a non-zero handle comes from `newSet`, is not freed while in use
+    // and is used by one thread at a time (the Java side's contract).
+    Ok(unsafe { &mut *(handle as *mut SubscriptionSet) })
+}
+
+fn java_string(env: &mut JNIEnv<'_>, s: &JString<'_>, what: &str) -> Result<String, Failure> {
+    if s.is_null() {
+        return Err(Failure::Throw(ILLEGAL_ARGUMENT, format!("{what}: null")));
+    }
+    Ok(env.get_string(s)?.into())
+}
+
+fn java_bytes(env: &mut JNIEnv<'_>, b: &JByteArray<'_>, what: &str) -> Result<Vec<u8>, Failure> {
+    if b.is_null() {
+        return Err(Failure::Throw(ILLEGAL_ARGUMENT, format!("{what}: null")));
+    }
+    Ok(env.convert_byte_array(b)?)
+}
+
+fn jbool(b: bool) -> jboolean {
+    if b {
+        JNI_TRUE
+    } else {
+        JNI_FALSE
+    }
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_newSet<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+) -> jlong {
+    guarded(&mut env, 0, |_| {
+        Ok(Box::into_raw(Box::new(SubscriptionSet::new())) as jlong)
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_freeSet<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    guarded(&mut env, (), |_| {
+        if handle != 0 {
+            // SAFETY: a handle from `newSet`, freed once (the Java side's contract).
+            drop(unsafe { Box::from_raw(handle as *mut SubscriptionSet) });
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_put<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    id: JString<'l>,
+    json: JByteArray<'l>,
+) -> jboolean {
+    guarded(&mut env, JNI_FALSE, |env| {
+        let set = set(handle)?;
+        let id = java_string(env, &id, "subscription id")?;
+        let json = java_bytes(env, &json, "subscription")?;
+        let changed = set
+            .put(&id, &json)
+            .map_err(|e| Failure::Throw(ILLEGAL_ARGUMENT, e.0))?;
+        Ok(jbool(changed))
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_remove<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    id: JString<'l>,
+) -> jboolean {
+    guarded(&mut env, JNI_FALSE, |env| {
+        let set = set(handle)?;
+        let id = java_string(env, &id, "subscription id")?;
+        Ok(jbool(set.remove(&id)))
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_size<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> jint {
+    guarded(&mut env, 0, |_| {
+        Ok(jint::try_from(set(handle)?.len()).unwrap_or(jint::MAX))
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_build<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    fields: JByteArray<'l>,
+) -> jlong {
+    guarded(&mut env, 0, |env| {
+        let set = set(handle)?;
+        let fields = java_bytes(env, &fields, "routing table")?;
+        let table = set
+            .table(&fields)
+            .map_err(|e| Failure::Throw(ILLEGAL_ARGUMENT, e.0))?;
+        Ok(Box::into_raw(Box::new(table)) as jlong)
     })
 }
 
@@ -209,9 +345,10 @@ fn read_headers(
 /// is an int32 byte length (-1: null), then its UTF-8 bytes.
 ///
 /// ```text
-/// byte outcome (0 routed, 1 unroutable, 2 rejected), string exchange, string routing_key,
-/// rejected: string reason; else: int32 n, per delivery: string subscriber,
-/// string ids_header, int32 n ids, n strings
+/// byte outcome (0 routed, 1 unroutable, 2 rejected, 3 expired), string exchange,
+/// string routing_key, rejected: string reason; else: int32 n, per delivery: string
+/// subscriber, string ids_header, int32 n ids, n strings; then int64 the remaining
+/// expiry interval in seconds the deliveries carry (-1: the publish has none)
 /// ```
 pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
@@ -231,6 +368,8 @@ pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
             put_string(&mut out, Some(id));
         }
     }
+    let remaining = outcome.remaining.map_or(-1, i64::from);
+    out.extend_from_slice(&remaining.to_be_bytes());
     out
 }
 
@@ -275,7 +414,25 @@ mod tests {
         want.extend_from_slice(&1i32.to_be_bytes());
         want.extend_from_slice(&2i32.to_be_bytes());
         want.extend_from_slice(b"s1");
+        want.extend_from_slice(&(-1i64).to_be_bytes());
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn encodes_an_expired_outcome_and_a_remaining_interval() {
+        let table = RouteTable::from_json(TABLE.as_bytes()).unwrap();
+        let headers: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"5"))];
+        let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 5_000));
+        assert_eq!(got[0], 3);
+        assert_eq!(
+            got[got.len() - 12..],
+            [&0i32.to_be_bytes()[..], &(-1i64).to_be_bytes()].concat()
+        );
+        let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 1_000));
+        assert_eq!(
+            (got[0], &got[got.len() - 8..]),
+            (0, &4i64.to_be_bytes()[..])
+        );
     }
 
     #[test]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
+from schemas.records import EXPIRY_HEADER
 from streaming.cli.arguments import config_of, message_headers
 from streaming.cli.errors import reported
 from streaming.cli.output import print_lines
+from streaming.cli.verbs.messaging import expiry_header
 
 
 def status(args: argparse.Namespace) -> int:
@@ -28,6 +31,9 @@ def explain(args: argparse.Namespace) -> int:
 
     cfg = config_of(args)
     headers = message_headers(args.header or [])
+    if args.expiry is not None:
+        headers.append(expiry_header(args.expiry))
+    expiry = dict(headers).get(EXPIRY_HEADER)
     exchange = args.exchange or cfg.exchanges.default
     with reported(inspect.RejectedPublish, inspect.InspectError):
         state = inspect.load_state(cfg)
@@ -40,6 +46,7 @@ def explain(args: argparse.Namespace) -> int:
             "exchange": exchange, "routing_key": args.routing_key,
             "headers": {name: value.decode("utf-8") for name, value in headers},
             "message_id": args.message_id, **state.json_fields(),
+            "expiry": None if expiry is None else int(expiry),
             "subscribers": [{"subscriber": r.subscriber, "certain": r.certain,
                              "subscriptions": r.subscriptions} for r in receivers],
             **({"retained": retained} if mqtt else {}),
@@ -52,14 +59,19 @@ def explain(args: argparse.Namespace) -> int:
           + (f"{len(names)} subscriber{'' if len(names) == 1 else 's'}: {', '.join(names)}"
              if names else "no subscriber")
           + f" ({state_source(state)})")
+    if expiry is not None:
+        print(f"expiry: {int(expiry)} s; each delivery carries it less the whole seconds the "
+              "message waited, and a publish routed after it is delivered to no one (expired)")
     if receivers:
         columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
-                   "shared_group"]
+                   "shared_group", *(inspect.OPTION_COLUMNS if mqtt else ())]
         print("\n".join(table(columns, [row for r in receivers for row in r.subscriptions])))
     if mqtt:
+        left = None if retained is None else retained["expiry_remaining"]
         print(f"retained message: {retained['message_id']} ({retained['payload_bytes']} bytes, "
-              f"published {retained['published_at']})" if retained is not None
-              else "retained message: none")
+              f"published {retained['published_at']}"
+              + ("" if left is None else f", expires in {left} s") + ")"
+              if retained is not None else "retained message: none")
     return 0
 
 
@@ -78,9 +90,17 @@ def subscriptions(args: argparse.Namespace) -> int:
     from streaming.cli.render import state_source, table
 
     print(state_source(state))
-    columns = inspect.SUBSCRIPTION_COLUMNS + (["retained"] if any("retained" in r for r in rows)
-                                              else [])
+    mqtt = any(cfg.exchanges.dialects.get(r["exchange"]) == "mqtt" for r in rows)
+    columns = [c for c in inspect.SUBSCRIPTION_COLUMNS
+               if mqtt or c not in inspect.OPTION_COLUMNS] + (
+        ["retained"] if any("retained" in r for r in rows) else [])
     print("\n".join(table(columns, [{"retained": None, **row} for row in rows])))
+    # Each listed subscriber's use of its limit, per exchange ([limits]).
+    counts = Counter((row["exchange"], row["subscriber"]) for row in rows)
+    for exchange, subscriber in sorted(counts):
+        limit = cfg.limits.of(exchange, "max_subscriptions_per_subscriber")
+        print(f"{subscriber} on {exchange}: {counts[exchange, subscriber]:,} of "
+              f"{cfg.limits.key(exchange, 'max_subscriptions_per_subscriber')} = {limit:,}")
     return 0
 
 

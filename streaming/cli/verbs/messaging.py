@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from collections.abc import Sequence
 
-from schemas.records import RETAIN_HEADER, RETAIN_TRUE
+from schemas.records import EXPIRY_HEADER, PUBLISHER_HEADER, RETAIN_HEADER, RETAIN_TRUE
 from streaming.cli.arguments import config_of, message_headers
 from streaming.cli.errors import UsageError, reported
 from streaming.config import MODE_REALTIME
@@ -22,6 +23,8 @@ def subscribe(args: argparse.Namespace) -> int:
     if args.filter is None and not criteria:
         raise UsageError("--filter is required unless --header is given")
     filter_ = "#" if args.filter is None else args.filter
+    options = _options(args)
+    sub_id = args.id if args.id is not None else uuid.uuid4().hex
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         since = None
         if args.since is not None and cfg.streaming.mode == MODE_REALTIME:
@@ -33,15 +36,45 @@ def subscribe(args: argparse.Namespace) -> int:
 
             since = replay_cli.parse_since_argument(args.since)
             client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
-                                             criteria, args.match, args.id, since)
+                                             criteria, args.match, sub_id, since, options)
             replay_cli.check_existing(cfg, args.id, args.exchange, args.subscriber, filter_,
                                       HeaderCriteria(args.match, criteria) if criteria else None)
             notice = replay_cli.retained_start_notice(cfg, since)
             if notice is not None:
                 print(f"bitroute: {notice}", file=sys.stderr, flush=True)
+        record = client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
+                                                  criteria, args.match, sub_id, since, options)
+        _check_limits(cfg, *record)
         print(client_verbs.subscribe(cfg, args.exchange, args.subscriber, filter_,
-                                     criteria, args.match, args.id, since))
+                                     criteria, args.match, sub_id, since, options))
     return 0
+
+
+def _check_limits(cfg, key: bytes, value: bytes) -> None:
+    """Refuse (one line, nothing written) a subscription that breaks a limit (``[limits]``)
+    on the state the router would apply it to: the check the router makes
+    (:func:`streaming.router.limits.check_limits`)."""
+    from compiler import RoutingIndex, Subscription
+    from streaming.ops import inspect
+    from streaming.router.limits import LimitError, check_limits
+
+    sub = Subscription.from_changelog(key, value)
+    try:
+        check_limits(RoutingIndex(cfg.exchanges.dialects), sub, cfg.limits)  # no state needed
+        try:
+            index = RoutingIndex.from_snapshot(inspect.load_state(cfg).snapshot)
+        except inspect.InspectError:  # no router ran and no changelog yet: nothing subscribed
+            return
+        check_limits(index, sub, cfg.limits)
+    except LimitError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _options(args: argparse.Namespace):
+    """The MQTT subscription options of ``subscribe``'s flags (compiler.options)."""
+    from compiler.options import SubscriptionOptions
+
+    return SubscriptionOptions(args.retain_handling, args.retain_as_published, args.no_local)
 
 
 def unsubscribe(args: argparse.Namespace) -> int:
@@ -85,11 +118,37 @@ def publish(args: argparse.Namespace) -> int:
     if args.retain:
         _check_retain(cfg, exchange)
         headers.append((RETAIN_HEADER, RETAIN_TRUE.encode()))
+    if args.publisher is not None:
+        headers.append((PUBLISHER_HEADER, _publisher(args.publisher).encode()))
+    if args.expiry is not None:
+        headers.append(expiry_header(args.expiry))
     with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
         incarnation = publishing_incarnation(cfg)
         print(client_verbs.publish(cfg, exchange, args.routing_key, payload, headers,
                                    incarnation))
     return 0
+
+
+def _publisher(name: str) -> str:
+    """``--publisher``: a subscriber name (the one No Local compares it with)."""
+    from compiler import SubscriptionError, validate_subscriber
+
+    try:
+        return validate_subscriber(name)
+    except SubscriptionError as exc:
+        raise UsageError(f"--publisher: {exc}") from None
+
+
+def expiry_header(seconds: str) -> tuple[str, bytes]:
+    """``--expiry SECONDS`` as the publish's ``expiry`` header, refused (one line) with the
+    router's reason when the router would reject it."""
+    from streaming.kafka.records import expiry_error
+
+    value = seconds.encode("utf-8")
+    reason = expiry_error(value)
+    if reason is not None:
+        raise UsageError(f"--expiry {seconds}: {reason}")
+    return EXPIRY_HEADER, value
 
 
 def _check_retain(cfg, exchange: str) -> None:

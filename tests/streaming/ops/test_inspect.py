@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from compiler import RoutingIndex, Subscription
+from compiler.options import SubscriptionOptions
 from compiler.shared import choose_member, group_key
 from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
@@ -22,6 +23,10 @@ from streaming.kafka.broker import free_port
 from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotStore, SnapshotVersion
+
+
+DEFAULTS = {"retain_handling": 0, "retain_as_published": False, "no_local": False}
+"""The MQTT subscription options of a listed subscription that has none."""
 
 
 @pytest.fixture
@@ -162,7 +167,7 @@ def test_explain_lists_every_member_of_a_shared_group_unless_given_the_message_i
 
 def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
     client.subscribe(cfg, "mqtt", "ops", "sensors/+/temperature", {"unit": "celsius"}, "any",
-                     sub_id="m1")
+                     sub_id="m1", options=SubscriptionOptions(2))
     client.subscribe(cfg, "amq.topic", "billing", "orders.*.paid", sub_id="a2")
     client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="a1")
     client.subscribe(cfg, "amq.topic", "ops", "alerts.#", sub_id="a3")
@@ -175,14 +180,16 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
     rows = [json.loads(line) for line in out.splitlines()]
     assert rows == [
         {"subscription_id": "a1", "exchange": "amq.topic", "subscriber": "billing",
-         "filter": "orders.#", "header_match": None, "header_criteria": None},
+         "filter": "orders.#", "header_match": None, "header_criteria": None, **DEFAULTS},
         {"subscription_id": "a2", "exchange": "amq.topic", "subscriber": "billing",
-         "filter": "orders.*.paid", "header_match": None, "header_criteria": None},
+         "filter": "orders.*.paid", "header_match": None, "header_criteria": None, **DEFAULTS},
         {"subscription_id": "a3", "exchange": "amq.topic", "subscriber": "ops",
-         "filter": "alerts.critical", "header_match": None, "header_criteria": None},
+         "filter": "alerts.critical", "header_match": None, "header_criteria": None,
+         **DEFAULTS},
         {"subscription_id": "m1", "exchange": "mqtt", "subscriber": "ops",
          "filter": "sensors/+/temperature", "header_match": "any",
-         "header_criteria": {"unit": "celsius"}, "retained": 0},
+         "header_criteria": {"unit": "celsius"}, "retain_handling": 2,
+         "retain_as_published": False, "no_local": False, "retained": 0},
     ]
     _, out, _ = _cli(capsys, settings, "subscriptions", "--json", "--subscriber", "ops")
     assert [json.loads(line)["subscription_id"] for line in out.splitlines()] == ["a3", "m1"]
@@ -193,9 +200,10 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
     status, out, _ = _cli(capsys, settings, "subscriptions", "--exchange", "mqtt")
     lines = out.splitlines()
     assert lines[1].split() == ["subscription_id", "exchange", "subscriber", "filter",
-                                "header_match", "header_criteria", "retained"]
+                                "header_match", "header_criteria", "retain_handling",
+                                "retain_as_published", "no_local", "retained"]
     assert lines[3].split() == ["m1", "mqtt", "ops", "sensors/+/temperature", "any",
-                                "unit=celsius", "0"]
+                                "unit=celsius", "2", "False", "False", "0"]
     assert lines[4] == "(1 row)"
 
 
@@ -254,7 +262,8 @@ def test_explain_and_subscriptions_show_the_retained_messages(capsys, settings, 
     answer = _explain(capsys, settings, "--exchange", "mqtt", "--routing-key",
                       "sensors/boiler/temperature")
     assert answer["retained"] == {"message_id": "pubs/0/1", "payload_bytes": 4,
-                                  "published_at": "2026-11-26T17:52:23.443000+00:00"}
+                                  "published_at": "2026-11-26T17:52:23.443000+00:00",
+                                  "expiry_remaining": None}  # it has no expiry header
     assert _explain(capsys, settings, "--exchange", "mqtt", "--routing-key",
                     "sensors/attic/temperature")["retained"] is None
     assert "retained" not in _explain(capsys, settings, "--routing-key", "orders.1")

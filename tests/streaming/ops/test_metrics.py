@@ -350,10 +350,12 @@ def test_with_json_each_batch_is_one_json_object_of_the_report():
     assert [json.loads(line) for line in out.getvalue().splitlines()] == [
         {"batch_id": 7, "rows": 10, "deliveries": 25, "rejected": 1, "snapshot_version": 3,
          "seconds": 0.5, "replayed": False, "stages": {"catch_up": 0.1, "route": 0.3},
-         "attempts": 1, "routed_in": "executors", "lost": 0, "finished_at": 1700000000.5},
+         "attempts": 1, "routed_in": "executors", "lost": 0, "expired": 0,
+             "finished_at": 1700000000.5},
         {"batch_id": 8, "rows": 0, "deliveries": 0, "rejected": 0, "snapshot_version": 3,
          "seconds": 0.25, "replayed": True, "stages": {}, "attempts": 2,
-         "routed_in": "driver", "lost": 0, "finished_at": 1700000000.5},
+         "routed_in": "driver", "lost": 0, "expired": 0,
+             "finished_at": 1700000000.5},
     ]
 
 # --- catch-up progress lines -----------------------------------------------------------

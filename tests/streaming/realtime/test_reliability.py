@@ -46,6 +46,20 @@ def test_a_realtime_router_sigkilled_mid_traffic_loses_nothing_and_audits_once(
     assert result.figures["summary"]["pairs"] > 200
 
 
+def test_a_realtime_router_whose_audit_task_writes_the_files_sigkilled_audits_once(
+        tmp_path: Path, kafka_bootstrap: str):
+    """The same kills with the audit files written by the audit query's Spark task
+    (``streaming.executor_audit_files = "tasks"``, a cluster's default): files of a batch
+    never journaled are never committed, and nothing is audited twice or left out."""
+    result = cases.kills(tmp_path, Options(
+        publishes=1500, subscriptions=300, subscribers=20, rate=150.0, max_offsets=500,
+        kill_plan=(("journaled", "group"), ("random", "python")), kill_after_s=(4.0, 6.0),
+        bootstrap=kafka_bootstrap, timeout_s=100, mode=REALTIME, executors=True))
+    assert result.passed, result.failures()
+    assert result.value("kills (point, target)") == "journaled/group, random/python"
+    assert result.figures["summary"]["pairs"] > 200
+
+
 def test_a_broker_sigkilled_and_restarted_under_a_realtime_router_needs_no_operator(
         tmp_path: Path):
     """The realtime router's only broker SIGKILLed while publishes flow and started again

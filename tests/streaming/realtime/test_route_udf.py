@@ -321,3 +321,81 @@ def test_shared_layout_incarnation_and_the_size_limit_to_the_byte(base_config, k
     [copy] = read_topic(base_config, rejected_topic)
     assert (copy.key(), copy.value(), dict(copy.headers())[MESSAGE_ID_HEADER]) == (
         key, None, ids[1].encode())
+
+
+def test_a_view_of_many_marks_loads_at_its_last_and_an_unreadable_subscription_holds_publishes(
+        base_config, kafka_bootstrap, realtime_query):
+    """The view thread applies each ``sub:`` record as it reads it and builds a table at the
+    latest mark it has read: a view of 20,000 subscriptions in 200 steps (updates and removals
+    among them) routes with exactly its final state. A subscription record the kernel cannot
+    read holds every publish (no table without it) until a later record of its id."""
+    run = uuid.uuid4().hex[:8]
+    publishes, view, changelog = f"rt-{run}.publishes", f"rt-{run}.view", f"rt-{run}.subscriptions"
+    routed_topic, rejected_topic, prefix = f"rt-{run}.routed", f"rt-{run}.rejected", f"rt-{run}.d."
+    subscribers = [prefix + name for name in ("first", "last", "moved", "kept")]
+    _create(kafka_bootstrap, publishes, view, changelog, routed_topic, rejected_topic, *subscribers)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    n, step = 20_000, 100
+    for i in range(n):
+        producer.produce(view, key=f"sub:n{i}".encode(), value=json.dumps(_sub(
+            f"n{i}", "amq.topic", f"crowd{i % 50}", f"crowd.{i}.#")).encode())
+        if i == 10:  # later moved to another subscriber and filter
+            producer.produce(view, key=b"sub:m", value=json.dumps(_sub(
+                "m", "amq.topic", "crowd0", "old.#")).encode())
+        if i == 20:  # later removed
+            producer.produce(view, key=b"sub:gone", value=json.dumps(_sub(
+                "gone", "amq.topic", "first", "k.#")).encode())
+        if (i + 1) % step == 0:
+            producer.produce(view, key=b"mark", value=_mark((i + 1) // step, 0))
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.produce(view, key=b"sub:m", value=json.dumps(_sub("m", "amq.topic", "moved", "k.#")).encode())
+    producer.produce(view, key=b"sub:gone", value=None)
+    producer.produce(view, key=b"sub:f", value=json.dumps(_sub("f", "amq.topic", "first", "k.*")).encode())
+    producer.produce(view, key=b"sub:l", value=json.dumps(_sub("l", "amq.topic", "last", "k.a")).encode())
+    last = n // step + 1
+    producer.produce(view, key=b"mark", value=_mark(last, 0))
+    producer.flush(60)
+    realtime_query({"kafka.bootstrap.servers": kafka_bootstrap, "view_topic": view,
+                    "changelog_topic": changelog, "publishes_topic": publishes,
+                    "deliveries_topic_prefix": prefix, "rejected_topic": rejected_topic,
+                    "routed_topic": routed_topic}, publishes)
+
+    def routed() -> dict:
+        return {r.key().decode(): json.loads(r.value()) for r in read_topic(base_config, routed_topic)}
+
+    _produce(producer, publishes, b"k.a", b"1")
+    _produce(producer, publishes, b"crowd.19999.x", b"2")
+    got = wait_until(lambda: (lambda r: r if len(r) == 2 else None)(routed()),
+                     "the routed records of the first two publishes", timeout=180)
+    first, second = got[f"{publishes}/0/0"], got[f"{publishes}/0/1"]
+    assert first["snapshot_version"] == second["snapshot_version"] == last
+    assert first["deliveries"] == [{"subscriber": "first", "subscription_ids": ["f"]},
+                                   {"subscriber": "last", "subscription_ids": ["l"]},
+                                   {"subscriber": "moved", "subscription_ids": ["m"]}]
+    assert second["deliveries"] == [{"subscriber": "crowd49", "subscription_ids": ["n19999"]}]
+
+    # An unreadable subscription (no filter), marked: the publish after it waits.
+    _produce(producer, changelog, b"bad", b"{}")
+    _produce(producer, view, b"sub:bad", json.dumps({"id": "bad", "exchange": "amq.topic"}).encode())
+    _produce(producer, view, b"mark", _mark(last + 1, 1))
+    _produce(producer, publishes, b"k.a", b"3")
+    held = f"{publishes}/0/2"
+    time.sleep(3)  # a negative check: no table covers the changelog, so nothing is routed
+    assert held not in routed()
+    _produce(producer, view, b"sub:bad", json.dumps(_sub("bad", "amq.topic", "kept", "k.a")).encode())
+    _produce(producer, view, b"mark", _mark(last + 2, 1))
+    record = wait_until(lambda: routed().get(held), "the held publish once the subscription reads",
+                        timeout=60)
+    assert record["snapshot_version"] == last + 2
+    assert [d["subscriber"] for d in record["deliveries"]] == ["first", "kept", "last", "moved"]
+
+    # A publisher's clock 5 minutes ahead: the gate does not wait for the executor's clock
+    # to pass the publish's timestamp (an end-offsets read begun after the publish reached
+    # the task saw everything Kafka had before it).
+    ahead = int(time.time() * 1000) + 300_000
+    producer.produce(publishes, key=b"k.a", value=b"4", timestamp=ahead)
+    producer.flush(30)
+    record = wait_until(lambda: routed().get(f"{publishes}/0/3"),
+                        "a publish stamped 5 minutes ahead", timeout=90)
+    assert record["published_at"] == ahead

@@ -18,6 +18,7 @@ from schemas.records import (
     MESSAGES,
     DELIVERIES,
     MESSAGE_ID_HEADER,
+    OUTCOME_EXPIRED,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
@@ -25,6 +26,7 @@ from schemas.records import (
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
     EXCHANGE_HEADER,
+    EXPIRY_HEADER,
 )
 from streaming.router.service import Router
 
@@ -58,14 +60,15 @@ def _unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers=()) -> str:
+def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers=(),
+             timestamp_ms: int = 0) -> str:
     from confluent_kafka import Producer
 
     from schemas.records import message_id
 
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 0})
     acked = []
-    producer.produce(topic, key=key, value=value, headers=list(headers),
+    producer.produce(topic, key=key, value=value, headers=list(headers), timestamp=timestamp_ms,
                      on_delivery=lambda error, record: acked.append((error, record)))
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]
@@ -137,6 +140,23 @@ def test_a_subscription_acknowledged_before_a_publish_applies_to_it(router):
         assert len(_deliveries(config, subscriber, 1)) == 1, subscriber
 
 
+def test_no_local_keeps_a_subscribers_own_publish_from_it_as_in_micro_batch_mode(router):
+    # The routing view carries no_local to the executors' RouteTable (kernel/core/src/route.rs).
+    config = router.config
+    ann, bob = _unique("ann"), _unique("bob")
+    room = f"chat/{ann}"
+    for subscriber in (ann, bob):
+        value = {"exchange": "mqtt", "subscriber": subscriber, "filter": f"{room}/#",
+                 "no_local": True}
+        _produce(config, config.kafka.subscriptions_topic, subscriber.encode(),
+                 json.dumps(value).encode())
+    from_ann = _publish(config, f"{room}/x", b"a", "mqtt", [("publisher", ann.encode())])
+    from_bob = _publish(config, f"{room}/x", b"b", "mqtt", [("publisher", bob.encode())])
+    # One publishes partition: had ann's own publish reached ann, it would come first.
+    assert [headers_of(r)[MESSAGE_ID_HEADER] for r in _deliveries(config, ann, 1)] == [from_bob]
+    assert [headers_of(r)[MESSAGE_ID_HEADER] for r in _deliveries(config, bob, 1)] == [from_ann]
+
+
 def test_bad_input_is_rejected_with_its_reason_and_audited(router):
     config = router.config
     bad = _produce(config, config.kafka.publishes_topic, None, b"?")  # no routing key
@@ -171,6 +191,38 @@ def test_every_publish_and_delivery_is_audited_exactly_once(router):
     pairs = [(r["message_id"], r["subscriber"]) for r in deliveries]
     assert len(pairs) == len(set(pairs)) == 40
     assert all(r["snapshot_version"] >= 1 for r in deliveries)
+
+
+def test_an_expired_publish_reaches_no_one_and_a_live_one_carries_the_interval_left(router):
+    # The rule of micro-batch mode (kernel/core/src/expiry.rs, through the JNI route_at).
+    import time
+
+    config = router.config
+    subscriber = _unique("expiry")
+    _subscribe(config, subscriber, "amq.topic", subscriber, "expiry.#")
+    now_ms = int(time.time() * 1000)
+    headers = [(EXCHANGE_HEADER, b"amq.topic")]
+    expired = _produce(config, config.kafka.publishes_topic, b"expiry.old", b"x",
+                       [*headers, (EXPIRY_HEADER, b"5")], now_ms - 60_000)
+    bad = _produce(config, config.kafka.publishes_topic, b"expiry.bad", b"x",
+                   [*headers, (EXPIRY_HEADER, b"4294967296")])
+    live = _produce(config, config.kafka.publishes_topic, b"expiry.live", b"x",
+                    [*headers, (EXPIRY_HEADER, b"3600"), ("trace", b"t")], now_ms - 10_000)
+    [delivery] = _deliveries(config, subscriber, 1)
+    headers_out = headers_of(delivery)
+    assert headers_out[MESSAGE_ID_HEADER] == live
+    assert 3550 <= int(headers_out[EXPIRY_HEADER]) <= 3590 and headers_out["trace"] == "t"
+    assert [h for h, _ in delivery.headers()][:2] == [EXCHANGE_HEADER, EXPIRY_HEADER]  # in place
+    rows = wait_until(lambda: _rows_for(config, MESSAGES, {expired, bad, live}, 3),
+                      "the expiry publishes' messages rows", AUDIT_BOUND_S)
+    outcomes = {r["message_id"]: (r["outcome"], r["reason"]) for r in rows}
+    assert outcomes[expired] == (OUTCOME_EXPIRED, None)
+    assert outcomes[live] == (OUTCOME_ROUTED, None)
+    assert outcomes[bad] == (OUTCOME_REJECTED, (
+        "the expiry header must be a whole number of seconds from 1 to 4294967295 "
+        "(MQTT 5's Message Expiry Interval), not b'4294967296'"))
+    assert wait_until(lambda: router._status_figures()["expired_total"] >= 1 or None,
+                      "the expired publish counted", AUDIT_BOUND_S)
 
 
 def test_status_names_the_mode_and_the_latency(router):

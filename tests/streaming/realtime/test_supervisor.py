@@ -112,3 +112,19 @@ def test_a_stopping_router_ends_the_restarts_and_starts_no_query():
     # Joined: its thread is gone, so no restart can follow.
     assert not supervisor.is_alive()
     assert supervisor.restarts == restarts and supervisor.ended(0) is None
+
+
+def test_each_failure_is_told_to_on_failure_before_the_start_that_follows_it():
+    deleted = StreamingQueryException(message="Topic bitroute.deliveries.cat not present in "
+                                              "metadata after 60000 ms.")
+    still = StreamingQueryException(message="still missing")
+    first, again, running = FakeQuery(), FakeQuery(fails_with=still), FakeQuery()
+    told: list[tuple[str, int]] = []
+    started = iter([again, running])
+    supervisor = QuerySupervisor(
+        "routing", first, lambda: next(started), threading.Event(), threading.Lock(),
+        recovered_after_s=0.2, backoff=FAST,
+        on_failure=lambda failure: told.append((str(failure), supervisor.restarts))).start()
+    first.fail(deleted)
+    wait_until(lambda: supervisor.query is running and supervisor.failure is None, "the recovery", 10)
+    assert told == [(str(deleted), 0), (str(still), 1)]

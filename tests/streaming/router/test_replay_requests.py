@@ -125,3 +125,15 @@ def test_replays_are_recorded_once_bounded_at_their_first_batch_and_cancelled_by
     assert (a.boundary, a.end) == (8, {0: 55})
     replays.requested(_pending(3, [("a", CHANGE_REMOVE, 4)], []))
     assert not ReplayLedger.load(state_path(replays.layout)).replays
+
+
+def test_a_request_keeps_its_options_and_one_recorded_before_them_reads_with_none():
+    from compiler.options import SubscriptionOptions
+    from streaming.router.replay_requests import ReplayRequest, request_of
+
+    sub = Subscription("s", "mqtt", "ann", "chat/#", since=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                       options=SubscriptionOptions(no_local=True))
+    request = request_of(sub, 0, 7)
+    assert ReplayRequest.from_json(request.to_json()).subscription().options.no_local
+    older = {k: v for k, v in request.to_json().items() if k != "options"}
+    assert ReplayRequest.from_json(older).subscription().options == SubscriptionOptions()

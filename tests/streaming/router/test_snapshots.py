@@ -133,6 +133,22 @@ def test_router_id_is_stable_until_the_batches_are_forgotten(tmp_path: Path):
     assert store.router_id() != first
 
 
+def test_versions_committed_without_batches_are_pruned_at_each_commit(tmp_path: Path):
+    # Realtime mode (prune_at_commit): a version per subscription change and no batch pins
+    # any: the folder holds the latest version (and what the pins of an earlier micro-batch
+    # run name), not one version per change since the start.
+    layout = _layout(tmp_path)
+    store = SnapshotStore(layout)
+    store.save(_version(0), [])
+    store.pin(7, 0)  # an earlier micro-batch run's last batch
+    snapshots = BatchSnapshots(store, prune_at_commit=True)
+    for version in range(1, 1001):
+        snapshots.commit(_version(version), [["s", "upsert"]])
+    assert store.versions() == [0, 1000]
+    assert len(os.listdir(layout.snapshots)) == 6
+    assert snapshots.current == _version(1000) and store.changes(1000) == [["s", "upsert"]]
+
+
 def test_the_owner_pins_each_batch_once_and_keeps_one_broadcast_alive(tmp_path: Path, spark):
     layout = _layout(tmp_path)
     snapshots = BatchSnapshots(SnapshotStore(layout), spark.sparkContext)

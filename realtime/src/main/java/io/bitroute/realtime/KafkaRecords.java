@@ -19,6 +19,8 @@ final class KafkaRecords {
     static final String REASON_HEADER = "bitroute.reason";
     static final String SOURCE_HEADER = "bitroute.source";
     static final String ROUTING_KEY_HEADER = "bitroute.routing_key";
+    /** A publish's Message Expiry Interval (seconds); a delivery's is the remaining one. */
+    static final String EXPIRY_HEADER = "expiry";
     /** {@code schemas.records.ROUTER_HEADERS}: a publish carrying one has it replaced. */
     static final Set<String> ROUTER_HEADERS = Set.of(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
             SNAPSHOT_VERSION_HEADER, REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER,
@@ -48,6 +50,17 @@ final class KafkaRecords {
             size += headerSize(h.name(), length(h.value()));
         }
         return size;
+    }
+
+    /** {@code kept} with every {@code expiry} header's value set to {@code remaining}
+     *  seconds, in place (routing.py {@code expiry_header_values}). */
+    static List<Header> withRemainingExpiry(List<Header> kept, long remaining) {
+        byte[] value = utf8(Long.toString(remaining));
+        List<Header> out = new ArrayList<>(kept.size());
+        for (Header h : kept) {
+            out.add(h.name().equals(EXPIRY_HEADER) ? new Header(h.name(), value) : h);
+        }
+        return out;
     }
 
     /** {@code kept_headers}: a publish's headers as its deliveries carry them, in order. */

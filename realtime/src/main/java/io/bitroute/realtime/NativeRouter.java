@@ -36,9 +36,37 @@ public final class NativeRouter {
     /** Free a handle from load (once; never used after). */
     static native void free(long handle);
 
-    /** Route one publish: the encoded outcome ({@link RouteOutcome#decode}). */
+    /** Route one publish with Kafka timestamp {@code publishedMs} at {@code nowMs} (epoch ms,
+     *  for its expiry): the encoded outcome ({@link RouteOutcome#decode}). */
     static native byte[] route(long handle, byte[] key, String[] headerNames,
-                               byte[][] headerValues, String messageId);
+                               byte[][] headerValues, String messageId, long publishedMs,
+                               long nowMs);
+
+    /** A new, empty subscription set (the routing view's subscriptions, kept parsed between
+     *  tables): a handle != 0, freed by {@link #freeSet}. A set is used by one thread at a time. */
+    static native long newSet();
+
+    /** Hold {@code subscriptionJson} (one entry of a table's {@code subscriptions}) as
+     *  {@code id}'s; true when that changed the set. Throws IllegalArgumentException(message)
+     *  for JSON it cannot read (the set is left as it was). */
+    static native boolean put(long set, String id, byte[] subscriptionJson);
+
+    /** Drop {@code id}'s subscription; true when the set held one. */
+    static native boolean remove(long set, String id);
+
+    /** How many subscriptions the set holds. */
+    static native int size(long set);
+
+    /** A table (a handle as {@link #load}'s) of {@code tableFieldsJson} (a table's JSON, its
+     *  subscriptions left out) with the set's subscriptions: the outcomes of {@link #load} of
+     *  the same table. Only the subscriptions changed since the set's last whole table are
+     *  compiled, layered over it, when they are few and none is in a shared group
+     *  (bitroute-core {@code SubscriptionSet}). Throws IllegalArgumentException(message) for
+     *  a table it cannot make. */
+    static native long build(long set, byte[] tableFieldsJson);
+
+    /** Free a handle from newSet (once; never used after). */
+    static native void freeSet(long set);
 
     private static void loadLibrary() {
         try (InputStream in = NativeRouter.class.getResourceAsStream(LIBRARY_RESOURCE)) {

@@ -11,17 +11,21 @@ import java.util.List;
  * What {@link NativeRouter#route} decided for one publish, decoded from its bytes (realtime
  * contract, section 1: big-endian; a string is an int32 byte length, -1 for null, then UTF-8).
  *
- * @param outcome    {@link #ROUTED}, {@link #UNROUTABLE} or {@link #REJECTED}
+ * @param outcome    {@link #ROUTED}, {@link #UNROUTABLE}, {@link #REJECTED} or {@link #EXPIRED}
  * @param exchange   the exchange the publish went to (null: its exchange header was unreadable)
  * @param routingKey the routing key as text (null: absent or not UTF-8)
  * @param reason     why it is rejected (null unless {@link #REJECTED})
  * @param deliveries one per subscriber, in the micro-batch path's order (empty unless routed)
+ * @param remaining  the remaining expiry interval in seconds its deliveries carry in the
+ *                   {@code expiry} header (-1: the publish has no expiry)
  */
 public record RouteOutcome(int outcome, String exchange, String routingKey, String reason,
-                           List<Delivery> deliveries) {
+                           List<Delivery> deliveries, long remaining) {
     public static final int ROUTED = 0;
     public static final int UNROUTABLE = 1;
     public static final int REJECTED = 2;
+    /** Its lifetime (the {@code expiry} header) ended before it was routed: no deliveries. */
+    public static final int EXPIRED = 3;
 
     /**
      * One subscriber's delivery.
@@ -40,9 +44,9 @@ public record RouteOutcome(int outcome, String exchange, String routingKey, Stri
             String exchange = string(in);
             String routingKey = string(in);
             if (outcome == REJECTED) {
-                return new RouteOutcome(outcome, exchange, routingKey, string(in), List.of());
+                return new RouteOutcome(outcome, exchange, routingKey, string(in), List.of(), -1);
             }
-            if (outcome != ROUTED && outcome != UNROUTABLE) {
+            if (outcome != ROUTED && outcome != UNROUTABLE && outcome != EXPIRED) {
                 throw new IllegalArgumentException("unknown outcome byte " + outcome);
             }
             int n = count(in, "deliveries");
@@ -57,7 +61,9 @@ public record RouteOutcome(int outcome, String exchange, String routingKey, Stri
                 }
                 deliveries.add(new Delivery(subscriber, idsHeader, List.copyOf(ids)));
             }
-            return new RouteOutcome(outcome, exchange, routingKey, null, List.copyOf(deliveries));
+            long remaining = in.readLong();
+            return new RouteOutcome(outcome, exchange, routingKey, null, List.copyOf(deliveries),
+                    remaining);
         } catch (IOException e) { // EOFException: a truncated outcome
             throw new IllegalArgumentException("a truncated route outcome (" + encoded.length
                     + " bytes): " + e, e);

@@ -29,7 +29,8 @@ import scala.jdk.javaapi.CollectionConverters;
  *       ({@code streaming/router/routing.py} {@code delivery_columns}): topic and key as the
  *       delivery layout says, the payload, the publish's kept headers in order, then
  *       [{@code bitroute.routing_key} (shared layout)], {@code bitroute.message_id},
- *       {@code bitroute.subscription_ids}, {@code bitroute.snapshot_version};</li>
+ *       {@code bitroute.subscription_ids}, {@code bitroute.snapshot_version}; a publish's
+ *       {@code expiry} headers carry the remaining interval (none for an expired one);</li>
  *   <li>for a rejected publish (by the kernel, or because a delivery would exceed
  *       {@code max_delivery_bytes}: {@code _reject_oversize}) its rejected topic copy
  *       ({@code rejected_copy}) instead;</li>
@@ -86,12 +87,15 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
     private static void route(RealtimeSettings settings, RoutingView.Lease lease, int partition,
                               long offset, byte[] key, byte[] value, List<Header> all,
                               Long publishedAt, String messageId, List<Row> rows) {
-        RouteOutcome outcome = routeOne(lease.handle(), key, all, messageId);
+        long now = System.currentTimeMillis(); // the routing time, for the publish's expiry
+        RouteOutcome outcome = routeOne(lease.handle(), key, all, messageId,
+                publishedAt == null ? now : publishedAt, now);
         String version = Long.toString(lease.version());
         List<Header> kept = KafkaRecords.keptHeaders(all);
         List<Delivery> deliveries = outcome.deliveries();
         String reason = outcome.reason();
-        if (reason == null) {
+        boolean expired = outcome.outcome() == RouteOutcome.EXPIRED;
+        if (reason == null && !expired) { // an expired publish is delivered to no one
             reason = oversize(settings, key, value, kept, messageId, version, deliveries);
         }
         if (reason != null) {
@@ -101,10 +105,13 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
             deliveries = List.of();
             rows.add(row(settings.rejectedTopic(), key, copy.value(), copy.headers()));
         }
+        List<Header> delivered = outcome.remaining() < 0 ? kept
+                : KafkaRecords.withRemainingExpiry(kept, outcome.remaining());
         for (Delivery delivery : deliveries) {
-            rows.add(delivery(settings, delivery, key, value, kept, messageId, version));
+            rows.add(delivery(settings, delivery, key, value, delivered, messageId, version));
         }
-        String outcomeName = reason != null ? "rejected" : deliveries.isEmpty() ? "unroutable" : "routed";
+        String outcomeName = reason != null ? "rejected" : expired ? "expired"
+                : deliveries.isEmpty() ? "unroutable" : "routed";
         byte[] routed = routedJson(messageId, partition, offset, outcome.exchange(), key, outcomeName,
                 reason, deliveries, all, value, publishedAt, lease.version());
         rows.add(row(settings.routedTopic(), KafkaRecords.utf8(messageId), routed, List.of()));
@@ -113,14 +120,16 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
     /** The kernel's outcome. Its exceptions (a panic, a malformed outcome: bugs, never a
      *  property of the publish, whose every fault the kernel turns into a reason) fail the
      *  task, as the kernel's errors fail the micro-batch path's (routing.py NOT_ABOUT_A_RECORD). */
-    private static RouteOutcome routeOne(long handle, byte[] key, List<Header> all, String messageId) {
+    private static RouteOutcome routeOne(long handle, byte[] key, List<Header> all, String messageId,
+                                         long publishedMs, long nowMs) {
         String[] names = new String[all.size()];
         byte[][] values = new byte[all.size()][];
         for (int i = 0; i < names.length; i++) {
             names[i] = all.get(i).name();
             values[i] = all.get(i).value();
         }
-        return RouteOutcome.decode(NativeRouter.route(handle, key, names, values, messageId));
+        return RouteOutcome.decode(NativeRouter.route(handle, key, names, values, messageId,
+                publishedMs, nowMs));
     }
 
     /** {@code _reject_oversize}: why the publish is rejected when its largest delivery would

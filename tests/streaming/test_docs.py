@@ -1,0 +1,289 @@
+"""What README.md, docs/ and conf/bitroute.toml state that the code can check.
+
+Each topic has one home page and the others link to it by page and section
+(`docs/running.md, "The checkpoint folder"`): every such link must name a
+section (a heading, or a paragraph's bold lead) of that page. The defaults a
+home page states are compared with the configuration's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from streaming.config import load
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+SOURCES = [ROOT / "README.md", ROOT / "conf" / "bitroute.toml",
+           *(page for page in PAGES if page.name != "benchmarks-history.md")]
+"""The pages whose links are checked: not the history page, which quotes each run as it was."""
+# `docs/running.md, "Settings"`, `running.md "Settings"`, `(docs/design.md, "Guarantees")`;
+# in conf/bitroute.toml the reference may run over a comment's line break.
+_LINK = re.compile(r'(?:docs/)?([a-z-]+\.md)[,:]? *\(?"([^"]+)"')
+
+
+def _flat(path: Path) -> str:
+    """The text with line breaks (and a TOML comment's `#`) folded into spaces."""
+    return re.sub(r"\s*\n\s*(?:# ?)?", " ", path.read_text())
+
+
+def _sections(page: Path) -> list[str]:
+    text = page.read_text()
+    headings = [re.sub(r"^#+\s*", "", line).strip() for line in text.splitlines()
+                if re.match(r"#+ ", line)]
+    bold = re.findall(r"\*\*(.+?)\*\*", text, re.S)
+    return headings + [" ".join(b.split()) for b in bold]
+
+
+def _links() -> list[tuple[str, str, str]]:
+    pages = {page.name for page in PAGES}
+    return [(str(source.relative_to(ROOT)), page, section)
+            for source in SOURCES
+            for page, section in _LINK.findall(_flat(source)) if page in pages]
+
+
+def test_links_are_found_in_the_pages():
+    assert len(_links()) > 50  # the pattern still finds the links
+
+
+@pytest.mark.parametrize("source, page, section", _links())
+def test_a_link_to_a_section_names_one_of_that_page(source, page, section):
+    sections = _sections(ROOT / "docs" / page)
+    assert any(s.startswith(section) or section in s for s in sections), (
+        f"{source} links to docs/{page}, {section!r}, which has no such section")
+
+
+def _section(page: str, heading: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    body = text.split(f"\n{heading}\n", 1)[1]
+    return " ".join(re.split(r"\n#+ ", body, maxsplit=1)[0].split())
+
+
+def test_where_a_batch_is_routed_states_the_defaults():
+    """docs/running.md's home of the driver-or-executors choice, against StreamingConfig."""
+    text = _section("running.md", "## Where a batch is routed, and what the driver costs")
+    streaming = load(environ={}).streaming
+    assert streaming.driver_route_max_publishes is None  # "auto"
+    assert streaming.driver_route_bounds("local[2]") == (20_000, 100_000)
+    assert streaming.driver_route_bounds("spark://master:7077") == (0, 0)
+    assert ("Both are `\"auto\"` by default: 20,000 publishes and 100,000 deliveries on a "
+            "`local[...]` master, 0 (every batch on the executors) on any other master") in text
+    assert streaming.task_audit_files("local[2]") is False
+    assert streaming.task_audit_files("spark://master:7077") is True
+    assert ("On a `local[...]` master (`streaming.executor_audit_files = \"auto\"`) the tasks "
+            "return their routed rows instead") in text
+    assert "`\"tasks\"` or `\"driver\"` chooses on any master" in text
+
+
+def test_the_lease_section_states_the_default_timeout():
+    text = _section("running.md", "### One router per publishes topic and warehouse")
+    assert load(environ={}).streaming.lease_timeout_s == 60.0
+    assert "renewed every quarter of `streaming.lease_timeout` (60 s)" in text
+    assert "its lease is taken over once it is 60s old" in text
+
+
+def test_the_audit_bound_is_the_configured_one():
+    """docs/design.md's "Audit exactly once" bound and audit.md's summary of it."""
+    audit = load(environ={}).audit
+    assert audit.commit_interval_s == 2.0
+    with pytest.raises(Exception, match="at most 10 seconds"):
+        load(overrides={"audit.commit_interval": "11 seconds"}, environ={})
+    design = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    assert "`audit.commit_interval` (2 s by default, at most 10 s)" in design
+    assert "`audit.commit_interval` (2 s)" in " ".join((ROOT / "docs" / "audit.md")
+                                                      .read_text().split())
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The rows of the markdown table whose header row starts with ``header``, as cells."""
+    lines = text.split(f"\n{header}", 1)[1].splitlines()[2:]
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+def test_the_spark_settings_table_is_what_the_session_sets(monkeypatch):
+    """docs/running.md, "Spark settings bitroute applies", against session_settings."""
+    from streaming.router.session import session_settings
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    text = (ROOT / "docs" / "running.md").read_text()
+    section = text.split("\n### Spark settings bitroute applies\n", 1)[1].split("\n### ", 1)[0]
+    config = load(environ={})
+    settings = session_settings(config)
+    literal = {"`true`": "true", "`false`": "false", "`UTC`": "UTC", "`20`": "20",
+               "`FAIR`": "FAIR", "`spark.shuffle_partitions`": str(config.spark.shuffle_partitions),
+               "`spark.app_name` (`bitroute`)": "bitroute"}
+    for keys, value, _why in _table_rows(section, "| Spark key |"):
+        for key in re.findall(r"`([^`]+)`", keys):
+            assert key in settings, key
+            if value in literal:
+                assert settings[key] == literal[value], key
+    assert config.spark.app_name == "bitroute"
+    # Every key the session sets, on a local or a cluster master, is named in the section.
+    cluster = session_settings(load(overrides={"spark.master": "spark://m:7077"}, environ={}))
+    for key in {**settings, **cluster}:
+        assert f"`{key}" in section, f"running.md does not say bitroute sets {key}"
+
+
+SETTINGS_ON_A_CLUSTER = {
+    "kafka.bootstrap": ("kafka-1:9092,kafka-2:9092", "kafka-1:9092,kafka-2:9092"),
+    "broker.embedded": ("false", False),
+    "kafka.replication_factor": ("3", 3),
+    "kafka.partitions": ("6", 6),
+    "delta.warehouse": ("/mnt/shared/bitroute/delta", "/mnt/shared/bitroute/delta"),
+    "streaming.checkpoint_dir": ("/var/lib/bitroute/checkpoints",
+                                 Path("/var/lib/bitroute/checkpoints")),
+    "spark.master": ("spark://spark-master:7077", "spark://spark-master:7077"),
+}
+
+
+def test_the_settings_to_change_on_a_cluster_load_from_their_variables():
+    """docs/running.md, "Settings": each row's key is set by its environment variable."""
+    text = (ROOT / "docs" / "running.md").read_text()
+    section = text.split("\n## Settings\n", 1)[1].split("\n### ", 1)[0]
+    rows = _table_rows(section, "| setting |")
+    assert sorted(key.strip("`") for key, _, _ in rows) == sorted(SETTINGS_ON_A_CLUSTER)
+    for key, variable, _ in rows:
+        key, variable = key.strip("`"), variable.strip("`")
+        raw, expected = SETTINGS_ON_A_CLUSTER[key]
+        section_name, name = key.split(".")
+        value = getattr(getattr(load(environ={variable: raw}), section_name), name)
+        assert (str(value) if isinstance(expected, str) else value) == expected, key
+
+
+def test_a_table_setting_is_refused_in_the_environment_naming_the_key():
+    """docs/running.md, "Settings": tables only in the file or with --set."""
+    from streaming.config import ConfigError
+
+    with pytest.raises(ConfigError, match="exchanges.dialects|EXCHANGES_DIALECTS"):
+        load(environ={"BITROUTE_EXCHANGES_DIALECTS": "amq.topic=amqp"})
+
+
+def test_the_run_json_sample_has_the_batch_report_fields():
+    """docs/running.md, "Stopping and restarting": `bitroute run --json`'s object."""
+    import dataclasses
+    import json
+
+    from streaming.router.report import BatchReport
+
+    text = (ROOT / "docs" / "running.md").read_text()
+    section = text.split("\n### Stopping and restarting\n", 1)[1]
+    sample = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    fields = [f.name for f in dataclasses.fields(BatchReport)] + ["finished_at"]
+    assert sorted(sample) == sorted(fields)
+
+
+_TYPE_NAMES = {"StringType": "string", "LongType": "long", "IntegerType": "int",
+               "TimestampType": "timestamp", "BooleanType": "boolean", "DateType": "date",
+               "ArrayType": "array<string>", "MapType": "map<string,string>"}
+
+
+@pytest.mark.parametrize("table", ["deliveries", "messages", "subscriptions"])
+def test_the_audit_page_lists_each_table_s_columns_as_the_schema_has_them(table):
+    """docs/audit.md's column tables against schemas/tables.py: names in order, types,
+    nullability."""
+    from schemas.tables import AUDIT_TABLES
+
+    text = (ROOT / "docs" / "audit.md").read_text().replace("&lt;", "<").replace("&gt;", ">")
+    section = re.split(rf"\n## `{table}`[^\n]*\n", text, maxsplit=1)[1].split("\n## ", 1)[0]
+    documented = [(name.strip("`"), kind) for name, kind, _ in
+                  _table_rows(section, "| column | type | meaning |")]
+    schema = AUDIT_TABLES[table]
+    assert [name for name, _ in documented] == schema.fieldNames()
+    for (name, kind), field in zip(documented, schema.fields):
+        assert kind.split(", nullable")[0] == _TYPE_NAMES[type(field.dataType).__name__], name
+        assert ("nullable" in kind) == field.nullable, name
+
+
+def _pins() -> tuple[dict[str, str], dict[str, list[str]]]:
+    """pyproject.toml's pinned Python distributions and conf/jvm.toml's artifacts per group."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    python = dict(re.match(r"([A-Za-z0-9_.-]+)==(\S+)$", d).groups()
+                  for d in project["dependencies"] if "==" in d)
+    jvm = {group: table["artifacts"]
+           for group, table in tomllib.loads((ROOT / "conf" / "jvm.toml").read_text()).items()}
+    return python, jvm
+
+
+def test_the_versions_the_pages_name_are_the_pinned_ones():
+    """docs/running.md's requirements and docs/audit.md's version table, against
+    pyproject.toml and conf/jvm.toml."""
+    python, jvm = _pins()
+    running = " ".join((ROOT / "docs" / "running.md").read_text().split())
+    audit = " ".join((ROOT / "docs" / "audit.md").read_text().split())
+    pyspark, delta = python["pyspark"], python["delta-spark"]
+    [connector] = jvm["spark"]
+    [delta_jar] = [a for a in jvm["delta"] if ":delta-spark_" in a]
+    [hadoop_aws] = jvm["s3a"]
+    spark_minor = ".".join(pyspark.split(".")[:2])
+    assert connector.endswith(f":{pyspark}") and delta_jar.endswith(f":{delta}")
+    assert f"pyspark {pyspark} is pinned in `pyproject.toml`, the Kafka connector {pyspark}" in running
+    assert f"| Spark | {spark_minor}.x built for Scala 2.13" in running
+    assert f"delta-spark {delta}" in running
+    assert f"`{connector}`" in running
+    assert f"| {pyspark} (bitroute's pin) | `{delta_jar}` | `delta-spark=={delta}` |" in audit
+    assert f"hadoop-aws {hadoop_aws.rsplit(':', 1)[1]}" in audit
+
+
+def test_where_state_lives_names_every_path_of_the_checkpoint_folder():
+    """docs/operations.md, "Where state lives", against CheckpointLayout: every path the
+    table gives under the checkpoint folder is the layout's, and every path the layout
+    defines (its properties) is in the table, under a folder it names, or a folder of
+    paths it names."""
+    from streaming.router.checkpoint import CheckpointLayout
+
+    layout = CheckpointLayout.of("/c")
+    defined = {str(value.relative_to("/c")) for name in dir(CheckpointLayout)
+               if isinstance(getattr(CheckpointLayout, name), property)
+               and isinstance(value := getattr(layout, name), Path) and value != layout.root}
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("\n## Where state lives\n", 1)[1].split("\n## ", 1)[0]
+    documented = {re.split(r"/?<", path, maxsplit=1)[0].rstrip("/") for path in
+                  re.findall(r"`<(?:streaming\.)?checkpoint_dir>/([^`]+)`", section)}
+    for path in documented:
+        assert any(path == d or path.startswith(d + "/") for d in defined), path
+    for path in defined:
+        assert any(path == d or path.startswith(d + "/") or d.startswith(path + "/")
+                   for d in documented), (
+            f"docs/operations.md, Where state lives: no row for <checkpoint_dir>/{path}")
+
+
+def test_the_audit_page_s_summary_of_the_verb_has_the_parser_s_flags():
+    """docs/audit.md's `bitroute audit` block against docs/cli.md (generated from the parser)."""
+    audit = (ROOT / "docs" / "audit.md").read_text()
+    block = audit.split("\n## `bitroute audit`\n", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    reference = cli.split("\n## bitroute audit\n", 1)[1].split("\n## ", 1)[0]
+    parser_flags = set(re.findall(r"^\| `(--[a-z-]+)`", reference, re.M)) | {"--config", "--set"}
+    assert set(re.findall(r"(--[a-z-]+)", block)) == parser_flags
+    assert set(re.findall(r"^bitroute audit ([a-z|]+)", block, re.M)) == {
+        "maintain", "migrate", "deliveries|messages|subscriptions"}
+
+
+def test_the_image_s_defaults_are_the_dockerfile_s():
+    """docs/running.md, "Docker": the user, folder and settings the image runs with."""
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    docker = " ".join((ROOT / "docs" / "running.md").read_text()
+                      .split("\n## Docker\n", 1)[1].split("\n### ", 1)[0].split())
+    assert "It runs as user `bitroute` (uid 1000) in `/data`" in docker
+    assert "useradd --create-home --uid 1000 bitroute" in dockerfile
+    assert "\nWORKDIR /data\n" in dockerfile
+    for variable, value, said in (
+            ("BITROUTE_BROKER_EMBEDDED", "false", "`BITROUTE_BROKER_EMBEDDED=false`"),
+            ("BITROUTE_DELTA_WAREHOUSE", "/data/delta", "the warehouse at `/data/delta`"),
+            ("BITROUTE_STREAMING_CHECKPOINT_DIR", "/data/checkpoints",
+             "the checkpoints at `/data/checkpoints`"),
+            ("BITROUTE_BROKER_DATA_DIR", "/data/broker", "the broker's data at `/data/broker`"),
+            ("PYSPARK_PYTHON", "/opt/bitroute/bin/python", "`PYSPARK_PYTHON`")):
+        assert re.search(rf"\b{variable}={re.escape(value)}\b", dockerfile), variable
+        assert said in docker, said
+    assert "RUN bitroute jars --s3a" in dockerfile and "`bitroute jars --s3a`" in docker
