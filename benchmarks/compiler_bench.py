@@ -663,7 +663,7 @@ def check_targets(results: list[Result]) -> None:
     for r in results:
         b, t = r.rows["bitroute"], r.rows["trie"]
         cold = ratio(t.cold_median_us, b.cold_median_us)
-        checks = [(f"cold median >= 2x trie", t.cold_median_us / b.cold_median_us >= 2, cold)]
+        checks = [("cold median >= 2x trie", t.cold_median_us / b.cold_median_us >= 2, cold)]
         if r.profile == "devices" and r.n == 1_000_000:
             checks += [
                 ("cold median <= 5 us", b.cold_median_us <= 5, f"{b.cold_median_us:.2f} us"),
