@@ -77,7 +77,8 @@ def test_a_task_returns_its_counts_and_files_and_writes_no_row_through_the_drive
     config = _config(tmp_path)
     _tables(config).close()
     row = write_task_audit(_routed(1, publishes=4, fanout=3), _settings(config, 1))
-    assert row.schema.names == ["publishes", "deliveries", "rejected", "files", "latency_ms"]
+    assert row.schema.names == ["publishes", "deliveries", "rejected", "files", "latency_ms",
+                                "expired"]
     assert len(row.column("latency_ms")[0].as_py()) == 4  # a sample of each publish's latency
     assert row.num_rows == 1
     assert (row.column("publishes")[0].as_py(), row.column("deliveries")[0].as_py(),

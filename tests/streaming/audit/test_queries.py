@@ -67,8 +67,9 @@ COMMITS = {
 }
 
 
-#: ``deliveries`` columns added after the rows above were written: null in them.
-LATER_COLUMNS = ("retained", "replayed")
+#: Columns added after the rows above were written: null in them (``deliveries``'
+#: marks, ``subscriptions``' MQTT subscription options).
+LATER_COLUMNS = ("retained", "replayed", "retain_handling", "retain_as_published", "no_local")
 
 
 def _named(schema: pa.Schema, row: tuple) -> dict:
