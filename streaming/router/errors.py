@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from compiler import SubscriptionError
 from streaming.errors import BitrouteError
 
 
@@ -53,3 +54,9 @@ class PublishesTopicRecreated(BitrouteError):
 class RouterModeError(BitrouteError):
     """The state folder was routed in a mode this start cannot follow (its message says
     which, and what to do)."""
+
+
+class LimitError(SubscriptionError, BitrouteError):
+    """A subscription breaks a limit of ``[limits]``; the message names the limit's key and
+    value. A :class:`compiler.SubscriptionError`: a changelog record that breaks one is
+    rejected with that reason, as any invalid subscription is."""

@@ -29,14 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compiler import Dialect, RoutingIndex, Snapshot, Subscription, SubscriptionError
+from compiler import Dialect, RoutingIndex, Snapshot, Subscription
 from compiler.errors import quote
 from compiler.grammar import grammar_for
 from streaming.config import LIMIT_NAMES, LimitsConfig
+from streaming.router.errors import LimitError
 
-
-class LimitError(SubscriptionError):
-    """A subscription breaks a limit; the message names the limit's key and value."""
+__all__ = ["LimitError", "check_limits", "filter_length", "filter_levels", "usage"]
 
 
 def filter_levels(dialect: Dialect, text: str) -> int:
