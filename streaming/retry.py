@@ -11,6 +11,9 @@ unreachable cluster, disk or object store the same way (:func:`retry`):
 - only the errors the caller lists are retried (anything else is a bug, or a
   record's problem the caller handles, and propagates at once);
 - a stop request (``give_up()`` true) ends the wait with :class:`RetryAbandoned`.
+
+:class:`Failures` is that reporting on its own, for a loop that does its own waiting:
+the background workers (:mod:`streaming.worker`) report their failures with it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,54 @@ BACKOFF = Backoff()
 """bitroute's backoff (the router's batches and the audit's commits)."""
 
 
+class Failures:
+    """A step's failures in a row, told the one way: a warning ``<what> failed (attempt n,
+    for Ns): <one line>; retrying`` at the first failure and then at most every
+    ``backoff.report_interval_s``, and an info line ``<what> succeeded at attempt n, after
+    Ns`` at the first success after them.
+
+    ``what`` names the step (a callable is asked at each line); ``describe`` tells a
+    failure in one line (:func:`streaming.errors.one_line`).
+    """
+
+    def __init__(self, what: Callable[[], str] | str, log: logging.Logger,
+                 backoff: Backoff = BACKOFF,
+                 describe: Callable[[BaseException], str] = one_line) -> None:
+        self.what = what
+        self.log = log
+        self.backoff = backoff
+        self.describe = describe
+        self.attempt = 0
+        """Attempts since the last success (the current one included, once :meth:`failed`)."""
+        self.last: str | None = None
+        """The latest failure in one line while failing, else None."""
+        self._failing_since = self._last_report = 0.0
+
+    def name(self) -> str:
+        return self.what() if callable(self.what) else self.what
+
+    def failed(self, exc: BaseException) -> float:
+        """Count ``exc`` (reporting it when due); the seconds to wait before the next attempt."""
+        self.attempt += 1
+        now = time.monotonic()
+        self._failing_since = self._failing_since or now
+        self.last = self.describe(exc)
+        if self.attempt == 1 or now - self._last_report >= self.backoff.report_interval_s:
+            self.log.warning(f"{self.name()} failed (attempt {self.attempt}, for "
+                             f"{now - self._failing_since:.0f}s): {self.last}; retrying")
+            self._last_report = now
+        return self.backoff.delay(self.attempt)
+
+    def succeeded(self) -> None:
+        """The step succeeded: its recovery is told when it had failed."""
+        if self.attempt:
+            self.log.info(f"{self.name()} succeeded at attempt {self.attempt + 1}, after "
+                          f"{time.monotonic() - self._failing_since:.0f}s")
+        self.attempt = 0
+        self.last = None
+        self._failing_since = self._last_report = 0.0
+
+
 def retry(step: Callable[[], T], *, retried: tuple[type[BaseException], ...], what: Callable[[], str] | str,
           log: logging.Logger, give_up: Callable[[], bool] = lambda: False,
           wake: threading.Event | None = None, backoff: Backoff = BACKOFF,
@@ -54,33 +105,20 @@ def retry(step: Callable[[], T], *, retried: tuple[type[BaseException], ...], wh
     """``step()``'s result, calling it again after each failure of a ``retried`` type.
 
     ``what`` names the step in the log lines (``"batch 7: routing"``; a callable is
-    asked at each line). ``give_up()`` is looked at after each failure and during
-    each wait (every 0.1 s, and at once when ``wake`` is set); when true,
-    :class:`RetryAbandoned` is raised (from None). ``describe`` tells a failure in one
-    line (:func:`streaming.errors.one_line`).
+    asked at each line), reported as :class:`Failures` says. ``give_up()`` is looked at
+    after each failure and during each wait (every 0.1 s, and at once when ``wake`` is
+    set); when true, :class:`RetryAbandoned` is raised (from None). ``describe`` tells a
+    failure in one line (:func:`streaming.errors.one_line`).
     """
-    attempt = 0
-    failing_since = last_report = 0.0
+    failures = Failures(what, log, backoff, describe)
     while True:
-        attempt += 1
         try:
             result = step()
         except retried as exc:
-            now = time.monotonic()
-            failing_since = failing_since or now
-            if attempt == 1 or now - last_report >= backoff.report_interval_s:
-                name = what() if callable(what) else what
-                log.warning(f"{name} failed (attempt {attempt}, for {now - failing_since:.0f}s): "
-                            f"{describe(exc)}; retrying")
-                last_report = now
-            if _wait(backoff.delay(attempt), give_up, wake):
-                name = what() if callable(what) else what
-                raise RetryAbandoned(f"{name}: stopped while waiting to retry") from None
+            if _wait(failures.failed(exc), give_up, wake):
+                raise RetryAbandoned(f"{failures.name()}: stopped while waiting to retry") from None
             continue
-        if attempt > 1:
-            name = what() if callable(what) else what
-            log.info(f"{name} succeeded at attempt {attempt}, after "
-                     f"{time.monotonic() - failing_since:.0f}s")
+        failures.succeeded()
         return result
 
 

@@ -44,6 +44,7 @@ from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import MAX_COMMIT_ROWS, PUBLISH_TABLES, AuditBatch, AuditTables
 from streaming.errors import one_line
 from streaming.retry import BACKOFF, RetryAbandoned, retry
+from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
 
@@ -70,13 +71,17 @@ class AuditCommitter:
         self.max_pending = max_pending
         self.on_commit = on_commit
         self._stopping = stopping or threading.Event()
-        self._done = threading.Event()
+        self._worker = Worker("audit-committer", self._round, what="the audit committer",
+                              log=_log, retried=(), interrupt=self._notify)
+        """Commit rounds in the background (:mod:`streaming.worker`); a round retries its own
+        failures (:func:`streaming.retry.retry`), so anything reaching the worker is a bug."""
+        self._done = self._worker.stopping
         self._changed = threading.Condition()
         self._flush_wanted = False
         self._last_round = float("-inf")
         """When the last commit round started (monotonic): rounds start at least
         ``interval_s`` apart, so the tables gain at most one commit per interval."""
-        self._thread: threading.Thread | None = None
+        self._started = False
         self._committed_through: int | None = None
 
     @property
@@ -98,10 +103,9 @@ class AuditCommitter:
         self._commit_retrying(give_up=self._stopping.is_set)
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="bitroute-audit-committer",
-                                            daemon=True)
-            self._thread.start()
+        if not self._started:
+            self._started = True
+            self._worker.start()
 
     def submit(self, batch: AuditBatch) -> bool:
         """Journal ``batch`` (durable on return); False when it is a replay (journaled or
@@ -123,7 +127,7 @@ class AuditCommitter:
         with self._changed:
             self._flush_wanted = True
             self._changed.notify_all()
-        if self._thread is None or not self._thread.is_alive():
+        if not self._worker.alive:
             self._commit_retrying(give_up=lambda: deadline is not None
                                   and time.monotonic() >= deadline)
             return not len(self.journal)
@@ -135,16 +139,13 @@ class AuditCommitter:
     def stop(self, timeout: float = STOP_FLUSH_TIMEOUT_S) -> None:
         """Flush (waiting at most ``timeout``), then end the thread. Pending batches that did
         not make it stay in the journal for the next start."""
-        if self._thread is None:
+        if not self._started:
             return
         if not self.flush(timeout) and len(self.journal):
             _log.warning(f"{len(self.journal)} audit batches left in the journal; they are "
                          "committed at the next start")
-        self._done.set()
-        with self._changed:
-            self._changed.notify_all()
-        self._thread.join(timeout=BACKOFF.cap_s)  # a commit round in progress ends
-        self._thread = None
+        self._worker.stop(timeout=BACKOFF.cap_s)  # a commit round in progress ends
+        self._started = False
 
     def _wait_for_room(self, batch_id: int) -> None:
         with self._changed:
@@ -160,26 +161,32 @@ class AuditCommitter:
                                         "stopping while the audit journal is full")
                 self._changed.wait(0.2)
 
-    def _run(self) -> None:
-        while not self._done.is_set():
-            with self._changed:
-                self._changed.wait_for(lambda: self._flush_wanted or self._done.is_set()
-                                       or len(self.journal) > 0, self.interval_s)
-                # Rounds at least interval_s apart, unless a flush is wanted.
-                self._changed.wait_for(
-                    lambda: self._flush_wanted or self._done.is_set(),
-                    max(0.0, self._last_round + self.interval_s - time.monotonic()))
-                flush, self._flush_wanted = self._flush_wanted, False
-            if self._done.is_set():
-                break
-            pending = self.journal.pending()
-            if pending:
-                self._last_round = time.monotonic()
-                # Only what is pending now: batches journaled during this round's
-                # commit wait for the next round (else steady traffic would chain
-                # rounds back to back: a commit per batch).
-                self._commit_retrying(give_up=self._done.is_set,
-                                      through=None if flush else pending[-1])
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _round(self) -> float | None:
+        """One turn of the committer's worker: wait for batches (or a flush), commit them;
+        None once stopped."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._flush_wanted or self._done.is_set()
+                                   or len(self.journal) > 0, self.interval_s)
+            # Rounds at least interval_s apart, unless a flush is wanted.
+            self._changed.wait_for(
+                lambda: self._flush_wanted or self._done.is_set(),
+                max(0.0, self._last_round + self.interval_s - time.monotonic()))
+            flush, self._flush_wanted = self._flush_wanted, False
+        if self._done.is_set():
+            return None
+        pending = self.journal.pending()
+        if pending:
+            self._last_round = time.monotonic()
+            # Only what is pending now: batches journaled during this round's
+            # commit wait for the next round (else steady traffic would chain
+            # rounds back to back: a commit per batch).
+            self._commit_retrying(give_up=self._done.is_set,
+                                  through=None if flush else pending[-1])
+        return 0.0
 
     def _commit_retrying(self, give_up: Callable[[], bool], through: int | None = None) -> None:
         """Commit rounds until no batch at or below ``through`` (None: none at all) is pending,

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -81,7 +80,9 @@ from streaming.audit.table_stats import (
 )
 from streaming.config import AuditConfig, Config
 from streaming.errors import one_line
+from streaming.retry import Backoff
 from streaming.state.checkpoint import CheckpointLayout
+from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
 
@@ -406,23 +407,22 @@ class BackgroundMaintenance:
         self.writer_properties = writer_properties
         self.listeners: list[Callable[[MaintenanceReport], None]] = []
         """Each is called with every pass's report (the metrics endpoint)."""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        interval = config.audit.maintenance_interval_s
+        self._worker = Worker("audit-maintenance", lambda: self._turn(interval),
+                              what="audit maintenance", log=_log,
+                              backoff=Backoff(base_s=interval, cap_s=interval),
+                              first_wait_s=interval,
+                              describe=lambda exc: one_line(exc, typed=True))
+        """A pass every ``audit.maintenance_interval`` (:mod:`streaming.worker`); a pass that
+        raises is tried again an interval later."""
+        self._stop = self._worker.stopping
 
     def start(self) -> None:
-        interval = self.config.audit.maintenance_interval_s
-        if self._thread is not None or interval <= 0:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(interval,),
-                                        name="bitroute-audit-maintenance", daemon=True)
-        self._thread.start()
+        if self.config.audit.maintenance_interval_s > 0:
+            self._worker.start()
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(wait_s)
+        self._worker.stop(wait_s)
 
     def run_once(self) -> MaintenanceReport:
         """One pass now, in the caller's thread, reported like a background one."""
@@ -435,13 +435,9 @@ class BackgroundMaintenance:
             listener(report)
         return report
 
-    def _loop(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self.run_once()
-            except Exception as exc:  # noqa: BLE001 (never stops routing)
-                _log.warning(f"audit maintenance failed ({one_line(exc, typed=True)}); retrying in "
-                             f"{self.config.audit.maintenance_interval}")
+    def _turn(self, interval: float) -> float:
+        self.run_once()
+        return interval
 
 
 # --- small helpers ---------------------------------------------------------------------

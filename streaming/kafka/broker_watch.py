@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError
 from streaming import kafka
 from streaming.kafka.errors import OUTAGE_ERRORS
 from streaming.kafka.settings import ClientSettings
+from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
 
@@ -42,7 +43,10 @@ class BrokerWatch:
         self._recovered_at = float("-inf")
         self._failures = 0
         self._stopped = threading.Event()
-        self._prober: threading.Thread | None = None
+        self._admin = None
+        self._prober = Worker("broker-watch", self._probe, what=f"probing Kafka at {self.bootstrap}",
+                              log=_log)
+        """Probes the cluster while it is unreachable, once per outage (:mod:`streaming.worker`)."""
         self.outages = 0
 
     @property
@@ -63,31 +67,32 @@ class BrokerWatch:
             self.outages += 1
         _log.warning(f"Kafka at {self.bootstrap} is unreachable ({error.str()}); "
                      "routing waits and resumes when it answers")
-        self._prober = threading.Thread(target=self._wait_for_recovery,
-                                        name="bitroute-broker-watch", daemon=True)
+        self._admin = None
         self._prober.start()
 
     def stop(self) -> None:
         """End the probing of an outage in progress (its end is not reported) and report no
         new one; returns once the probing thread is gone (within a probe's timeout)."""
         self._stopped.set()
-        prober = self._prober
-        if prober is not None:
-            prober.join(timeout=PROBE_INTERVAL_S * 5)
+        self._prober.stop(timeout=PROBE_INTERVAL_S * 5)
 
-    def _wait_for_recovery(self) -> None:
-        admin = kafka.admin(self.settings)
-        while not self._stopped.is_set():
-            try:
-                admin.list_topics(timeout=PROBE_INTERVAL_S)
-                break
-            except Exception:  # noqa: BLE001 - any failure means: not back yet
-                self._stopped.wait(PROBE_INTERVAL_S)
+    def _probe(self) -> float | None:
+        """One probe of the prober: the seconds to the next one while the cluster does not
+        answer (any failure means: not back yet, and was reported as the outage), None
+        once it does (its recovery told)."""
         if self._stopped.is_set():
-            return
+            return None
+        try:
+            self._admin = self._admin or kafka.admin(self.settings)
+            self._admin.list_topics(timeout=PROBE_INTERVAL_S)
+        except Exception:  # noqa: BLE001 - not back yet
+            return PROBE_INTERVAL_S
+        if self._stopped.is_set():
+            return None
         with self._lock:
             since, failures = self._down_since, self._failures
             self._down_since, self._failures = None, 0
             self._recovered_at = time.monotonic()
         _log.info(f"Kafka at {self.bootstrap} answers again after "
                   f"{time.monotonic() - since:.1f}s ({failures} failed connection attempts)")
+        return None

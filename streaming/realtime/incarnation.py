@@ -41,6 +41,7 @@ from streaming.realtime.restored import commit_journal, realtime_tables
 from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import RouterModeError
 from streaming.router.subscriptions.snapshots import SnapshotStore
+from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
 
@@ -99,39 +100,45 @@ class PublishesTopicWatch:
         self._on_recreated = on_recreated
         self._ended = threading.Event()
         self.end: str | None = None
-        self._thread = threading.Thread(target=self._run, name="bitroute-publishes-topic-watch",
-                                        daemon=True)
+        self._admin: BitrouteAdmin | None = None
+        self._missing = False
+        self._worker = Worker("publishes-topic-watch", self._turn,
+                              what="the publishes topic watch", log=_log,
+                              first_wait_s=WATCH_INTERVAL_S)
+        """A look every :data:`WATCH_INTERVAL_S` (:mod:`streaming.worker`)."""
 
     def start(self) -> PublishesTopicWatch:
-        self._thread.start()
+        self._worker.start()
         return self
 
-    def join(self, timeout: float) -> None:
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+    def stop(self, timeout: float) -> None:
+        """End the watch, waiting at most ``timeout`` seconds for its thread."""
+        self._worker.stop(timeout)
 
     def ended(self, timeout: float = 0.0) -> str | None:
         """Wait up to ``timeout`` for a recreation to be found; its line, else None."""
         return self.end if self._ended.wait(timeout) else None
 
-    def _run(self) -> None:
-        admin: BitrouteAdmin | None = None
-        missing = False
-        while not self._stopping.wait(WATCH_INTERVAL_S):
-            try:
-                admin = admin or clients.admin(self._settings)
-                current = topic_id(admin, self._topic)
-            except Exception as exc:  # noqa: BLE001 - Kafka away: asked again next round
-                admin = None  # stale metadata after a broker restart: a new client
-                _log.debug(f"could not describe the publishes topic: {one_line(exc)}")
-                continue
-            if current is None and not missing:
-                _log.warning(f"the publishes topic {self._topic} does not exist (deleted?): "
-                             "realtime mode routes nothing until it is back")
-            missing = current is None
-            if current is not None and self._opened is not None and current != self._opened:
-                self._recreated(current)
-                return
+    def _turn(self) -> float | None:
+        """One look: the seconds to the next, None once the routing stops or the topic
+        was recreated."""
+        if self._stopping.is_set():
+            return None
+        try:
+            self._admin = self._admin or clients.admin(self._settings)
+            current = topic_id(self._admin, self._topic)
+        except Exception as exc:  # noqa: BLE001 - Kafka away: asked again next round
+            self._admin = None  # stale metadata after a broker restart: a new client
+            _log.debug(f"could not describe the publishes topic: {one_line(exc)}")
+            return WATCH_INTERVAL_S
+        if current is None and not self._missing:
+            _log.warning(f"the publishes topic {self._topic} does not exist (deleted?): "
+                         "realtime mode routes nothing until it is back")
+        self._missing = current is None
+        if current is not None and self._opened is not None and current != self._opened:
+            self._recreated(current)
+            return None
+        return WATCH_INTERVAL_S
 
     def _recreated(self, current: str) -> None:
         self.end = recreation_line(self._layout, self._topic, self._opened or "?", current)

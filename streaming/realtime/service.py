@@ -227,7 +227,7 @@ class RealtimeRouting:
         self._stopping.set()
         for supervisor in self.supervisors:
             supervisor.join(SUPERVISOR_STOP_WAIT_S)
-        self.topic_watch.join(SUPERVISOR_STOP_WAIT_S)
+        self.topic_watch.stop(SUPERVISOR_STOP_WAIT_S)
         with self._queries_lock:  # no restart from here on
             for query in (self.routing_query, self.audit_query):
                 if query is None:

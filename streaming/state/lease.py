@@ -54,7 +54,9 @@ from streaming.audit.storage import StorageError, check_commit_safety
 from streaming.audit.warehouse_objects import Conflict, WarehouseObject, location, warehouse_object
 from streaming.config import Config
 from streaming.errors import one_line
+from streaming.retry import Backoff
 from streaming.state.errors import LeaseHeldError, LeaseLostError
+from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
 
@@ -134,8 +136,8 @@ class RouterLease:
         self._held: _Held | None = None
         self._lost: str | None = None
         self._router_id: Callable[[], str] = lambda: "?"
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._renewer: Worker | None = None
+        self._last_renewed = 0.0
         self._lock = threading.Lock()
 
     @property
@@ -169,10 +171,13 @@ class RouterLease:
         except Exception as exc:  # noqa: BLE001 (the store's own error types)
             raise StorageError(f"{lease_location(self.config)}: {one_line(exc)}") from None
         self._lost = None
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._renew_loop, args=(blob,),
-                                        name="bitroute-router-lease", daemon=True)
-        self._thread.start()
+        self._last_renewed = time.monotonic()
+        interval = max(0.5, self.timeout_s / 4)
+        self._renewer = Worker("router-lease", lambda: self._renew_turn(blob, interval),
+                               what="renewing the router lease", log=_log,
+                               backoff=Backoff(base_s=interval, cap_s=interval),
+                               first_wait_s=interval)
+        self._renewer.start()
 
     def _take(self, blob: WarehouseObject, found: tuple[bytes, str] | None) -> _Held:
         me = self._router_id()
@@ -227,30 +232,29 @@ class RouterLease:
                 return
             self._held = _Held(tag, record)
 
-    def _renew_loop(self, blob: WarehouseObject) -> None:
-        interval = max(0.5, self.timeout_s / 4)
-        last_ok = time.monotonic()
-        while not self._stop.wait(interval):
-            try:
-                self.renew(blob)
-                last_ok = time.monotonic()
-            except Exception as exc:  # noqa: BLE001 (retried; lost past the timeout)
-                failing = time.monotonic() - last_ok
-                _log.warning(f"renewing the router lease failed ({one_line(exc)}); retrying")
-                if failing > self.timeout_s * 0.75:
-                    self._lost = (f"the router lease {lease_location(self.config)} could not "
-                                  f"be renewed for {failing:.0f}s: stopping before another "
-                                  "router takes it over")
-                    _log.error(self._lost)
-            if self._lost is not None:
-                return
+    def _renew_turn(self, blob: WarehouseObject, interval: float) -> float | None:
+        """One renewal of the renewer (:class:`streaming.worker.Worker`: a failure is
+        retried every ``interval``); None, ending it, once the lease is lost, which it is
+        when renewals failed for three quarters of the timeout."""
+        try:
+            self.renew(blob)
+        except Exception:
+            failing = time.monotonic() - self._last_renewed
+            if failing <= self.timeout_s * 0.75:
+                raise
+            self._lost = (f"the router lease {lease_location(self.config)} could not "
+                          f"be renewed for {failing:.0f}s: stopping before another "
+                          "router takes it over")
+            _log.error(self._lost)
+            return None
+        self._last_renewed = time.monotonic()
+        return None if self._lost is not None else interval
 
     def release(self) -> None:
         """Stop renewing and record the lease released (when it is still this router's)."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(5)
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.stop(5)
         with self._lock:
             held, self._held = self._held, None
             if held is None or self._lost is not None:

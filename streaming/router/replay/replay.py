@@ -61,6 +61,7 @@ from compiler import Dialect, Matcher, RoutingIndex
 from schemas.records import DELIVERIES, REPLAYED_HEADER, REPLAYED_VALUE
 from streaming.atomic import write_atomically
 from streaming.config import Config
+from streaming.errors import one_line
 from streaming.kafka.clients import consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.records import subscription_ids_json
@@ -77,6 +78,7 @@ from streaming.router.batch.routing import (
     kept_header_columns,
     plan_batch,
 )
+from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
 
@@ -205,12 +207,16 @@ class Replays:
         """Called between chunks and while waiting: the router's idle catch-up."""
         self._lock = threading.Condition()
         self.ledger = ReplayLedger.load(self.path)
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("replay", self._turn, what="replay", log=_log,
+                              interrupt=self._wake,
+                              describe=lambda exc: one_line(exc, typed=True))
+        """Serves the replays (:mod:`streaming.worker`): a failure, not about a record, is
+        retried with backoff."""
+        self._scheduled: threading.Thread | None = None
         self._delivered: set[tuple[str, str]] | None = None
         self._delivered_for: frozenset[str] = frozenset()
         self._tables = None
         self._producer: DeliveryProducer | None = None
-        self.failure: str | None = None
         self.pause = threading.Event()
         """Set: the serving thread waits before its next chunk (tests: a kill mid-replay)."""
 
@@ -269,37 +275,36 @@ class Replays:
             return any(r.boundary is None for r in self.ledger.replays)
 
     # --- the serving thread --------------------------------------------------------------
+    @property
+    def failure(self) -> str | None:
+        """The serving thread's latest failure while it keeps failing, else None."""
+        return self._worker.failure
+
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="bitroute-replay", daemon=True)
-            self._thread.start()
+        self._worker.start()
 
     def stop(self, timeout: float = 30.0) -> None:
+        self._worker.stop(timeout)
+
+    def _wake(self) -> None:
         with self._lock:
             self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
-    def _run(self) -> None:
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
-        self.spark.sparkContext.setJobGroup("bitroute-replay", "bitroute replay (subscribe --since)",
-                                            interruptOnCancel=False)
-        failures = 0
-        while not self._stopping.is_set():
-            try:
-                self._idle_catch_up()
-                if not self._step():
-                    with self._lock:
-                        self._lock.wait(0.5)
-                failures = 0
-                self.failure = None
-            except Exception as exc:  # noqa: BLE001 - not about a record: retried with backoff
-                failures += 1
-                self.failure = f"{type(exc).__name__}: {exc}"
-                if failures == 1 or failures % 10 == 0:
-                    _log.warning(f"replay: {self.failure} (retrying)", exc_info=failures == 1)
-                self._stopping.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+    def _turn(self) -> float | None:
+        """One turn of the serving thread; None once the router stops."""
+        if self._stopping.is_set():
+            return None
+        if self._scheduled is not threading.current_thread():  # Spark's properties are per thread
+            self._scheduled = threading.current_thread()
+            self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
+            self.spark.sparkContext.setJobGroup("bitroute-replay",
+                                                "bitroute replay (subscribe --since)",
+                                                interruptOnCancel=False)
+        self._idle_catch_up()
+        if not self._step():
+            with self._lock:
+                self._lock.wait(0.5)
+        return 0.0
 
     def _idle_catch_up(self) -> None:
         """The router's idle catch-up; its failure (the changelog unreadable) is the next

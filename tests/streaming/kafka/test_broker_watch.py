@@ -63,9 +63,9 @@ def test_a_stopped_watch_ends_its_probe_during_an_outage(caplog):
         wait_until(lambda: consumer.poll(0.2) is None and watch.down,
                    "the watch reporting Kafka down", 20)
         prober = watch._prober
-        assert prober is not None and prober.is_alive()
+        assert prober.alive
         watch.stop()
-        assert not prober.is_alive()
+        assert not prober.alive
         outages = watch.outages
         for _ in range(5):
             consumer.poll(0.2)

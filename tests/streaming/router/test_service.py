@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import uuid
 from collections import namedtuple
 from pathlib import Path
@@ -482,13 +483,20 @@ def test_a_restart_resumes_from_the_persisted_snapshot_and_the_changelog_after_i
         base_config: Config, spark, tmp_path: Path):
     cfg = router_config(base_config, tmp_path)
     first = Router(cfg, spark)
+    before = set(threading.enumerate())
     first.open()
     try:
         subscribe(cfg, "keep", "mqtt", "ivy", "a/+")
         subscribe(cfg, "drop", "mqtt", "ivy", "b/+")
         version = first.subscription_sync.catch_up()
+        # The background workers an open router runs (streaming.worker), ...
+        assert {"bitroute-audit-committer", "bitroute-audit-maintenance", "bitroute-router-lease",
+                "bitroute-replay"} <= {t.name for t in set(threading.enumerate()) - before}
     finally:
         first.stop()
+    # ... all ended by its stop.
+    assert [t.name for t in set(threading.enumerate()) - before
+            if t.name.startswith("bitroute-") and t.is_alive()] == []
     unsubscribe(cfg, "drop")
     # An invalid value for a live id removes it, as a rebuild after compaction would.
     _produce(cfg, cfg.kafka.subscriptions_topic, b"keep",

@@ -59,7 +59,7 @@ def test_the_same_router_id_from_another_host_carries_on_and_the_old_one_stops(t
         record = router_lease.read(config)
         assert (record["router_id"], record["epoch"], record["checkpoint_dir"]) == \
             ("router-1", 2, str(tmp_path / "moved-checkpoint"))
-        old._stop.set()  # its renewals are ours to drive here
+        old._renewer.stop()  # its renewals are ours to drive here
         old.renew()  # finds the lease changed under it
         with pytest.raises(LeaseLostError, match=r"was taken over by router router-1"):
             old.check()
@@ -71,7 +71,7 @@ def test_a_stale_lease_is_taken_over_with_a_warning_and_a_released_one_at_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture):
     first = RouterLease(_config(tmp_path, "one"))
     first.acquire(lambda: "router-1")
-    first._stop.set()  # a router that died: no more renewals
+    first._renewer.stop()  # a router that died: no more renewals
     late = datetime.now(timezone.utc) + timedelta(seconds=31)
     with caplog.at_level(logging.WARNING, logger="streaming.state.lease"):
         second = RouterLease(_config(tmp_path, "two"), clock=lambda: late)
