@@ -62,6 +62,7 @@ from streaming.router.subscriptions.changelog import ChangelogError
 from streaming.errors import RealtimeBuildError
 from streaming.realtime.errors import RealtimeJarMissing, RealtimeSlotsError
 from streaming.router.errors import RouterModeError
+from streaming.router.feature import STOP_RECREATED
 from streaming.state.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router
 from streaming.router.subscriptions.snapshots import SnapshotStoreError
@@ -213,7 +214,8 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
                 print("bitroute: stopped (the unfinished batch is replayed at the next start)",
                       file=info, flush=True)
                 return 0
-            if router.recreated is not None:
+            reason = router.stop_reason  # a feature's (streaming.router.feature)
+            if reason is not None and reason.kind == STOP_RECREATED:
                 # The publishes topic was deleted and created again: the router follows
                 # the new incarnation (streaming.router.topics.incarnations), said in its line.
                 query = router.follow_recreated_topic()
@@ -222,8 +224,7 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
                                           router.config.kafka.publishes_topic)
             if refused is None:
                 router.stop()
-                stopped_for = router.retention_stop
-                print(f"bitroute: error: {stopped_for}" if stopped_for is not None else
+                print(f"bitroute: error: {reason.line}" if reason is not None else
                       f"bitroute: error: the router's query failed: {_failure_line(router, exc)}",
                       file=sys.stderr)
                 return 1

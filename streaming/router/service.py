@@ -45,8 +45,12 @@ c. Audit. The batch's audit written durably to the audit journal
    critical path. Files a task wrote whose result Spark discarded (a failed or
    speculative attempt) or a batch the driver never journaled (a crash) are
    never committed; the maintenance's vacuum deletes them.
-Before a, the batch's start is checked against the earliest offsets Kafka
-still holds (:mod:`streaming.router.topics.retention`): publishes deleted before the
+Between a and b, the batch passes through the router's features
+(:attr:`Router.features`, each a :class:`~streaming.router.feature.BatchFeature`,
+in order): the publishes topic's check (:mod:`streaming.router.topics.incarnations`:
+a recreated topic stops the query, which follows the new one), then its start checked
+against the earliest offsets Kafka still holds
+(:mod:`streaming.router.topics.retention`): publishes deleted before the
 router read them are said in one line, recorded as ``lost`` rows in the
 audit's ``messages`` with the batch, and counted in its report; or, under
 ``streaming.on_retention_gap = "stop"``, they stop the router.
@@ -104,8 +108,15 @@ from streaming.router.batch.batch_rows import BatchRows
 from streaming.router.subscriptions.changelog import ChangelogError, Subscriptions
 from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.batch.delivery import DeliveryUnavailable, ProducerSettings
-from streaming.router.errors import PublishesTopicRecreated, RouterModeError, RouterStopping
-from streaming.router.topics.incarnations import IncarnationWatch, follow_incarnation
+from streaming.router.errors import RouterModeError, RouterStopping
+from streaming.router.feature import (
+    STOP_RECREATED,
+    STOP_RETENTION_GAP,
+    BatchFeature,
+    BatchStep,
+    StopReason,
+)
+from streaming.router.topics.incarnations import IncarnationFeature, IncarnationWatch, follow_incarnation
 from streaming.state.lease import RouterLease
 from streaming.state.lock import RouterLock
 from streaming.state.offsets_log import (
@@ -125,7 +136,7 @@ from streaming.router.batch.report import (
 )
 from streaming.router.restore import open_audit
 from streaming.router.retained import RetainedDeliveries, RetainSettings
-from streaming.router.topics.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
+from streaming.router.topics.retention import RetentionFeature, RetentionWatch, gap_rows
 from streaming.router.batch.routing import (
     ROUTED_ARROW,
     RoutePartitions,
@@ -211,19 +222,22 @@ class Router:
         (:mod:`streaming.router.batch.report`); ``status.json`` is the first."""
         self.catch_up_progress: Callable[[], Callable[[int, int], None]] | None = None
         """Makes the progress callback of each changelog catch-up (``bitroute run``'s lines)."""
-        self.retention = RetentionWatch(config.kafka.client_settings, config.kafka.publishes_topic,
-                                        config.streaming.on_retention_gap, accept_retention_gap)
-        self.retention_stop: str | None = None
-        """Why the router stopped on a retention gap (the one line), when it did."""
         self.incarnation = IncarnationWatch(config.kafka.client_settings,
                                             config.kafka.publishes_topic)
-        self.batch_rows = BatchRows(config.kafka.client_settings, config.kafka.publishes_topic)
-        """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch.batch_rows`)."""
         """The publishes topic's incarnation the router reads
         (:mod:`streaming.router.topics.incarnations`)."""
-        self.recreated: str | None = None
-        """Why the query stopped on a recreated publishes topic (the line), when it did:
-        :meth:`follow_recreated_topic` follows it."""
+        self.features: list[BatchFeature] = [
+            IncarnationFeature(self.incarnation),
+            RetentionFeature(RetentionWatch(config.kafka.client_settings,
+                                            config.kafka.publishes_topic,
+                                            config.streaming.on_retention_gap,
+                                            accept_retention_gap),
+                             lambda: self.incarnation.number),
+        ]
+        """What each batch passes through before its routing, in this order
+        (:mod:`streaming.router.feature`): the publishes topic's check, then its retention."""
+        self.batch_rows = BatchRows(config.kafka.client_settings, config.kafka.publishes_topic)
+        """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch.batch_rows`)."""
         self.lost_total = 0
         self.expired_total = 0
         """Publishes recorded lost to retention since this router started."""
@@ -375,6 +389,24 @@ class Router:
         self.query = query
 
     @property
+    def stop_reason(self) -> StopReason | None:
+        """Why a feature stopped the query, when one did (:mod:`streaming.router.feature`)."""
+        return next((f.stop_reason for f in self.features if f.stop_reason is not None), None)
+
+    @property
+    def recreated(self) -> str | None:
+        """Why the query stopped on a recreated publishes topic (the line), when it did:
+        :meth:`follow_recreated_topic` follows it."""
+        reason = self.stop_reason
+        return reason.line if reason is not None and reason.kind == STOP_RECREATED else None
+
+    @property
+    def retention_stop(self) -> str | None:
+        """Why the router stopped on a retention gap (the one line), when it did."""
+        reason = self.stop_reason
+        return reason.line if reason is not None and reason.kind == STOP_RETENTION_GAP else None
+
+    @property
     def subscriptions(self) -> Subscriptions | None:
         """The subscription state (index, version, offsets) while the router is open."""
         return self.subscription_sync.subscriptions if self.subscription_sync is not None else None
@@ -417,7 +449,8 @@ class Router:
         if self.retained is not None:
             self.retained.close()
             self.retained = None
-        self.retention.close()
+        for feature in self.features:
+            feature.close()
         self.batch_rows.close()
 
     def follow_recreated_topic(self) -> StreamingQuery:
@@ -428,7 +461,9 @@ class Router:
         if self._committer is not None:
             self._committer.flush()  # under the old router id, before it is forgotten
         self._close_state()
-        self.query, self.recreated = None, None
+        self.query = None
+        for feature in self.features:
+            feature.stop_reason = None
         with self._batch_done:
             self.reports.clear()
         self._open_state(SnapshotStore(self.layout))
@@ -509,8 +544,11 @@ class Router:
                 self.replays.on_batch(batch_id, snapshot.version, start)
         self._retrying(batch_id, "the retained messages of new subscriptions",
                        lambda: retained.deliver(batch_id), attempts)
-        present = self._topic_present(batch_id, attempts)
-        gaps = self._retention_gaps(batch_id, start, end, attempts) if present else []
+        step = BatchStep(batch_id, start, end,
+                         lambda stage, work: self._retrying(batch_id, stage, work, attempts))
+        for feature in self.features:
+            feature.step(step)
+        gaps = step.gaps
         caught_up = time.monotonic()
         routed_at = datetime.now(timezone.utc)
         source = batch.select(*SOURCE_COLUMNS)
@@ -586,33 +624,6 @@ class Router:
         self.lost_total += report.lost
         for listener in self.report_listeners:
             listener(report)
-
-    def _topic_present(self, batch_id: int, attempts: list[int]) -> bool:
-        """Whether the publishes topic is there (False: deleted, not yet created again);
-        raises :class:`PublishesTopicRecreated` (the query stops) for a new incarnation."""
-        try:
-            return self._retrying(batch_id, "the publishes topic check",
-                                  lambda: self.incarnation.check(batch_id), attempts)
-        except PublishesTopicRecreated as exc:
-            self.recreated = str(exc)
-            _log.warning(self.recreated)
-            raise
-
-    def _retention_gaps(self, batch_id: int, start: dict[int, int] | None,
-                        end: dict[int, int] | None, attempts: list[int]) -> list[RetentionGap]:
-        """The publishes Kafka deleted unread of a batch reading ``start`` to ``end``
-        (:mod:`streaming.router.topics.retention`); under the ``stop`` policy, raises
-        :class:`RetentionGapError` (the query stops)."""
-        if not start:
-            return []
-        try:
-            return self._retrying(batch_id, "the retention check",
-                                  lambda: self.retention.check(batch_id, start, end,
-                                                               self.incarnation.number),
-                                  attempts)
-        except RetentionGapError as exc:
-            self.retention_stop = str(exc)
-            raise
 
     @staticmethod
     def _route_in_driver(read: Callable[[], pa.RecordBatch | None], source: DataFrame,

@@ -55,6 +55,7 @@ from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
 from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import PublishesTopicRecreated
+from streaming.router.feature import STOP_RECREATED, BatchFeature, BatchStep, StopReason
 
 _log = logging.getLogger(__name__)
 
@@ -194,3 +195,24 @@ def publishing_incarnation(config: Config) -> int:
         return 0
     current = topic_id(clients.admin(config.kafka.client_settings), record.topic)
     return _number(known, current or "")
+
+
+class IncarnationFeature(BatchFeature):
+    """The publishes topic's incarnation as a feature of the batch loop
+    (:mod:`streaming.router.feature`): before each batch routes, whether the topic is there
+    (left in :attr:`BatchStep.topic_present <streaming.router.feature.BatchStep.topic_present>`);
+    another incarnation stops the query with a
+    :data:`~streaming.router.feature.STOP_RECREATED` reason, said in one warning."""
+
+    name = "incarnation"
+
+    def __init__(self, watch: IncarnationWatch) -> None:
+        self.watch = watch
+
+    def step(self, batch: BatchStep) -> None:
+        try:
+            batch.topic_present = batch.retrying("the publishes topic check",
+                                                 lambda: self.watch.check(batch.batch_id))
+        except PublishesTopicRecreated as exc:
+            _log.warning(str(exc))
+            raise self.stop(StopReason(STOP_RECREATED, str(exc)), exc)

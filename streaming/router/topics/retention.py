@@ -33,6 +33,7 @@ check is per batch, not per record.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -46,6 +47,7 @@ from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
 from streaming.router.errors import RetentionGapError
 from streaming.router.batch.routing import ROUTED_ARROW
+from streaming.router.feature import STOP_RETENTION_GAP, BatchFeature, BatchStep, StopReason
 
 _log = logging.getLogger(__name__)
 
@@ -192,3 +194,30 @@ class RetentionWatch:
         if self._clients is not None:
             self._clients[1].close()
             self._clients = None
+
+
+class RetentionFeature(BatchFeature):
+    """Retention gaps as a feature of the batch loop (:mod:`streaming.router.feature`): each
+    batch's start checked (after the publishes topic's check, when the topic is there),
+    its gaps left for the batch's audit; under the ``stop`` policy, the query stopped with
+    a :data:`~streaming.router.feature.STOP_RETENTION_GAP` reason.
+
+    ``incarnation()`` is the publishes topic's incarnation the router reads."""
+
+    name = "retention"
+
+    def __init__(self, watch: RetentionWatch, incarnation: Callable[[], int]) -> None:
+        self.watch = watch
+        self._incarnation = incarnation
+
+    def step(self, batch: BatchStep) -> None:
+        if not batch.topic_present or not batch.start:
+            return
+        try:
+            batch.gaps = batch.retrying("the retention check", lambda: self.watch.check(
+                batch.batch_id, batch.start, batch.end, self._incarnation()))
+        except RetentionGapError as exc:
+            raise self.stop(StopReason(STOP_RETENTION_GAP, str(exc)), exc)
+
+    def close(self) -> None:
+        self.watch.close()
