@@ -239,8 +239,9 @@ class Router:
         self.batch_rows = BatchRows(config.kafka.client_settings, config.kafka.publishes_topic)
         """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch.batch_rows`)."""
         self.lost_total = 0
-        self.expired_total = 0
         """Publishes recorded lost to retention since this router started."""
+        self.expired_total = 0
+        """Publishes expired before routing since this router started."""
         self.replays: Replays | None = None
         """The replays of ``subscribe --since`` (:mod:`streaming.router.replay.replay`), once open."""
         self.latency = LatencyWindow()
