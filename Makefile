@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit install jars prereqs clean
+.PHONY: run test test-unit lint install jars prereqs clean
 
 # True when rustc is at least the kernel's rust-version (1.77).
 RUSTC_RECENT = rustc --version | awk '{ split($$2, v, "."); exit !(v[1] > 1 || v[2] >= 77) }'
@@ -64,6 +64,16 @@ test: jars
 # (tests/conftest.py marks every test that needs one `integration`).
 test-unit: install
 	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+# The linter and the type checker, in seconds ([tool.ruff] and [tool.mypy] in
+# pyproject.toml say what they check): ruff over the code, the tests and the
+# kernel's stub, then mypy over the same (the stub as the installed kernel's, the
+# one callers are checked against). CI runs it before the tests (.ci/run).
+LINT_PATHS := streaming compiler schemas benchmarks tests kernel/bitroute_kernel.pyi
+
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy
 
 clean:
 	-$(BIN)/bitroute broker stop
