@@ -1,8 +1,9 @@
 """Writing deliveries and rejected publishes to Kafka from the routing process (librdkafka).
 
 Each routing process (a Python worker, or the driver for a batch it routes)
-keeps one :class:`DeliveryProducer` per settings (:func:`cached_producer`). A task hands its batch's deliveries over as columns
-(:class:`DeliveryColumns`: Arrow buffers, no Python object per record) to the
+keeps one :class:`DeliveryProducer` per settings (:func:`cached_producer`). A task
+hands its batch's deliveries over as columns (:class:`DeliveryColumns`: Arrow
+buffers, no Python object per record) to the
 kernel's delivery writer (``bitroute_kernel.DeliveryWriter``: librdkafka's C
 API, the GIL released while it produces and flushes); rejected publishes go
 through a confluent-kafka producer, one record at a time. Then

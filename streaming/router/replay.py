@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -404,7 +404,7 @@ class Replays:
         delivered = self._deliver(active, rows, chunk) if rows.num_rows else {}
         with self._lock:
             for r in active:
-                for p, (low, high) in windows.items():
+                for p, (_, high) in windows.items():
                     if p in r.position and r.position[p] < r.end.get(p, 0):
                         r.position[p] = max(r.position[p], min(high, r.end[p]))
             seconds = max(time.monotonic() - started, 1e-6)
@@ -453,7 +453,7 @@ class Replays:
         from streaming.audit.storage import storage_options
 
         since = min(r.request.since_ms for r in active)
-        day = datetime.fromtimestamp(since / 1000 - 86_400, timezone.utc).date()
+        day = datetime.fromtimestamp(since / 1000 - 86_400, UTC).date()
         table = DeltaTable(self.config.delta.table_path(DELIVERIES),
                            storage_options=storage_options(self.config.delta))
         dataset = table.to_pyarrow_dataset()
@@ -462,7 +462,7 @@ class Replays:
             condition = condition & (ds.field("routed_date") >= pa.scalar(day, pa.date32()))
         found = dataset.to_table(columns=["message_id", "subscriber"], filter=condition)
         self._delivered = set(zip(found["message_id"].to_pylist(),
-                                  found["subscriber"].to_pylist()))
+                                  found["subscriber"].to_pylist(), strict=True))
         self._delivered_for = subscribers
         return self._delivered
 
@@ -506,7 +506,7 @@ class Replays:
                                                      acked)])
         from streaming.audit.writer import deliveries_rows
 
-        audit = deliveries_rows(routed, newest.version, newest.boundary, datetime.now(timezone.utc),
+        audit = deliveries_rows(routed, newest.version, newest.boundary, datetime.now(UTC),
                                 kafka.layout, replayed=True)
         self._audit_tables().append_replayed(audit, chunk)
         ids = pc.list_flatten(audit["subscription_ids"]).to_pylist()
@@ -515,7 +515,7 @@ class Replays:
             counts[sub_id] = counts.get(sub_id, 0) + 1
         delivered = self._delivered
         if delivered is not None:
-            delivered.update(zip(audit["message_id"].to_pylist(), audit["subscriber"].to_pylist()))
+            delivered.update(zip(audit["message_id"].to_pylist(), audit["subscriber"].to_pylist(), strict=True))
         return counts
 
     def _matching_keys_only(self, matcher: Matcher, batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -69,7 +69,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -151,9 +151,9 @@ def retain_flags(headers: pa.ListArray, n: int) -> np.ndarray:
         return flags
     parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
     last: dict[int, int] = {}
-    for row, entry in zip(parents[named].tolist(), named.tolist()):
+    for row, entry in zip(parents[named].tolist(), named.tolist(), strict=True):
         last[row] = entry
-    for row, value in zip(last, values.take(pa.array(list(last.values()))).to_pylist()):
+    for row, value in zip(last, values.take(pa.array(list(last.values()))).to_pylist(), strict=True):
         flags[row] = value == _RETAIN_TRUE
     return flags
 
@@ -310,7 +310,7 @@ class RetainedMessages:
         states = expiry_states([self._expiring[k] for k in keys],
                                [self._messages[k].published_at_ms for k in keys], now_ms)
         gone, remaining = [], {}
-        for (exchange, topic), state in zip(keys, states):
+        for (exchange, topic), state in zip(keys, states, strict=True):
             if isinstance(state, str):  # a record the router did not write: never expires
                 continue
             if state:
@@ -580,7 +580,7 @@ class RetainedDeliveries:
             if not os.path.exists(self._applied(version, ".done")):
                 batch_id = int(plan.schema.metadata[b"batch_id"])
                 kept = self._make(plan, version, batch_id,
-                                  lambda rows: self._audit.append_retained_applied(rows, version))
+                                  lambda rows, version=version: self._audit.append_retained_applied(rows, version))
                 write_atomically(self._applied(version, ".done"), b"")
                 if plan.num_rows:
                     _log.info(f"version {version}: {kept} retained messages delivered to new "
@@ -594,7 +594,7 @@ class RetainedDeliveries:
         if not plan.num_rows:
             return 0
         failed = self._produce(plan, version)
-        routed_at = datetime.now(timezone.utc)
+        routed_at = datetime.now(UTC)
         keep = [i for i in range(plan.num_rows) if i not in failed]
         append(self._audit_rows(plan.take(keep), version, batch_id, routed_at))
         return len(keep)
@@ -622,7 +622,7 @@ class RetainedDeliveries:
         offsets = np.zeros(n + 1, np.int32)
         np.cumsum(counts, out=offsets[1:])
         flat_names, flat_values = [], []
-        for own_names, own_values in zip(names.to_pylist(), values.to_pylist()):
+        for own_names, own_values in zip(names.to_pylist(), values.to_pylist(), strict=True):
             flat_names += [*own_names, RETAINED_HEADER]
             flat_values += [*own_values, RETAINED_VALUE]
         ids = [json.dumps(x, ensure_ascii=False) for x in plan["subscription_ids"].to_pylist()]
@@ -654,7 +654,7 @@ class RetainedDeliveries:
 
         deliveries = pa.array([[{"subscriber": s, "subscription_ids": ids}] for s, ids in
                                zip(plan["subscriber"].to_pylist(),
-                                   plan["subscription_ids"].to_pylist())],
+                                   plan["subscription_ids"].to_pylist(), strict=True)],
                               _ROUTED_ARROW.field("deliveries").type)
         published = pa.array(plan["published_at_ms"].to_pylist(), pa.timestamp("ms", tz="UTC"))
         routed = pa.table({

@@ -49,12 +49,12 @@ the same message id header).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
 import traceback
 from collections.abc import Iterator
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -74,10 +74,10 @@ from schemas.records import (
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
+    PARTITION_COLUMNS,
     RETAIN_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
-    PARTITION_COLUMNS,
     SUBSCRIPTION_IDS_HEADER,
     message_id,
 )
@@ -335,7 +335,7 @@ def plan_expiry(publishes: PublishColumns, reasons: list[str | None],
     published_ms = [now_ms if p is None else p for p in published.to_pylist()]
     expired = np.zeros(publishes.n, dtype=bool)
     remaining: dict[int, int] = {}
-    for row, state in zip(rows, expiry_states(values, published_ms, now_ms)):
+    for row, state in zip(rows, expiry_states(values, published_ms, now_ms), strict=True):
         if reasons[row] is not None:
             continue
         if isinstance(state, str):
@@ -357,7 +357,7 @@ def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array
     remaining = plan.expiry.remaining
     at = np.flatnonzero(pc.equal(names, EXPIRY_HEADER).to_numpy(zero_copy_only=False))
     rows = (np.searchsorted(offsets, at, side="right") - 1).tolist()
-    live = [(i, row) for i, row in zip(at.tolist(), rows) if row in remaining]
+    live = [(i, row) for i, row in zip(at.tolist(), rows, strict=True) if row in remaining]
     if not live:
         return offsets, names, values
     mask = np.zeros(len(values), dtype=bool)
@@ -595,7 +595,7 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
     final, _ = write_rejected(producer, settings.rejected_topic, [
         BadRecord(keys[row], values[row], kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row])
         for row in rejected], settings.producer.max_record_bytes)
-    for row, reason in zip(rejected, final):
+    for row, reason in zip(rejected, final, strict=True):
         reasons[row] = reason
 
 
@@ -622,7 +622,7 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),
                publishes.published_at]
     return pa.RecordBatch.from_arrays(
-        [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW)], schema=ROUTED_ARROW)
+        [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW, strict=True)], schema=ROUTED_ARROW)
 
 
 def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settings: RouteSettings,

@@ -30,7 +30,8 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    is routed in the driver instead, in one call for the whole batch (one
    flush), on its rows read from Kafka by the driver itself (the offset log's
    range, :mod:`streaming.router.batch_rows`: no Spark job, no Python workers'
-   round trip), and the routed rows are journaled for the committer to write. No record can fail this step (bad records are
+   round trip), and the routed rows are journaled for the committer to write.
+   No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, logged at its first
    failure and then at most every 30 s (:mod:`streaming.retry`), never turned
@@ -75,7 +76,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import pyarrow as pa
@@ -116,10 +117,10 @@ from streaming.router.offsets_log import (
 )
 from streaming.router.replay import Replays
 from streaming.router.report import (
-    LatencyWindow,
     ROUTED_IN_DRIVER,
     ROUTED_IN_EXECUTORS,
     BatchReport,
+    LatencyWindow,
     ReportListener,
     StatusFile,
 )
@@ -506,7 +507,7 @@ class Router:
         present = self._topic_present(batch_id, attempts)
         gaps = self._retention_gaps(batch_id, start, end, attempts) if present else []
         caught_up = time.monotonic()
-        routed_at = datetime.now(timezone.utc)
+        routed_at = datetime.now(UTC)
         source = batch.select(*SOURCE_COLUMNS)
         # Batch 0's start is the query's first offsets: its size stays unknown (distributed).
         records = records_between(start, end) if batch_id >= 1 else None
