@@ -20,9 +20,10 @@ a name is the one criteria see.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Literal
 
 from .errors import HeaderCriteriaError, quote
 from .text import is_utf8_text

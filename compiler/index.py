@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -280,9 +280,10 @@ class RoutingIndex:
         index._sub_filter = _uint_array(t.sub_filter)
         index._sub_subscriber = _uint_array(t.sub_subscriber)
         index._criteria = {
-            int(slot): t.criteria_sets[ref] for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())
+            int(slot): t.criteria_sets[ref]
+            for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist(), strict=True)
         }
-        index._options = dict(zip(t.option_slots.tolist(), t.option_flags.tolist()))
+        index._options = dict(zip(t.option_slots.tolist(), t.option_flags.tolist(), strict=True))
         live = np.fromiter(index._slot_of.values(), dtype=np.int64, count=len(index._slot_of))
 
         names = t.subscriber_names.to_pylist()
@@ -293,7 +294,7 @@ class RoutingIndex:
 
         texts = t.filter_text.to_pylist()
         index._filter_text = texts
-        for fslot, (text, exchange) in enumerate(zip(texts, t.filter_exchange.tolist())):
+        for fslot, (text, exchange) in enumerate(zip(texts, t.filter_exchange.tolist(), strict=True)):
             if text is not None:
                 index._filter_slot[exchange][text] = fslot
         index._free_filters = [fslot for fslot, text in enumerate(texts) if text is None]

@@ -33,15 +33,18 @@ chosen member's subscriptions of that group count.
 from __future__ import annotations
 
 from collections.abc import Mapping
+
 import numpy as np
 import pyarrow as pa
-from bitroute_kernel import Kernel, TableError
 import pyarrow.compute as pc
+from bitroute_kernel import Kernel, TableError
+
+from schemas.records import PUBLISHER_HEADER
 
 from .batch import Units
 from .cache import MATCH_CACHE_MAX_BYTES, MATCH_CACHE_MIN_ITEMS, TopicCache
-from .criteria_index import CriteriaIndex
 from .columns import bool_mask, string_buffers
+from .criteria_index import CriteriaIndex
 from .errors import HeaderError, SnapshotFormatError, TopicError, UnknownExchangeError, quote
 from .frame_input import (
     MALFORMED,
@@ -53,8 +56,6 @@ from .frame_input import (
     relevant_mapping,
 )
 from .grammar import grammar_for, kernel_grammar
-from schemas.records import PUBLISHER_HEADER
-
 from .options import SubscriptionOptions
 from .output import DELIVERIES_TYPE, Delivery, deliveries_column
 from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver, TopicResult
@@ -128,11 +129,12 @@ class Matcher:
         try:
             self._kernel = Kernel(tables)
         except TableError as exc:
-            raise SnapshotFormatError(f"snapshot {snapshot.version}: the matching kernel refuses its tables: {exc}") from exc
+            raise SnapshotFormatError(f"snapshot {snapshot.version}: the matching kernel refuses its "
+                                      f"tables: {exc}") from exc
         self._kernel_deliveries = self._kernel.deliveries
         self._resolver = Resolver(self._kernel, self._names, owners, flags, t.sub_filter, t.filter_text)
         options = [(slot, SubscriptionOptions.from_flags(bits))
-                   for slot, bits in zip(t.option_slots.tolist(), t.option_flags.tolist())]
+                   for slot, bits in zip(t.option_slots.tolist(), t.option_flags.tolist(), strict=True)]
         published = [slot for slot, o in options if o.retain_as_published]
         self._retain_as_published = frozenset(
             t.sub_ids.take(pa.array(published, pa.int64())).to_pylist())
@@ -324,9 +326,9 @@ class Matcher:
             if rows is not None:
                 headers = [headers[i] for i in rows.tolist()]
             relevant = frame_headers(headers, self._criteria.names, row_errors)
-            distinct_input = list(zip(exchanges, keys, relevant))
+            distinct_input = list(zip(exchanges, keys, relevant, strict=True))
         else:
-            distinct_input = list(zip(exchanges, keys))
+            distinct_input = list(zip(exchanges, keys, strict=True))
         # Distinct rows in order of first appearance, deduplicated in C.
         distinct_rows = list(dict.fromkeys(distinct_input))
         position = {row: j for j, row in enumerate(distinct_rows)}
@@ -391,7 +393,7 @@ class Matcher:
             errors[:] = np.array(row_errors, dtype=object)
         else:
             row_unit[rows] = unit
-            for i, error in zip(rows.tolist(), row_errors):
+            for i, error in zip(rows.tolist(), row_errors, strict=True):
                 errors[i] = error
 
     def match_topics(

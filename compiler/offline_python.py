@@ -21,8 +21,8 @@ from .errors import CompilerError, HeaderCriteriaError, HeaderError, InputFileEr
 from .headers import HeaderCriteria
 from .index import RoutingIndex
 from .matcher import Matcher
-from .shared import shared_filters
 from .offline import EXCHANGE, OfflineResult, read_file
+from .shared import shared_filters
 from .subscription import Subscription, validate_subscriber
 
 BLOCK_ROWS = 8192

@@ -167,7 +167,9 @@ def expiry_states(values: list[bytes | None], published_ms: list[int], now_ms: i
     routed at ``now_ms`` (epoch ms): the remaining interval in seconds (>= 1), 0 when
     expired, or the reason the value is not an interval."""
 
-def offline_match(subscriptions: bytes, topics: bytes, grammar: Grammar, subscribers: SubscriberRule) -> OfflineOutput | None:
+def offline_match(
+    subscriptions: bytes, topics: bytes, grammar: Grammar, subscribers: SubscriberRule
+) -> OfflineOutput | None:
     """``bitroute match`` of two files' bytes, or ``None`` when the Python
     reference path must answer (see kernel/src/offline.rs)."""
 

@@ -181,4 +181,4 @@ def next_offsets(partitions: pa.Array | pa.ChunkedArray,
     if not len(partitions):
         return {}
     grouped = pa.table({"p": partitions, "o": offsets}).group_by("p").aggregate([("o", "max")])
-    return {p: o + 1 for p, o in zip(grouped["p"].to_pylist(), grouped["o_max"].to_pylist())}
+    return {p: o + 1 for p, o in zip(grouped["p"].to_pylist(), grouped["o_max"].to_pylist(), strict=True)}

@@ -46,7 +46,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -58,8 +59,8 @@ from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_UPSERT,
     DELIVERIES,
-    MESSAGES,
     MESSAGE_ID_PATTERN,
+    MESSAGES,
     PARTITION_COLUMNS,
     SUBSCRIPTIONS,
 )
@@ -238,7 +239,7 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
     until = None if query.until is None else _micros(query.until)
     units = []
     for path, lo, hi, rows in zip(actions["path"].to_pylist(), low.to_pylist(),
-                                  high.to_pylist(), actions["num_records"].to_pylist()):
+                                  high.to_pylist(), actions["num_records"].to_pylist(), strict=True):
         parts = None
         if footer is not None and (rows or 0) > FIRST_WINDOW_ROWS:
             parts = _row_groups(footer, path, time)
@@ -283,7 +284,7 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
     # (Spark's) is then never pruned from the window that holds some of its rows.
     bounds = sorted({bound - bound % 1_000 for bound in bounds})
     edges = [None, *bounds, None]
-    return list(zip(edges[:-1], edges[1:]))
+    return list(pairwise(edges))
 
 
 _TIME_UNITS = {"milliseconds": 1_000, "microseconds": 1, "nanoseconds": 0.001}
@@ -333,7 +334,7 @@ def _moment(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _scan(path: str, delta: DeltaTable, query: AuditQuery, columns: list[str],
@@ -506,7 +507,7 @@ def _timestamp(moment: datetime) -> str:
 
 def _date(moment: datetime) -> str:
     """The UTC date of an aware datetime as a DataFusion ``DATE`` literal."""
-    return f"DATE '{moment.astimezone(timezone.utc).date().isoformat()}'"
+    return f"DATE '{moment.astimezone(UTC).date().isoformat()}'"
 
 
 def _in_force(changes: pa.Table) -> pa.Table:
@@ -572,4 +573,4 @@ def _json_rows(table: pa.Table) -> list[dict[str, object]]:
         else:
             columns.append(column.to_pylist())
     names = table.column_names
-    return [dict(zip(names, values)) for values in zip(*columns)]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

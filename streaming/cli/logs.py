@@ -31,7 +31,7 @@ class _Stderr(logging.StreamHandler):
         super().__init__()
 
     @property
-    def stream(self):  # noqa: D102
+    def stream(self):
         return sys.stderr
 
     @stream.setter

@@ -52,15 +52,14 @@ from pyspark.errors import StreamingQueryException
 from streaming.audit.storage import StorageError
 from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress
 from streaming.config import MODE_REALTIME, Config
-from streaming.errors import one_line
+from streaming.errors import RealtimeBuildError, one_line
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import TopicCreationError
 from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
-from streaming.router.changelog import ChangelogError
-from streaming.errors import RealtimeBuildError
 from streaming.realtime.errors import RealtimeJarMissing, RealtimeSlotsError
+from streaming.router.changelog import ChangelogError
 from streaming.router.errors import RouterModeError
 from streaming.router.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router
@@ -83,8 +82,8 @@ def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool =
     of its progress line, and every other line this prints on stderr, so that stdout
     is only JSON (``bitroute run --json``).
     """
-    from streaming.kafka.broker import BrokerError, EmbeddedBroker
     from streaming.cli.logs import quiet_kafka_client_logs
+    from streaming.kafka.broker import BrokerError, EmbeddedBroker
     from streaming.router.session import spark_session
     from streaming.router.watchdog import start_watchdog
 

@@ -42,7 +42,11 @@ from streaming.errors import one_line
 from streaming.kafka.clients import (
     BitrouteConsumer,
     access_failure,
+)
+from streaming.kafka.clients import (
     consumer as kafka_consumer,
+)
+from streaming.kafka.clients import (
     producer as kafka_producer,
 )
 from streaming.kafka.errors import KAFKA_TIMEOUT_S, ClientError, InvalidRequest

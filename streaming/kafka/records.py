@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -158,10 +159,10 @@ class PublishColumns:
         if not len(named):
             return exchanges, errors
         last = {}  # row -> index of its last exchange header
-        for row, entry in zip(self._parents[named].tolist(), named.tolist()):
+        for row, entry in zip(self._parents[named].tolist(), named.tolist(), strict=True):
             last[row] = entry
         raw = self._header_values.take(pa.array(list(last.values()))).to_pylist()
-        for row, value in zip(last, raw):
+        for row, value in zip(last, raw, strict=True):
             if value is None:
                 exchanges[row] = None
                 continue
@@ -179,7 +180,7 @@ class PublishColumns:
         if not len(named):
             return [], []
         last = {}  # row -> index of its last header of the name
-        for row, entry in zip(self._parents[named].tolist(), named.tolist()):
+        for row, entry in zip(self._parents[named].tolist(), named.tolist(), strict=True):
             last[row] = entry
         return list(last), self._header_values.take(pa.array(list(last.values()))).to_pylist()
 
@@ -191,8 +192,8 @@ class PublishColumns:
         values = self._header_values.to_pylist()
         offsets = self.headers.offsets.to_numpy()
         offsets = (offsets - offsets[0]).tolist()
-        return [list(zip(names[a:b], values[a:b])) if b > a else None
-                for a, b in zip(offsets[:-1], offsets[1:])]
+        return [list(zip(names[a:b], values[a:b], strict=True)) if b > a else None
+                for a, b in pairwise(offsets)]
 
     def kept_header_columns(self) -> tuple[np.ndarray, pa.Array, pa.Array]:
         """The headers :func:`kept_headers` keeps, as columns: ``(offsets, names, values)``,

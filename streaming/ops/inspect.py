@@ -37,6 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 
 import numpy as np
 import pyarrow as pa
@@ -60,8 +61,8 @@ from schemas.records import EXPIRY_HEADER
 from streaming.config import Config
 from streaming.errors import one_line
 from streaming.kafka.clients import consumer as kafka_consumer
-from streaming.kafka.records import expiry_error
 from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
+from streaming.kafka.records import expiry_error
 from streaming.ops.errors import InspectError, RejectedPublish
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.snapshots import SnapshotFiles, SnapshotStoreError
@@ -237,14 +238,14 @@ def _table(snapshot: Snapshot, slots: np.ndarray) -> pa.Table:
 def _criteria(snapshot: Snapshot) -> dict[int, HeaderCriteria]:
     t = snapshot.tables
     return {int(slot): t.criteria_sets[ref]
-            for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())}
+            for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist(), strict=True)}
 
 
 def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, object]]:
     """The rows of a :func:`_table`, as dicts of :data:`SUBSCRIPTION_COLUMNS`."""
     criteria = _criteria(snapshot)
     t = snapshot.tables
-    flags = dict(zip(t.option_slots.tolist(), t.option_flags.tolist()))
+    flags = dict(zip(t.option_slots.tolist(), t.option_flags.tolist(), strict=True))
     rows = []
     for row in table.to_pylist():
         slot = row.pop("slot")
@@ -367,13 +368,13 @@ def retained_of(config: Config, state: RoutingState, exchange: str,
     """``bitroute explain``'s view of ``topic``'s retained message on an MQTT exchange:
     ``{"message_id", "payload_bytes", "published_at"}`` (ISO-8601, UTC), or None when the
     topic has none (or the retained topic could not be read)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     messages = retained_messages(config, state)
     found = None if messages is None else messages.get(exchange, topic)
     if found is None:
         return None
-    published = datetime.fromtimestamp(found.published_at_ms / 1000, timezone.utc)
+    published = datetime.fromtimestamp(found.published_at_ms / 1000, UTC)
     return {"message_id": found.message_id, "payload_bytes": len(found.value),
             "published_at": published.isoformat(),
             "expiry_remaining": messages.remaining.get((exchange, topic))}

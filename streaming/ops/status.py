@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,7 +48,8 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from streaming.config import MODE_REALTIME, Config
 from streaming.errors import BitrouteError, one_line
-from streaming.kafka.clients import access_failure, consumer as kafka_consumer
+from streaming.kafka.clients import access_failure
+from streaming.kafka.clients import consumer as kafka_consumer
 from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
 from streaming.ops.errors import KafkaUnavailable
 from streaming.router import lock

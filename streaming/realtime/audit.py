@@ -54,8 +54,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.audit.committer import AuditCommitter
@@ -180,7 +180,7 @@ class RoutedAudit:
 
     def _process(self, batch, batch_id: int) -> None:
         started = time.monotonic()
-        routed_at = datetime.now(timezone.utc)
+        routed_at = datetime.now(UTC)
         topic = self._config.kafka.publishes_topic
         if self.in_tasks:
             audit = self._audit_in_task(batch, batch_id, routed_at)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -160,7 +160,7 @@ def lost_ranges(partitions: np.ndarray, offsets: np.ndarray, published_ms: np.nd
     starts[1:] = partitions[1:] != partitions[:-1]
     # A partition's first record follows its floor; without one, itself (no gap known).
     previous[starts] = [floor.get(int(p), int(o)) for p, o in zip(partitions[starts],
-                                                                  offsets[starts])]
+                                                                  offsets[starts], strict=True)]
     gaps = np.nonzero(offsets > previous)[0]
     if not len(gaps):
         return []
@@ -352,4 +352,4 @@ def _latencies(kept: pa.Table, published_ms: np.ndarray) -> list[int]:
 
 
 def _moment(millis: int | None) -> datetime | None:
-    return None if millis is None else datetime.fromtimestamp(millis / 1000, timezone.utc)
+    return None if millis is None else datetime.fromtimestamp(millis / 1000, UTC)

@@ -40,13 +40,13 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.config import Config, duration_seconds
 from streaming.errors import RetryAbandoned, one_line
-from streaming.realtime.errors import RealtimeSlotsError
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
+from streaming.realtime.errors import RealtimeSlotsError
 from streaming.realtime.incarnation import PublishesTopicWatch
-from streaming.realtime.restored import realtime_tables
 from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.restored import realtime_tables
 from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower

@@ -38,10 +38,10 @@ from compiler import Snapshot
 from compiler.grammar import grammar_for
 from schemas.records import CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.config import Config
-from streaming.realtime.errors import ViewError
 from streaming.errors import one_line
 from streaming.kafka import clients as kafka
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
+from streaming.realtime.errors import ViewError
 from streaming.router.changelog import Change
 
 _log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class RoutingViewPublisher:
         """Keep the view records of a committed version's changes (a commit listener)."""
         fields = Change._fields
         for change in changes:
-            row = dict(zip(fields, change))
+            row = dict(zip(fields, change, strict=True))
             key = (SUB_PREFIX + row["subscription_id"]).encode("utf-8")
             if row["change"] == CHANGE_UPSERT:
                 self._pending.append((key, subscription_record(
