@@ -67,13 +67,17 @@ test-unit: install
 
 # The linter and the type checker, in seconds ([tool.ruff] and [tool.mypy] in
 # pyproject.toml say what they check): ruff over the code, the tests and the
-# kernel's stub, then mypy over the same (the stub as the installed kernel's, the
-# one callers are checked against). CI runs it before the tests (.ci/run).
+# kernel's stub, then mypy over the same, named as their importers name them (the
+# packages, tests.<folder>, the tests' support modules by their own names, the stub
+# as bitroute_kernel). CI runs it before the tests (.ci/run).
 LINT_PATHS := streaming compiler schemas benchmarks tests kernel/bitroute_kernel.pyi
+MYPY_TARGETS := -p streaming -p compiler -p schemas -p benchmarks -m bitroute_kernel \
+	$(patsubst tests/%/,-p tests.%,$(sort $(dir $(wildcard tests/*/*.py)))) \
+	$(patsubst tests/%.py,-m %,$(wildcard tests/*.py))
 
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
-	$(BIN)/mypy
+	$(BIN)/mypy $(MYPY_TARGETS)
 
 clean:
 	-$(BIN)/bitroute broker stop
