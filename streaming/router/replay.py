@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -77,6 +78,9 @@ from streaming.router.routing import (
     kept_header_columns,
     plan_batch,
 )
+
+if TYPE_CHECKING:
+    from streaming.audit.writer import AuditTables
 
 _log = logging.getLogger(__name__)
 
@@ -139,11 +143,15 @@ class Replay:
 
     @classmethod
     def from_json(cls, obj: dict) -> Replay:
-        ints = lambda d: {int(k): int(v) for k, v in (d or {}).items()}  # noqa: E731
         return cls(ReplayRequest.from_json(obj["request"]), obj["version"], obj.get("boundary"),
-                   ints(obj.get("start")), ints(obj.get("end")), ints(obj.get("position")),
+                   _int_keys(obj.get("start")), _int_keys(obj.get("end")), _int_keys(obj.get("position")),
                    obj.get("note"), obj.get("delivered", 0), obj.get("started_at"),
                    obj.get("cancelled", False), obj.get("rate"))
+
+
+def _int_keys(offsets: dict | None) -> dict[int, int]:
+    """A JSON object of partition -> offset (keys are strings in JSON) as ints."""
+    return {int(k): int(v) for k, v in (offsets or {}).items()}
 
 
 @dataclass
@@ -208,7 +216,7 @@ class Replays:
         self._thread: threading.Thread | None = None
         self._delivered: set[tuple[str, str]] | None = None
         self._delivered_for: frozenset[str] = frozenset()
-        self._tables = None
+        self._tables: AuditTables | None = None
         self._producer: DeliveryProducer | None = None
         self.failure: str | None = None
         self.pause = threading.Event()
@@ -350,7 +358,7 @@ class Replays:
     def _begin(self, replay: Replay) -> None:
         """Fix where ``replay`` starts (Kafka's ``offsets_for_times``), once the live audit is
         committed up to its boundary; record it."""
-        if not self._audit_committed(replay.boundary - 1):
+        if replay.boundary is None or not self._audit_committed(replay.boundary - 1):
             return
         topic = self.config.kafka.publishes_topic
         request = replay.request
@@ -470,6 +478,8 @@ class Replays:
         """Match ``rows`` for ``active``, produce, audit; per subscription id the deliveries."""
         kafka = self.config.kafka
         newest = max(active, key=lambda r: r.version)
+        if newest.boundary is None:
+            raise RuntimeError(f"replay {newest.request.subscription_id}: delivering before its boundary batch")
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,

@@ -70,6 +70,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +91,10 @@ from schemas.records import (
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.atomic import write_atomically
 from streaming.config import Config
+
+if TYPE_CHECKING:
+    from compiler.headers import HeaderCriteria
+    from compiler.retained_index import RetainedIndex
 
 _log = logging.getLogger(__name__)
 
@@ -249,7 +254,7 @@ class RetainedMessages:
         self._reader = ChangelogReader(config, on_error, topic=config.kafka.retained_topic)
         self._offsets: dict[int, int] = {}
         self._messages: dict[tuple[str, str], RetainedMessage] = {}
-        self._indexes: dict[str, object] = {}
+        self._indexes: dict[str, RetainedIndex] = {}
         #: The retained messages with an expiry header: the value of their last one.
         self._expiring: dict[tuple[str, str], bytes | None] = {}
         #: As of the last :meth:`expire`: the remaining interval (seconds) of each retained
@@ -370,8 +375,7 @@ class NewSubscription:
     exchange: str
     subscriber: str
     filter: str
-    criteria: object | None
-    """A :class:`compiler.HeaderCriteria`, or None."""
+    criteria: HeaderCriteria | None
 
 
 def _change_field(change: Sequence, name: str):
@@ -512,7 +516,7 @@ class RetainedDeliveries:
                 found[(message.exchange, message.topic)] = message
                 wanted.setdefault((message.exchange, message.topic, sub.subscriber),
                                   []).append(sub.id)
-        rows = {name: [] for name in _PLAN_SCHEMA.names}
+        rows: dict[str, list] = {name: [] for name in _PLAN_SCHEMA.names}
         for (exchange, topic, subscriber), ids in sorted(wanted.items()):
             message = found[(exchange, topic)]
             rows["message_id"].append(message.message_id)

@@ -77,7 +77,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -137,6 +137,9 @@ from streaming.router.routing import (
 from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotFiles, SnapshotStore
 from streaming.router.subscription_sync import SubscriptionSync
 
+if TYPE_CHECKING:
+    from streaming.realtime.service import RealtimeRouting
+
 _log = logging.getLogger(__name__)
 
 REPORTS_KEPT = 100
@@ -185,10 +188,13 @@ class Router:
         self._audit: AuditTables | None = None
         self._committer: AuditCommitter | None = None
         self._partitioned: frozenset[str] = frozenset(PUBLISH_TABLES)
-        self.driver_bounds = config.streaming.driver_route_bounds(spark.sparkContext.master)
+        master = spark.sparkContext.master
+        if master is None:  # pyspark types it optional; a started context has one
+            raise RuntimeError("the Spark context has no master")
+        self.driver_bounds = config.streaming.driver_route_bounds(master)
         """(publishes, deliveries): the largest batch routed in the driver, for the master
         Spark runs (:meth:`streaming.config.StreamingConfig.driver_route_bounds`)."""
-        self.task_audit_files = config.streaming.task_audit_files(spark.sparkContext.master)
+        self.task_audit_files = config.streaming.task_audit_files(master)
         """Whether the executors' routing tasks write their audit files themselves, for the
         master Spark runs (:meth:`streaming.config.StreamingConfig.task_audit_files`)."""
         self.maintenance = BackgroundMaintenance(config)
@@ -226,7 +232,7 @@ class Router:
         """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
         self.latency = LatencyWindow()
         """End-to-end latency of the latest publishes, in either mode (status, metrics)."""
-        self.realtime = None
+        self.realtime: RealtimeRouting | None = None
         """Realtime mode's view, routing and audit queries while they run
         (:class:`streaming.realtime.service.RealtimeRouting`), else None."""
 
@@ -340,7 +346,7 @@ class Router:
                   .option("maxOffsetsPerTrigger", str(streaming.max_offsets_per_trigger))
                   .load())
         self.query = (source.writeStream
-                      .foreachBatch(self.process_batch)
+                      .foreachBatch(self._foreach_batch)
                       .trigger(processingTime=streaming.trigger_interval)
                       .option("checkpointLocation", str(self.layout.query))
                       .start())
@@ -453,6 +459,9 @@ class Router:
                 time.sleep(0.1)
         self.stop()
 
+    def _foreach_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self.process_batch(batch, batch_id)
+
     def process_batch(self, batch: DataFrame, batch_id: int) -> BatchReport:
         """The ``foreachBatch`` function: steps a-d of the module docstring."""
         with self._batch_done:
@@ -492,8 +501,8 @@ class Router:
         started = time.monotonic()
         self.lease.check()  # a router whose lease was taken over routes nothing more
         sync, snapshots = self._require_open()
+        retained, committer = self._require_routing()
         attempts = [0]
-        retained = self.retained
         topic = self.config.kafka.publishes_topic
         start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
         with self._pin_lock:
@@ -562,7 +571,7 @@ class Router:
         route_done = time.monotonic()
         if publishes or gaps:
             self._retrying(batch_id, "the audit journal write",
-                           lambda: self._committer.submit(audit), attempts)
+                           lambda: committer.submit(audit), attempts)
         audited = time.monotonic()
         report = BatchReport(batch_id, publishes, deliveries, rejected, snapshot.version,
                              audited - started, snapshot.replayed,
@@ -654,7 +663,7 @@ class Router:
             raise RouterStopping(f"batch {batch_id} left for a replay: the router is "
                                  "stopping") from None
 
-    def failure_line(self, failure: object) -> str:
+    def failure_line(self, failure: BaseException) -> str:
         """One line for ``failure``: Kafka's refusal of the router's principal (the Spark
         Kafka source's included) as what to grant, else the innermost message."""
         refused = java_access_failure(self.config.kafka.client_settings, failure,
@@ -701,8 +710,9 @@ class Router:
             sync, _ = self._require_open()
             version = sync.catch_up()
             planned = last_planned_batch(self.layout)
-            if self.retained.waiting():
-                self.retained.deliver_applied(version, self._next_batch(planned))
+            retained, _ = self._require_routing()
+            if retained.waiting():
+                retained.deliver_applied(version, self._next_batch(planned))
             if not replays.unbounded():
                 return
             topic = self.config.kafka.publishes_topic
@@ -732,6 +742,11 @@ class Router:
         if self.subscription_sync is None or self._snapshots is None:
             raise RuntimeError("the router is not open: call open() or start() first")
         return self.subscription_sync, self._snapshots
+
+    def _require_routing(self) -> tuple[RetainedDeliveries, AuditCommitter]:
+        if self.retained is None or self._committer is None:
+            raise RuntimeError("the router is not open: call open() or start() first")
+        return self.retained, self._committer
 
     def _require_query(self) -> StreamingQuery:
         if self.query is None:

@@ -55,8 +55,9 @@ def changes_table(changes: Sequence[Change], version: int) -> pa.Table:
     Columnar, so that the changes of a whole changelog (millions at a
     first start) reach Delta without a Python object per cell.
     """
-    columns = dict(zip(Change._fields, zip(*changes, strict=True), strict=True))
-    for name in Change._fields:  # none at all, or a version persisted before a field existed
+    # Not strict: a version persisted before a field existed has fewer columns (or none).
+    columns = dict(zip(Change._fields, zip(*changes, strict=True), strict=False))
+    for name in Change._fields:
         columns.setdefault(name, (None,) * len(changes))
     arrays = []
     for field in _SUBSCRIPTIONS_ARROW:
