@@ -31,9 +31,9 @@ from .text import is_utf8_text
 MATCH_MODES = ("all", "any")
 
 
-def decode_header_value(value: str | bytes | None) -> str | None:
+def decode_header_value(value: str | bytes | bytearray | memoryview | None) -> str | None:
     """A header value as text, or ``None`` when absent or not valid UTF-8."""
-    if value is None or value.__class__ is str:
+    if value is None or isinstance(value, str):
         return value
     try:
         return bytes(value).decode("utf-8")

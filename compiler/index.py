@@ -136,8 +136,8 @@ class RoutingIndex:
         return Subscription(
             sub_id,
             self._exchange_names[self._filter_exchange[fslot]],
-            self._subscriber_names[self._sub_subscriber[slot]],
-            self._filter_text[fslot],
+            _live(self._subscriber_names[self._sub_subscriber[slot]]),
+            _live(self._filter_text[fslot]),
             self._criteria.get(slot),
             options=SubscriptionOptions.from_flags(self._options.get(slot, 0)),
         )
@@ -331,13 +331,13 @@ class RoutingIndex:
         fslot = self._sub_filter[slot]
         self._filter_refs[fslot] -= 1
         if not self._filter_refs[fslot]:
-            del self._filter_slot[self._filter_exchange[fslot]][self._filter_text[fslot]]
+            del self._filter_slot[self._filter_exchange[fslot]][_live(self._filter_text[fslot])]
             self._filter_text[fslot] = None
             heapq.heappush(self._free_filters, fslot)
         subscriber = self._sub_subscriber[slot]
         self._subscriber_refs[subscriber] -= 1
         if not self._subscriber_refs[subscriber]:
-            del self._subscriber_slot[self._subscriber_names[subscriber]]
+            del self._subscriber_slot[_live(self._subscriber_names[subscriber])]
             self._subscriber_names[subscriber] = None
             heapq.heappush(self._free_subscribers, subscriber)
 
@@ -346,3 +346,11 @@ def _uint_array(values: np.ndarray) -> array:
     out = array("I")
     out.frombytes(np.ascontiguousarray(values, dtype=np.uint32).tobytes())
     return out
+
+
+def _live(name: str | None) -> str:
+    """The text of a live filter or subscriber slot (a free slot's is None: reading one
+    as live is the index's bug)."""
+    if name is None:
+        raise RuntimeError("the routing index read a free slot as a live one")
+    return name

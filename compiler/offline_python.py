@@ -165,7 +165,8 @@ class _Subscriptions:
 
     def _line(self, topic: object, headers, message_id: str) -> str:
         try:
-            deliveries = self.matcher.match(EXCHANGE, topic, headers, message_id)
+            # Any JSON value: match() raises TopicError for one that is not a str.
+            deliveries = self.matcher.match(EXCHANGE, topic, headers, message_id)  # type: ignore[arg-type]
         except CompilerError as exc:
             return _error_line(topic, exc)
         ids = [sub_id for delivery in deliveries for sub_id in delivery.subscription_ids]

@@ -301,7 +301,8 @@ class _Reader:
         return column
 
     def bitmap(self, name: str) -> FrozenBitMap:
-        return FrozenBitMap.deserialize(self.sections[name])
+        # pyroaring's stub says bytes; it reads any buffer, the section's view without a copy.
+        return FrozenBitMap.deserialize(self.sections[name])  # type: ignore[arg-type]
 
     def read(self, cls: type[Snapshot]) -> Snapshot:
         h = self.header
