@@ -89,7 +89,7 @@ class AuditedMark:
 
     def metadata(self) -> dict[str, str]:
         """The commit's custom metadata carrying this mark."""
-        record = {"topic": self.topic, "router_id": self.router_id,
+        record: dict[str, object] = {"topic": self.topic, "router_id": self.router_id,
                   "ancestors": list(self.ancestors),
                   "offsets": {str(p): o for p, o in sorted(self.offsets.items())}}
         if self.snapshot_version is not None:

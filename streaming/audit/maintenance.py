@@ -184,7 +184,8 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
             break
         path = config.delta.table_path(name)
         if writer_properties is None:
-            from streaming.audit.properties import writer_properties  # pyspark's schemas: not for status
+            from streaming.audit.properties import writer_properties as default_properties  # not for status
+            writer_properties = default_properties
         props = writer_properties(name)
         table_report = _TablePass(name, path, config.audit, props, progress, stop, clock,
                                   storage).run()

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -172,6 +173,7 @@ def read(config: Config, query: AuditQuery, limit: int | None = None) -> Answer:
                                              limit))
     windows = _windows(delta, query, newest_first=limit is not None,
                        footer=lambda file: _footer(config, query.table, file))
+    batches: Iterator[pa.RecordBatch]
     if limit is None:
         batches = (batch for window in windows
                    for batch in _batches(_scan(path, delta, query, columns, output,
@@ -214,7 +216,7 @@ Window = tuple[int | None, int | None]
 
 
 def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
-             footer: Callable[[str], object] | None = None) -> list[Window]:
+             footer: Callable[[str], Any] | None = None) -> list[Window]:
     """The time windows of ``query`` over ``delta``'s files, oldest first (see :func:`read`);
     joined from the newest file back when ``newest_first`` (a ``--limit``, which reads
     from the newest window back).
@@ -264,12 +266,12 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
             groups.append([lo, hi, rows, 1])
     if newest_first:
         groups.reverse()
-    starts = []  # each window's first group, in reading order
+    starts: list[int] = []  # each window's first group, in reading order
     rows_budget, files_budget = FIRST_WINDOW_ROWS, FIRST_WINDOW_FILES
-    held_rows = held_files = None
+    held_rows = held_files = 0
     for i, (_, _, rows, count) in enumerate(groups):
-        if held_rows is None or held_rows >= rows_budget or held_files >= files_budget:
-            if held_rows is not None:
+        if not starts or held_rows >= rows_budget or held_files >= files_budget:
+            if starts:
                 rows_budget = min(WINDOW_GROWTH * rows_budget, MAX_WINDOW_ROWS)
                 files_budget = min(WINDOW_GROWTH * files_budget, MAX_WINDOW_FILES)
             starts.append(i)
@@ -290,7 +292,7 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
 _TIME_UNITS = {"milliseconds": 1_000, "microseconds": 1, "nanoseconds": 0.001}
 
 
-def _row_groups(footer: Callable[[str], object], path: str,
+def _row_groups(footer: Callable[[str], Any], path: str,
                 column: str) -> list[tuple[int, int, int]] | None:
     """(min, max in microseconds, rows) of each row group of the file at ``path`` (relative
     to the table) from its ``column`` statistics; None when they cannot be had (no such

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -166,7 +167,7 @@ def json_value(value: object) -> object:
     return value
 
 
-def _converter(kind: pa.DataType) -> Callable[[object], object]:
+def _converter(kind: pa.DataType) -> Callable[[Any], object]:
     """A function from a ``to_pylist`` value of Arrow type ``kind`` to its JSON value."""
     if pa.types.is_map(kind):
         key, item = _converter(kind.key_type), _converter(kind.item_type)

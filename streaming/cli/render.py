@@ -13,7 +13,7 @@ import json
 import struct
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # types only: a verb imports no more of the library than it calls
     import pyarrow as pa
@@ -374,8 +374,8 @@ _LIMIT_WORDS = {"max_subscriptions_per_exchange": "subscriptions",
 """How ``bitroute status`` names the use of each limit (``[limits]``): used/limit."""
 
 
-def status_lines(status: Mapping[str, object], now: datetime | None = None) -> list[str]:
-    """:func:`streaming.ops.status.router_status` as aligned ``name: value`` lines."""
+def status_lines(status: Mapping[str, Any], now: datetime | None = None) -> list[str]:
+    """:func:`streaming.ops.status.router_status` (a JSON document) as aligned ``name: value`` lines."""
     now = now or datetime.now(UTC)
     router = status["router"]
     if status.get("stopping"):
@@ -491,7 +491,7 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
     return [f"{name + ':':<{width}} {value}" for name, value in lines]
 
 
-def _lease_text(lease: Mapping[str, object]) -> str:
+def _lease_text(lease: Mapping[str, Any]) -> str:
     """The router lease of the publishes topic and warehouse (streaming.router.lease)."""
     age = lease.get("age_seconds")
     state = (f"released {lease['released_at']}" if lease.get("released_at") else
@@ -500,13 +500,13 @@ def _lease_text(lease: Mapping[str, object]) -> str:
             f"{lease.get('checkpoint_dir')}), epoch {lease.get('epoch')}, {state}")
 
 
-def _lag_text(lag: Mapping[str, object], what: str, since: str) -> str:
+def _lag_text(lag: Mapping[str, Any], what: str, since: str) -> str:
     if lag["records"] is None:
         return f"unknown (Kafka did not answer; {since})"
     return f"{lag['records']} {what} in {lag['topic']} ({since})"
 
 
-def _maintenance_text(report: Mapping[str, object] | None, now: datetime) -> str:
+def _maintenance_text(report: Mapping[str, Any] | None, now: datetime) -> str:
     if not report:
         return "no pass recorded yet"
     finished = report.get("finished_at")

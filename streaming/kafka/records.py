@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +57,10 @@ HEADER_OVERHEAD = 10
 """Upper bound of one header's framing (two varint lengths)."""
 
 
+@overload
+def header_size(name: str, value_bytes: int = 0) -> int: ...
+@overload
+def header_size(name: str, value_bytes: np.ndarray) -> np.ndarray: ...
 def header_size(name: str, value_bytes: int | np.ndarray = 0) -> int | np.ndarray:
     """The bytes header ``name`` adds to a record whose value is ``value_bytes`` long
     (its framing, its name in UTF-8, its value); vectorised over ``value_bytes``."""

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -105,9 +106,12 @@ def latest_snapshot(config: Config) -> Snapshot | None:
     files = SnapshotFiles(CheckpointLayout.of(config.streaming.checkpoint_dir))
     try:
         latest = files.latest()
-        return None if latest is None else Snapshot.from_bytes(latest.data)
     except SnapshotStoreError as exc:
         raise InspectError(str(exc)) from None
+    if latest is None:
+        return None
+    try:
+        return Snapshot.from_bytes(latest.data)
     except SnapshotFormatError as exc:
         raise InspectError(f"{files.layout.snapshot_file(latest.version)}: {exc}") from None
 
@@ -129,7 +133,7 @@ def load_state(config: Config) -> RoutingState:
         base = snapshot
         index, offsets, applied = _apply_changelog(
             config, lambda: RoutingIndex.from_snapshot(base), base.offsets)
-        if applied:
+        if applied and index is not None:  # the index is made at the first record
             snapshot = index.snapshot(base.version, offsets)
         return RoutingState(snapshot, base.version, applied, None)
     if problem is not None:
@@ -200,7 +204,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
 # --- subscriptions -----------------------------------------------------------------
 
 def subscriptions(state: RoutingState, subscriber: str | None = None, exchange: str | None = None
-                  ) -> list[dict[str, object]]:
+                  ) -> list[dict[str, Any]]:
     """The live subscriptions (of ``subscriber``, of ``exchange`` when given), sorted by
     exchange, subscriber and id; each a dict of :data:`SUBSCRIPTION_COLUMNS`."""
     t = state.snapshot.tables
@@ -241,7 +245,7 @@ def _criteria(snapshot: Snapshot) -> dict[int, HeaderCriteria]:
             for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist(), strict=True)}
 
 
-def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, object]]:
+def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, Any]]:
     """The rows of a :func:`_table`, as dicts of :data:`SUBSCRIPTION_COLUMNS`."""
     criteria = _criteria(snapshot)
     t = snapshot.tables
@@ -274,7 +278,7 @@ class Receiver:
 
     subscriber: str
     certain: bool
-    subscriptions: list[dict[str, object]]
+    subscriptions: list[dict[str, Any]]
 
 
 def explain(state: RoutingState, exchange: str, routing_key: str,
@@ -317,7 +321,7 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
     table = table.append_column("shared", pa.array(shared[t.sub_filter[slots]], pa.bool_()))
     table = table.take(pc.sort_indices(table, sort_keys=[("subscriber", "ascending"),
                                                         ("subscription_id", "ascending")]))
-    receivers: dict[str, list[dict[str, object]]] = {}
+    receivers: dict[str, list[dict[str, Any]]] = {}
     for row in _rows(snapshot, table):
         row["shared_group"] = row["filter"] if row.pop("shared") else None
         receivers.setdefault(row["subscriber"], []).append(row)
@@ -381,7 +385,7 @@ def retained_of(config: Config, state: RoutingState, exchange: str,
 
 
 def with_retained(config: Config, state: RoutingState,
-                  rows: list[dict[str, object]]) -> list[dict[str, object]]:
+                  rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` of :func:`subscriptions`, each of an MQTT exchange with ``retained``: how many
     retained messages its filter matches now, what it would receive if applied again
     (None for a ``$share/`` subscription, which receives none when applied, or when the

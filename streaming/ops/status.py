@@ -42,20 +42,22 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from streaming.config import MODE_REALTIME, Config
 from streaming.errors import BitrouteError, one_line
-from streaming.kafka.clients import access_failure
-from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.kafka.clients import access_failure, consumer as kafka_consumer
 from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
 from streaming.ops.errors import KafkaUnavailable
 from streaming.router import lock
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.limits import usage as limits_usage
 from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
+
+if TYPE_CHECKING:
+    from compiler import Snapshot
 
 KAFKA_BUDGET_S = STATUS_BUDGET_S
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
@@ -212,7 +214,7 @@ class _Local(NamedTuple):
     last: dict | None
     committed_batch: int | None
     committed: dict[str, dict[int, int]] | None
-    snapshot: object  # compiler.Snapshot | None (compiler is imported late: it is slow)
+    snapshot: Snapshot | None  # compiler is imported late (it is slow): a name for mypy only
     notes: list[str]
 
 

@@ -59,7 +59,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.audit.committer import AuditCommitter
-from streaming.audit.writer import PUBLISH_TABLES, FileBatch, PublishBatch
+from streaming.audit.writer import PUBLISH_TABLES, AuditBatch, FileBatch, PublishBatch
 from streaming.config import Config
 from streaming.kafka import clients
 from streaming.realtime.audit_batch import (
@@ -197,6 +197,7 @@ class RoutedAudit:
                          "in the audit (messages, outcome 'lost')")
         version = int(audit.snapshot_version or 0)
         if audit.publishes or audit.lost:
+            journaled: AuditBatch
             if audit.routed is not None:
                 journaled = PublishBatch(batch_id, version, routed_at, audit.routed,
                                          audit.start, audit.end)

@@ -255,10 +255,10 @@ class AuditTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         s = self.settings
-        batches = [b for b in batches if b.num_rows]
-        if not batches:
+        nonempty = [b for b in batches if b.num_rows]
+        if not nonempty:
             return
-        rows = pa.Table.from_batches(batches)
+        rows = pa.Table.from_batches(nonempty)
         audit, audited = audit_batch(rows, s.floor, lambda _: s.earliest, s.topic,
                                      s.incarnation)
         files = write_audit_files(audited, s) if audited.num_rows else []
