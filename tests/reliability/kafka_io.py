@@ -68,7 +68,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"publish-{topic}")
 
-    def start(self) -> "Publisher":
+    def start(self) -> Publisher:
         self._thread.start()
         return self
 
