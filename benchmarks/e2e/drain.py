@@ -34,6 +34,8 @@ def drain_rates(probes: list[dict], lo: float = 0.05, hi: float = 0.95) -> tuple
         if rows >= hi * total:
             last = p
             break
+    if first is None or last is None:  # rows reach hi * total by the last probe at the latest
+        raise ValueError("the probes do not cover the drain")
     span = last["end"] - first["end"]
     if span <= 0:  # the whole drain within a probe interval
         return total / last["seconds"], dels / last["seconds"]
