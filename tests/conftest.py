@@ -25,13 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
+from isolation import isolated_config as _isolated_config, isolated_settings as _isolated_settings
+from router_process import RouterProcess
 from streaming import config as bitroute_config
 from streaming.kafka.broker import EmbeddedBroker, free_port
-
-from cli_runner import run_cli
-from isolation import isolated_config as _isolated_config
-from isolation import isolated_settings as _isolated_settings
-from router_process import RouterProcess
 
 INTEGRATION_FIXTURES = frozenset({"kafka_bootstrap", "spark"})
 """A test whose fixtures include one of these needs the broker or Spark."""

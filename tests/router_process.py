@@ -23,9 +23,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from schemas.records import EXCHANGE_HEADER, message_id
-from streaming.config import Config
-
 from short_jvm import short_jvm_options
+from streaming.config import Config
 from waiting import wait_until
 
 DEADLINE_S = 600.0

@@ -9,6 +9,7 @@ from importlib import resources
 
 import bitroute_kernel
 import numpy as np
+import pyarrow as pa
 import pytest
 from bitroute_kernel import ColumnOverflowError, Kernel, KernelError, TableError
 
@@ -17,8 +18,6 @@ from compiler.columns import StringColumn, string_buffers
 from compiler.grammar import KernelGrammar
 from compiler.output import Delivery
 from compiler.tables import KernelTables
-
-import pyarrow as pa
 
 
 def _tables(**changes) -> KernelTables:

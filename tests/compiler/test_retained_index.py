@@ -4,8 +4,7 @@ word matcher, the ``$`` rule, removals, bad input. No broker."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from compiler import FilterError, TopicError, mqtt
 from compiler.reference import words_match

@@ -197,7 +197,7 @@ def test_the_audit_page_lists_each_table_s_columns_as_the_schema_has_them(table)
                   _table_rows(section, "| column | type | meaning |")]
     schema = AUDIT_TABLES[table]
     assert [name for name, _ in documented] == schema.fieldNames()
-    for (name, kind), field in zip(documented, schema.fields):
+    for (name, kind), field in zip(documented, schema.fields, strict=True):
         assert kind.split(", nullable")[0] == _TYPE_NAMES[type(field.dataType).__name__], name
         assert ("nullable" in kind) == field.nullable, name
 

@@ -53,8 +53,8 @@ def test_every_exception_streaming_raises_is_in_an_errors_module_under_the_one_r
     import pkgutil
 
     import streaming
-    from streaming.router.lock import RouterLockedError
     from streaming.router.errors import RouterLockedError as home
+    from streaming.router.lock import RouterLockedError
 
     misplaced = []
     for info in pkgutil.walk_packages(streaming.__path__, "streaming."):

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,20 +18,18 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from audit_rows import routed_rows as _routed
-from waiting import wait_until
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS
-from streaming.audit import queries as audit
-from streaming.audit import migration as audit_migration
-from streaming.audit import writer as delta_sink
+from streaming.audit import migration as audit_migration, queries as audit, writer as delta_sink
 from streaming.audit.committer import AuditCommitter, AuditStopping
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
 from streaming.cli.main import main
 from streaming.config import Config, DeltaConfig, StreamingConfig
 from streaming.router.lock import RouterLock, RouterLockedError
+from waiting import wait_until
 
 APP = "bitroute-r1-publishes"
-NOW = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 
 
 def _config(root: Path) -> Config:
@@ -56,7 +54,7 @@ def _committer(root: Path, tables: AuditTables, max_pending: int = 100) -> Audit
 def _rows(root: Path, table: str) -> Counter:
     columns = ["message_id", "subscriber"] if table == DELIVERIES else ["message_id"]
     data = DeltaTable(str(root / "delta" / table)).to_pyarrow_table(columns=columns)
-    return Counter(zip(*(data[c].to_pylist() for c in columns)))
+    return Counter(zip(*(data[c].to_pylist() for c in columns), strict=True))
 
 
 def test_a_journaled_batch_survives_a_new_process_and_reads_back_whole(tmp_path):

@@ -35,23 +35,22 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
+
 from docs_session import SPARK_TIMEOUT_S, docs_session_script
 from isolation import isolated_settings
 from router_process import RouterProcess
-from short_jvm import short_jvm_options
-from waiting import wait_until
-
 from schemas.records import EXCHANGE_HEADER, message_id
+from short_jvm import short_jvm_options
 from streaming import jvm
-from streaming.kafka import client_verbs as client
-from streaming.audit import maintenance as audit_maintenance
-from streaming.audit import queries as audit
+from streaming.audit import maintenance as audit_maintenance, queries as audit
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
+from waiting import wait_until
 
 PUBLISH_TABLES = ("messages", "deliveries")
 DEADLINE_S = 300.0  # a bound, not an expectation
@@ -242,7 +241,7 @@ def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
         user.tell("OPTIMIZE")
         optimized = user.expect("OPTIMIZED")
         user.expect("VACUUMED")
-        user_done = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        user_done = datetime.now(UTC).isoformat(timespec="milliseconds")
         # The router still commits, and its maintenance passes, after the user's commands.
         commits = {t: _router_commits(config, t) for t in PUBLISH_TABLES}
         wait_until(lambda: all(_router_commits(config, t) > commits[t] for t in commits),

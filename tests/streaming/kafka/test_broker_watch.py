@@ -7,11 +7,9 @@ import logging
 from pathlib import Path
 
 from streaming import kafka
-
+from streaming.errors import one_line
 from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.broker_watch import BrokerWatch
-from streaming.errors import one_line
-
 from waiting import wait_until
 
 

@@ -25,7 +25,6 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming.cli.main import main
-
 from waiting import wait_until
 
 DEADLINE_S = 60.0

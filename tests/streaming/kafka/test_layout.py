@@ -15,6 +15,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from isolation import isolated_config
+from kafka_io import headers_of, read_topic
 from schemas.records import (
     MESSAGE_ID_HEADER,
     OUTCOME_REJECTED,
@@ -22,16 +24,14 @@ from schemas.records import (
     ROUTING_KEY_HEADER,
     SUBSCRIPTION_IDS_HEADER,
 )
-from streaming.kafka import client_verbs as client
 from streaming.config import Config, KafkaConfig
+from streaming.kafka import client_verbs as client
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition, murmur2
 from streaming.kafka.records import HEADER_OVERHEAD
 from streaming.router.delivery import ProducerSettings
 from streaming.router.routing import RouteSettings
 from streaming.router.service import Router
-from isolation import isolated_config
-from kafka_io import headers_of, read_topic
 
 SHARED_PARTITIONS = 4
 

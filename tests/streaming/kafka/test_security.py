@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from waiting import wait_until
 from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker, make_ca
 from streaming import kafka
 from streaming.config import load
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 FAIL_WITHIN_S = 15.0

@@ -18,22 +18,21 @@ import sys
 import threading
 import time
 import urllib.error
-from contextlib import suppress
 import urllib.request
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
-from streaming.kafka import client_verbs as client
+from isolation import isolated_settings
+from router_process import RouterProcess, publish_keys
 from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress, finished_line, progress_line
 from streaming.config import Config, ConfigError, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
 from streaming.ops.exposition import CONTENT_TYPE, Metric, MetricsError, MetricsServer, Registry
 from streaming.ops.metrics import METRICS, STAGES, RouterMetrics
 from streaming.ops.query_progress import input_lag
-
-from isolation import isolated_settings
-from router_process import RouterProcess, publish_keys
 from waiting import wait_until
 
 OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"

@@ -21,9 +21,9 @@ import pytest
 from confluent_kafka import Producer
 
 from compiler import RoutingIndex
-from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
 from streaming.router.changelog import ChangelogReader, apply_record
 from streaming.router.checkpoint import CheckpointLayout
@@ -208,7 +208,8 @@ def test_status_after_the_driver_exited_says_stopping_not_running(capsys, settin
     driver = subprocess.run(
         [sys.executable, "-c", "import os, subprocess, sys; from streaming.router.lock import RouterLock; "
          f"lock = RouterLock({str(cfg.streaming.checkpoint_dir)!r}); lock.acquire(); "
-         "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+         "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, "
+         "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
          "lock.note(jvm_pid=jvm.pid); print(jvm.pid, flush=True)"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     jvm = int(driver.stdout.strip())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.cli.render import status_lines
@@ -19,7 +19,7 @@ from streaming.kafka.broker import free_port
 from streaming.ops.status import router_status
 
 OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
-NOW = datetime(2025, 1, 2, 3, 4, 9, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 2, 3, 4, 9, tzinfo=UTC)
 
 
 def _section() -> str:

@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafka_io import read_topic
 from schemas.records import (
     MESSAGE_ID_HEADER,
     REASON_HEADER,
@@ -35,12 +36,10 @@ from schemas.records import (
     SOURCE_PUBLISH,
     SUBSCRIPTION_IDS_HEADER,
 )
+from short_jvm import short_jvm_options
 from streaming import jvm
 from streaming.kafka.records import header_size, kept_headers, record_size, rejected_copy
 from streaming.realtime.jar import realtime_jar
-
-from kafka_io import read_topic
-from short_jvm import short_jvm_options
 from waiting import wait_until
 
 MAX_DELIVERY_BYTES = 4096

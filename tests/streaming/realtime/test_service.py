@@ -14,10 +14,14 @@ import uuid
 
 import pytest
 
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
-    MESSAGES,
     DELIVERIES,
+    EXCHANGE_HEADER,
+    EXPIRY_HEADER,
     MESSAGE_ID_HEADER,
+    MESSAGES,
     OUTCOME_EXPIRED,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
@@ -25,13 +29,8 @@ from schemas.records import (
     REASON_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
-    EXCHANGE_HEADER,
-    EXPIRY_HEADER,
 )
 from streaming.router.service import Router
-
-from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from waiting import wait_until
 
 DELIVERY_BOUND_S = 30

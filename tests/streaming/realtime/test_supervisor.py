@@ -15,7 +15,6 @@ from pyspark.errors import StreamingQueryException
 from streaming.realtime import supervisor as supervision
 from streaming.realtime.supervisor import JVM_GONE, QuerySupervisor
 from streaming.retry import Backoff
-
 from waiting import wait_until
 
 FAST = Backoff(base_s=0.01, cap_s=0.05, report_interval_s=30.0)

@@ -161,8 +161,8 @@ def test_read_to_end_reports_progress_from_zero_to_the_offsets_it_covers(base_co
 def test_a_slow_catch_up_prints_progress_lines_and_its_total(base_config, new_topic):
     import io
 
-    from streaming.router.changelog import ChangelogReader
     from streaming.cli.progress import CatchUpProgress
+    from streaming.router.changelog import ChangelogReader
 
     records = 2500
     config = _changelog(base_config, new_topic, records)

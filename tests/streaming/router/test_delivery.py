@@ -10,6 +10,7 @@ import json
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from arrow_batches import source_batch
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import (
     MESSAGE_ID_HEADER,
@@ -23,7 +24,6 @@ from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
 from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 from streaming.router.routing import RouteSettings, route_batch
-from arrow_batches import source_batch
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
                  (b"s\"4", "bob", "#")]

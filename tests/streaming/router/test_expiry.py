@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     EXPIRY_HEADER,
@@ -29,8 +30,6 @@ from schemas.records import (
 )
 from streaming.router.retained import retained_key
 from streaming.router.service import Router
-
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from waiting import wait_until
 
 
@@ -79,7 +78,7 @@ def _audit(config, table: str) -> list[dict]:
 def test_expired_publishes_reach_no_one_and_live_ones_carry_the_remaining_interval(
         isolated_config, spark):
     config = isolated_config(**{"streaming.replay_share": "100"})
-    before = datetime.now(timezone.utc) - timedelta(minutes=5)
+    before = datetime.now(UTC) - timedelta(minutes=5)
     _subscribe(config, "a-all", "a", "sensors/#")
     router = Router(config, spark)
     router.start()

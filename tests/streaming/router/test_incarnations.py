@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from router_runs import KAFKA_TIMEOUT_S, create_publishes, delivered_ids, publish, route_all, subscribe
-from streaming.router.checkpoint import CheckpointLayout
 from streaming.config import load as load_config
+from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.incarnations import IncarnationRecord, publishing_incarnation
 from streaming.router.service import Router
 from waiting import wait_until

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -72,7 +72,7 @@ def test_a_stale_lease_is_taken_over_with_a_warning_and_a_released_one_at_once(
     first = RouterLease(_config(tmp_path, "one"))
     first.acquire(lambda: "router-1")
     first._stop.set()  # a router that died: no more renewals
-    late = datetime.now(timezone.utc) + timedelta(seconds=31)
+    late = datetime.now(UTC) + timedelta(seconds=31)
     with caplog.at_level(logging.WARNING, logger="streaming.router.lease"):
         second = RouterLease(_config(tmp_path, "two"), clock=lambda: late)
         second.acquire(lambda: "router-2")

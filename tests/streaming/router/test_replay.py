@@ -14,13 +14,14 @@ one audit row per (message, subscriber).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from kafka_io import headers_of, read_topic
 from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_REMOVE,
@@ -33,13 +34,11 @@ from streaming.config import Config
 from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.replay import ReplayLedger, state_path
 from streaming.router.service import Router
-
-from kafka_io import headers_of, read_topic
 from waiting import wait_until
 
 
 def _text(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _subscribe(producer: Producer, config: Config, sub_id: str, subscriber: str, filter_: str,
@@ -81,7 +80,7 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
                                 "streaming.replay_chunk_publishes": "60",
                                 "streaming.replay_share": "100"})
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
-    before = datetime.now(timezone.utc) - timedelta(seconds=1)
+    before = datetime.now(UTC) - timedelta(seconds=1)
     _subscribe(producer, config, "ann-live", "ann", "o.#")
     router = Router(config, spark)
     router.start()
@@ -96,7 +95,7 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
         _subscribe(producer, config, "dee-p", "dee", "p.*", since)  # cancelled below
         # Bad records: each rejected with its reason, none replayed.
         _subscribe(producer, config, "bad-future", "eve", "o.*",
-                   _text(datetime.now(timezone.utc) + timedelta(hours=1)))
+                   _text(datetime.now(UTC) + timedelta(hours=1)))
         _subscribe(producer, config, "bad-text", "eve", "o.*", "yesterday")
         _subscribe(producer, config, "ann-live", "ann", "p.#", since)  # exists, other filter
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(120, 200)])

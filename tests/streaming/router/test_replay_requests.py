@@ -3,18 +3,18 @@ and the changelog's checks."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from compiler import RoutingIndex, Subscription
 from compiler.errors import SubscriptionError
+from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.kafka.errors import InvalidRequest
 from streaming.router.changelog import apply_record
-from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.router.replay_cli import parse_since_argument
 
-NOW = datetime(2026, 11, 26, 18, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 26, 18, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -22,9 +22,9 @@ NOW = datetime(2026, 11, 26, 18, 0, tzinfo=timezone.utc)
     ("1h30m", NOW - timedelta(minutes=90)),
     ("7d", NOW - timedelta(days=7)),
     ("90s", NOW - timedelta(seconds=90)),
-    ("2026-11-26T17:00:00Z", datetime(2026, 11, 26, 17, tzinfo=timezone.utc)),
-    ("2026-11-26T17:00:00", datetime(2026, 11, 26, 17, tzinfo=timezone.utc)),
-    ("2026-11-26T18:00:00+01:00", datetime(2026, 11, 26, 17, tzinfo=timezone.utc)),
+    ("2026-11-26T17:00:00Z", datetime(2026, 11, 26, 17, tzinfo=UTC)),
+    ("2026-11-26T17:00:00", datetime(2026, 11, 26, 17, tzinfo=UTC)),
+    ("2026-11-26T18:00:00+01:00", datetime(2026, 11, 26, 17, tzinfo=UTC)),
 ])
 def test_since_is_a_time_or_a_duration_back_from_now(text, expected):
     assert parse_since_argument(text, NOW) == expected
@@ -131,7 +131,7 @@ def test_a_request_keeps_its_options_and_one_recorded_before_them_reads_with_non
     from compiler.options import SubscriptionOptions
     from streaming.router.replay_requests import ReplayRequest, request_of
 
-    sub = Subscription("s", "mqtt", "ann", "chat/#", since=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    sub = Subscription("s", "mqtt", "ann", "chat/#", since=datetime(2026, 1, 1, tzinfo=UTC),
                        options=SubscriptionOptions(no_local=True))
     request = request_of(sub, 0, 7)
     assert ReplayRequest.from_json(request.to_json()).subscription().options.no_local

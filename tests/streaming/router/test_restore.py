@@ -21,6 +21,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
@@ -30,8 +31,6 @@ from schemas.records import (
 )
 from streaming.config import Config
 from streaming.router.service import Router
-
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 
 def _publish(config: Config, count: int, tag: str) -> list[str]:

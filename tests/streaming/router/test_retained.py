@@ -15,6 +15,8 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
@@ -28,9 +30,6 @@ from schemas.records import (
 from streaming.config import Config
 from streaming.router.retained import retained_key
 from streaming.router.service import Router
-
-from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 RETAIN = [(RETAIN_HEADER, b"true")]
 

@@ -7,13 +7,21 @@ from __future__ import annotations
 import time
 
 import pytest
+from bitroute_kernel import ColumnOverflowError, TableError
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from bitroute_kernel import ColumnOverflowError, TableError
-
+from arrow_batches import source_batch
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
+from router_runs import (
+    KAFKA_TIMEOUT_S,
+    create_publishes,
+    delivered_ids,
+    publish,
+    route_all,
+    subscribe,
+)
 from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.layout import DeliveryLayout
@@ -24,15 +32,6 @@ from streaming.router.delivery import (
     ProducerSettings,
 )
 from streaming.router.routing import RouteSettings, route_safely
-from arrow_batches import source_batch
-from router_runs import (
-    KAFKA_TIMEOUT_S,
-    create_publishes,
-    delivered_ids,
-    publish,
-    route_all,
-    subscribe,
-)
 from waiting import wait_until
 
 

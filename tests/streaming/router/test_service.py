@@ -20,6 +20,9 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from delivery_order import assert_publish_order_kept, delivery_order
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_REMOVE,
@@ -40,10 +43,6 @@ from schemas.records import (
 from streaming.config import Config
 from streaming.router.routing import ROUTED_ARROW
 from streaming.router.service import Router
-
-from delivery_order import assert_publish_order_kept, delivery_order
-from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 # --- helpers -----------------------------------------------------------------------
 
@@ -111,7 +110,7 @@ def table(config: Config, name: str) -> list:
     row = namedtuple(f"{name}_row", arrow.column_names)
     columns = [[v if v is None or not pa.types.is_map(column.type) else dict(v)
                 for v in column.to_pylist()] for column in arrow.columns]
-    return [row(*values) for values in zip(*columns)]
+    return [row(*values) for values in zip(*columns, strict=True)]
 
 
 def rows_for(config: Config, name: str, column: str, values) -> list:
