@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -75,7 +75,7 @@ def _unit_tests_start_no_broker_or_spark(request: pytest.FixtureRequest,
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> str:
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("BITROUTE_KAFKA_BOOTSTRAP")
     if external:
         yield external

@@ -63,7 +63,7 @@ def micro_batch(matcher: Matcher, default_exchange: str, publishes: list[tuple[b
     entries = deliveries.flatten()
     ids_json = subscription_ids_json(entries.flatten()[1]).to_pylist() if len(entries) else []
     regrouped = pa.ListArray.from_arrays(deliveries.offsets, pa.array(ids_json, pa.string()))
-    out = []
+    out: list[tuple] = []
     for (key, _), exchange, reason, row, headers_json in zip(
             publishes, columns.exchanges, reasons, deliveries.to_pylist(), regrouped.to_pylist(), strict=True):
         # As the audit shows a routing key (streaming.kafka.records.text).
