@@ -22,7 +22,7 @@ from compiler.tables import KernelTables
 
 def _tables(**changes) -> KernelTables:
     """Two subscriptions of one subscriber on filters ``a.*`` and ``$share/g/x`` (MQTT-style prefix given)."""
-    names = ["alice"]
+    names: list[str | None] = ["alice"]
     tables = KernelTables(
         delivery_type=Delivery,
         names=names,
@@ -103,6 +103,6 @@ def test_the_stub_ships_with_the_module_and_names_every_public_name():
     declared = {node.name for node in stub.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
     public = {name for name in dir(bitroute_kernel) if not name.startswith("_") and name != "bitroute_kernel"}
     assert public <= declared, public - declared
-    kernel_methods = {node.name for node in next(n for n in stub.body if getattr(n, "name", "") == "Kernel").body
-                      if isinstance(node, ast.FunctionDef)}
+    kernel = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "Kernel")
+    kernel_methods = {node.name for node in kernel.body if isinstance(node, ast.FunctionDef)}
     assert {name for name in dir(Kernel) if not name.startswith("_")} <= kernel_methods

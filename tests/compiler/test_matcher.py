@@ -75,7 +75,7 @@ def _shared_subs():
 
 def test_shared_group_delivers_each_message_to_exactly_one_member(routing):
     r = routing(_shared_subs())
-    chosen = Counter()
+    chosen: Counter[str] = Counter()
     for n in range(400):
         deliveries = r.matcher.match("mq", "jobs/42", message_id=f"jobs/0/{n}")
         assert deliveries == r.reference.match("mq", "jobs/42", message_id=f"jobs/0/{n}")
@@ -182,7 +182,7 @@ def test_match_columns_equals_match_row_by_row_including_shared_choices():
         Subscription("a", "amq", "member2", "x.#"),
     ]
     matcher = _matcher(subs)
-    rows = [(f"jobs/0/{n}", "mq", b"jobs/7", [("k", b"v")] if n % 3 else None) for n in range(30)]
+    rows: list[tuple] = [(f"jobs/0/{n}", "mq", b"jobs/7", [("k", b"v")] if n % 3 else None) for n in range(30)]
     rows += [(f"x/0/{n}", "amq", "x.y", None) for n in range(3)] + [("u", "mq", b"none", None)]
     deliveries, _ = _match_rows(matcher, rows)
     for (mid, exchange, key, headers), got in zip(rows, deliveries, strict=True):

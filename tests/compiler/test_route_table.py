@@ -223,7 +223,7 @@ def test_no_local_in_a_single_match_as_explain_asks():
 # --- Message expiry: RouteTable.route_at against plan_batch -----------------------------
 
 PUBLISHED_MS = 1_735_689_600_000  # arrow_batches.source_batch's timestamp, 2025-01-01 UTC
-EXPIRY_PUBLISHES = [
+EXPIRY_PUBLISHES: list[tuple[bytes | None, list[tuple[str, bytes | None]]]] = [
     (b"orders.eu.paid", [("expiry", b"5")]),
     (b"nothing", [("expiry", b"5")]),
     (b"orders.eu.paid", [("expiry", b"0")]),
