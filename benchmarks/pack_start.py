@@ -48,7 +48,7 @@ from streaming.kafka.broker import free_port
 
 
 def _imports(batches):
-    for module in ("pandas", "bitroute_kernel", "streaming.router.routing", "streaming.router.delivery"):
+    for module in ("pandas", "bitroute_kernel", "streaming.router.batch.routing", "streaming.router.batch.delivery"):
         importlib.import_module(module)
     yield from batches
 
@@ -138,7 +138,7 @@ def _executor_phases(root: Path) -> str:
 
 
 def _first_task(root: Path, baseline: bool) -> tuple[float, float]:
-    from streaming.router.session import spark_session
+    from streaming.session import spark_session
 
     env = dict(os.environ) if baseline else _bare_environment()
     with _cluster(root, env) as master:

@@ -39,7 +39,7 @@ import psutil
 
 from schemas.records import MESSAGE_ID_HEADER, message_id
 from streaming.process import pid_alive
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 from tests.reliability import fuzz as fuzzing
 from tests.reliability.faulty_router import POINTS, arm
 from tests.reliability.kafka_io import (
@@ -809,7 +809,7 @@ def retention_gap(folder: Path, o: Options) -> Result:
 
 # --- deleted delivery topic (issue 30) --------------------------------------------------------
 RECREATED_LINE = "did not exist (deleted while subscriptions feed it): created it again"
-"""What the router logs once when it recreates a delivery topic (router/routing.py)."""
+"""What the router logs once when it recreates a delivery topic (router/batch/routing.py)."""
 TOPIC_PARTITIONS = 2
 WARM_UP = 500
 """Publishes routed before the paced ones of the deleted-topic case."""

@@ -64,8 +64,8 @@ def _install(faults: Path) -> None:
 
     from streaming.audit.committer import AuditCommitter
     from streaming.audit.writer import AuditTables
-    from streaming.router.changelog import ChangelogReader
-    from streaming.router.snapshots import SnapshotStore
+    from streaming.router.subscriptions.changelog import ChangelogReader
+    from streaming.router.subscriptions.snapshots import SnapshotStore
 
     armed = faults / ARMED
 

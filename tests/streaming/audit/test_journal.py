@@ -25,7 +25,7 @@ from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
 from streaming.cli.main import main
 from streaming.config import Config, DeltaConfig, StreamingConfig
-from streaming.router.lock import RouterLock, RouterLockedError
+from streaming.state.lock import RouterLock, RouterLockedError
 from waiting import wait_until
 
 APP = "bitroute-r1-publishes"

@@ -31,7 +31,7 @@ from streaming.audit.storage import StorageError, check_commit_safety, storage_o
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
-from streaming.router import lease as router_lease
+from streaming.state import lease as router_lease
 from waiting import wait_until
 
 READY = re.compile(r"Ctrl-C stops after the current batch")

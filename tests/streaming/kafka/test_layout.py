@@ -29,8 +29,8 @@ from streaming.kafka import client_verbs as client
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition, murmur2
 from streaming.kafka.records import HEADER_OVERHEAD
-from streaming.router.delivery import ProducerSettings
-from streaming.router.routing import RouteSettings
+from streaming.router.batch.delivery import ProducerSettings
+from streaming.router.batch.routing import RouteSettings
 from streaming.router.service import Router
 
 SHARED_PARTITIONS = 4

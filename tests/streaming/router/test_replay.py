@@ -31,9 +31,9 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming.config import Config
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.replay import ReplayLedger, state_path
+from streaming.router.replay.replay import ReplayLedger, state_path
 from streaming.router.service import Router
+from streaming.state.checkpoint import CheckpointLayout
 from waiting import wait_until
 
 

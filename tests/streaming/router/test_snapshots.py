@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from compiler import RoutingIndex, Snapshot, Subscription
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.snapshots import (
+from streaming.router.subscriptions.snapshots import (
     PINS_KEPT,
     BatchSnapshots,
     SnapshotFiles,
@@ -18,6 +17,7 @@ from streaming.router.snapshots import (
     SnapshotStoreError,
     SnapshotVersion,
 )
+from streaming.state.checkpoint import CheckpointLayout
 
 
 def _layout(tmp_path: Path) -> CheckpointLayout:

@@ -53,8 +53,8 @@ from streaming.kafka import clients
 from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
-from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.errors import PublishesTopicRecreated
+from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 
