@@ -42,7 +42,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -63,7 +63,7 @@ KAFKA_BUDGET_S = STATUS_BUDGET_S
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
 
 
-def router_status(config: Config) -> dict[str, object]:
+def router_status(config: Config) -> dict[str, Any]:
     """The status as one JSON-ready dict (see the module docstring; ``None`` = unknown).
 
     Keys: ``mode`` (``streaming.mode``), ``running``, ``stopping`` (the lock is held but its driver exited: the

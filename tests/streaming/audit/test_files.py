@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -48,7 +49,7 @@ def _settings(config: Config, batch_id: int) -> RouteSettings:
         audit=TaskAudit(config.delta, batch_id, NOW, frozenset({MESSAGES, DELIVERIES})))
 
 
-def _task(config: Config, batch_id: int, **shape: int) -> FileBatch:
+def _task(config: Config, batch_id: int, **shape: Any) -> FileBatch:
     """What one task attempt of batch ``batch_id`` returns, as the driver journals it."""
     row = write_task_audit(_routed(batch_id, **shape), _settings(config, batch_id))
     files = pa.Table.from_struct_array(row.column("files").flatten())

@@ -29,6 +29,7 @@ from deltalake import DeltaTable
 from streaming.audit import queries as audit
 from streaming.audit.maintenance import (
     BackgroundMaintenance,
+    MaintenanceReport,
     maintain,
     read_report,
     small_files_by_partition,
@@ -57,7 +58,7 @@ def _files_older_than(folder: Path, seconds: float):
 
 
 def _config(tmp_path: Path, **audit_keys: object):
-    overrides = {"delta.warehouse": str(tmp_path / "delta"),
+    overrides: dict[str, object] = {"delta.warehouse": str(tmp_path / "delta"),
                  "streaming.checkpoint_dir": str(tmp_path / "checkpoints")}
     overrides.update({f"audit.{k}": v for k, v in audit_keys.items()})
     return load(overrides=overrides, environ={})
@@ -136,7 +137,8 @@ def test_a_pass_bounds_the_files_of_a_table_of_many_small_appends(tmp_path, tabl
     assert len(small.get((), [])) < m
     _exact(config, 60)
     assert ("deliveries", "compact", "start") in progress
-    assert read_report(config)["tables"][0]["table"] == "deliveries"
+    saved = read_report(config)
+    assert saved is not None and saved["tables"][0]["table"] == "deliveries"
 
     again = maintain(config)  # nothing left to do: no compaction, no new checkpoint
     assert again.ok and all(t.files_compacted == 0 for t in again.tables)
@@ -164,7 +166,7 @@ def test_expired_log_cleanup_keeps_the_log_within_its_bound(tmp_path, tables):
     # Left: the pass's property commit (younger than the retention), the
     # checkpoint, _last_checkpoint: every older commit is gone.
     entries = sorted(os.listdir(log))
-    assert t.log_entries_removed >= 40
+    assert t.log_entries_removed is not None and t.log_entries_removed >= 40
     assert len(entries) <= 4, entries
     assert t.log_entries == len(entries)
     _append(sink, range(40, 45))
@@ -243,7 +245,7 @@ def test_background_maintenance_reports_a_failure_once_and_stops_fast(tmp_path, 
     (Path(config.delta.table_path("messages")) / "_delta_log" / "00000000000000000000.json"
      ).write_text("not json\n")  # a broken table: every pass fails on it
     background = BackgroundMaintenance(config)
-    reports = []
+    reports: list[MaintenanceReport] = []
     background.listeners.append(reports.append)
     background.start()
     wait_until(lambda: len(reports) >= 2, timeout=120)
@@ -256,7 +258,8 @@ def test_background_maintenance_reports_a_failure_once_and_stops_fast(tmp_path, 
     assert all("messages" in line for line in failures), failures
     assert reports and not reports[-1].ok
     assert [t.table for t in reports[-1].tables] == ["deliveries", "messages", "subscriptions"]
-    assert read_report(config)["error"].startswith("messages")
+    saved = read_report(config)
+    assert saved is not None and saved["error"].startswith("messages")
 
 
 def test_the_verb_runs_a_pass_with_progress_and_json(tmp_path, tables):
@@ -309,7 +312,7 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
                                 str(config.streaming.checkpoint_dir)],
                                stdout=subprocess.PIPE, text=True)
     try:
-        for line in process.stdout:
+        for line in process.stdout or ():
             if line.startswith(f"deliveries {step} start"):
                 # Not a wait for an event: the fault's moment, 50 ms into delta-rs's call.
                 time.sleep(0.05)

@@ -136,12 +136,14 @@ class UserSpark:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.process.stdout:
+        for line in self.process.stdout or ():  # a PIPE
             self.lines.put(line.rstrip("\n"))
 
     def tell(self, tag: str) -> None:
-        self.process.stdin.write(tag + "\n")
-        self.process.stdin.flush()
+        stdin = self.process.stdin
+        assert stdin is not None  # a PIPE
+        stdin.write(tag + "\n")
+        stdin.flush()
 
     def expect(self, tag: str, timeout: float = SPARK_TIMEOUT_S):
         def tagged() -> list | None:
@@ -287,7 +289,7 @@ def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
     compacting = load(overrides={**settings, "audit.compact_min_files": "2"}, environ={})
     report = audit_maintenance.maintain(compacting, tables=PUBLISH_TABLES)
     assert report.ok, report.error
-    assert all(t.files_compacted >= 2 for t in report.tables), report.lines()
+    assert all(t.files_compacted >= 2 for t in report.tables), report.to_json()
     _assert_exact(config, sent, before)
 
 

@@ -44,7 +44,7 @@ def _iso(minutes: int) -> str:
 # deliveries: m1 -> alice, bob; m2 -> alice. messages: m1, m2 routed, m10 rejected
 # (written before m2, routed at the same time: its place comes from its offset).
 # subscriptions: the first commit adds a1, b1, b2; the second removes b1 and rejects x.
-COMMITS = {
+COMMITS: dict[str, list[list[tuple]]] = {
     "deliveries": [[
         ("p/0/1", "alice", ["a1"], "amq.topic", "a.b", "dlv.alice", 2, 0, _at(0), _at(1)),
         ("p/0/1", "bob", ["b1", "b2"], "amq.topic", "a.b", "dlv.bob", 2, 0, _at(0), _at(1)),

@@ -221,7 +221,7 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
         second = cli("run", settings=other, timeout=300)
         assert second.returncode == 1, second.stderr[-2000:]
         refusal = second.stderr.strip().splitlines()[-1]
-        holder = router_lease.read(config)
+        holder = _lease_record(config)
         assert refusal.startswith(
             f"bitroute: error: cannot start the router: another router routes "
             f"{settings['kafka.publishes_topic']} into {settings['delta.warehouse']}: router "
@@ -246,20 +246,22 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
     # host): the same router id carries on at once and routes what was published meanwhile.
     moved = tmp_path / "moved"
     shutil.move(settings["streaming.checkpoint_dir"], moved)
-    record = router_lease.read(config)
+    record = _lease_record(config)
     blob = router_lease._blob(config)
-    data, tag = blob.read()
+    read = blob.read()
+    assert read is not None
+    data, tag = read
     blob.replace(json.dumps({**record, "host": "old-host"}).encode(), tag)
     client.publish(config, "amq.topic", "orders.asia.paid", b"3")
     again = RouterProcess({**settings, "streaming.checkpoint_dir": str(moved)}, tmp_path / "moved.log")
     try:
         again.wait_for(READY)
         wait_until(lambda: len(_rows(settings, "deliveries")) == 3, "3 audit rows", 120)
-        record = router_lease.read(config)
+        record = _lease_record(config)
         assert (record["host"], record["checkpoint_dir"], record["epoch"]) == (holder["host"], str(moved), 2)
     finally:
         assert again.terminate() == 0
-    assert router_lease.read(config)["released_at"] is not None
+    assert _lease_record(config)["released_at"] is not None
     routed = sorted(r["routing_key"] for r in _rows(settings, "deliveries"))
     assert routed == ["orders.asia.paid", "orders.eu.paid", "orders.us.paid"]
 
@@ -304,3 +306,10 @@ def test_bitroute_sql_reads_an_s3_warehouse_through_s3a_and_refuses_to_write_it(
         )
     ), refused.stderr[-2000:]
     assert DeltaTable(uri, storage_options=storage_options(config.delta)).version() == 0
+
+
+def _lease_record(config) -> dict:
+    """The lease's record as stored (there is one)."""
+    record = router_lease.read(config)
+    assert record is not None, "no lease record"
+    return record
