@@ -3,6 +3,7 @@ that need no Spark."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -10,7 +11,7 @@ import pyarrow as pa
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
-def source_batch(rows: list[tuple[bytes | None, bytes | None, list]]) -> pa.RecordBatch:
+def source_batch(rows: Sequence[tuple[bytes | None, bytes | None, Sequence]]) -> pa.RecordBatch:
     """A batch shaped like the Spark Kafka source's rows (topic p, partition 0): each row
     is (key, value, [(header name, header value), ...])."""
     n = len(rows)

@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 from schemas.records import EXCHANGE_HEADER, message_id
 from short_jvm import short_jvm_options
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 from waiting import wait_until
 
 DEADLINE_S = 600.0
@@ -119,7 +120,7 @@ def publish_keys(config: Config, keys: list[tuple[str, str]]) -> list[str]:
     def acked_as(position: int):
         def acked(err, record) -> None:
             assert err is None, err
-            ids[position] = message_id(record.topic(), record.partition(), record.offset())
+            ids[position] = message_id(*record_position(record))
         return acked
 
     for position, (exchange, key) in enumerate(keys):

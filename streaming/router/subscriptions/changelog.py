@@ -210,7 +210,7 @@ class ChangelogReader:
             ends[partition] = high
         return ends
 
-    def read_to_end(self, offsets: Mapping[int, int], apply: Callable[[Message], None],
+    def read_to_end(self, offsets: Mapping[int, int], apply: Callable[[Message], object],
                     timeout: float = CATCH_UP_TIMEOUT_S,
                     progress: Callable[[int, int], None] | None = None) -> dict[int, int]:
         """Call ``apply`` on each record from ``offsets`` (partition -> next offset;

@@ -50,6 +50,7 @@ from streaming import jvm
 from streaming.audit import maintenance as audit_maintenance, queries as audit
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
+from streaming.kafka.clients import record_position
 from waiting import wait_until
 
 PUBLISH_TABLES = ("messages", "deliveries")
@@ -196,7 +197,7 @@ class Publisher:
     def _acked(self, exchange: str, key: str):
         def acked(err, record) -> None:
             assert err is None, err
-            self.sent[message_id(record.topic(), record.partition(), record.offset())] = \
+            self.sent[message_id(*record_position(record))] = \
                 (exchange, key)
         return acked
 

@@ -30,8 +30,8 @@ from deltalake import DeltaTable
 import s3_server
 from delivery_order import assert_publish_order_kept, delivery_order
 from isolation import isolated_settings
+from kafka_io import message_id_of
 from router_process import DEADLINE_S, RouterProcess, publish_keys
-from schemas.records import MESSAGE_ID_HEADER
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
@@ -51,7 +51,7 @@ def _delivered(config: Config, subscriber: str, expected: set[str],
     def all_arrived() -> bool:
         for record in consumer.consume(500, timeout=1.0):
             if record.error() is None:
-                seen[dict(record.headers())[MESSAGE_ID_HEADER].decode()] += 1
+                seen[message_id_of(record)] += 1
         return expected <= set(seen)
 
     try:
@@ -89,7 +89,8 @@ def test_bitroute_run_routes_prints_progress_and_stops_cleanly_on_sigterm(
     assert all(line.startswith(("bitroute: ", "batch ")) for line in router.seen), router.seen
     # The batch outlasted the 100 ms trigger (the first one loads the matcher), for which
     # Spark logs "Current batch is falling behind": silenced (conf/spark-log4j2.properties).
-    assert float(re.search(r", ([0-9.]+)s \(", progress).group(1)) > 0.1, progress
+    took = re.search(r", ([0-9.]+)s \(", progress)
+    assert took is not None and float(took.group(1)) > 0.1, progress
     assert "falling behind" not in (tmp_path / "router.log").read_text()
 
 

@@ -284,6 +284,7 @@ def test_tail_starts_from_now_by_default(topics):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # The consumer's assignment is made when it announces itself on stderr.
+        assert process.stderr is not None  # a PIPE
         lines = iter(process.stderr.readline, "")
         assert any("bitroute: tailing" in line for line in lines)
         _deliver(topics, "gina", [("pubs/0/2", b"new", b"new", [], ["s"], 2)])
@@ -304,6 +305,7 @@ def test_tail_right_after_subscribe_reads_the_delivery_within_seconds(topics):
          "--json", "--timeout", str(DEADLINE_S), *_flags(topics)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert process.stderr is not None  # a PIPE
         lines = iter(process.stderr.readline, "")
         assert any("bitroute: tailing" in line for line in lines)
         _deliver(topics, "hana", [("pubs/0/0", b"a.b", b"routed", [], ["s"], 1)])

@@ -92,6 +92,7 @@ def test_a_message_id_is_built_alike_from_values_and_columns_and_parses_back(rec
     assert [(p["topic"], int(p["partition"]), int(p["offset"])) for p in parsed] == records
     for text, record in zip(ids.to_pylist(), records, strict=True):
         match = re.match(MESSAGE_ID_PATTERN, text)
+        assert match is not None, text
         assert (match["topic"], int(match["partition"]), int(match["offset"])) == record
 
 
@@ -103,5 +104,6 @@ def test_a_recreated_topics_message_ids_carry_its_incarnation_and_parse_back():
     assert ids.to_pylist() == ["t.p~2/0/5", "t.p~2/3/0"] == [message_id("t.p", 0, 5, 2),
                                                            message_id("t.p", 3, 0, 2)]
     assert message_id("t.p", 0, 5, 0) == "t.p/0/5"
-    assert re.match(MESSAGE_ID_PATTERN, "t.p~2/3/0").group("topic", "partition") == ("t.p~2", "3")
+    match = re.match(MESSAGE_ID_PATTERN, "t.p~2/3/0")
+    assert match is not None and match.group("topic", "partition") == ("t.p~2", "3")
     assert "t.p/9/9" < "t.p~1/0/0"

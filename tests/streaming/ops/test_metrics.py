@@ -435,9 +435,9 @@ def test_a_running_router_serves_every_documented_metric_with_its_counts(
                  + [("mqtt", "door/front")] * 3 + [("nope", "orders.x")])
 
         def routed(s: dict) -> bool:
-            return (s["bitroute_publishes_total"][()] >= 9
-                    and s.get("bitroute_input_lag_records")
-                    and s.get("bitroute_query_duration_seconds"))
+            return bool(s["bitroute_publishes_total"][()] >= 9
+                        and s.get("bitroute_input_lag_records")
+                        and s.get("bitroute_query_duration_seconds"))
 
         text, samples = _scrape_until(router, port, routed, "9 publishes and a progress event")
     finally:

@@ -25,6 +25,7 @@ from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
+from streaming.kafka.clients import record_position
 from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
 from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
 from streaming.state.checkpoint import CheckpointLayout
@@ -63,12 +64,13 @@ def router_lock(cfg: Config):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)})
         children.append(child)
-        assert child.stdout.readline() == "locked\n"
+        assert child.stdout is not None and child.stdout.readline() == "locked\n"
         return child
 
     yield hold
     for child in children:
-        child.stdin.close()
+        if child.stdin is not None:  # a PIPE
+            child.stdin.close()
         child.wait(timeout=30)
 
 
@@ -110,7 +112,7 @@ def _persist_snapshot(cfg: Config, version: int) -> None:
     reader = ChangelogReader(cfg)
     try:
         offsets = reader.read_to_end({}, lambda m: apply_record(
-            index, m.key(), m.value(), m.partition(), m.offset(), None, 0))
+            index, m.key(), m.value(), *record_position(m)[1:], None, 0))
     finally:
         reader.close()
     SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir)).save(

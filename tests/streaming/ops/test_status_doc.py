@@ -30,7 +30,9 @@ def _section() -> str:
 def _documented_json_keys() -> list[str]:
     """The backticked names outside parentheses in the paragraph "The JSON object has the keys"."""
     section = _section() + "\n\n"
-    start = re.search(r"The JSON\s+object has the keys", section).start()
+    found = re.search(r"The JSON\s+object has the keys", section)
+    assert found is not None, "the paragraph of the JSON keys"
+    start = found.start()
     paragraph = section[start:section.index("\n\n", start)]
     keys, depth, in_code, token = [], 0, False, ""
     for char in paragraph:

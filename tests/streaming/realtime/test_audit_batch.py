@@ -112,6 +112,7 @@ def test_the_task_writes_the_files_and_returns_one_row(tmp_path, isolated_config
     assert (audit.publishes, audit.deliveries, audit.repeats) == (2, 6, 2)
     assert audit.seen_end == {0: 10} and audit.start == {0: 5} and audit.end == {0: 10}
     assert [(g.first_offset, g.end_offset) for g in audit.lost] == [(5, 8)]
+    assert audit.files is not None
     files = audit.files.to_pylist()
     assert {f["table"] for f in files} == {"messages", "deliveries"}
     assert {f["table"]: f["records"] for f in files} == {"messages": 3, "deliveries": 6}

@@ -28,6 +28,7 @@ from schemas.records import (
     RETAINED_HEADER,
     message_id,
 )
+from streaming.kafka.clients import record_position
 from streaming.router.retained import retained_key
 from streaming.router.service import Router
 from waiting import wait_until
@@ -43,7 +44,7 @@ def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]
     assert error is None, error
-    return message_id(record.topic(), record.partition(), record.offset())
+    return message_id(*record_position(record))
 
 
 def _publish(config, topic: str, expiry: bytes | None = None, ago_s: float = 0,

@@ -84,10 +84,12 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
     _subscribe(producer, config, "ann-live", "ann", "o.#")
     router = Router(config, spark)
     router.start()
+    replays = router.replays
+    assert replays is not None
     try:
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(120)])
         router.process_all_available()
-        router.replays.pause.set()  # the cancelled replay must not start before its removal
+        replays.pause.set()  # the cancelled replay must not start before its removal
         since = _text(before)
         _subscribe(producer, config, "ann-again", "ann", "o.*", since)  # had them all live
         _subscribe(producer, config, "bob-o", "bob", "o.*", since)
@@ -108,7 +110,7 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
         assert {r.request.subscription_id for r in ledger.replays} == {
             "ann-again", "bob-o", "cy-p"}
         assert all(r.boundary is not None for r in ledger.replays)
-        router.replays.pause.clear()
+        replays.pause.clear()
         # Live publishes go on while the replays run.
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(202, 260)])
         router.process_all_available()

@@ -30,6 +30,7 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 from streaming.router.service import Router
 
 
@@ -41,7 +42,7 @@ def _publish(config: Config, count: int, tag: str) -> list[str]:
         producer.produce(config.kafka.publishes_topic, b"x", f"r.{tag}.{i}".encode(),
                          headers=[(EXCHANGE_HEADER, b"amq.topic")],
                          on_delivery=lambda err, m: acked.append(
-                             message_id(m.topic(), m.partition(), m.offset())))
+                             message_id(*record_position(m))))
     assert producer.flush(KAFKA_TIMEOUT_S) == 0 and len(acked) == count
     return acked
 
@@ -62,7 +63,7 @@ def _retain(config: Config, topic: str) -> str:
     producer.produce(config.kafka.publishes_topic, b"21.5", topic.encode(),
                      headers=[(EXCHANGE_HEADER, b"mqtt"), (RETAIN_HEADER, RETAIN_TRUE.encode())],
                      on_delivery=lambda err, m: acked.append(
-                         message_id(m.topic(), m.partition(), m.offset())))
+                         message_id(*record_position(m))))
     assert producer.flush(KAFKA_TIMEOUT_S) == 0 and len(acked) == 1
     return acked[0]
 
