@@ -132,12 +132,13 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
 
     source = spark.range(0, 10, numPartitions=2)
     assert len(source.toArrow().to_batches()) == 2
-    # route: a stand-in for RoutePartitions (a mapInArrow function of batches).
+    # route: a stand-in for RoutePartitions (a mapInArrow function of batches); rows through Spark.
     routed = Router._route_in_driver(lambda: None, source, route)  # type: ignore[arg-type]
     assert calls == [10]
     assert routed.schema == ROUTED_ARROW and routed.num_rows == 0
     # Rows read from Kafka by the driver (streaming.router.batch.batch_rows) are one batch: no job.
     calls.clear()
+    # The stand-in again, and no DataFrame: the rows are the driver's.
     Router._route_in_driver(lambda: pa.RecordBatch.from_pylist([{"id": 1}] * 3), None, route)  # type: ignore[arg-type]
     assert calls == [3]
 
