@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError
 
@@ -21,6 +22,9 @@ from streaming import kafka
 from streaming.kafka.errors import OUTAGE_ERRORS
 from streaming.kafka.settings import ClientSettings
 from streaming.worker import Worker
+
+if TYPE_CHECKING:
+    from streaming.kafka.clients import BitrouteAdmin
 
 _log = logging.getLogger(__name__)
 
@@ -43,7 +47,8 @@ class BrokerWatch:
         self._recovered_at = float("-inf")
         self._failures = 0
         self._stopped = threading.Event()
-        self._admin = None
+        self._admin: BitrouteAdmin | None = None
+        """The prober's admin client (one per outage)."""
         self._prober = Worker("broker-watch", self._probe, what=f"probing Kafka at {self.bootstrap}",
                               log=_log)
         """Probes the cluster while it is unreachable, once per outage (:mod:`streaming.worker`)."""
@@ -83,8 +88,8 @@ class BrokerWatch:
         if self._stopped.is_set():
             return None
         try:
-            self._admin = self._admin or kafka.admin(self.settings)
-            self._admin.list_topics(timeout=PROBE_INTERVAL_S)
+            admin = self._admin = self._admin or kafka.admin(self.settings)
+            admin.list_topics(timeout=PROBE_INTERVAL_S)
         except Exception:  # noqa: BLE001 - not back yet
             return PROBE_INTERVAL_S
         if self._stopped.is_set():
@@ -93,6 +98,6 @@ class BrokerWatch:
             since, failures = self._down_since, self._failures
             self._down_since, self._failures = None, 0
             self._recovered_at = time.monotonic()
-        _log.info(f"Kafka at {self.bootstrap} answers again after "
-                  f"{time.monotonic() - since:.1f}s ({failures} failed connection attempts)")
+        down = f"{time.monotonic() - since:.1f}s" if since is not None else "an outage"
+        _log.info(f"Kafka at {self.bootstrap} answers again after {down} ({failures} failed connection attempts)")
         return None

@@ -77,8 +77,3 @@ class BatchFeature:
 
     def close(self) -> None:
         """Release what the feature holds (the router stops, or reopens its state)."""
-
-    def stop(self, reason: StopReason, error: BaseException) -> BaseException:
-        """Record ``reason`` and return ``error`` for the step to raise."""
-        self.stop_reason = reason
-        return error

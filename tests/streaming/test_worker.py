@@ -15,8 +15,12 @@ FAST = Backoff(base_s=0.01, cap_s=0.02, report_interval_s=60)
 
 def test_turns_run_in_a_named_thread_until_stopped_and_a_stop_ends_a_long_wait():
     turns = []
-    worker = Worker("test-turns", lambda: turns.append(threading.current_thread().name) or 3600.0,
-                    what="the turns", log=LOG)
+
+    def turn() -> float:
+        turns.append(threading.current_thread().name)
+        return 3600.0
+
+    worker = Worker("test-turns", turn, what="the turns", log=LOG)
     worker.start()
     worker.start()  # running: nothing more
     wait_until(lambda: turns, timeout=10, what="the first turn")

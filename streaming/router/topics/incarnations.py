@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException
 
@@ -53,9 +53,9 @@ from streaming.kafka import clients
 from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import PublishesTopicRecreated
 from streaming.router.feature import STOP_RECREATED, BatchFeature, BatchStep, StopReason
+from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class IncarnationRecord:
             if number < len(known) and known[number]["topic_id"] == kafka_topic_id:
                 return number
             known.append({"topic_id": kafka_topic_id, "number": number,
-                          "first_seen": datetime.now(timezone.utc).isoformat(
+                          "first_seen": datetime.now(UTC).isoformat(
                               timespec="milliseconds")})
             data = (json.dumps({"topic": self.topic, "incarnations": known}, indent=1)
                     + "\n").encode()
@@ -215,4 +215,5 @@ class IncarnationFeature(BatchFeature):
                                                  lambda: self.watch.check(batch.batch_id))
         except PublishesTopicRecreated as exc:
             _log.warning(str(exc))
-            raise self.stop(StopReason(STOP_RECREATED, str(exc)), exc)
+            self.stop_reason = StopReason(STOP_RECREATED, str(exc))
+            raise

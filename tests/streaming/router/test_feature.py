@@ -35,8 +35,8 @@ class _Missing(BatchFeature):
 
 class _Stopping(BatchFeature):
     def step(self, batch: BatchStep) -> None:
-        raise self.stop(StopReason(STOP_RETENTION_GAP, f"batch {batch.batch_id}: gone"),
-                        RetentionGapError("gone"))
+        self.stop_reason = StopReason(STOP_RETENTION_GAP, f"batch {batch.batch_id}: gone")
+        raise RetentionGapError("gone")
 
 
 def _run(features: list[BatchFeature], batch_id: int = 7) -> tuple[BatchStep, list[str]]:
