@@ -3,8 +3,7 @@ the router of ``streaming.mode = "realtime"`` delivers with the micro-batch cont
 keeps happens-before, rejects bad input with its reason, and audits each publish and
 each (message, subscriber) exactly once.
 
-One router serves the module (its publishes topic has one partition: Real-Time Mode
-holds a slot per partition, and the session's local[2] keeps the other for the audit).
+One router serves the module (the ``router`` fixture of this folder's conftest.py).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from schemas.records import (
 )
 from streaming.router.service import Router
 
-from isolation import isolated_config
 from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from waiting import wait_until
 
@@ -39,21 +37,6 @@ DELIVERY_BOUND_S = 30
 AUDIT_BOUND_S = 60
 """The longest a publish's audit rows may take here: a checkpoint interval (5 s), a
 commit interval, and Spark's first jobs on a busy 2-core machine."""
-
-
-@pytest.fixture(scope="module")
-def router(spark, base_config, tmp_path_factory):
-    config = isolated_config(base_config, tmp_path_factory.mktemp("realtime"), **{
-        "streaming.mode": "realtime",
-        "kafka.partitions": "1",
-        "audit.commit_interval": "1 second",
-    })
-    router = Router(config, spark)
-    router.start()
-    try:
-        yield router
-    finally:
-        router.stop()
 
 
 def _unique(name: str) -> str:
