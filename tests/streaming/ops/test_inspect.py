@@ -13,17 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from compiler import RoutingIndex, Subscription
+from compiler import Subscription
 from compiler.options import SubscriptionOptions
 from compiler.shared import choose_member, group_key
 from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
-from streaming.router.changelog import ChangelogReader, apply_record
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.snapshots import SnapshotStore, SnapshotVersion
 
+from router_runs import persist_snapshot
 
 DEFAULTS = {"retain_handling": 0, "retain_as_published": False, "no_local": False}
 """The MQTT subscription options of a listed subscription that has none."""
@@ -62,23 +60,6 @@ def _receivers(answer: dict) -> dict[str, list[str]]:
             for r in answer["subscribers"]}
 
 
-def _persist_snapshot(cfg: Config, version: int, *extra: Subscription) -> dict[int, int]:
-    """Save snapshot ``version`` of the whole changelog (plus ``extra``) as the router
-    does, and return the offsets it covers."""
-    index = RoutingIndex(cfg.exchanges.dialects)
-    for sub in extra:
-        index.upsert(sub)
-    reader = ChangelogReader(cfg)
-    try:
-        offsets = reader.read_to_end({}, lambda m: apply_record(
-            index, m.key(), m.value(), m.partition(), m.offset(), None, 0))
-    finally:
-        reader.close()
-    store = SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir))
-    store.save(SnapshotVersion.of(index.snapshot(version, offsets)), [])
-    return offsets
-
-
 def test_explain_without_a_router_rebuilds_from_the_changelog_and_writes_nothing(
         capsys, settings, cfg, workdir):
     client.subscribe(cfg, "amq.topic", "billing", "orders.*.paid", sub_id="s1")
@@ -110,9 +91,9 @@ def test_explain_without_a_router_rebuilds_from_the_changelog_and_writes_nothing
 def test_explain_answers_from_the_latest_snapshot_plus_the_newer_changes(capsys, settings, cfg):
     client.subscribe(cfg, "mqtt", "ops", "sensors/+/temperature", sub_id="s1")
     client.subscribe(cfg, "mqtt", "ops", "sensors/#", sub_id="s2")
-    _persist_snapshot(cfg, 3)
+    persist_snapshot(cfg, 3)
     # Only in the snapshot: proves the answer starts from it, not from the changelog.
-    _persist_snapshot(cfg, 4, Subscription("snap-only", "mqtt", "archive", "sensors/#"))
+    persist_snapshot(cfg, 4, Subscription("snap-only", "mqtt", "archive", "sensors/#"))
     client.subscribe(cfg, "mqtt", "boiler", "sensors/boiler/+", {"unit": None}, sub_id="s3")
     client.unsubscribe(cfg, "s1")
 
@@ -209,7 +190,7 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
 
 def test_a_snapshot_answers_when_kafka_does_not(capsys, settings, cfg):
     client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="s1")
-    _persist_snapshot(cfg, 2)
+    persist_snapshot(cfg, 2)
     down = {**settings, "kafka.bootstrap": f"127.0.0.1:{free_port()}"}
 
     answer = _explain(capsys, down, "--routing-key", "orders.1")

@@ -57,6 +57,23 @@ def _create(bootstrap: str, topics: dict[str, dict[str, str]]) -> None:
         future.result(30)
 
 
+def _contract_settings(bootstrap: str, new_topic, shared: bool) -> RouteSettings:
+    """Fresh topics for the contract's deliveries to ann and bob: a topic each, or the
+    shared topic of 4 partitions (keyed); the settings that route into them."""
+    prefix = f"{new_topic()}."
+    layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
+    if not shared:
+        _create(bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
+    return RouteSettings("amq.topic", layout, new_topic(), 7, False,
+                         ProducerSettings(bootstrap, 1_048_576, keyed_partitions=shared))
+
+
+def _written(bootstrap: str, layout: DeliveryLayout) -> list:
+    """Every record in the contract's delivery topics (ann's and bob's, or the shared one)."""
+    topics = [layout.shared_topic] if layout.shared else [layout.topic("ann"), layout.topic("bob")]
+    return [m for t in topics for m in _read(bootstrap, t, layout.partitions)]
+
+
 def _read(bootstrap: str, topic: str, partitions: int = 1) -> list:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
     try:
@@ -97,18 +114,13 @@ def _expected(layout: DeliveryLayout) -> list[tuple]:
 @pytest.mark.parametrize("shared", [False, True], ids=["topic-per-subscriber", "shared"])
 def test_every_delivery_is_written_byte_for_byte_as_the_contract_says(kafka_bootstrap, new_topic,
                                                                       shared):
-    prefix = f"{new_topic()}."
-    layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
-    if not shared:
-        _create(kafka_bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
-    settings = RouteSettings("amq.topic", layout, new_topic(), 7, False,
-                             ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared))
+    settings = _contract_settings(kafka_bootstrap, new_topic, shared)
     rows = route_batch(Matcher(_snapshot()), DeliveryProducer(settings.producer),
                        source_batch(PUBLISHES), settings).to_pylist()
 
     assert [r["outcome"] for r in rows] == [OUTCOME_ROUTED] * 4
-    topics = [layout.shared_topic] if shared else [prefix + "ann", prefix + "bob"]
-    written = [m for t in topics for m in _read(kafka_bootstrap, t, layout.partitions)]
+    layout = settings.layout
+    written = _written(kafka_bootstrap, layout)
     got = [(m.topic(), m.key(), m.value(), m.headers()) for m in written]
     assert sorted(got, key=repr) == sorted(_expected(layout), key=repr)
     if shared:  # Kafka's default partitioner placed them: all of a subscriber's in its partition
@@ -178,21 +190,15 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     topic, key, value and headers, in the same order, for every delivery."""
     from streaming.router.routing import delivery_columns, plan_batch
 
-    prefix = f"{new_topic()}."
-    layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
-    if not shared:
-        _create(kafka_bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
-    settings = RouteSettings("amq.topic", layout, new_topic(), 7, False,
-                             ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared))
+    settings = _contract_settings(kafka_bootstrap, new_topic, shared)
     columns = delivery_columns(plan_batch(Matcher(_snapshot()), source_batch(PUBLISHES), settings),
                                settings)
     producer = DeliveryProducer(settings.producer)
     producer.produce_deliveries(columns)
     assert producer.flush() == []
 
-    topics = [layout.shared_topic] if shared else [prefix + "ann", prefix + "bob"]
     written = [(m.topic(), m.key(), m.value(), m.headers() or [])
-               for t in topics for m in _read(kafka_bootstrap, t, layout.partitions)]
+               for m in _written(kafka_bootstrap, settings.layout)]
     python_side = [columns.record(i) for i in range(len(columns))]
     assert len(python_side) == 7
     assert sorted(written, key=repr) == sorted(python_side, key=repr)
