@@ -2,9 +2,9 @@
 (Real-Time Mode) and real Delta: a restored state folder goes on under a new router id;
 a deleted delivery topic is back and delivered to (created by the router as the layout
 says on a broker that creates no topics, once the Java producer gives up on it: its
-timeouts are shortened for that test); ``bitroute retire --delete-topic`` waits for the routing
-query; a recreated publishes topic ends the router with its one line and refuses the
-next start.
+timeouts are shortened for that test); ``bitroute retire --delete-topic`` waits for the
+routing query; a recreated publishes topic ends the router with its one line and refuses
+the next start.
 
 One router serves the module's runbooks on the shared broker (the ``router`` fixture of
 this folder's conftest.py); the recreated publishes topic ends it, so that test comes
