@@ -6,6 +6,8 @@ fixture rather than imported.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from streaming.config import Config
@@ -16,7 +18,7 @@ from isolation import isolated_config
 
 @pytest.fixture(scope="module")
 def router(spark, base_config: Config, tmp_path_factory: pytest.TempPathFactory,
-           request: pytest.FixtureRequest) -> Router:
+           request: pytest.FixtureRequest) -> Iterator[Router]:
     """A started router of ``streaming.mode = "realtime"`` on the shared broker, with its own
     topics and folders, serving the tests of one module (its start is the cost: a JVM's
     Real-Time Mode queries), stopped after them. Its publishes topic has one partition:
