@@ -14,10 +14,10 @@ from deltalake import DeltaTable
 from compiler import RoutingIndex, Subscription
 from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, OUTCOME_LOST, message_id
 from streaming.config import Config
-from streaming.router.changelog import ChangelogReader, apply_record
-from streaming.router.checkpoint import CheckpointLayout
 from streaming.router.service import Router
-from streaming.router.snapshots import SnapshotStore, SnapshotVersion
+from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
+from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
+from streaming.state.checkpoint import CheckpointLayout
 
 KAFKA_TIMEOUT_S = 30.0
 
