@@ -15,6 +15,7 @@ realtime router at a time: the queries' names).
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from router_runs import create_publishes, delivered_ids, publish, subscribe
@@ -31,6 +32,8 @@ from waiting import wait_until
 
 DELIVERY_BOUND_S = 90
 """A delivery to a deleted topic may take the routing query's failure and restart."""
+NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+"""What a topic created a moment ago may answer a read of its offsets."""
 PRODUCER_GIVES_UP_MS = 15_000
 """The routing query's producer's timeouts where a test waits for it to give up on a
 deleted topic (``delivery.timeout.ms`` may not be below ``request.timeout.ms``)."""
@@ -125,6 +128,10 @@ def _ids(config, subscriber: str) -> set[str]:
     try:
         return delivered_ids(config, subscriber)
     except (AssertionError, KeyError):  # the topic is not there (yet)
+        return set()
+    except KafkaException as exc:
+        if exc.args[0].code() not in NO_LEADER_YET:
+            raise
         return set()
 
 
