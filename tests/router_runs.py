@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import DeltaTable
 
 from compiler import RoutingIndex, Subscription
-from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, OUTCOME_LOST, message_id
+from kafka_io import message_id_of
+from schemas.records import EXCHANGE_HEADER, OUTCOME_LOST, message_id
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 from streaming.router.service import Router
 from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
 from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
@@ -29,17 +31,16 @@ def create_publishes(config: Config, partitions: int) -> None:
 
 
 def produce(config: Config, topic: str, records: list[tuple[int | None, bytes, bytes | None]],
-            headers: list[tuple[str, bytes]] | None = None) -> list[str]:
+            headers: list[tuple[str, str | bytes | None]] | None = None) -> list[str]:
     """Produce (partition, key, value) records; their message ids, in order."""
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
-    acked = []
+    acked: list[tuple[KafkaError | None, Message]] = []
     for partition, key, value in records:
-        kwargs = {} if partition is None else {"partition": partition}
-        producer.produce(topic, value, key, headers=headers or [],
-                         on_delivery=lambda e, m: acked.append((e, m)), **kwargs)
+        producer.produce(topic, value, key, partition=-1 if partition is None else partition,
+                         headers=headers or [], on_delivery=lambda e, m: acked.append((e, m)))
         producer.flush(KAFKA_TIMEOUT_S)
     assert all(error is None for error, _ in acked)
-    return [message_id(m.topic(), m.partition(), m.offset()) for _, m in acked]
+    return [message_id(*record_position(m)) for _, m in acked]
 
 
 def publish(config: Config, partition: int, count: int) -> list[str]:
@@ -75,7 +76,7 @@ def delivered_ids(config: Config, subscriber: str) -> set[str]:
         while left:
             message = consumer.poll(KAFKA_TIMEOUT_S)
             assert message is not None and message.error() is None
-            ids.add(dict(message.headers())[MESSAGE_ID_HEADER].decode())
+            ids.add(message_id_of(message))
             left -= 1
         return ids
     finally:
@@ -107,7 +108,7 @@ def persist_snapshot(config: Config, version: int, *extra: Subscription) -> dict
     reader = ChangelogReader(config)
     try:
         offsets = reader.read_to_end({}, lambda m: apply_record(
-            index, m.key(), m.value(), m.partition(), m.offset(), None, 0))
+            index, m.key(), m.value(), *record_position(m)[1:], None, 0))
     finally:
         reader.close()
     store = SnapshotStore(CheckpointLayout.of(config.streaming.checkpoint_dir))

@@ -16,9 +16,9 @@ import pytest
 from compiler import Subscription
 from compiler.options import SubscriptionOptions
 from compiler.shared import choose_member, group_key
-from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
 
 from router_runs import persist_snapshot
@@ -230,8 +230,10 @@ def test_explain_and_subscriptions_show_the_retained_messages(capsys, settings, 
                               ("sensors/attic/temperature", None, None),  # cleared
                               ("sensors/cellar/temperature", b"12", "pubs/0/3"),
                               ("$SYS/broker/load", b"1", "pubs/0/4")):
-        headers = [] if mid is None else [("retain", b"true"), (MESSAGE_ID_HEADER, mid.encode()),
-                                          (PUBLISHED_AT_HEADER, b"1795715543443")]
+        headers: list[tuple[str, str | bytes | None]] = []
+        if mid is not None:
+            headers = [("retain", b"true"), (MESSAGE_ID_HEADER, mid.encode()),
+                       (PUBLISHED_AT_HEADER, b"1795715543443")]
         producer.produce(cfg.kafka.retained_topic, key=retained_key("mqtt", topic), value=value,
                          headers=headers)
     assert producer.flush(30) == 0

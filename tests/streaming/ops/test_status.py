@@ -23,6 +23,7 @@ from confluent_kafka import Producer
 from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
 
 from router_runs import persist_snapshot
@@ -61,12 +62,13 @@ def router_lock(cfg: Config):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)})
         children.append(child)
-        assert child.stdout.readline() == "locked\n"
+        assert child.stdout is not None and child.stdout.readline() == "locked\n"
         return child
 
     yield hold
     for child in children:
-        child.stdin.close()
+        if child.stdin is not None:  # a PIPE
+            child.stdin.close()
         child.wait(timeout=30)
 
 
@@ -194,7 +196,8 @@ def test_status_after_the_driver_exited_says_stopping_not_running(capsys, settin
     driver = subprocess.run(
         [sys.executable, "-c", "import os, subprocess, sys; from streaming.state.lock import RouterLock; "
          f"lock = RouterLock({str(cfg.streaming.checkpoint_dir)!r}); lock.acquire(); "
-         "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+         "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, "
+         "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
          "lock.note(jvm_pid=jvm.pid); print(jvm.pid, flush=True)"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     jvm = int(driver.stdout.strip())

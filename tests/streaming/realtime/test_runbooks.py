@@ -18,6 +18,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S
 from router_runs import create_publishes, delivered_ids, publish, subscribe
 from streaming.kafka import clients
 from streaming.kafka.broker import EmbeddedBroker, free_port
@@ -26,8 +28,6 @@ from streaming.ops.retire import retire
 from streaming.realtime.query import SINK_PRODUCER_OPTIONS
 from streaming.router.errors import RouterModeError
 from streaming.router.service import Router
-
-from kafka_io import KAFKA_TIMEOUT_S
 from waiting import wait_until
 
 DELIVERY_BOUND_S = 90

@@ -10,6 +10,7 @@ import json
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from arrow_batches import source_batch
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import (
     MESSAGE_ID_HEADER,
@@ -23,14 +24,13 @@ from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
 from streaming.router.batch.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 from streaming.router.batch.routing import RouteSettings, route_batch
-from arrow_batches import source_batch
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
                  (b"s\"4", "bob", "#")]
 """ann matches a.* twice over (two ids in one delivery), bob everything; one id needs
 escaping in the subscription ids' JSON."""
 
-PUBLISHES = [
+PUBLISHES: list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]]]] = [
     (b"a.b", b"payload", [("h1", b"v1"), (MESSAGE_ID_HEADER, b"forged"), ("h1", b"again"),
                           ("nul", None), ("\u00e9t\u00e9", b"\xff\x00")]),
     (b"a.c", b"", []),
