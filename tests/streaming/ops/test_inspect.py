@@ -16,12 +16,11 @@ import pytest
 from compiler import Subscription
 from compiler.options import SubscriptionOptions
 from compiler.shared import choose_member, group_key
+from router_runs import persist_snapshot
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
-
-from router_runs import persist_snapshot
 
 DEFAULTS = {"retain_handling": 0, "retain_as_published": False, "no_local": False}
 """The MQTT subscription options of a listed subscription that has none."""

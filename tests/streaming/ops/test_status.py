@@ -20,13 +20,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streaming.kafka import client_verbs as client
+from router_runs import persist_snapshot
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
-
-from router_runs import persist_snapshot
 
 REPO = Path(__file__).resolve().parents[3]
 LAST_BATCH = {

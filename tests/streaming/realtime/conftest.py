@@ -10,10 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from isolation import isolated_config
 from streaming.config import Config
 from streaming.router.service import Router
-
-from isolation import isolated_config
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from isolation import isolated_config
 from kafka_io import KAFKA_TIMEOUT_S
 from router_runs import create_publishes, delivered_ids, publish, subscribe
 from streaming.kafka import clients

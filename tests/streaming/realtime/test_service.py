@@ -13,7 +13,6 @@ import uuid
 
 import pytest
 
-from isolation import isolated_config
 from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     DELIVERIES,

@@ -70,7 +70,8 @@ def _contract_settings(bootstrap: str, new_topic, shared: bool) -> RouteSettings
 
 def _written(bootstrap: str, layout: DeliveryLayout) -> list:
     """Every record in the contract's delivery topics (ann's and bob's, or the shared one)."""
-    topics = [layout.shared_topic] if layout.shared else [layout.topic("ann"), layout.topic("bob")]
+    shared = layout.shared_topic
+    topics = [shared] if shared is not None else [layout.topic("ann"), layout.topic("bob")]
     return [m for t in topics for m in _read(bootstrap, t, layout.partitions)]
 
 
