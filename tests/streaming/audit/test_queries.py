@@ -294,7 +294,9 @@ def test_unreachable_storage_is_one_line_error(capsys):
     (["subscriptions", "--message-id", "p/0/1"], 2, "--message-id does not apply"),
     (["deliveries", "--state"], 2, "--state applies to the subscriptions table only"),
     (["deliveries", "--since", "yesterday"], 2,
-     "--since: expected an ISO-8601 timestamp such as 2025-01-31T12:00:00Z, got 'yesterday'"),
+     "--since 'yesterday': expected an ISO-8601 time (2026-11-26T17:00:00Z, 2026-11-26; UTC "
+     "when it names no zone) or a duration back from now (90s, 15m, 2h, 7d, 1h30m)"),
+    (["deliveries", "--until", "1m2h"], 2, "--until '1m2h': expected an ISO-8601 time"),
 ])
 def test_bad_queries_are_one_line_errors(capsys, warehouse, args, code, message):
     result, out, err = _audit(capsys, warehouse, *args)
