@@ -168,7 +168,7 @@ def report(args, publishes: int, live_pub_s: float, live_dlv_s: float, base: dic
     rates = [f["delivered"] / max(f["at"] - f["started_at"], 1e-6) for f in finished]
     scans = [f["publishes"] / max(f["at"] - f["started_at"], 1e-6) for f in finished]
     latencies = [f["done"] - f["asked"] for f in finished]
-    lines = [f"## replay: {publishes:,} retained publishes, 10% matching "
+    lines = [f"## replay: {publishes:,} publishes Kafka keeps, 10% matching "
              f"(--publishes {args.publishes:,} --rate {args.rate:,.0f} --seconds {args.seconds:g})",
              "", "| | deliveries/s | publishes read/s |", "|---|---:|---:|",
              f"| live (backlog drain) | {live_dlv_s:,.0f} | {live_pub_s:,.0f} |"]

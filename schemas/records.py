@@ -4,7 +4,7 @@ Kafka, publishes (input): key = routing key (UTF-8), value = payload (opaque,
 never parsed), headers = message properties used by header criteria, plus the
 optional :data:`EXCHANGE_HEADER` (default exchange from config), :data:`RETAIN_HEADER` and
 :data:`EXPIRY_HEADER`. The message
-id is ``<topic>/<partition>/<offset>``: unique and stable across replays; for
+id is ``<topic>/<partition>/<offset>``: unique and stable across re-runs and replays; for
 the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
 :mod:`streaming.router.incarnations`) it is ``<topic>~<n>/<partition>/<offset>``
 (``~`` cannot occur in a Kafka topic name). It is built (:func:`message_id`,
@@ -103,7 +103,7 @@ SOURCE_SUBSCRIPTION = "subscription"
 #: The fields every changelog value carries, each a string, in this order.
 SUBSCRIPTION_REQUIRED_FIELDS = ("exchange", "subscriber", "filter")
 #: Optional: an ISO-8601 time (UTC when it names no zone). A record that creates the
-#: subscription with it asks for a replay of the retained publishes at or after that
+#: subscription with it asks for a replay of the publishes Kafka keeps at or after that
 #: time (streaming.router.replay); ``bitroute subscribe --since`` writes it.
 SUBSCRIPTION_SINCE_FIELD = "since"
 #: Optional MQTT subscription options (compiler.options; docs/design.md, "Subscription

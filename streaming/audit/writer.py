@@ -36,8 +36,8 @@ committed together, :meth:`AuditTables.append_publishes`, carries the highest
 id of the group, and each table drops the batches at or below its committed
 version first), the subscriptions table the snapshot version, under app ids
 derived from the router id (:meth:`streaming.router.snapshots.SnapshotStore.router_id`),
-so a replayed batch or a re-applied version adds no row, and a new router (a
-fresh checkpoint folder) is not mistaken for a replay of an old one. The same
+so a re-run batch or a re-applied version adds no row, and a new router (a
+fresh checkpoint folder) is not mistaken for a re-run of an old one. The same
 ``txn`` actions are what Spark's ``txnAppId``/``txnVersion`` wrote in earlier
 versions, so tables written by them continue exactly where they were.
 
@@ -327,7 +327,7 @@ class AuditTables:
         table.update_incremental()
         committed = table.transaction_version(self._publishes_app)
         if committed is not None and committed >= txn_version:
-            return  # a replay: these rows are in the table already
+            return  # a re-run: these rows are in the table already
         partitioned = is_partitioned(table, name)
         mark = self.marks.get(name)
         audited = mark.offsets if mark is not None else None
@@ -403,7 +403,7 @@ class AuditTables:
         table.update_incremental()
         committed = table.transaction_version(app_id)
         if committed is not None and committed >= txn_version:
-            return  # a replay: these rows are in the table already
+            return  # a re-run: these rows are in the table already
         partitioned = is_partitioned(table, name)
         if not partitioned:  # an earlier version's table: its own columns
             rows = rows.drop_columns([PARTITION_COLUMNS[name]])

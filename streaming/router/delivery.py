@@ -8,7 +8,7 @@ API, the GIL released while it produces and flushes); rejected publishes go
 through a confluent-kafka producer, one record at a time. Then
 :meth:`DeliveryProducer.flush` waits until Kafka acknowledged every record
 (``acks=all``, idempotent producer), so a task that returns has its records
-written: at least once (a replayed batch writes them again).
+written: at least once (a re-run batch writes them again).
 
 Failures are sorted into two kinds, and only one of them is about a record:
 

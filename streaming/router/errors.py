@@ -21,7 +21,7 @@ class LeaseLostError(RouterLockedError):
 
 
 class RouterStopping(BitrouteError):
-    """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
+    """A stop was requested while a batch was waiting to retry: the batch is left for a re-run."""
 
 
 class OffsetLogError(BitrouteError):
@@ -33,7 +33,7 @@ class DeliveryUnavailable(BitrouteError):
 
 
 class SnapshotStoreError(BitrouteError):
-    """The store is missing something a replay needs, or holds an unreadable file."""
+    """The store is missing something a re-run needs, or holds an unreadable file."""
 
 
 class ChangelogError(BitrouteError):

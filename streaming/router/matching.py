@@ -23,7 +23,7 @@ from compiler import Matcher, Snapshot
 
 MATCHERS_CACHED = 2
 """Matchers (snapshot versions) a routing process keeps loaded: the current one
-and the previous, so the batch after a version change and a replay of the
+and the previous, so the batch after a version change and a re-run of the
 batch before it do not reload. A matcher holds its snapshot and a topic cache
 bounded by ``compiler.MATCH_CACHE_MAX_BYTES``."""
 

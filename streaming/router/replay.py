@@ -1,9 +1,9 @@
-"""Replay: a new subscription's view of the retained past (``bitroute subscribe --since T``).
+"""Replay: a new subscription's view of the past Kafka keeps (``bitroute subscribe --since T``).
 
 A changelog record that creates a subscription with ``since``
-(:mod:`streaming.router.replay_requests`) asks the router for every retained
-publish at or after T that the subscription matches, then the live stream, with
-no gap and no duplicate at the boundary. The boundary is the micro-batch the
+(:mod:`streaming.router.replay_requests`) asks the router for every publish
+Kafka keeps at or after T that the subscription matches, then the live stream,
+with no gap and no duplicate at the boundary. The boundary is the micro-batch the
 subscription was first pinned in (:meth:`Replays.on_batch`, called by the
 router right after the batch's pin): that batch and every later one route the
 subscription live, as always; the publishes before it, from Kafka's
@@ -110,7 +110,7 @@ class Replay:
     end: dict[int, int] = field(default_factory=dict)
     position: dict[int, int] = field(default_factory=dict)
     note: str | None = None
-    """What the replay has to say (``since`` before the retained start)."""
+    """What the replay has to say (``since`` before the retention start)."""
     delivered: int = 0
     started_at: float | None = None
     cancelled: bool = False
@@ -372,9 +372,9 @@ class Replays:
             client.close()
         note = None
         if early:
-            note = (f"since {ms_text(request.since_ms)} is before the retained start of "
+            note = (f"since {ms_text(request.since_ms)} is before the retention start of "
                     f"{topic} (partition/offset " + ", ".join(f"{p}/{o}" for p, o in early)
-                    + "): replaying from the retained start")
+                    + "): replaying from the retention start")
             _log.warning(f"replay of subscription {request.subscription_id!r}: {note}")
         with self._lock:
             if replay.cancelled or replay not in self.ledger.replays:

@@ -23,7 +23,7 @@ Where each part runs, and why that makes it as durable as routing:
    task, after its deliveries were acknowledged, each retained publish of the
    task that was not rejected is produced to the retained topic and the task
    flushes again before it returns; so the write is acknowledged before Spark
-   commits the batch. A replayed batch writes the same value again (same key,
+   commits the batch. A re-run batch writes the same value again (same key,
    same bytes), which compaction makes harmless.
 2. **The state in the driver** (:class:`RetainedMessages`): the retained topic
    read to its end offsets (from the beginning at the first need after a start)
@@ -44,9 +44,9 @@ Where each part runs, and why that makes it as durable as routing:
    app id ``bitroute-<router id>-retained`` with the batch id as version, and
    marks the batch done (``retained/<batch id>.done``). The batch's own
    publishes are then routed live, to the new subscriptions too: no gap, no
-   duplicate at the boundary. A replayed batch id finds its plan (delivered
+   duplicate at the boundary. A re-run batch id finds its plan (delivered
    again: Kafka at least once, the audit's ``txn`` adds nothing) or its done
-   mark (nothing happens); a batch replayed after a crash before its pin
+   mark (nothing happens); a batch re-run after a crash before its pin
    makes its plan again from the noted changes, which a restart reads back from
    the versions not yet pinned.
 4. **The same, idle** (:meth:`RetainedDeliveries.deliver_applied`): with no

@@ -43,7 +43,7 @@ batch with backoff and reports it, and never turns such a failure into
 rejections.
 
 Delivery semantics: a returned task has every listed delivery acknowledged
-by Kafka (at least once: a retried or replayed batch writes them again, with
+by Kafka (at least once: a retried or re-run batch writes them again, with
 the same message id header).
 """
 

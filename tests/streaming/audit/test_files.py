@@ -127,7 +127,7 @@ def test_executor_files_and_driver_rows_commit_together_once_and_a_discarded_att
     messages, deliveries = _rows(config, MESSAGES), _rows(config, DELIVERIES)
     assert sum(messages.values()) == 9 and set(messages.values()) == {1}
     assert sum(deliveries.values()) == 12 and set(deliveries.values()) == {1}
-    # A replay of batch 1 (a new attempt after a restart) is refused: its files stay out.
+    # A re-run of batch 1 (a new attempt after a restart) is refused: its files stay out.
     again = _task(config, 1)
     assert not committer.submit(again)
     assert sum(_rows(config, MESSAGES).values()) == 9

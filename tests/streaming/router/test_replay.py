@@ -5,7 +5,7 @@ publish once: replayed before the boundary, live from it on), a subscriber that 
 had the publishes live (the replay adds nothing for it), two replays sharing their
 reads, the bad changelog records (each rejected, nothing replayed), and a replay
 cancelled by unsubscribing. A second test (``bitroute run`` and the command line) has the
-command line refuse each bad ``--since`` at once, replays from the retained start a since
+command line refuse each bad ``--since`` at once, replays from the retention start a since
 older than it (saying so on stderr and in ``bitroute status``), kills the router with
 SIGKILL in the middle of the replay and checks that the restarted router finishes it with
 one audit row per (message, subscriber).
@@ -184,7 +184,7 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
                    "o.*", "--id", sub_id, "--since", since, settings=settings)
         assert done.returncode != 0 and problem in done.stderr and not done.stdout
     # Kafka deleted the oldest publishes (retention): a since before them replays from the
-    # retained start, and says so.
+    # retention start, and says so.
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -197,7 +197,7 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     done = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "kim", "--filter", "o.*",
                "--id", "kim-o", "--since", "1h", settings=settings)
     assert done.returncode == 0 and done.stdout.strip() == "kim-o", done.stderr
-    assert "before the retained start" in done.stderr
+    assert "before the retention start" in done.stderr
 
     def midway():
         replays = _ledger(config).replays
@@ -206,7 +206,7 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     status = json.loads(cli("status", "--json", settings=settings).stdout)
     (shown,) = status["replays"]
     assert shown["subscription"] == "kim-o" and shown["publishes"] == 300 - 10 * len(partitions) and shown["done"] >= 40
-    assert "before the retained start" in shown["note"]
+    assert "before the retention start" in shown["note"]
     first.kill()  # SIGKILL, its JVM too
     left = _ledger(config).replays[0]
     assert left.done < left.total
