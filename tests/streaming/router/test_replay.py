@@ -178,7 +178,7 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     # The command line refuses at once, writing nothing: a time in the future, no time at
     # all, an id that exists with another filter.
     for since, sub_id, problem in (("2999-01-01T00:00:00Z", "new", "in the future"),
-                                   ("soon", "new", "not an ISO-8601 time"),
+                                   ("soon", "new", "expected an ISO-8601 time"),
                                    ("1h", "zed-live", "exists with another definition")):
         done = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "zed", "--filter",
                    "o.*", "--id", sub_id, "--since", since, settings=settings)
