@@ -13,7 +13,7 @@ publish Kafka still holds is taken: the replay starts at the retention start
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from compiler.subscription import since_text
 from streaming.config import Config
@@ -23,7 +23,7 @@ from streaming.kafka.errors import InvalidRequest
 def check_since(when: datetime, text: str, now: datetime | None = None) -> None:
     """Refuse ``--since``'s time ``when`` (given as ``text``) when it is in the future:
     raises :class:`InvalidRequest`."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if when > now:
         raise InvalidRequest(f"--since {text!r}: {since_text(when)} is in the future (now is "
                              f"{since_text(now)}): a replay is of publishes already made")
