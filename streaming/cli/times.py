@@ -19,7 +19,7 @@ the verb's.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from streaming.cli.errors import UsageError
 
@@ -39,12 +39,12 @@ def parse_time(text: str, flag: str, now: datetime | None = None) -> datetime:
     try:
         if stripped and match is not None:
             days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-            now = now or datetime.now(timezone.utc)
-            return now.astimezone(timezone.utc) - timedelta(
+            now = now or datetime.now(UTC)
+            return now.astimezone(UTC) - timedelta(
                 days=days, hours=hours, minutes=minutes, seconds=seconds)
         when = datetime.fromisoformat(stripped)
         if when.tzinfo is None:
-            return when.replace(tzinfo=timezone.utc)
-        return when.astimezone(timezone.utc)
+            return when.replace(tzinfo=UTC)
+        return when.astimezone(UTC)
     except (ValueError, OverflowError):  # overflow: 99999999d, 9999-12-31T23:00-05:00
         raise UsageError(f"{flag} {text!r}: expected {FORMS}") from None

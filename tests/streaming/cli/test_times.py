@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,8 +12,7 @@ from streaming.cli.errors import UsageError
 from streaming.cli.parser import build_parser
 from streaming.cli.times import FORMS, parse_time
 
-NOW = datetime(2026, 11, 26, 18, 0, tzinfo=timezone.utc)
-UTC = timezone.utc
+NOW = datetime(2026, 11, 26, 18, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("text, expected", [
