@@ -289,17 +289,20 @@ class Replays:
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
         self.spark.sparkContext.setJobGroup("bitroute-replay", "bitroute replay (subscribe --since)",
                                             interruptOnCancel=False)
-        while not self._stopping.is_set():
-            try:
+        try:
+            while not self._stopping.is_set():
+                # Any failure here is not about a record (a task's record errors are its
+                # own): Kafka, Spark or Delta unreachable, waited out like a batch's.
                 worked = retry(self._turn, retried=(Exception,), what="replay", log=_log,
                                give_up=self._stopping.is_set, describe=self._failed)
-            except RetryAbandoned:
-                return
-            self.failure = None
-            if not worked:
-                with self._lock:
-                    self._lock.wait(0.5)
-        self._release_snapshot()
+                self.failure = None
+                if not worked:
+                    with self._lock:
+                        self._lock.wait(0.5)
+        except RetryAbandoned:
+            pass  # the router stops
+        finally:
+            self._release_snapshot()
 
     def _turn(self) -> bool:
         """One turn of the serving thread: the idle catch-up, then :meth:`_step`."""
