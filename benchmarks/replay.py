@@ -132,8 +132,14 @@ def _replay_round(env: bitroute_run.Env, prefix: str, count: int, since: datetim
     one's entry of the ledger's finished replays once all are done."""
     path = state_path(CheckpointLayout.of(env.config.streaming.checkpoint_dir))
     ids = [f"{prefix}-{k}" for k in range(count)]
+    # One flush for all: the router applies them in one version, so they share one range.
+    producer = Producer({"bootstrap.servers": env.config.kafka.bootstrap})
     for sub_id in ids:
-        _subscribe(env, sub_id, sub_id, "hit/#", since)
+        value = {"exchange": EXCHANGE, "subscriber": sub_id, "filter": "hit/#",
+                 "since": since.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+        producer.produce(env.config.kafka.subscriptions_topic, json.dumps(value).encode(),
+                         sub_id.encode())
+    assert producer.flush(30) == 0
     asked, deadline = time.time(), time.time() + timeout
     while time.time() < deadline:
         done = {f["subscription"]: f for f in ReplayLedger.load(path).finished}

@@ -64,7 +64,10 @@ import pyarrow.compute as pc
 from confluent_kafka import TopicPartition
 
 from compiler import Dialect, RoutingIndex
-from schemas.tables import ROUTED_PUBLISH
+from schemas.records import DELIVERIES
+from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
+from streaming.audit.files import audit_files
+from streaming.audit.writer import deliveries_rows
 from streaming.atomic import write_atomically
 from streaming.config import Config
 from streaming.errors import RetryAbandoned, one_line
@@ -78,7 +81,7 @@ from streaming.router.delivery import ProducerSettings
 from streaming.router.replay_requests import ReplayRequest, ms_text
 from streaming.router.replay_scope import ReplayScope, delivered_pairs
 from streaming.router.retained import RetainSettings
-from streaming.router.routing import RoutePartitions, RouteSettings
+from streaming.router.routing import RoutePartitions, RouteSettings, TaskAudit
 
 _log = logging.getLogger(__name__)
 
@@ -211,6 +214,7 @@ class Replays:
         """The audit's deliveries to the replays' subscribers (:func:`delivered_pairs`)."""
         self._delivered_for: frozenset[str] = frozenset()
         self._tables = None
+        self._deliveries_partitioned: bool | None = None
         self._snapshot: tuple[tuple, object, str] | None = None
         """(the replays it holds, its broadcast, its key): the replayed subscriptions'
         snapshot on the executors."""
@@ -501,10 +505,17 @@ class Replays:
 
     def _deliver(self, active: list[Replay], windows: dict[int, tuple[int, int]],
                  chunk: int) -> dict[str, int]:
-        """Route the chunk ``windows`` for ``active`` on the executors, audit its deliveries;
-        per subscription id the deliveries made."""
+        """Route the chunk ``windows`` for ``active`` on the executors, then audit its
+        deliveries in one transaction; per subscription id the deliveries made.
+
+        Who writes the audit's file follows the live batches
+        (``streaming.executor_audit_files``): each task its own (a cluster), or the driver
+        from the rows the tasks return (a ``local[...]`` master)."""
         kafka = self.config.kafka
         newest = max(active, key=lambda r: r.version)
+        tables = self._audit_tables()
+        routed_at = datetime.now(timezone.utc)
+        in_tasks = self.config.streaming.task_audit_files(self.spark.sparkContext.master)
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,
@@ -512,26 +523,39 @@ class Replays:
                                  with_headers=any(r.request.headers or r.request.subscription()
                                                   .options.no_local for r in active),
                                  producer=ProducerSettings.of(kafka),
+                                 audit=TaskAudit(self.config.delta, newest.boundary, routed_at,
+                                                 self._partitioned(tables), chunk)
+                                 if in_tasks else None,
                                  incarnation=self._incarnation(),
                                  # Decides what the live routing cleared or rejected; a
                                  # replay writes no retained message.
                                  retain=RetainSettings.of(self.config),
                                  replay=self._scope(active))
         broadcast, key = self._broadcast(active)
-        routed = self._source(windows).mapInArrow(
-            RoutePartitions(broadcast, key, settings), ROUTED_PUBLISH).toArrow()
+        source = self._source(windows)
+        route = RoutePartitions(broadcast, key, settings)
+        if in_tasks:
+            tasks = source.mapInArrow(route, ROUTED_TASK).toArrow()
+            tables.append_replayed_files(audit_files(pc.list_flatten(tasks["files"])), chunk)
+            counts: dict[str, int] = {}
+            for entries in tasks["subscriptions"].to_pylist():  # a few per task
+                for sub_id, n in entries or []:
+                    counts[sub_id] = counts.get(sub_id, 0) + n
+            return counts
+        routed = source.mapInArrow(route, ROUTED_PUBLISH).toArrow()
         if not routed.num_rows:
             return {}
-        from streaming.audit.writer import deliveries_rows
+        rows = deliveries_rows(routed, newest.version, newest.boundary, routed_at, kafka.layout,
+                               replayed=True)
+        tables.append_replayed(rows, chunk)
+        found = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())
+        return dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist()))
 
-        audit = deliveries_rows(routed, newest.version, newest.boundary, datetime.now(timezone.utc),
-                                kafka.layout, replayed=True)
-        self._audit_tables().append_replayed(audit, chunk)
-        counts = pc.value_counts(pc.list_flatten(audit["subscription_ids"]).combine_chunks())
-        if self._delivered is not None:
-            self._delivered = pa.concat_arrays([self._delivered, delivered_pairs(
-                audit["message_id"].combine_chunks(), audit["subscriber"].combine_chunks())])
-        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
+    def _partitioned(self, tables) -> frozenset[str]:
+        """``{"deliveries"}`` when the table has day partitions (this version's layout)."""
+        if self._deliveries_partitioned is None:
+            self._deliveries_partitioned = DELIVERIES not in tables.unpartitioned()
+        return frozenset({DELIVERIES}) if self._deliveries_partitioned else frozenset()
 
     def _audit_tables(self):
         if self._tables is None:

@@ -626,10 +626,9 @@ class RetainedDeliveries:
                     routed_at: datetime) -> pa.Table:
         from streaming.audit.writer import deliveries_rows
 
+        fields = list(_ROUTED_ARROW.field("deliveries").type.value_type)
         entries = pa.StructArray.from_arrays(
-            [plan["subscriber"].combine_chunks().cast(pa.string()),
-             plan["subscription_ids"].combine_chunks()],
-            fields=list(_ROUTED_ARROW.field("deliveries").type.value_type))
+            [plan[f.name].combine_chunks().cast(f.type) for f in fields], fields=fields)
         deliveries = pa.ListArray.from_arrays(
             pa.array(np.arange(plan.num_rows + 1, dtype=np.int32)), entries)
         published = pc.cast(plan["published_at_ms"].combine_chunks().cast(pa.int64()),

@@ -69,6 +69,8 @@ from compiler import Matcher
 from schemas.records import (
     DELIVERY_ROUTER_HEADERS,
     EXPIRY_HEADER,
+    DELIVERIES,
+    MESSAGES,
     OUTCOME_CLEARED,
     OUTCOME_EXPIRED,
     OUTCOME_REJECTED,
@@ -133,6 +135,10 @@ class TaskAudit:
     batch_id: int
     routed_at: datetime
     partitioned: frozenset[str]
+    replay_chunk: int | None = None
+    """Set: the task routes this chunk of a replay (``RouteSettings.replay``) and writes
+    only its ``deliveries`` file, rows marked ``replayed`` (``batch_id``: the replays'
+    boundary batch)."""
 
 
 @dataclass(frozen=True)
@@ -201,14 +207,20 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
     delivery in them acknowledged by Kafka); return the task's ``ROUTED_TASK_ARROW`` row."""
     audit = settings.audit
     filesystem, root = _warehouse(audit.delta)
-    label = _task_label(audit.batch_id)
+    label = _task_label(audit)
+    replayed = audit.replay_chunk is not None
     files: list[AuditFile] = []
-    for name in PUBLISH_TABLES:
-        if name == "messages":
+    subscriptions = None
+    for name in (DELIVERIES,) if replayed else PUBLISH_TABLES:
+        if name == MESSAGES:
             rows = messages_rows(routed, settings.snapshot_version, audit.batch_id, audit.routed_at)
         else:
             rows = deliveries_rows(routed, settings.snapshot_version, audit.batch_id,
-                                   audit.routed_at, settings.layout)
+                                   audit.routed_at, settings.layout, replayed=replayed)
+            if replayed:
+                counts = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())
+                subscriptions = list(zip(counts.field("values").to_pylist(),
+                                         counts.field("counts").to_pylist()))
         partition = PARTITION_COLUMNS[name] if name in audit.partitioned else None
         if partition is None:
             rows = rows.drop_columns([PARTITION_COLUMNS[name]])
@@ -218,8 +230,9 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
     expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
     return pa.RecordBatch.from_pylist(
         [{"publishes": routed.num_rows, "deliveries": deliveries, "rejected": rejected,
-          "files": [f.as_row() for f in files], "latency_ms": latency_sample(routed),
-          "expired": expired}],
+          "files": [f.as_row() for f in files],
+          "latency_ms": [] if replayed else latency_sample(routed), "expired": expired,
+          "subscriptions": subscriptions}],
         schema=ROUTED_TASK_ARROW)
 
 
@@ -252,12 +265,15 @@ def _warehouse(delta: DeltaConfig):
     return warehouse_filesystem(delta)
 
 
-def _task_label(batch_id: int) -> str:
-    """``b<batch>-t<partition>-a<attempt>`` in a Spark task; ``b<batch>-driver`` elsewhere."""
+def _task_label(audit: TaskAudit) -> str:
+    """``b<batch>-t<partition>-a<attempt>`` in a Spark task (``r<chunk>-...`` for a replay's
+    chunk); ``b<batch>-driver`` elsewhere."""
+    who = (f"b{audit.batch_id:010d}" if audit.replay_chunk is None
+           else f"r{audit.replay_chunk:010d}")
     task = TaskContext.get()
     if task is None:
-        return f"b{batch_id:010d}-driver"
-    return f"b{batch_id:010d}-t{task.partitionId():05d}-a{task.attemptNumber()}"
+        return f"{who}-driver"
+    return f"{who}-t{task.partitionId():05d}-a{task.attemptNumber()}"
 
 
 def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,

@@ -227,9 +227,10 @@ def test_a_replays_chunks_are_routed_by_the_executors_routing_task_and_audited_o
         isolated_config, spark, monkeypatch, capsys):
     """The driver does no per-record work for a replay: its chunks are matched, narrowed to
     the replays' ranges and produced by the live batches' routing task in the Python
-    workers (here the driver's own copy of that work raises, and the replay still
-    completes). Each replayed delivery is marked and audited once, and `bitroute audit
-    deliveries --replayed` lists exactly those."""
+    workers, which write the chunk's audit file (here the driver's own copy of that work
+    raises, and the replay still completes). Each replayed delivery is marked and audited
+    once (the driver adds the tasks' files in one transaction per chunk), and `bitroute
+    audit deliveries --replayed` lists exactly those."""
     from streaming.cli.main import main
     from streaming.router.replay_scope import ReplayScope
 
@@ -239,7 +240,9 @@ def test_a_replays_chunks_are_routed_by_the_executors_routing_task_and_audited_o
     monkeypatch.setattr(ReplayScope, "narrowed", not_in_the_driver)
     monkeypatch.setattr(ReplayScope, "matching_keys_only", not_in_the_driver)
     config = isolated_config(**{"kafka.partitions": "2", "streaming.replay_chunk_publishes": "50",
-                                "streaming.replay_share": "100"})
+                                "streaming.replay_share": "100",
+                                # As on a cluster: each task writes its audit file.
+                                "streaming.executor_audit_files": "tasks"})
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
     before = datetime.now(timezone.utc) - timedelta(seconds=1)
     _subscribe(producer, config, "ann-live", "ann", "o.#")
