@@ -29,7 +29,8 @@ executors' JVMs and Python workers). The backlog's publishes (``hit/<n>``) all m
 
 1. **live**: the backlog drained (``--replays`` deliveries per publish): the driver's CPU
    per million live deliveries;
-2. **baseline latency** (as above);
+2. **baseline latency** (as above), then 10 s without publishes: the idle driver's CPU
+   per second, which the phases' rows also subtract (the driver's CPU above idle);
 3. **replay alone**: ``--replays`` new subscriptions ``hit/#`` with ``since`` before the
    backlog, asked together (they share their reads): their deliveries/s from the first
    one's start to the last one's end, and the driver's CPU per million replayed
@@ -155,14 +156,22 @@ def _span(rounds: list[dict]) -> tuple[float, float, int]:
             sum(f["delivered"] for f in rounds))
 
 
-def _cpu_line(name: str, cpu: dict, deliveries: int, seconds: float) -> str:
+def _cpu_line(name: str, cpu: dict, deliveries: int, seconds: float, idle_per_s: float) -> str:
+    """A phase's row: its driver CPU per million deliveries as measured, and above what the
+    idle router's driver spends in as many seconds (``idle_per_s``: the streaming query's
+    triggers, the lease, the watches, whatever it routes)."""
     driver = cpu["driver Python"] + cpu["driver JVM"]
     executors = cpu["executor JVMs"] + cpu["executor Python"]
     per_million = driver / max(deliveries, 1) * 1e6
+    above_idle = max(0.0, driver - idle_per_s * seconds) / max(deliveries, 1) * 1e6
     share = driver / max(driver + executors, 1e-9)
     return (f"| {name} | {deliveries:,} | {seconds:.1f} | {deliveries / max(seconds, 1e-9):,.0f} "
             f"| {cpu['driver Python']:.1f} + {cpu['driver JVM']:.1f} | {executors:.1f} "
-            f"| {per_million:.2f} | {share:.0%} |")
+            f"| {per_million:.2f} | {above_idle:.2f} | {share:.0%} |")
+
+
+IDLE_S = 10.0
+"""The quiet span (no publishes, no replay) the driver's idle CPU is measured over."""
 
 
 def cluster_run(args, workers: int) -> str:
@@ -203,6 +212,11 @@ def cluster_run(args, workers: int) -> str:
                 base = _latency(env, args.rate, args.seconds)
                 loads.append(os.getloadavg()[0])
                 _log(f"{workers} workers: baseline p99 {base['p99_ms']:.0f} ms")
+                time.sleep(3.0)  # the last latency batches' audit
+                quiet = time.time()
+                time.sleep(IDLE_S)
+                idle = timeline.between(quiet, quiet + IDLE_S)
+                idle_per_s = (idle["driver Python"] + idle["driver JVM"]) / IDLE_S
                 alone = _replay_round(env, "replay-a", args.replays, since)
                 r0, r1, replayed = _span(alone)
                 replay = (timeline.between(r0, r1), replayed, r1 - r0)
@@ -231,10 +245,13 @@ def cluster_run(args, workers: int) -> str:
     lines = [f"### {workers} one-core worker(s): --publishes {args.publishes:,} --replays "
              f"{args.replays} --rate {args.rate:,.0f} --seconds {args.seconds:g}", "",
              "| phase | deliveries | s | deliveries/s | driver CPU s (Python + JVM) "
-             "| executors CPU s | driver CPU s per million deliveries | driver share |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|",
-             _cpu_line("live (backlog drain)", *live),
-             _cpu_line(f"replay ({args.replays} together, alone)", *replay), "",
+             "| executors CPU s | driver CPU s per million deliveries | the same above idle "
+             "| driver share |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+             _cpu_line("live (backlog drain)", *live, idle_per_s),
+             _cpu_line(f"replay ({args.replays} together, alone)", *replay, idle_per_s), "",
+             f"the idle router's driver: {idle_per_s:.3f} CPU s per second ({IDLE_S:.0f} s "
+             "without publishes)", "",
              "| live latency at "
              f"{args.rate:,.0f} publishes/s | p50 ms | p99 ms | deliveries |", "|---|---:|---:|---:|",
              f"| without a replay | {base['p50_ms']:.1f} | {base['p99_ms']:.1f} | {base['latency_n']:,} |",

@@ -67,9 +67,9 @@ from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
 from schemas.records import (
+    DELIVERIES,
     DELIVERY_ROUTER_HEADERS,
     EXPIRY_HEADER,
-    DELIVERIES,
     MESSAGES,
     OUTCOME_CLEARED,
     OUTCOME_EXPIRED,
