@@ -490,7 +490,7 @@ def delivered(config: Config, subscribers: list[str], since: datetime) -> pa.Tab
     """``(message_id, subscriber)`` of every ``deliveries`` row of ``subscribers`` routed
     on ``since``'s UTC day or later (every row, on a table not partitioned by day); empty
     when the table does not exist yet. A replay's one-delivery-per-(message, subscriber)
-    check (:mod:`streaming.router.replay`). Raises :class:`AuditError` when the table
+    check (:mod:`streaming.router.replay.replay`). Raises :class:`AuditError` when the table
     cannot be read."""
     path = config.delta.table_path(DELIVERIES)
     storage = storage_options(config.delta)

@@ -1,4 +1,4 @@
-"""A driver batch's rows read from Kafka (streaming.router.batch_rows) are the Spark Kafka
+"""A driver batch's rows read from Kafka (streaming.router.batch.batch_rows) are the Spark Kafka
 source's rows of the same range, column for column."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Producer
 
 from streaming.kafka.settings import ClientSettings
-from streaming.router.batch_rows import SOURCE_ARROW, BatchRows
 from streaming.kafka.records import SOURCE_COLUMNS
+from streaming.router.batch.batch_rows import SOURCE_ARROW, BatchRows
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from schemas.records import (
 )
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
-from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
-from streaming.router.routing import RouteSettings, route_batch
+from streaming.router.batch.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+from streaming.router.batch.routing import RouteSettings, route_batch
 from arrow_batches import source_batch
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
@@ -183,8 +183,8 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     import numpy as np
     import pyarrow as pa
 
-    from streaming.router.replay_scope import ReplayScope
-    from streaming.router.routing import delivery_columns, plan_batch
+    from streaming.router.batch.routing import delivery_columns, plan_batch
+    from streaming.router.replay.scope import ReplayScope
 
     prefix = f"{new_topic()}."
     layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)

@@ -30,8 +30,8 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming.config import Config
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.replay import ReplayLedger, state_path
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.replay.replay import ReplayLedger, state_path
 from streaming.router.service import Router
 
 from kafka_io import headers_of, read_topic
@@ -232,7 +232,7 @@ def test_a_replays_chunks_are_routed_by_the_executors_routing_task_and_audited_o
     once (the driver adds the tasks' files in one transaction per chunk), and `bitroute
     audit deliveries --replayed` lists exactly those."""
     from streaming.cli.main import main
-    from streaming.router.replay_scope import ReplayScope
+    from streaming.router.replay.scope import ReplayScope
 
     def not_in_the_driver(*_args, **_kwargs):
         raise AssertionError("a replay's records were routed in the driver")

@@ -1,24 +1,24 @@
 """Replay: a new subscription's view of the retained past (``bitroute subscribe --since T``).
 
 A changelog record that creates a subscription with ``since``
-(:mod:`streaming.router.replay_requests`) asks the router for every retained
+(:mod:`streaming.router.replay.requests`) asks the router for every retained
 publish at or after T that the subscription matches, then the live stream, with
 no gap and no duplicate at the boundary. The boundary is the micro-batch the
 subscription was first pinned in (:meth:`Replays.on_batch`, called by the
 router right after the batch's pin): that batch and every later one route the
 subscription live, as always; the publishes before it, from Kafka's
 ``offsets_for_times(T)`` up to the batch's start offsets (Spark's offset log,
-:mod:`streaming.router.offsets_log`), are replayed here.
+:mod:`streaming.state.offsets_log`), are replayed here.
 
 The replay runs beside live routing in the same Spark application, driven by
 one driver thread (:class:`Replays`), which never holds a live batch and does
 no per-record work: each chunk is one Spark job (``spark.read.format("kafka")``
 with ``startingOffsets``/``endingOffsets`` per partition, in the Spark
 scheduler pool :data:`SCHEDULER_POOL`) whose tasks run the live batches'
-routing function (:class:`streaming.router.routing.RoutePartitions`) on the
+routing function (:class:`streaming.router.batch.routing.RoutePartitions`) on the
 executors, against a snapshot of the replayed subscriptions only (broadcast
 once per set of replays) and narrowed to the replays' ranges
-(:class:`streaming.router.replay_scope.ReplayScope`): they match, produce the
+(:class:`streaming.router.replay.scope.ReplayScope`): they match, produce the
 deliveries (the live record contract plus the header
 :data:`schemas.records.REPLAYED_HEADER`), wait for Kafka's acks and return the
 routed rows of the publishes delivered. The driver then appends the chunk's
@@ -75,13 +75,13 @@ from streaming.kafka.clients import consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.records import SOURCE_COLUMNS
 from streaming.retry import retry
-from streaming.router.changelog import PendingVersion
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.delivery import ProducerSettings
-from streaming.router.replay_requests import ReplayRequest, ms_text
-from streaming.router.replay_scope import ReplayScope, delivered_pairs
+from streaming.router.batch.delivery import ProducerSettings
+from streaming.router.batch.routing import RoutePartitions, RouteSettings, TaskAudit
+from streaming.router.replay.requests import ReplayRequest, ms_text
+from streaming.router.replay.scope import ReplayScope, delivered_pairs
 from streaming.router.retained import RetainSettings
-from streaming.router.routing import RoutePartitions, RouteSettings, TaskAudit
+from streaming.router.subscriptions.changelog import PendingVersion
+from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class Replays:
         self._stopping = stopping
         self._idle = idle
         self._incarnation = incarnation
-        """The publishes topic's incarnation (its message ids: streaming.router.incarnations)."""
+        """The publishes topic's incarnation (its message ids: streaming.router.topics.incarnations)."""
         """Called between chunks and while waiting: the router's idle catch-up."""
         self._lock = threading.Condition()
         self.ledger = ReplayLedger.load(self.path)
@@ -226,7 +226,7 @@ class Replays:
     def requested(self, pending: PendingVersion) -> None:
         """Record durably the replays ``pending`` asks for, and cancel the replays whose
         subscription it removes or replaces: before the version is persisted
-        (:attr:`streaming.router.subscription_sync.SubscriptionSync.on_version`)."""
+        (:attr:`streaming.router.subscriptions.subscription_sync.SubscriptionSync.on_version`)."""
         with self._lock:
             ledger = self.ledger
             changed = False

@@ -1,7 +1,7 @@
 """What a routing task needs to route one chunk of a replay (``subscribe --since``).
 
-A replay's chunk (:mod:`streaming.router.replay`) is routed by the same routing
-task as a live batch (:class:`streaming.router.routing.RoutePartitions`, on the
+A replay's chunk (:mod:`streaming.router.replay.replay`) is routed by the same routing
+task as a live batch (:class:`streaming.router.batch.routing.RoutePartitions`, on the
 executors), against a snapshot of the replayed subscriptions only, with
 ``RouteSettings.replay`` set to a :class:`ReplayScope`. The scope narrows what
 the task's plan delivers (:meth:`ReplayScope.narrowed`):
@@ -73,7 +73,7 @@ class ReplayScope:
         return batch.filter(pc.is_in(keys, value_set=distinct.filter(pa.array(hit))))
 
     def narrowed(self, plan, batch: pa.RecordBatch):
-        """``plan`` (a :class:`streaming.router.routing.BatchPlan` of ``batch``) as the
+        """``plan`` (a :class:`streaming.router.batch.routing.BatchPlan` of ``batch``) as the
         replay delivers it (module docstring): only the deliveries it makes, no reason,
         no retained message, every publish ``ok``."""
         entries = plan.entries

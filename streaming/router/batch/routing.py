@@ -17,7 +17,7 @@ a task, in one pass:
 4. produces each delivery to its subscriber's topic (as the delivery layout,
    :class:`streaming.kafka.layout.DeliveryLayout`, says) and each rejected publish
    to the rejected topic, with the routing process's producers, and waits for
-   Kafka's acknowledgements (:mod:`streaming.router.delivery`);
+   Kafka's acknowledgements (:mod:`streaming.router.batch.delivery`);
 5. returns one row per publish (``schemas.tables.ROUTED_PUBLISH``): its
    outcome, reason and the deliveries Kafka acknowledged, for the audit; or,
    when the task writes its audit itself (``RouteSettings.audit``: a batch
@@ -35,7 +35,7 @@ reason and routes the others. A batch whose deliveries overflow Arrow's
 32-bit offsets (the kernel's ``ColumnOverflowError``) is routed in halves.
 Only failures that are not about a record fail the task
 (:data:`NOT_ABOUT_A_RECORD`): bitroute's own errors
-(:class:`~streaming.router.delivery.DeliveryUnavailable`: Kafka down;
+(:class:`~streaming.router.batch.delivery.DeliveryUnavailable`: Kafka down;
 :class:`~streaming.kafka.errors.KafkaAccessError`: credentials refused), the
 kernel's other errors (``KernelError``: inconsistent tables or columns, a
 bug), a Kafka client's failure, the disk's, memory; the router retries the
@@ -100,7 +100,7 @@ from streaming.kafka.records import (
     text,
 )
 from streaming.kafka.topics import TopicCreationError, recreate_delivery_topic
-from streaming.router.delivery import (
+from streaming.router.batch.delivery import (
     DeliveryColumns,
     DeliveryProducer,
     FailedRecord,
@@ -108,9 +108,9 @@ from streaming.router.delivery import (
     cached_producer,
     delivery_records,
 )
-from streaming.router.matching import cached_matcher
-from streaming.router.rejected import BadRecord, write_rejected
-from streaming.router.replay_scope import ReplayScope
+from streaming.router.batch.matching import cached_matcher
+from streaming.router.batch.rejected import BadRecord, write_rejected
+from streaming.router.replay.scope import ReplayScope
 from streaming.router.retained import RetainPlan, RetainSettings, plan_retained, write_retained
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
@@ -160,7 +160,7 @@ class RouteSettings:
     """Set: each task writes its audit files and returns one ``ROUTED_TASK`` row."""
     incarnation: int = 0
     """The publishes topic's incarnation the batch reads, in its message ids
-    (:mod:`streaming.router.incarnations`)."""
+    (:mod:`streaming.router.topics.incarnations`)."""
     retain: RetainSettings | None = None
     """Set: MQTT retained publishes are written to the retained topic
     (:mod:`streaming.router.retained`)."""
@@ -168,7 +168,7 @@ class RouteSettings:
     """The routing time (epoch ms) the publishes' expiry is decided at (None: the clock's,
     when the batch is planned)."""
     replay: ReplayScope | None = None
-    """Set: the rows are a replay's chunk (:mod:`streaming.router.replay_scope`): only the
+    """Set: the rows are a replay's chunk (:mod:`streaming.router.replay.scope`): only the
     replay's deliveries are made, marked :data:`schemas.records.REPLAYED_HEADER`, nothing is
     rejected or retained, and only the publishes with deliveries are returned."""
 
@@ -434,7 +434,7 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
     """The records to produce for ``plan.send``, in ``settings.layout``, as columns (no
     Python object per record: the kernel's delivery writer reads the Arrow buffers), made
-    by the one builder of delivery records (:func:`streaming.router.delivery.delivery_records`).
+    by the one builder of delivery records (:func:`streaming.router.batch.delivery.delivery_records`).
 
     Record ``i`` is flattened delivery ``plan.send[i]``, of publish ``rows[i]``: its
     topic and key as the layout says, its publish's payload as value, and its publish's
@@ -631,8 +631,9 @@ def _why(failure: FailedRecord) -> str:
 
 def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reasons: list,
                      keys: list, values: list, kept: list, message_ids: list[str]) -> None:
-    """Write every rejected publish to the rejected topic (:func:`streaming.router.rejected.write_rejected`,
-    its failure policy); ``reasons`` gains what became of each copy."""
+    """Write every rejected publish to the rejected topic
+    (:func:`streaming.router.batch.rejected.write_rejected`, its failure policy);
+    ``reasons`` gains what became of each copy."""
     rejected = [r for r, reason in enumerate(reasons) if reason is not None]
     if not rejected:
         return
