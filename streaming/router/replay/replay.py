@@ -12,23 +12,27 @@ subscription live, as always; the publishes before it, from Kafka's
 
 The replay runs beside live routing in the same Spark application, driven by
 one driver thread (:class:`Replays`), which never holds a live batch and does
-no per-record work: each chunk is one Spark job (``spark.read.format("kafka")``
-with ``startingOffsets``/``endingOffsets`` per partition, in the Spark
-scheduler pool :data:`SCHEDULER_POOL`) whose tasks run the live batches'
-routing function (:class:`streaming.router.batch.routing.RoutePartitions`) on the
-executors, against a snapshot of the replayed subscriptions only (broadcast
-once per set of replays) and narrowed to the replays' ranges
+not match, filter or produce a record: each chunk is one Spark job
+(``spark.read.format("kafka")`` with ``startingOffsets``/``endingOffsets`` per
+partition, in the Spark scheduler pool :data:`SCHEDULER_POOL`) whose tasks run
+the live batches' routing function
+(:class:`streaming.router.batch.routing.RoutePartitions`) on the executors,
+against a snapshot of the replayed subscriptions only (broadcast once per set
+of replays) and narrowed to the replays' ranges
 (:class:`streaming.router.replay.scope.ReplayScope`): they match, produce the
 deliveries (the live record contract plus the header
-:data:`schemas.records.REPLAYED_HEADER`), wait for Kafka's acks and return the
-routed rows of the publishes delivered. The driver then appends the chunk's
-``deliveries`` audit rows (``replayed = true``) in one Delta transaction keyed
-by ``bitroute-<router id>-replay`` and the chunk's number, and only then
-records its progress (``router/replays.json``, written atomically). A failure
-(Kafka, Spark, Delta) is retried with the router's backoff
-(:func:`streaming.retry.retry`). A router killed at any point resumes the replay at the first
-chunk not recorded: the chunk is produced again (at least once, as for a live
-batch), and its audit rows are added once.
+:data:`schemas.records.REPLAYED_HEADER`), wait for Kafka's acks, and write the
+chunk's ``deliveries`` audit file (``replayed = true``) where the live
+batches' tasks write theirs (``streaming.executor_audit_files``; else they
+return their routed rows and the driver writes it). The driver then adds the
+chunk's audit in one Delta transaction keyed by ``bitroute-<router id>-replay``
+and the chunk's number, and only then records its progress
+(``router/replays.json``, written atomically). A failure (Kafka, Spark, Delta)
+is retried with the router's backoff (:func:`streaming.retry.retry`). A router
+killed at any point resumes the replay at the first chunk not recorded: the
+chunk is produced again (at least once, as for a live batch), and its audit
+rows are added once (files of a chunk already committed stay untracked, and
+the maintenance's vacuum deletes them).
 
 Several replays share their reads: each chunk reads, per partition, from the
 lowest position of the replays still reading it, and each of the chunk's
