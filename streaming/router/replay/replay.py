@@ -66,12 +66,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import TopicPartition
+from pyspark import Broadcast
 
 from compiler import Dialect, RoutingIndex
 from schemas.records import DELIVERIES
 from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
 from streaming.audit.files import audit_files
-from streaming.audit.writer import deliveries_rows
+from streaming.audit.writer import AuditTables, deliveries_rows
 from streaming.atomic import write_atomically
 from streaming.config import Config
 from streaming.errors import RetryAbandoned, one_line
@@ -217,9 +218,9 @@ class Replays:
         self._delivered: pa.Array | None = None
         """The audit's deliveries to the replays' subscribers (:func:`delivered_pairs`)."""
         self._delivered_for: frozenset[str] = frozenset()
-        self._tables = None
+        self._tables: AuditTables | None = None
         self._deliveries_partitioned: bool | None = None
-        self._snapshot: tuple[tuple, object, str] | None = None
+        self._snapshot: tuple[tuple, Broadcast, str] | None = None
         """(the replays it holds, its broadcast, its key): the replayed subscriptions'
         snapshot on the executors."""
         self.failure: str | None = None
@@ -454,7 +455,7 @@ class Replays:
                                                  // TASK_PUBLISHES)))
                 .load().select(*SOURCE_COLUMNS))
 
-    def _broadcast(self, active: list[Replay]) -> tuple[object, str]:
+    def _broadcast(self, active: list[Replay]) -> tuple[Broadcast, str]:
         """The broadcast snapshot of ``active``'s subscriptions and its key in the routing
         processes' matcher cache, made again only when the replays in progress change."""
         held = tuple(sorted((r.request.subscription_id, r.request.changelog_partition,
@@ -555,15 +556,13 @@ class Replays:
         found = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())
         return dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist()))
 
-    def _partitioned(self, tables) -> frozenset[str]:
+    def _partitioned(self, tables: AuditTables) -> frozenset[str]:
         """``{"deliveries"}`` when the table has day partitions (this version's layout)."""
         if self._deliveries_partitioned is None:
             self._deliveries_partitioned = DELIVERIES not in tables.unpartitioned()
         return frozenset({DELIVERIES}) if self._deliveries_partitioned else frozenset()
 
-    def _audit_tables(self):
+    def _audit_tables(self) -> AuditTables:
         if self._tables is None:
-            from streaming.audit.writer import AuditTables
-
             self._tables = AuditTables(self.config, self.router_id)
         return self._tables
