@@ -59,7 +59,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -71,9 +71,9 @@ from pyspark import Broadcast
 from compiler import Dialect, RoutingIndex
 from schemas.records import DELIVERIES
 from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
+from streaming.atomic import write_atomically
 from streaming.audit.files import audit_files
 from streaming.audit.writer import AuditTables, deliveries_rows
-from streaming.atomic import write_atomically
 from streaming.config import Config
 from streaming.errors import RetryAbandoned, one_line
 from streaming.kafka.clients import consumer
@@ -148,11 +148,15 @@ class Replay:
 
     @classmethod
     def from_json(cls, obj: dict) -> Replay:
-        ints = lambda d: {int(k): int(v) for k, v in (d or {}).items()}  # noqa: E731
         return cls(ReplayRequest.from_json(obj["request"]), obj["version"], obj.get("boundary"),
-                   ints(obj.get("start")), ints(obj.get("end")), ints(obj.get("position")),
+                   _int_keys(obj.get("start")), _int_keys(obj.get("end")), _int_keys(obj.get("position")),
                    obj.get("note"), obj.get("delivered", 0), obj.get("started_at"),
                    obj.get("cancelled", False), obj.get("rate"))
+
+
+def _int_keys(offsets: dict | None) -> dict[int, int]:
+    """A JSON object of partition -> offset (keys are strings in JSON) as ints."""
+    return {int(k): int(v) for k, v in (offsets or {}).items()}
 
 
 @dataclass
@@ -372,7 +376,7 @@ class Replays:
     def _begin(self, replay: Replay) -> None:
         """Fix where ``replay`` starts (Kafka's ``offsets_for_times``), once the live audit is
         committed up to its boundary; record it."""
-        if not self._audit_committed(replay.boundary - 1):
+        if replay.boundary is None or not self._audit_committed(replay.boundary - 1):
             return
         topic = self.config.kafka.publishes_topic
         request = replay.request
@@ -425,7 +429,7 @@ class Replays:
         delivered = self._deliver(active, windows, chunk) if windows else {}
         with self._lock:
             for r in active:
-                for p, (low, high) in windows.items():
+                for p, (_, high) in windows.items():
                     if p in r.position and r.position[p] < r.end.get(p, 0):
                         r.position[p] = max(r.position[p], min(high, r.end[p]))
             seconds = max(time.monotonic() - started, 1e-6)
@@ -490,7 +494,7 @@ class Replays:
 
         since = min(r.request.since_ms for r in active)
         found = delivered(self.config, sorted(subscribers),
-                          datetime.fromtimestamp(since / 1000 - 86_400, timezone.utc))
+                          datetime.fromtimestamp(since / 1000 - 86_400, UTC))
         self._delivered = delivered_pairs(found["message_id"].combine_chunks(),
                                           found["subscriber"].combine_chunks())
         self._delivered_for = subscribers
@@ -518,8 +522,10 @@ class Replays:
         from the rows the tasks return (a ``local[...]`` master)."""
         kafka = self.config.kafka
         newest = max(active, key=lambda r: r.version)
+        if newest.boundary is None:
+            raise RuntimeError(f"replay {newest.request.subscription_id}: delivering before its boundary batch")
         tables = self._audit_tables()
-        routed_at = datetime.now(timezone.utc)
+        routed_at = datetime.now(UTC)
         in_tasks = self.config.streaming.task_audit_files(self.spark.sparkContext.master)
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
@@ -554,7 +560,8 @@ class Replays:
                                replayed=True)
         tables.append_replayed(rows, chunk)
         found = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())
-        return dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist()))
+        return dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist(),
+                        strict=True))
 
     def _partitioned(self, tables: AuditTables) -> frozenset[str]:
         """``{"deliveries"}`` when the table has day partitions (this version's layout)."""

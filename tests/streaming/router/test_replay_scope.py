@@ -9,14 +9,13 @@ import json
 import numpy as np
 import pyarrow as pa
 
+from arrow_batches import source_batch
 from compiler import Matcher, RoutingIndex, Subscription
 from schemas.records import EXPIRY_HEADER, message_id
 from streaming.kafka.layout import DeliveryLayout
 from streaming.router.batch.delivery import ProducerSettings
 from streaming.router.batch.routing import RouteSettings, plan_batch
 from streaming.router.replay.scope import ReplayScope, delivered_pairs
-
-from arrow_batches import source_batch
 
 REPLAYS = [("ann-a", "ann", "a.*"), ("ann-b", "ann", "a.#"), ("bob-a", "bob", "a.*")]
 
@@ -39,16 +38,15 @@ def _scope(ranges: dict[str, tuple[int, int]], delivered: list[tuple[int, str]])
 
 
 def test_a_chunk_delivers_only_in_range_not_yet_delivered_and_alive():
-    publishes = [(f"a.{i}".encode(), b"x", []) for i in range(6)]
+    publishes: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = [
+        (f"a.{i}".encode(), b"x", []) for i in range(6)]
     publishes[4] = (b"a.4", b"x", [(EXPIRY_HEADER, b"60")])  # published in 2025: expired
     publishes[5] = (b"b.5", b"x", [])  # no replay matches it
     batch = source_batch(publishes)
+    scope = _scope({"ann-a": (0, 6), "ann-b": (2, 6), "bob-a": (1, 3)}, [(1, "ann"), (2, "bob")])
     settings = RouteSettings("amq.topic", DeliveryLayout("dlv.", None, 1), "rejected", 3, False,
-                             ProducerSettings("127.0.0.1:9", 1_048_576),
-                             replay=_scope({"ann-a": (0, 6), "ann-b": (2, 6), "bob-a": (1, 3)},
-                                           [(1, "ann"), (2, "bob")]))
+                             ProducerSettings("127.0.0.1:9", 1_048_576), replay=scope)
     matcher = _matcher()
-    scope = settings.replay
     assert scope.matching_keys_only(matcher, batch).column(3).to_pylist() == [
         f"a.{i}".encode() for i in range(5)]
     plan = scope.narrowed(plan_batch(matcher, batch, settings), batch)
