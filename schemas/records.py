@@ -86,6 +86,11 @@ PUBLISHED_AT_HEADER = "bitroute.published_at"
 #: value ``true``; live deliveries do not carry it.
 REPLAYED_HEADER = "bitroute.replayed"
 REPLAYED_VALUE = b"true"
+#: The headers the router puts last on every delivery, in this order (after the publish's
+#: own headers, a feature mark such as :data:`REPLAYED_HEADER`, and the routing key of the
+#: shared layout): the one statement of their order, which the kernel's delivery writer
+#: is handed (streaming.router.batch.delivery.DeliveryColumns).
+DELIVERY_ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER)
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
                   REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER, RETAINED_HEADER,

@@ -251,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--state", action="store_true",
                        help="subscriptions: the subscriptions in force (latest change per id, "
                             "removed ones left out) instead of every change")
+    audit.add_argument("--replayed", action="store_true",
+                       help="deliveries: only those a replay made (subscribe --since)")
+    audit.add_argument("--retained", action="store_true",
+                       help="deliveries: only the retained messages delivered when a "
+                            "subscription was applied")
     audit.add_argument("--json", action="store_true", help="one JSON object per row")
     audit.add_argument("--limit", type=_count, metavar="N",
                        help="only the newest N rows (still oldest first), read from the "

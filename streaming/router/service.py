@@ -99,6 +99,7 @@ from streaming.errors import one_line
 from streaming.kafka.broker_watch import BrokerWatch
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
+from streaming.kafka.records import SOURCE_COLUMNS
 from streaming.kafka.topics import admin_client, ensure_router_topics
 from streaming.retry import RetryAbandoned, retry
 from streaming.router.batch.batch_rows import BatchRows
@@ -162,7 +163,6 @@ IDLE_CATCH_UP_S = 1.0
 """With no batch for this long, the replay thread applies the changelog itself
 (:meth:`Router._idle_catch_up`): a replay asked for on a quiet topic starts at once."""
 T = TypeVar("T")
-SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
 
 class Router:

@@ -31,7 +31,8 @@ def audit(args: argparse.Namespace) -> int:
             table=args.table, subscriber=args.subscriber, message_id=args.message_id,
             since=None if args.since is None else parse_time(args.since, "--since"),
             until=None if args.until is None else parse_time(args.until, "--until"),
-            as_of_version=args.as_of_version, state=args.state)
+            as_of_version=args.as_of_version, state=args.state,
+            replayed=args.replayed, retained=args.retained)
         answer = audit.read(cfg, query, args.limit)
         # Each batch is written (and flushed) as it is read: the first rows show at once.
         text = None if args.json else TableText(answer.columns)

@@ -78,7 +78,8 @@ def test_a_task_returns_its_counts_and_files_and_writes_no_row_through_the_drive
     _tables(config).close()
     row = write_task_audit(_routed(1, publishes=4, fanout=3), _settings(config, 1))
     assert row.schema.names == ["publishes", "deliveries", "rejected", "files", "latency_ms",
-                                "expired"]
+                                "expired", "subscriptions"]
+    assert row.column("subscriptions")[0].as_py() is None  # a replay chunk's task's only
     assert len(row.column("latency_ms")[0].as_py()) == 4  # a sample of each publish's latency
     assert row.num_rows == 1
     assert (row.column("publishes")[0].as_py(), row.column("deliveries")[0].as_py(),
