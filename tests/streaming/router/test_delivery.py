@@ -16,6 +16,7 @@ from schemas.records import (
     MESSAGE_ID_HEADER,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
+    REPLAYED_HEADER,
     ROUTING_KEY_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
@@ -24,6 +25,7 @@ from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
 from streaming.router.batch.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 from streaming.router.batch.routing import RouteSettings, route_batch
+from streaming.router.replay.scope import ReplayScope
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
                  (b"s\"4", "bob", "#")]
@@ -57,15 +59,18 @@ def _create(bootstrap: str, topics: dict[str, dict[str, str]]) -> None:
         future.result(30)
 
 
-def _contract_settings(bootstrap: str, new_topic, shared: bool) -> RouteSettings:
+def _contract_settings(bootstrap: str, new_topic, shared: bool,
+                       replay: ReplayScope | None = None) -> RouteSettings:
     """Fresh topics for the contract's deliveries to ann and bob: a topic each, or the
-    shared topic of 4 partitions (keyed); the settings that route into them."""
+    shared topic of 4 partitions (keyed); the settings that route into them (a replay's
+    when ``replay`` is given)."""
     prefix = f"{new_topic()}."
     layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
     if not shared:
         _create(bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
     return RouteSettings("amq.topic", layout, new_topic(), 7, False,
-                         ProducerSettings(bootstrap, 1_048_576, keyed_partitions=shared))
+                         ProducerSettings(bootstrap, 1_048_576, keyed_partitions=shared),
+                         replay=replay)
 
 
 def _written(bootstrap: str, layout: DeliveryLayout) -> list:
@@ -183,17 +188,29 @@ def test_the_writer_takes_the_python_sides_properties_and_its_errors_hold_no_sec
     assert "s3cret-pw" not in message and "*****" in message, message
 
 
+@pytest.mark.parametrize("replayed", [False, True], ids=["live", "replayed"])
 @pytest.mark.parametrize("shared", [False, True], ids=["topic-per-subscriber", "shared"])
-def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, new_topic, shared):
+def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, new_topic, shared,
+                                                               replayed):
     """The delivery record's format lives in the kernel's writer (kernel/src/delivery.rs);
     DeliveryColumns.record rebuilds one delivery in Python for the rare record written
     again on its own (a record batch the broker refused whole). Both must write the same
-    topic, key, value and headers, in the same order, for every delivery."""
+    topic, key, value and headers, in the same order, for every delivery, a replay's
+    (marked ``bitroute.replayed: true`` after the publish's headers) as a live one's."""
+    import numpy as np
+    import pyarrow as pa
+
     from streaming.router.batch.routing import delivery_columns, plan_batch
 
-    settings = _contract_settings(kafka_bootstrap, new_topic, shared)
-    columns = delivery_columns(plan_batch(Matcher(_snapshot()), source_batch(PUBLISHES), settings),
-                               settings)
+    ids = tuple(sid.decode() for sid, _, _ in SUBSCRIPTIONS)
+    scope = ReplayScope(ids, np.zeros((len(ids), 1), np.int64), np.full((len(ids), 1), 1 << 40),
+                        pa.array([], pa.string()), ("amq.topic",)) if replayed else None
+    settings = _contract_settings(kafka_bootstrap, new_topic, shared, replay=scope)
+    batch = source_batch(PUBLISHES)
+    plan = plan_batch(Matcher(_snapshot()), batch, settings)
+    if scope is not None:
+        plan = scope.narrowed(plan, batch)
+    columns = delivery_columns(plan, settings)
     producer = DeliveryProducer(settings.producer)
     producer.produce_deliveries(columns)
     assert producer.flush() == []
@@ -203,3 +220,10 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     python_side = [columns.record(i) for i in range(len(columns))]
     assert len(python_side) == 7
     assert sorted(written, key=repr) == sorted(python_side, key=repr)
+    for _, _, _, headers in python_side:
+        names = [name for name, _ in headers]
+        router = len(names) - 3 - (1 if shared else 0)  # the routing key, then the router's
+        assert names[router:][-3:] == [MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
+                                       SNAPSHOT_VERSION_HEADER]
+        assert (headers[router - 1] == (REPLAYED_HEADER, b"true")) == replayed
+        assert names.count(REPLAYED_HEADER) == (1 if replayed else 0)
