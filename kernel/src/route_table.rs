@@ -37,8 +37,9 @@ impl RouteTable {
     }
 
     /// `route(key, headers, message_id)`: `(outcome, exchange, routing_key,
-    /// reason, deliveries)` with outcome 0 routed, 1 unroutable, 2 rejected
-    /// and deliveries `[(subscriber, ids_header, [ids])]`.
+    /// reason, deliveries, alternate)` with outcome 0 routed, 1 unroutable, 2
+    /// rejected, deliveries `[(subscriber, ids_header, [ids])]` and alternate
+    /// the alternate exchange that took them (`None`: its own exchange did).
     #[allow(clippy::type_complexity)]
     #[pyo3(signature = (key, headers, message_id))]
     fn route<'t>(
@@ -52,6 +53,7 @@ impl RouteTable {
         Option<String>,
         Option<String>,
         Vec<PyDelivery<'t>>,
+        Option<String>,
     ) {
         let borrowed: Vec<(&str, Option<&[u8]>)> = headers
             .iter()
@@ -82,6 +84,7 @@ impl RouteTable {
             Option<String>,
             Option<String>,
             Vec<PyDelivery<'t>>,
+            Option<String>,
         ),
         Option<u32>,
     ) {
@@ -111,6 +114,7 @@ impl RouteTable {
         Option<String>,
         Option<String>,
         Vec<PyDelivery<'_>>,
+        Option<String>,
     ) {
         (
             outcome.kind as u8,
@@ -122,6 +126,7 @@ impl RouteTable {
                 .into_iter()
                 .map(|d| (d.subscriber, d.ids_header, d.ids))
                 .collect(),
+            outcome.alternate,
         )
     }
 }

@@ -462,6 +462,12 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
         lines.append((f"limits {exchange}", ", ".join(
             f"{_LIMIT_WORDS[name]} {figures['used']:,}/{figures['limit']:,}"
             for name, figures in limits.items())))
+    alternates = status.get("alternate_exchanges")
+    if alternates:
+        lines.append(("alternates", ", ".join(f"{exchange} -> {alternate}"
+                                              for exchange, alternate in alternates.items())
+                      + " (a publish its exchange routes to no one goes to the alternate's "
+                        "subscribers)"))
     unfed = status.get("unfed_delivery_topics")
     if unfed:
         lines.append(("unfed topics", (

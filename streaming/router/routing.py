@@ -7,7 +7,9 @@ a task, in one pass:
 1. reads the publishes: message id, exchange (last ``exchange`` header, else
    the default; not UTF-8 = rejected), routing key, headers;
 2. matches them against the pinned snapshot (``Matcher.match_columns``), which
-   turns every bad field it reads into a reason, never an error;
+   turns every bad field it reads into a reason, never an error; a publish its own
+   exchange routes to no one is matched once against its exchange's alternate, if it
+   names one (:func:`compiler.alternates.match_alternates`; the row names the alternate);
    then decides each publish's expiry at the batch's routing time (``RouteSettings.now_ms``;
    :func:`plan_expiry`, the Rust core's rule): expired publishes are delivered to no one
    (outcome ``expired``), live ones' deliveries carry the interval left
@@ -55,7 +57,8 @@ import time
 import traceback
 from collections.abc import Iterator
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -66,6 +69,7 @@ from confluent_kafka import KafkaException
 from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
+from compiler.alternates import match_alternates
 from schemas.records import (
     EXPIRY_HEADER,
     MESSAGE_ID_HEADER,
@@ -161,6 +165,9 @@ class RouteSettings:
     now_ms: int | None = None
     """The routing time (epoch ms) the publishes' expiry is decided at (None: the clock's,
     when the batch is planned)."""
+    alternates: Mapping[str, str] = field(default_factory=dict)
+    """Each exchange's alternate exchange (``[exchanges.alternates]``): a publish its own
+    exchange routes to no one is matched once on it. Empty (a replay's): none."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -310,6 +317,9 @@ class BatchPlan:
     """The snapshot's subscriptions with Retain As Published (:mod:`compiler.options`)."""
     expiry: ExpiryPlan | None = None
     """The batch's publishes with an expiry header (``ok`` is False for the expired)."""
+    via: list[str | None] | None = None
+    """Per publish, the alternate exchange whose subscriptions its deliveries are (None:
+    its own exchange's; the list None when no publish of the batch went through one)."""
 
 
 @dataclass(frozen=True)
@@ -372,9 +382,10 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     n = publishes.n
     header_lists = publishes.header_lists()
     message_ids, keys = publishes.message_ids.to_pylist(), publishes.keys.to_pylist()
-    deliveries, errors = matcher.match_columns(
-        message_ids, publishes.exchanges, keys, header_lists if settings.with_headers else None
-    )
+    headers = header_lists if settings.with_headers else None
+    deliveries, errors = matcher.match_columns(message_ids, publishes.exchanges, keys, headers)
+    deliveries, via = match_alternates(matcher, settings.alternates, message_ids,
+                                       publishes.exchanges, keys, headers, deliveries, errors)
     reasons: list[str | None] = errors.tolist()
     for row, reason in publishes.exchange_errors.items():
         reasons[row] = reason
@@ -404,7 +415,7 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
                      send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain,
-                     matcher.retain_as_published, expiry)
+                     matcher.retain_as_published, expiry, via)
 
 
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
@@ -512,7 +523,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     cleared = plan.retain.cleared if plan.retain is not None else None
     expired = plan.expiry.expired if plan.expiry is not None else None
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked,
-                        cleared, expired)
+                        cleared, expired, plan.via)
 
 
 def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
@@ -602,7 +613,8 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
 def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,
                  entries: pa.StructArray, owner: np.ndarray, acked: np.ndarray,
                  cleared: np.ndarray | None = None,
-                 expired: np.ndarray | None = None) -> pa.RecordBatch:
+                 expired: np.ndarray | None = None,
+                 via: list[str | None] | None = None) -> pa.RecordBatch:
     n = publishes.n
     keep = np.flatnonzero(acked) if len(owner) else np.zeros(0, np.int64)
     counts = np.bincount(owner[keep], minlength=n) if len(keep) else np.zeros(n, np.int64)
@@ -618,9 +630,14 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
     if expired is not None:  # its lifetime ended before it was routed: delivered to no one
         outcome = np.where(expired & (outcome != OUTCOME_REJECTED), OUTCOME_EXPIRED, outcome)
     exchanges = pa.array(publishes.exchanges, pa.string())
+    if via is None:
+        alternate = pa.nulls(n, pa.string())
+    else:  # a publish that is not routed after all (rejected, expired) went through none
+        alternate = pa.array([v if o == OUTCOME_ROUTED else None for v, o in zip(via, outcome)],
+                             pa.string())
     columns = [publishes.message_ids, exchanges, text(publishes.keys), pa.array(outcome, pa.string()),
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),
-               publishes.published_at]
+               publishes.published_at, alternate]
     return pa.RecordBatch.from_arrays(
         [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW)], schema=ROUTED_ARROW)
 
@@ -651,4 +668,5 @@ def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settin
         empty, pa.array([None], ROUTED_ARROW.field("headers").type),
         pa.array([len(columns["value"][0].as_py() or b"")], pa.int32()),
         columns["timestamp"].slice(0, 1).cast(ROUTED_ARROW.field("published_at").type),
+        pa.nulls(1, pa.string()),
     ], schema=ROUTED_ARROW)

@@ -112,8 +112,9 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
         }
         String outcomeName = reason != null ? "rejected" : expired ? "expired"
                 : deliveries.isEmpty() ? "unroutable" : "routed";
+        String alternate = deliveries.isEmpty() ? null : outcome.alternate();
         byte[] routed = routedJson(messageId, partition, offset, outcome.exchange(), key, outcomeName,
-                reason, deliveries, all, value, publishedAt, lease.version());
+                reason, deliveries, all, value, publishedAt, lease.version(), alternate);
         rows.add(row(settings.routedTopic(), KafkaRecords.utf8(messageId), routed, List.of()));
     }
 
@@ -180,7 +181,7 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
     private static byte[] routedJson(String messageId, int partition, long offset, String exchange,
                                      byte[] key, String outcome, String reason,
                                      List<Delivery> deliveries, List<Header> all, byte[] value,
-                                     Long publishedAt, long version) {
+                                     Long publishedAt, long version, String alternate) {
         ObjectNode routed = JSON.createObjectNode();
         routed.put("message_id", messageId);
         routed.put("partition", partition);
@@ -204,6 +205,7 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
         routed.put("payload_bytes", value == null ? null : value.length);
         routed.put("published_at", publishedAt);
         routed.put("snapshot_version", version);
+        routed.put("alternate_exchange", alternate);
         try {
             return JSON.writeValueAsBytes(routed);
         } catch (JsonProcessingException e) {
