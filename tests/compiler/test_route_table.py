@@ -89,16 +89,17 @@ def test_chosen_outcomes():
     got = both(SUBS, [(b"orders.eu.paid", []), (b"x", []), (None, [("exchange", b"\xff")])])
     assert got[0] == (ROUTED, "amq", "orders.eu.paid", None, [
         ("audit", '["a9","q\\"\\\\\\n\\u0001é"]', ["a9", 'q"\\\n\x01é']),
-        ("billing", '["s0","s1"]', ["s0", "s1"])])
-    assert got[1] == (ROUTED, "amq", "x", None, [("audit", '["a9"]', ["a9"])])
+        ("billing", '["s0","s1"]', ["s0", "s1"])], None)
+    assert got[1] == (ROUTED, "amq", "x", None, [("audit", '["a9"]', ["a9"])], None)
     assert got[2] == (REJECTED, None, None,
-                      "the exchange header is not valid UTF-8 (invalid start byte at byte 0): b'\\xff'", [])
+                      "the exchange header is not valid UTF-8 (invalid start byte at byte 0): b'\\xff'", [],
+                      None)
 
 
 def test_a_shared_group_delivers_each_publish_to_one_member():
     publishes = [(b"jobs/x", [("exchange", b"mq")])] * 200
     got = both(SUBS, publishes)
-    chosen = [[s for s, _, ids in deliveries if ids[0].startswith("g")] for *_, deliveries in got]
+    chosen = [[s for s, _, ids in deliveries if ids[0].startswith("g")] for *_, deliveries, _ in got]
     assert all(len(c) == 1 for c in chosen)
     assert {c[0] for c in chosen} == {"w0", "w1", "w2", "w3"}
 
@@ -127,7 +128,7 @@ def test_no_local_is_decided_alike_by_both_paths():
         (b"chat/a", [mq]),
         (b"chat.a", [("publisher", b"ann")]),
     ], default="amq")
-    who = [[(s, ids) for s, _, ids in deliveries] for *_, deliveries in got]
+    who = [[(s, ids) for s, _, ids in deliveries] for *_, deliveries, _ in got]
     assert who[0] == [("ann", ["n2"]), ("bob", ["n3"])]
     assert got[1][0] == ROUTED and who[1] == [("bob", ["n3"])]
     assert who[2] == [("ann", ["n1", "n2"]), ("cy", ["n4"])]

@@ -453,10 +453,10 @@ mod tests {
     #[test]
     fn encodes_the_alternate_exchange_last() {
         let table = RouteTable::from_json(
-            br#"{"default_exchange": "a", "exchanges": [
+            br##"{"default_exchange": "a", "exchanges": [
                 {"name": "a", "dialect": "amqp", "alternate": "ae"},
                 {"name": "ae", "dialect": "amqp"}],
-              "subscriptions": [{"id": "s", "exchange": "ae", "subscriber": "u", "filter": "#"}]}"#,
+              "subscriptions": [{"id": "s", "exchange": "ae", "subscriber": "u", "filter": "#"}]}"##,
         )
         .unwrap();
         let got = encode(&table.route(Some(b"x"), &[], "p/0/1"));
