@@ -86,10 +86,13 @@ PUBLISHED_AT_HEADER = "bitroute.published_at"
 #: value ``true``; live deliveries do not carry it.
 REPLAYED_HEADER = "bitroute.replayed"
 REPLAYED_VALUE = b"true"
+#: On a delivery made through an alternate exchange (the publish's own exchange routed it to
+#: no one: ``[exchanges.alternates]``): the alternate's name; other deliveries do not carry it.
+ALTERNATE_EXCHANGE_HEADER = "bitroute.alternate_exchange"
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
                   REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER, RETAINED_HEADER,
-                  PUBLISHED_AT_HEADER, REPLAYED_HEADER)
+                  PUBLISHED_AT_HEADER, REPLAYED_HEADER, ALTERNATE_EXCHANGE_HEADER)
 
 # --- Delivery topic layouts (kafka.delivery_layout) ---------------------------
 LAYOUT_TOPIC_PER_SUBSCRIBER = "topic-per-subscriber"

@@ -71,6 +71,7 @@ from pyspark import Broadcast, TaskContext
 from compiler import Matcher
 from compiler.alternates import match_alternates
 from schemas.records import (
+    ALTERNATE_EXCHANGE_HEADER,
     EXPIRY_HEADER,
     MESSAGE_ID_HEADER,
     OUTCOME_CLEARED,
@@ -357,11 +358,23 @@ def plan_expiry(publishes: PublishColumns, reasons: list[str | None],
     return ExpiryPlan(expired, remaining)
 
 
+def _with_alternate(kept: list, via: list[str | None] | None) -> list:
+    """``kept`` (per publish its kept headers) with :data:`ALTERNATE_EXCHANGE_HEADER` last on
+    each publish routed through an alternate exchange, as its deliveries carry it."""
+    if via is None:
+        return kept
+    return [k if v is None else [*k, (ALTERNATE_EXCHANGE_HEADER, v.encode())]
+            for k, v in zip(kept, via)]
+
+
 def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array]:
     """The publishes' kept headers as their deliveries carry them (``PublishColumns.
     kept_header_columns``), each ``expiry`` header of a live publish set to its remaining
-    interval (MQTT 5: the received value minus the time the message waited)."""
+    interval (MQTT 5: the received value minus the time the message waited), and
+    :data:`ALTERNATE_EXCHANGE_HEADER` last on a publish routed through an alternate."""
     offsets, names, values = plan.publishes.kept_header_columns()
+    if plan.via is not None:
+        offsets, names, values = _alternate_header_columns(plan.via, offsets, names, values)
     if plan.expiry is None or not plan.expiry.remaining:
         return offsets, names, values
     remaining = plan.expiry.remaining
@@ -374,6 +387,34 @@ def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array
     mask[[i for i, _ in live]] = True
     new = pa.array([str(remaining[row]).encode() for _, row in live], pa.binary())
     return offsets, names, pc.replace_with_mask(values.cast(pa.binary()), pa.array(mask), new)
+
+
+def _alternate_header_columns(via: list[str | None], offsets: np.ndarray, names: pa.Array,
+                              values: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """Header columns ``(offsets, names, values)`` with one entry more, last, in each row
+    ``r`` that has ``via[r]``: the alternate exchange header."""
+    rows = np.array([r for r, v in enumerate(via) if v is not None], dtype=np.int64)
+    n = len(offsets) - 1
+    added = np.zeros(n, dtype=np.int64)
+    added[rows] = 1
+    counts = np.diff(offsets.astype(np.int64)) + added
+    new_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=new_offsets[1:])
+    # Entry i of row r moves by the entries added in the rows before r.
+    before = np.cumsum(added) - added
+    source = np.empty(int(new_offsets[-1]), dtype=np.int64)
+    entries = len(names)
+    source[np.arange(entries) + np.repeat(before, np.diff(offsets.astype(np.int64)))] = \
+        np.arange(entries)
+    source[new_offsets[rows + 1] - 1] = entries + np.arange(len(rows))
+    take = pa.array(source)
+    extra = [via[r] for r in rows.tolist()]
+    return (new_offsets,
+            pa.concat_arrays([names.cast(pa.string()),
+                              pa.array([ALTERNATE_EXCHANGE_HEADER] * len(rows), pa.string())]
+                             ).take(take),
+            pa.concat_arrays([values.cast(pa.binary()),
+                              pa.array([v.encode() for v in extra], pa.binary())]).take(take))
 
 
 def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
@@ -403,8 +444,8 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     version = str(settings.snapshot_version).encode()
     per_delivery = (pc.binary_length(ids_json).to_numpy(zero_copy_only=False)
                     + settings.layout.key_bytes(subscribers))
-    _reject_oversize(publishes, kept, owner, per_delivery, len(version), reasons,
-                     settings.producer.max_record_bytes, expired)
+    _reject_oversize(publishes, _with_alternate(kept, via), owner, per_delivery, len(version),
+                     reasons, settings.producer.max_record_bytes, expired)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     if retain is not None:
         ok &= ~retain.cleared

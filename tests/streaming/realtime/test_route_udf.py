@@ -27,6 +27,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.records import (
+    ALTERNATE_EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
     REASON_HEADER,
     ROUTING_KEY_HEADER,
@@ -267,7 +268,8 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
     # 6: amq.topic routes it to no one: its alternate "unrouted" does, and its record says so.
     [through] = read_topic(base_config, dlq)
     assert (through.key(), through.value()) == (b"stock.eu", b"s-1")
-    assert through.headers() == _delivery_headers([], ids[6], ["u1"], 1)
+    assert through.headers() == [(ALTERNATE_EXCHANGE_HEADER, b"unrouted"),
+                                 *_delivery_headers([], ids[6], ["u1"], 1)]
     assert [values[ids[6]][k] for k in ("outcome", "exchange", "alternate_exchange")] == [
         "routed", "amq.topic", "unrouted"]
     assert values[ids[1]]["alternate_exchange"] is None  # "unrouted" takes no orders.#

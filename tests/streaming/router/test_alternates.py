@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from schemas.records import (
+    ALTERNATE_EXCHANGE_HEADER,
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
     OUTCOME_ROUTED,
@@ -52,13 +53,18 @@ def _subscribe(config, sub_id: str, subscriber: str, filter_: str, exchange: str
              json.dumps(value).encode())
 
 
-def _publish(config, key: str, exchange: str | None = None) -> str:
-    headers = [] if exchange is None else [(EXCHANGE_HEADER, exchange.encode())]
+def _publish(config, key: str, exchange: str | None = None, headers=()) -> str:
+    headers = [*headers, *([] if exchange is None else [(EXCHANGE_HEADER, exchange.encode())])]
     return _produce(config, config.kafka.publishes_topic, key.encode(), b"x", headers)
 
 
 def _received(config, subscriber: str) -> set[str]:
-    return {headers_of(r)[MESSAGE_ID_HEADER]
+    return set(_headers(config, subscriber))
+
+
+def _headers(config, subscriber: str) -> dict[str, dict[str, str]]:
+    """message id -> headers of each delivery to ``subscriber``."""
+    return {headers_of(r)[MESSAGE_ID_HEADER]: headers_of(r)
             for r in read_topic(config, config.kafka.layout.topic(subscriber))}
 
 
@@ -77,7 +83,8 @@ def test_an_unroutable_publish_reaches_its_alternate_s_subscribers_and_the_audit
     router = Router(config, spark)
     router.start()
     try:
-        routed = _publish(config, "orders.eu")
+        # A publisher's own alternate header is replaced, as every router header is.
+        routed = _publish(config, "orders.eu", headers=[(ALTERNATE_EXCHANGE_HEADER, b"forged")])
         through = _publish(config, "stock.eu")
         direct = _publish(config, "stock.us", exchange="unrouted")
         router.process_all_available()
@@ -88,6 +95,11 @@ def test_an_unroutable_publish_reaches_its_alternate_s_subscribers_and_the_audit
     assert _received(config, "dlq") == {through, direct}
     assert _received(config, "ops") == {through}
     assert _received(config, "never") == set()  # the alternate's alternate is not followed
+    # A delivery made through the alternate names it in a header; the others do not.
+    assert _headers(config, "dlq")[through][ALTERNATE_EXCHANGE_HEADER] == "unrouted"
+    assert _headers(config, "ops")[through][ALTERNATE_EXCHANGE_HEADER] == "unrouted"
+    assert ALTERNATE_EXCHANGE_HEADER not in _headers(config, "dlq")[direct]
+    assert ALTERNATE_EXCHANGE_HEADER not in _headers(config, "billing")[routed]
 
     messages = {r["message_id"]: r for r in _audit(config, "messages")}
     assert [(messages[m]["outcome"], messages[m]["exchange"], messages[m]["alternate_exchange"],

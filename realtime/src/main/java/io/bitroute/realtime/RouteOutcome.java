@@ -28,6 +28,9 @@ public record RouteOutcome(int outcome, String exchange, String routingKey, Stri
     public static final int REJECTED = 2;
     /** Its lifetime (the {@code expiry} header) ended before it was routed: no deliveries. */
     public static final int EXPIRED = 3;
+    /** {@code schemas.records.ALTERNATE_EXCHANGE_HEADER}: on a delivery made through the
+     *  alternate exchange, its name. */
+    public static final String ALTERNATE_EXCHANGE_HEADER = "bitroute.alternate_exchange";
 
     /**
      * One subscriber's delivery.
