@@ -23,7 +23,9 @@ from schemas.records import (
     OUTCOME_UNROUTABLE,
     message_id,
 )
+from streaming.cli.render import delivery_json, delivery_line
 from streaming.config import ConfigError, load
+from streaming.kafka.client_verbs import tail
 from streaming.router.service import Router
 
 from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
@@ -100,6 +102,14 @@ def test_an_unroutable_publish_reaches_its_alternate_s_subscribers_and_the_audit
     assert _headers(config, "ops")[through][ALTERNATE_EXCHANGE_HEADER] == "unrouted"
     assert ALTERNATE_EXCHANGE_HEADER not in _headers(config, "dlq")[direct]
     assert ALTERNATE_EXCHANGE_HEADER not in _headers(config, "billing")[routed]
+    # bitroute tail names it too.
+    tailed = {d.message_id: d for d in tail(config, "dlq", from_beginning=True, max_records=2,
+                                             timeout_s=30)}
+    assert (tailed[through].alternate_exchange, tailed[direct].alternate_exchange) == (
+        "unrouted", None)
+    assert json.loads(delivery_json(tailed[through]))["alternate_exchange"] == "unrouted"
+    assert " via=unrouted " in delivery_line(tailed[through])
+    assert "alternate_exchange" not in json.loads(delivery_json(tailed[direct]))
 
     messages = {r["message_id"]: r for r in _audit(config, "messages")}
     assert [(messages[m]["outcome"], messages[m]["exchange"], messages[m]["alternate_exchange"],
