@@ -50,7 +50,7 @@ def route_table(subs: Iterable[Subscription], exchanges: Mapping[str, str], defa
 
 def micro_batch(matcher: Matcher, default_exchange: str, publishes: list[tuple[bytes | None, Headers]],
                 alternates: Mapping[str, str] | None = None) -> list[tuple]:
-    """What the micro-batch path (``streaming.router.routing.plan_batch``: ``PublishColumns``,
+    """What the micro-batch path (``streaming.router.batch.routing.plan_batch``: ``PublishColumns``,
     ``Matcher.match_columns``, ``match_alternates``, ``subscription_ids_json``) decides for each publish
     ``(key, headers)`` of a batch of topic ``p``, partition 0, offsets from 0 (message
     ids ``p/0/<offset>``). The routing key is its text, or None when absent or not UTF-8."""
