@@ -55,9 +55,8 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -466,7 +465,8 @@ def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumn
     Record ``i`` is flattened delivery ``plan.send[i]``, of publish ``rows[i]``: its
     topic and key as the layout says, its publish's payload as value, and its headers
     in this order: the publish's kept headers (an ``expiry`` header with the remaining
-    interval: :func:`kept_header_columns`), [the routing key (shared layout)],
+    interval, then the alternate exchange's header on a publish routed through one:
+    :func:`kept_header_columns`), [the routing key (shared layout)],
     message id, subscription ids, snapshot version.
 
     A live delivery of a retained publish keeps its ``retain`` header only when one of
