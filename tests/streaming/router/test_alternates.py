@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
@@ -25,6 +29,7 @@ from schemas.records import (
 )
 from streaming.cli.render import delivery_json, delivery_line
 from streaming.config import ConfigError, load
+from streaming.router.batch.routing import _alternate_header_columns
 from streaming.kafka.client_verbs import tail
 from streaming.router.service import Router
 
@@ -162,3 +167,22 @@ def test_a_bad_alternate_stops_at_load_naming_the_key(overrides, message):
         load(overrides=overrides, environ={})
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.sampled_from(["a", "expiry"]),
+                                             st.sampled_from([b"1", b"", None])), max_size=3),
+                          st.sampled_from([None, "ae", "é"])), max_size=8))
+def test_the_alternate_header_is_added_last_to_exactly_the_rows_that_went_through_one(rows):
+    """``_alternate_header_columns`` against a list-of-lists oracle."""
+    counts = [len(headers) for headers, _ in rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    names = pa.array([n for headers, _ in rows for n, _ in headers], pa.string())
+    values = pa.array([v for headers, _ in rows for _, v in headers], pa.binary())
+    got_offsets, got_names, got_values = _alternate_header_columns(
+        [via for _, via in rows], offsets, names, values)
+    entries = list(zip(got_names.to_pylist(), got_values.to_pylist()))
+    got = [entries[got_offsets[r]:got_offsets[r + 1]] for r in range(len(rows))]
+    assert got == [headers + ([] if via is None else [(ALTERNATE_EXCHANGE_HEADER, via.encode())])
+                   for headers, via in rows]
