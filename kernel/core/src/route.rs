@@ -515,11 +515,13 @@ impl RouteTable {
             .zip(&grammars)
             .zip(&per_exchange)
             .zip(alternates)
-            .map(|(((exchange, grammar), (texts, hits)), alternate)| Exchange {
-                name: exchange.name.clone(),
-                trie: Trie::build(grammar.dialect, texts, hits),
-                alternate,
-            })
+            .map(
+                |(((exchange, grammar), (texts, hits)), alternate)| Exchange {
+                    name: exchange.name.clone(),
+                    trie: Trie::build(grammar.dialect, texts, hits),
+                    alternate,
+                },
+            )
             .collect();
         Ok(RouteTable {
             version: json.version,
@@ -1156,23 +1158,38 @@ mod tests {
         let t = RouteTable::from_json(ALTERNATES.as_bytes()).unwrap();
         // Its own exchange routes it: the alternate is not tried.
         let o = t.route(Some(b"orders.eu"), &[("keep", None)], "p/0/1");
-        assert_eq!((o.kind, o.alternate.as_deref()), (OutcomeKind::Routed, None));
+        assert_eq!(
+            (o.kind, o.alternate.as_deref()),
+            (OutcomeKind::Routed, None)
+        );
         assert_eq!(summary(&o), vec![("billing".into(), vec!["o1".into()])]);
         // Routed to no one there: the alternate's subscriptions, header criteria included.
         let o = t.route(Some(b"stock.eu"), &[("keep", None)], "p/0/2");
-        assert_eq!((o.kind, o.exchange.as_deref()), (OutcomeKind::Routed, Some("orders")));
+        assert_eq!(
+            (o.kind, o.exchange.as_deref()),
+            (OutcomeKind::Routed, Some("orders"))
+        );
         assert_eq!(o.alternate.as_deref(), Some("unrouted"));
         assert_eq!(
             summary(&o),
-            vec![("dlq".into(), vec!["u2".into()]), ("ops".into(), vec!["u1".into()])]
+            vec![
+                ("dlq".into(), vec!["u2".into()]),
+                ("ops".into(), vec!["u1".into()])
+            ]
         );
         // Tried once: the alternate's own alternate ("last", which takes "#") is not followed.
         let o = t.route(Some(b"stock.us"), &[], "p/0/3");
-        assert_eq!((o.kind, o.alternate.as_deref()), (OutcomeKind::Unroutable, None));
+        assert_eq!(
+            (o.kind, o.alternate.as_deref()),
+            (OutcomeKind::Unroutable, None)
+        );
         // A publish to the alternate itself follows the alternate's alternate, once.
         let to_unrouted: &[(&str, Option<&[u8]>)] = &[("exchange", Some(b"unrouted"))];
         let o = t.route(Some(b"stock.us"), to_unrouted, "p/0/4");
-        assert_eq!((o.kind, o.alternate.as_deref()), (OutcomeKind::Routed, Some("last")));
+        assert_eq!(
+            (o.kind, o.alternate.as_deref()),
+            (OutcomeKind::Routed, Some("last"))
+        );
         // An expired publish goes nowhere, through no alternate.
         let expiring: &[(&str, Option<&[u8]>)] = &[("keep", None), ("expiry", Some(b"1"))];
         let o = t.route_at(Some(b"stock.eu"), expiring, "p/0/5", 0, 5_000);
@@ -1182,8 +1199,14 @@ mod tests {
     #[test]
     fn refuses_bad_alternates() {
         for (exchanges, why) in [
-            (r#"[{"name": "a", "dialect": "amqp", "alternate": "b"}]"#, "\"b\" is not listed"),
-            (r#"[{"name": "a", "dialect": "amqp", "alternate": "a"}]"#, "is the exchange itself"),
+            (
+                r#"[{"name": "a", "dialect": "amqp", "alternate": "b"}]"#,
+                "\"b\" is not listed",
+            ),
+            (
+                r#"[{"name": "a", "dialect": "amqp", "alternate": "a"}]"#,
+                "is the exchange itself",
+            ),
             (
                 r#"[{"name": "a", "dialect": "amqp", "alternate": "m"}, {"name": "m", "dialect": "mqtt"}]"#,
                 "must both be AMQP exchanges",

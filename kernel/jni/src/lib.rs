@@ -429,7 +429,12 @@ mod tests {
         assert_eq!(got[0], 3);
         assert_eq!(
             got[got.len() - 16..],
-            [&0i32.to_be_bytes()[..], &(-1i64).to_be_bytes(), &(-1i32).to_be_bytes()].concat()
+            [
+                &0i32.to_be_bytes()[..],
+                &(-1i64).to_be_bytes(),
+                &(-1i32).to_be_bytes()
+            ]
+            .concat()
         );
         let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 1_000));
         assert_eq!(
@@ -461,6 +466,9 @@ mod tests {
         .unwrap();
         let got = encode(&table.route(Some(b"x"), &[], "p/0/1"));
         assert_eq!(got[0], 0);
-        assert_eq!(&got[got.len() - 6..], &[&2i32.to_be_bytes()[..], &b"ae"[..]].concat()[..]);
+        assert_eq!(
+            &got[got.len() - 6..],
+            &[&2i32.to_be_bytes()[..], &b"ae"[..]].concat()[..]
+        );
     }
 }
