@@ -363,7 +363,7 @@ def _with_alternate(kept: list, via: list[str | None] | None) -> list:
     if via is None:
         return kept
     return [k if v is None else [*k, (ALTERNATE_EXCHANGE_HEADER, v.encode())]
-            for k, v in zip(kept, via)]
+            for k, v in zip(kept, via, strict=True)]
 
 
 def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array]:

@@ -14,11 +14,11 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from confluent_kafka import Producer
 from deltalake import DeltaTable
+from hypothesis import given, settings, strategies as st
 
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     ALTERNATE_EXCHANGE_HEADER,
     EXCHANGE_HEADER,
@@ -29,11 +29,9 @@ from schemas.records import (
 )
 from streaming.cli.render import delivery_json, delivery_line
 from streaming.config import ConfigError, load
-from streaming.router.batch.routing import _alternate_header_columns
 from streaming.kafka.client_verbs import tail
+from streaming.router.batch.routing import _alternate_header_columns
 from streaming.router.service import Router
-
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 ALTERNATES = {
     "exchanges.dialects.unrouted": "amqp",
@@ -182,7 +180,7 @@ def test_the_alternate_header_is_added_last_to_exactly_the_rows_that_went_throug
     values = pa.array([v for headers, _ in rows for _, v in headers], pa.binary())
     got_offsets, got_names, got_values = _alternate_header_columns(
         [via for _, via in rows], offsets, names, values)
-    entries = list(zip(got_names.to_pylist(), got_values.to_pylist()))
+    entries = list(zip(got_names.to_pylist(), got_values.to_pylist(), strict=True))
     got = [entries[got_offsets[r]:got_offsets[r + 1]] for r in range(len(rows))]
     assert got == [headers + ([] if via is None else [(ALTERNATE_EXCHANGE_HEADER, via.encode())])
                    for headers, via in rows]
