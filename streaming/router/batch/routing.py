@@ -396,15 +396,14 @@ def _alternate_header_columns(via: list[str | None], offsets: np.ndarray, names:
     n = len(offsets) - 1
     added = np.zeros(n, dtype=np.int64)
     added[rows] = 1
-    counts = np.diff(offsets.astype(np.int64)) + added
+    own = (offsets[1:] - offsets[:-1]).astype(np.int64)
     new_offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=new_offsets[1:])
+    np.cumsum(own + added, out=new_offsets[1:])
     # Entry i of row r moves by the entries added in the rows before r.
     before = np.cumsum(added) - added
     source = np.empty(int(new_offsets[-1]), dtype=np.int64)
     entries = len(names)
-    source[np.arange(entries) + np.repeat(before, np.diff(offsets.astype(np.int64)))] = \
-        np.arange(entries)
+    source[np.arange(entries) + np.repeat(before, own)] = np.arange(entries)
     source[new_offsets[rows + 1] - 1] = entries + np.arange(len(rows))
     take = pa.array(source)
     extra = [via[r] for r in rows.tolist()]
