@@ -26,8 +26,8 @@ from deltalake.exceptions import DeltaError
 
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
-from streaming.audit.properties import writer_properties
 from streaming.audit.errors import MigrationError
+from streaming.audit.properties import writer_properties
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.writer import (
@@ -109,8 +109,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None],
                 batch = batch.append_column(field, pa.nulls(batch.num_rows, field.type))
             batch = batch.select(before.names).cast(before)
             batch = batch.append_column(target.field(day), utc_date(batch[source]))
-            for out in batch.to_batches():
-                yield out
+            yield from batch.to_batches()
             step = written[0] // PROGRESS_EVERY_ROWS
             written[0] += batch.num_rows
             if written[0] // PROGRESS_EVERY_ROWS > step:

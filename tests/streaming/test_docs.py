@@ -175,7 +175,9 @@ def test_the_run_json_sample_has_the_batch_report_fields():
 
     text = (ROOT / "docs" / "running.md").read_text()
     section = text.split("\n### Stopping and restarting\n", 1)[1]
-    sample = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    block = re.search(r"```json\n(.*?)```", section, re.S)
+    assert block is not None, "the sample batch line"
+    sample = json.loads(block.group(1))
     fields = [f.name for f in dataclasses.fields(BatchReport)] + ["finished_at"]
     assert sorted(sample) == sorted(fields)
 
@@ -197,7 +199,7 @@ def test_the_audit_page_lists_each_table_s_columns_as_the_schema_has_them(table)
                   _table_rows(section, "| column | type | meaning |")]
     schema = AUDIT_TABLES[table]
     assert [name for name, _ in documented] == schema.fieldNames()
-    for (name, kind), field in zip(documented, schema.fields):
+    for (name, kind), field in zip(documented, schema.fields, strict=True):
         assert kind.split(", nullable")[0] == _TYPE_NAMES[type(field.dataType).__name__], name
         assert ("nullable" in kind) == field.nullable, name
 
@@ -207,8 +209,7 @@ def _pins() -> tuple[dict[str, str], dict[str, list[str]]]:
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    python = dict(re.match(r"([A-Za-z0-9_.-]+)==(\S+)$", d).groups()
-                  for d in project["dependencies"] if "==" in d)
+    python = dict(_pin(d) for d in project["dependencies"] if "==" in d)
     jvm = {group: table["artifacts"]
            for group, table in tomllib.loads((ROOT / "conf" / "jvm.toml").read_text()).items()}
     return python, jvm
@@ -287,3 +288,10 @@ def test_the_image_s_defaults_are_the_dockerfile_s():
         assert re.search(rf"\b{variable}={re.escape(value)}\b", dockerfile), variable
         assert said in docker, said
     assert "RUN bitroute jars --s3a" in dockerfile and "`bitroute jars --s3a`" in docker
+
+
+def _pin(requirement: str) -> tuple[str, str]:
+    """(name, version) of a pinned requirement, ``name==version``."""
+    found = re.match(r"([A-Za-z0-9_.-]+)==(\S+)$", requirement)
+    assert found is not None, requirement
+    return found.group(1), found.group(2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.cli.render import status_lines
@@ -19,7 +19,7 @@ from streaming.kafka.broker import free_port
 from streaming.ops.status import router_status
 
 OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
-NOW = datetime(2025, 1, 2, 3, 4, 9, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 2, 3, 4, 9, tzinfo=UTC)
 
 
 def _section() -> str:
@@ -30,7 +30,9 @@ def _section() -> str:
 def _documented_json_keys() -> list[str]:
     """The backticked names outside parentheses in the paragraph "The JSON object has the keys"."""
     section = _section() + "\n\n"
-    start = re.search(r"The JSON\s+object has the keys", section).start()
+    found = re.search(r"The JSON\s+object has the keys", section)
+    assert found is not None, "the paragraph of the JSON keys"
+    start = found.start()
     paragraph = section[start:section.index("\n\n", start)]
     keys, depth, in_code, token = [], 0, False, ""
     for char in paragraph:
