@@ -676,7 +676,7 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
     if via is None:
         alternate = pa.nulls(n, pa.string())
     else:  # a publish that is not routed after all (rejected, expired) went through none
-        alternate = pa.array([v if o == OUTCOME_ROUTED else None for v, o in zip(via, outcome)],
+        alternate = pa.array([v if o == OUTCOME_ROUTED else None for v, o in zip(via, outcome, strict=True)],
                              pa.string())
     columns = [publishes.message_ids, exchanges, text(publishes.keys), pa.array(outcome, pa.string()),
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),

@@ -281,14 +281,14 @@ def test_migrate_partitions_in_one_commit_keeping_rows_history_and_txn_versions(
 def test_migrate_reads_a_column_a_later_version_added_as_null(tmp_path):
     """messages written before alternate_exchange existed (no such column); deliveries
     given it since by the router (add_missing_columns appends it, after routed_at)."""
-    for table, make in ((MESSAGES, delta_sink.messages_rows),
-                        (DELIVERIES, delta_sink.deliveries_rows)):
+    for table in (MESSAGES, DELIVERIES):
         path = tmp_path / "delta" / table
         old = [PARTITION_COLUMNS[table], "alternate_exchange"]
         schema = pa.schema([f for f in ARROW_SCHEMAS[table] if f.name not in old])
         DeltaTable.create(path, schema=schema)
         args = (_routed(0), 1, 0, NOW)
-        rows = make(*args) if table == MESSAGES else make(*args, Config().kafka.layout)
+        rows = (delta_sink.messages_rows(*args) if table == MESSAGES
+                else delta_sink.deliveries_rows(*args, Config().kafka.layout))
         write_deltalake(path, rows.drop_columns(old), mode="append")
         if table == DELIVERIES:
             delta_sink.add_missing_columns(DeltaTable(path), table)

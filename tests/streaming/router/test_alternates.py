@@ -30,6 +30,7 @@ from schemas.records import (
 from streaming.cli.render import delivery_json, delivery_line
 from streaming.config import ConfigError, load
 from streaming.kafka.client_verbs import tail
+from streaming.kafka.clients import record_position
 from streaming.router.batch.routing import _alternate_header_columns
 from streaming.router.service import Router
 
@@ -49,7 +50,7 @@ def _produce(config, topic: str, key: bytes, value: bytes, headers=()) -> str:
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]
     assert error is None, error
-    return message_id(record.topic(), record.partition(), record.offset())
+    return message_id(*record_position(record))
 
 
 def _subscribe(config, sub_id: str, subscriber: str, filter_: str, exchange: str) -> None:
