@@ -16,13 +16,15 @@ pub(crate) struct RouteTable {
 /// One delivery as Python sees it: `(subscriber, ids_header, [ids])`.
 type PyDelivery<'t> = (&'t str, String, Vec<&'t str>);
 
-/// An outcome as Python sees it: `(outcome, exchange, routing_key, reason, deliveries)`.
+/// An outcome as Python sees it: `(outcome, exchange, routing_key, reason, deliveries,
+/// alternate)`.
 type PyOutcome<'t> = (
     u8,
     Option<String>,
     Option<String>,
     Option<String>,
     Vec<PyDelivery<'t>>,
+    Option<String>,
 );
 
 #[pymethods]
@@ -46,8 +48,9 @@ impl RouteTable {
     }
 
     /// `route(key, headers, message_id)`: `(outcome, exchange, routing_key,
-    /// reason, deliveries)` with outcome 0 routed, 1 unroutable, 2 rejected
-    /// and deliveries `[(subscriber, ids_header, [ids])]`.
+    /// reason, deliveries, alternate)` with outcome 0 routed, 1 unroutable, 2
+    /// rejected, deliveries `[(subscriber, ids_header, [ids])]` and alternate
+    /// the alternate exchange that took them (`None`: its own exchange did).
     #[pyo3(signature = (key, headers, message_id))]
     fn route<'t>(
         &'t self,
@@ -97,6 +100,7 @@ impl RouteTable {
                 .into_iter()
                 .map(|d| (d.subscriber, d.ids_header, d.ids))
                 .collect(),
+            outcome.alternate,
         )
     }
 }

@@ -370,7 +370,8 @@ fn read_headers(
 /// byte outcome (0 routed, 1 unroutable, 2 rejected, 3 expired), string exchange,
 /// string routing_key, rejected: string reason; else: int32 n, per delivery: string
 /// subscriber, string ids_header, int32 n ids, n strings; then int64 the remaining
-/// expiry interval in seconds the deliveries carry (-1: the publish has none)
+/// expiry interval in seconds the deliveries carry (-1: the publish has none), string
+/// the alternate exchange the deliveries came through (null: its own exchange's)
 /// ```
 pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
@@ -392,6 +393,7 @@ pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
     }
     let remaining = outcome.remaining.map_or(-1, i64::from);
     out.extend_from_slice(&remaining.to_be_bytes());
+    put_string(&mut out, outcome.alternate.as_deref());
     out
 }
 
@@ -437,6 +439,7 @@ mod tests {
         want.extend_from_slice(&2i32.to_be_bytes());
         want.extend_from_slice(b"s1");
         want.extend_from_slice(&(-1i64).to_be_bytes());
+        want.extend_from_slice(&(-1i32).to_be_bytes());
         assert_eq!(got, want);
     }
 
@@ -447,12 +450,17 @@ mod tests {
         let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 5_000));
         assert_eq!(got[0], 3);
         assert_eq!(
-            got[got.len() - 12..],
-            [&0i32.to_be_bytes()[..], &(-1i64).to_be_bytes()].concat()
+            got[got.len() - 16..],
+            [
+                &0i32.to_be_bytes()[..],
+                &(-1i64).to_be_bytes(),
+                &(-1i32).to_be_bytes()
+            ]
+            .concat()
         );
         let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 1_000));
         assert_eq!(
-            (got[0], &got[got.len() - 8..]),
+            (got[0], &got[got.len() - 12..got.len() - 4]),
             (0, &4i64.to_be_bytes()[..])
         );
     }
@@ -467,5 +475,22 @@ mod tests {
         want.extend_from_slice(&16i32.to_be_bytes());
         want.extend_from_slice(b"missing exchange");
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn encodes_the_alternate_exchange_last() {
+        let table = RouteTable::from_json(
+            br##"{"default_exchange": "a", "exchanges": [
+                {"name": "a", "dialect": "amqp", "alternate": "ae"},
+                {"name": "ae", "dialect": "amqp"}],
+              "subscriptions": [{"id": "s", "exchange": "ae", "subscriber": "u", "filter": "#"}]}"##,
+        )
+        .unwrap();
+        let got = encode(&table.route(Some(b"x"), &[], "p/0/1"));
+        assert_eq!(got[0], 0);
+        assert_eq!(
+            &got[got.len() - 6..],
+            &[&2i32.to_be_bytes()[..], &b"ae"[..]].concat()[..]
+        );
     }
 }

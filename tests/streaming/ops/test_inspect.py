@@ -87,6 +87,35 @@ def test_explain_without_a_router_rebuilds_from_the_changelog_and_writes_nothing
     assert list(workdir.iterdir()) == []  # no checkpoint folder, no snapshot written
 
 
+def test_explain_shows_a_publish_its_exchange_routes_to_no_one_going_to_the_alternate(
+        capsys, settings):
+    settings = {**settings, "exchanges.dialects.unrouted": "amqp",
+                "exchanges.alternates.amq.topic": "unrouted"}
+    cfg = load(overrides=settings, environ={})
+    client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="own")
+    client.subscribe(cfg, "unrouted", "dlq", "*.eu", sub_id="catch")
+
+    own = _explain(capsys, settings, "--routing-key", "orders.eu")
+    assert (_receivers(own), own["alternate_exchange"]) == ({"billing": ["own"]}, None)
+    through = _explain(capsys, settings, "--routing-key", "stock.eu")
+    assert (_receivers(through), through["alternate_exchange"]) == ({"dlq": ["catch"]},
+                                                                    "unrouted")
+    nowhere = _explain(capsys, settings, "--routing-key", "stock.us")
+    assert (nowhere["subscribers"], nowhere["alternate_exchange"]) == ([], None)
+
+    status, out, err = _cli(capsys, settings, "explain", "--routing-key", "stock.eu")
+    assert status == 0, err
+    assert out.splitlines()[0].startswith(
+        "amq.topic stock.eu: no subscriber; through its alternate exchange unrouted "
+        "(exchanges.alternates): 1 subscriber: dlq (")
+    status, out, err = _cli(capsys, settings, "explain", "--routing-key", "stock.us")
+    assert out.splitlines()[0].startswith(
+        "amq.topic stock.us: no subscriber, nor on its alternate exchange unrouted (")
+    # The status names the configured alternates.
+    status, out, err = _cli(capsys, settings, "status", "--json")
+    assert json.loads(out)["alternate_exchanges"] == {"amq.topic": "unrouted"}
+
+
 def test_explain_answers_from_the_latest_snapshot_plus_the_newer_changes(capsys, settings, cfg):
     client.subscribe(cfg, "mqtt", "ops", "sensors/+/temperature", sub_id="s1")
     client.subscribe(cfg, "mqtt", "ops", "sensors/#", sub_id="s2")

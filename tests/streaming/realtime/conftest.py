@@ -27,6 +27,9 @@ def router(spark, base_config: Config, tmp_path_factory: pytest.TempPathFactory,
         "streaming.mode": "realtime",
         "kafka.partitions": "1",
         "audit.commit_interval": "1 second",
+        # An alternate exchange for amq.topic (test_service.py routes a publish through it).
+        "exchanges.dialects.unrouted": "amqp",
+        "exchanges.alternates.amq.topic": "unrouted",
     })
     router = Router(config, spark)
     router.start()

@@ -140,6 +140,24 @@ def test_no_local_keeps_a_subscribers_own_publish_from_it_as_in_micro_batch_mode
     assert [headers_of(r)[MESSAGE_ID_HEADER] for r in _deliveries(config, bob, 1)] == [from_ann]
 
 
+def test_a_publish_its_exchange_routes_to_no_one_goes_to_the_alternate_as_in_micro_batch_mode(
+        router):
+    # The routing view's mark carries each exchange's alternate to the executors' RouteTable.
+    config = router.config
+    catcher, tag = _unique("catch"), _unique("ae")
+    _subscribe(config, catcher, "unrouted", catcher, f"{tag}.#")
+    through = _publish(config, f"{tag}.x", b"p", "amq.topic")
+    [delivery] = _deliveries(config, catcher, 1)
+    assert headers_of(delivery)[MESSAGE_ID_HEADER] == through
+    [message] = wait_until(lambda: _rows_for(config, MESSAGES, {through}, 1),
+                           "the messages row of the publish", AUDIT_BOUND_S)
+    assert [message[k] for k in ("outcome", "exchange", "alternate_exchange")] == [
+        OUTCOME_ROUTED, "amq.topic", "unrouted"]
+    [row] = wait_until(lambda: _rows_for(config, DELIVERIES, {through}, 1),
+                       "the deliveries row of the publish", AUDIT_BOUND_S)
+    assert (row["subscriber"], row["alternate_exchange"]) == (catcher, "unrouted")
+
+
 def test_bad_input_is_rejected_with_its_reason_and_audited(router):
     config = router.config
     bad = _produce(config, config.kafka.publishes_topic, None, b"?")  # no routing key
