@@ -20,9 +20,11 @@ the replays (:mod:`streaming.router.replay.replay`), the broker watch's prober
   traceback and the worker ends;
 - stop: :meth:`Worker.stop` sets :attr:`Worker.stopping` (the worker's own event,
   which ``turn()`` may wait on or look at), calls ``interrupt`` (to wake a wait of the
-  owner's, on a condition) and joins the thread for at most ``timeout`` seconds. The worker's owner stops it in its own
-  ``stop()`` (after whatever must finish first, a flush), and
-  :meth:`streaming.router.service.Router.stop` stops every owner.
+  owner's, on a condition) and joins the thread for at most ``timeout`` seconds. The
+  worker's owner stops it in its own ``stop()`` (after whatever must finish first, a
+  flush), and :meth:`streaming.router.service.Router.stop` stops every owner;
+- end: however the thread ends, ``on_end()`` runs last in it (what the worker holds,
+  released by the thread that used it).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Worker:
                  retried: tuple[type[BaseException], ...] = (Exception,),
                  backoff: Backoff = BACKOFF, first_wait_s: float = 0.0,
                  interrupt: Callable[[], None] | None = None,
+                 on_end: Callable[[], None] | None = None,
                  describe: Callable[[BaseException], str] = one_line) -> None:
         self.name = f"bitroute-{name}"
         self._turn = turn
@@ -57,6 +60,7 @@ class Worker:
         self.stopping = threading.Event()
         """Set by :meth:`stop` (cleared by :meth:`start`)."""
         self._interrupt = interrupt
+        self._on_end = on_end
         self.failures = Failures(what, log, backoff, describe)
         self._log = log
         self._thread: threading.Thread | None = None
@@ -92,6 +96,13 @@ class Worker:
             thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self._on_end is not None:
+                self._on_end()
+
+    def _loop(self) -> None:
         wait: float | None = self.first_wait_s
         while wait is not None and not self.stopping.wait(wait):
             try:

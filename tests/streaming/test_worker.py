@@ -98,8 +98,11 @@ def test_a_stop_during_the_backoff_ends_the_worker_at_once():
 def test_the_first_turn_waits_first_wait_s_and_a_stop_before_it_means_no_turn():
     calls = []
     interrupted = []
+    ended = []
     worker = Worker("test-first-wait", lambda: calls.append(1), what="the work", log=LOG,
-                    first_wait_s=3600, interrupt=lambda: interrupted.append(1))
+                    first_wait_s=3600, interrupt=lambda: interrupted.append(1),
+                    on_end=lambda: ended.append(threading.current_thread().name))
     worker.start()
     worker.stop(timeout=5)
     assert not worker.alive and calls == [] and interrupted == [1]
+    assert ended == ["bitroute-test-first-wait"]  # in the worker's own thread, at its end

@@ -7,7 +7,9 @@ a task, in one pass:
 1. reads the publishes: message id, exchange (last ``exchange`` header, else
    the default; not UTF-8 = rejected), routing key, headers;
 2. matches them against the pinned snapshot (``Matcher.match_columns``), which
-   turns every bad field it reads into a reason, never an error;
+   turns every bad field it reads into a reason, never an error; a publish its own
+   exchange routes to no one is matched once against its exchange's alternate, if it
+   names one (:func:`compiler.alternates.match_alternates`; the row names the alternate);
    then decides each publish's expiry at the batch's routing time (``RouteSettings.now_ms``;
    :func:`plan_expiry`, the Rust core's rule): expired publishes are delivered to no one
    (outcome ``expired``), live ones' deliveries carry the interval left
@@ -43,7 +45,7 @@ batch with backoff and reports it, and never turns such a failure into
 rejections.
 
 Delivery semantics: a returned task has every listed delivery acknowledged
-by Kafka (at least once: a retried or replayed batch writes them again, with
+by Kafka (at least once: a retried or re-run batch writes them again, with
 the same message id header).
 """
 
@@ -54,8 +56,8 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -66,19 +68,23 @@ from confluent_kafka import KafkaException
 from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
+from compiler.alternates import match_alternates
 from schemas.records import (
+    ALTERNATE_EXCHANGE_HEADER,
+    DELIVERIES,
+    DELIVERY_ROUTER_HEADERS,
     EXPIRY_HEADER,
-    MESSAGE_ID_HEADER,
+    MESSAGES,
     OUTCOME_CLEARED,
     OUTCOME_EXPIRED,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
     PARTITION_COLUMNS,
+    REPLAYED_HEADER,
+    REPLAYED_VALUE,
     RETAIN_HEADER,
-    SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
-    SUBSCRIPTION_IDS_HEADER,
     message_id,
 )
 from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK, arrow_schema
@@ -99,15 +105,16 @@ from streaming.kafka.records import (
 )
 from streaming.kafka.topics import TopicCreationError, recreate_delivery_topic
 from streaming.router.batch.delivery import (
-    BinaryColumn,
     DeliveryColumns,
     DeliveryProducer,
     FailedRecord,
     ProducerSettings,
     cached_producer,
+    delivery_records,
 )
 from streaming.router.batch.matching import cached_matcher
 from streaming.router.batch.rejected import BadRecord, write_rejected
+from streaming.router.replay.scope import ReplayScope
 from streaming.router.retained import RetainPlan, RetainSettings, plan_retained, write_retained
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
@@ -115,8 +122,7 @@ ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 ROUTED_TASK_ARROW = arrow_schema(ROUTED_TASK)
 """Arrow schema of the row a task returns when it writes its audit (``RouteSettings.audit``)."""
 
-_ROUTER_HEADERS_SIZE = sum(header_size(n) for n in
-                           (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+_ROUTER_HEADERS_SIZE = sum(header_size(n) for n in DELIVERY_ROUTER_HEADERS)
 """The router's headers' framing and names (their values are counted per delivery)."""
 _log = logging.getLogger(__name__)
 
@@ -133,6 +139,10 @@ class TaskAudit:
     batch_id: int
     routed_at: datetime
     partitioned: frozenset[str]
+    replay_chunk: int | None = None
+    """Set: the task routes this chunk of a replay (``RouteSettings.replay``) and writes
+    only its ``deliveries`` file, rows marked ``replayed`` (``batch_id``: the replays'
+    boundary batch)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,13 @@ class RouteSettings:
     now_ms: int | None = None
     """The routing time (epoch ms) the publishes' expiry is decided at (None: the clock's,
     when the batch is planned)."""
+    replay: ReplayScope | None = None
+    """Set: the rows are a replay's chunk (:mod:`streaming.router.replay.scope`): only the
+    replay's deliveries are made, marked :data:`schemas.records.REPLAYED_HEADER`, nothing is
+    rejected or retained, and only the publishes with deliveries are returned."""
+    alternates: Mapping[str, str] = field(default_factory=dict)
+    """Each exchange's alternate exchange (``[exchanges.alternates]``): a publish its own
+    exchange routes to no one is matched once on it. Empty (a replay's): none."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -199,14 +216,20 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
     if audit is None:
         raise ValueError("write_task_audit: the route settings carry no task audit (settings.audit)")
     filesystem, root = _warehouse(audit.delta)
-    label = _task_label(audit.batch_id)
+    label = _task_label(audit)
+    replayed = audit.replay_chunk is not None
     files: list[AuditFile] = []
-    for name in PUBLISH_TABLES:
-        if name == "messages":
+    subscriptions = None
+    for name in (DELIVERIES,) if replayed else PUBLISH_TABLES:
+        if name == MESSAGES:
             rows = messages_rows(routed, settings.snapshot_version, audit.batch_id, audit.routed_at)
         else:
             rows = deliveries_rows(routed, settings.snapshot_version, audit.batch_id,
-                                   audit.routed_at, settings.layout)
+                                   audit.routed_at, settings.layout, replayed=replayed)
+            if replayed:
+                counts = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())
+                subscriptions = list(zip(counts.field("values").to_pylist(),
+                                         counts.field("counts").to_pylist(), strict=True))
         partition = PARTITION_COLUMNS[name] if name in audit.partitioned else None
         if partition is None:
             rows = rows.drop_columns([PARTITION_COLUMNS[name]])
@@ -216,8 +239,9 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
     expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
     return pa.RecordBatch.from_pylist(
         [{"publishes": routed.num_rows, "deliveries": deliveries, "rejected": rejected,
-          "files": [f.as_row() for f in files], "latency_ms": latency_sample(routed),
-          "expired": expired}],
+          "files": [f.as_row() for f in files],
+          "latency_ms": [] if replayed else latency_sample(routed), "expired": expired,
+          "subscriptions": subscriptions}],
         schema=ROUTED_TASK_ARROW)
 
 
@@ -250,12 +274,15 @@ def _warehouse(delta: DeltaConfig):
     return warehouse_filesystem(delta)
 
 
-def _task_label(batch_id: int) -> str:
-    """``b<batch>-t<partition>-a<attempt>`` in a Spark task; ``b<batch>-driver`` elsewhere."""
+def _task_label(audit: TaskAudit) -> str:
+    """``b<batch>-t<partition>-a<attempt>`` in a Spark task (``r<chunk>-...`` for a replay's
+    chunk); ``b<batch>-driver`` elsewhere."""
+    who = (f"b{audit.batch_id:010d}" if audit.replay_chunk is None
+           else f"r{audit.replay_chunk:010d}")
     task = TaskContext.get()
     if task is None:
-        return f"b{batch_id:010d}-driver"
-    return f"b{batch_id:010d}-t{task.partitionId():05d}-a{task.attemptNumber()}"
+        return f"{who}-driver"
+    return f"{who}-t{task.partitionId():05d}-a{task.attemptNumber()}"
 
 
 def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
@@ -273,6 +300,10 @@ def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordB
         raise  # the task fails, the batch is retried and reported
     except Exception as exc:  # noqa: BLE001 - the poison-pill net: any error of a record
         if batch.num_rows <= 1:
+            if settings.replay is not None:  # the live routing rejected it, or delivered it
+                _log.warning("replay: leaving out one publish that failed routing: %s: %s",
+                             type(exc).__name__, exc)
+                return pa.RecordBatch.from_pylist([], schema=ROUTED_ARROW)
             return _unroutable_record(producer, batch, settings, exc)
         half = batch.num_rows // 2
         _log.warning("routing %d publishes raised %s; splitting the batch to find the record",
@@ -312,6 +343,9 @@ class BatchPlan:
     """The snapshot's subscriptions with Retain As Published (:mod:`compiler.options`)."""
     expiry: ExpiryPlan | None = None
     """The batch's publishes with an expiry header (``ok`` is False for the expired)."""
+    via: list[str | None] | None = None
+    """Per publish, the alternate exchange whose subscriptions its deliveries are (None:
+    its own exchange's; the list None when no publish of the batch went through one)."""
 
 
 @dataclass(frozen=True)
@@ -349,11 +383,23 @@ def plan_expiry(publishes: PublishColumns, reasons: list[str | None],
     return ExpiryPlan(expired, remaining)
 
 
+def _with_alternate(kept: list, via: list[str | None] | None) -> list:
+    """``kept`` (per publish its kept headers) with :data:`ALTERNATE_EXCHANGE_HEADER` last on
+    each publish routed through an alternate exchange, as its deliveries carry it."""
+    if via is None:
+        return kept
+    return [k if v is None else [*k, (ALTERNATE_EXCHANGE_HEADER, v.encode())]
+            for k, v in zip(kept, via, strict=True)]
+
+
 def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array]:
     """The publishes' kept headers as their deliveries carry them (``PublishColumns.
     kept_header_columns``), each ``expiry`` header of a live publish set to its remaining
-    interval (MQTT 5: the received value minus the time the message waited)."""
+    interval (MQTT 5: the received value minus the time the message waited), and
+    :data:`ALTERNATE_EXCHANGE_HEADER` last on a publish routed through an alternate."""
     offsets, names, values = plan.publishes.kept_header_columns()
+    if plan.via is not None:
+        offsets, names, values = _alternate_header_columns(plan.via, offsets, names, values)
     if plan.expiry is None or not plan.expiry.remaining:
         return offsets, names, values
     remaining = plan.expiry.remaining
@@ -368,15 +414,43 @@ def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array
     return offsets, names, pc.replace_with_mask(values.cast(pa.binary()), pa.array(mask), new)
 
 
+def _alternate_header_columns(via: list[str | None], offsets: np.ndarray, names: pa.Array,
+                              values: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """Header columns ``(offsets, names, values)`` with one entry more, last, in each row
+    ``r`` that has ``via[r]``: the alternate exchange header."""
+    rows = np.array([r for r, v in enumerate(via) if v is not None], dtype=np.int64)
+    n = len(offsets) - 1
+    added = np.zeros(n, dtype=np.int64)
+    added[rows] = 1
+    own = (offsets[1:] - offsets[:-1]).astype(np.int64)
+    new_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(own + added, out=new_offsets[1:])
+    # Entry i of row r moves by the entries added in the rows before r.
+    before = np.cumsum(added) - added
+    source = np.empty(int(new_offsets[-1]), dtype=np.int64)
+    entries = len(names)
+    source[np.arange(entries) + np.repeat(before, own)] = np.arange(entries)
+    source[new_offsets[rows + 1] - 1] = entries + np.arange(len(rows))
+    take = pa.array(source)
+    extra = [via[r] for r in rows.tolist()]
+    return (new_offsets,
+            pa.concat_arrays([names.cast(pa.string()),
+                              pa.array([ALTERNATE_EXCHANGE_HEADER] * len(rows), pa.string())]
+                             ).take(take),
+            pa.concat_arrays([values.cast(pa.binary()),
+                              pa.array([v.encode() for v in extra], pa.binary())]).take(take))
+
+
 def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
     """Match and validate one Arrow batch of Kafka rows: everything decided before writing."""
     publishes = PublishColumns(batch, settings.default_exchange, settings.incarnation)
     n = publishes.n
     header_lists = publishes.header_lists()
     message_ids, keys = publishes.message_ids.to_pylist(), publishes.keys.to_pylist()
-    deliveries, errors = matcher.match_columns(
-        message_ids, publishes.exchanges, keys, header_lists if settings.with_headers else None
-    )
+    headers = header_lists if settings.with_headers else None
+    deliveries, errors = matcher.match_columns(message_ids, publishes.exchanges, keys, headers)
+    deliveries, via = match_alternates(matcher, settings.alternates, message_ids,
+                                       publishes.exchanges, keys, headers, deliveries, errors)
     reasons: list[str | None] = errors.tolist()
     for row, reason in publishes.exchange_errors.items():
         reasons[row] = reason
@@ -394,8 +468,8 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     version = str(settings.snapshot_version).encode()
     per_delivery = (pc.binary_length(ids_json).to_numpy(zero_copy_only=False)
                     + settings.layout.key_bytes(subscribers))
-    _reject_oversize(publishes, kept, owner, per_delivery, len(version), reasons,
-                     settings.producer.max_record_bytes, expired)
+    _reject_oversize(publishes, _with_alternate(kept, via), owner, per_delivery, len(version),
+                     reasons, settings.producer.max_record_bytes, expired)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     if retain is not None:
         ok &= ~retain.cleared
@@ -406,47 +480,38 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
                      send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain,
-                     matcher.retain_as_published, expiry)
+                     matcher.retain_as_published, expiry, via)
 
 
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
     """The records to produce for ``plan.send``, in ``settings.layout``, as columns (no
-    Python object per record: the kernel's delivery writer reads the Arrow buffers).
+    Python object per record: the kernel's delivery writer reads the Arrow buffers), made
+    by the one builder of delivery records (:func:`streaming.router.batch.delivery.delivery_records`).
 
     Record ``i`` is flattened delivery ``plan.send[i]``, of publish ``rows[i]``: its
-    topic and key as the layout says, its publish's payload as value, and its headers
-    in this order: the publish's kept headers (an ``expiry`` header with the remaining
-    interval: :func:`kept_header_columns`), [the routing key (shared layout)],
-    message id, subscription ids, snapshot version.
+    topic and key as the layout says, its publish's payload as value, and its publish's
+    kept headers (an ``expiry`` header with the remaining interval, then the alternate
+    exchange's header on a publish routed through one: :func:`kept_header_columns`),
+    marked ``bitroute.replayed: true`` for a replay (``settings.replay``), then the
+    router's headers.
 
     A live delivery of a retained publish keeps its ``retain`` header only when one of
     its subscriptions has Retain As Published (MQTT 5.0, 3.8.3.1): the others are records
     of a copy of the publish's row without it (rows ``n`` and up, see :func:`_unretained`).
     """
-    layout = settings.layout
     publishes = plan.publishes
     send = pa.array(plan.send, pa.int64())
-    subscribers = plan.subscribers.take(send)
     rows = plan.owner[plan.send].astype(np.int64)
     header_offsets, header_names, header_values = kept_header_columns(plan)
     routing_keys, values, message_ids = publishes.keys, publishes.values, publishes.message_ids
     if plan.retain is not None and len(plan.retain.rows):
         rows, header_offsets, header_names, header_values, routing_keys, values, message_ids = \
             _unretained(plan, plan.retain, rows, header_offsets, header_names, header_values)
-    keys, per_delivery = layout.record_keys(subscribers, routing_keys)
-    return DeliveryColumns(
-        topic_names=layout.topic_column(subscribers),
-        rows=rows,
-        keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
-        routing_keys=BinaryColumn.of(routing_keys),
-        routing_key_header=layout.routing_key_header,
-        values=BinaryColumn.of(values),
-        header_offsets=header_offsets,
-        header_names=BinaryColumn.of(header_names), header_values=BinaryColumn.of(header_values),
-        message_ids=BinaryColumn.of(message_ids),
-        subscription_ids=BinaryColumn.of(plan.ids_json.take(send)),
-        version=plan.version,
-        header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+    return delivery_records(
+        settings.layout, plan.subscribers.take(send), rows, routing_keys, values,
+        header_offsets, header_names, header_values, message_ids, plan.ids_json.take(send),
+        plan.version,
+        mark=(REPLAYED_HEADER, REPLAYED_VALUE) if settings.replay is not None else None)
 
 
 def _unretained(plan: BatchPlan, retain: RetainPlan, rows: np.ndarray, header_offsets: np.ndarray,
@@ -490,20 +555,35 @@ def _unretained(plan: BatchPlan, retain: RetainPlan, rows: np.ndarray, header_of
 def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
                 settings: RouteSettings) -> pa.RecordBatch:
     """Route one Arrow batch of Kafka rows, producing with ``producer``; return its
-    ``ROUTED_ARROW`` rows (the deliveries listed are the ones Kafka acknowledged)."""
+    ``ROUTED_ARROW`` rows (the deliveries listed are the ones Kafka acknowledged; for a
+    replay's chunk, ``settings.replay``, only the publishes with deliveries)."""
+    replay = settings.replay
+    if replay is not None:
+        if not settings.with_headers:
+            batch = replay.matching_keys_only(matcher, batch)
+        if not batch.num_rows:
+            return pa.RecordBatch.from_pylist([], schema=ROUTED_ARROW)
     plan = plan_batch(matcher, batch, settings)
+    if replay is not None:
+        plan = replay.narrowed(plan, batch)
     columns = delivery_columns(plan, settings)
-    producer.produce_deliveries(columns)
     reasons, owner = plan.reasons, plan.owner
     acked = plan.ok[owner] if len(owner) else np.zeros(0, dtype=bool)
-    failed = _recreated(producer, settings, _refused(producer, producer.flush(), columns), columns)
+    failed = deliver(producer, columns, settings.layout)
     if failed:
         # Each failure names its record (its index in the columns): reject its publish
-        # with Kafka's reason; a refused publish lists only the deliveries Kafka acknowledged.
+        # with Kafka's reason (a replay rejects nothing: the delivery is left out); a
+        # refused publish lists only the deliveries Kafka acknowledged.
         for failure in failed:
             row = int(owner[plan.send[failure.tag]])
-            reasons[row] = reasons[row] or _why(failure)
+            if replay is not None:
+                _log.warning(f"replay: {_why(failure)} (left out)")
+            else:
+                reasons[row] = reasons[row] or _why(failure)
         acked[plan.send[sorted({failure.tag for failure in failed})]] = False
+    if replay is not None:
+        routed = _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked)
+        return routed.filter(pc.greater(pc.list_value_length(routed.column("deliveries")), 0))
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
                      plan.message_ids)
     if plan.retain is not None and settings.retain is not None:  # both or neither (plan_retained)
@@ -514,7 +594,22 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     cleared = plan.retain.cleared if plan.retain is not None else None
     expired = plan.expiry.expired if plan.expiry is not None else None
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked,
-                        cleared, expired)
+                        cleared, expired, plan.via)
+
+
+def deliver(producer: DeliveryProducer, columns: DeliveryColumns,
+            layout: DeliveryLayout) -> list[FailedRecord]:
+    """Produce ``columns`` and wait for Kafka's verdict: the routing entry point of every
+    delivery (a batch's, a replay's chunk's, the retained messages of new subscriptions).
+
+    A record batch the broker refused for one record in it is written again a record
+    at a time (:func:`_refused`), a deleted delivery topic is created again and its
+    deliveries written once more (:func:`_recreated`); returns the deliveries that still
+    failed for a reason of their own (each naming its index in ``columns``). A failure
+    not about a record raises (:meth:`DeliveryProducer.flush`).
+    """
+    producer.produce_deliveries(columns)
+    return _recreated(producer, layout, _refused(producer, producer.flush(), columns), columns)
 
 
 def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
@@ -552,7 +647,7 @@ def _refused(producer: DeliveryProducer, failed: list[FailedRecord],
     return refused
 
 
-def _recreated(producer: DeliveryProducer, settings: RouteSettings, failed: list[FailedRecord],
+def _recreated(producer: DeliveryProducer, layout: DeliveryLayout, failed: list[FailedRecord],
                columns: DeliveryColumns) -> list[FailedRecord]:
     """Deliveries refused because their topic does not exist (an administrator deleted
     it while subscriptions feed it): the topic is created again, as the layout says, and
@@ -563,12 +658,12 @@ def _recreated(producer: DeliveryProducer, settings: RouteSettings, failed: list
     if not missing:
         return failed
     still = [f for f in failed if f.code not in MISSING_TOPIC_ERRORS]
-    layout, refused = settings.layout, {}
+    refused = {}
     for topic in sorted({f.topic for f in missing}):
         subscriber = layout.subscriber_of(topic)
         whose = f" of subscriber {subscriber}" if subscriber is not None else ""
         try:
-            if recreate_delivery_topic(settings.producer.client, layout, topic):
+            if recreate_delivery_topic(producer.settings.client, layout, topic):
                 _log.warning(f"the delivery topic {topic}{whose} did not exist (deleted while "
                              f"subscriptions feed it): created it again with {layout.partitions} "
                              "partitions")
@@ -605,7 +700,8 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
 def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,
                  entries: pa.StructArray, owner: np.ndarray, acked: np.ndarray,
                  cleared: np.ndarray | None = None,
-                 expired: np.ndarray | None = None) -> pa.RecordBatch:
+                 expired: np.ndarray | None = None,
+                 via: list[str | None] | None = None) -> pa.RecordBatch:
     n = publishes.n
     keep = np.flatnonzero(acked) if len(owner) else np.zeros(0, np.int64)
     counts = np.bincount(owner[keep], minlength=n) if len(keep) else np.zeros(n, np.int64)
@@ -621,9 +717,14 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
     if expired is not None:  # its lifetime ended before it was routed: delivered to no one
         outcome = np.where(expired & (outcome != OUTCOME_REJECTED), OUTCOME_EXPIRED, outcome)
     exchanges = pa.array(publishes.exchanges, pa.string())
+    if via is None:
+        alternate = pa.nulls(n, pa.string())
+    else:  # a publish that is not routed after all (rejected, expired) went through none
+        alternate = pa.array([v if o == OUTCOME_ROUTED else None for v, o in zip(via, outcome, strict=True)],
+                             pa.string())
     columns = [publishes.message_ids, exchanges, text(publishes.keys), pa.array(outcome, pa.string()),
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),
-               publishes.published_at]
+               publishes.published_at, alternate]
     return pa.RecordBatch.from_arrays(
         [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW, strict=True)], schema=ROUTED_ARROW)
 
@@ -654,4 +755,5 @@ def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settin
         empty, pa.array([None], ROUTED_ARROW.field("headers").type),
         pa.array([len(columns["value"][0].as_py() or b"")], pa.int32()),
         columns["timestamp"].slice(0, 1).cast(ROUTED_ARROW.field("published_at").type),
+        pa.nulls(1, pa.string()),
     ], schema=ROUTED_ARROW)

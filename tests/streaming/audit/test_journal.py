@@ -76,7 +76,7 @@ def test_a_journaled_batch_survives_a_new_process_and_reads_back_whole(tmp_path)
     assert again.pending() == [] and again.oldest_age_s() == 0.0
 
 
-def test_pending_batches_are_group_committed_once_and_replays_are_not_journaled(tmp_path):
+def test_pending_batches_are_group_committed_once_and_reruns_are_not_journaled(tmp_path):
     tables = _tables(tmp_path)
     committer = _committer(tmp_path, tables)
     committer.recover()
@@ -148,7 +148,7 @@ def test_a_crash_after_both_commits_before_the_journal_removal_adds_nothing(tmp_
     assert list((tmp_path / "journal").glob("*.arrow")) == []
     assert {t: DeltaTable(tables.path(t)).version() for t in versions} == versions
     assert sum(_rows(tmp_path, DELIVERIES).values()) == 18
-    assert not second.submit(_batch(1))  # Spark's replay of a batch it never committed
+    assert not second.submit(_batch(1))  # Spark's re-run of a batch it never committed
     tables.close()
 
 
@@ -268,7 +268,7 @@ def test_migrate_partitions_in_one_commit_keeping_rows_history_and_txn_versions(
 
     tables = _tables(tmp_path)
     assert tables.unpartitioned() == []
-    tables.append_publishes([_batch(2), _batch(3)])  # batch 2 is a replay: only 3 adds rows
+    tables.append_publishes([_batch(2), _batch(3)])  # batch 2 is a re-run: only 3 adds rows
     assert sum(_rows(tmp_path, MESSAGES).values()) == 12
     assert set(_rows(tmp_path, DELIVERIES).values()) == {1}
     tables.close()
@@ -276,6 +276,30 @@ def test_migrate_partitions_in_one_commit_keeping_rows_history_and_txn_versions(
     assert main(["audit", "migrate", "--set", f"delta.warehouse={tmp_path / 'delta'}",
                  "--set", f"streaming.checkpoint_dir={tmp_path / 'checkpoints'}"]) == 0
     assert "messages: already partitioned" in capsys.readouterr().out
+
+
+def test_migrate_reads_a_column_a_later_version_added_as_null(tmp_path):
+    """messages written before alternate_exchange existed (no such column); deliveries
+    given it since by the router (add_missing_columns appends it, after routed_at)."""
+    for table in (MESSAGES, DELIVERIES):
+        path = tmp_path / "delta" / table
+        old = [PARTITION_COLUMNS[table], "alternate_exchange"]
+        schema = pa.schema([f for f in ARROW_SCHEMAS[table] if f.name not in old])
+        DeltaTable.create(path, schema=schema)
+        args = (_routed(0), 1, 0, NOW)
+        rows = (delta_sink.messages_rows(*args) if table == MESSAGES
+                else delta_sink.deliveries_rows(*args, Config().kafka.layout))
+        write_deltalake(path, rows.drop_columns(old), mode="append")
+        if table == DELIVERIES:
+            delta_sink.add_missing_columns(DeltaTable(path), table)
+            assert DeltaTable(path).schema().fields[-1].name == "alternate_exchange"
+    done = {m.table: m for m in audit_migration.migrate(_config(tmp_path))}
+    for table in (MESSAGES, DELIVERIES):
+        assert done[table].result == "migrated" and done[table].rows == sum(
+            _rows(tmp_path, table).values())
+        rows = DeltaTable(str(tmp_path / "delta" / table)).to_pyarrow_table()
+        assert rows.schema.names == ARROW_SCHEMAS[table].names
+        assert rows["alternate_exchange"].null_count == rows.num_rows > 0
 
 
 def test_migrate_refuses_while_a_router_holds_the_state_folder(tmp_path, capsys):

@@ -109,6 +109,7 @@ def _full_status() -> dict:
         "retention_gap": {"topic": "bitroute.publishes", "records": 40, "partitions": {"0": 40}},
         "snapshot_version": 3, "subscriptions": 3, "subscribers": 2,
         "unfed_delivery_topics": ["bitroute.deliveries.old"],
+        "alternate_exchanges": {"amq.topic": "amq.unrouted"},
         "kafka_error": "Kafka at node-1:9092 did not answer",
         "audit_tables": {"deliveries": {"files": 12, "bytes": 1_900_000, "log_entries": 14,
                                         "version": 240},
@@ -135,7 +136,7 @@ def test_every_status_line_is_in_the_table():
 def test_the_sample_is_what_the_renderer_prints():
     sample = _sample_lines()
     status = _full_status()
-    for key in ("retention_gap", "unfed_delivery_topics", "kafka_error"):
+    for key in ("retention_gap", "unfed_delivery_topics", "kafka_error", "alternate_exchanges"):
         status[key] = None
     status["replays"], status["notes"] = [], []
     del status["last_batch"]["realtime"]
