@@ -98,6 +98,7 @@ def _full_status() -> dict:
             "stages": {"catch_up": 0.01, "route": 0.84, "audit": 0.40}, "routed_in": "executors",
             "finished_at": "2025-01-02T03:04:05+00:00", "subscriptions": 3,
             "audit_pending_batches": 1, "audit_lag_seconds": 2.5, "lost_total": 40,
+            "expired_total": 3,
             "mode": "microbatch", "latency_ms": {"p50": 310.0, "p99": 1240.0, "max": 1710.0},
             "realtime": {"view_version": 3, "audited_publishes": 5000}},
         "committed_batch": 7,
@@ -106,6 +107,8 @@ def _full_status() -> dict:
                           "partitions": {"0": 1}},
         "retention_gap": {"topic": "bitroute.publishes", "records": 40, "partitions": {"0": 40}},
         "snapshot_version": 3, "subscriptions": 3, "subscribers": 2,
+        "limits": {"amq.topic": {"max_subscriptions_per_subscriber": {"limit": 10_000, "used": 2},
+                                 "max_filter_levels": {"limit": 128, "used": 3}}},
         "unfed_delivery_topics": ["bitroute.deliveries.old"],
         "kafka_error": "Kafka at node-1:9092 did not answer",
         "audit_tables": {"deliveries": {"files": 12, "bytes": 1_900_000, "log_entries": 14,
@@ -125,7 +128,9 @@ def _full_status() -> dict:
 
 
 def test_every_status_line_is_in_the_table():
-    names = [line.split(":", 1)[0] for line in status_lines(_full_status(), NOW)]
+    # One `limits <exchange>` line per exchange: the table's row is named so.
+    names = [re.sub(r"^limits .*", "limits <exchange>", line.split(":", 1)[0])
+             for line in status_lines(_full_status(), NOW)]
     missing = sorted(set(names) - _table_names())
     assert not missing, f"docs/operations.md's status table lacks the lines {missing}"
 
@@ -135,9 +140,9 @@ def test_the_sample_is_what_the_renderer_prints():
     status = _full_status()
     for key in ("retention_gap", "unfed_delivery_topics", "kafka_error"):
         status[key] = None
-    status["replays"], status["notes"] = [], []
+    status["replays"], status["notes"], status["limits"] = [], [], None
     del status["last_batch"]["realtime"]
-    status["last_batch"]["lost_total"] = 0
+    status["last_batch"]["lost_total"] = status["last_batch"]["expired_total"] = 0
     rendered = status_lines(status, NOW)
     assert [name for name, _ in sample] == [line.split(":", 1)[0] for line in rendered]
     # The lines whose figures the sample and the status above share, word for word.
@@ -145,3 +150,22 @@ def test_the_sample_is_what_the_renderer_prints():
     for name in ("router", "mode", "query", "last batch", "input lag", "changelog lag",
                  "subscriptions", "audit"):
         assert dict(sample)[name] == expected[name], name
+
+
+def test_the_documented_last_batch_keys_are_what_the_router_writes(tmp_path: Path):
+    """The keys the page gives `last_batch` (status.json as written) against StatusFile's."""
+    import dataclasses
+    import json
+
+    from streaming.router.report import BatchReport, StatusFile
+
+    section = " ".join(_section().split())
+    listed = re.search(r"`last_batch` \(the router's `status.json` as written: (.*?)\), "
+                       r"`committed_batch`", section).group(1)
+    documented = re.findall(r"`([a-z_]+)`", listed)
+    status_file = StatusFile(tmp_path / "status.json", lambda: {"realtime": {}})
+    required = {f.name: 0 for f in dataclasses.fields(BatchReport)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    status_file(BatchReport(**required))
+    written = json.loads((tmp_path / "status.json").read_text())
+    assert sorted(documented) == sorted(written)
