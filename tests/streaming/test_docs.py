@@ -8,6 +8,7 @@ home page states are compared with the configuration's.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -287,3 +288,124 @@ def test_the_image_s_defaults_are_the_dockerfile_s():
         assert re.search(rf"\b{variable}={re.escape(value)}\b", dockerfile), variable
         assert said in docker, said
     assert "RUN bitroute jars --s3a" in dockerfile and "`bitroute jars --s3a`" in docker
+
+
+def _pages_and_config() -> list[Path]:
+    """README.md, conf/bitroute.toml, every page but the generated CLI reference and the
+    history, and the deploy/ and docker/ files, which state commands too."""
+    files = [page for page in SOURCES if page.name != "cli.md"]
+    files += [p for folder in ("deploy", "docker") for p in sorted((ROOT / folder).rglob("*"))
+              if p.is_file() and p.suffix in ("", ".md", ".yaml", ".yml", ".sh", ".toml")]
+    return files
+
+
+def _stated_verb_flags() -> list[tuple[str, str, str]]:
+    """(file, verb, flag) for every `--flag` written after `bitroute VERB` on one command line."""
+    found = []
+    for path in _pages_and_config():
+        text = path.read_text()
+        for command in re.finditer(r"bitroute ([a-z]+)((?:[ \t]+(?:\\\n\s*)?[^\s`|]+)*)", text):
+            for flag in re.findall(r"(?<![\w-])(--[a-z0-9-]+)", command.group(2)):
+                found.append((str(path.relative_to(ROOT)), command.group(1), flag))
+    return sorted(set(found))
+
+
+def test_the_commands_the_pages_state_are_found():
+    assert len(_stated_verb_flags()) > 40  # the pattern still finds them
+
+
+@pytest.mark.parametrize("source, verb, flag", _stated_verb_flags())
+def test_a_flag_a_page_gives_a_verb_is_one_of_the_verb_s(source, verb, flag):
+    """Every `bitroute VERB ... --flag` in the pages is the parser's (a word that is not a
+    verb, as in "bitroute routes", is prose)."""
+    from streaming.cli.parser import build_parser
+    from streaming.cli.reference import _verbs
+
+    verbs = _verbs(build_parser())
+    if verb not in verbs:
+        return
+    options = {name for action in verbs[verb]._actions for name in action.option_strings}
+    assert flag in options, f"{source}: `bitroute {verb} {flag}`: {verb} has no such flag"
+
+
+def test_every_bitroute_verb_a_page_names_exists():
+    from streaming.cli.parser import build_parser
+    from streaming.cli.reference import _verbs
+
+    verbs = set(_verbs(build_parser()))
+    named = {(str(path.relative_to(ROOT)), verb) for path in _pages_and_config()
+             for verb in re.findall(r"`bitroute ([a-z-]+)", path.read_text())}
+    assert len(named) > 20
+    assert not {(source, verb) for source, verb in named if verb not in verbs}
+
+
+def test_the_make_targets_the_pages_name_are_the_makefile_s():
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
+    named = {(str(path.relative_to(ROOT)), target) for path in _pages_and_config()
+             for target in re.findall(r"(?:^|`)[ \t]*make ([a-z][a-z-]*)\b", path.read_text(),
+                                      re.M)}
+    assert {"run", "test", "test-unit", "jars"} <= {target for _, target in named}
+    assert not {(source, target) for source, target in named if target not in targets}
+
+
+@functools.cache
+def _code_strings() -> list[str]:
+    """The literal parts of every string in streaming/ (an f-string's between its
+    placeholders, a format string's between its `{}`/`%s`) and realtime/'s Java strings:
+    what a log line the code prints is made of."""
+    import ast
+
+    parts: set[str] = set()
+    for path in sorted((ROOT / "streaming").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.JoinedStr):
+                parts |= {value.value for value in node.values
+                          if isinstance(value, ast.Constant) and isinstance(value.value, str)}
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                parts |= set(re.split(r"\{[^}]*\}|%[sdr]|%\.\d+f", node.value))
+    for path in sorted((ROOT / "realtime").rglob("*.java")):
+        parts |= set(re.findall(r'"((?:[^"\\]|\\.)*)"', path.read_text()))
+    return sorted({p.strip() for p in parts if len(p.strip()) >= 6}, key=len, reverse=True)
+
+
+def _words_not_in_the_code(line: str, parts: list[str]) -> list[str]:
+    """The runs of ``line`` no code string covers that hold three words or more (a run of
+    values, such as a topic, an offset range or a time, holds fewer)."""
+    covered = [False] * len(line)
+    for part in parts:
+        start = 0
+        while (at := line.find(part, start)) >= 0:
+            covered[at:at + len(part)] = [True] * len(part)
+            start = at + 1
+    runs = re.split(r"\x00+", "".join("\x00" if c else ch for ch, c in zip(line, covered)))
+    return [run for run in runs if len(re.findall(r"[a-z]{3,}", run)) >= 3]
+
+
+def _quoted_log_lines() -> list[tuple[str, str]]:
+    """The lines the runbooks quote as the router prints them: an indented block of one line."""
+    return [(page, line) for page in ("operations.md", "running.md", "security.md", "design.md")
+            for line in re.findall(r"\n\n {4,}(\S.*)(?=\n\n)", (ROOT / "docs" / page).read_text())
+            if not line.startswith("bitroute sql")]
+
+
+def test_the_quoted_log_lines_are_found():
+    assert len(_quoted_log_lines()) >= 7
+
+
+@pytest.mark.parametrize("page, line", _quoted_log_lines())
+def test_a_log_line_a_runbook_quotes_is_made_of_the_code_s_strings(page, line):
+    """Each line docs/operations.md (and the pages beside it) quote as the router's own is
+    the code's text around its values, so a reworded message fails here until the page
+    quotes it anew."""
+    assert not _words_not_in_the_code(line, _code_strings()), (
+        f"docs/{page} quotes a line the code does not print: {line}")
+
+
+def test_a_reworded_log_line_is_caught():
+    parts = _code_strings()
+    assert _words_not_in_the_code(
+        "bitroute: batch 7: 20 publishes were deleted by Kafka (retention or DeleteRecords) "
+        "before the router read them", parts) == []
+    assert _words_not_in_the_code(
+        "bitroute: batch 7: 20 publishes vanished from the broker before anyone read them",
+        parts)
