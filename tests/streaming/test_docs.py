@@ -409,3 +409,24 @@ def test_a_reworded_log_line_is_caught():
     assert _words_not_in_the_code(
         "bitroute: batch 7: 20 publishes vanished from the broker before anyone read them",
         parts)
+
+
+def test_the_readme_s_match_example_prints_what_it_says(tmp_path: Path):
+    """README.md's `bitroute match` block, run as written: its files, its command, and
+    the output its comments show."""
+    from tests.cli_runner import run_cli
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("`bitroute match` checks routing offline", 1)[1]
+    block = block.split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    for line in lines:
+        if line.startswith("printf "):
+            records, target = re.fullmatch(r"printf '%s\\n' (.*) > (\S+)", line).groups()
+            (tmp_path / target).write_text(
+                "".join(record + "\n" for record in re.findall(r"'([^']*)'", records)))
+    [command] = [line for line in lines if line.startswith("bitroute match ")]
+    result = run_cli(*command.split()[1:], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    expected = [line[2:] for line in lines if line.startswith("# {")]
+    assert result.stdout.splitlines() == expected
