@@ -430,3 +430,25 @@ def test_the_readme_s_match_example_prints_what_it_says(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     expected = [line[2:] for line in lines if line.startswith("# {")]
     assert result.stdout.splitlines() == expected
+
+
+def test_the_kafka_client_keys_the_pages_list_are_the_supported_ones():
+    """docs/security.md's key table and conf/bitroute.toml's `[kafka.client]` comment
+    against streaming/kafka/settings.py's SUPPORTED: keys and allowed values."""
+    from streaming.kafka.settings import SUPPORTED
+
+    security = (ROOT / "docs" / "security.md").read_text()
+    rows = _table_rows(security, "| key | values |")
+    documented = {key for row in rows for cell in row
+                  for key in re.findall(r"`((?:security|sasl|ssl|client)\.[a-z.]+)`", cell)}
+    assert documented == set(SUPPORTED)
+    for keys, values in rows:
+        for key in re.findall(r"`([a-z.]+)`", keys):
+            if SUPPORTED.get(key):
+                assert all(f"`{value}`" in values for value in SUPPORTED[key]), key
+    toml = _flat(ROOT / "conf" / "bitroute.toml")
+    comment = toml.split("[kafka.client]", 1)[1].split("any other key is refused", 1)[0]
+    named = set(re.findall(r"\b((?:security|sasl|ssl|client)\.[a-z.]*[a-z])\b", comment))
+    assert named - {"security.md"} == set(SUPPORTED)
+    for key in ("security.protocol", "sasl.mechanism"):
+        assert f"{key} ({', '.join(SUPPORTED[key])})" in comment, key
