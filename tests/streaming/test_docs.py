@@ -452,3 +452,38 @@ def test_the_kafka_client_keys_the_pages_list_are_the_supported_ones():
     assert named - {"security.md"} == set(SUPPORTED)
     for key in ("security.protocol", "sasl.mechanism"):
         assert f"{key} ({', '.join(SUPPORTED[key])})" in comment, key
+
+
+_REPO_PATH = re.compile(r"(?<![\w/$.<>-])((?:tests|streaming|compiler|schemas|benchmarks|kernel|realtime"
+                        r"|deploy|docker|conf)/[A-Za-z0-9_/.\-]*[A-Za-z0-9_])(?:(?:::|:: )(test_\w+))?")
+_NOT_A_PATH = {"deploy/bitroute-router",  # kubectl's deploy/<name>
+               "realtime/audit"}  # the checkpoint folder's, docs/operations.md
+
+
+def _named_paths() -> list[tuple[str, str, str | None]]:
+    """(page, path, test function or None) for every repository path a page names."""
+    return sorted({(str(page.relative_to(ROOT)), path, test)
+                   for page in SOURCES
+                   for path, test in _REPO_PATH.findall(" ".join(page.read_text().split()))
+                   if path not in _NOT_A_PATH})
+
+
+def test_the_pages_name_repository_paths():
+    assert len(_named_paths()) > 100
+
+
+@pytest.mark.parametrize("page, path, test", _named_paths())
+def test_a_path_a_page_names_exists(page, path, test):
+    """A file, folder or glob (`kernel/src/*.rs`) of the repository a page names exists, and
+    a test it names as `file::test_name` is defined in that file."""
+    assert (ROOT / path).exists() or list(ROOT.glob(path)) or list(ROOT.glob(path + "*")), (
+        f"{page} names {path}, which does not exist")
+    if test:
+        assert f"def {test}(" in (ROOT / path).read_text(), f"{page}: {path}::{test}"
+
+
+def test_a_test_a_page_names_by_its_function_is_defined():
+    sources = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("*.py"))
+    for page in SOURCES:
+        for name in set(re.findall(r"`(test_[a-z0-9_]+)`", page.read_text())):
+            assert f"def {name}(" in sources, f"{page.name} names {name}, which no test defines"
