@@ -489,3 +489,17 @@ def test_a_test_a_page_names_by_its_function_is_defined():
         for name in set(re.findall(r"`(test_[a-z0-9_]+)`", text)
                         + re.findall(r"::\s?(test_[a-z0-9_]+)", text)):
             assert f"def {name}(" in sources, f"{page.name} names {name}, which no test defines"
+
+
+def test_the_audit_page_s_windows_are_the_reader_s():
+    """docs/audit.md's "Answers stream" figures against streaming/audit/queries.py."""
+    from streaming.audit import queries
+    from streaming.audit.files import ROW_GROUP_ROWS
+
+    audit = " ".join((ROOT / "docs" / "audit.md").read_text().split())
+    assert (f"until a window holds {queries.FIRST_WINDOW_ROWS:,} rows of the table (every "
+            f"subscriber's) or {queries.FIRST_WINDOW_FILES} files") in audit
+    assert {2: "twice", 4: "four times"}[queries.WINDOW_GROWTH] + " the previous one's" in audit
+    assert (f"up to {queries.MAX_WINDOW_ROWS:,} rows or {queries.MAX_WINDOW_FILES:,} files"
+            in audit)
+    assert f"row groups ({ROW_GROUP_ROWS:,} rows each)" in audit
