@@ -365,12 +365,15 @@ def _code_strings() -> list[str]:
                 parts |= set(re.split(r"\{[^}]*\}|%[sdr]|%\.\d+f", node.value))
     for path in sorted((ROOT / "realtime").rglob("*.java")):
         parts |= set(re.findall(r'"((?:[^"\\]|\\.)*)"', path.read_text()))
+    # A page may quote a line cut short ("...; set [kafka.client] security.protocol ..."):
+    # each clause of a literal counts on its own too.
+    parts |= {clause for part in parts for clause in re.split(r"[;:()]", part)}
     return sorted({p.strip() for p in parts if len(p.strip()) >= 6}, key=len, reverse=True)
 
 
 def _words_not_in_the_code(line: str, parts: list[str]) -> list[str]:
-    """The runs of ``line`` no code string covers that hold three words or more (a run of
-    values, such as a topic, an offset range or a time, holds fewer)."""
+    """The runs of ``line`` no code string covers that hold three plain words or more (a
+    run of values, such as a topic, a principal, an offset range or a time, holds fewer)."""
     covered = [False] * len(line)
     for part in parts:
         start = 0
@@ -378,18 +381,30 @@ def _words_not_in_the_code(line: str, parts: list[str]) -> list[str]:
             covered[at:at + len(part)] = [True] * len(part)
             start = at + 1
     runs = re.split(r"\x00+", "".join("\x00" if c else ch for ch, c in zip(line, covered)))
-    return [run for run in runs if len(re.findall(r"[a-z]{3,}", run)) >= 3]
+    return [run for run in runs
+            if len([word for word in run.split() if re.fullmatch(r"[a-z]{3,}[,;]?", word)]) >= 3]
 
 
 def _quoted_log_lines() -> list[tuple[str, str]]:
-    """The lines the runbooks quote as the router prints them: an indented block of one line."""
-    return [(page, line) for page in ("operations.md", "running.md", "security.md", "design.md")
-            for line in re.findall(r"\n\n {4,}(\S.*)(?=\n\n)", (ROOT / "docs" / page).read_text())
-            if not line.startswith("bitroute sql")]
+    """The lines the pages quote as bitroute prints them: an indented block of one line, and
+    a `bitroute: ...` line of a fenced block."""
+    found = []
+    for page in ("operations.md", "running.md", "security.md", "design.md", "audit.md",
+                 "reliability.md"):
+        text = (ROOT / "docs" / page).read_text()
+        found += [(page, line) for line in re.findall(r"\n\n {4,}(\S.*)(?=\n\n)", text)
+                  if not line.startswith("bitroute sql")]
+        fenced = False
+        for line in text.splitlines():
+            if line.strip().startswith("```"):
+                fenced = not fenced
+            elif fenced and line.strip().startswith("bitroute: "):
+                found.append((page, line.strip()))
+    return sorted(set(found))
 
 
 def test_the_quoted_log_lines_are_found():
-    assert len(_quoted_log_lines()) >= 7
+    assert len(_quoted_log_lines()) >= 18
 
 
 @pytest.mark.parametrize("page, line", _quoted_log_lines())
