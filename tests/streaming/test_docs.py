@@ -518,3 +518,12 @@ def test_the_audit_page_s_windows_are_the_reader_s():
     assert (f"up to {queries.MAX_WINDOW_ROWS:,} rows or {queries.MAX_WINDOW_FILES:,} files"
             in audit)
     assert f"row groups ({ROW_GROUP_ROWS:,} rows each)" in audit
+
+
+def test_the_cli_reference_names_the_exit_statuses_the_verbs_return():
+    """Every `return N` of a verb's handler (`broker status` and `status`: 3 when down) is
+    an exit status docs/cli.md gives that verb."""
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    for verb in ("broker", "status"):
+        section = cli.split(f"\n## bitroute {verb}\n", 1)[1].split("\n## ", 1)[0]
+        assert "\n- 3: " in section, verb
