@@ -527,3 +527,45 @@ def test_the_cli_reference_names_the_exit_statuses_the_verbs_return():
     for verb in ("broker", "status"):
         section = cli.split(f"\n## bitroute {verb}\n", 1)[1].split("\n## ", 1)[0]
         assert "\n- 3: " in section, verb
+
+
+_VALUE = r"(`[^`]+`|\d[\d,]*(?:\.\d+)?(?: (?:ms|s|hours?|minutes?|seconds?))?)"
+_STATED_DEFAULT = re.compile(
+    r"`((?:kafka|broker|exchanges|delta|streaming|audit|spark|metrics|limits)\.[a-z_]+)`"
+    r"[^(`.]{0,25}\((?:default )?" + _VALUE + r"(?: \w+)?(?: by default)?[,;)]")
+
+
+def _stated_defaults() -> list[tuple[str, str, str]]:
+    """(page, key, value) for each "`section.key` (VALUE)", "(VALUE by default" or
+    "(default VALUE)" a page writes."""
+    return sorted({(page.name, key, value) for page in SOURCES if page.suffix == ".md"
+                   for key, value in _STATED_DEFAULT.findall(" ".join(page.read_text().split()))
+                   if not value.startswith(("`BITROUTE_", "`--"))})  # how to set it, not a value
+
+
+def test_the_pages_state_defaults():
+    assert len(_stated_defaults()) >= 15
+
+
+@pytest.mark.parametrize("page, key, value", _stated_defaults())
+def test_a_default_a_page_states_is_the_configuration_s(page, key, value):
+    from streaming.config import duration_seconds
+
+    section, name = key.split(".")
+    config = load(environ={})
+    default = getattr(getattr(config, section), name)
+    if key == "streaming.driver_route_max_publishes":  # "auto": the pages state a local master's
+        default = config.streaming.driver_route_bounds("local[2]")[0]
+    if value.startswith("`"):  # as conf/bitroute.toml writes it (a path not yet resolved)
+        written = getattr(type(getattr(config, section))(), name)
+        assert value.strip("`") == str(written), (page, key)
+        return
+    number, _, unit = value.replace(",", "").partition(" ")
+    seconds = {"": None, "ms": 0.001, "s": 1.0, "second": 1.0, "seconds": 1.0, "minute": 60.0,
+               "minutes": 60.0, "hour": 3600.0, "hours": 3600.0}[unit]
+    if seconds is None:
+        assert float(number) == float(default), (page, key)
+    elif isinstance(default, str):
+        assert float(number) * seconds == duration_seconds(default), (page, key)
+    else:  # an integer of milliseconds
+        assert float(number) * seconds == default / 1000, (page, key)
