@@ -569,3 +569,11 @@ def test_a_default_a_page_states_is_the_configuration_s(page, key, value):
         assert float(number) * seconds == duration_seconds(default), (page, key)
     else:  # an integer of milliseconds
         assert float(number) * seconds == default / 1000, (page, key)
+
+
+def test_no_page_but_the_history_cites_an_issue_number():
+    """The pages describe the code as it is; which issue asked for what is the history's
+    (another project's issue, `delta-io/delta-rs#2882`, is a reference, not ours)."""
+    for page in _pages_and_config() + [ROOT / "docs" / "cli.md"]:
+        cited = re.findall(r"\b[Ii]ssues? #?\d+|(?<![\w/-])#\d+\b(?!-)", page.read_text())
+        assert not cited, f"{page.relative_to(ROOT)} cites {cited}"
