@@ -577,3 +577,14 @@ def test_no_page_but_the_history_cites_an_issue_number():
     for page in _pages_and_config() + [ROOT / "docs" / "cli.md"]:
         cited = re.findall(r"\b[Ii]ssues? #?\d+|(?<![\w/-])#\d+\b(?!-)", page.read_text())
         assert not cited, f"{page.relative_to(ROOT)} cites {cited}"
+
+
+def test_the_changelog_reader_s_waits_are_the_ones_the_pages_give():
+    from streaming.router import changelog
+
+    architecture = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
+    operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    poll_ms, fetch_ms = round(changelog._POLL_TIMEOUT_S * 1000), changelog._FETCH_WAIT_MS
+    assert (f"`consume` waits {poll_ms} ms, the changelog consumer's fetch {fetch_ms} ms"
+            in architecture)
+    assert f"a {poll_ms} ms poll, a {fetch_ms} ms fetch wait" in operations
