@@ -588,3 +588,15 @@ def test_the_changelog_reader_s_waits_are_the_ones_the_pages_give():
     assert (f"`consume` waits {poll_ms} ms, the changelog consumer's fetch {fetch_ms} ms"
             in architecture)
     assert f"a {poll_ms} ms poll, a {fetch_ms} ms fetch wait" in operations
+
+
+def test_the_limits_table_is_the_configuration_s():
+    """docs/design.md, "Limits": one row per limit of `[limits]`, with its default."""
+    from streaming.config import LIMIT_NAMES
+
+    design = (ROOT / "docs" / "design.md").read_text()
+    rows = _table_rows(design.split("\n### Limits\n", 1)[1], "| key | what it bounds | default |")
+    limits = load(environ={}).limits
+    assert [key.strip("`") for key, _, _ in rows] == [f"limits.{name}" for name in LIMIT_NAMES]
+    for key, _, default in rows:
+        assert int(default.replace(",", "")) == getattr(limits, key.strip("`").split(".")[1]), key
