@@ -600,3 +600,23 @@ def test_the_limits_table_is_the_configuration_s():
     assert [key.strip("`") for key, _, _ in rows] == [f"limits.{name}" for name in LIMIT_NAMES]
     for key, _, default in rows:
         assert int(default.replace(",", "")) == getattr(limits, key.strip("`").split(".")[1]), key
+
+
+NOT_SETTINGS = {"BITROUTE_KAFKA_PASSWORD",  # an `env:` value's example variable
+                "BITROUTE_KAFKA_CLIENT_",  # security.md: the prefix the environment refuses
+                "BITROUTE_KERNEL_URL",  # the image's build: where the kernel's wheel is
+                "BITROUTE_BENCH_BOOTSTRAP", "BITROUTE_E2E_TIMEOUT"}  # the benchmarks'
+
+
+def test_every_bitroute_variable_a_page_names_sets_a_key():
+    """`BITROUTE_<SECTION>_<KEY>` in the pages, deploy/ and docker/ is a configuration key's
+    variable (the others are listed above, each with what it is)."""
+    import dataclasses
+
+    from streaming.config import _SECTION_TYPES
+
+    keys = {f"BITROUTE_{section.upper()}_{f.name.upper()}"
+            for section, kind in _SECTION_TYPES.items() for f in dataclasses.fields(kind)}
+    for path in _pages_and_config() + [ROOT / "docs" / "benchmarks.md"]:
+        for variable in set(re.findall(r"BITROUTE_[A-Z0-9_]+", path.read_text())):
+            assert variable in keys | NOT_SETTINGS, f"{path.relative_to(ROOT)}: {variable}"
