@@ -620,3 +620,21 @@ def test_every_bitroute_variable_a_page_names_sets_a_key():
     for path in _pages_and_config() + [ROOT / "docs" / "benchmarks.md"]:
         for variable in set(re.findall(r"BITROUTE_[A-Z0-9_]+", path.read_text())):
             assert variable in keys | NOT_SETTINGS, f"{path.relative_to(ROOT)}: {variable}"
+
+
+def test_the_maintain_sample_is_what_the_verb_prints():
+    """docs/operations.md's `bitroute audit maintain` summary against render's lines."""
+    from streaming.audit.maintenance import MaintenanceReport, TableReport
+    from streaming.cli.render import maintenance_lines
+
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    section = operations.split("`bitroute audit maintain`\n", 1)[1].split("\n## ", 1)[0]
+    [sample] = re.findall(r"```\n(deliveries: .*?)```", section, re.S)
+    first, _, last = sample.strip().splitlines()
+    table = TableReport("deliveries", files_before=1003, bytes_before=int(4.1 * 1024 ** 2),
+                        files_after=1, bytes_after=int(3.6 * 1024 ** 2), partitions_compacted=1,
+                        files_compacted=1003, compacted_into=1, checkpoint_version=1006,
+                        log_entries_removed=1004, log_entries=4, version=1006, seconds=2.31)
+    report = MaintenanceReport("2026-11-24T18:39:57.000+00:00", "2026-11-24T18:40:00.000+00:00",
+                               3.10, [table])
+    assert maintenance_lines(report) == [first, last]
