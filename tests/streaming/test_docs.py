@@ -638,3 +638,23 @@ def test_the_maintain_sample_is_what_the_verb_prints():
     report = MaintenanceReport("2026-11-24T18:39:57.000+00:00", "2026-11-24T18:40:00.000+00:00",
                                3.10, [table])
     assert maintenance_lines(report) == [first, last]
+
+
+def test_the_explain_sample_is_what_the_verb_prints():
+    """docs/operations.md's `bitroute explain` sample: its first line's wording and its table
+    as render.table prints the rows it shows."""
+    from streaming.cli.render import state_source, table
+    from streaming.ops.inspect import RoutingState
+
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    section = operations.split("`bitroute explain`\n", 1)[1].split("\n## ", 1)[0]
+    [sample] = re.findall(r"```\n(amq\.topic .*?)```", section, re.S)
+    first, *lines = sample.strip().splitlines()
+    source = state_source(RoutingState(snapshot=None, base_version=12, changes_applied=0,
+                                       stale=None))
+    assert first == f"amq.topic orders.eu.paid: 1 subscriber: billing ({source})"
+    columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
+               "shared_group"]
+    rows = [dict(zip(columns, ("billing", "s1", "orders.*.paid", None, None, None))),
+            dict(zip(columns, ("billing", "s2", "orders.#", "all", {"region": "eu"}, None)))]
+    assert list(table(columns, rows)) == lines
