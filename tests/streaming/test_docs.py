@@ -658,3 +658,22 @@ def test_the_explain_sample_is_what_the_verb_prints():
     rows = [dict(zip(columns, ("billing", "s1", "orders.*.paid", None, None, None))),
             dict(zip(columns, ("billing", "s2", "orders.#", "all", {"region": "eu"}, None)))]
     assert list(table(columns, rows)) == lines
+
+
+def test_the_metrics_table_gives_each_metric_its_kind_and_labels():
+    """docs/operations.md, "Metrics": a row's type and `{labels}` are the declaration's
+    (tests/streaming/ops/test_metrics.py holds the names)."""
+    from streaming.ops.metrics import METRICS
+
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    section = operations.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    declared = {metric.name: metric for metric in METRICS}
+    rows = _table_rows(section, "| metric | type | meaning |")
+    assert len(rows) == len(declared)
+    for name, kind, _ in rows:
+        name, _, labels = name.strip("`").partition("{")
+        metric = declared[name]
+        assert kind == metric.kind, name
+        # `bitroute_mode` and `bitroute_latency_seconds` name their label in the meaning.
+        if labels or metric.name not in ("bitroute_mode", "bitroute_latency_seconds"):
+            assert tuple(filter(None, labels.rstrip("}").split(","))) == metric.labels, name
