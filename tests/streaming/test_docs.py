@@ -677,3 +677,26 @@ def test_the_metrics_table_gives_each_metric_its_kind_and_labels():
         # `bitroute_mode` and `bitroute_latency_seconds` name their label in the meaning.
         if labels or metric.name not in ("bitroute_mode", "bitroute_latency_seconds"):
             assert tuple(filter(None, labels.rstrip("}").split(","))) == metric.labels, name
+
+
+def test_the_record_contracts_name_the_schemas_fields_and_outcomes():
+    """docs/design.md, "Record contracts": the changelog value's members, the outcomes of
+    `messages` and the changes of `subscriptions` are schemas/records.py's."""
+    from schemas import records
+
+    design = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    contracts = design.split("## Record contracts", 1)[1].split("## Guarantees", 1)[0]
+    value = re.search(r"Value: JSON `\{(.*?)\}`, the", contracts).group(1)
+    members = [m for m in re.findall(r'"([a-z_]+)"', value)
+               if m not in ("all", "any", *records.HEADER_CRITERIA_FIELDS)]  # headers' values
+    assert members == list(records.SUBSCRIPTION_FIELDS)
+    audit = contracts.split("**Audit tables**", 1)[1]
+    named = [getattr(records, name) for name in dir(records)
+             if name.startswith(("OUTCOME_", "CHANGE_"))]
+    assert len(named) >= 9
+    for value in named:
+        assert f"`{value}`" in audit, value
+    headers = [getattr(records, name) for name in dir(records) if name.endswith("_HEADER")]
+    assert len(headers) >= 13
+    for header in headers:
+        assert f"`{header}" in contracts, f"design.md's record contracts lack the header {header}"
