@@ -700,3 +700,16 @@ def test_the_record_contracts_name_the_schemas_fields_and_outcomes():
     assert len(headers) >= 13
     for header in headers:
         assert f"`{header}" in contracts, f"design.md's record contracts lack the header {header}"
+
+
+def test_the_readme_s_layout_has_every_folder_and_package():
+    """README.md's layout table: a row per top-level folder of the repository, and the
+    `streaming/` row names each of its packages."""
+    readme = (ROOT / "README.md").read_text()
+    rows = {name.strip("`"): what for name, what in _table_rows(readme, "| folder | what |")}
+    folders = {p.name + "/" for p in ROOT.iterdir() if p.is_dir()
+               and not p.name.startswith((".", "__")) and not p.name.endswith(".egg-info")
+               and p.name not in ("build", "dist", "spark-warehouse")}  # made by tools
+    assert folders <= set(rows), folders - set(rows)
+    packages = {p.name for p in (ROOT / "streaming").iterdir() if (p / "__init__.py").exists()}
+    assert all(f"`{package}/`" in rows["streaming/"] for package in packages), packages
