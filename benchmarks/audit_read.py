@@ -46,7 +46,7 @@ def build(warehouse: Path, rows: int, files: int) -> int:
     of others) in up to ``files`` micro-batches; the number of batches written."""
     from streaming import config as bitroute_config
     from streaming.audit.writer import AuditTables, PublishBatch
-    from streaming.router.routing import ROUTED_ARROW
+    from streaming.router.batch.routing import ROUTED_ARROW
 
     batches = max(1, min(files, rows // 25))
     per_batch = -(-rows // batches)

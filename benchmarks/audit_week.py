@@ -64,7 +64,7 @@ def routed_batch(template: pa.Table, batch_id: int, publishes: int) -> pa.Table:
 
 
 def template_batch(publishes: int, fanout: int, subscribers: int) -> pa.Table:
-    from streaming.router.routing import ROUTED_ARROW
+    from streaming.router.batch.routing import ROUTED_ARROW
 
     now = datetime.now(timezone.utc)
     return pa.Table.from_pylist([{
@@ -82,8 +82,8 @@ def task_files_batch(config, batch_id: int, routed_at: datetime, routed: pa.Tabl
     """``routed`` as ``tasks`` routing tasks write it (``write_task_audit`` on a slice each,
     the executors' path): the :class:`~streaming.audit.writer.FileBatch` the driver journals."""
     from streaming.audit.writer import FileBatch
-    from streaming.router.delivery import ProducerSettings
-    from streaming.router.routing import RouteSettings, TaskAudit, write_task_audit
+    from streaming.router.batch.delivery import ProducerSettings
+    from streaming.router.batch.routing import RouteSettings, TaskAudit, write_task_audit
 
     settings = RouteSettings("amq.topic", config.kafka.layout, "rejected", 1, False,
                              ProducerSettings("127.0.0.1:1", 1 << 20),
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     from streaming import config as bitroute_config
     from streaming.audit.committer import AuditCommitter
     from streaming.audit.journal import AuditJournal
-    from streaming.router.checkpoint import CheckpointLayout
+    from streaming.state.checkpoint import CheckpointLayout
     from streaming.audit.maintenance import BackgroundMaintenance
     from streaming.audit.writer import AuditTables, PublishBatch, writer_properties
 

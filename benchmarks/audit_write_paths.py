@@ -9,7 +9,7 @@
   ``txnAppId``/``txnVersion`` (the executors write the files, the driver commits the log
   entry), one Spark job and one Delta commit per table per batch.
 - ``task-files`` (what the router does): each of ``--tasks`` slices written by
-  :func:`streaming.router.routing.write_task_audit` (what a routing task runs after
+  :func:`streaming.router.batch.routing.write_task_audit` (what a routing task runs after
   Kafka's acks; :func:`benchmarks.audit_week.task_files_batch`), then the driver's commit of the files' records
   (:meth:`streaming.audit.writer.AuditTables.append_publishes`, one transaction per
   table).
@@ -73,7 +73,7 @@ def delta_spark(folder: Path, routed: pa.Table, tasks: int, batches: int) -> dic
     from pyspark.sql import functions as F
 
     from streaming.audit.sql import DELTA_SETTINGS
-    from streaming.router.session import spark_session
+    from streaming.session import spark_session
 
     config = load(overrides={"delta.warehouse": str(folder / "delta"),
                              "streaming.checkpoint_dir": str(folder / "cp"),

@@ -31,7 +31,7 @@ measures:
 - batch: publishes per CPU second of this process (pyarrow's threads
   included) over batches of 10k Zipf publishes, alternating implementations
   batch by batch.  bitroute through Matcher.match_columns, the call a routing
-  task makes (streaming.router.routing.plan_batch: de-duplication within the
+  task makes (streaming.router.batch.routing.plan_batch: de-duplication within the
   batch in the kernel, deliveries as an Arrow list<struct<subscriber,
   subscription_ids>> column; the columns are Python lists, as the task holds
   them); the trie through trie_match_frame (the same de-duplication and the

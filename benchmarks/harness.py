@@ -271,5 +271,5 @@ class RouterRun(ReportedProcess):
         # The JVM's class path names pyspark's folders too: only its non-JVM children are workers.
         workers = [p for p, command in commands.items()
                    if p not in jvm and ("pyspark" in command or "python" in command)
-                   and "streaming.router.watchdog" not in command]
+                   and "streaming.state.watchdog" not in command]
         return {"driver": [self.proc.pid], "jvm": jvm, "workers": workers}

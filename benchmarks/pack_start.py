@@ -49,8 +49,8 @@ from streaming.kafka.broker import free_port
 def _imports(batches):
     import pandas  # noqa: F401
     import bitroute_kernel  # noqa: F401
-    import streaming.router.routing  # noqa: F401
-    import streaming.router.delivery  # noqa: F401
+    import streaming.router.batch.routing  # noqa: F401
+    import streaming.router.batch.delivery  # noqa: F401
 
     for batch in batches:
         yield batch
@@ -135,7 +135,7 @@ def _executor_phases(root: Path) -> str:
 
 
 def _first_task(root: Path, baseline: bool) -> tuple[float, float]:
-    from streaming.router.session import spark_session
+    from streaming.session import spark_session
 
     env = dict(os.environ) if baseline else _bare_environment()
     with _cluster(root, env) as master:

@@ -8,7 +8,7 @@ Real-Time Mode, measured through raw Kafka the way bitroute is (publish time -> 
 
 The embedded broker (:func:`benchmarks.harness.start_broker`), a publishes topic with the
 router's partitions (``kafka.partitions``) and a copy topic of one partition. Per mode, a
-child process builds the router's own Spark session (:func:`streaming.router.session.spark_session`:
+child process builds the router's own Spark session (:func:`streaming.session.spark_session`:
 the same jars, settings and master) and runs a query that reads the publishes with their
 headers and writes ``key``, ``value`` and ``headers`` unchanged to the copy topic: in
 micro-batch mode with bitroute's trigger (``streaming.trigger_interval``, or ``--trigger``),
@@ -67,7 +67,7 @@ def query_main(argv: list[str]) -> int:
     """The child: ``--query MODE BOOTSTRAP SOURCE SINK FOLDER TRIGGER CHECKPOINT``; runs until
     stdin closes."""
     mode, bootstrap, source, sink, folder, trigger, checkpoint = argv
-    from streaming.router.session import spark_session
+    from streaming.session import spark_session
 
     config = _config(bootstrap, Path(folder), mode)
     spark = spark_session(config)

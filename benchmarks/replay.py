@@ -34,8 +34,8 @@ from confluent_kafka import Producer
 
 from benchmarks.e2e import bitroute_run, kafka_load
 from benchmarks.workload import EXCHANGE, Workload
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.replay import ReplayLedger, state_path
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.replay.replay import ReplayLedger, state_path
 
 
 def _log(msg: str) -> None:

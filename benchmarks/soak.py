@@ -71,7 +71,7 @@ from pathlib import Path
 from benchmarks.e2e import bitroute_run, kafka_load, procstat
 from benchmarks import workload
 from benchmarks.workload import EXCHANGE
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 
 MB = 1 << 20
 FLAT_MB_PER_MIN = 1.0
@@ -152,7 +152,7 @@ def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
 
 
 RETENTION = {
-    "pins_n": "16 pins (streaming.router.snapshots.PINS_KEPT)",
+    "pins_n": "16 pins (streaming.router.subscriptions.snapshots.PINS_KEPT)",
     "snapshots_n": "3 files per kept version (the latest and those the 16 pins name)",
     "spark_offsets_n": "about 100 (spark.sql.streaming.minBatchesToRetain) + temporaries",
     "spark_commits_n": "about 100 (spark.sql.streaming.minBatchesToRetain)",

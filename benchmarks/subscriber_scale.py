@@ -12,7 +12,7 @@ loopback ports in a temporary folder; figures in docs/benchmarks.md
 (``kafka.shared_delivery_partitions`` partitions): seconds to create them
 as the router does (until the broker serves them),
 to fetch the cluster's metadata from a fresh client, and for a fresh
-delivery producer (:class:`streaming.router.delivery.DeliveryProducer`, as a routing
+delivery producer (:class:`streaming.router.batch.delivery.DeliveryProducer`, as a routing
 task has) to write one delivery to each subscriber (first write: it learns
 every topic's metadata) and then one more each (second write).
 
@@ -43,7 +43,7 @@ from streaming import kafka
 from streaming.kafka import client_verbs as client
 from streaming.config import Config, load
 from streaming.kafka.topics import ensure_topics
-from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
+from streaming.router.batch.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
 
 SHARED_PARTITIONS = 16
 CREATE_CHUNK = 500

@@ -107,7 +107,7 @@ class RoutingIndex:
         """Live subscriptions of ``exchange`` (of ``subscriber`` on it, when given).
 
         Counted when asked, over whole columns (linear in the slots): the limits
-        (streaming.router.limits) ask only when :meth:`subscriptions_of` or ``len``, the
+        (streaming.router.subscriptions.limits) ask only when :meth:`subscriptions_of` or ``len``, the
         bounds kept for free, reach a limit, so upserts pay nothing for it."""
         code = self._exchange_code.get(exchange)
         if code is None:

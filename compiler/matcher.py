@@ -19,7 +19,7 @@ Two APIs: :meth:`Matcher.match` answers one message (the kernel builds the
 ``Delivery`` tuples; large and conditioned results are kept in a
 byte-bounded per-matcher cache, :mod:`compiler.cache`);
 :meth:`Matcher.match_columns` answers a batch (the router's path,
-:mod:`streaming.router.routing`), matching its distinct keys together in the
+:mod:`streaming.router.batch.routing`), matching its distinct keys together in the
 kernel and having it write the Arrow output (:mod:`compiler.batch`). The batch
 path does not read the topic cache.
 
@@ -237,7 +237,7 @@ class Matcher:
         self, message_ids: list, exchanges: list, keys: list, headers: list | None = None
     ) -> tuple[pa.ListArray, np.ndarray]:
         """Match a batch of publishes given as columns, one list per column:
-        the router's batch path (:mod:`streaming.router.routing`).
+        the router's batch path (:mod:`streaming.router.batch.routing`).
 
         Input: ``message_ids`` (str), ``exchanges`` (str), ``keys`` (routing
         keys: bytes, as Kafka keys arrive, or str; ``None`` or invalid UTF-8

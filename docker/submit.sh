@@ -36,7 +36,7 @@ submit=$(dirname "$python")/spark-submit
 # The Kafka connector's jars and realtime mode's (built now if its sources changed;
 # left out where this host cannot build it: micro-batch mode does without it, and a
 # realtime router then refuses at start with one line).
-jars=$("$python" -c "from streaming.router.session import router_jars; print(','.join(str(p) for p in router_jars()))")
+jars=$("$python" -c "from streaming.session import router_jars; print(','.join(str(p) for p in router_jars()))")
 main=$("$python" -c "import streaming.cli.main as cli; print(cli.__file__)")
 # spark-submit's JVM is the driver's: bitroute's logging, and the options of a driver
 # that only plans and schedules (docs/running.md, "Where a batch is routed").

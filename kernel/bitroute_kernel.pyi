@@ -1,7 +1,7 @@
 """bitroute's topic-matching kernel (Rust, ``kernel/src``): the typed face of
 the extension module, installed with it (maturin ships this file and
 ``py.typed``). ``compiler.matcher.Matcher`` and ``compiler.offline`` are the
-matching kernel's callers, ``streaming.router.delivery.DeliveryProducer`` the
+matching kernel's callers, ``streaming.router.batch.delivery.DeliveryProducer`` the
 delivery writer's; see kernel/src/lib.rs for what it does. :class:`RouteTable` is
 the realtime mode's routing table (kernel/core/src/route.rs), the one its JNI
 library routes with, here for tests that hold it against the micro-batch path.
@@ -107,7 +107,7 @@ class Kernel:
         :class:`ColumnOverflowError` past Arrow's 32-bit offsets."""
 
 class BinaryColumn(Protocol):
-    """``streaming.router.delivery.BinaryColumn``: value ``i`` is
+    """``streaming.router.batch.delivery.BinaryColumn``: value ``i`` is
     ``data[offsets[i]:offsets[i + 1]]``, null where ``valid[i]`` is 0."""
 
     offsets: np.ndarray  # int32, one more than the values
@@ -115,7 +115,7 @@ class BinaryColumn(Protocol):
     valid: np.ndarray  # uint8, empty: no value is null
 
 class DeliveryColumns(Protocol):
-    """``streaming.router.delivery.DeliveryColumns`` (its docstring defines each)."""
+    """``streaming.router.batch.delivery.DeliveryColumns`` (its docstring defines each)."""
 
     topics: BinaryColumn
     rows: np.ndarray  # int64

@@ -6,7 +6,7 @@ optional :data:`EXCHANGE_HEADER` (default exchange from config), :data:`RETAIN_H
 :data:`EXPIRY_HEADER`. The message
 id is ``<topic>/<partition>/<offset>``: unique and stable across replays; for
 the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
-:mod:`streaming.router.incarnations`) it is ``<topic>~<n>/<partition>/<offset>``
+:mod:`streaming.router.topics.incarnations`) it is ``<topic>~<n>/<partition>/<offset>``
 (``~`` cannot occur in a Kafka topic name). It is built (:func:`message_id`,
 :func:`message_id_column`) and parsed (:data:`MESSAGE_ID_PATTERN`) here and
 nowhere else.
@@ -82,7 +82,7 @@ RETAINED_HEADER = "bitroute.retained"
 #: On a record of the retained topic: the retained publish's Kafka timestamp (epoch ms,
 #: decimal), for the ``published_at`` of its deliveries' audit rows.
 PUBLISHED_AT_HEADER = "bitroute.published_at"
-#: On a delivery made by a replay (``subscribe --since``, streaming.router.replay): the
+#: On a delivery made by a replay (``subscribe --since``, streaming.router.replay.replay): the
 #: value ``true``; live deliveries do not carry it.
 REPLAYED_HEADER = "bitroute.replayed"
 REPLAYED_VALUE = b"true"
@@ -104,7 +104,7 @@ SOURCE_SUBSCRIPTION = "subscription"
 SUBSCRIPTION_REQUIRED_FIELDS = ("exchange", "subscriber", "filter")
 #: Optional: an ISO-8601 time (UTC when it names no zone). A record that creates the
 #: subscription with it asks for a replay of the retained publishes at or after that
-#: time (streaming.router.replay); ``bitroute subscribe --since`` writes it.
+#: time (streaming.router.replay.replay); ``bitroute subscribe --since`` writes it.
 SUBSCRIPTION_SINCE_FIELD = "since"
 #: Optional MQTT subscription options (compiler.options; docs/design.md, "Subscription
 #: options"): Retain Handling, the integer 0 (default), 1 or 2; Retain As Published, a boolean.
@@ -123,7 +123,7 @@ OUTCOME_ROUTED = "routed"
 OUTCOME_UNROUTABLE = "unroutable"
 OUTCOME_REJECTED = "rejected"
 #: A range of publishes Kafka deleted before the router read them (one row per
-#: partition range, message id of its first offset: streaming.router.retention).
+#: partition range, message id of its first offset: streaming.router.topics.retention).
 OUTCOME_LOST = "lost"
 #: A retained publish with an empty payload: it cleared its topic's retained message and
 #: is delivered to no one (streaming.router.retained).

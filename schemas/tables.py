@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 
 from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
 
-#: Output of the routing tasks (``mapInArrow``, :mod:`streaming.router.routing`): one
+#: Output of the routing tasks (``mapInArrow``, :mod:`streaming.router.batch.routing`): one
 #: row per publish with what became of it. ``deliveries`` lists the deliveries
 #: Kafka acknowledged (empty when unroutable or rejected); ``reason`` is why a
 #: rejected publish was rejected. The audit rows are made from it.
@@ -59,7 +59,7 @@ AUDIT_FILE = StructType([
 ])
 
 #: Output of a routing task that wrote its audit itself (a batch routed on the
-#: executors, :mod:`streaming.router.routing`): one row per task with its counts
+#: executors, :mod:`streaming.router.batch.routing`): one row per task with its counts
 #: and the audit files it wrote, so the driver receives no per-publish row.
 ROUTED_TASK = StructType([
     StructField("publishes", LongType(), False),
@@ -76,7 +76,7 @@ ROUTED_TASK = StructType([
 #: Delta table ``deliveries``: one row per (message, subscriber). ``retained``: true for a
 #: delivery of a topic's retained message made when an MQTT subscription was applied
 #: (streaming.router.retained); ``replayed``: true for a delivery made by a replay
-#: (``subscribe --since``, streaming.router.replay); both false for a live one, null in rows
+#: (``subscribe --since``, streaming.router.replay.replay); both false for a live one, null in rows
 #: written before the column existed (added to an older table when the router opens it).
 DELIVERIES_TABLE = StructType([
     StructField("message_id", StringType(), False),
@@ -146,7 +146,7 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema of one of these Spark schemas, timestamps as microseconds in UTC.
 
     That is what Spark hands Python over Arrow with ``spark.sql.session.timeZone``
-    set to UTC (streaming/router/session.py), and the Delta tables' timestamp type.
+    set to UTC (streaming/session.py), and the Delta tables' timestamp type.
     pyspark 4.0 gave UTC by default; 4.2's ``to_arrow_schema`` needs the zone named.
     """
     return to_arrow_schema(schema, timezone="UTC")

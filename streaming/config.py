@@ -195,14 +195,14 @@ class StreamingConfig:
     """Who writes the audit files of a batch the executors route
     (:meth:`task_audit_files`): ``tasks``, ``driver`` or ``auto``."""
     lease_timeout: str = "60 seconds"
-    """A router lease not renewed for this long is stale (:mod:`streaming.router.lease`)."""
+    """A router lease not renewed for this long is stale (:mod:`streaming.state.lease`)."""
     on_retention_gap: str = "resume"
     """What the router does when publishes it has not read were deleted by Kafka
-    (:mod:`streaming.router.retention`): ``resume`` records the gap and routes on from the
+    (:mod:`streaming.router.topics.retention`): ``resume`` records the gap and routes on from the
     earliest retained offset; ``stop`` stops the router until a run acknowledges it."""
     replay_chunk_publishes: int = 20_000
     """Publishes one replay chunk reads at most (``subscribe --since``,
-    :mod:`streaming.router.replay`): one Spark job, one flush, one audit commit, one
+    :mod:`streaming.router.replay.replay`): one Spark job, one flush, one audit commit, one
     progress record."""
     replay_share: int = 50
     """The percent of the time a replay works: after a chunk that took t seconds it waits
@@ -259,13 +259,13 @@ class MetricsConfig:
 
 LIMIT_NAMES = ("max_subscriptions_per_subscriber", "max_subscriptions_per_exchange",
                "max_filter_levels", "max_filter_length", "max_header_criteria")
-"""The limits a subscription is held to (``[limits]``; :mod:`streaming.router.limits`)."""
+"""The limits a subscription is held to (``[limits]``; :mod:`streaming.router.subscriptions.limits`)."""
 
 
 @dataclass(frozen=True)
 class LimitsConfig:
     """``[limits]``: what one subscription, one subscriber and one exchange may hold
-    (:mod:`streaming.router.limits` checks them; docs/design.md, "Limits")."""
+    (:mod:`streaming.router.subscriptions.limits` checks them; docs/design.md, "Limits")."""
 
     max_subscriptions_per_subscriber: int = 10_000
     """A subscriber's live subscriptions on one exchange."""

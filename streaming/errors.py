@@ -6,10 +6,10 @@ This module holds the root and the errors of the package's top-level modules
 (:class:`ConfigError`, :class:`PackError`, :class:`JvmResolutionError`,
 :class:`RealtimeBuildError`); each
 subpackage keeps its own in its ``errors`` module (:mod:`streaming.kafka.errors`,
-:mod:`streaming.router.errors`, :mod:`streaming.audit.errors`,
+:mod:`streaming.router.errors`, :mod:`streaming.state.errors`, :mod:`streaming.audit.errors`,
 :mod:`streaming.ops.errors`, :mod:`streaming.cli.errors`), all under
 :class:`BitrouteError`; the modules that raise them re-export them, so
-``from streaming.router.lock import RouterLockedError`` keeps working.
+``from streaming.state.lock import RouterLockedError`` keeps working.
 (:mod:`compiler` is a lower layer that does not import ``streaming``: its
 errors, all bad input, have their own root, :class:`compiler.errors.CompilerError`,
 and become rejection reasons or a :class:`~streaming.kafka.errors.InvalidRequest`.)

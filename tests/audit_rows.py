@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from streaming.router.routing import ROUTED_ARROW
+from streaming.router.batch.routing import ROUTED_ARROW
 
 PUBLISHED_AT = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
 

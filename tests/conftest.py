@@ -43,7 +43,7 @@ INTEGRATION_PATHS = tuple(TESTS / path for path in (
     "streaming/kafka/test_broker.py",    # brokers of its own
     "streaming/kafka/test_broker_watch.py",
     "streaming/kafka/test_security.py",  # a secured broker of its own
-    "streaming/router/test_lease.py",    # the lease beside Delta tables (audit migrate)
+    "streaming/state/test_lease.py",     # the lease beside Delta tables (audit migrate)
     "streaming/router/test_reliability.py",
     "streaming/test_pack.py",            # packs the executors' environment: a minute or two
 ))
@@ -108,7 +108,7 @@ def base_config(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="session")
 def spark(base_config: bitroute_config.Config):
-    from streaming.router.session import spark_session
+    from streaming.session import spark_session
 
     session = spark_session(base_config)
     try:

@@ -46,7 +46,7 @@ def route_table(subs: Iterable[Subscription], exchanges: Mapping[str, str], defa
 
 def micro_batch(matcher: Matcher, default_exchange: str, publishes: list[tuple[bytes | None, Headers]]
                 ) -> list[tuple]:
-    """What the micro-batch path (``streaming.router.routing.plan_batch``: ``PublishColumns``,
+    """What the micro-batch path (``streaming.router.batch.routing.plan_batch``: ``PublishColumns``,
     ``Matcher.match_columns``, ``subscription_ids_json``) decides for each publish
     ``(key, headers)`` of a batch of topic ``p``, partition 0, offsets from 0 (message
     ids ``p/0/<offset>``). The routing key is its text, or None when absent or not UTF-8."""

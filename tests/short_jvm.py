@@ -1,7 +1,7 @@
 """JVM options for the JVMs a test starts that live seconds, not the session.
 
 :data:`SHORT_JVM`: the C1 compiler alone and the serial collector, what bitroute
-already gives a cluster's driver (streaming.router.session). A quarter off a router's
+already gives a cluster's driver (streaming.session). A quarter off a router's
 start at toy size (open 17.4 s -> 13.0 s, docs/benchmarks.md), the code paths
 unchanged: a JIT tier and a collector, not a setting of bitroute's.
 """

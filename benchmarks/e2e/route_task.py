@@ -1,4 +1,4 @@
-"""One routing task alone: ``streaming.router.routing.route_batch`` on a batch of the e2e workload,
+"""One routing task alone: ``streaming.router.batch.routing.route_batch`` on a batch of the e2e workload,
 producing to a real broker, without Spark. Prints deliveries/s and the CPU split.
 
     python -m benchmarks route-task [--size 100k] [--publishes 50000] [--profile devices]
@@ -28,8 +28,8 @@ from benchmarks import harness
 from benchmarks import workload
 from compiler import RoutingIndex, Subscription
 from streaming.config import KafkaConfig
-from streaming.router.delivery import DeliveryProducer, ProducerSettings
-from streaming.router.routing import RouteSettings, route_batch
+from streaming.router.batch.delivery import DeliveryProducer, ProducerSettings
+from streaming.router.batch.routing import RouteSettings, route_batch
 
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 

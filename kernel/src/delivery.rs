@@ -16,7 +16,7 @@
 //! call: failed records `(epoch, index, error code)`, client errors
 //! `(code, reason)` and log lines `(syslog level, facility, text)`. What the
 //! codes mean (a record's fault or the cluster's, an access failure) is the
-//! Python side's rule (`streaming/router/delivery.py`), not written here.
+//! Python side's rule (`streaming/router/batch/delivery.py`), not written here.
 //!
 //! Secrets: no configuration value is ever put in a message; an error text
 //! of librdkafka's is returned with every value of `secrets` replaced.
@@ -212,7 +212,7 @@ pub(crate) struct BinaryColumn<'py> {
     valid: Bound<'py, PyAny>,
 }
 
-/// One batch's deliveries, as `streaming.router.delivery.DeliveryColumns`
+/// One batch's deliveries, as `streaming.router.batch.delivery.DeliveryColumns`
 /// hands them over (read by attribute). Delivery `i` belongs to publish
 /// `rows[i]` (int64) and goes to topic `topics[i]`; its key is `keys[i]`
 /// when `keys_per_delivery`, else `keys[rows[i]]`; its value

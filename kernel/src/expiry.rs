@@ -1,6 +1,6 @@
 //! `expiry_states`: the core's message expiry rule (`bitroute_core::expiry`)
 //! over a batch's expiry headers, for the micro-batch path
-//! (`streaming/router/routing.py`), so that both modes decide alike.
+//! (`streaming/router/batch/routing.py`), so that both modes decide alike.
 
 use bitroute_core::expiry::{expiry_at, Expiry};
 use pyo3::prelude::*;

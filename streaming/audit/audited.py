@@ -28,7 +28,7 @@ table already. :mod:`streaming.router.restore` decides which mark a router
 takes over.
 
 The lineage key is the publishes topic: one router at a time routes a topic
-into a warehouse (:mod:`streaming.router.lease`), so the newest mark of a
+into a warehouse (:mod:`streaming.state.lease`), so the newest mark of a
 topic is the running lineage's.
 """
 

@@ -8,7 +8,7 @@ batch N is durable before Spark commits batch N" holds without a Delta commit
 on the critical path.
 
 Layout: ``<checkpoint_dir>/router/audit-journal/<batch id, 20 digits>.arrow``
-(the folder: :attr:`streaming.router.checkpoint.CheckpointLayout.audit_journal`),
+(the folder: :attr:`streaming.state.checkpoint.CheckpointLayout.audit_journal`),
 one Arrow IPC file per batch: for a batch routed in the driver, the
 ``ROUTED_PUBLISH`` rows the routing step returned (a :class:`PublishBatch`);
 for a batch routed on the executors, the records of the audit files its tasks

@@ -81,7 +81,7 @@ from streaming.audit.table_stats import (
 )
 from streaming.config import AuditConfig, Config
 from streaming.errors import one_line
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ application versions, so a batch replayed after the migration still adds no
 row. A table in this version's layout is left alone ("already partitioned").
 
 With the router stopped: :func:`migrate` runs under the state folder's router
-lock (:mod:`streaming.router.lock`) and refuses while a router holds it, or holds
-the lease of the publishes topic and warehouse (:mod:`streaming.router.lease`).
+lock (:mod:`streaming.state.lock`) and refuses while a router holds it, or holds
+the lease of the publishes topic and warehouse (:mod:`streaming.state.lease`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from streaming.audit.writer import (
 )
 from streaming.config import Config
 from streaming.errors import one_line
-from streaming.router.lock import RouterLock
+from streaming.state.lock import RouterLock
 
 PROGRESS_EVERY_ROWS = 1_000_000
 
@@ -56,8 +56,8 @@ class Migrated:
 
 def migrate(config: Config, progress: Callable[[str], None] = lambda _: None) -> list[Migrated]:
     """Migrate every audit table of ``config`` that needs it, under the router lock
-    (:class:`streaming.router.lock.RouterLockedError` while a router runs)."""
-    from streaming.router.lease import ensure_free
+    (:class:`streaming.state.lock.RouterLockedError` while a router runs)."""
+    from streaming.state.lease import ensure_free
 
     storage = storage_options(config.delta)
     check_commit_safety(config.delta)

@@ -1,6 +1,6 @@
 """``bitroute sql``: one Spark SQL statement over the audit tables, with Delta Lake.
 
-A local SparkSession (:func:`streaming.router.session.spark_session`) is built with
+A local SparkSession (:func:`streaming.session.spark_session`) is built with
 the ``delta`` jars of ``conf/jvm.toml`` and Delta's two settings
 (:data:`DELTA_SETTINGS`), the router's own session having neither. Each audit
 table that exists at ``config.delta.table_path(name)`` is registered in the
@@ -79,7 +79,7 @@ def run(config: Config, statement: str) -> tuple[list[str], list[dict[str, objec
 
     from pyspark.errors import PySparkException
 
-    from streaming.router.session import spark_session
+    from streaming.session import spark_session
 
     settings = {"spark.app.name": f"{config.spark.app_name} sql", **DELTA_SETTINGS, **s3a}
     if s3a:  # an s3:// warehouse: Hadoop's S3A connector too (conf/jvm.toml [s3a])

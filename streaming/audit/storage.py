@@ -10,7 +10,7 @@ one place that turns it into what each client needs, from the same environment:
 - :func:`warehouse_filesystem`: the pyarrow filesystem for files written
   outside delta-rs (the routing tasks' audit files, committed later by the driver);
 - :func:`object_store`: an obstore store under the warehouse, for the objects
-  that need conditional writes (the router lease, :mod:`streaming.router.lease`;
+  that need conditional writes (the router lease, :mod:`streaming.state.lease`;
   the commit-safety probe, :func:`check_commit_safety`);
 - :func:`spark_settings`: the S3A settings of a Spark session that reads the
   tables (``bitroute sql``).

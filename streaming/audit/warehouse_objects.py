@@ -1,8 +1,8 @@
 """Small JSON objects the router keeps beside the audit tables, replaced by compare-and-swap.
 
 ``<delta.warehouse>/_bitroute/<folder>/<name>``: the router lease
-(:mod:`streaming.router.lease`) and the publishes topics' incarnations
-(:mod:`streaming.router.incarnations`). They live with the audit, not in a
+(:mod:`streaming.state.lease`) and the publishes topics' incarnations
+(:mod:`streaming.router.topics.incarnations`). They live with the audit, not in a
 router's state folder, because they hold for every router writing that
 warehouse.
 

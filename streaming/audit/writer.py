@@ -35,7 +35,7 @@ The publish tables use micro-batch ids as versions (a group of batches
 committed together, :meth:`AuditTables.append_publishes`, carries the highest
 id of the group, and each table drops the batches at or below its committed
 version first), the subscriptions table the snapshot version, under app ids
-derived from the router id (:meth:`streaming.router.snapshots.SnapshotStore.router_id`),
+derived from the router id (:meth:`streaming.router.subscriptions.snapshots.SnapshotStore.router_id`),
 so a replayed batch or a re-applied version adds no row, and a new router (a
 fresh checkpoint folder) is not mistaken for a replay of an old one. The same
 ``txn`` actions are what Spark's ``txnAppId``/``txnVersion`` wrote in earlier
@@ -160,7 +160,7 @@ AuditBatch = PublishBatch | FileBatch
 class AuditTables:
     """Appends to the three audit tables of ``config`` for the router ``router_id``
     (the ``subscriptions`` rows of its snapshot versions under ``snapshot_audit_id``,
-    :meth:`streaming.router.snapshots.SnapshotStore.snapshot_audit_id`; default the router id).
+    :meth:`streaming.router.subscriptions.snapshots.SnapshotStore.snapshot_audit_id`; default the router id).
 
     Thread-safe: the two publish tables are appended concurrently.
     """
@@ -277,7 +277,7 @@ class AuditTables:
                          table=DeltaTable(self.path(DELIVERIES), storage_options=self._storage))
 
     def append_replayed(self, rows: pa.Table, chunk: int) -> None:
-        """Append replayed ``deliveries`` rows (streaming.router.replay) of replay chunk
+        """Append replayed ``deliveries`` rows (streaming.router.replay.replay) of replay chunk
         ``chunk`` (increasing), once: under their own app id, so that they never meet the
         batches' versions."""
         if rows.num_rows:
@@ -510,7 +510,7 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
     """One ``deliveries`` row per (publish, subscriber) acknowledged in ``routed``, each with
     the topic ``layout`` wrote it to (``retained``: a topic's retained message delivered
     when a subscription was applied, streaming.router.retained; ``replayed``: made by a
-    replay, streaming.router.replay)."""
+    replay, streaming.router.replay.replay)."""
     schema = ARROW_SCHEMAS["deliveries"]
     lists = routed["deliveries"].combine_chunks()
     owner = pc.list_parent_indices(lists)

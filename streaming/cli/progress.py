@@ -5,9 +5,9 @@ catch-up on stderr.
 These are listeners the command line hands to the library's
 :class:`~streaming.router.service.Router`: :class:`BatchLines` is one of its
 ``report_listeners`` (called with each batch's
-:class:`~streaming.router.report.BatchReport`), :class:`CatchUpProgress` its
+:class:`~streaming.router.batch.report.BatchReport`), :class:`CatchUpProgress` its
 ``catch_up_progress`` (one made per catch-up, called as ``progress(done, total)``
-by :meth:`streaming.router.changelog.ChangelogReader.read_to_end`).
+by :meth:`streaming.router.subscriptions.changelog.ChangelogReader.read_to_end`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from streaming.cli.render import batch_line
 
 if TYPE_CHECKING:
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
 
 PROGRESS_AFTER_S = 2.0
 """A catch-up prints progress once it has run this long, then at most this often."""
@@ -44,7 +44,7 @@ class BatchJson:
     """A report listener for ``bitroute run --json``: each batch as one JSON object on one
     line of ``stream`` (stdout), flushed at once.
 
-    The object is the :class:`~streaming.router.report.BatchReport`'s fields by name
+    The object is the :class:`~streaming.router.batch.report.BatchReport`'s fields by name
     (``batch_id``, ``rows``, ``deliveries``, ``rejected``, ``snapshot_version``,
     ``seconds``, ``replayed``, ``stages``, ``attempts``, ``routed_in``, ``lost``) and
     ``finished_at``, the wall clock (Unix seconds) when the listener was called.

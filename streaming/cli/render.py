@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # types only: a verb imports no more of the library than it c
     from streaming.audit.maintenance import MaintenanceReport, TableReport
     from streaming.kafka.client_verbs import Delivery
     from streaming.ops.inspect import RoutingState
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
 
 _TABLE_UNITS = ("B", "KB", "MB", "GB", "TB")
 
@@ -492,7 +492,7 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
 
 
 def _lease_text(lease: Mapping[str, object]) -> str:
-    """The router lease of the publishes topic and warehouse (streaming.router.lease)."""
+    """The router lease of the publishes topic and warehouse (streaming.state.lease)."""
     age = lease.get("age_seconds")
     state = (f"released {lease['released_at']}" if lease.get("released_at") else
              f"renewed {'?' if age is None else _seconds(max(float(age), 0.0))} ago")

@@ -1,13 +1,13 @@
 """``bitroute run``: the router as a long-lived process.
 
 :func:`serve` starts the embedded broker when configured, takes the state
-folder's lock (:mod:`streaming.router.lock`: a second router on the same folders is
+folder's lock (:mod:`streaming.state.lock`: a second router on the same folders is
 refused with the other's pid; the router is handed the lock and holds it until
 it stops), starts Spark and the JVM watchdog
-(:mod:`streaming.router.watchdog`: the JVM ends with this process, even after a
+(:mod:`streaming.state.watchdog`: the JVM ends with this process, even after a
 SIGKILL), routes until SIGINT or SIGTERM, printing each batch's progress line
 (:class:`streaming.cli.progress.BatchLines`, a report listener of
-:mod:`streaming.router.report`; with ``--json``, one JSON object per batch instead,
+:mod:`streaming.router.batch.report`; with ``--json``, one JSON object per batch instead,
 :class:`~streaming.cli.progress.BatchJson`, and every other line on stderr),
 and exits:
 
@@ -58,13 +58,13 @@ from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import TopicCreationError
 from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
-from streaming.router.changelog import ChangelogError
+from streaming.router.subscriptions.changelog import ChangelogError
 from streaming.errors import RealtimeBuildError
 from streaming.realtime.errors import RealtimeJarMissing, RealtimeSlotsError
 from streaming.router.errors import RouterModeError
-from streaming.router.lock import RouterLock, RouterLockedError
+from streaming.state.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router
-from streaming.router.snapshots import SnapshotStoreError
+from streaming.router.subscriptions.snapshots import SnapshotStoreError
 
 ACCESS_RETRY_S = 10.0
 """How long ``bitroute run`` waits before starting a query Kafka refused again."""
@@ -77,7 +77,7 @@ def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool =
     """Route until stopped; see the module docstring for the exit statuses.
 
     ``accept_retention_gap``: the first batch records and passes a retention gap even
-    under ``streaming.on_retention_gap = "stop"`` (:mod:`streaming.router.retention`).
+    under ``streaming.on_retention_gap = "stop"`` (:mod:`streaming.router.topics.retention`).
 
     ``json_lines``: each batch as one JSON object on stdout (:class:`BatchJson`) instead
     of its progress line, and every other line this prints on stderr, so that stdout
@@ -85,8 +85,8 @@ def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool =
     """
     from streaming.kafka.broker import BrokerError, EmbeddedBroker
     from streaming.cli.logs import quiet_kafka_client_logs
-    from streaming.router.session import spark_session
-    from streaming.router.watchdog import start_watchdog
+    from streaming.session import spark_session
+    from streaming.state.watchdog import start_watchdog
 
     if config.broker.embedded:
         broker = EmbeddedBroker.from_config(config.broker)
@@ -215,7 +215,7 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
                 return 0
             if router.recreated is not None:
                 # The publishes topic was deleted and created again: the router follows
-                # the new incarnation (streaming.router.incarnations), said in its line.
+                # the new incarnation (streaming.router.topics.incarnations), said in its line.
                 query = router.follow_recreated_topic()
                 continue
             refused = java_access_failure(router.config.kafka.client_settings, exc,

@@ -109,7 +109,7 @@ def subscribe(config: Config, exchange: str, subscriber: str, filter_: str,
 
     Returns once Kafka acknowledged the changelog record. The delivery topic is
     created first, so the router can deliver from the first match on. ``since`` (an
-    aware datetime, not in the future: :func:`streaming.router.replay_cli.check_since`
+    aware datetime, not in the future: :func:`streaming.router.replay.cli.check_since`
     checks it first) asks for a replay (``subscribe --since``). ``options``: the MQTT
     subscription options (:class:`compiler.options.SubscriptionOptions`; None: the default).
     """

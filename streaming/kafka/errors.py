@@ -13,7 +13,7 @@ The one home of:
   record is rejected, routing goes on), :data:`BATCH_ERRORS` (the record errors a
   broker gives every record of a refused record batch), :data:`MISSING_TOPIC_ERRORS`
   (the record errors of a topic that does not exist: a deleted delivery topic is
-  created again, :mod:`streaming.router.routing`), :data:`OUTAGE_ERRORS`
+  created again, :mod:`streaming.router.batch.routing`), :data:`OUTAGE_ERRORS`
   (the cluster unreachable: waited out, reported once per outage); any other
   code is a cluster failure that the batch retries;
 - the **timeouts** of blocking calls to Kafka: :data:`KAFKA_TIMEOUT_S` and

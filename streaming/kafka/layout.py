@@ -43,7 +43,7 @@ class DeliveryLayout:
     """Where deliveries go: each subscriber's own topic ``topic_prefix + subscriber``
     (``shared_topic`` None), or all in ``shared_topic`` keyed by subscriber.
     ``partitions``, ``replication_factor``, ``min_insync_replicas``: how a delivery topic is
-    created (also again, when an administrator deleted it: :mod:`streaming.router.routing`)."""
+    created (also again, when an administrator deleted it: :mod:`streaming.router.batch.routing`)."""
 
     topic_prefix: str
     shared_topic: str | None = None

@@ -11,7 +11,7 @@ derives, vectorised:
 - text forms for the audit (routing key, header values), invalid UTF-8 shown
   with backslash escapes so that no byte is lost from view.
 
-Records written (:func:`streaming.router.routing.delivery_columns`,
+Records written (:func:`streaming.router.batch.routing.delivery_columns`,
 :func:`rejected_headers`): the publish's own headers minus the router's
 (:data:`schemas.records.ROUTER_HEADERS`, which a publisher cannot forge), plus
 the router's: for a delivery the message id, the matched subscription ids

@@ -9,9 +9,9 @@ with, from, in order:
 
 1. the latest snapshot the router persisted under
    ``<streaming.checkpoint_dir>/router/snapshots/``, read through the store's
-   read-only view (:class:`streaming.router.snapshots.SnapshotFiles`);
+   read-only view (:class:`streaming.router.subscriptions.snapshots.SnapshotFiles`);
 2. the changelog records after that snapshot's offsets, applied with the
-   router's own :func:`streaming.router.changelog.apply_record`, so the answer is as
+   router's own :func:`streaming.router.subscriptions.changelog.apply_record`, so the answer is as
    of now, not as of the router's last batch;
 3. without a snapshot (no router ever ran on this checkpoint folder), or with
    one made for other exchanges than the configured ones (the router would
@@ -63,8 +63,8 @@ from streaming.kafka.clients import consumer as kafka_consumer
 from streaming.kafka.records import expiry_error
 from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
 from streaming.ops.errors import InspectError, RejectedPublish
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.snapshots import SnapshotFiles, SnapshotStoreError
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.subscriptions.snapshots import SnapshotFiles, SnapshotStoreError
 
 KAFKA_PROBE_TIMEOUT_S = PROBE_TIMEOUT_S
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
@@ -168,7 +168,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
                      offsets: Mapping[int, int]) -> tuple[RoutingIndex | None, dict[int, int], int]:
     """Apply the changelog from ``offsets`` to its end to the index ``make_index()``
     makes at the first record; (that index or None, the new offsets, records read)."""
-    from streaming.router.changelog import ChangelogError, ChangelogReader, apply_record
+    from streaming.router.subscriptions.changelog import ChangelogError, ChangelogReader, apply_record
 
     applied_at_ms = int(time.time() * 1000)
     index: RoutingIndex | None = None
@@ -331,7 +331,7 @@ def retained_messages(config: Config, state: RoutingState):
     read from ``kafka.retained_topic`` to its end; none when no router created the topic
     yet), or None when Kafka was not reachable for the state (``state.stale``) or the
     topic cannot be read."""
-    from streaming.router.changelog import ChangelogError
+    from streaming.router.subscriptions.changelog import ChangelogError
     from streaming.router.retained import RetainedMessages
 
     if state.stale is not None:

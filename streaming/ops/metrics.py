@@ -20,7 +20,7 @@ seen all or none by a scrape).
 
 Where the values come from (:class:`RouterMetrics`):
 
-- each finished batch's :class:`streaming.router.report.BatchReport`, through
+- each finished batch's :class:`streaming.router.batch.report.BatchReport`, through
   ``Router.report_listeners``, in the batch's thread: the counters of batches,
   publishes, deliveries, rejected publishes and seconds per stage; the last
   batch's id, time and snapshot version; the live subscriptions;
@@ -42,11 +42,11 @@ from schemas.records import AUDIT_TABLE_NAMES
 from streaming.config import STREAMING_MODES, Config, MetricsConfig
 from streaming.ops.exposition import Metric, MetricsServer, Registry
 from streaming.ops.query_progress import QueryListener, input_lag
-from streaming.router.report import ROUTED_IN_DRIVER, ROUTED_IN_EXECUTORS
+from streaming.router.batch.report import ROUTED_IN_DRIVER, ROUTED_IN_EXECUTORS
 
 if TYPE_CHECKING:
     from streaming.audit.maintenance import MaintenanceReport
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
     from streaming.router.service import Router
 
 STAGES = ("catch_up", "route", "audit")

@@ -39,9 +39,9 @@ from streaming.kafka import client_verbs
 from streaming.kafka.clients import consumer as kafka_consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.topics import admin_client
-from streaming.router import lock
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.offsets_log import batch_end, last_committed_batch
+from streaming.state import lock
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.state.offsets_log import batch_end, last_committed_batch
 
 POLL_S = 0.5
 

@@ -1,12 +1,12 @@
 """Whether a router runs on a configuration and what it last did (``bitroute status``).
 
 Read only, from what the router leaves on disk (the paths of
-:mod:`streaming.router.checkpoint`) and from Kafka's offsets; it never talks to
+:mod:`streaming.state.checkpoint`) and from Kafka's offsets; it never talks to
 the router itself, so it answers the same whether the router is up, stuck or
 gone:
 
 - ``<streaming.checkpoint_dir>/router.lock``: held by the running router for
-  its lifetime (:mod:`streaming.router.lock`), then by its watchdog until its JVM is
+  its lifetime (:mod:`streaming.state.lock`), then by its watchdog until its JVM is
   gone; running = the lock is held and its driver process lives (on another
   host that cannot be checked: held = running); stopping = held, driver exited.
 - ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
@@ -14,14 +14,14 @@ gone:
   ``publishes``, ``deliveries``, ``rejected``, ``lost``, ``expired``, ``snapshot_version``,
   ``seconds``, ``stages``, ``routed_in``, ``finished_at``, ``subscriptions``,
   ``audit_pending_batches``, ``audit_lag_seconds``, ``lost_total``, ``expired_total``, ``mode``,
-  ``latency_ms``, and ``realtime`` in realtime mode: :mod:`streaming.router.report`).
+  ``latency_ms``, and ``realtime`` in realtime mode: :mod:`streaming.router.batch.report`).
 - the audit tables (:func:`streaming.audit.table_stats.table_stats`): each
   one's live data files, bytes, ``_delta_log`` entries and Delta version, read
   from its newest checkpoint and the commits after it (milliseconds on a
   maintained table); and ``<checkpoint_dir>/router/maintenance.json``, the
   last maintenance pass (when, what it did per table, or its error).
 - ``<checkpoint_dir>/publishes/{offsets,commits}/<batch>``: Spark's
-  checkpoint, read by :mod:`streaming.router.offsets_log`. The offsets of the
+  checkpoint, read by :mod:`streaming.state.offsets_log`. The offsets of the
   last committed batch are where routing stands: input lag = the publishes topic's end offsets minus those (a
   partition the checkpoint does not name yet counts from its earliest offset,
   as the router's ``startingOffsets=earliest`` reads it).
@@ -51,10 +51,10 @@ from streaming.errors import BitrouteError, one_line
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
 from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
 from streaming.ops.errors import KafkaUnavailable
-from streaming.router import lock
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.limits import usage as limits_usage
-from streaming.router.offsets_log import OffsetLogError, last_committed_batch, read_offsets
+from streaming.state import lock
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.subscriptions.limits import usage as limits_usage
+from streaming.state.offsets_log import OffsetLogError, last_committed_batch, read_offsets
 
 KAFKA_BUDGET_S = STATUS_BUDGET_S
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
@@ -75,10 +75,10 @@ def router_status(config: Config) -> dict[str, object]:
     ``kafka_error``, ``audit_tables`` (per table ``{files, bytes, log_entries,
     version}`` or ``{error}``), ``maintenance`` (the last pass's report as
     recorded, or None), ``lease`` (the router lease of the publishes topic and
-    warehouse: :mod:`streaming.router.lease`'s record plus ``age_seconds``, or
+    warehouse: :mod:`streaming.state.lease`'s record plus ``age_seconds``, or
     ``{error}``, or None), ``replays`` (the replays of ``subscribe --since`` in progress:
     :func:`_replays`), ``limits`` (per exchange, per limit of ``[limits]``: ``{limit, used}``,
-    the largest use in the snapshot: :func:`streaming.router.limits.usage`; None without a
+    the largest use in the snapshot: :func:`streaming.router.subscriptions.limits.usage`; None without a
     snapshot), ``notes`` (why something is missing).
     """
     kafka = config.kafka
@@ -141,7 +141,7 @@ def router_status(config: Config) -> dict[str, object]:
 
 def _replays(layout: CheckpointLayout) -> list[dict]:
     """The replays in progress (``subscribe --since``) as ``router/replays.json`` records
-    them (:mod:`streaming.router.replay`): ``subscription``, ``subscriber``, ``from``,
+    them (:mod:`streaming.router.replay.replay`): ``subscription``, ``subscriber``, ``from``,
     ``to_batch`` (None: not applied yet), ``publishes``, ``done``, ``delivered``, ``rate``
     (deliveries/s of the last chunk), ``note``."""
     try:
@@ -192,8 +192,8 @@ def _audit_tables(config: Config) -> tuple[dict[str, dict], dict | None, dict | 
 
 def _lease(config: Config) -> dict | None:
     """The router lease of this publishes topic and warehouse as recorded, with its age
-    (:mod:`streaming.router.lease`), ``{error}`` when unreadable, None when there is none."""
-    from streaming.router import lease
+    (:mod:`streaming.state.lease`), ``{error}`` when unreadable, None when there is none."""
+    from streaming.state import lease
 
     try:
         record = lease.read(config)
@@ -321,7 +321,7 @@ def _left(deadline: float) -> float:
 def _retention_gap(topic: str, ends: Mapping[str, Mapping[int, tuple[int, int]]],
                    position: Mapping[int, int], kafka_error: str | None) -> dict[str, object]:
     """Records of ``topic`` after ``position`` that Kafka deleted before the router read them
-    (its earliest offset is past the position: :mod:`streaming.router.retention`)."""
+    (its earliest offset is past the position: :mod:`streaming.router.topics.retention`)."""
     if kafka_error is not None:
         return {"topic": topic, "records": None, "partitions": None}
     partitions = {p: max(low - position[p], 0)

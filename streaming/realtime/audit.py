@@ -41,7 +41,7 @@ Retention gaps: publishes Kafka deleted before the routing query read them (it
 starts again past them, :mod:`streaming.realtime.retention`) are found here, per
 publishes partition, where the offsets audited jump past the next offset the audit
 lacks and Kafka's earliest offset lies past the jump, and recorded as ``lost`` rows
-of ``messages`` as micro-batch mode records them (:mod:`streaming.router.retention`),
+of ``messages`` as micro-batch mode records them (:mod:`streaming.router.topics.retention`),
 logged in one line and counted in the batch's report (``lost``, ``lost_total``).
 Realtime mode records them and goes on whatever ``streaming.on_retention_gap`` says
 (``"stop"`` is micro-batch mode's).
@@ -72,8 +72,8 @@ from streaming.realtime.audit_batch import (
 )
 from streaming.realtime.errors import AuditWaitInterrupted
 from streaming.realtime.retention import committed_offsets, earliest_offsets
-from streaming.router.report import BatchReport, LatencyWindow
-from streaming.router.retention import gaps_line
+from streaming.router.batch.report import BatchReport, LatencyWindow
+from streaming.router.topics.retention import gaps_line
 
 _log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class RoutedAudit:
 
     def process(self, batch, batch_id: int) -> None:
         """The ``foreachBatch`` function: journal one batch of routed records, then report
-        it (:class:`~streaming.router.report.BatchReport`: ``bitroute run``'s line,
+        it (:class:`~streaming.router.batch.report.BatchReport`: ``bitroute run``'s line,
         ``status.json``, the metrics)."""
         if self._stopping.is_set():
             raise AuditWaitInterrupted("the router is stopping: this batch is audited at the "

@@ -15,7 +15,7 @@ do the same work on the same Arrow columns:
    two records kept, that Kafka no longer holds (below its earliest offset) were
    deleted before the routing query read them (it starts again past them,
    :mod:`streaming.realtime.retention`): each range becomes one ``lost`` row of ``messages``, as micro-batch
-   mode records them (:func:`streaming.router.retention.gap_rows`). Offsets still in
+   mode records them (:func:`streaming.router.topics.retention.gap_rows`). Offsets still in
    the log are gaps for another reason (a transaction marker, compaction) and are
    not lost. Kafka is asked (``earliest``) only when a batch has a gap; gaps
    after the last record kept are found by the batch that brings the next record.
@@ -62,8 +62,8 @@ from streaming.audit.writer import (
 )
 from streaming.config import DeltaConfig
 from streaming.kafka.layout import DeliveryLayout
-from streaming.router.retention import RetentionGap, gap_rows
-from streaming.router.routing import LATENCY_SAMPLE
+from streaming.router.topics.retention import RetentionGap, gap_rows
+from streaming.router.batch.routing import LATENCY_SAMPLE
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 AUDITED_ARROW = pa.schema([*ROUTED_ARROW, pa.field(ROUTED_VERSION_COLUMN, pa.int64())])

@@ -1,7 +1,7 @@
 """Realtime mode and a recreated publishes topic: refused in one line, at open and while running.
 
 Micro-batch mode follows a publishes topic deleted and created again
-(:mod:`streaming.router.incarnations`: the old checkpoint moved aside, a new router id,
+(:mod:`streaming.router.topics.incarnations`: the old checkpoint moved aside, a new router id,
 message ids ``<topic>~<n>/<partition>/<offset>``). Realtime mode does not, because its
 audit cannot tell the incarnations apart: :mod:`streaming.realtime.audit` leaves a
 routed record out as a repeat when its publishes partition and offset lie at or below
@@ -38,9 +38,9 @@ from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
 from streaming.realtime.restored import commit_journal, realtime_tables
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import RouterModeError
-from streaming.router.snapshots import SnapshotStore
+from streaming.router.subscriptions.snapshots import SnapshotStore
 
 _log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from confluent_kafka.admin import OffsetSpec
 from streaming.kafka import clients
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
-from streaming.router.offsets_log import read_offsets
+from streaming.state.offsets_log import read_offsets
 
 _log = logging.getLogger(__name__)
 

@@ -50,11 +50,11 @@ from streaming.realtime.query import register_route_function, start_routing_quer
 from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.offsets_log import batch_end, last_committed_batch
-from streaming.router.report import BatchReport, LatencyWindow
-from streaming.router.snapshots import BatchSnapshots, SnapshotStore
-from streaming.router.subscription_sync import SubscriptionSync
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.state.offsets_log import batch_end, last_committed_batch
+from streaming.router.batch.report import BatchReport, LatencyWindow
+from streaming.router.subscriptions.snapshots import BatchSnapshots, SnapshotStore
+from streaming.router.subscriptions.subscription_sync import SubscriptionSync
 
 _log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from streaming.realtime.errors import ViewError
 from streaming.errors import one_line
 from streaming.kafka import clients as kafka
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
-from streaming.router.changelog import Change
+from streaming.router.subscriptions.changelog import Change
 
 _log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def mark_record(config: Config, version: int, offsets: Mapping[int, int]) -> byt
 class RoutingViewPublisher:
     """Writes the subscription state to the routing view (module docstring).
 
-    :meth:`note` is a :class:`~streaming.router.snapshots.BatchSnapshots` commit
+    :meth:`note` is a :class:`~streaming.router.subscriptions.snapshots.BatchSnapshots` commit
     listener: it keeps each committed version's changes until :meth:`publish`
     writes them and the mark. :meth:`reset` writes the whole state (at open: the
     view may hold another run's state). Not thread-safe: one caller at a time.
@@ -204,7 +204,7 @@ class ChangelogWatch:
     """Waits for the changelog to change: a consumer at the changelog's end whose fetch
     the broker answers as soon as a record arrives, so that a subscription change wakes
     the view thread within a round trip instead of at its next round. It only wakes: the
-    catch-up (:class:`~streaming.router.changelog.ChangelogReader`) reads the records."""
+    catch-up (:class:`~streaming.router.subscriptions.changelog.ChangelogReader`) reads the records."""
 
     def __init__(self, config: Config) -> None:
         from confluent_kafka import OFFSET_END, TopicPartition

@@ -2,19 +2,16 @@
 
 - :mod:`~streaming.router.service`: :class:`Router`, which opens the query and
   coordinates each batch's steps (snapshot, route, deliver, audit, report);
-- :mod:`~streaming.router.session`: the Spark session the query runs in;
-- :mod:`~streaming.router.snapshots`: the one owner of a batch's snapshot
-  version (saved versions and their facts, pins, pruning, the live broadcast),
-  and the store's read-only view;
-- :mod:`~streaming.router.changelog`, :mod:`~streaming.router.subscription_sync`:
-  the subscription changelog read into new snapshot versions;
-- :mod:`~streaming.router.routing`, :mod:`~streaming.router.matching`: a batch
-  matched against its snapshot, on the driver or in the executors' tasks;
-- :mod:`~streaming.router.delivery`: the routed copies produced to Kafka;
-- :mod:`~streaming.router.report`: each batch's report and its listeners
-  (``status.json``, and what callers register);
-- :mod:`~streaming.router.checkpoint`: every path under the checkpoint folder;
-- :mod:`~streaming.router.offsets_log`: Spark's offset log read back;
-- :mod:`~streaming.router.lock`, :mod:`~streaming.router.watchdog`: one router
-  per state folder, and its JVM ended with its driver.
+- :mod:`~streaming.router.restore`: the audit reopened where the state folder says;
+- :mod:`~streaming.router.retained`: MQTT retained messages;
+- :mod:`~streaming.router.batch`: the batch pipeline (rows, matching, routing,
+  delivery, the rejected topic, the batch report);
+- :mod:`~streaming.router.subscriptions`: the subscription changelog read into
+  snapshot versions, their store, and the limits a subscription is held to;
+- :mod:`~streaming.router.topics`: the publishes topic's lifecycle (retention
+  gaps, incarnations);
+- :mod:`~streaming.router.replay`: replays of ``subscribe --since``.
+
+The state folder's ownership (checkpoint layout, offset log, lock, lease,
+watchdog) is :mod:`streaming.state`; the Spark session is :mod:`streaming.session`.
 """

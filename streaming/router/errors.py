@@ -7,25 +7,8 @@ from compiler import SubscriptionError
 from streaming.errors import BitrouteError
 
 
-class RouterLockedError(BitrouteError):
-    """Another process holds the router lock; the message names it."""
-
-
-class LeaseHeldError(RouterLockedError):
-    """Another router holds the lease of this publishes topic and warehouse; the message
-    names it. A :class:`RouterLockedError`: the router was refused, like a held lock."""
-
-
-class LeaseLostError(RouterLockedError):
-    """This router's lease was taken over (or could not be renewed): it must stop routing."""
-
-
 class RouterStopping(BitrouteError):
     """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
-
-
-class OffsetLogError(BitrouteError):
-    """An offset log entry is not one of Spark's (the message names the file and why)."""
 
 
 class DeliveryUnavailable(BitrouteError):

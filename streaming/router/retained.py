@@ -4,7 +4,7 @@ The contract (docs/design.md, "Retained messages"):
 
 - A publish to an MQTT exchange whose last ``retain`` header is ``true``
   (:data:`schemas.records.RETAIN_HEADER`) is routed as usual (the header kept on a
-  live delivery only for Retain As Published: ``streaming.router.routing``) and becomes its
+  live delivery only for Retain As Published: ``streaming.router.batch.routing``) and becomes its
   topic's retained message; with an empty (or null) payload it clears it and is
   delivered to no one (``messages.outcome = cleared``). ``retain=true`` on an
   exchange that is not MQTT is bad input: the publish is rejected with a reason.
@@ -96,7 +96,7 @@ _log = logging.getLogger(__name__)
 RETAINED_VALUE = b"true"
 """The value of :data:`schemas.records.RETAINED_HEADER` on a delivery at subscribe time."""
 PLANS_KEPT = 16
-"""Done marks of this many most recent batch ids are kept (as pins are, router/snapshots)."""
+"""Done marks of this many most recent batch ids are kept (as pins are, router/subscriptions/snapshots)."""
 _RETAIN_TRUE = RETAIN_TRUE.encode()
 _ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 _PLAN_SCHEMA = pa.schema([
@@ -243,7 +243,7 @@ class RetainedMessages:
 
     def __init__(self, config: Config, on_error=None) -> None:
         from compiler.retained_index import RetainedIndex
-        from streaming.router.changelog import ChangelogReader
+        from streaming.router.subscriptions.changelog import ChangelogReader
 
         self._index_type = RetainedIndex
         self._reader = ChangelogReader(config, on_error, topic=config.kafka.retained_topic)
@@ -375,9 +375,9 @@ class NewSubscription:
 
 
 def _change_field(change: Sequence, name: str):
-    """Field ``name`` of a change (a :class:`~streaming.router.changelog.Change` or its
+    """Field ``name`` of a change (a :class:`~streaming.router.subscriptions.changelog.Change` or its
     persisted JSON array; None for a field added after the array was written)."""
-    from streaming.router.changelog import Change
+    from streaming.router.subscriptions.changelog import Change
 
     position = Change._fields.index(name)
     return change[position] if position < len(change) else None
@@ -534,7 +534,7 @@ class RetainedDeliveries:
         """Drop the retained messages whose lifetime ended (now) from the state and the
         retained topic (a tombstone each); return the remaining interval of the others with
         an expiry, by ``(exchange, topic)``. Raises on a Kafka failure (retried)."""
-        from streaming.router.delivery import ProducerSettings, cached_producer
+        from streaming.router.batch.delivery import ProducerSettings, cached_producer
 
         gone = self.messages.expire(int(time.time() * 1000))
         if gone:
@@ -601,7 +601,7 @@ class RetainedDeliveries:
 
     def _produce(self, plan: pa.Table, version: int) -> set[int]:
         """Produce every delivery of ``plan``; return the rows Kafka refused (logged)."""
-        from streaming.router.delivery import (
+        from streaming.router.batch.delivery import (
             BinaryColumn,
             DeliveryColumns,
             ProducerSettings,

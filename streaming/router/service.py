@@ -3,7 +3,7 @@
 Per micro-batch, in ``foreachBatch`` (:meth:`Router.process_batch`):
 
 a. Pin. The batch's snapshot comes from its one owner,
-   :class:`~streaming.router.snapshots.BatchSnapshots`, in one call: a batch id
+   :class:`~streaming.router.subscriptions.snapshots.BatchSnapshots`, in one call: a batch id
    seen for the first time catches the subscription changelog up to its end
    offsets (happens-before: a subscription Kafka acknowledged before a
    publish of this batch is applied to it) and records ``batch id -> snapshot
@@ -16,7 +16,7 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    publish to Kafka with librdkafka and waits for the acks, then writes the
    audit files of its publishes (``messages`` and ``deliveries`` Parquet files
    in the tables' folders, :mod:`streaming.audit.files`) and returns one row:
-   its counts and the files' records (:mod:`streaming.router.routing`). So the
+   its counts and the files' records (:mod:`streaming.router.batch.routing`). So the
    driver receives a few hundred bytes per task, whatever the batch's size. On a
    ``local[...]`` master (``streaming.executor_audit_files = "auto"``) the tasks
    return their routed rows instead (one per publish) and the committer writes
@@ -24,12 +24,12 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    critical path, and the driver's work per publish is the same machine's CPU. A
    batch within the driver's bounds (``streaming.driver_route_max_publishes``
    publishes, its size read from the query's offset log,
-   :mod:`streaming.router.offsets_log`, and ``driver_route_max_deliveries``
+   :mod:`streaming.state.offsets_log`, and ``driver_route_max_deliveries``
    deliveries, estimated from the recent batches' fan-out; by default only on
    a ``local[...]`` master, :meth:`streaming.config.StreamingConfig.driver_route_bounds`)
    is routed in the driver instead, in one call for the whole batch (one
    flush), on its rows read from Kafka by the driver itself (the offset log's
-   range, :mod:`streaming.router.batch_rows`: no Spark job, no Python workers'
+   range, :mod:`streaming.router.batch.batch_rows`: no Spark job, no Python workers'
    round trip), and the routed rows are journaled for the committer to write. No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, logged at its first
@@ -46,12 +46,12 @@ c. Audit. The batch's audit written durably to the audit journal
    speculative attempt) or a batch the driver never journaled (a crash) are
    never committed; the maintenance's vacuum deletes them.
 Before a, the batch's start is checked against the earliest offsets Kafka
-still holds (:mod:`streaming.router.retention`): publishes deleted before the
+still holds (:mod:`streaming.router.topics.retention`): publishes deleted before the
 router read them are said in one line, recorded as ``lost`` rows in the
 audit's ``messages`` with the batch, and counted in its report; or, under
 ``streaming.on_retention_gap = "stop"``, they stop the router.
 
-d. Report. A :class:`~streaming.router.report.BatchReport` to every registered
+d. Report. A :class:`~streaming.router.batch.report.BatchReport` to every registered
    listener (:attr:`Router.report_listeners`): ``status.json`` for ``bitroute
    status``, and whatever the caller registered (``bitroute run``'s progress
    line on stdout, the metrics). The library prints no progress itself.
@@ -59,10 +59,10 @@ d. Report. A :class:`~streaming.router.report.BatchReport` to every registered
 Message id = ``<topic>/<partition>/<offset>``; exchange = the last
 ``exchange`` header, else ``exchanges.default``.
 
-State: the checkpoint folder (:mod:`streaming.router.checkpoint`): Spark's
+State: the checkpoint folder (:mod:`streaming.state.checkpoint`): Spark's
 checkpoint of the query, the router's snapshots and pins
-(:mod:`streaming.router.snapshots`), held by one router at a time
-(:mod:`streaming.router.lock`). A router killed at any
+(:mod:`streaming.router.subscriptions.snapshots`), held by one router at a time
+(:mod:`streaming.state.lock`). A router killed at any
 point and restarted on the same folders replays the unfinished batch with its
 pinned version: no delivery lost, Kafka repeats possible, Delta rows exactly
 once (a journal a crash left is committed at open, before routing starts).
@@ -100,22 +100,22 @@ from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import admin_client, ensure_router_topics
 from streaming.retry import RetryAbandoned, retry
-from streaming.router.batch_rows import BatchRows
-from streaming.router.changelog import ChangelogError, Subscriptions
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.delivery import DeliveryUnavailable, ProducerSettings
+from streaming.router.batch.batch_rows import BatchRows
+from streaming.router.subscriptions.changelog import ChangelogError, Subscriptions
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.batch.delivery import DeliveryUnavailable, ProducerSettings
 from streaming.router.errors import PublishesTopicRecreated, RouterModeError, RouterStopping
-from streaming.router.incarnations import IncarnationWatch, follow_incarnation
-from streaming.router.lease import RouterLease
-from streaming.router.lock import RouterLock
-from streaming.router.offsets_log import (
+from streaming.router.topics.incarnations import IncarnationWatch, follow_incarnation
+from streaming.state.lease import RouterLease
+from streaming.state.lock import RouterLock
+from streaming.state.offsets_log import (
     batch_end,
     batch_start,
     last_planned_batch,
     records_between,
 )
-from streaming.router.replay import Replays
-from streaming.router.report import (
+from streaming.router.replay.replay import Replays
+from streaming.router.batch.report import (
     LatencyWindow,
     ROUTED_IN_DRIVER,
     ROUTED_IN_EXECUTORS,
@@ -125,16 +125,21 @@ from streaming.router.report import (
 )
 from streaming.router.restore import open_audit
 from streaming.router.retained import RetainedDeliveries, RetainSettings
-from streaming.router.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
-from streaming.router.routing import (
+from streaming.router.topics.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
+from streaming.router.batch.routing import (
     ROUTED_ARROW,
     RoutePartitions,
     RouteSettings,
     TaskAudit,
     write_task_audit,
 )
-from streaming.router.snapshots import BatchSnapshot, BatchSnapshots, SnapshotFiles, SnapshotStore
-from streaming.router.subscription_sync import SubscriptionSync
+from streaming.router.subscriptions.snapshots import (
+    BatchSnapshot,
+    BatchSnapshots,
+    SnapshotFiles,
+    SnapshotStore,
+)
+from streaming.router.subscriptions.subscription_sync import SubscriptionSync
 
 _log = logging.getLogger(__name__)
 
@@ -174,7 +179,7 @@ class Router:
         self.layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
         self.lock = lock if lock is not None else RouterLock(self.layout.root)
         self.lease = RouterLease(config)
-        """One router per publishes topic and warehouse (:mod:`streaming.router.lease`)."""
+        """One router per publishes topic and warehouse (:mod:`streaming.state.lease`)."""
         self.reports: deque[BatchReport] = deque(maxlen=REPORTS_KEPT)
         self.query: StreamingQuery | None = None
         self.subscription_sync: SubscriptionSync | None = None
@@ -203,7 +208,7 @@ class Router:
         self._status = StatusFile(self.layout.status_file, self._status_figures)
         self.report_listeners: list[ReportListener] = [self._status]
         """Each is called with every finished batch's report, in this order
-        (:mod:`streaming.router.report`); ``status.json`` is the first."""
+        (:mod:`streaming.router.batch.report`); ``status.json`` is the first."""
         self.catch_up_progress: Callable[[], Callable[[int, int], None]] | None = None
         """Makes the progress callback of each changelog catch-up (``bitroute run``'s lines)."""
         self.retention = RetentionWatch(config.kafka.client_settings, config.kafka.publishes_topic,
@@ -213,8 +218,9 @@ class Router:
         self.incarnation = IncarnationWatch(config.kafka.client_settings,
                                             config.kafka.publishes_topic)
         self.batch_rows = BatchRows(config.kafka.client_settings, config.kafka.publishes_topic)
-        """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch_rows`)."""
-        """The publishes topic's incarnation the router reads (:mod:`streaming.router.incarnations`)."""
+        """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch.batch_rows`)."""
+        """The publishes topic's incarnation the router reads
+        (:mod:`streaming.router.topics.incarnations`)."""
         self.recreated: str | None = None
         """Why the query stopped on a recreated publishes topic (the line), when it did:
         :meth:`follow_recreated_topic` follows it."""
@@ -222,7 +228,7 @@ class Router:
         self.expired_total = 0
         """Publishes recorded lost to retention since this router started."""
         self.replays: Replays | None = None
-        """The replays of ``subscribe --since`` (:mod:`streaming.router.replay`), once open."""
+        """The replays of ``subscribe --since`` (:mod:`streaming.router.replay.replay`), once open."""
         self.latency = LatencyWindow()
         """End-to-end latency of the latest publishes, in either mode (status, metrics)."""
         self.realtime = None
@@ -231,8 +237,8 @@ class Router:
 
     def open(self) -> None:
         """Lock the state folder, create missing topics and tables, rebuild the index and
-        catch up the changelog. Raises :class:`streaming.router.lock.RouterLockedError` when
-        another router holds the folder, or (:class:`streaming.router.lease.LeaseHeldError`)
+        catch up the changelog. Raises :class:`streaming.state.lock.RouterLockedError` when
+        another router holds the folder, or (:class:`streaming.state.lease.LeaseHeldError`)
         the publishes topic and warehouse."""
         if self.subscription_sync is not None:
             return
@@ -334,7 +340,7 @@ class Router:
                   .option("startingOffsets", "earliest")
                   .option("includeHeaders", "true")
                   # Lost publishes are the router's to find and record, per batch
-                  # (streaming.router.retention); Spark's own check fails the batch forever.
+                  # (streaming.router.topics.retention); Spark's own check fails the batch forever.
                   .option("failOnDataLoss", "false")
                   .option("maxOffsetsPerTrigger", str(streaming.max_offsets_per_trigger))
                   .load())
@@ -417,7 +423,7 @@ class Router:
     def follow_recreated_topic(self) -> StreamingQuery:
         """After the query stopped on a recreated publishes topic (:attr:`recreated`):
         commit the old incarnation's audit, close the state and open it again (the old
-        checkpoint moved aside, a new router id: :mod:`streaming.router.incarnations`),
+        checkpoint moved aside, a new router id: :mod:`streaming.router.topics.incarnations`),
         and start the query on the new topic from its earliest offset."""
         if self._committer is not None:
             self._committer.flush()  # under the old router id, before it is forgotten
@@ -595,7 +601,7 @@ class Router:
     def _retention_gaps(self, batch_id: int, start: dict[int, int] | None,
                         end: dict[int, int] | None, attempts: list[int]) -> list[RetentionGap]:
         """The publishes Kafka deleted unread of a batch reading ``start`` to ``end``
-        (:mod:`streaming.router.retention`); under the ``stop`` policy, raises
+        (:mod:`streaming.router.topics.retention`); under the ``stop`` policy, raises
         :class:`RetentionGapError` (the query stops)."""
         if not start:
             return []
@@ -614,7 +620,7 @@ class Router:
         """Route a small batch in this process, in ONE routing call.
 
         Its rows are ``read()`` from Kafka by this process (the batch's offset range,
-        :mod:`streaming.router.batch_rows`: no Spark job, the largest fixed cost of a
+        :mod:`streaming.router.batch.batch_rows`: no Spark job, the largest fixed cost of a
         light batch after Spark's trigger), or, when that returns None, ``source``'s
         rows through a Spark job (``toArrow``).
 

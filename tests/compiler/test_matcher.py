@@ -136,7 +136,7 @@ def test_cache_skips_a_result_too_big_for_its_share_of_the_bound():
 
 
 def _match_rows(matcher: Matcher, rows, with_headers: bool = True) -> tuple[list, list]:
-    """``Matcher.match_columns`` (the router's batch path, streaming/router/routing.py) on
+    """``Matcher.match_columns`` (the router's batch path, streaming/router/batch/routing.py) on
     ``(message_id, exchange, routing_key, headers)`` rows: ``(deliveries, errors)`` as lists,
     one entry per row, the deliveries column of ``DELIVERIES_TYPE``."""
     ids, exchanges, keys, headers = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])

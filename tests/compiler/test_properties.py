@@ -114,7 +114,7 @@ def test_match_columns_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
                 matcher.match(exchange, topic)
             except CompilerError:
                 pass
-    deliveries, errors = matcher.match_columns(  # the router's batch path (router/routing.py)
+    deliveries, errors = matcher.match_columns(  # the router's batch path (router/batch/routing.py)
         [mid for _, _, _, mid in rows],
         [exchange for exchange, _, _, _ in rows],
         [topic.encode() for _, topic, _, _ in rows],

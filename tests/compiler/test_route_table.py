@@ -244,8 +244,8 @@ def micro_batch_expiry(matcher: Matcher, publishes, now_ms: int) -> list[tuple]:
     ``(outcome, reason, the expiry header values its deliveries carry)``, outcome 3 expired."""
     from arrow_batches import source_batch
     from streaming.kafka.layout import DeliveryLayout
-    from streaming.router.delivery import ProducerSettings
-    from streaming.router.routing import RouteSettings, kept_header_columns, plan_batch
+    from streaming.router.batch.delivery import ProducerSettings
+    from streaming.router.batch.routing import RouteSettings, kept_header_columns, plan_batch
 
     settings = RouteSettings("amq", DeliveryLayout("d."), "rejected", 1, True,
                              ProducerSettings("localhost:1", 1_048_576), now_ms=now_ms)

@@ -54,7 +54,7 @@ from tests.reliability.ledger import Ledger
 from tests.reliability.stage import Churn, Stage
 from tests.reliability.workload import Workload
 from schemas.records import MESSAGE_ID_HEADER, message_id
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 from streaming.process import pid_alive
 
 
@@ -803,7 +803,7 @@ def retention_gap(folder: Path, o: Options) -> Result:
 
 # --- deleted delivery topic (issue 30) --------------------------------------------------------
 RECREATED_LINE = "did not exist (deleted while subscriptions feed it): created it again"
-"""What the router logs once when it recreates a delivery topic (router/routing.py)."""
+"""What the router logs once when it recreates a delivery topic (router/batch/routing.py)."""
 TOPIC_PARTITIONS = 2
 WARM_UP = 500
 """Publishes routed before the paced ones of the deleted-topic case."""

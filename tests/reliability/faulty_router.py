@@ -63,9 +63,9 @@ def _install(faults: Path) -> None:
     from deltalake.table import DeltaTable, TableOptimizer
 
     from streaming.audit.committer import AuditCommitter
-    from streaming.router.changelog import ChangelogReader
+    from streaming.router.subscriptions.changelog import ChangelogReader
     from streaming.audit.writer import AuditTables
-    from streaming.router.snapshots import SnapshotStore
+    from streaming.router.subscriptions.snapshots import SnapshotStore
 
     armed = faults / ARMED
 

@@ -19,8 +19,8 @@ from confluent_kafka import Producer, TopicPartition
 from schemas.records import message_id
 from streaming import kafka
 from streaming.kafka.settings import ClientSettings
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.offsets_log import OffsetLogError, read_offsets
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.state.offsets_log import OffsetLogError, read_offsets
 
 READ_BATCH = 5000
 _QUIET = logging.getLogger("bitroute.reliability.kafka")

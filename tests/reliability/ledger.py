@@ -33,7 +33,7 @@ from schemas.records import OUTCOME_LOST
 
 GOOD, BAD, LOST = 0, 1, 2
 LOST_RANGE = re.compile(r"offsets (\d+)\.\.(\d+) of partition (\d+)")
-"""The range in a ``lost`` row's reason (streaming/router/retention.py, ``gap_rows``)."""
+"""The range in a ``lost`` row's reason (streaming/router/topics/retention.py, ``gap_rows``)."""
 
 
 @dataclass

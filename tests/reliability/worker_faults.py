@@ -4,7 +4,7 @@ wrote its audit files.
     --set spark.options.spark.python.daemon.module=tests.reliability.worker_faults
 
 Spark starts this module instead of ``pyspark.daemon`` (``spark.python.daemon.module``),
-so every Python worker it forks has :func:`streaming.router.routing.write_task_audit`
+so every Python worker it forks has :func:`streaming.router.batch.routing.write_task_audit`
 wrapped: when the file ``$BITROUTE_FAULTS/armed`` holds ``task-files worker``, the
 first task that passes the point deletes it, writes ``$BITROUTE_FAULTS/fired`` and
 SIGKILLs its own Python worker, after its audit files are complete and before its
@@ -23,7 +23,7 @@ POINT = "task-files"
 
 
 def _install(faults: Path) -> None:
-    from streaming.router import routing
+    from streaming.router.batch import routing
 
     write = routing.write_task_audit
 

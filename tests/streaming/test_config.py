@@ -147,7 +147,7 @@ def test_who_writes_the_executors_audit_files_is_chosen_by_the_master_unless_set
 
 
 def test_a_batch_is_routed_in_the_driver_only_within_both_bounds():
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
     from streaming.router.service import within_driver_bounds
 
     bounds = (20_000, 100_000)

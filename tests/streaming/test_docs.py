@@ -111,7 +111,7 @@ def _table_rows(text: str, header: str) -> list[list[str]]:
 
 def test_the_spark_settings_table_is_what_the_session_sets(monkeypatch):
     """docs/running.md, "Spark settings bitroute applies", against session_settings."""
-    from streaming.router.session import session_settings
+    from streaming.session import session_settings
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     text = (ROOT / "docs" / "running.md").read_text()
@@ -172,7 +172,7 @@ def test_the_run_json_sample_has_the_batch_report_fields():
     import dataclasses
     import json
 
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
 
     text = (ROOT / "docs" / "running.md").read_text()
     section = text.split("\n### Stopping and restarting\n", 1)[1]
@@ -240,7 +240,7 @@ def test_where_state_lives_names_every_path_of_the_checkpoint_folder():
     table gives under the checkpoint folder is the layout's, and every path the layout
     defines (its properties) is in the table, under a folder it names, or a folder of
     paths it names."""
-    from streaming.router.checkpoint import CheckpointLayout
+    from streaming.state.checkpoint import CheckpointLayout
 
     layout = CheckpointLayout.of("/c")
     defined = {str(value.relative_to("/c")) for name in dir(CheckpointLayout)
@@ -580,7 +580,7 @@ def test_no_page_but_the_history_cites_an_issue_number():
 
 
 def test_the_changelog_reader_s_waits_are_the_ones_the_pages_give():
-    from streaming.router import changelog
+    from streaming.router.subscriptions import changelog
 
     architecture = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
     operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from streaming import pack
-from streaming.router.session import executor_python
+from streaming.session import executor_python
 
 
 @pytest.fixture(scope="module")

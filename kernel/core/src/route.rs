@@ -1,6 +1,6 @@
 //! [`RouteTable`]: one publish routed against a routing table, exactly as the
 //! micro-batch path decides it (`streaming/kafka/records.py` `PublishColumns`,
-//! `streaming/router/routing.py`, `compiler/`), for the realtime mode's JNI
+//! `streaming/router/batch/routing.py`, `compiler/`), for the realtime mode's JNI
 //! library and its Python face. The table is the JSON of the realtime
 //! contract, section 2:
 //!

@@ -71,7 +71,7 @@ def _time(text: str, flag: str) -> datetime:
 
 def _audit_migrate(args: argparse.Namespace) -> int:
     from streaming.audit import migration as audit_migration
-    from streaming.router.lock import RouterLockedError
+    from streaming.state.lock import RouterLockedError
 
     given = [f"--{name.replace('_', '-')}" for name in
              ("subscriber", "message_id", "since", "until", "as_of_version", "state", "limit")

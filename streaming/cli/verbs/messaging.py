@@ -32,7 +32,7 @@ def subscribe(args: argparse.Namespace) -> int:
                              "this configuration runs the realtime mode")
         if args.since is not None:
             from compiler import HeaderCriteria
-            from streaming.router import replay_cli
+            from streaming.router.replay import cli as replay_cli
 
             since = replay_cli.parse_since_argument(args.since)
             client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
@@ -53,10 +53,10 @@ def subscribe(args: argparse.Namespace) -> int:
 def _check_limits(cfg, key: bytes, value: bytes) -> None:
     """Refuse (one line, nothing written) a subscription that breaks a limit (``[limits]``)
     on the state the router would apply it to: the check the router makes
-    (:func:`streaming.router.limits.check_limits`)."""
+    (:func:`streaming.router.subscriptions.limits.check_limits`)."""
     from compiler import RoutingIndex, Subscription
     from streaming.ops import inspect
-    from streaming.router.limits import LimitError, check_limits
+    from streaming.router.subscriptions.limits import LimitError, check_limits
 
     sub = Subscription.from_changelog(key, value)
     try:
@@ -109,7 +109,7 @@ def retire(args: argparse.Namespace) -> int:
 
 def publish(args: argparse.Namespace) -> int:
     from streaming.kafka import client_verbs
-    from streaming.router.incarnations import publishing_incarnation
+    from streaming.router.topics.incarnations import publishing_incarnation
 
     cfg = config_of(args)
     headers = message_headers(args.header or [])

@@ -16,8 +16,8 @@ from streaming.audit.audited import AuditedMark, rows_not_audited, span_against
 from streaming.audit.writer import AuditTables, FileBatch, PublishBatch
 from streaming.config import AuditConfig, Config, DeltaConfig, KafkaConfig, StreamingConfig
 from streaming.kafka.layout import DeliveryLayout
-from streaming.router.delivery import ProducerSettings
-from streaming.router.routing import RouteSettings, TaskAudit, write_task_audit
+from streaming.router.batch.delivery import ProducerSettings
+from streaming.router.batch.routing import RouteSettings, TaskAudit, write_task_audit
 
 from audit_rows import routed_rows
 

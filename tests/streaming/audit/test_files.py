@@ -29,8 +29,8 @@ from streaming.audit.maintenance import maintain
 from streaming.audit.writer import AuditTables, FileBatch, PublishBatch
 from streaming.config import AuditConfig, Config, DeltaConfig, StreamingConfig
 from streaming.kafka.layout import DeliveryLayout
-from streaming.router.delivery import ProducerSettings
-from streaming.router.routing import RouteSettings, TaskAudit, write_task_audit
+from streaming.router.batch.delivery import ProducerSettings
+from streaming.router.batch.routing import RouteSettings, TaskAudit, write_task_audit
 
 NOW = datetime(2026, 3, 10, 12, 0, 0, 123456, tzinfo=timezone.utc)
 

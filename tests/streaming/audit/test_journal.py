@@ -28,7 +28,7 @@ from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
 from streaming.cli.main import main
 from streaming.config import Config, DeltaConfig, StreamingConfig
-from streaming.router.lock import RouterLock, RouterLockedError
+from streaming.state.lock import RouterLock, RouterLockedError
 
 APP = "bitroute-r1-publishes"
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)

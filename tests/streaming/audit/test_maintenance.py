@@ -38,7 +38,7 @@ from streaming.audit.maintenance import (
 from streaming.audit.table_stats import table_stats
 from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.config import load
-from streaming.router.routing import ROUTED_ARROW
+from streaming.router.batch.routing import ROUTED_ARROW
 
 ROUTER = "r1"
 APP = f"bitroute-{ROUTER}-publishes"

@@ -28,7 +28,7 @@ from streaming.audit import storage
 from streaming.audit.storage import StorageError, check_commit_safety, storage_options
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
-from streaming.router import lease as router_lease
+from streaming.state import lease as router_lease
 from cli_runner import run_cli
 from isolation import isolated_settings
 from router_process import RouterProcess

@@ -80,10 +80,10 @@ def test_a_spark_failure_is_summed_up_in_its_python_error_line():
   File "/x/pyspark/sql/utils.py", line 120, in call
     raise e
 pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query [id = 1] terminated
-  File "/work/streaming/router/changelog.py", line 200, in read_to_end
-streaming.router.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but the router has read up to 9
+  File "/work/streaming/router/subscriptions/changelog.py", line 200, in read_to_end
+streaming.router.subscriptions.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but the router has read up to 9
 """
-    assert one_line(text) == ("streaming.router.changelog.ChangelogError: changelog 'subs' partition 0 "
+    assert one_line(text) == ("streaming.router.subscriptions.changelog.ChangelogError: changelog 'subs' partition 0 "
                                      "ends at 3 but the router has read up to 9")
     assert one_line("just one line\nand more") == "just one line"
     assert one_line("") == "no reason given"

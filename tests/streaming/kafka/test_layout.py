@@ -27,8 +27,8 @@ from streaming.config import Config, KafkaConfig
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition, murmur2
 from streaming.kafka.records import HEADER_OVERHEAD
-from streaming.router.delivery import ProducerSettings
-from streaming.router.routing import RouteSettings
+from streaming.router.batch.delivery import ProducerSettings
+from streaming.router.batch.routing import RouteSettings
 from streaming.router.service import Router
 from isolation import isolated_config
 from kafka_io import headers_of, read_topic

@@ -378,7 +378,7 @@ def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(brok
                                                                            names):
     """The workers' producer: a delivery topic the router may not write fails the batch
     (retried by the router) with the grant line, never rejects the publishes."""
-    from streaming.router.delivery import (
+    from streaming.router.batch.delivery import (
         DeliveryColumns,
         DeliveryProducer,
         DeliveryUnavailable,
@@ -404,7 +404,7 @@ def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(brok
 def test_the_delivery_writer_writes_over_sasl_ssl(broker, names, user):
     """The kernel's delivery writer (librdkafka built into the kernel, TLS through the system
     OpenSSL) over SASL_SSL with SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN: the record arrives."""
-    from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
+    from streaming.router.batch.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
 
     topic = names["kafka.deliveries_topic_prefix"] + user
     admin = kafka.admin(broker.settings("admin"))
@@ -432,7 +432,7 @@ def test_the_delivery_writer_refused_credentials_fail_fast_naming_the_principal(
     """A wrong password: the delivery writer's flush raises the one-line access failure within
     seconds, not at message.timeout.ms, and no secret is in it."""
     from streaming.errors import KafkaAccessError
-    from streaming.router.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
+    from streaming.router.batch.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
 
     wrong = {**broker.sasl_properties("alice"), "sasl.password": "not-the-password"}
     settings = kafka.ClientSettings.of(broker.sasl_bootstrap, wrong)

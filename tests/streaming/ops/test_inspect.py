@@ -20,9 +20,9 @@ from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
-from streaming.router.changelog import ChangelogReader, apply_record
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.snapshots import SnapshotStore, SnapshotVersion
+from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
 
 
 DEFAULTS = {"retain_handling": 0, "retain_as_published": False, "no_local": False}

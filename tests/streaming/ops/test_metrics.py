@@ -278,7 +278,7 @@ def test_input_lag_is_latest_minus_end_offsets_per_topic():
 
 
 def test_router_metrics_count_batch_reports_and_query_events():
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
 
     clock = iter([1000.0, 1005.0, 1010.0]).__next__
     metrics = RouterMetrics(load(environ={}).metrics, clock=clock)
@@ -324,7 +324,7 @@ def test_router_metrics_count_batch_reports_and_query_events():
 # --- the lines bitroute run prints ---------------------------------------------------
 
 def test_each_batch_is_one_line_on_stdout():
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
 
     out = io.StringIO()
     lines = BatchLines(out)
@@ -341,7 +341,7 @@ def test_each_batch_is_one_line_on_stdout():
 
 
 def test_with_json_each_batch_is_one_json_object_of_the_report():
-    from streaming.router.report import BatchReport
+    from streaming.router.batch.report import BatchReport
 
     out = io.StringIO()
     lines = BatchJson(out, clock=lambda: 1700000000.5)

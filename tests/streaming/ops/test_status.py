@@ -1,6 +1,6 @@
 """bitroute status on a real broker, with the router's files laid out as its contract says.
 
-A child process holds the router lock (streaming.router.lock.RouterLock) as a
+A child process holds the router lock (streaming.state.lock.RouterLock) as a
 running router does; status.json, Spark's offset and commit logs and a
 persisted snapshot are written as the router and Spark write them; the
 publishes and the changelog are real topics, so the lags are Kafka's.
@@ -25,9 +25,9 @@ from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka.broker import free_port
-from streaming.router.changelog import ChangelogReader, apply_record
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.snapshots import SnapshotStore, SnapshotVersion
+from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
 
 REPO = Path(__file__).resolve().parents[3]
 LAST_BATCH = {
@@ -57,7 +57,7 @@ def router_lock(cfg: Config):
 
     def hold() -> subprocess.Popen:
         child = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from streaming.router.lock import RouterLock; "
+            [sys.executable, "-c", "import sys; from streaming.state.lock import RouterLock; "
              f"RouterLock({str(cfg.streaming.checkpoint_dir)!r}).acquire(); "
              "print('locked', flush=True); sys.stdin.read()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -206,7 +206,7 @@ def test_status_after_the_driver_exited_says_stopping_not_running(capsys, settin
     exits, as ``bitroute run`` does on SIGINT.
     """
     driver = subprocess.run(
-        [sys.executable, "-c", "import os, subprocess, sys; from streaming.router.lock import RouterLock; "
+        [sys.executable, "-c", "import os, subprocess, sys; from streaming.state.lock import RouterLock; "
          f"lock = RouterLock({str(cfg.streaming.checkpoint_dir)!r}); lock.acquire(); "
          "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
          "lock.note(jvm_pid=jvm.pid); print(jvm.pid, flush=True)"],

@@ -157,7 +157,7 @@ def test_the_documented_last_batch_keys_are_what_the_router_writes(tmp_path: Pat
     import dataclasses
     import json
 
-    from streaming.router.report import BatchReport, StatusFile
+    from streaming.router.batch.report import BatchReport, StatusFile
 
     section = " ".join(_section().split())
     listed = re.search(r"`last_batch` \(the router's `status.json` as written: (.*?)\), "

@@ -14,8 +14,8 @@ from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import PublishBatch
 from streaming.config import load, parse_set_flags
 from streaming.realtime.restored import AUDIT_STREAM, realtime_restored, realtime_tables
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.snapshots import SnapshotStore
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.subscriptions.snapshots import SnapshotStore
 
 from tests.streaming.audit.test_writer import routed
 

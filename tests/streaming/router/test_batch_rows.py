@@ -1,4 +1,4 @@
-"""A driver batch's rows read from Kafka (streaming.router.batch_rows) are the Spark Kafka
+"""A driver batch's rows read from Kafka (streaming.router.batch.batch_rows) are the Spark Kafka
 source's rows of the same range, column for column."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streaming.kafka.settings import ClientSettings
-from streaming.router.batch_rows import SOURCE_ARROW, BatchRows
+from streaming.router.batch.batch_rows import SOURCE_ARROW, BatchRows
 from streaming.router.service import SOURCE_COLUMNS
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ import pytest
 from compiler import RoutingIndex
 from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
 from schemas.tables import SUBSCRIPTIONS_TABLE
-from streaming.router.changelog import Change, apply_record
-from streaming.router.subscription_sync import changes_table
+from streaming.router.subscriptions.changelog import Change, apply_record
+from streaming.router.subscriptions.subscription_sync import changes_table
 
 APPLIED_AT_MS = 1_700_000_000_000
 
@@ -126,7 +126,7 @@ def _changelog(base_config, new_topic, records: int):
 
 
 def test_read_to_end_reports_progress_from_zero_to_the_offsets_it_covers(base_config, new_topic):
-    from streaming.router.changelog import POLL_MAX_RECORDS, ChangelogReader
+    from streaming.router.subscriptions.changelog import POLL_MAX_RECORDS, ChangelogReader
 
     records = 3 * POLL_MAX_RECORDS + 500
     config = _changelog(base_config, new_topic, records)
@@ -161,7 +161,7 @@ def test_read_to_end_reports_progress_from_zero_to_the_offsets_it_covers(base_co
 def test_a_slow_catch_up_prints_progress_lines_and_its_total(base_config, new_topic):
     import io
 
-    from streaming.router.changelog import ChangelogReader
+    from streaming.router.subscriptions.changelog import ChangelogReader
     from streaming.cli.progress import CatchUpProgress
 
     records = 2500
@@ -185,9 +185,9 @@ def test_a_catch_up_stays_pending_until_committed_and_a_rollback_reads_it_again(
         base_config, new_topic, tmp_path):
     from confluent_kafka import Producer
 
-    from streaming.router.changelog import RejectedRecord, Subscriptions
-    from streaming.router.checkpoint import CheckpointLayout
-    from streaming.router.snapshots import BatchSnapshots, SnapshotStore
+    from streaming.router.subscriptions.changelog import RejectedRecord, Subscriptions
+    from streaming.state.checkpoint import CheckpointLayout
+    from streaming.router.subscriptions.snapshots import BatchSnapshots, SnapshotStore
 
     config = _changelog(base_config, new_topic, 3)
     topic = config.kafka.subscriptions_topic

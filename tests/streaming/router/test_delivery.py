@@ -21,8 +21,8 @@ from schemas.records import (
 )
 from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
-from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
-from streaming.router.routing import RouteSettings, route_batch
+from streaming.router.batch.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+from streaming.router.batch.routing import RouteSettings, route_batch
 from arrow_batches import source_batch
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
@@ -176,7 +176,7 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     DeliveryColumns.record rebuilds one delivery in Python for the rare record written
     again on its own (a record batch the broker refused whole). Both must write the same
     topic, key, value and headers, in the same order, for every delivery."""
-    from streaming.router.routing import delivery_columns, plan_batch
+    from streaming.router.batch.routing import delivery_columns, plan_batch
 
     prefix = f"{new_topic()}."
     layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)

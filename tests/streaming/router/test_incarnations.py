@@ -1,4 +1,4 @@
-"""A publishes topic deleted and created again (streaming.router.incarnations), on a real
+"""A publishes topic deleted and created again (streaming.router.topics.incarnations), on a real
 broker, real streaming queries and real Delta tables: the new topic's messages get ids of
 their own, found at open and while the query runs."""
 
@@ -13,9 +13,9 @@ from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from router_runs import KAFKA_TIMEOUT_S, create_publishes, delivered_ids, publish, route_all, subscribe
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 from streaming.config import load as load_config
-from streaming.router.incarnations import IncarnationRecord, publishing_incarnation
+from streaming.router.topics.incarnations import IncarnationRecord, publishing_incarnation
 from streaming.router.service import Router
 from waiting import wait_until
 

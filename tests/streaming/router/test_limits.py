@@ -1,4 +1,4 @@
-"""Limits on subscriptions (streaming/router/limits.py, ``[limits]``): the check the router
+"""Limits on subscriptions (streaming/router/subscriptions/limits.py, ``[limits]``): the check the router
 and the command line share, the counts the index keeps for it (a replaced id is not a new
 subscription), ``bitroute status``'s usage figures and the configuration keys."""
 
@@ -9,8 +9,8 @@ import pytest
 from compiler import HeaderCriteria, RoutingIndex, Subscription
 from streaming.config import load
 from streaming.errors import ConfigError
-from streaming.router.changelog import apply_record
-from streaming.router.limits import LimitError, check_limits, filter_levels, usage
+from streaming.router.subscriptions.changelog import apply_record
+from streaming.router.subscriptions.limits import LimitError, check_limits, filter_levels, usage
 from compiler import Dialect
 
 EXCHANGES = {"amq.topic": "amqp", "mqtt": "mqtt"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from compiler import RoutingIndex, Subscription
-from streaming.router import matching
+from streaming.router.batch import matching
 
 
 @pytest.fixture(autouse=True)

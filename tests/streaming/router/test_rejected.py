@@ -1,4 +1,4 @@
-"""streaming.router.rejected: the rejected topic's one writer and failure policy, against the
+"""streaming.router.batch.rejected: the rejected topic's one writer and failure policy, against the
 real broker (bad publishes and bad subscription changes both go through it)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from schemas.records import MESSAGE_ID_HEADER, REASON_HEADER, SOURCE_HEADER
-from streaming.router.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
-from streaming.router.rejected import BadRecord, write_rejected
+from streaming.router.batch.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
+from streaming.router.batch.rejected import BadRecord, write_rejected
 
 
 def _read(bootstrap: str, topic: str) -> list:

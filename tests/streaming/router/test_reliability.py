@@ -102,7 +102,7 @@ def test_the_ledger_accounts_each_deleted_publish_by_one_lost_row_of_the_routers
     """The campaign's ``lost`` kind against the rows the router writes (``gap_rows``): a
     publish Kafka deleted unread is covered by exactly one lost row, not counted missing;
     a lost row over a publish the router routed, or a deleted publish no row covers, fails."""
-    from streaming.router.retention import RetentionGap, gap_rows
+    from streaming.router.topics.retention import RetentionGap, gap_rows
     from tests.reliability.ledger import Ledger
 
     def ledger(lost_rows: list[RetentionGap]) -> dict:

@@ -30,8 +30,8 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming.config import Config
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.replay import ReplayLedger, state_path
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.replay.replay import ReplayLedger, state_path
 from streaming.router.service import Router
 
 from kafka_io import headers_of, read_topic

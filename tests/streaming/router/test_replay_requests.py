@@ -10,9 +10,9 @@ import pytest
 from compiler import RoutingIndex, Subscription
 from compiler.errors import SubscriptionError
 from streaming.kafka.errors import InvalidRequest
-from streaming.router.changelog import apply_record
+from streaming.router.subscriptions.changelog import apply_record
 from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
-from streaming.router.replay_cli import parse_since_argument
+from streaming.router.replay.cli import parse_since_argument
 
 NOW = datetime(2026, 11, 26, 18, 0, tzinfo=timezone.utc)
 
@@ -85,8 +85,8 @@ def _replays(tmp_path):
     import threading
 
     from streaming.config import load
-    from streaming.router.checkpoint import CheckpointLayout
-    from streaming.router.replay import Replays
+    from streaming.state.checkpoint import CheckpointLayout
+    from streaming.router.replay.replay import Replays
 
     config = load(overrides={"streaming.checkpoint_dir": str(tmp_path)}, environ={})
     layout = CheckpointLayout.of(tmp_path)
@@ -95,7 +95,7 @@ def _replays(tmp_path):
 
 
 def _pending(version, changes, replays):
-    from streaming.router.changelog import Change, PendingVersion
+    from streaming.router.subscriptions.changelog import Change, PendingVersion
 
     rows = [Change(sub_id, kind, None, None, None, None, None, None, 0, offset, None, 0)
             for sub_id, kind, offset in changes]
@@ -103,13 +103,13 @@ def _pending(version, changes, replays):
 
 
 def _request(sub_id, offset):
-    from streaming.router.replay_requests import ReplayRequest
+    from streaming.router.replay.requests import ReplayRequest
 
     return ReplayRequest(sub_id, "amq.topic", "s", "a.*", None, 0, 0, offset)
 
 
 def test_replays_are_recorded_once_bounded_at_their_first_batch_and_cancelled_by_a_removal(tmp_path):
-    from streaming.router.replay import ReplayLedger, state_path
+    from streaming.router.replay.replay import ReplayLedger, state_path
 
     replays = _replays(tmp_path)
     replays.requested(_pending(2, [("a", CHANGE_UPSERT, 1), ("b", CHANGE_UPSERT, 2),
@@ -129,7 +129,7 @@ def test_replays_are_recorded_once_bounded_at_their_first_batch_and_cancelled_by
 
 def test_a_request_keeps_its_options_and_one_recorded_before_them_reads_with_none():
     from compiler.options import SubscriptionOptions
-    from streaming.router.replay_requests import ReplayRequest, request_of
+    from streaming.router.replay.requests import ReplayRequest, request_of
 
     sub = Subscription("s", "mqtt", "ann", "chat/#", since=datetime(2026, 1, 1, tzinfo=timezone.utc),
                        options=SubscriptionOptions(no_local=True))

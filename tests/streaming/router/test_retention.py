@@ -1,4 +1,4 @@
-"""Publishes Kafka deleted before the router read them (streaming.router.retention), on a
+"""Publishes Kafka deleted before the router read them (streaming.router.topics.retention), on a
 real broker, a real streaming query and real Delta tables: Kafka's DeleteRecords does
 what retention does to a router that was down longer than the retention."""
 

@@ -17,13 +17,13 @@ from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.layout import DeliveryLayout
-from streaming.router.delivery import (
+from streaming.router.batch.delivery import (
     DeliveryColumns,
     DeliveryProducer,
     DeliveryUnavailable,
     ProducerSettings,
 )
-from streaming.router.routing import RouteSettings, route_safely
+from streaming.router.batch.routing import RouteSettings, route_safely
 from arrow_batches import source_batch
 from router_runs import (
     KAFKA_TIMEOUT_S,

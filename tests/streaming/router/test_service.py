@@ -38,7 +38,7 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
-from streaming.router.routing import ROUTED_ARROW
+from streaming.router.batch.routing import ROUTED_ARROW
 from streaming.router.service import Router
 
 from delivery_order import assert_publish_order_kept, delivery_order
@@ -134,7 +134,7 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
     routed = Router._route_in_driver(lambda: None, source, route)  # rows through Spark
     assert calls == [10]
     assert routed.schema == ROUTED_ARROW and routed.num_rows == 0
-    # Rows read from Kafka by the driver (streaming.router.batch_rows) are one batch: no job.
+    # Rows read from Kafka by the driver (streaming.router.batch.batch_rows) are one batch: no job.
     calls.clear()
     Router._route_in_driver(lambda: pa.RecordBatch.from_pylist([{"id": 1}] * 3), None, route)
     assert calls == [3]

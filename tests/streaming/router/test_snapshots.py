@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from compiler import RoutingIndex, Snapshot, Subscription
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.snapshots import (
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.subscriptions.snapshots import (
     PINS_KEPT,
     BatchSnapshots,
     SnapshotFiles,

@@ -26,7 +26,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * headers:array<struct<key:string, value:binary>>>>}, in this order:
  * <ol>
  *   <li>one delivery per matched subscriber, byte for byte the micro-batch path's
- *       ({@code streaming/router/routing.py} {@code delivery_columns}): topic and key as the
+ *       ({@code streaming/router/batch/routing.py} {@code delivery_columns}): topic and key as the
  *       delivery layout says, the payload, the publish's kept headers in order, then
  *       [{@code bitroute.routing_key} (shared layout)], {@code bitroute.message_id},
  *       {@code bitroute.subscription_ids}, {@code bitroute.snapshot_version}; a publish's

@@ -1,9 +1,9 @@
 """The rejected topic's one writer, and its one failure policy.
 
-Every bad record, a publish the router cannot route (:mod:`streaming.router.routing`)
-or a subscription change it cannot apply (:mod:`streaming.router.subscription_sync`),
+Every bad record, a publish the router cannot route (:mod:`streaming.router.batch.routing`)
+or a subscription change it cannot apply (:mod:`streaming.router.subscriptions.subscription_sync`),
 is copied to ``kafka.rejected_topic`` by :func:`write_rejected`, through the
-routing process's :class:`~streaming.router.delivery.DeliveryProducer` (the same
+routing process's :class:`~streaming.router.batch.delivery.DeliveryProducer` (the same
 producer and settings as its deliveries: ``acks=all``, idempotent), and waited
 for.
 
@@ -22,7 +22,7 @@ The failure policy:
   lands where the record is audited (the ``messages`` row of a publish; a
   warning for a subscription change, whose ``subscriptions`` row holds its reason).
 - Any other failure (Kafka unreachable past ``message.timeout.ms``, too few
-  in-sync replicas) raises :class:`~streaming.router.delivery.DeliveryUnavailable`,
+  in-sync replicas) raises :class:`~streaming.router.batch.delivery.DeliveryUnavailable`,
   and a refused credential :class:`~streaming.errors.KafkaAccessError`: the batch
   (or the catch-up) fails and is retried with backoff; copies may then be
   written twice (at least once).
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from streaming.kafka.errors import BATCH_ERRORS
 from streaming.kafka.records import Headers, rejected_copy
-from streaming.router.delivery import DeliveryProducer
+from streaming.router.batch.delivery import DeliveryProducer
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ process (a Python worker, or the driver for a batch it routes).
 
 The driver ships a snapshot's bytes to the executors once per version with
 ``SparkContext.broadcast`` (no shared file system needed) and keeps exactly
-one broadcast alive (:class:`streaming.router.snapshots.BatchSnapshots`); a
+one broadcast alive (:class:`streaming.router.subscriptions.snapshots.BatchSnapshots`); a
 released version's broadcast is destroyed, which also drops it from the
 Python workers.
 
@@ -11,7 +11,7 @@ Each routing process loads a version once: :func:`cached_matcher` keeps the
 :class:`compiler.Matcher` of the last :data:`MATCHERS_CACHED` broadcasts in a
 module-level cache (a reused worker serves many tasks), so the cost of
 ``Snapshot.from_bytes`` and of building the matcher's tables is paid once per
-version per worker, not per task (:mod:`streaming.router.routing` calls it).
+version per worker, not per task (:mod:`streaming.router.batch.routing` calls it).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Replay requests: what a changelog record with ``since`` asks for, and when it is refused.
 
 A changelog value may carry ``since`` (:data:`schemas.records.SUBSCRIPTION_SINCE_FIELD`,
-an ISO-8601 time). Applied by the router (:func:`streaming.router.changelog.apply_record`),
-it becomes a :class:`ReplayRequest`, which :mod:`streaming.router.replay` serves. The
+an ISO-8601 time). Applied by the router (:func:`streaming.router.subscriptions.changelog.apply_record`),
+it becomes a :class:`ReplayRequest`, which :mod:`streaming.router.replay.replay` serves. The
 rules that make such a record bad, checked as the record is applied (so that a bad one
 is rejected whole, with a reason, to the rejected topic and the ``subscriptions``
 audit, and asks for nothing):

@@ -24,7 +24,7 @@ Two readers use it:
   distributed, which is always correct.
 - :func:`batch_start`: where a batch starts reading, per partition, which the
   router compares with the earliest offsets Kafka still holds
-  (:mod:`streaming.router.retention`). For batch 0 it is the starting offsets
+  (:mod:`streaming.router.topics.retention`). For batch 0 it is the starting offsets
   the Kafka source wrote at the query's first start (``sources/0/0``: a NUL
   byte, ``v1``, then the same JSON).
 - ``bitroute status``: where routing stands, the end offsets of
@@ -36,8 +36,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.errors import OffsetLogError
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.state.errors import OffsetLogError
 
 VOID_OFFSET = "-"
 """Spark's line for a source without offsets in a batch."""

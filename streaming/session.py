@@ -36,7 +36,7 @@ import conf
 from streaming import jvm
 from streaming.config import MODE_REALTIME, Config
 from streaming.kafka.settings import SPARK_REDACTION_REGEX
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def session_settings(config: Config) -> dict[str, str]:
         "spark.sql.streaming.numRecentProgressUpdates": "20",
         "spark.sql.session.timeZone": "UTC",
         # Replays (subscribe --since) read in their own pool beside the live batches'
-        # jobs, which a FIFO scheduler would queue behind them (streaming.router.replay).
+        # jobs, which a FIFO scheduler would queue behind them (streaming.router.replay.replay).
         "spark.scheduler.mode": "FAIR",
         # The Kafka source's kafka.sasl.jaas.config, keys and passwords ([kafka.client])
         # are shown redacted in Spark's logs, UI and plan descriptions.

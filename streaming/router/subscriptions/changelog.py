@@ -13,7 +13,7 @@ so a restart, or a rebuild after compaction, reaches the same state:
   subscriber name, bad header criteria, no key) is rejected with a reason:
   it goes to the rejected topic and, as ``change = "rejected"``, to the
   Delta ``subscriptions`` table (both written by
-  :mod:`streaming.router.subscription_sync`). When it replaces a live subscription,
+  :mod:`streaming.router.subscriptions.subscription_sync`). When it replaces a live subscription,
   that subscription is removed and the row says ``change = "remove"`` with
   the reason, because after compaction the invalid value is all the changelog
   holds for that id.
@@ -21,7 +21,7 @@ so a restart, or a rebuild after compaction, reaches the same state:
 This module is the subscription state alone: it reads the changelog and
 applies it to the :class:`~compiler.RoutingIndex`, and makes snapshot
 versions of it, which it hands to their owner
-(:class:`~streaming.router.snapshots.BatchSnapshots`). :meth:`Subscriptions.catch_up`
+(:class:`~streaming.router.subscriptions.snapshots.BatchSnapshots`). :meth:`Subscriptions.catch_up`
 reads every partition up to the end offsets fetched when it is called (the
 happens-before guarantee: a change Kafka acknowledged before the call is in
 the index when it returns). A catch-up that read any record returns a
@@ -31,7 +31,7 @@ caller writes what the version implies, then makes it current with
 :meth:`Subscriptions.commit` (the version's bytes and whether it reads headers
 go to :meth:`BatchSnapshots.commit`, which persists them) or drops it with
 :meth:`Subscriptions.rollback` (the index goes back to the current version and
-the next catch-up re-reads the records). :mod:`streaming.router.subscription_sync`
+the next catch-up re-reads the records). :mod:`streaming.router.subscriptions.subscription_sync`
 does that writing, in the order that makes a crash safe.
 """
 
@@ -65,9 +65,9 @@ from streaming.config import MODE_REALTIME, Config, LimitsConfig
 from streaming.kafka.clients import OnError, access_failure, consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.router.errors import ChangelogError
-from streaming.router.limits import check_limits
-from streaming.router.replay_requests import ReplayRequest, check_request, request_of
-from streaming.router.snapshots import BatchSnapshots, SnapshotVersion
+from streaming.router.subscriptions.limits import check_limits
+from streaming.router.replay.requests import ReplayRequest, check_request, request_of
+from streaming.router.subscriptions.snapshots import BatchSnapshots, SnapshotVersion
 
 CATCH_UP_TIMEOUT_S = 60.0
 """A catch-up that cannot read the changelog to its end offsets in this time fails the batch."""
@@ -119,10 +119,11 @@ def apply_record(index: RoutingIndex, key: bytes | None, value: bytes | None, pa
                  refuse_since: str | None = None, limits: LimitsConfig | None = None) -> Change:
     """Apply one changelog record to ``index``; never raises for a bad record. A tombstone's
     ``bitroute.reason`` header (``bitroute retire`` writes one) is its removal's reason.
-    An upsert with ``since`` is checked (:func:`~streaming.router.replay_requests.check_request`)
+    An upsert with ``since`` is checked (:func:`~streaming.router.replay.requests.check_request`)
     and, applied, appends its :class:`ReplayRequest` to ``replays``; with ``refuse_since``
     (a mode that cannot replay) it is an invalid value, with that reason; with ``limits``, an
-    upsert that breaks one is an invalid value (:func:`streaming.router.limits.check_limits`)."""
+    upsert that breaks one is an invalid value
+    (:func:`streaming.router.subscriptions.limits.check_limits`)."""
     sub_id = "" if key is None else key.decode("utf-8", errors="replace")
     where = (partition, offset, changed_at_ms, applied_at_ms)
     if value is None:
@@ -311,7 +312,7 @@ class PendingVersion:
     rejected: list[RejectedRecord]
     offsets: dict[int, int]
     replays: list[ReplayRequest] = field(default_factory=list)
-    """The replays its records ask for (``since``, :mod:`streaming.router.replay`)."""
+    """The replays its records ask for (``since``, :mod:`streaming.router.replay.replay`)."""
 
     def subscribers(self) -> set[str]:
         """The subscribers of its upserts (each one's delivery topic must exist

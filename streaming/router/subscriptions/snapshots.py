@@ -1,7 +1,7 @@
 """A batch's snapshot: the versions the changelog makes, saved, pinned, loaded and broadcast.
 
 :class:`BatchSnapshots` is the one owner of the snapshot version in the
-router's driver. The subscription state (:mod:`streaming.router.changelog`)
+router's driver. The subscription state (:mod:`streaming.router.subscriptions.changelog`)
 hands it each new version (:meth:`BatchSnapshots.commit`); a micro-batch gets
 its version from it in one call (:meth:`BatchSnapshots.for_batch`): the pinned
 version of a replayed batch, or else the version current after a changelog
@@ -12,7 +12,7 @@ at a time). What a batch needs of its version travels in the returned
 headers, a fact recorded with each version (:class:`SnapshotVersion`), not
 guessed.
 
-On disk (paths: :class:`streaming.router.checkpoint.CheckpointLayout`)::
+On disk (paths: :class:`streaming.state.checkpoint.CheckpointLayout`)::
 
     router-id                    this router's identity (the Delta txnAppId stem)
     snapshots/<version>.changes  JSON: the changelog changes that produced <version>
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streaming.atomic import write_atomically
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import SnapshotStoreError
 
 if TYPE_CHECKING:
@@ -288,7 +288,7 @@ class BatchSnapshot:
 
     ``broadcast`` holds the version's bytes for the executors and ``key`` names
     that broadcast in the workers' matcher cache
-    (:func:`streaming.router.matching.cached_matcher`); ``replayed``: the batch
+    (:func:`streaming.router.batch.matching.cached_matcher`); ``replayed``: the batch
     was pinned before (Spark runs it again after a crash).
     """
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from streaming.config import Config, load
-from streaming.router import lease as router_lease
-from streaming.router.lease import LeaseHeldError, LeaseLostError, RouterLease
+from streaming.state import lease as router_lease
+from streaming.state.lease import LeaseHeldError, LeaseLostError, RouterLease
 
 
 def _config(root: Path, checkpoint: str, topic: str = "pub") -> Config:
@@ -73,7 +73,7 @@ def test_a_stale_lease_is_taken_over_with_a_warning_and_a_released_one_at_once(
     first.acquire(lambda: "router-1")
     first._stop.set()  # a router that died: no more renewals
     late = datetime.now(timezone.utc) + timedelta(seconds=31)
-    with caplog.at_level(logging.WARNING, logger="streaming.router.lease"):
+    with caplog.at_level(logging.WARNING, logger="streaming.state.lease"):
         second = RouterLease(_config(tmp_path, "two"), clock=lambda: late)
         second.acquire(lambda: "router-2")
     assert "taking over the router lease of router router-1" in caplog.text
@@ -89,7 +89,7 @@ def test_a_stale_lease_is_taken_over_with_a_warning_and_a_released_one_at_once(
 def test_audit_migrate_is_refused_while_a_router_of_another_checkpoint_holds_the_lease(
         tmp_path: Path):
     from streaming.audit.migration import migrate
-    from streaming.router.lock import RouterLockedError
+    from streaming.state.lock import RouterLockedError
 
     running = RouterLease(_config(tmp_path, "one"))
     running.acquire(lambda: "router-1")

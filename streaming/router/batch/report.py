@@ -51,7 +51,7 @@ class BatchReport:
     """Where the route stage ran: :data:`ROUTED_IN_DRIVER` or :data:`ROUTED_IN_EXECUTORS`."""
     lost: int = 0
     """Publishes Kafka deleted before the router read them, recorded with this batch
-    (:mod:`streaming.router.retention`)."""
+    (:mod:`streaming.router.topics.retention`)."""
     expired: int = 0
     """Publishes whose lifetime (``expiry`` header) ended before they were routed."""
 

@@ -1,6 +1,6 @@
 """One router per publishes topic and warehouse: a lease recorded with the audit tables.
 
-The router lock (:mod:`streaming.router.lock`) keeps two routers off one
+The router lock (:mod:`streaming.state.lock`) keeps two routers off one
 checkpoint folder; it cannot see a second router started with another
 checkpoint folder on the same publishes topic and warehouse, which would route
 every publish again and write the audit twice. The lease can: one object per
@@ -16,7 +16,7 @@ Rules (:meth:`RouterLease.acquire`, before the router writes or routes anything)
 
 - no lease, or a released one: taken (``epoch`` + 1);
 - a lease of the same router id (the same checkpoint folder:
-  :meth:`streaming.router.snapshots.SnapshotStore.router_id`), from any host
+  :meth:`streaming.router.subscriptions.snapshots.SnapshotStore.router_id`), from any host
   or path: taken over at once: a router restarted, or moved to another host
   with its checkpoint folder, carries on (the checkpoint folder's own lock
   already keeps two processes off one folder on one host);
@@ -54,7 +54,7 @@ from streaming.audit.storage import StorageError, check_commit_safety
 from streaming.audit.warehouse_objects import Conflict, WarehouseObject, location, warehouse_object
 from streaming.config import Config
 from streaming.errors import one_line
-from streaming.router.errors import LeaseHeldError, LeaseLostError
+from streaming.state.errors import LeaseHeldError, LeaseLostError
 
 _log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """Writing what each new subscription version implies, in the order that makes a crash safe.
 
-:class:`streaming.router.changelog.Subscriptions` is the subscription state alone:
+:class:`streaming.router.subscriptions.changelog.Subscriptions` is the subscription state alone:
 its catch-up returns a pending version (the changes, the rejected records,
 the offsets). :meth:`SubscriptionSync.catch_up` makes that version current
 only after, in this order:
 
 1. its rejected records are in the rejected topic (at least once);
 2. each new subscriber's delivery topic exists;
-3. the version is persisted (:meth:`~streaming.router.changelog.Subscriptions.commit`
-   hands it to :class:`~streaming.router.snapshots.BatchSnapshots`);
+3. the version is persisted (:meth:`~streaming.router.subscriptions.changelog.Subscriptions.commit`
+   hands it to :class:`~streaming.router.subscriptions.snapshots.BatchSnapshots`);
 
 and then appends its changes to Delta ``subscriptions`` (exactly once, keyed
 by the version) before returning it. A failure before 3 rolls the state back
@@ -33,16 +33,16 @@ from streaming.config import Config
 from streaming.kafka.clients import OnError
 from streaming.kafka.records import kept_headers
 from streaming.kafka.topics import admin_client, ensure_delivery_topics
-from streaming.router.changelog import (
+from streaming.router.subscriptions.changelog import (
     Change,
     ChangelogError,
     PendingVersion,
     RejectedRecord,
     Subscriptions,
 )
-from streaming.router.delivery import DeliveryUnavailable, ProducerSettings, cached_producer
-from streaming.router.rejected import BadRecord, write_rejected
-from streaming.router.snapshots import BatchSnapshots
+from streaming.router.batch.delivery import DeliveryUnavailable, ProducerSettings, cached_producer
+from streaming.router.batch.rejected import BadRecord, write_rejected
+from streaming.router.subscriptions.snapshots import BatchSnapshots
 
 _log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class SubscriptionSync:
         self.on_version: Callable[[PendingVersion], None] | None = None
         """Called with each pending version before it is persisted (after its rejected
         records and delivery topics): the replays' durable record of what it asks for
-        (:meth:`streaming.router.replay.Replays.requested`); raising rolls the version back."""
+        (:meth:`streaming.router.replay.replay.Replays.requested`); raising rolls the version back."""
         self.on_committed: Callable[[int, dict[int, int]], None] | None = None
         """Called with each version and the changelog offsets it covers once it is persisted,
         before its Delta ``subscriptions`` append: realtime mode's routing view, which must
@@ -117,7 +117,8 @@ class SubscriptionSync:
         """Apply the changelog up to its current end offsets and write what the new
         version implies (module docstring); return the current version.
 
-        ``progress`` is passed to :meth:`streaming.router.changelog.ChangelogReader.read_to_end`.
+        ``progress`` is passed to
+        :meth:`streaming.router.subscriptions.changelog.ChangelogReader.read_to_end`.
         """
         if self._unaudited is not None:
             self._audit.append_subscriptions(*self._unaudited)
@@ -154,10 +155,10 @@ class SubscriptionSync:
 
     def _report_rejected(self, rejected: Sequence[RejectedRecord]) -> None:
         """Send each bad change to the rejected topic and wait for Kafka's acks, with the
-        rejected topic's one writer and failure policy (:mod:`streaming.router.rejected`):
+        rejected topic's one writer and failure policy (:mod:`streaming.router.batch.rejected`):
         a copy Kafka refuses is left out with a warning (its ``subscriptions`` audit row
         holds the reason); any other failure raises
-        :class:`~streaming.router.changelog.ChangelogError` (the batch retries).
+        :class:`~streaming.router.subscriptions.changelog.ChangelogError` (the batch retries).
         """
         if not rejected:
             return

@@ -16,7 +16,7 @@ Replacing a live subscription (the same id) is not a new subscription: it counts
 subscriber and exchange only when it moves to another one.
 
 :func:`check_limits` raises :class:`LimitError` (a ``SubscriptionError``: the changelog
-rejects the record as any invalid value, :mod:`streaming.router.changelog`) with one line
+rejects the record as any invalid value, :mod:`streaming.router.subscriptions.changelog`) with one line
 naming the limit's key and value. ``bitroute subscribe`` calls it on the state the router
 would apply the record to before writing anything; the router calls it where it applies
 each changelog record. :func:`usage` is ``bitroute status``'s view: per exchange, each

@@ -1,7 +1,7 @@
 """Publishes Kafka deleted before the router read them: found, said once, recorded.
 
 A batch reads each partition of the publishes topic from where the previous
-batch ended (Spark's offset log, :func:`streaming.router.offsets_log.batch_start`)
+batch ended (Spark's offset log, :func:`streaming.state.offsets_log.batch_start`)
 to its own end. When Kafka has deleted the start of that range (retention ran
 while the router was down or behind, or an operator called DeleteRecords),
 the publishes ``[start, earliest retained)`` are gone: no one can route them.
@@ -45,7 +45,7 @@ from streaming.kafka import clients
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
 from streaming.router.errors import RetentionGapError
-from streaming.router.routing import ROUTED_ARROW
+from streaming.router.batch.routing import ROUTED_ARROW
 
 _log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class RetentionGap:
     lost_before: datetime | None
     """The timestamp of the first record Kafka kept after the gap (None: not known)."""
     incarnation: int = 0
-    """The topic's incarnation (:mod:`streaming.router.incarnations`), in the message id."""
+    """The topic's incarnation (:mod:`streaming.router.topics.incarnations`), in the message id."""
 
     @property
     def records(self) -> int:

@@ -8,10 +8,10 @@ process that waits for the driver to end and then kills the JVM with SIGKILL
 (the router's state is made for kills: the unfinished batch is replayed).
 
 The watchdog also holds a copy of the router lock's descriptor
-(:mod:`streaming.router.lock`) until the JVM is gone, so no second router can start
+(:mod:`streaming.state.lock`) until the JVM is gone, so no second router can start
 on the folder while the first one's JVM lives.
 
-Run as ``python -m streaming.router.watchdog <driver pid> <jvm pid> <lock fd>``.
+Run as ``python -m streaming.state.watchdog <driver pid> <jvm pid> <lock fd>``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def start_watchdog(jvm_pid: int, lock_fd: int | None) -> subprocess.Popen:
     """Start the watchdog of ``jvm_pid`` for this process; it keeps ``lock_fd`` open."""
     fds = () if lock_fd is None else (lock_fd,)
     return subprocess.Popen(
-        [sys.executable, "-m", "streaming.router.watchdog", str(os.getpid()), str(jvm_pid),
+        [sys.executable, "-m", "streaming.state.watchdog", str(os.getpid()), str(jvm_pid),
          str(-1 if lock_fd is None else lock_fd)],
         pass_fds=fds, stdin=subprocess.DEVNULL, start_new_session=True)
 

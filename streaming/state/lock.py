@@ -9,7 +9,7 @@ names its holder as one JSON object ``{"pid", "host", "started_at"}``
 known), which :func:`holder` reads and the refusal message quotes.
 
 The router hands the lock's file descriptor to its JVM watchdog
-(:mod:`streaming.router.watchdog`), so the folder stays locked until the Spark JVM
+(:mod:`streaming.state.watchdog`), so the folder stays locked until the Spark JVM
 of a killed router is gone too: a held lock whose ``pid`` has exited is a
 router stopping, not running (:func:`driver_alive`).
 
@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from streaming.process import pid_alive
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.errors import RouterLockedError
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.state.errors import RouterLockedError
 
 LOCK_WAIT_S = 10.0
 """How long a starting router waits for the lock before refusing to start."""

@@ -1,4 +1,4 @@
-"""Spark's offset log read back (streaming.router.offsets_log): the files as Spark's
+"""Spark's offset log read back (streaming.state.offsets_log): the files as Spark's
 OffsetSeqLog writes them, version 1 and version 2, no Spark needed."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.offsets_log import (
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.state.offsets_log import (
     OffsetLogError,
     batch_records,
     last_committed_batch,

@@ -17,7 +17,7 @@ a task, in one pass:
 4. produces each delivery to its subscriber's topic (as the delivery layout,
    :class:`streaming.kafka.layout.DeliveryLayout`, says) and each rejected publish
    to the rejected topic, with the routing process's producers, and waits for
-   Kafka's acknowledgements (:mod:`streaming.router.delivery`);
+   Kafka's acknowledgements (:mod:`streaming.router.batch.delivery`);
 5. returns one row per publish (``schemas.tables.ROUTED_PUBLISH``): its
    outcome, reason and the deliveries Kafka acknowledged, for the audit; or,
    when the task writes its audit itself (``RouteSettings.audit``: a batch
@@ -35,7 +35,7 @@ reason and routes the others. A batch whose deliveries overflow Arrow's
 32-bit offsets (the kernel's ``ColumnOverflowError``) is routed in halves.
 Only failures that are not about a record fail the task
 (:data:`NOT_ABOUT_A_RECORD`): bitroute's own errors
-(:class:`~streaming.router.delivery.DeliveryUnavailable`: Kafka down;
+(:class:`~streaming.router.batch.delivery.DeliveryUnavailable`: Kafka down;
 :class:`~streaming.kafka.errors.KafkaAccessError`: credentials refused), the
 kernel's other errors (``KernelError``: inconsistent tables or columns, a
 bug), a Kafka client's failure, the disk's, memory; the router retries the
@@ -98,7 +98,7 @@ from streaming.kafka.records import (
     text,
 )
 from streaming.kafka.topics import TopicCreationError, recreate_delivery_topic
-from streaming.router.delivery import (
+from streaming.router.batch.delivery import (
     BinaryColumn,
     DeliveryColumns,
     DeliveryProducer,
@@ -106,8 +106,8 @@ from streaming.router.delivery import (
     ProducerSettings,
     cached_producer,
 )
-from streaming.router.matching import cached_matcher
-from streaming.router.rejected import BadRecord, write_rejected
+from streaming.router.batch.matching import cached_matcher
+from streaming.router.batch.rejected import BadRecord, write_rejected
 from streaming.router.retained import RetainPlan, RetainSettings, plan_retained, write_retained
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
@@ -154,7 +154,7 @@ class RouteSettings:
     """Set: each task writes its audit files and returns one ``ROUTED_TASK`` row."""
     incarnation: int = 0
     """The publishes topic's incarnation the batch reads, in its message ids
-    (:mod:`streaming.router.incarnations`)."""
+    (:mod:`streaming.router.topics.incarnations`)."""
     retain: RetainSettings | None = None
     """Set: MQTT retained publishes are written to the retained topic
     (:mod:`streaming.router.retained`)."""
@@ -587,8 +587,9 @@ def _why(failure: FailedRecord) -> str:
 
 def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reasons: list,
                      keys: list, values: list, kept: list, message_ids: list[str]) -> None:
-    """Write every rejected publish to the rejected topic (:func:`streaming.router.rejected.write_rejected`,
-    its failure policy); ``reasons`` gains what became of each copy."""
+    """Write every rejected publish to the rejected topic
+    (:func:`streaming.router.batch.rejected.write_rejected`, its failure policy);
+    ``reasons`` gains what became of each copy."""
     rejected = [r for r, reason in enumerate(reasons) if reason is not None]
     if not rejected:
         return

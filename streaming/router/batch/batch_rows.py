@@ -7,7 +7,7 @@ Python): the largest fixed cost of a light batch after Spark's own trigger, a th
 a half of its route stage (docs/benchmarks-history.md, "The micro-batch floor").
 :class:`BatchRows` reads the same records, the batch's offset range as Spark's offset
 log states it (``offsets/<id-1>`` to ``offsets/<id>``,
-:mod:`streaming.router.offsets_log`), with one librdkafka consumer kept for the
+:mod:`streaming.state.offsets_log`), with one librdkafka consumer kept for the
 router's life, and hands them over in the Spark Kafka source's Arrow layout
 (:class:`streaming.kafka.records.PublishColumns` reads either).
 
@@ -20,9 +20,9 @@ Same records as Spark's source, by construction:
   transaction);
 - records Kafka deleted below the range's end (retention) are skipped, as the router's
   source does with ``failOnDataLoss = false``: the consumer resets to the earliest
-  offset, and :mod:`streaming.router.retention` records the gap;
+  offset, and :mod:`streaming.router.topics.retention` records the gap;
 - a partition absent from the start (added to the topic) is read from offset 0, as
-  :func:`~streaming.router.offsets_log.records_between` counts it.
+  :func:`~streaming.state.offsets_log.records_between` counts it.
 
 :meth:`BatchRows.read` returns None when it cannot stand in for the Spark job (the
 range unknown, a log that ends below the range's end, a header name that is not UTF-8):

@@ -166,7 +166,7 @@ class BinaryColumn:
 class DeliveryColumns:
     """A batch's deliveries as the kernel's delivery writer produces them (the attributes
     ``bitroute_kernel.DeliveryWriter.produce`` reads; the record contract is
-    :func:`streaming.router.routing.delivery_columns`'s).
+    :func:`streaming.router.batch.routing.delivery_columns`'s).
 
     Delivery ``i`` belongs to publish ``rows[i]`` and goes to ``topic_names[i]``;
     its key is ``keys[i]`` when ``keys_per_delivery``, else its publish's; its value

@@ -3,16 +3,16 @@
 ::
 
     <checkpoint_dir>/
-      router.lock                      the router lock (streaming.router.lock)
+      router.lock                      the router lock (streaming.state.lock)
       publishes/                       Spark's checkpoint of the streaming query
-        offsets/<batch id>             its offset log (streaming.router.offsets_log)
+        offsets/<batch id>             its offset log (streaming.state.offsets_log)
         commits/<batch id>             its commit log: the batches Spark finished
       router/                          the router's own state
         router-id                      this router's identity (the Delta txnAppId stem)
         snapshot-audit-id              the id the snapshot versions' subscriptions audit is
-                                       keyed by (streaming.router.snapshots)
+                                       keyed by (streaming.router.subscriptions.snapshots)
         publishes-topic-id             Kafka's id of the publishes topic publishes/ reads
-                                       (streaming.router.incarnations)
+                                       (streaming.router.topics.incarnations)
         lineage                        the router ids this state was restored from (streaming.router.restore)
         snapshots/<version>.changes    JSON: the changelog changes that made <version>
         snapshots/<version>.meta       JSON: what is known of <version> without reading it
@@ -23,8 +23,9 @@
                                        subscriptions, and its done mark (streaming.router.retained)
         retained/applied-<version>.arrow|.done  the same for the subscriptions the idle router
                                        applied at <version>
-        replays.json                   the replays in progress (subscribe --since: streaming.router.replay)
-        status.json                    the last batch's report (streaming.router.report)
+        replays.json                   the replays in progress (subscribe --since:
+                                       streaming.router.replay.replay)
+        status.json                    the last batch's report (streaming.router.batch.report)
         maintenance.json               the last audit maintenance pass (streaming.audit.maintenance)
       realtime/                        streaming.mode = "realtime" (streaming.realtime)
         routing/                       Spark's checkpoint of the routing query (Real-Time Mode)
@@ -32,7 +33,7 @@
         audit-journal/                 the audit query's batches until Delta has them
       spark/                           the working folder of a JVM bitroute launches
       publishes.<topic id>/            Spark's checkpoint of a deleted incarnation of the
-                                       publishes topic, moved aside (streaming.router.incarnations)
+                                       publishes topic, moved aside (streaming.router.topics.incarnations)
 
 Paths only: what is in the files belongs to the modules named above. Nothing
 here touches the disk, so the operator's read-only verbs (``bitroute status``,
@@ -180,5 +181,5 @@ class CheckpointLayout:
 
     @property
     def replays_file(self) -> Path:
-        """The replays in progress (``subscribe --since``, :mod:`streaming.router.replay`)."""
+        """The replays in progress (``subscribe --since``, :mod:`streaming.router.replay.replay`)."""
         return self.state / "replays.json"

@@ -1,14 +1,14 @@
 """Replay: a new subscription's view of the retained past (``bitroute subscribe --since T``).
 
 A changelog record that creates a subscription with ``since``
-(:mod:`streaming.router.replay_requests`) asks the router for every retained
+(:mod:`streaming.router.replay.requests`) asks the router for every retained
 publish at or after T that the subscription matches, then the live stream, with
 no gap and no duplicate at the boundary. The boundary is the micro-batch the
 subscription was first pinned in (:meth:`Replays.on_batch`, called by the
 router right after the batch's pin): that batch and every later one route the
 subscription live, as always; the publishes before it, from Kafka's
 ``offsets_for_times(T)`` up to the batch's start offsets (Spark's offset log,
-:mod:`streaming.router.offsets_log`), are replayed here.
+:mod:`streaming.state.offsets_log`), are replayed here.
 
 The replay runs beside live routing in the same Spark application, in one
 driver thread (:class:`Replays`), which never holds a live batch: it reads the
@@ -64,11 +64,11 @@ from streaming.config import Config
 from streaming.kafka.clients import consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.records import subscription_ids_json
-from streaming.router.changelog import PendingVersion
-from streaming.router.checkpoint import CheckpointLayout
-from streaming.router.delivery import BinaryColumn, DeliveryProducer, ProducerSettings
-from streaming.router.replay_requests import ReplayRequest, ms_text
-from streaming.router.routing import (
+from streaming.router.subscriptions.changelog import PendingVersion
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.router.batch.delivery import BinaryColumn, DeliveryProducer, ProducerSettings
+from streaming.router.replay.requests import ReplayRequest, ms_text
+from streaming.router.batch.routing import (
     RouteSettings,
     _recreated,
     _refused,
@@ -201,7 +201,7 @@ class Replays:
         self._stopping = stopping
         self._idle = idle
         self._incarnation = incarnation
-        """The publishes topic's incarnation (its message ids: streaming.router.incarnations)."""
+        """The publishes topic's incarnation (its message ids: streaming.router.topics.incarnations)."""
         """Called between chunks and while waiting: the router's idle catch-up."""
         self._lock = threading.Condition()
         self.ledger = ReplayLedger.load(self.path)
@@ -218,7 +218,7 @@ class Replays:
     def requested(self, pending: PendingVersion) -> None:
         """Record durably the replays ``pending`` asks for, and cancel the replays whose
         subscription it removes or replaces: before the version is persisted
-        (:attr:`streaming.router.subscription_sync.SubscriptionSync.on_version`)."""
+        (:attr:`streaming.router.subscriptions.subscription_sync.SubscriptionSync.on_version`)."""
         with self._lock:
             ledger = self.ledger
             changed = False

@@ -53,7 +53,7 @@ from streaming.kafka import clients
 from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
-from streaming.router.checkpoint import CheckpointLayout
+from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import PublishesTopicRecreated
 
 _log = logging.getLogger(__name__)
