@@ -713,3 +713,16 @@ def test_the_readme_s_layout_has_every_folder_and_package():
     assert folders <= set(rows), folders - set(rows)
     packages = {p.name for p in (ROOT / "streaming").iterdir() if (p / "__init__.py").exists()}
     assert all(f"`{package}/`" in rows["streaming/"] for package in packages), packages
+
+
+def test_the_architecture_s_tree_names_every_module():
+    """docs/architecture.md, "Where things live": every module of streaming/ is named in the
+    tree (a package's errors.py and the verbs' handlers, under `verbs/`, go without saying)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    tree = text.split("Where things live: the folder names are the architecture.\n\n```\n", 1)[1]
+    words = set(re.findall(r"[a-z_]+", tree.split("```", 1)[0]))
+    modules = [p for p in (ROOT / "streaming").rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py", "errors.py")
+               and p.parent.name != "verbs"]
+    missing = sorted(str(p.relative_to(ROOT)) for p in modules if p.stem not in words)
+    assert not missing, f"docs/architecture.md's tree does not name {missing}"
