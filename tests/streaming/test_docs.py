@@ -726,3 +726,37 @@ def test_the_architecture_s_tree_names_every_module():
                and p.parent.name != "verbs"]
     missing = sorted(str(p.relative_to(ROOT)) for p in modules if p.stem not in words)
     assert not missing, f"docs/architecture.md's tree does not name {missing}"
+
+
+def _python_snippet_names() -> list[tuple[str, str, str]]:
+    """(file, module, name) of every `from MODULE import NAME` / `from PKG import MODULE as X`
+    and `MODULE.NAME` of a `python -c` a page or a script gives."""
+    found = set()
+    for path in _pages_and_config():
+        for code in re.findall(r"python -c [\"'](.*)", path.read_text()):
+            for module, names in re.findall(r"from ([\w.]+) import ([\w, ]+?)(?:;|$| as )", code):
+                for name in names.split(","):
+                    found.add((str(path.relative_to(ROOT)), module, name.strip()))
+            for alias, attribute in re.findall(r"\b(\w+)\.(\w+)\b", code):
+                imported = re.findall(r"from ([\w.]+) import (\w+) as " + alias + r"\b", code)
+                imported += [(module, alias) for module in
+                             re.findall(r"from ([\w.]+) import " + alias + r"\b(?! as)", code)]
+                for module, name in imported:
+                    found.add((str(path.relative_to(ROOT)), f"{module}.{name}", attribute))
+    return sorted(found)
+
+
+def test_the_python_snippets_are_found():
+    assert len(_python_snippet_names()) >= 4
+
+
+@pytest.mark.parametrize("source, module, name", _python_snippet_names())
+def test_a_python_snippet_names_what_exists(source, module, name):
+    """`python -c "from streaming.session import router_jars; ..."` in a page or a script
+    names a module and an attribute the code has (a move that leaves the page behind fails)."""
+    import importlib
+
+    try:
+        importlib.import_module(f"{module}.{name}")  # a module of a package
+    except ModuleNotFoundError:
+        assert hasattr(importlib.import_module(module), name), f"{source}: {module}.{name}"
