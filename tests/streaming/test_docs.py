@@ -760,3 +760,40 @@ def test_a_python_snippet_names_what_exists(source, module, name):
         importlib.import_module(f"{module}.{name}")  # a module of a package
     except ModuleNotFoundError:
         assert hasattr(importlib.import_module(module), name), f"{source}: {module}.{name}"
+
+
+def _dotted_names() -> list[tuple[str, str]]:
+    """(page, name) of every backticked `streaming.…`, `compiler.…`, `schemas.…` or
+    `bitroute_kernel.…` name a page gives that is not a configuration key."""
+    import dataclasses
+
+    from streaming.config import _SECTION_TYPES
+
+    keys = {f"{section}.{f.name}" for section, kind in _SECTION_TYPES.items()
+            for f in dataclasses.fields(kind)}
+    pattern = r"`((?:streaming|compiler|schemas|bitroute_kernel)\.[A-Za-z_][\w.]*[A-Za-z_])(?:\(\))?`"
+    return sorted({(page.name, name) for page in SOURCES
+                   for name in re.findall(pattern, page.read_text()) if name not in keys})
+
+
+def test_the_pages_name_code():
+    assert len(_dotted_names()) >= 20
+
+
+@pytest.mark.parametrize("page, name", _dotted_names())
+def test_a_dotted_name_a_page_gives_resolves(page, name):
+    """`streaming.router.batch.report.BatchReport`, `compiler.grammar.KernelGrammar`: the
+    longest importable module, then attributes."""
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[cut:]:
+            assert hasattr(target, attribute), f"{page}: {name}"
+            target = getattr(target, attribute)
+        return
+    pytest.fail(f"{page}: {name} names no module")
