@@ -797,3 +797,15 @@ def test_a_dotted_name_a_page_gives_resolves(page, name):
             target = getattr(target, attribute)
         return
     pytest.fail(f"{page}: {name} names no module")
+
+
+def test_a_module_path_given_within_its_package_exists():
+    """`router/batch/batch_rows.py`, `audit/test_journal.py`: a path the pages give relative
+    to streaming/ (a module) or tests/streaming/ (its test) exists there."""
+    named = {(page.name, path) for page in SOURCES for path in re.findall(
+        r"(?<![\w/.-])((?:router|audit|ops|cli|kafka|realtime|state)/[\w/]+\.py)", page.read_text())}
+    assert len(named) >= 10
+    missing = sorted((page, path) for page, path in named
+                     if not (ROOT / "streaming" / path).exists()
+                     and not (ROOT / "tests" / "streaming" / path).exists())
+    assert not missing, missing
