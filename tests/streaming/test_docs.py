@@ -809,3 +809,14 @@ def test_a_module_path_given_within_its_package_exists():
                      if not (ROOT / "streaming" / path).exists()
                      and not (ROOT / "tests" / "streaming" / path).exists())
     assert not missing, missing
+
+
+def test_the_reliability_page_lists_the_campaign_s_cases():
+    """docs/reliability.md's commands name every case of `python -m tests.reliability`, and
+    realtime mode's."""
+    from tests.reliability.cases import CASES, REALTIME_CASES
+
+    page = (ROOT / "docs" / "reliability.md").read_text()
+    assert f"python -m tests.reliability {{{','.join([*CASES, 'all'])}}} [options]" in page
+    assert (f"python -m tests.reliability {{{','.join([*REALTIME_CASES, 'all'])}}} --mode realtime"
+            in page)
