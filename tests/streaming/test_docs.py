@@ -820,3 +820,16 @@ def test_the_reliability_page_lists_the_campaign_s_cases():
     assert f"python -m tests.reliability {{{','.join([*CASES, 'all'])}}} [options]" in page
     assert (f"python -m tests.reliability {{{','.join([*REALTIME_CASES, 'all'])}}} --mode realtime"
             in page)
+
+
+def test_every_benchmark_a_page_runs_is_a_scenario():
+    """`python -m benchmarks NAME` in the pages (benchmarks.md's commands included) names a
+    scenario of the harness, and benchmarks.md has a section for each scenario."""
+    from benchmarks.__main__ import SCENARIOS
+
+    named = {(page.name, name) for page in [*SOURCES, ROOT / "docs" / "benchmarks.md"]
+             for name in re.findall(r"python -m benchmarks ([a-z][a-z0-9-]*)", page.read_text())}
+    assert len(named) >= 10
+    assert not {(page, name) for page, name in named if name not in SCENARIOS}
+    headings = set(re.findall(r"^## (\S+)$", (ROOT / "docs" / "benchmarks.md").read_text(), re.M))
+    assert set(SCENARIOS) <= headings, set(SCENARIOS) - headings
