@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit install jars prereqs clean
+.PHONY: run test test-unit lint install jars prereqs clean
 
 # True when rustc is at least the kernel's rust-version (1.77).
 RUSTC_RECENT = rustc --version | awk '{ split($$2, v, "."); exit !(v[1] > 1 || v[2] >= 77) }'
@@ -64,6 +64,20 @@ test: jars
 # (tests/conftest.py marks every test that needs one `integration`).
 test-unit: install
 	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+# The linter and the type checker, in seconds ([tool.ruff] and [tool.mypy] in
+# pyproject.toml say what they check): ruff over the code, the tests and the
+# kernel's stub, then mypy over the same, named as their importers name them (the
+# packages, tests.<folder>, the tests' support modules by their own names, the stub
+# as bitroute_kernel). CI runs it before the tests (.ci/run).
+LINT_PATHS := streaming compiler schemas benchmarks tests kernel/bitroute_kernel.pyi
+MYPY_TARGETS := -p streaming -p compiler -p schemas -p benchmarks -m bitroute_kernel \
+	$(patsubst tests/%/,-p tests.%,$(sort $(dir $(wildcard tests/*/*.py)))) \
+	$(patsubst tests/%.py,-m %,$(wildcard tests/*.py))
+
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy $(MYPY_TARGETS)
 
 clean:
 	-$(BIN)/bitroute broker stop

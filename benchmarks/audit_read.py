@@ -27,14 +27,16 @@ Runs by hand (not CI); each command is bounded by ``--timeout``.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 
@@ -53,7 +55,7 @@ def build(warehouse: Path, rows: int, files: int) -> int:
     config = bitroute_config.load(overrides={"delta.warehouse": str(warehouse)}, environ={})
     tables = AuditTables(config, "bench")
     tables.ensure()
-    start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=batches)
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=batches)
     delivery_type = ROUTED_ARROW.field("deliveries").type
     written = 0
     try:
@@ -129,14 +131,16 @@ def timed(command: list[str], env: dict[str, str],
     size = 0
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env=env) as process:
-        while chunk := process.stdout.read1(1 << 20):
+        # PIPEs: a buffered reader each (read1: what is there, for the first line's time).
+        stdout, stderr = cast(io.BufferedReader, process.stdout), cast(io.BufferedReader, process.stderr)
+        while chunk := stdout.read1(1 << 20):
             if first is None and b"\n" in chunk:
                 first = time.monotonic() - started
             size += len(chunk)
             if time.monotonic() - started > timeout:
                 process.kill()
                 return None
-        error = process.stderr.read().decode().strip()
+        error = stderr.read().decode().strip()
     if process.returncode != 0:
         raise SystemExit(f"audit_read: {' '.join(command)} failed: {error}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import statistics
+import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.e2e.procstat import children, cpu_seconds
 from benchmarks.audit_week import task_files_batch, template_batch
+from benchmarks.e2e.procstat import children, cpu_seconds
 from schemas.records import DELIVERIES, MESSAGES
 from streaming.audit.writer import AuditTables
 from streaming.config import load
@@ -58,7 +58,7 @@ def task_files(folder: Path, routed: pa.Table, tasks: int, batches: int) -> dict
     walls, cpus, driver = [], [], []
     for batch_id in range(1, batches + 1):
         cpu, start = tree_cpu(), time.perf_counter()
-        batch = task_files_batch(config, batch_id, datetime.now(timezone.utc), routed, tasks)
+        batch = task_files_batch(config, batch_id, datetime.now(UTC), routed, tasks)
         commit = time.perf_counter()
         tables.append_publishes([batch])
         end = time.perf_counter()
@@ -85,7 +85,7 @@ def delta_spark(folder: Path, routed: pa.Table, tasks: int, batches: int) -> dic
     walls, cpus = [], []
     for batch_id in range(1, batches + 1):
         cpu, start = tree_cpu(), time.perf_counter()
-        routed_at = F.lit(datetime.now(timezone.utc)).cast("timestamp")
+        routed_at = F.lit(datetime.now(UTC)).cast("timestamp")
         messages = frame.select(
             "message_id", "exchange", "routing_key", "outcome",
             F.size("deliveries").alias("deliveries"), "reason", "headers", "payload_bytes",

@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run
 from benchmarks import workload
+from benchmarks.e2e import bitroute_run
 
 STAGES = ("catch_up", "route", "audit")
 
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backlog", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=20_000, help="publishes per batch at most")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    ap.add_argument("--smoke", action="store_true", help="toy size: 100 subscriptions, 1,000 publishes in batches of 500")
+    ap.add_argument("--smoke", action="store_true", help="toy size: 100 subscriptions, 1,000 publishes in batches of "
+                                                         "500")
     args = ap.parse_args(argv)
     subscriptions = workload.SIZES[args.size]
     if args.smoke:

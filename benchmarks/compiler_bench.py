@@ -66,8 +66,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from benchmarks import trie as trie_mod
-from benchmarks import workload
+from benchmarks import trie as trie_mod, workload
 
 T0 = time.perf_counter()
 WARM = 20  # topics matched before the cold loop (not timed, not in the cold set)
@@ -101,7 +100,7 @@ class Bitroute:
         for attempt in (lambda: D(name), lambda: D[name.upper()], lambda: getattr(D, name.upper())):
             try:
                 return attempt()
-            except Exception:
+            except (ValueError, KeyError, AttributeError):
                 pass
         raise SystemExit(f"cannot map dialect {name!r} onto {D!r}")
 
@@ -119,7 +118,7 @@ def normalise(deliveries) -> dict[str, tuple[str, ...]]:
 
 
 def normalise_frame_row(value) -> dict[str, tuple[str, ...]]:
-    out = {}
+    out: dict[str, tuple[str, ...]] = {}
     if value is None:
         return out
     for item in value:
@@ -249,8 +248,10 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     br.Matcher(snap)
     t_matcher = time.process_time() - t
     rows["bitroute"].build_s = t_upsert + t_snap + t_matcher
-    rows["bitroute"].notes.append(f"build = upserts {t_upsert:.2f}s + snapshot() {t_snap:.2f}s + Matcher() {t_matcher:.2f}s")
-    log(f"  build {rows['bitroute'].build_s:.2f}s (upserts {t_upsert:.2f}s, snapshot {t_snap:.2f}s, Matcher {t_matcher:.2f}s); serialising")
+    rows["bitroute"].notes.append(f"build = upserts {t_upsert:.2f}s + snapshot() {t_snap:.2f}s + Matcher() "
+                                  f"{t_matcher:.2f}s")
+    log(f"  build {rows['bitroute'].build_s:.2f}s (upserts {t_upsert:.2f}s, snapshot {t_snap:.2f}s, Matcher "
+        f"{t_matcher:.2f}s); serialising")
     t = time.process_time()
     blob = snap.to_bytes()
     to_bytes_s = time.process_time() - t
@@ -263,8 +264,10 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     br.Matcher(loaded)
     t_m2 = time.process_time() - t
     rows["bitroute"].load_s = t_from + t_m2
-    rows["bitroute"].notes.append(f"to_bytes() {to_bytes_s:.2f}s; load = from_bytes() {t_from:.2f}s + Matcher() {t_m2:.2f}s")
-    log(f"  {len(blob)} bytes ({len(blob) / n:.1f}/sub), to_bytes {to_bytes_s:.2f}s, from_bytes {t_from:.2f}s, Matcher {t_m2:.2f}s")
+    rows["bitroute"].notes.append(f"to_bytes() {to_bytes_s:.2f}s; load = from_bytes() {t_from:.2f}s + Matcher() "
+                                  f"{t_m2:.2f}s")
+    log(f"  {len(blob)} bytes ({len(blob) / n:.1f}/sub), to_bytes {to_bytes_s:.2f}s, from_bytes {t_from:.2f}s, "
+        f"Matcher {t_m2:.2f}s")
     churn_per_s, churn_note = measure_churn(br, wl, index, args.churn)
     rows["bitroute"].churn_per_s = churn_per_s
     rows["bitroute"].notes.append(churn_note)
@@ -289,7 +292,8 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     rows["trie"].load_s = t_unpickle + rows["trie"].build_s
     rows["trie"].notes.append(f"bytes = pickled records; load = unpickle {t_unpickle:.2f}s + build")
     del records
-    log(f"  build {rows['trie'].build_s:.2f}s, {rows['trie'].bytes_per_sub:.1f} bytes/sub pickled records, load {rows['trie'].load_s:.2f}s")
+    log(f"  build {rows['trie'].build_s:.2f}s, {rows['trie'].bytes_per_sub:.1f} bytes/sub pickled records, load "
+        f"{rows['trie'].load_s:.2f}s")
 
     # ---- build: naive
     log(f"{profile} N={n}: building naive scan")
@@ -317,7 +321,8 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     log(f"{profile} N={n}: verifying bitroute == trie on {args.verify} topics, == naive on a sample")
     m = br.Matcher(loaded)
     vtopics = cold_topics[: args.verify // 2] + batches[0]["routing_key"].drop_duplicates().tolist()[: args.verify // 2]
-    vtopics += ["", "nosuch", "a.b.c.d.e.f.g.h", "site0", "site0/dev0", "$SYS/x/y"] if wl.dialect == "mqtt" else ["", "nosuch", "a..b", "w00"]
+    vtopics += (["", "nosuch", "a.b.c.d.e.f.g.h", "site0", "site0/dev0", "$SYS/x/y"] if wl.dialect == "mqtt"
+                else ["", "nosuch", "a..b", "w00"])
     vtopics = [t for t in vtopics if t]  # an empty MQTT topic is invalid: checked elsewhere
     match_counts, deliv_counts = [], []
     for topic in vtopics:
@@ -325,7 +330,9 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
         want = normalise(tr.match(topic))
         if got != want:
             diff = {s: (got.get(s), want.get(s)) for s in set(got) | set(want) if got.get(s) != want.get(s)}
-            raise SystemExit(f"MISMATCH bitroute vs trie on {topic!r}: {len(diff)} subscribers differ, e.g. {list(diff.items())[:5]}")
+            raise SystemExit(
+                f"MISMATCH bitroute vs trie on {topic!r}: {len(diff)} subscribers differ, e.g. {list(diff.items())[:5]}"
+            )
         match_counts.append(sum(len(v) for v in want.values()))
         deliv_counts.append(len(want))
     # (the naive scan is checked on the topics it is timed on, below)
@@ -334,7 +341,9 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     got, errors = m.match_columns(*columns(vframe))
     out_type = got.type
     want_frame = trie_mod.trie_match_frame(tr, vframe, out_type)
-    for i, (a, b, err) in enumerate(zip(got.to_pylist(), want_frame["deliveries"].tolist(), errors.tolist())):
+    for i, (a, b, err) in enumerate(
+        zip(got.to_pylist(), want_frame["deliveries"].tolist(), errors.tolist(), strict=True)
+    ):
         if err is not None:
             raise SystemExit(f"MISMATCH: match_columns error {err!r} on {vframe['routing_key'][i]!r}")
         if normalise_frame_row(a) != normalise_frame_row(b):
@@ -377,7 +386,10 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     for impl, ns in (("bitroute", ns_b), ("trie", ns_t)):
         rows[impl].cold_median_us, rows[impl].cold_p99_us, rows[impl].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
     del m, match
-    log(f"  bitroute median {rows['bitroute'].cold_median_us:.2f}us, trie {rows['trie'].cold_median_us:.2f}us; naive (budget {args.naive_budget:.0f}s)")
+    log(
+        f"  bitroute median {rows['bitroute'].cold_median_us:.2f}us, trie {rows['trie'].cold_median_us:.2f}us; naive "
+        f"(budget {args.naive_budget:.0f}s)"
+    )
     gc.collect()
     nmatch = naive.match
     nmatch(ex, warm_topics[0])
@@ -385,12 +397,14 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
     deadline = time.perf_counter() + args.naive_budget
     for topic in cold_topics:
         t = pc()
-        got = nmatch(ex, topic)
+        matched = nmatch(ex, topic)
         ns.append(pc() - t)
-        got, want = normalise(got), normalise(tr.match(topic))
+        got, want = normalise(matched), normalise(tr.match(topic))
         if got != want:
             diff = {s: (got.get(s), want.get(s)) for s in set(got) | set(want) if got.get(s) != want.get(s)}
-            raise SystemExit(f"MISMATCH naive vs trie on {topic!r}: {len(diff)} subscribers differ, e.g. {list(diff.items())[:5]}")
+            raise SystemExit(
+                f"MISMATCH naive vs trie on {topic!r}: {len(diff)} subscribers differ, e.g. {list(diff.items())[:5]}"
+            )
         if len(ns) >= NAIVE_MIN_TOPICS and time.perf_counter() > deadline:
             break
     rows["naive"].cold_median_us, rows["naive"].cold_p99_us, rows["naive"].cold_n = pctl(ns, 50), pctl(ns, 99), len(ns)
@@ -399,8 +413,10 @@ def run_config(br: Bitroute, profile: str, n: int, args) -> Result:
 
     # ---- batches: CPU time of this process (pyarrow threads included), the
     # two implementations alternating batch by batch
-    total = sum(len(b) for b in batches)
-    log(f"{profile} N={n}: {len(batches)} batches of {args.batch_size} Zipf publishes ({dist(distinct)} distinct topics each)")
+    log(
+        f"{profile} N={n}: {len(batches)} batches of {args.batch_size} Zipf publishes ({dist(distinct)} distinct "
+        "topics each)"
+    )
     cpu = time.process_time
     gc.collect()
     m = br.Matcher(loaded)
@@ -513,9 +529,10 @@ def run_cli(profile: str, n: int, args) -> CliResult:
             "bitroute": [os.path.join(root, ".venv", "bin", "bitroute"), "match", *common],
             "trie": [sys.executable, os.path.join(root, "benchmarks", "trie.py"), *common],
         }
-        outputs, times = {}, {"bitroute": [], "trie": []}
+        outputs: dict[str, bytes] = {}
+        times: dict[str, list[float]] = {"bitroute": [], "trie": []}
         for run in range(args.cli_runs):
-            for impl in (("bitroute", "trie") if run % 2 == 0 else ("trie", "bitroute")):
+            for impl in ("bitroute", "trie") if run % 2 == 0 else ("trie", "bitroute"):
                 out_path = os.path.join(tmp, f"{impl}.out")
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 with open(out_path, "wb") as out:
@@ -537,12 +554,17 @@ def workloads_dialect(profile: str) -> str:
 
 def print_cli(results: list[CliResult]) -> None:
     print("\n### bitroute match vs the trie script (JSON Lines in and out, whole process)\n")
-    print("| profile | N | topic lines | output MB | bitroute CPU s (median) | trie CPU s (median) | bitroute vs trie | target >= 3x |")
+    print(
+        "| profile | N | topic lines | output MB | bitroute CPU s (median) | trie CPU s (median) | bitroute vs trie "
+        "| target >= 3x |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         b, t = float(np.median(r.bitroute_cpu)), float(np.median(r.trie_cpu))
-        print(f"| {r.profile} | {r.n:,} | {r.topic_lines:,} | {r.output_bytes / 1e6:.1f} | {b:.2f} | {t:.2f} | "
-              f"{ratio(t, b)} | {'met' if t / b >= 3 else '**MISSED**'} |")
+        print(
+            f"| {r.profile} | {r.n:,} | {r.topic_lines:,} | {r.output_bytes / 1e6:.1f} | {b:.2f} | {t:.2f} | "
+            f"{ratio(t, b)} | {'met' if t / b >= 3 else '**MISSED**'} |"
+        )
     sys.stdout.flush()
 
 
@@ -630,14 +652,21 @@ def ratio(a: float, b: float) -> str:
 def print_result(r: Result) -> None:
     print(f"\n### {r.profile}, N = {r.n:,}\n")
     print(f"{r.description}.")
-    print(f"Subscribers {r.subscribers:,}; per topic (verification sample): {r.matches_per_topic} matched subscriptions, "
-          f"{r.deliveries_per_topic} deliveries; distinct topics per 10k batch: {r.distinct_per_batch}.\n")
-    print("| impl | build s | bytes/sub | load s | cold median us | cold p99 us | topics timed | batch first pub/s | batch steady pub/s |")
+    print(
+        f"Subscribers {r.subscribers:,}; per topic (verification sample): {r.matches_per_topic} matched "
+        "subscriptions, "
+        f"{r.deliveries_per_topic} deliveries; distinct topics per 10k batch: {r.distinct_per_batch}.\n"
+    )
+    print(
+        "| impl | build s | bytes/sub | load s | cold median us | cold p99 us | topics timed | batch first pub/s | "
+        "batch steady pub/s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in r.rows.values():
         bn = " ~" if row.batch_note.startswith("~") else ""
         print(
-            f"| {row.impl} | {row.build_s:.2f} | {row.bytes_per_sub:.1f} | {row.load_s:.2f} | {fmt_us(row.cold_median_us)} | "
+            f"| {row.impl} | {row.build_s:.2f} | {row.bytes_per_sub:.1f} | {row.load_s:.2f} | "
+            f"{fmt_us(row.cold_median_us)} | "
             f"{fmt_us(row.cold_p99_us)} | {row.cold_n} | {fmt_num(row.first_pps)}{bn} | {fmt_num(row.steady_pps)}{bn} |"
         )
     b, t, nv = r.rows["bitroute"], r.rows["trie"], r.rows["naive"]
@@ -650,7 +679,11 @@ def print_result(r: Result) -> None:
             f"{ratio(other.cold_median_us, b.cold_median_us)} | {ratio(other.cold_p99_us, b.cold_p99_us)} | "
             f"{ratio(b.first_pps, other.first_pps)} | {ratio(b.steady_pps, other.steady_pps)} |"
         )
-    notes = [f"{row.impl}: {'; '.join(row.notes + ([row.batch_note] if row.batch_note else []))}" for row in r.rows.values() if row.notes or row.batch_note]
+    notes = [
+        f"{row.impl}: {'; '.join(row.notes + ([row.batch_note] if row.batch_note else []))}"
+        for row in r.rows.values()
+        if row.notes or row.batch_note
+    ]
     if notes:
         print("\nNotes: " + ". ".join(notes) + ".")
     sys.stdout.flush()
@@ -696,22 +729,32 @@ def machine() -> str:
     import pyroaring
 
     try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except Exception:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
         cpu = platform.processor()
     try:
-        commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "status", "--porcelain", "--", "compiler"],
-                               capture_output=True, text=True).stdout.strip()
-    except Exception:
+        commit = subprocess.run(
+            ["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", os.path.dirname(os.path.abspath(__file__)), "status", "--porcelain", "--", "compiler"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
         commit, dirty = "?", ""
     aff = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{cpu}; nproc {os.cpu_count()}, load average {load} at start, this process pinned to CPUs {aff}; Python {platform.python_version()}, "
-            f"pyroaring {pyroaring.__version__}, pandas {pd.__version__}, pyarrow {__import__('pyarrow').__version__}, "
-            f"numpy {np.__version__}; "
-            + (COMPILER_SOURCE or f"working tree at {commit}{' with compiler/ modified' if dirty else ''}"))
+    return (
+        f"{cpu}; nproc {os.cpu_count()}, load average {load} at start, this process pinned to CPUs {aff}; Python "
+        f"{platform.python_version()}, "
+        f"pyroaring {pyroaring.__version__}, pandas {pd.__version__}, pyarrow {__import__('pyarrow').__version__}, "
+        f"numpy {np.__version__}; "
+        + (COMPILER_SOURCE or f"working tree at {commit}{' with compiler/ modified' if dirty else ''}")
+    )
 
 
 def main(argv=None) -> int:
@@ -720,30 +763,53 @@ def main(argv=None) -> int:
     p.add_argument("--profiles", default="devices,fanout")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cold-topics", type=int, default=2000, help="distinct topics timed cold (default 2000)")
-    p.add_argument("--batches", type=int, default=None,
-                   help="batches per configuration (default 5; 2 for fan-out at >= 1M, whose batches hold ~60M deliveries)")
+    p.add_argument(
+        "--batches",
+        type=int,
+        default=None,
+        help="batches per configuration (default 5; 2 for fan-out at >= 1M, whose batches hold ~60M deliveries)",
+    )
     p.add_argument("--batch-size", type=int, default=10_000)
     p.add_argument("--verify", type=int, default=400, help="topics checked for agreement (default 400)")
     p.add_argument("--naive-budget", type=float, default=20.0, help="seconds of naive scan per step (default 20)")
-    p.add_argument("--trie-batch-budget", type=float, default=120.0,
-                   help="CPU seconds after which the trie runs no further batches (default 120)")
+    p.add_argument(
+        "--trie-batch-budget",
+        type=float,
+        default=120.0,
+        help="CPU seconds after which the trie runs no further batches (default 120)",
+    )
     p.add_argument("--cprofile", metavar="DIR", help="also write cProfile stats of bitroute to DIR")
-    p.add_argument("--profile-only", action="store_true",
-                   help="with --cprofile: only profile bitroute (build, cold loop, two batches); no tables")
-    p.add_argument("--compiler-ref", metavar="REF",
-                   help="benchmark compiler/ as committed at git REF (exported to a temporary directory), "
-                        "not the working tree; the kernel is the one installed in .venv, so REF must be "
-                        "from before the kernel (pure Python) or use the installed kernel's interface")
+    p.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="with --cprofile: only profile bitroute (build, cold loop, two batches); no tables",
+    )
+    p.add_argument(
+        "--compiler-ref",
+        metavar="REF",
+        help="benchmark compiler/ as committed at git REF (exported to a temporary directory), "
+        "not the working tree; the kernel is the one installed in .venv, so REF must be "
+        "from before the kernel (pure Python) or use the installed kernel's interface",
+    )
     p.add_argument("--pin-cpu", type=int, help="pin this process to one CPU (like taskset -c)")
-    p.add_argument("--churn", type=int, default=100_000,
-                   help="subscription changes applied to the built index for the churn figure (default 100000)")
+    p.add_argument(
+        "--churn",
+        type=int,
+        default=100_000,
+        help="subscription changes applied to the built index for the churn figure (default 100000)",
+    )
     p.add_argument("--cli", action="store_true", help="also compare bitroute match with the trie script")
     p.add_argument("--cli-only", action="store_true", help="only the bitroute match comparison")
-    p.add_argument("--cli-topics", type=int, default=20_000,
-                   help="topic lines in the CLI comparison (default 20000; a tenth for fanout at >= 1M)")
+    p.add_argument(
+        "--cli-topics",
+        type=int,
+        default=20_000,
+        help="topic lines in the CLI comparison (default 20000; a tenth for fanout at >= 1M)",
+    )
     p.add_argument("--cli-runs", type=int, default=3, help="runs of each command (default 3)")
-    p.add_argument("--smoke", action="store_true",
-                   help="toy size, seconds: devices at 1,000 subscriptions, small batches")
+    p.add_argument(
+        "--smoke", action="store_true", help="toy size, seconds: devices at 1,000 subscriptions, small batches"
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.sizes, args.profiles, args.cold_topics, args.batches = "1000", "devices", 100, 2
@@ -761,17 +827,21 @@ def main(argv=None) -> int:
         import tempfile
 
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        rev = subprocess.run(["git", "-C", repo, "rev-parse", "--short", args.compiler_ref],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", repo, "rev-parse", "--short", args.compiler_ref], capture_output=True, text=True, check=True
+        ).stdout.strip()
         tmp = tempfile.mkdtemp(prefix=f"bitroute-compiler-{rev}-")
-        archive = subprocess.run(["git", "-C", repo, "archive", rev, "compiler"], capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", repo, "archive", rev, "compiler"], capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         sys.path.insert(0, tmp)
-        last = subprocess.run(["git", "-C", repo, "log", "-1", "--format=%h", rev, "--", "compiler"],
-                              capture_output=True, text=True).stdout.strip()
+        last = subprocess.run(
+            ["git", "-C", repo, "log", "-1", "--format=%h", rev, "--", "compiler"], capture_output=True, text=True
+        ).stdout.strip()
         COMPILER_SOURCE = f"compiler/ as committed at {rev} (last compiler/ commit {last})"
     br = Bitroute()
-    if not os.path.abspath(br.compiler.__file__).startswith(os.path.abspath(sys.path[0])) and args.compiler_ref:
+    if not os.path.abspath(br.compiler.__file__ or "").startswith(os.path.abspath(sys.path[0])) and args.compiler_ref:
         raise SystemExit(f"compiler imported from {br.compiler.__file__}, not from {args.compiler_ref}")
     print("## compiler benchmark\n")
     print(f"Machine: {machine()}.\n")

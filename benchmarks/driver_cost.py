@@ -68,6 +68,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import pyspark
@@ -124,7 +125,7 @@ class Cluster:
 
     @property
     def processes(self) -> list[subprocess.Popen]:
-        return [self.master, *self.workers]
+        return [*([self.master] if self.master is not None else []), *self.workers]
 
 
 @contextlib.contextmanager
@@ -194,7 +195,7 @@ class CpuTimeline:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "CpuTimeline":
+    def start(self) -> CpuTimeline:
         self._thread.start()
         return self
 
@@ -228,7 +229,7 @@ class CpuTimeline:
             return dict.fromkeys(self.roles, 0.0)
         if when <= samples[0][0]:
             return dict(samples[0][1])
-        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+        for (t0, c0), (t1, c1) in pairwise(samples):
             if t0 <= when <= t1:
                 f = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
                 return {k: c0[k] + f * (c1[k] - c0[k]) for k in c0}
@@ -297,8 +298,8 @@ def _is_python_worker(pid: int) -> bool:
     return "pyspark.daemon" in procstat.cmdline(pid) or "pyspark/daemon" in procstat.cmdline(pid)
 
 
-def router_roles(router: harness.RouterRun, cluster: Cluster, broker: EmbeddedBroker) -> dict:
-    driver = router.proc.pid
+def router_roles(router: harness.RouterRun, cluster: Cluster, broker: EmbeddedBroker | harness.ExistingBroker) -> dict:
+    driver = router.popen().pid
     workers = [p.pid for p in cluster.workers]
     local = cluster.master is None
 
@@ -378,7 +379,7 @@ class DeliveryCounter:
 
 
 def _drain(router: harness.RouterRun, counter: DeliveryCounter, messages: str, publishes: int,
-           deadline: float, result: "RunResult", timeout: float) -> tuple[dict[str, float], float]:
+           deadline: float, result: RunResult, timeout: float) -> tuple[dict[str, float], float]:
     """Wait until ``counter`` has its deliveries, the ``messages`` table ``publishes`` rows
     and the ``deliveries`` table a row per delivery (the two tables are committed apart:
     the larger one last); note the load average and the driver JVM's threads at the first delivery.
@@ -388,7 +389,7 @@ def _drain(router: harness.RouterRun, counter: DeliveryCounter, messages: str, p
     deliveries = messages.rsplit("/", 1)[0] + "/deliveries"
     while time.monotonic() < deadline:
         if not router.alive():
-            raise RuntimeError(f"the router exited; see {router.log}")
+            raise RuntimeError(f"the router exited; see {router.log_path}")
         if counter.first_timestamp is not None and not result.load_start:
             result.load_start = os.getloadavg()[0]
             threads_start = _driver_jvm_threads(router)
@@ -407,9 +408,10 @@ def _drain(router: harness.RouterRun, counter: DeliveryCounter, messages: str, p
 def audited_rows(path: str) -> int:
     """Rows of the audit table at ``path`` (0 before it exists)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
     try:
         return DeltaTable(path).count()
-    except Exception:  # not created yet
+    except TableNotFoundError:  # not created yet
         return 0
 
 
@@ -559,7 +561,10 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
             result.load_end = os.getloadavg()[0]
             threads_end = _driver_jvm_threads(router)
             result.driver_jvm_threads = _thread_diff(threads_start, threads_end)
-            start, end = counter.first_timestamp, max(counter.done_at, audited_at)
+            start, done = counter.first_timestamp, counter.done_at
+            if start is None or done is None:  # _drain returns once both are known
+                raise RuntimeError("the drain returned before its first and last delivery")
+            end = max(done, audited_at)
             # The router idle (no publishes left): what the driver costs per second
             # whatever it routes.
             time.sleep(max(0.0, end + 0.5 - time.time()))
@@ -589,7 +594,7 @@ def run_once(code: str, tree: Path, batch: int, w: Workload, fanout: int, folder
                 result.steady_driver_s = cpu["driver Python"] + cpu["driver JVM"]
                 result.steady_executors_s = cpu["executor JVMs"] + cpu["executor Python"]
             result.ok = True
-    except Exception as exc:  # one failed run is reported, the others still run
+    except Exception as exc:  # noqa: BLE001 - one failed run is reported, the others still run
         result.error = f"{type(exc).__name__}: {exc}"
         _log(f"{code} batch {batch:,}: FAILED: {result.error}")
     finally:
@@ -607,7 +612,7 @@ def _thread_diff(start: dict[str, float], end: dict[str, float]) -> dict[str, fl
 def _driver_jvm_threads(router: harness.RouterRun) -> dict[str, float]:
     tree = process_tree()
     out: dict[str, float] = {}
-    for pid in descendants(tree, router.proc.pid):
+    for pid in descendants(tree, router.popen().pid):
         if _is_java(pid):
             for name, cpu in thread_cpu(pid).items():
                 out[name] = out.get(name, 0.0) + cpu
@@ -643,7 +648,7 @@ def summary(results: list[RunResult]) -> list[str]:
     for code, batch in keys:
         group = [r for r in results if r.ok and (r.code, r.batch) == (code, batch)]
 
-        def stat(f: Callable[[RunResult], float], fmt: str) -> str:
+        def stat(f: Callable[[RunResult], float], fmt: str, group: list[RunResult] = group) -> str:
             values = [f(r) for r in group]
             return f"{format(min(values), fmt)}/{format(statistics.median(values), fmt)}"
 
@@ -787,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
               f", before = {args.before} at {_commit(args.before)}" if args.before else ""))
     print(f"workload: {w.description}; {args.fanout} deliveries per publish; backlog "
           f"{args.backlog:,} publishes ({args.tiny_backlog:,} for the tiny batches)"
-          + (f"; measured on a second backlog (--warm)" if args.warm else "")
+          + ("; measured on a second backlog (--warm)" if args.warm else "")
           + "".join(f"; --set {s}" for s in args.set))
     sys.stdout.flush()
     base = Path(tempfile.mkdtemp(prefix="driver-cost-", dir=args.folder))

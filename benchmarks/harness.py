@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 from benchmarks.e2e import procstat
 from streaming.kafka.broker import EmbeddedBroker, free_port
@@ -156,26 +157,32 @@ class ReportedProcess:
         self._t0 = 0.0
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "ReportedProcess":
+    def start(self) -> Self:
         self._t0 = time.time()
-        self.proc = subprocess.Popen(self.command, cwd=self.cwd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=self.env,
-                                     start_new_session=True)
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self.proc = proc = subprocess.Popen(self.command, cwd=self.cwd, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True, env=self.env,
+                                            start_new_session=True)
+        threading.Thread(target=self._read_stdout, args=(proc,), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(proc,), daemon=True).start()
         return self
 
-    def _read_stdout(self) -> None:
+    def popen(self) -> subprocess.Popen:
+        """The process, once :meth:`start`ed."""
+        if self.proc is None:
+            raise RuntimeError(f"{self.command[0]}: not started")
+        return self.proc
+
+    def _read_stdout(self, proc: subprocess.Popen) -> None:
         with open(self.log_path.with_suffix(".stdout"), "a") as log:
-            for line in self.proc.stdout:
+            for line in proc.stdout or ():
                 log.write(line)
                 log.flush()
                 self.parse_stdout(line)
         self._events.put("exit")
 
-    def _read_stderr(self) -> None:
+    def _read_stderr(self, proc: subprocess.Popen) -> None:
         with open(self.log_path, "a") as log:
-            for line in self.proc.stderr:
+            for line in proc.stderr or ():
                 log.write(line)
                 log.flush()
                 self.parse_stderr(line)
@@ -194,7 +201,7 @@ class ReportedProcess:
         try:
             event = self._events.get(timeout=timeout)
         except queue.Empty:
-            raise RuntimeError(f"the router did not start in {timeout:.0f}s; see {self.log_path}")
+            raise RuntimeError(f"the router did not start in {timeout:.0f}s; see {self.log_path}") from None
         if event != "started" or self.started is None:
             raise RuntimeError(f"the router exited before its query started; see {self.log_path}")
         return self.started
@@ -217,8 +224,8 @@ class ReportedProcess:
         return False
 
     def pids(self) -> dict[str, list[int]]:
-        alive = self.proc is not None and self.proc.poll() is None
-        return {"jvm": [self.proc.pid] if alive else []}
+        proc = self.proc
+        return {"jvm": [proc.pid] if proc is not None and proc.poll() is None else []}
 
     def stop(self, timeout: float = 120) -> None:
         """SIGTERM (stop after the batch in progress); SIGKILL of its whole session (the

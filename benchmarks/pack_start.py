@@ -26,6 +26,7 @@ The machine is shared: figures are noisy, the load average is printed with them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -47,13 +48,9 @@ from streaming.kafka.broker import free_port
 
 
 def _imports(batches):
-    import pandas  # noqa: F401
-    import bitroute_kernel  # noqa: F401
-    import streaming.router.batch.routing  # noqa: F401
-    import streaming.router.batch.delivery  # noqa: F401
-
-    for batch in batches:
-        yield batch
+    for module in ("pandas", "bitroute_kernel", "streaming.router.batch.routing", "streaming.router.batch.delivery"):
+        importlib.import_module(module)
+    yield from batches
 
 
 def _bare_environment() -> dict[str, str]:
@@ -118,15 +115,21 @@ def _executor_phases(root: Path) -> str:
     if stderr is None:
         return "no executor log"
     lines = stderr.read_text().splitlines()
-    when = lambda line: datetime.strptime(_STAMP.match(line).group(1), "%y/%m/%d %H:%M:%S")
+
+    def when(line: str) -> datetime:
+        stamp = _STAMP.match(line)
+        if stamp is None:
+            raise ValueError(f"no time stamp: {line!r}")
+        return datetime.strptime(stamp.group(1), "%y/%m/%d %H:%M:%S")
+
     parts = []
-    fetch = next((i for i, l in enumerate(lines) if "Fetching spark://" in l and ".tar.gz#" in l), None)
-    unpack = next((i for i, l in enumerate(lines) if "Unpacking an archive" in l), None)
+    fetch = next((i for i, line in enumerate(lines) if "Fetching spark://" in line and ".tar.gz#" in line), None)
+    unpack = next((i for i, line in enumerate(lines) if "Unpacking an archive" in line), None)
     if fetch is not None and unpack is not None and unpack + 1 < len(lines):
-        after = next(l for l in lines[unpack + 1:] if _STAMP.match(l))
+        after = next(line for line in lines[unpack + 1:] if _STAMP.match(line))
         parts.append(f"fetch {(when(lines[unpack]) - when(lines[fetch])).seconds} s, "
                      f"unpack {(when(after) - when(lines[unpack])).seconds} s (1 s resolution)")
-    times = next((l for l in lines if "Times: total" in l), "")
+    times = next((line for line in lines if "Times: total" in line), "")
     found = re.search(r"boot = (\d+), init = (\d+)", times)
     if found:
         parts.append(f"Python worker boot {int(found.group(1)) / 1000:.1f} s, "

@@ -81,7 +81,8 @@ def query_main(argv: list[str]) -> int:
               .option("topic", sink).option("checkpointLocation", f"{folder}/query")
               .outputMode("update"))
     if mode == "realtime":
-        writer = writer.trigger(realTime=checkpoint)
+        # pyspark's overloads of trigger() lack realTime, which it takes (Real-Time Mode).
+        writer = writer.trigger(realTime=checkpoint)  # type: ignore[call-overload]
     else:
         writer = writer.trigger(processingTime=trigger)
     query = writer.start()
@@ -114,6 +115,7 @@ def _measure_copy(bootstrap: str, mode: str, trigger: str, partitions: int, rate
                               bootstrap, source, sink, str(work), trigger, checkpoint],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                              cwd=harness.ROOT, start_new_session=True)
+    assert child.stdin is not None and child.stdout is not None  # PIPEs
     try:
         deadline = time.monotonic() + QUERY_START_TIMEOUT_S
         line = ""

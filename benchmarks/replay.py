@@ -27,15 +27,15 @@ import json
 import tempfile
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from confluent_kafka import Producer
 
 from benchmarks.e2e import bitroute_run, kafka_load
 from benchmarks.workload import EXCHANGE, Workload
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.replay.replay import ReplayLedger, state_path
+from streaming.state.checkpoint import CheckpointLayout
 
 
 def _log(msg: str) -> None:
@@ -76,7 +76,7 @@ def _batches_between(env: bitroute_run.Env, t0: float, t1: float) -> dict:
     import statistics
 
     chosen = [b for b in env.router.batches if t0 <= _epoch(b["end"]) < t1]
-    out = {"batches": len(chosen)}
+    out: dict[str, float] = {"batches": len(chosen)}
     for stage in ("seconds", "catch_up", "route", "audit"):
         out[stage] = statistics.median(b.get(stage, 0.0) for b in chosen) if chosen else 0.0
     return out
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             _subscribe(env, "lat", "lat", "lat/#")
             started = env.start_router()
             _log(f"router running (open {started['open_s']:.1f}s); log {env.router.log_path}")
-            since = datetime.now(timezone.utc) - timedelta(seconds=1)
+            since = datetime.now(UTC) - timedelta(seconds=1)
             backlog = [f"{'hit' if i == 0 else 'miss'}/{j}" for j in range(10) for i in range(10)]
             procs, pout, start_at = kafka_load.start_publishers(
                 env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE,

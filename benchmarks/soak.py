@@ -68,8 +68,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, kafka_load, procstat
 from benchmarks import workload
+from benchmarks.e2e import bitroute_run, kafka_load, procstat
 from benchmarks.workload import EXCHANGE
 from streaming.state.checkpoint import CheckpointLayout
 
@@ -113,7 +113,10 @@ def _count(folder: Path, accept=lambda name: True) -> tuple[int, int]:
 def folder_stats(state: Path, warehouse: Path) -> dict[str, float]:
     """Entry counts (``*_n``) and sizes in MB (``*_mb``) of every state folder."""
     layout = CheckpointLayout.of(state)
-    visible = lambda name: not name.startswith(".")  # noqa: E731 - skip temporary/crc files
+
+    def visible(name: str) -> bool:  # skips temporary and crc files
+        return not name.startswith(".")
+
     folders = {
         "pins": (layout.pins, visible),
         "snapshots": (layout.snapshots, visible),
@@ -168,10 +171,13 @@ def jvm_heap(pid: int) -> dict[str, float]:
     try:
         out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True,
                              timeout=20).stdout.split("\n")
-        values = dict(zip(out[0].split(), (float(v) for v in out[1].split())))
+        values = dict(zip(out[0].split(), (float(v) for v in out[1].split()), strict=True))
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         return {}
-    kb = lambda *keys: sum(values.get(k, 0.0) for k in keys) / 1024  # noqa: E731
+
+    def kb(*keys: str) -> float:
+        return sum(values.get(k, 0.0) for k in keys) / 1024
+
     return {"jvm_heap_committed_mb": round(kb("S0C", "S1C", "EC", "OC"), 1),
             "jvm_old_used_mb": round(kb("OU"), 1), "jvm_metaspace_mb": round(kb("MU"), 1),
             "jvm_full_gcs": values.get("FGC", 0.0)}
@@ -200,8 +206,8 @@ def fit(ts_min: list[float], ys: list[float]) -> Fit | None:
     sxx = sum((x - mx) ** 2 for x in ts_min)
     if sxx == 0:
         return None
-    slope = sum((x - mx) * (y - my) for x, y in zip(ts_min, ys)) / sxx
-    resid = [y - (my + slope * (x - mx)) for x, y in zip(ts_min, ys)]
+    slope = sum((x - mx) * (y - my) for x, y in zip(ts_min, ys, strict=True)) / sxx
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(ts_min, ys, strict=True)]
     s2 = sum(r * r for r in resid) / max(1, n - 2)
     return Fit(slope, math.sqrt(s2 / sxx), math.sqrt(s2), ys[0], ys[-1], my, n,
                ts_min[-1] - ts_min[0])
@@ -228,7 +234,7 @@ class Churn:
         self.failures: list[str] = []
         self._thread = threading.Thread(target=self._run, name="soak-churn", daemon=True)
 
-    def start(self) -> "Churn":
+    def start(self) -> Churn:
         if self._every > 0:
             self._thread.start()
         return self
@@ -285,13 +291,13 @@ class Soak:
     batches: list[dict] = field(default_factory=list)
     result: dict = field(default_factory=dict)
     started_pids: set[int] = field(default_factory=set)
-    churn: "Churn | None" = None
+    churn: Churn | None = None
 
 
 def _pids(env: bitroute_run.Env) -> dict[str, list[int]]:
     """Role -> pids. The JVM is the one the router reported: a process the JVM forks
     carries the JVM's command line until it execs, and would count its memory twice."""
-    if env.router is None:
+    if env.running is None:
         return {r: [] for r in ROLES}
     pids = env.router.pids()
     pids["jvm"] = sorted(pids["jvm"])[:1]  # the first JVM: forks carry its command line
@@ -348,39 +354,55 @@ def run(soak: Soak) -> int:
     matches, per_publish = workload.match_stats(w)
     _log(f"workload devices, {n:,} subscriptions: {w.description}; {per_publish:.2f} deliveries per publish "
          f"(generated in {time.monotonic() - t:.1f}s)")
-    soak.result.update({"mode": _mode(a.set), "churn_s": a.churn, "size": a.size, "subscriptions": n, "deliveries_per_publish": per_publish,
-                        "sets": a.set, "minutes": a.minutes, "warmup_minutes": a.warmup_minutes,
-                        "interval_s": a.interval, "loadavg_start": os.getloadavg(),
-                        "cores": os.cpu_count(),
-                        "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX")})
+    soak.result.update(
+        {
+            "mode": _mode(a.set),
+            "churn_s": a.churn,
+            "size": a.size,
+            "subscriptions": n,
+            "deliveries_per_publish": per_publish,
+            "sets": a.set,
+            "minutes": a.minutes,
+            "warmup_minutes": a.warmup_minutes,
+            "interval_s": a.interval,
+            "loadavg_start": os.getloadavg(),
+            "cores": os.cpu_count(),
+            "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX"),
+        }
+    )
     env = bitroute_run.Env(soak.workdir / "bitroute", a.set)
     try:
         env.bring_up(w, _log)
-        soak.started_pids.add(env.broker.pid() or 0)
+        soak.started_pids.add((env.broker.pid() if env.broker is not None else None) or 0)
         rate = a.rate
         if not rate:
             sat = bitroute_run._saturate(env, w, a.backlog, 2, 1, _log)
             soak.result["sustained_publishes_per_s"] = sat.publishes_per_s
             rate = sat.publishes_per_s / 2
-            _log(f"sustained {sat.publishes_per_s:,.0f} publishes/s ({a.backlog:,}-publish "
-                 f"backlog); soaking at half: {rate:,.0f}/s")
+            _log(
+                f"sustained {sat.publishes_per_s:,.0f} publishes/s ({a.backlog:,}-publish "
+                f"backlog); soaking at half: {rate:,.0f}/s"
+            )
         soak.result["rate"] = rate
         n_probes = len(env.router.batches)
         duration = a.minutes * 60
         procs, pout, start_at = kafka_load.start_publishers(
-            env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
-            duration, 1)
-        soak.started_pids.update(p.pid for p in procs)
+            env.config.kafka.bootstrap, env.config.kafka.publishes_topic, EXCHANGE, w, rate, duration, 1
+        )
+        soak.started_pids.update(p.pid for p in procs if p.pid is not None)
         time.sleep(max(0.0, start_at - time.time()))
         soak.churn = Churn(env.config, w, a.churn).start()
         t_start = time.time()
-        _log(f"soak: {rate:,.0f} publishes/s for {a.minutes:g} min, sampling every "
-             f"{a.interval:g}s, warm-up {a.warmup_minutes:g} min excluded from the slopes")
+        _log(
+            f"soak: {rate:,.0f} publishes/s for {a.minutes:g} min, sampling every "
+            f"{a.interval:g}s, warm-up {a.warmup_minutes:g} min excluded from the slopes"
+        )
         next_progress, next_heap = t_start + 60, t_start
         while time.time() < t_start + duration:
-            if env.router.proc.poll() is not None:
-                raise RuntimeError(f"the router exited (status {env.router.proc.returncode}); "
-                                   f"see {env.router.log_path}")
+            if env.router.popen().poll() is not None:
+                raise RuntimeError(
+                    f"the router exited (status {env.router.popen().returncode}); see {env.router.log_path}"
+                )
             heap = time.time() >= next_heap
             next_heap = next_heap + 60 if heap else next_heap
             row = sample(env, soak, t_start, n_probes, heap)
@@ -389,19 +411,20 @@ def run(soak: Soak) -> int:
                 next_progress += 60
                 recent = [b for b in env.router.batches[n_probes:] if b["end"] >= time.time() - 60]
                 m = _stage_means(recent)
-                _log(f"min {row['t_s'] / 60:4.1f}: RSS driver {row['driver_mb']:,.0f} MB, JVM "
-                     f"{row['jvm_mb']:,.0f} MB, workers {row['workers_mb']:,.0f} MB "
-                     f"({row['workers_processes']}); {row['batches']:,} batches, "
-                     f"{row['publishes']:,} publishes; last minute per batch (median) "
-                     + (f"{m['seconds']:.3f}s, audit {m['audit']:.3f}s, {m['rows']:.0f} publishes"
-                        if m else "no batch")
-                     + f"; pins {row['pins_n']:.0f}, commits {row['spark_commits_n']:.0f}, "
-                     f"deliveries table {row.get('delta_deliveries_files_n', 0):.0f} files / "
-                     f"{row.get('delta_deliveries_log_n', 0):.0f} log entries; latency p50/p99 "
-                     f"{row.get('latency_p50_ms', float('nan')):,.0f}/"
-                     f"{row.get('latency_p99_ms', float('nan')):,.0f} ms; "
-                     f"{row['churn_changes']} subscription changes"
-                     + (f", view v{row['view_version']}" if "view_version" in row else ""))
+                _log(
+                    f"min {row['t_s'] / 60:4.1f}: RSS driver {row['driver_mb']:,.0f} MB, JVM "
+                    f"{row['jvm_mb']:,.0f} MB, workers {row['workers_mb']:,.0f} MB "
+                    f"({row['workers_processes']}); {row['batches']:,} batches, "
+                    f"{row['publishes']:,} publishes; last minute per batch (median) "
+                    + (f"{m['seconds']:.3f}s, audit {m['audit']:.3f}s, {m['rows']:.0f} publishes" if m else "no batch")
+                    + f"; pins {row['pins_n']:.0f}, commits {row['spark_commits_n']:.0f}, "
+                    f"deliveries table {row.get('delta_deliveries_files_n', 0):.0f} files / "
+                    f"{row.get('delta_deliveries_log_n', 0):.0f} log entries; latency p50/p99 "
+                    f"{row.get('latency_p50_ms', float('nan')):,.0f}/"
+                    f"{row.get('latency_p99_ms', float('nan')):,.0f} ms; "
+                    f"{row['churn_changes']} subscription changes"
+                    + (f", view v{row['view_version']}" if "view_version" in row else "")
+                )
             time.sleep(max(0.0, a.interval - (time.time() - t_start - row["t_s"])))
         soak.churn.stop()
         pub = kafka_load.join_publishers(procs, pout, timeout=300)
@@ -429,7 +452,7 @@ def _stop(env: bitroute_run.Env, soak: Soak) -> None:
     if soak.churn is not None:
         soak.churn.stop()
     try:
-        if env.router is not None:
+        if env.running is not None:
             pids = _pids(env)
             soak.started_pids.update(p for ps in pids.values() for p in ps)
             env.router.stop(timeout=60)
@@ -448,25 +471,31 @@ def _stop(env: bitroute_run.Env, soak: Soak) -> None:
 
 # --- the report ------------------------------------------------------------------------
 
+
 def report(soak: Soak) -> str:
     a, r = soak.args, soak.result
     warm_s = a.warmup_minutes * 60
     after = [s for s in soak.samples if s["t_s"] >= warm_s]
-    lines = [f"Soak: devices {a.size} ({r.get('subscriptions', 0):,} subscriptions), "
-             f"{r.get('rate', 0):,.0f} publishes/s for {a.minutes:g} min"
-             + (f" (half the sustained {r['sustained_publishes_per_s']:,.0f}/s)"
-                if r.get("sustained_publishes_per_s") else " (--rate)")
-             + f", {r.get('published', 0):,} publishes, {len(soak.batches):,} batches; "
-             f"{r.get('cores')} cores, load average {r.get('loadavg_start', [0])[0]:.1f} at start, "
-             f"{r.get('loadavg_end', [0])[0]:.1f} at end",
-             f"mode {r.get('mode', _mode(a.set))}; {r.get('churn_changes', 0):,} subscription "
-             f"changes (one every {a.churn:g}s)" + (f", failures: {r['churn_failures'][:2]}"
-                                                  if r.get("churn_failures") else ""),
-             f"router settings: {' '.join(a.set) or '(defaults)'}"
-             + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else ""),
-             "",
-             f"RSS slope after {a.warmup_minutes:g} min of warm-up ({len(after)} samples, "
-             f"least squares; bound {FLAT_MB_PER_MIN:g} MB/min):"]
+    lines = [
+        f"Soak: devices {a.size} ({r.get('subscriptions', 0):,} subscriptions), "
+        f"{r.get('rate', 0):,.0f} publishes/s for {a.minutes:g} min"
+        + (
+            f" (half the sustained {r['sustained_publishes_per_s']:,.0f}/s)"
+            if r.get("sustained_publishes_per_s")
+            else " (--rate)"
+        )
+        + f", {r.get('published', 0):,} publishes, {len(soak.batches):,} batches; "
+        f"{r.get('cores')} cores, load average {r.get('loadavg_start', [0])[0]:.1f} at start, "
+        f"{r.get('loadavg_end', [0])[0]:.1f} at end",
+        f"mode {r.get('mode', _mode(a.set))}; {r.get('churn_changes', 0):,} subscription "
+        f"changes (one every {a.churn:g}s)"
+        + (f", failures: {r['churn_failures'][:2]}" if r.get("churn_failures") else ""),
+        f"router settings: {' '.join(a.set) or '(defaults)'}"
+        + (f"; MALLOC_ARENA_MAX={r['malloc_arena_max']}" if r.get("malloc_arena_max") else ""),
+        "",
+        f"RSS slope after {a.warmup_minutes:g} min of warm-up ({len(after)} samples, "
+        f"least squares; bound {FLAT_MB_PER_MIN:g} MB/min):",
+    ]
     fits = {}
     for role in ROLES:
         f = fit([s["t_s"] / 60 for s in after], [s[f"{role}_mb"] for s in after])
@@ -476,23 +505,29 @@ def report(soak: Soak) -> str:
             continue
         ok = abs(f.slope) <= FLAT_MB_PER_MIN
         procs = max(s[f"{role}_processes"] for s in after)
-        lines.append(f"  {ROLE_NAMES[role]:<16} {f.slope:+7.2f} MB/min (+/- {f.stderr:.2f}; residual "
-                     f"sd {f.residual:.1f} MB) {f.first:8,.0f} -> {f.last:8,.0f} MB over "
-                     f"{f.minutes:.1f} min, {procs} process(es): "
-                     f"{'flat' if ok else 'NOT FLAT'}")
+        lines.append(
+            f"  {ROLE_NAMES[role]:<16} {f.slope:+7.2f} MB/min (+/- {f.stderr:.2f}; residual "
+            f"sd {f.residual:.1f} MB) {f.first:8,.0f} -> {f.last:8,.0f} MB over "
+            f"{f.minutes:.1f} min, {procs} process(es): "
+            f"{'flat' if ok else 'NOT FLAT'}"
+        )
     soak.result["slopes"] = {k: (vars(v) if v else None) for k, v in fits.items()}
     heap = [s for s in after if "jvm_old_used_mb" in s]
-    if len(heap) >= 3:
-        old = fit([s["t_s"] / 60 for s in heap], [s["jvm_old_used_mb"] for s in heap])
-        lines.append(f"  Spark JVM heap (jstat, each minute): committed {heap[0]['jvm_heap_committed_mb']:,.0f}"
-                     f" -> {heap[-1]['jvm_heap_committed_mb']:,.0f} MB, old generation used "
-                     f"{old.first:,.0f} -> {old.last:,.0f} MB ({old.slope:+.2f} MB/min), metaspace "
-                     f"{heap[-1]['jvm_metaspace_mb']:,.0f} MB, {heap[-1]['jvm_full_gcs']:.0f} full GCs "
-                     "(a JVM whose RSS grows while its committed heap grows is still sizing its heap)")
+    old = fit([s["t_s"] / 60 for s in heap], [s["jvm_old_used_mb"] for s in heap])  # None: < 3 points
+    if old is not None:
+        lines.append(
+            f"  Spark JVM heap (jstat, each minute): committed {heap[0]['jvm_heap_committed_mb']:,.0f}"
+            f" -> {heap[-1]['jvm_heap_committed_mb']:,.0f} MB, old generation used "
+            f"{old.first:,.0f} -> {old.last:,.0f} MB ({old.slope:+.2f} MB/min), metaspace "
+            f"{heap[-1]['jvm_metaspace_mb']:,.0f} MB, {heap[-1]['jvm_full_gcs']:.0f} full GCs "
+            "(a JVM whose RSS grows while its committed heap grows is still sizing its heap)"
+        )
     if soak.samples:
         s0 = soak.samples[0]
-        lines.append(f"  (at the first sample, before warm-up: driver {s0['driver_mb']:,.0f} MB, "
-                     f"JVM {s0['jvm_mb']:,.0f} MB, workers {s0['workers_mb']:,.0f} MB)")
+        lines.append(
+            f"  (at the first sample, before warm-up: driver {s0['driver_mb']:,.0f} MB, "
+            f"JVM {s0['jvm_mb']:,.0f} MB, workers {s0['workers_mb']:,.0f} MB)"
+        )
     b = soak.batches
     if b:
         t_first = b[0]["end"]
@@ -501,31 +536,42 @@ def report(soak: Soak) -> str:
             head = [x for x in warm if x["end"] < warm[0]["end"] + 60]
             tail = [x for x in warm if x["end"] >= warm[-1]["end"] - 60]
             h, t = _stage_means(head), _stage_means(tail)
-            lines += ["", "Per batch (median), first and last minute after warm-up"
-                      + (" (realtime: the audit query's batches):" if r.get("mode") == "realtime"
-                         else ":")]
+            lines += [
+                "",
+                "Per batch (median), first and last minute after warm-up"
+                + (" (realtime: the audit query's batches):" if r.get("mode") == "realtime" else ":"),
+            ]
             for k in stages_of(warm):
                 ratio = t[k] / h[k] if h.get(k) else float("nan")
-                lines.append(f"  {('whole batch' if k == 'seconds' else k):<12} {h[k]:7.3f}s -> "
-                             f"{t[k]:7.3f}s ({ratio:.2f}x)")
-            lines.append(f"  publishes per batch {h['rows']:.0f} -> {t['rows']:.0f} "
-                         f"({h['n']} and {t['n']} batches)")
+                lines.append(
+                    f"  {('whole batch' if k == 'seconds' else k):<12} {h[k]:7.3f}s -> {t[k]:7.3f}s ({ratio:.2f}x)"
+                )
+            lines.append(f"  publishes per batch {h['rows']:.0f} -> {t['rows']:.0f} ({h['n']} and {t['n']} batches)")
             ratio = t["ms_per_publish"] / h["ms_per_publish"] if h["ms_per_publish"] else float("nan")
-            lines.append(f"  per publish  {h['ms_per_publish']:7.3f} ms -> {t['ms_per_publish']:7.3f} ms "
-                         f"({ratio:.2f}x)")
+            lines.append(
+                f"  per publish  {h['ms_per_publish']:7.3f} ms -> {t['ms_per_publish']:7.3f} ms ({ratio:.2f}x)"
+            )
             soak.result["per_batch"] = {"first_minute": h, "last_minute": t}
     lat = [s for s in after if "latency_p50_ms" in s]
     if lat:
         t_head, t_tail = lat[0]["t_s"] + 60, lat[-1]["t_s"] - 60
         head = [s for s in lat if s["t_s"] <= t_head]
         tail = [s for s in lat if s["t_s"] >= t_tail]
-        med = lambda rows, k: statistics.median(s[k] for s in rows)  # noqa: E731
-        lines += ["", "End-to-end latency (status.json: the latest publishes, publish to routed), "
-                      "median of the samples in the first and last minute after warm-up:",
-                  f"  p50 {med(head, 'latency_p50_ms'):,.0f} -> {med(tail, 'latency_p50_ms'):,.0f} ms, "
-                  f"p99 {med(head, 'latency_p99_ms'):,.0f} -> {med(tail, 'latency_p99_ms'):,.0f} ms"]
-        soak.result["latency"] = {"first_minute": {k: med(head, f"latency_{k}_ms") for k in ("p50", "p99")},
-                                  "last_minute": {k: med(tail, f"latency_{k}_ms") for k in ("p50", "p99")}}
+
+        def med(rows: list[dict], k: str) -> float:
+            return statistics.median(s[k] for s in rows)
+
+        lines += [
+            "",
+            "End-to-end latency (status.json: the latest publishes, publish to routed), "
+            "median of the samples in the first and last minute after warm-up:",
+            f"  p50 {med(head, 'latency_p50_ms'):,.0f} -> {med(tail, 'latency_p50_ms'):,.0f} ms, "
+            f"p99 {med(head, 'latency_p99_ms'):,.0f} -> {med(tail, 'latency_p99_ms'):,.0f} ms",
+        ]
+        soak.result["latency"] = {
+            "first_minute": {k: med(head, f"latency_{k}_ms") for k in ("p50", "p99")},
+            "last_minute": {k: med(tail, f"latency_{k}_ms") for k in ("p50", "p99")},
+        }
         versions = [s["view_version"] for s in after if s.get("view_version") is not None]
         if versions:
             lines.append(f"  routing view version {versions[0]} -> {versions[-1]} after warm-up")
@@ -536,15 +582,19 @@ def report(soak: Soak) -> str:
         for base in bases:
             peak = max(s.get(f"{base}_n", 0) for s in soak.samples)
             note = f"  [retention: {RETENTION[base + '_n']}]" if base + "_n" in RETENTION else ""
-            lines.append(f"  {base:<28} {last[f'{base}_n']:>9,.0f} {last.get(f'{base}_mb', 0):>10,.2f} MB "
-                         f"({peak:,.0f}){note}")
-        lines.append(f"  {'status.json':<28} {'1':>9} {last['status_mb']:>10,.3f} MB  "
-                     f"[retention: {RETENTION['status_mb']}]")
-        grow = [b for b in bases if b.startswith("delta_")
-                and last[f"{b}_n"] > 1.5 * max(1, mid.get(f"{b}_n", 0))]
+            lines.append(
+                f"  {base:<28} {last[f'{base}_n']:>9,.0f} {last.get(f'{base}_mb', 0):>10,.2f} MB ({peak:,.0f}){note}"
+            )
+        lines.append(
+            f"  {'status.json':<28} {'1':>9} {last['status_mb']:>10,.3f} MB  [retention: {RETENTION['status_mb']}]"
+        )
+        grow = [b for b in bases if b.startswith("delta_") and last[f"{b}_n"] > 1.5 * max(1, mid.get(f"{b}_n", 0))]
         if grow:
-            lines.append("  growing with the number of batches: " + ", ".join(grow)
-                         + " (until the audit maintenance compacts and cleans them)")
+            lines.append(
+                "  growing with the number of batches: "
+                + ", ".join(grow)
+                + " (until the audit maintenance compacts and cleans them)"
+            )
     return "\n".join(lines)
 
 
@@ -558,37 +608,56 @@ def write_outputs(soak: Soak) -> tuple[Path, Path]:
             wr = csv.DictWriter(f, keys, extrasaction="ignore")
             wr.writeheader()
             wr.writerows(soak.samples)
-    json_path.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
-                                              for k, v in vars(soak.args).items()},
-                                     "result": soak.result, "samples": soak.samples,
-                                     "batches": soak.batches}, default=str))
+    json_path.write_text(
+        json.dumps(
+            {
+                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(soak.args).items()},
+                "result": soak.result,
+                "samples": soak.samples,
+                "batches": soak.batches,
+            },
+            default=str,
+        )
+    )
     return csv_path, json_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks soak", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks soak", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--minutes", type=float, default=60.0, help="soak length (default 60)")
-    ap.add_argument("--rate", type=float, default=0.0,
-                    help="publishes/s (default: half the sustained rate, measured first)")
-    ap.add_argument("--backlog", type=int, default=200_000,
-                    help="publishes drained to measure the sustained rate (without --rate)")
-    ap.add_argument("--warmup-minutes", type=float, default=5.0,
-                    help="samples before this are left out of the slopes (default 5)")
+    ap.add_argument(
+        "--rate", type=float, default=0.0, help="publishes/s (default: half the sustained rate, measured first)"
+    )
+    ap.add_argument(
+        "--backlog", type=int, default=200_000, help="publishes drained to measure the sustained rate (without --rate)"
+    )
+    ap.add_argument(
+        "--warmup-minutes", type=float, default=5.0, help="samples before this are left out of the slopes (default 5)"
+    )
     ap.add_argument("--size", choices=sorted(workload.SIZES), default="100k")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--publishes", type=int, default=200_000,
-                    help="distinct publishes generated (the load cycles through them)")
+    ap.add_argument(
+        "--publishes", type=int, default=200_000, help="distinct publishes generated (the load cycles through them)"
+    )
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
-    ap.add_argument("--churn", type=float, default=5.0,
-                    help="seconds between subscription changes (a subscribe, then its "
-                         "unsubscribe; default 5, 0: none)")
-    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                    help="router configuration override (repeatable), as for bitroute run")
+    ap.add_argument(
+        "--churn",
+        type=float,
+        default=5.0,
+        help="seconds between subscription changes (a subscribe, then its unsubscribe; default 5, 0: none)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="router configuration override (repeatable), as for bitroute run",
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
-    ap.add_argument("--smoke", action="store_true",
-                    help="toy size: 100 subscriptions, 6 s at 200 publishes/s")
+    ap.add_argument("--smoke", action="store_true", help="toy size: 100 subscriptions, 6 s at 200 publishes/s")
     args = ap.parse_args(argv)
     if args.smoke:
         args.minutes, args.rate, args.warmup_minutes, args.interval = 0.1, 200.0, 0.0, 2.0

@@ -40,8 +40,8 @@ from benchmarks.e2e.bitroute_run import Env
 from benchmarks.workload import Workload
 from schemas.records import EXCHANGE_HEADER
 from streaming import kafka
-from streaming.kafka import client_verbs as client
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.topics import ensure_topics
 from streaming.router.batch.delivery import DeliveryColumns, DeliveryProducer, ProducerSettings
 
@@ -74,7 +74,8 @@ def _metadata(bootstrap: str) -> tuple[float, int]:
 
 def _write(producer: DeliveryProducer, topics: list[str], keys: list[bytes]) -> float:
     started = time.perf_counter()
-    producer.produce_deliveries(DeliveryColumns.of_records(topics, keys, [b"x" * 64] * len(topics)))
+    values: list[bytes | None] = [b"x" * 64] * len(topics)
+    producer.produce_deliveries(DeliveryColumns.of_records(topics, list(keys), values))
     failed = producer.flush()
     if failed:
         raise RuntimeError(f"{len(failed)} records refused: {failed[0]}")
@@ -164,7 +165,7 @@ def route(subscribers: int) -> dict:
                 "publishes": len(publishes), "route_s": done - sent, "deliveries": deliveries,
                 "records_in_shared_topic": in_topic,
                 "deliveries_per_s": deliveries / (done - sent),
-                "tail_of_last_subscriber": sorted(d.routing_key for d in tailed),
+                "tail_of_last_subscriber": sorted(d.routing_key or "" for d in tailed),
             }
             _log(json.dumps(result))
             return result

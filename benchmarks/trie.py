@@ -81,12 +81,12 @@ class TopicTrie:
         path = []
         for word in filter_.split(self.sep):
             path.append((node, word))
-            if word == self.one_wc:
-                node = node.one
-            elif word == "#":
-                node = node.many
-            else:
-                node = node.children[word]
+            nxt = node.one if word == self.one_wc else node.many if word == "#" else node.children[word]
+            if nxt is None:
+                raise KeyError(f"{sub_id}: its filter's node is missing")  # add() made each one
+            node = nxt
+        if node.ids is None:
+            raise KeyError(f"{sub_id}: not at its filter's node")
         node.ids.remove(sub_id)
         if not node.ids:
             node.ids = None

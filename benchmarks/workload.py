@@ -80,6 +80,7 @@ measurement uses distinct topics drawn uniformly from the same space.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable
@@ -147,7 +148,7 @@ def devices(n: int, seed: int, publishes: int) -> Workload:
     for i in range(n - len(CATCH_ALLS)):
         r = rand()
         s, d, m = randrange(sites), randrange(SITE_DEVICES), choice(METRICS)
-        filt = device_filter(r, DEVICE_MIX, f"site{s}", lambda: f"dev{d}", lambda: m)
+        filt = device_filter(r, DEVICE_MIX, f"site{s}", functools.partial("dev{}".format, d), functools.partial(str, m))
         subs.append((f"d{i}", choice(subscribers), filt))
     prng = random.Random(f"e2e/devices/{n}/{seed}/publishes")
     pubs = [f"site{prng.randrange(sites)}/dev{prng.randrange(SITE_DEVICES)}/{prng.choice(METRICS)}"
@@ -308,7 +309,8 @@ class RankedWorkload:
 
 def ranked_fanout(n: int, seed: int) -> RankedWorkload:
     rng = random.Random(f"fanout/{n}/{seed}")
-    vocab = [[f"w{lvl}{i}" for i in range(RANKED_FANOUT_VOCAB)] for lvl in range(max(RANKED_FANOUT_TOPIC_LEVELS[1], RANKED_FANOUT_FILTER_LEVELS[1]))]
+    levels = max(RANKED_FANOUT_TOPIC_LEVELS[1], RANKED_FANOUT_FILTER_LEVELS[1])
+    vocab = [[f"w{lvl}{i}" for i in range(RANKED_FANOUT_VOCAB)] for lvl in range(levels)]
     subscribers = max(RANKED_FANOUT_MIN_SUBSCRIBERS, n // RANKED_FANOUT_SUBS_PER_SUBSCRIBER)
     subscribers = min(subscribers, n)
     lo, hi = RANKED_FANOUT_FILTER_LEVELS
@@ -326,7 +328,7 @@ def ranked_fanout(n: int, seed: int) -> RankedWorkload:
                 words.append("#")
         subs.append((f"f{i}", f"q{randint(0, subscribers - 1)}", ".".join(words)))
     tlo, thi = RANKED_FANOUT_TOPIC_LEVELS
-    space_size = sum(RANKED_FANOUT_VOCAB ** k for k in range(tlo, thi + 1))
+    space_size = sum(RANKED_FANOUT_VOCAB**k for k in range(tlo, thi + 1))
     target = min(RANKED_FANOUT_TOPIC_SPACE, space_size)
     seen: set[str] = set()
     space: list[str] = []
@@ -363,8 +365,7 @@ def ranked_devices(n: int, seed: int) -> RankedWorkload:
     for i in range(n):
         r = rand()
         s = choice(site_names)
-        filt = device_filter(r, RANKED_DEVICE_MIX, s, lambda: choice(dev_names),
-                             lambda: choice(METRICS))
+        filt = device_filter(r, RANKED_DEVICE_MIX, s, lambda: choice(dev_names), lambda: choice(METRICS))
         subs.append((f"d{i}", f"app{randint(0, subscribers - 1)}", filt))
     return RankedWorkload(
         profile="devices",

@@ -60,6 +60,7 @@ class Units:
     def _flush(self) -> None:
         if self._singles:
             lengths = np.fromiter(map(len, self._singles), dtype=np.int64, count=len(self._singles))
-            self._flats.append(np.fromiter(chain.from_iterable(self._singles), dtype=np.int64, count=int(lengths.sum())))
+            self._flats.append(np.fromiter(chain.from_iterable(self._singles), dtype=np.int64,
+                                           count=int(lengths.sum())))
             self._lengths.append(lengths)
             self._singles = []

@@ -20,7 +20,7 @@ SLOT_DTYPE = np.dtype("<u4")
 """Every slot column: little-endian uint32, the same in memory and on disk."""
 
 
-def slot_array(values: "np.ndarray | array | list[int]") -> np.ndarray:
+def slot_array(values: np.ndarray | array | list[int]) -> np.ndarray:
     """A read-only ``uint32`` numpy copy of ``values``."""
     if isinstance(values, array):
         out = np.frombuffer(values.tobytes(), dtype=np.uint32).astype(SLOT_DTYPE, copy=False)

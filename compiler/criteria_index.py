@@ -10,7 +10,7 @@ criteria (OpenAMQ "Rapid Message Matching", field matching).
 
 from __future__ import annotations
 
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 from pyroaring import BitMap

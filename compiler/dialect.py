@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Dialect(str, Enum):
+class Dialect(StrEnum):
     """An exchange's dialect: which grammar its filters and topics follow.
 
     ``AMQP`` is RabbitMQ's topic exchange (words separated by ``.``, ``*`` and

@@ -28,6 +28,8 @@ def grammar_for(dialect: Dialect) -> ModuleType:
 def parse_dialect(value: object) -> Dialect:
     """A :class:`Dialect` from itself or its name (``"amqp"``/``"mqtt"``); ``ValueError`` otherwise."""
     try:
+        if not isinstance(value, str):
+            raise ValueError(value)
         return Dialect(value)
     except ValueError:
         choices = ", ".join(d.value for d in Dialect)

@@ -20,9 +20,10 @@ a name is the one criteria see.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Literal
 
 from .errors import HeaderCriteriaError, quote
 from .text import is_utf8_text
@@ -30,9 +31,9 @@ from .text import is_utf8_text
 MATCH_MODES = ("all", "any")
 
 
-def decode_header_value(value: str | bytes | None) -> str | None:
+def decode_header_value(value: str | bytes | bytearray | memoryview | None) -> str | None:
     """A header value as text, or ``None`` when absent or not valid UTF-8."""
-    if value is None or value.__class__ is str:
+    if value is None or isinstance(value, str):
         return value
     try:
         return bytes(value).decode("utf-8")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -136,8 +136,8 @@ class RoutingIndex:
         return Subscription(
             sub_id,
             self._exchange_names[self._filter_exchange[fslot]],
-            self._subscriber_names[self._sub_subscriber[slot]],
-            self._filter_text[fslot],
+            _live(self._subscriber_names[self._sub_subscriber[slot]]),
+            _live(self._filter_text[fslot]),
             self._criteria.get(slot),
             options=SubscriptionOptions.from_flags(self._options.get(slot, 0)),
         )
@@ -280,9 +280,10 @@ class RoutingIndex:
         index._sub_filter = _uint_array(t.sub_filter)
         index._sub_subscriber = _uint_array(t.sub_subscriber)
         index._criteria = {
-            int(slot): t.criteria_sets[ref] for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())
+            int(slot): t.criteria_sets[ref]
+            for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist(), strict=True)
         }
-        index._options = dict(zip(t.option_slots.tolist(), t.option_flags.tolist()))
+        index._options = dict(zip(t.option_slots.tolist(), t.option_flags.tolist(), strict=True))
         live = np.fromiter(index._slot_of.values(), dtype=np.int64, count=len(index._slot_of))
 
         names = t.subscriber_names.to_pylist()
@@ -293,7 +294,7 @@ class RoutingIndex:
 
         texts = t.filter_text.to_pylist()
         index._filter_text = texts
-        for fslot, (text, exchange) in enumerate(zip(texts, t.filter_exchange.tolist())):
+        for fslot, (text, exchange) in enumerate(zip(texts, t.filter_exchange.tolist(), strict=True)):
             if text is not None:
                 index._filter_slot[exchange][text] = fslot
         index._free_filters = [fslot for fslot, text in enumerate(texts) if text is None]
@@ -330,13 +331,13 @@ class RoutingIndex:
         fslot = self._sub_filter[slot]
         self._filter_refs[fslot] -= 1
         if not self._filter_refs[fslot]:
-            del self._filter_slot[self._filter_exchange[fslot]][self._filter_text[fslot]]
+            del self._filter_slot[self._filter_exchange[fslot]][_live(self._filter_text[fslot])]
             self._filter_text[fslot] = None
             heapq.heappush(self._free_filters, fslot)
         subscriber = self._sub_subscriber[slot]
         self._subscriber_refs[subscriber] -= 1
         if not self._subscriber_refs[subscriber]:
-            del self._subscriber_slot[self._subscriber_names[subscriber]]
+            del self._subscriber_slot[_live(self._subscriber_names[subscriber])]
             self._subscriber_names[subscriber] = None
             heapq.heappush(self._free_subscribers, subscriber)
 
@@ -345,3 +346,11 @@ def _uint_array(values: np.ndarray) -> array:
     out = array("I")
     out.frombytes(np.ascontiguousarray(values, dtype=np.uint32).tobytes())
     return out
+
+
+def _live(name: str | None) -> str:
+    """The text of a live filter or subscriber slot (a free slot's is None: reading one
+    as live is the index's bug)."""
+    if name is None:
+        raise RuntimeError("the routing index read a free slot as a live one")
+    return name

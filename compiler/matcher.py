@@ -32,16 +32,19 @@ chosen member's subscriptions of that group count.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import pyarrow as pa
-from bitroute_kernel import Kernel, TableError
 import pyarrow.compute as pc
+from bitroute_kernel import Kernel, TableError
+
+from schemas.records import PUBLISHER_HEADER
 
 from .batch import Units
 from .cache import MATCH_CACHE_MAX_BYTES, MATCH_CACHE_MIN_ITEMS, TopicCache
-from .criteria_index import CriteriaIndex
 from .columns import bool_mask, string_buffers
+from .criteria_index import CriteriaIndex
 from .errors import HeaderError, SnapshotFormatError, TopicError, UnknownExchangeError, quote
 from .frame_input import (
     MALFORMED,
@@ -53,8 +56,6 @@ from .frame_input import (
     relevant_mapping,
 )
 from .grammar import grammar_for, kernel_grammar
-from schemas.records import PUBLISHER_HEADER
-
 from .options import SubscriptionOptions
 from .output import DELIVERIES_TYPE, Delivery, deliveries_column
 from .resolve import HAS_CRITERIA, HAS_SHARED, Resolver, TopicResult
@@ -128,11 +129,12 @@ class Matcher:
         try:
             self._kernel = Kernel(tables)
         except TableError as exc:
-            raise SnapshotFormatError(f"snapshot {snapshot.version}: the matching kernel refuses its tables: {exc}") from exc
+            raise SnapshotFormatError(f"snapshot {snapshot.version}: the matching kernel refuses its "
+                                      f"tables: {exc}") from exc
         self._kernel_deliveries = self._kernel.deliveries
         self._resolver = Resolver(self._kernel, self._names, owners, flags, t.sub_filter, t.filter_text)
         options = [(slot, SubscriptionOptions.from_flags(bits))
-                   for slot, bits in zip(t.option_slots.tolist(), t.option_flags.tolist())]
+                   for slot, bits in zip(t.option_slots.tolist(), t.option_flags.tolist(), strict=True)]
         published = [slot for slot, o in options if o.retain_as_published]
         self._retain_as_published = frozenset(
             t.sub_ids.take(pa.array(published, pa.int64())).to_pylist())
@@ -142,8 +144,9 @@ class Matcher:
             pa.array(t.sub_subscriber[local.to_numpy()], pa.int64())).to_pylist())
         if not self._no_local_ids:
             # No No Local to apply: match() is _match() itself, without a wrapper's call
-            # on the cold path (python -m benchmarks compiler, "cold median").
-            self.match = self._match
+            # on the cold path (python -m benchmarks compiler, "cold median"); an instance
+            # attribute that shadows the method, which mypy refuses to assign.
+            self.match = self._match  # type: ignore[method-assign]
 
     @property
     def snapshot(self) -> Snapshot:
@@ -201,7 +204,7 @@ class Matcher:
                     for d in deliveries) if ids]
         return deliveries
 
-    def _not_local(self, subscriber: str, ids, publisher: str):
+    def _not_local(self, subscriber: str, ids, publisher: str | None):
         """``ids`` of a delivery to ``subscriber`` less those with No Local when it published."""
         if subscriber != publisher:
             return ids
@@ -222,10 +225,12 @@ class Matcher:
             if deliveries is not None and len(deliveries) < MATCH_CACHE_MIN_ITEMS:
                 return list(deliveries)  # small and without conditions: not cached
             result = self._lookup(number, exchange, routing_key, deliveries)
+        slots: Sequence[int]
         deliveries, slots, conditions, shared = result
         if not conditions:
             return list(deliveries)
         if conditions & HAS_CRITERIA:
+            assert self._criteria is not None  # a filter with criteria is in the criteria index
             slots = self._resolver.criteria_filtered(
                 self._criteria, slots, relevant_headers(headers, self._criteria.names)
             )
@@ -278,7 +283,7 @@ class Matcher:
         hit: dict[int, str] = {}
         for row, entries in enumerate(headers):
             publisher = publisher_of(entries)
-            if publisher in self._no_local_subscribers:
+            if publisher is not None and publisher in self._no_local_subscribers:
                 hit[row] = publisher
         if not hit:
             return deliveries
@@ -303,8 +308,8 @@ class Matcher:
         number = self._exchange_number.get(exchange) if exchange.__class__ is str else None
         if number is None or exchanges.count(exchange) != len(exchanges):
             return None
-        row_topic, flat, offsets = self._kernel.match_keys(number, keys)
-        row_topic = np.frombuffer(row_topic, dtype=np.int64)
+        row_topic_bytes, flat, offsets = self._kernel.match_keys(number, keys)
+        row_topic = np.frombuffer(row_topic_bytes, dtype=np.int64)
         base = units.add_block(np.frombuffer(flat, dtype=np.int64), np.frombuffer(offsets, dtype=np.int64))
         answered = row_topic >= 0
         row_unit[answered] = base + row_topic[answered]
@@ -320,13 +325,14 @@ class Matcher:
             keys = [keys[i] for i in rows.tolist()]
         n = len(keys)
         row_errors: list[str | None] = [None] * n
+        distinct_input: list[tuple]
         if self._criteria is not None and headers is not None:
             if rows is not None:
                 headers = [headers[i] for i in rows.tolist()]
             relevant = frame_headers(headers, self._criteria.names, row_errors)
-            distinct_input = list(zip(exchanges, keys, relevant))
+            distinct_input = list(zip(exchanges, keys, relevant, strict=True))
         else:
-            distinct_input = list(zip(exchanges, keys))
+            distinct_input = list(zip(exchanges, keys, strict=True))
         # Distinct rows in order of first appearance, deduplicated in C.
         distinct_rows = list(dict.fromkeys(distinct_input))
         position = {row: j for j, row in enumerate(distinct_rows)}
@@ -349,11 +355,11 @@ class Matcher:
                 distinct_error[members[i]] = reason
             # Rows of one topic differ by their relevant headers: number the
             # distinct topics once.
-            numbers = {topic: t for t, topic in enumerate(dict.fromkeys(x for x in topics if x is not None))}
+            distinct_topics = list(dict.fromkeys(x for x in topics if x is not None))
+            numbers: dict[str | None, int] = {topic: t for t, topic in enumerate(distinct_topics)}
             numbers[None] = -1
             topic_of = np.fromiter(map(numbers.__getitem__, topics), dtype=np.int64, count=len(topics))
-            del numbers[None]
-            block, topic_errors, conditioned = self.match_topics(exchange, list(numbers))
+            block, topic_errors, conditioned = self.match_topics(exchange, distinct_topics)
             base = units.add_block(*block)
             member_rows = np.array(members, dtype=np.int64)
             valid = topic_of >= 0
@@ -365,6 +371,7 @@ class Matcher:
                         distinct_error[j] = topic_errors[topic]
                         continue
                     row = distinct_rows[j]
+                    slots: Sequence[int]
                     _, slots, flags, shared = conditioned[topic]
                     if flags & HAS_CRITERIA:
                         slots = self._resolver.criteria_filtered(
@@ -391,7 +398,7 @@ class Matcher:
             errors[:] = np.array(row_errors, dtype=object)
         else:
             row_unit[rows] = unit
-            for i, error in zip(rows.tolist(), row_errors):
+            for i, error in zip(rows.tolist(), row_errors, strict=True):
                 errors[i] = error
 
     def match_topics(

@@ -21,8 +21,8 @@ from .errors import CompilerError, HeaderCriteriaError, HeaderError, InputFileEr
 from .headers import HeaderCriteria
 from .index import RoutingIndex
 from .matcher import Matcher
-from .shared import shared_filters
 from .offline import EXCHANGE, OfflineResult, read_file
+from .shared import shared_filters
 from .subscription import Subscription, validate_subscriber
 
 BLOCK_ROWS = 8192
@@ -165,7 +165,8 @@ class _Subscriptions:
 
     def _line(self, topic: object, headers, message_id: str) -> str:
         try:
-            deliveries = self.matcher.match(EXCHANGE, topic, headers, message_id)
+            # Any JSON value: match() raises TopicError for one that is not a str.
+            deliveries = self.matcher.match(EXCHANGE, topic, headers, message_id)  # type: ignore[arg-type]
         except CompilerError as exc:
             return _error_line(topic, exc)
         ids = [sub_id for delivery in deliveries for sub_id in delivery.subscription_ids]

@@ -11,8 +11,8 @@ matching code.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Mapping
+from collections.abc import Mapping
+from functools import cache
 
 from .dialect import Dialect
 from .errors import CompilerError, SubscriptionError, UnknownExchangeError, quote
@@ -28,7 +28,7 @@ def words_match(filter_words: tuple[str, ...], topic_words: tuple[str, ...], one
     """Whether a filter's words match a topic's words: ``one`` matches exactly
     one word, ``many`` zero or more, any other word itself."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def match(i: int, j: int) -> bool:
         if i == len(filter_words):
             return j == len(topic_words)

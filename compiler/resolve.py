@@ -91,7 +91,8 @@ class Resolver:
                 shared.append(~h)
         return TopicResult((), tuple(self._kernel.ordered_slots(hits)), conditions, tuple(shared))
 
-    def criteria_filtered(self, criteria, slots: Sequence[int], relevant: Mapping[str, Sequence[str | None]]) -> list[int]:
+    def criteria_filtered(self, criteria, slots: Sequence[int],
+                          relevant: Mapping[str, Sequence[str | None]]) -> list[int]:
         """``slots`` without the subscriptions whose header criteria (``criteria``,
         a :class:`~compiler.criteria_index.CriteriaIndex`) fail (order kept)."""
         with_criteria = criteria.with_criteria

@@ -133,7 +133,7 @@ class TopicTrie:
                 for node in nodes:
                     _subtree(node, found, no_dollar and level == 0)
                 return found
-            following = []
+            following: list[list] = []
             for node in nodes:
                 children = node[0]
                 if word == mqtt.ONE:
@@ -257,7 +257,8 @@ class LevelBitmaps:
         if exclude is not None:
             result -= exclude
         topics = self._topics
-        return [topics[slot] for slot in result]
+        # The bitmaps hold live slots only (a free slot's topic is None).
+        return [topic for slot in result if (topic := topics[slot]) is not None]
 
 
 RetainedIndex = LevelBitmaps

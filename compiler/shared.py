@@ -17,7 +17,8 @@ applied to a snapshot's filters by :func:`shared_filters`.
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.compute as pc

@@ -63,9 +63,9 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -135,7 +135,8 @@ class Snapshot:
         clean: dict[int, int] = {}
         for partition, offset in offsets.items():
             if type(partition) is not int or type(offset) is not int or partition < 0 or offset < 0:
-                raise ValueError(f"offsets must map partition (int >= 0) to offset (int >= 0), not {partition!r}: {offset!r}")
+                raise ValueError("offsets must map partition (int >= 0) to offset (int >= 0), "
+                                 f"not {partition!r}: {offset!r}")
             clean[partition] = offset
         self._version = version
         self._offsets = MappingProxyType(dict(sorted(clean.items())))
@@ -215,7 +216,8 @@ class Snapshot:
             raise SnapshotFormatError(f"not a bitroute snapshot: bad magic {bytes(magic)!r}")
         if fmt not in READABLE_VERSIONS:
             readable = " and ".join(map(str, READABLE_VERSIONS))
-            raise SnapshotFormatError(f"unsupported snapshot format version {fmt}; this build reads versions {readable}")
+            raise SnapshotFormatError(f"unsupported snapshot format version {fmt}; this build reads "
+                                      f"versions {readable}")
         body = view[_PREFIX.size:]
         if zlib.crc32(body) != crc:
             raise SnapshotFormatError("snapshot is corrupt: CRC-32 mismatch")
@@ -299,7 +301,8 @@ class _Reader:
         return column
 
     def bitmap(self, name: str) -> FrozenBitMap:
-        return FrozenBitMap.deserialize(self.sections[name])
+        # pyroaring's stub says bytes; it reads any buffer, the section's view without a copy.
+        return FrozenBitMap.deserialize(self.sections[name])  # type: ignore[arg-type]
 
     def read(self, cls: type[Snapshot]) -> Snapshot:
         h = self.header

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from schemas.records import SUBSCRIPTION_FIELDS, SUBSCRIPTION_REQUIRED_FIELDS, SUBSCRIPTION_SINCE_FIELD
@@ -161,13 +161,13 @@ def parse_since(value: object) -> datetime:
     except ValueError:
         raise SubscriptionError(f"field 'since' is not an ISO-8601 time: {quote(value)}") from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc)
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)
 
 
 def since_text(when: datetime) -> str:
     """``when`` as the changelog writes ``since``: ISO-8601 in UTC, microseconds, ``Z``."""
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _decode(data: bytes | str, what: str) -> str:

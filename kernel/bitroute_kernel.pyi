@@ -8,10 +8,13 @@ library routes with, here for tests that hold it against the micro-batch path.
 
 Slot arrays are int64 numpy arrays (any contiguous int64 buffer); results
 named "bytes of int64" are native-endian int64 values (``np.frombuffer``).
+The objects handed in are protocols of read-only attributes (the kernel reads
+them; frozen dataclasses satisfy them); a ``Sequence`` argument is any sequence
+(pyo3 copies it into a ``Vec``), a ``list`` one must be a list.
 """
 
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,40 +35,61 @@ class StringColumn(Protocol):
     """``compiler.columns.StringColumn``: string ``i`` is
     ``data[offsets[i]:offsets[i + 1]]``."""
 
-    offsets: np.ndarray  # int64, one more than the strings
-    data: np.ndarray  # uint8
+    @property
+    def offsets(self) -> np.ndarray: ...  # int64, one more than the strings
+    @property
+    def data(self) -> np.ndarray: ...  # uint8
 
 class Grammar(Protocol):
     """``compiler.grammar.KernelGrammar``: an exchange's dialect and the
     prefix of its shared subscriptions (``None``: it has none)."""
 
-    dialect: str  # "amqp" or "mqtt"
-    share_prefix: str | None
+    @property
+    def dialect(self) -> str: ...  # "amqp" or "mqtt"
+    @property
+    def share_prefix(self) -> str | None: ...
 
 class SubscriberRule(Protocol):
     """``compiler.subscription.SUBSCRIBER_RULE``."""
 
-    characters: str  # the ASCII characters a subscriber name may hold
-    max_chars: int
-    reserved: tuple[str, ...]  # names it must not be
+    @property
+    def characters(self) -> str: ...  # the ASCII characters a subscriber name may hold
+    @property
+    def max_chars(self) -> int: ...
+    @property
+    def reserved(self) -> Sequence[str]: ...  # names it must not be
 
 class Tables(Protocol):
     """``compiler.tables.KernelTables`` (its docstring defines each table)."""
 
-    delivery_type: type[tuple]
-    names: list[str | None]
-    name_text: StringColumn
-    ids: StringColumn
-    rank: np.ndarray
-    owners: np.ndarray
-    filter_start: np.ndarray
-    filter_count: np.ndarray
-    filter_slots: np.ndarray
-    special: np.ndarray  # uint8
-    grammars: list[Grammar]
-    filter_text: StringColumn
-    filter_exchange: np.ndarray
-    hit_code: np.ndarray
+    @property
+    def delivery_type(self) -> type[tuple]: ...
+    @property
+    def names(self) -> list[str | None]: ...
+    @property
+    def name_text(self) -> StringColumn: ...
+    @property
+    def ids(self) -> StringColumn: ...
+    @property
+    def rank(self) -> np.ndarray: ...
+    @property
+    def owners(self) -> np.ndarray: ...
+    @property
+    def filter_start(self) -> np.ndarray: ...
+    @property
+    def filter_count(self) -> np.ndarray: ...
+    @property
+    def filter_slots(self) -> np.ndarray: ...
+    @property
+    def special(self) -> np.ndarray: ...  # uint8
+    @property
+    def grammars(self) -> Sequence[Grammar]: ...
+    @property
+    def filter_text(self) -> StringColumn: ...
+    @property
+    def filter_exchange(self) -> np.ndarray: ...
+    @property
+    def hit_code(self) -> np.ndarray: ...
 
 class Kernel:
     """The matching kernel of one snapshot: per exchange, an exact-filter map
@@ -75,19 +99,19 @@ class Kernel:
     def __init__(self, tables: Tables) -> None:
         """Raises :class:`TableError` for inconsistent tables."""
 
-    def deliveries(self, exchange: int, topic: object) -> tuple[tuple, ...] | None:
+    def deliveries(self, exchange: int, topic: object) -> tuple[Any, ...] | None:
         """The finished deliveries (``delivery_type`` tuples, by subscriber)
         of one topic, or ``None`` when the Python side must answer: not a
         valid str topic, or a hit of a filter with per-message conditions."""
 
-    def ordered_slots(self, codes: list[int]) -> list[int]:
+    def ordered_slots(self, codes: Sequence[int]) -> list[int]:
         """The subscription slots of hit codes, conditions ignored, in
         (subscriber, id) order."""
 
-    def slot_deliveries(self, slots: list[int]) -> tuple[tuple, ...]:
+    def slot_deliveries(self, slots: Sequence[int]) -> tuple[Any, ...]:
         """The deliveries of subscription slots already in output order."""
 
-    def hits(self, exchange: int, words: list[str]) -> list[int]:
+    def hits(self, exchange: int, words: Sequence[str]) -> list[int]:
         """The hit codes of a topic the Python grammar validated and split."""
 
     def match_topics(self, exchange: int, topics: list[str]) -> tuple[bytes, bytes, list[int], list[int]]:
@@ -110,27 +134,44 @@ class BinaryColumn(Protocol):
     """``streaming.router.batch.delivery.BinaryColumn``: value ``i`` is
     ``data[offsets[i]:offsets[i + 1]]``, null where ``valid[i]`` is 0."""
 
-    offsets: np.ndarray  # int32, one more than the values
-    data: np.ndarray  # uint8
-    valid: np.ndarray  # uint8, empty: no value is null
+    @property
+    def offsets(self) -> np.ndarray: ...  # int32, one more than the values
+    @property
+    def data(self) -> np.ndarray: ...  # uint8
+    @property
+    def valid(self) -> np.ndarray: ...  # uint8, empty: no value is null
 
 class DeliveryColumns(Protocol):
     """``streaming.router.batch.delivery.DeliveryColumns`` (its docstring defines each)."""
 
-    topics: BinaryColumn
-    rows: np.ndarray  # int64
-    keys: BinaryColumn
-    keys_per_delivery: bool
-    routing_keys: BinaryColumn
-    routing_key_header: str | None
-    values: BinaryColumn
-    header_offsets: np.ndarray  # int32
-    header_names: BinaryColumn
-    header_values: BinaryColumn
-    message_ids: BinaryColumn
-    subscription_ids: BinaryColumn
-    version: bytes
-    header_names_router: tuple[str, str, str]
+    @property
+    def topics(self) -> BinaryColumn: ...
+    @property
+    def rows(self) -> np.ndarray: ...  # int64
+    @property
+    def keys(self) -> BinaryColumn: ...
+    @property
+    def keys_per_delivery(self) -> bool: ...
+    @property
+    def routing_keys(self) -> BinaryColumn: ...
+    @property
+    def routing_key_header(self) -> str | None: ...
+    @property
+    def values(self) -> BinaryColumn: ...
+    @property
+    def header_offsets(self) -> np.ndarray: ...  # int32
+    @property
+    def header_names(self) -> BinaryColumn: ...
+    @property
+    def header_values(self) -> BinaryColumn: ...
+    @property
+    def message_ids(self) -> BinaryColumn: ...
+    @property
+    def subscription_ids(self) -> BinaryColumn: ...
+    @property
+    def version(self) -> bytes: ...
+    @property
+    def header_names_router(self) -> tuple[str, str, str]: ...
 
 class DeliveryWriter:
     """``shards`` idempotent librdkafka producers of one configuration; a
@@ -138,7 +179,7 @@ class DeliveryWriter:
     configuration holds appears in a message: librdkafka's own error text is
     given with each of ``secrets`` replaced by ``*****``."""
 
-    def __init__(self, config: list[tuple[str, str]], shards: int, secrets: list[str]) -> None:
+    def __init__(self, config: Sequence[tuple[str, str]], shards: int, secrets: Sequence[str]) -> None:
         """Raises :class:`KernelError` for a property librdkafka refuses."""
 
     def produce(self, columns: DeliveryColumns) -> int:
@@ -161,13 +202,15 @@ class OfflineOutput(Iterator[bytes]):
     def __iter__(self) -> OfflineOutput: ...
     def __next__(self) -> bytes: ...
 
-def expiry_states(values: list[bytes | None], published_ms: list[int], now_ms: int) -> list[int | str]:
+def expiry_states(values: Sequence[bytes | None], published_ms: Sequence[int], now_ms: int) -> list[int | str]:
     """Message expiry (kernel/core/src/expiry.rs) of publishes whose last ``expiry``
     header is ``values[i]`` (None: a null value) and Kafka timestamp ``published_ms[i]``,
     routed at ``now_ms`` (epoch ms): the remaining interval in seconds (>= 1), 0 when
     expired, or the reason the value is not an interval."""
 
-def offline_match(subscriptions: bytes, topics: bytes, grammar: Grammar, subscribers: SubscriberRule) -> OfflineOutput | None:
+def offline_match(
+    subscriptions: bytes, topics: bytes, grammar: Grammar, subscribers: SubscriberRule
+) -> OfflineOutput | None:
     """``bitroute match`` of two files' bytes, or ``None`` when the Python
     reference path must answer (see kernel/src/offline.rs)."""
 
@@ -189,7 +232,7 @@ class RouteTable:
         """The number of subscriptions."""
 
     def route(
-        self, key: bytes | None, headers: list[tuple[str, bytes | None]], message_id: str
+        self, key: bytes | None, headers: Sequence[tuple[str, bytes | None]], message_id: str
     ) -> tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]]]:
         """``(outcome, exchange, routing_key, reason, deliveries)`` of the publish
         with record key ``key``, Kafka headers ``headers`` (in order) and id
@@ -201,7 +244,7 @@ class RouteTable:
         order, ``ids_header`` the ``bitroute.subscription_ids`` header value."""
 
     def route_at(
-        self, key: bytes | None, headers: list[tuple[str, bytes | None]], message_id: str,
+        self, key: bytes | None, headers: Sequence[tuple[str, bytes | None]], message_id: str,
         published_ms: int, now_ms: int,
     ) -> tuple[tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]]],
                int | None]:

@@ -369,10 +369,10 @@ def load(
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in referenced:
             continue
-        section, key = _env_key(name)
-        if section is None:
+        env_section, key = _env_key(name)
+        if env_section is None:
             continue
-        layered[section][key] = value
+        layered[env_section][key] = value
 
     for dotted, value in (overrides or {}).items():
         if value is None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import shutil
 import logging
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path

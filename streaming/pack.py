@@ -184,7 +184,7 @@ def _dist_files(dist: metadata.Distribution) -> Iterator[tuple[Path, str]]:
     Files outside site-packages (console scripts in ``bin/``) are left out: the
     workers run no scripts. So are ``tests/`` folders, which nothing imports.
     """
-    root = Path(dist.locate_file("")).resolve()
+    root = Path(str(dist.locate_file(""))).resolve()
     for entry in dist.files or ():
         relative = Path(os.path.normpath(entry))
         if relative.parts[0] == ".." or "tests" in relative.parts:
@@ -200,7 +200,10 @@ def _package_files() -> list[tuple[Path, str]]:
 
     files = []
     for package in PACKAGES:
-        root = Path(importlib.import_module(package).__file__).parent
+        init = importlib.import_module(package).__file__
+        if init is None:
+            raise PackError(f"{package} is not a regular package (no __init__.py)")
+        root = Path(init).parent
         for path in sorted(root.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 files.append((path, f"{package}/{path.relative_to(root).as_posix()}"))

@@ -169,7 +169,7 @@ def spark_session(config: Config, jar_group: str = "spark",
     else:
         conf = (SparkConf().setMaster(local_master(config))
                 .set("spark.jars", ",".join(str(p) for p in session_jars(config, jar_group)))
-                .setAll(settings.items()))
+                .setAll(list(settings.items())))
         gateway = None
         if SparkContext._gateway is None:  # else the JVM of a stopped session is reused
             folder = jvm_folder(config)

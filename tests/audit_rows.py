@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
 from streaming.router.batch.routing import ROUTED_ARROW
 
-PUBLISHED_AT = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
+PUBLISHED_AT = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 
 
 def routed_rows(batch_id: int, publishes: int = 3, fanout: int = 2,

@@ -20,18 +20,16 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
+from isolation import isolated_config as _isolated_config, isolated_settings as _isolated_settings
+from router_process import RouterProcess
 from streaming import config as bitroute_config
 from streaming.kafka.broker import EmbeddedBroker, free_port
-
-from cli_runner import run_cli
-from isolation import isolated_config as _isolated_config
-from isolation import isolated_settings as _isolated_settings
-from router_process import RouterProcess
 
 INTEGRATION_FIXTURES = frozenset({"kafka_bootstrap", "spark"})
 """A test whose fixtures include one of these needs the broker or Spark."""
@@ -77,7 +75,7 @@ def _unit_tests_start_no_broker_or_spark(request: pytest.FixtureRequest,
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> str:
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("BITROUTE_KAFKA_BOOTSTRAP")
     if external:
         yield external

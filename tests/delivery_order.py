@@ -7,8 +7,9 @@ import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
-from schemas.records import MESSAGE_ID_HEADER
+from kafka_io import message_id_of
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 
 
 def delivery_order(config: Config, subscriber: str) -> dict[int, list[str]]:
@@ -28,10 +29,10 @@ def delivery_order(config: Config, subscriber: str) -> dict[int, list[str]]:
         while any(read[p] < ends[p] for p in partitions):
             record = consumer.poll(30)
             assert record is not None and record.error() is None
-            read[record.partition()] += 1
+            _, partition, _ = record_position(record)
+            read[partition] += 1
             if key is None or record.key() == key:
-                order[record.partition()].append(
-                    dict(record.headers())[MESSAGE_ID_HEADER].decode())
+                order[partition].append(message_id_of(record))
         return order
     finally:
         consumer.close()

@@ -3,9 +3,11 @@ as text."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from schemas.records import MESSAGE_ID_HEADER
 from streaming.config import Config
+from streaming.kafka.clients import record_headers
 
 KAFKA_TIMEOUT_S = 30.0
 
@@ -30,7 +32,8 @@ def read_topic(config: Config, topic: str) -> list:
             message = consumer.poll(KAFKA_TIMEOUT_S)
             assert message is not None, f"no record from {topic} within {KAFKA_TIMEOUT_S}s"
             if message.error() is not None:
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                error = message.error()
+                assert error is not None and error.code() == KafkaError._PARTITION_EOF, error
                 todo.discard(message.partition())
             else:
                 records.append(message)
@@ -42,3 +45,10 @@ def read_topic(config: Config, topic: str) -> list:
 def headers_of(record) -> dict[str, str]:
     """A record's headers as text (bytes that are not UTF-8 replaced)."""
     return {k: v.decode("utf-8", "replace") for k, v in record.headers() or []}
+
+
+def message_id_of(record: Message) -> str:
+    """The message id header of a record the router wrote (a delivery, a rejected publish)."""
+    value = dict(record_headers(record) or ())[MESSAGE_ID_HEADER]
+    assert value is not None, "a null message id header"
+    return value.decode()

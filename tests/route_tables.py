@@ -63,15 +63,15 @@ def micro_batch(matcher: Matcher, default_exchange: str, publishes: list[tuple[b
     entries = deliveries.flatten()
     ids_json = subscription_ids_json(entries.flatten()[1]).to_pylist() if len(entries) else []
     regrouped = pa.ListArray.from_arrays(deliveries.offsets, pa.array(ids_json, pa.string()))
-    out = []
+    out: list[tuple] = []
     for (key, _), exchange, reason, row, headers_json in zip(
-            publishes, columns.exchanges, reasons, deliveries.to_pylist(), regrouped.to_pylist()):
+            publishes, columns.exchanges, reasons, deliveries.to_pylist(), regrouped.to_pylist(), strict=True):
         # As the audit shows a routing key (streaming.kafka.records.text).
         routing_key = None if key is None else key.decode("utf-8", "backslashreplace")
         if reason is not None:
             out.append((REJECTED, exchange, routing_key, reason, []))
             continue
-        found = [(d["subscriber"], h, list(d["subscription_ids"])) for d, h in zip(row, headers_json)]
+        found = [(d["subscriber"], h, list(d["subscription_ids"])) for d, h in zip(row, headers_json, strict=True)]
         out.append((ROUTED if found else UNROUTABLE, exchange, routing_key, None, found))
     return out
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import DeltaTable
 
-from schemas.records import EXCHANGE_HEADER, MESSAGE_ID_HEADER, OUTCOME_LOST, message_id
+from kafka_io import message_id_of
+from schemas.records import EXCHANGE_HEADER, OUTCOME_LOST, message_id
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 from streaming.router.service import Router
 
 KAFKA_TIMEOUT_S = 30.0
@@ -25,17 +27,16 @@ def create_publishes(config: Config, partitions: int) -> None:
 
 
 def produce(config: Config, topic: str, records: list[tuple[int | None, bytes, bytes | None]],
-            headers: list[tuple[str, bytes]] | None = None) -> list[str]:
+            headers: list[tuple[str, str | bytes | None]] | None = None) -> list[str]:
     """Produce (partition, key, value) records; their message ids, in order."""
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
-    acked = []
+    acked: list[tuple[KafkaError | None, Message]] = []
     for partition, key, value in records:
-        kwargs = {} if partition is None else {"partition": partition}
-        producer.produce(topic, value, key, headers=headers or [],
-                         on_delivery=lambda e, m: acked.append((e, m)), **kwargs)
+        producer.produce(topic, value, key, partition=-1 if partition is None else partition,
+                         headers=headers or [], on_delivery=lambda e, m: acked.append((e, m)))
         producer.flush(KAFKA_TIMEOUT_S)
     assert all(error is None for error, _ in acked)
-    return [message_id(m.topic(), m.partition(), m.offset()) for _, m in acked]
+    return [message_id(*record_position(m)) for _, m in acked]
 
 
 def publish(config: Config, partition: int, count: int) -> list[str]:
@@ -71,7 +72,7 @@ def delivered_ids(config: Config, subscriber: str) -> set[str]:
         while left:
             message = consumer.poll(KAFKA_TIMEOUT_S)
             assert message is not None and message.error() is None
-            ids.add(dict(message.headers())[MESSAGE_ID_HEADER].decode())
+            ids.add(message_id_of(message))
             left -= 1
         return ids
     finally:

@@ -192,7 +192,8 @@ class SecuredBroker:
         """Remove every ACL of ``principal`` on a literal topic or group ``name``."""
         admin = kafka.admin(self.settings("admin"))
         kind = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}[resource]
-        refusal = AclBindingFilter(kind, name, ResourcePatternType.LITERAL, principal, None,
+        # Host None matches any (librdkafka's filter); confluent-kafka's stub says str only.
+        refusal = AclBindingFilter(kind, name, ResourcePatternType.LITERAL, principal, None,  # type: ignore[arg-type]
                                    AclOperation.ANY, AclPermissionType.ANY)
         for future in admin.delete_acls([refusal]).values():
             future.result(30)

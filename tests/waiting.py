@@ -10,7 +10,7 @@ T = TypeVar("T")
 POLL_S = 0.05
 
 
-def wait_until(condition: Callable[[], T], what: str = "the condition",
+def wait_until(condition: Callable[[], T | None], what: str = "the condition",
                timeout: float = 60.0) -> T:
     """Poll ``condition`` until it returns a true value and return that value; fail the
     test with ``what`` once ``timeout`` seconds have passed."""

@@ -25,8 +25,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.e2e import bitroute_run, compare, kstreams_run
 from benchmarks import workload
+from benchmarks.e2e import bitroute_run, compare, kstreams_run
 
 MB = 1 << 20
 SYSTEMS = ("bitroute", "bitroute-realtime", "kstreams", "rabbitmq", "mosquitto")

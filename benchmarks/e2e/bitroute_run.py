@@ -42,7 +42,6 @@ from streaming.kafka.broker import EmbeddedBroker
 from streaming.kafka.topics import ensure_router_topics
 
 
-
 @dataclass
 class Env:
     """A broker and a router on loopback, in ``folder``."""
@@ -53,10 +52,29 @@ class Env:
     config_file: Path | None = None
     """A bitroute configuration whose ``[kafka]`` (bootstrap, ``[kafka.client]``:
     TLS, SASL) names an existing cluster: no broker of its own is started."""
-    broker: EmbeddedBroker | None = None
-    config: Config | None = None
-    router: harness.ReportedProcess | None = None
+    broker: EmbeddedBroker | harness.ExistingBroker | None = None
     sets: list[str] = field(default_factory=list)
+    _config: Config | None = field(default=None, init=False, repr=False)
+    _router: harness.ReportedProcess | None = field(default=None, init=False, repr=False)
+
+    @property
+    def config(self) -> Config:
+        """The router's configuration, once :meth:`start_broker` made it."""
+        if self._config is None:
+            raise RuntimeError(f"{self.name}: start_broker() first")
+        return self._config
+
+    @property
+    def router(self) -> harness.ReportedProcess:
+        """The router's process, once :meth:`start_router` started it."""
+        if self._router is None:
+            raise RuntimeError(f"{self.name}: start_router() first")
+        return self._router
+
+    @property
+    def running(self) -> harness.ReportedProcess | None:
+        """The router's process if started (else None)."""
+        return self._router
 
     def start_broker(self) -> None:
         """Start the broker of its own (unless ``config_file`` names a cluster) and
@@ -64,8 +82,8 @@ class Env:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.sets = ["broker.embedded=false"]
         if self.config_file is None:
-            self.broker = harness.start_broker(self.folder / "kafka")
-            self.sets.append(f"kafka.bootstrap={self.broker.bootstrap}")
+            self.broker = broker = harness.start_broker(self.folder / "kafka")
+            self.sets.append(f"kafka.bootstrap={broker.bootstrap}")
             self.sets += harness.topic_sets()
         self.sets += [
             f"delta.warehouse={self.folder / 'delta'}",
@@ -74,8 +92,8 @@ class Env:
         ]
         # env:NAME secrets of [kafka.client] are read here and, by the children, from
         # the environment they inherit: never written to the command line.
-        self.config = load(self.config_file, parse_set_flags(self.sets))
-        ensure_router_topics(self.config)
+        self._config = load(self.config_file, parse_set_flags(self.sets))
+        ensure_router_topics(self._config)
 
     def bring_up(self, w: Workload, log) -> tuple[float, dict]:
         """Start the broker, write ``w``'s subscriptions to the changelog, start the router:
@@ -98,9 +116,9 @@ class Env:
         return f"{own} on {kafka.bootstrap} ({kafka.client_settings.describe()})"
 
     def start_router(self) -> dict:
-        self.router = harness.RouterRun(self.sets, self.folder / "router.log",
-                                        self.config_file).start()
-        return self.router.wait_started()
+        self._router = harness.RouterRun(self.sets, self.folder / "router.log",
+                                         self.config_file).start()
+        return self._router.wait_started()
 
     def delivery_topics(self, w: Workload) -> list[str]:
         """The topics the workload's deliveries arrive in (one, in the shared layout)."""
@@ -121,8 +139,8 @@ class Env:
 
     def stop(self) -> None:
         try:
-            if self.router:
-                self.router.stop()
+            if self._router:
+                self._router.stop()
         finally:
             if self.broker:
                 self.broker.stop()
@@ -164,7 +182,7 @@ class Phase:
         return cpu / self.delivered if self.delivered else float("nan")
 
     @classmethod
-    def skipped(cls) -> "Phase":
+    def skipped(cls) -> Phase:
         """A phase not run (``--smoke``): its figures are NaN, printed as ``-``."""
         nan = float("nan")
         return cls(nan, nan, lag_after_s=nan)
@@ -206,8 +224,8 @@ def _saturate(env: Env, w: Workload, backlog: int, publishers: int, consumers: i
         env.config.kafka.client_settings, env.delivery_topics(w), env.delivery_partitions(),
         (now, now), now + 3600, consumers, idle=120, idle_after_first=True, stop=stop)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
-        p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
-        p.pid for p in consumer_procs if p.is_alive()]})
+        p.pid for p in procs if p.is_alive() and p.pid is not None], "delivery consumer": lambda: [
+        p.pid for p in consumer_procs if p.is_alive() and p.pid is not None]})
     procs, pout, start_at = kafka_load.start_publishers(
         env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE,
         _cycle(w, backlog), 0, 3600, publishers, count=backlog)
@@ -261,8 +279,8 @@ def _paced(env: Env, w: Workload, rate: float, warmup: float, measure: float, pu
         env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE, w, rate,
         warmup + measure + 0.5, publishers, start_at=start_at)
     sampler = procstat.Sampler({**env.roles(), "load driver": lambda: [
-        p.pid for p in procs if p.is_alive()], "delivery consumer": lambda: [
-        p.pid for p in consumer_procs if p.is_alive()]})
+        p.pid for p in procs if p.is_alive() and p.pid is not None], "delivery consumer": lambda: [
+        p.pid for p in consumer_procs if p.is_alive() and p.pid is not None]})
     time.sleep(max(0.0, w0 - time.time()))
     sampler.start()
     time.sleep(max(0.0, w1 - time.time()))

@@ -66,7 +66,11 @@ class _Server:
 
     proc: subprocess.Popen | None
     port: int
-    log: Path
+
+    @property
+    def log(self) -> Path:
+        """Where the server's output goes (each server's own file)."""
+        raise NotImplementedError
 
     def _launch(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         """Start ``argv`` and wait until it listens on ``port``; stopped again if it does not."""
@@ -122,13 +126,13 @@ class RabbitMQ(_Server):
         })
         return env
 
-    def start(self) -> "RabbitMQ":
+    def start(self) -> RabbitMQ:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "rabbitmq.conf").write_text(
-            "listeners.tcp.default = 127.0.0.1:%d\n"
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
             "loopback_users.guest = true\n"
             "log.console = false\n"
-            "log.file.level = info\n" % self.port)
+            "log.file.level = info\n")
         (self.folder / "advanced.config").write_text("[].\n")
         (self.folder / "enabled_plugins").write_text("[].\n")
         (self.folder / "rabbitmq-env.conf").write_text("")
@@ -155,7 +159,7 @@ class Mosquitto(_Server):
     def log(self) -> Path:
         return self.folder / "mosquitto.out"
 
-    def start(self) -> "Mosquitto":
+    def start(self) -> Mosquitto:
         self.folder.mkdir(parents=True, exist_ok=True)
         conf = self.folder / "mosquitto.conf"
         # max_queued_messages applies to QoS 0 for connected clients since 2.0:

@@ -15,6 +15,8 @@ backlog drained, which is the rate at which consumer lag stops growing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 def drain_rates(probes: list[dict], lo: float = 0.05, hi: float = 0.95) -> tuple[float, float]:
     """(publishes/s, deliveries/s) over the drain of a backlog, from per-second probes
@@ -34,13 +36,15 @@ def drain_rates(probes: list[dict], lo: float = 0.05, hi: float = 0.95) -> tuple
         if rows >= hi * total:
             last = p
             break
+    if first is None or last is None:  # rows reach hi * total by the last probe at the latest
+        raise ValueError("the probes do not cover the drain")
     span = last["end"] - first["end"]
     if span <= 0:  # the whole drain within a probe interval
         return total / last["seconds"], dels / last["seconds"]
     return (rows - rows0) / span, (dels - dels0) / span
 
 
-def arrival_probes(per_second: dict[int, int]) -> list[dict]:
+def arrival_probes(per_second: Mapping[int, int] | Mapping[str, int]) -> list[dict]:
     """The delivery consumer's arrivals by Unix second as :func:`drain_rates` probes, one per
     second from the first arrival's to the last's, the seconds without an arrival as 0."""
     seconds = {int(k): v for k, v in per_second.items()}

@@ -14,15 +14,16 @@ import multiprocessing as mp
 import struct
 import time
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
 
 import numpy as np
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
-from streaming import kafka
-from streaming.kafka.settings import ClientSettings
-
 from benchmarks.workload import Workload, changelog_value
 from schemas.records import EXCHANGE_HEADER
+from streaming import kafka
+from streaming.kafka.settings import ClientSettings
 
 PUBLISHED_HEADER = "bench.published_ns"
 STOP_QUIET_S = 1.0
@@ -104,13 +105,13 @@ def _publisher(bootstrap: str | ClientSettings, topic: str, exchange: str, topic
 class PublishRun:
     sent: int
     seconds: float
-    processes: list[mp.Process]
+    processes: list[BaseProcess]
 
 
 def start_publishers(bootstrap: str | ClientSettings, topic: str, exchange: str, w: Workload, rate: float,
                      duration: float, processes: int = 2, payload: int = 64,
                      start_at: float | None = None,
-                     count: int | None = None) -> tuple[list[mp.Process], mp.Queue, float]:
+                     count: int | None = None) -> tuple[list[BaseProcess], mp.Queue, float]:
     """``processes`` producer processes sharing ``rate`` publishes/s (0: as fast as they can)
     for ``duration`` seconds from the returned start time, or until ``count`` are sent."""
     ctx = mp.get_context("spawn")
@@ -118,7 +119,7 @@ def start_publishers(bootstrap: str | ClientSettings, topic: str, exchange: str,
     if start_at is None:
         start_at = time.time() + 2.5  # spawn + imports
     per_process = (count + processes - 1) // processes if count else 1 << 62
-    procs = []
+    procs: list[BaseProcess] = []
     for k in range(processes):
         topics = w.publishes[k::processes]
         p = ctx.Process(target=_publisher, args=(bootstrap, topic, exchange, topics,
@@ -130,7 +131,7 @@ def start_publishers(bootstrap: str | ClientSettings, topic: str, exchange: str,
     return procs, out, start_at
 
 
-def join_publishers(procs: list[mp.Process], out: mp.Queue, timeout: float) -> dict:
+def join_publishers(procs: list[BaseProcess], out: mp.Queue, timeout: float) -> dict:
     results = [out.get(timeout=timeout) for _ in procs]
     for p in procs:
         p.join(timeout=30)
@@ -142,8 +143,8 @@ def join_publishers(procs: list[mp.Process], out: mp.Queue, timeout: float) -> d
 # --- delivery consumer --------------------------------------------------------------
 
 def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: int, window: tuple[float, float],
-              deadline: float, idle: float, ready: mp.Event, out: mp.Queue,
-              idle_after_first: bool = False, stop: mp.Event | None = None) -> None:
+              deadline: float, idle: float, ready: Event, out: mp.Queue,
+              idle_after_first: bool = False, stop: Event | None = None) -> None:
     consumer = kafka.consumer(ClientSettings.coerce(bootstrap), f"bench-{time.time_ns()}", {
         "fetch.min.bytes": 1, "fetch.wait.max.ms": 20, "queued.max.messages.kbytes": 262_144})
     # Start at the end of every delivery topic: only this run's deliveries count.
@@ -207,7 +208,7 @@ def _consumer(bootstrap: str | ClientSettings, topics: list[str], partitions: in
 def start_consumers(bootstrap: str | ClientSettings, topics: list[str], partitions: int,
                     window: tuple[float, float], deadline: float, processes: int = 1,
                     idle: float = 5.0, idle_after_first: bool = False,
-                    stop: mp.Event | None = None):
+                    stop: Event | None = None):
     """``processes`` delivery consumers from the end of ``topics``; each stops at ``deadline``,
     once ``idle`` seconds passed without a delivery after the window's end (with
     ``idle_after_first``, only once a first delivery arrived), or once ``stop``
@@ -229,7 +230,7 @@ def start_consumers(bootstrap: str | ClientSettings, topics: list[str], partitio
     return procs, out
 
 
-def stop_event() -> mp.Event:
+def stop_event() -> Event:
     """An event :func:`start_consumers` takes as ``stop``: set it once the router reported
     every publish routed (its deliveries acknowledged), and the consumers end."""
     return mp.get_context("spawn").Event()

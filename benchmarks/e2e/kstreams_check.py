@@ -27,8 +27,8 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from benchmarks.e2e import kstreams_run
 from benchmarks import workload
+from benchmarks.e2e import kstreams_run
 from compiler.offline import match_files
 from schemas.records import (
     EXCHANGE_HEADER,
@@ -70,7 +70,7 @@ def expected(subs: dict[str, list[tuple[str, str, str]]], publishes: list[tuple[
         subscriber_of = {i: s for i, s, _ in subs[exchange]}
         lines = "".join(result.lines()).splitlines()
         assert len(lines) == len(mine), "bitroute match: one line per topic"
-        for (mid, _), line in zip(mine, lines):
+        for (mid, _), line in zip(mine, lines, strict=True):
             ids = json.loads(line).get("subscriptions", [])
             by_subscriber: dict[str, list[str]] = defaultdict(list)
             for i in ids:
@@ -105,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
 
         publishes: list[tuple[str, str, str]] = []  # (message id, exchange, topic)
-        sent: dict[tuple[int, int], tuple[str, str]] = {}
         ordered = ([(MQTT, t) for t in w.publishes] + [(MQTT, t) for t in EDGE_TOPICS[MQTT]]
                    + [(AMQP, t) for t in EDGE_TOPICS[AMQP]])
 

@@ -56,6 +56,8 @@ def command(env: Env, stream_sets: list[str]) -> list[str]:
     if not JAR.exists():
         raise RuntimeError(f"{JAR} is missing: run benchmarks/e2e/setup.sh")
     k, ex = env.config.kafka, env.config.exchanges
+    if env.broker is None:
+        raise RuntimeError("the Kafka Streams peer runs on a broker of its own: start_broker() first")
     argv = ["java", *JVM_OPTIONS, "-cp", f"{JAR}:{LIB}/*", MAIN,
             "--bootstrap", env.broker.bootstrap, "--state-dir", str(env.folder / "streams-state"),
             "--publishes-topic", k.publishes_topic, "--subscriptions-topic", k.subscriptions_topic,
@@ -76,15 +78,15 @@ class KStreamsEnv(Env):
     stream_sets: list[str] = field(default_factory=list)
 
     def start_router(self) -> dict:
-        self.router = KStreamsProcess(command(self, self.stream_sets),
-                                      self.folder / "kstreams.log").start()
-        return self.router.wait_started()
+        self._router = KStreamsProcess(command(self, self.stream_sets),
+                                       self.folder / "kstreams.log").start()
+        return self._router.wait_started()
 
     def roles(self) -> dict:
         r = self.router
         return {
             "kstreams: JVM": lambda: r.pids()["jvm"],
-            "Kafka broker": lambda: [self.broker.pid()] if self.broker.pid() else [],
+            "Kafka broker": lambda: [pid] if self.broker is not None and (pid := self.broker.pid()) else [],
         }
 
 

@@ -73,7 +73,7 @@ class Sampler:
             st = self.stats[name]
             try:
                 pids = pids_of()
-            except Exception:  # a role whose process is gone has no pids
+            except Exception:  # noqa: BLE001 - a role whose process is gone has no pids
                 pids = []
             st.peak_rss = max(st.peak_rss, sum(rss_bytes(p) for p in pids))
             for p in pids:
@@ -93,7 +93,7 @@ class Sampler:
             self._sample(now - last)
             last = now
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self.started = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()

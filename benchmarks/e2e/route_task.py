@@ -19,13 +19,12 @@ import cProfile
 import json
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks import harness
-from benchmarks import workload
+from benchmarks import harness, workload
 from compiler import RoutingIndex, Subscription
 from streaming.config import KafkaConfig
 from streaming.router.batch.delivery import DeliveryProducer, ProducerSettings
@@ -36,7 +35,7 @@ HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa
 
 def source_batch(topics: list[str], first_offset: int) -> pa.RecordBatch:
     n = len(topics)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     headers = [[{"key": "exchange", "value": b"mqtt"},
                 {"key": "bench.published_ns", "value": str(time.time_ns()).encode()}]] * n
     return pa.RecordBatch.from_arrays([
@@ -104,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             profile = cProfile.Profile() if args.cprofile else None
             results = []
             for b in range(args.batches):
-                topics = w.publishes[b * args.publishes:(b + 1) * args.publishes]
-                batch = source_batch(topics, (b + 1) * args.publishes)
+                keys = w.publishes[b * args.publishes:(b + 1) * args.publishes]
+                batch = source_batch(keys, (b + 1) * args.publishes)
                 wall, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
                 if profile:
                     profile.enable()
@@ -124,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             broker.stop()
     best = max(r["deliveries_per_s"] for r in results)
-    print(f"route_task {args.profile} {'500' if args.smoke else args.size} {args.layout}: best {best:,.0f} deliveries/s "
+    print(f"route_task {args.profile} {'500' if args.smoke else args.size} {args.layout}: best {best:,.0f} "
+          "deliveries/s "
           f"({results[-1]['deliveries'] / results[-1]['publishes']:.2f} per publish)")
     return 0
 

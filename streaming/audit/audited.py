@@ -89,7 +89,7 @@ class AuditedMark:
 
     def metadata(self) -> dict[str, str]:
         """The commit's custom metadata carrying this mark."""
-        record = {"topic": self.topic, "router_id": self.router_id,
+        record: dict[str, object] = {"topic": self.topic, "router_id": self.router_id,
                   "ancestors": list(self.ancestors),
                   "offsets": {str(p): o for p, o in sorted(self.offsets.items())}}
         if self.snapshot_version is not None:
@@ -181,4 +181,4 @@ def next_offsets(partitions: pa.Array | pa.ChunkedArray,
     if not len(partitions):
         return {}
     grouped = pa.table({"p": partitions, "o": offsets}).group_by("p").aggregate([("o", "max")])
-    return {p: o + 1 for p, o in zip(grouped["p"].to_pylist(), grouped["o_max"].to_pylist())}
+    return {p: o + 1 for p, o in zip(grouped["p"].to_pylist(), grouped["o_max"].to_pylist(), strict=True)}

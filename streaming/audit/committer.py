@@ -227,4 +227,5 @@ class AuditCommitter:
 
     def _both_committed(self) -> int | None:
         versions = [self.tables.publishes_version(name) for name in PUBLISH_TABLES]
-        return None if None in versions else min(versions)
+        known = [v for v in versions if v is not None]
+        return min(known) if len(known) == len(versions) else None

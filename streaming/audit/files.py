@@ -35,7 +35,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -150,7 +150,7 @@ def _write_file(filesystem: fs.FileSystem, table_dir: str, table: str, rows: pa.
         with filesystem.open_output_stream(path) as stream:
             pq.write_table(rows, stream, **options)
             size = stream.tell()
-    now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
     return AuditFile(table, relative, size, partition_column, partition_value, rows.num_rows,
                      now_ms, delta_stats(rows))
 
@@ -190,5 +190,5 @@ def _millis(moment: datetime, up: bool) -> str:
     if up and micros:
         moment += timedelta(milliseconds=1)
     if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment.isoformat(timespec="milliseconds") + "Z"

@@ -62,15 +62,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from deltalake import DeltaTable
+from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import TableNotFoundError
 
 from schemas.records import AUDIT_TABLE_NAMES, DELIVERIES, MESSAGES, SUBSCRIPTIONS
-from streaming.audit.properties import table_properties
 from streaming.atomic import write_atomically
+from streaming.audit.properties import table_properties
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.table_stats import (
@@ -97,7 +97,7 @@ COMPACT_TASKS = 1
 STEPS = ("properties", "compact", "retention", "vacuum", "checkpoint", "log cleanup")
 Progress = Callable[[str, str, str], None]
 """``progress(table, step, detail)``: called as each step of a table starts and ends."""
-WriterPropertiesFor = Callable[[str], "WriterProperties | None"]
+WriterPropertiesFor = Callable[[str], WriterProperties | None]
 """The parquet writer properties of a table's rewritten files
 (:func:`streaming.audit.properties.writer_properties`)."""
 
@@ -174,7 +174,7 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
     """
     storage = storage_options(config.delta)  # StorageError: no pass at all
     check_commit_safety(config.delta)
-    clock = now or (lambda: datetime.now(timezone.utc))
+    clock = now or (lambda: datetime.now(UTC))
     stop = should_stop or (lambda: False)
     report = MaintenanceReport(started_at=_iso(clock()))
     started = time.monotonic()
@@ -184,7 +184,8 @@ def maintain(config: Config, tables: Sequence[str] | None = None,
             break
         path = config.delta.table_path(name)
         if writer_properties is None:
-            from streaming.audit.properties import writer_properties  # pyspark's schemas: not for status
+            from streaming.audit.properties import writer_properties as default_properties  # not for status
+            writer_properties = default_properties
         props = writer_properties(name)
         table_report = _TablePass(name, path, config.audit, props, progress, stop, clock,
                                   storage).run()
@@ -278,7 +279,7 @@ class _TablePass:
                 continue  # a null partition value cannot be named in a filter; never written
             if self.stop():
                 raise _Stopped
-            filters = [(c, "=", str(v)) for c, v in zip(columns, values)] or None
+            filters = [(c, "=", str(v)) for c, v in zip(columns, values, strict=True)] or None
             metrics = table.optimize.compact(partition_filters=filters, target_size=target,
                                              max_concurrent_tasks=COMPACT_TASKS,
                                              writer_properties=self.writer_properties)
@@ -308,7 +309,7 @@ class _TablePass:
             column = TIME_COLUMNS.get(self.name)
             if column is None:
                 return f"no time column known for {self.name}: retention skipped"
-            predicate = f"{column} < '{cutoff.astimezone(timezone.utc).isoformat()}'"
+            predicate = f"{column} < '{cutoff.astimezone(UTC).isoformat()}'"
             doomed = None
         metrics = table.delete(predicate, writer_properties=self.writer_properties)
         deleted = metrics.get("num_deleted_rows")
@@ -356,10 +357,10 @@ def small_files_by_partition(table: DeltaTable, columns: Sequence[str], target: 
     limit = SMALL_FRACTION * target
     paths = actions["path"].to_pylist()
     sizes = actions["size_bytes"].to_pylist()
-    values = list(zip(*(actions[f"partition.{c}"].to_pylist() for c in columns))) if columns \
+    values = list(zip(*(actions[f"partition.{c}"].to_pylist() for c in columns), strict=True)) if columns \
         else [()] * len(paths)
     groups: dict[tuple, list[str]] = {}
-    for path, size, key in zip(paths, sizes, values):
+    for path, size, key in zip(paths, sizes, values, strict=True):
         if size < limit:
             groups.setdefault(tuple(key), []).append(path)
     return groups
@@ -458,16 +459,16 @@ def _rows_in_partitions_before(table: DeltaTable, column: str, day: date) -> int
     actions = arrow_table(table.get_add_actions(flatten=True))
     rows = 0
     for value, records in zip(actions[f"partition.{column}"].to_pylist(),
-                              actions["num_records"].to_pylist()):
+                              actions["num_records"].to_pylist(), strict=True):
         if value is not None and value < day:
             rows += records or 0
     return rows
 
 
 def _partition_text(columns: Iterable[str], values: Iterable[object]) -> str:
-    text = ", ".join(f"{c}={v}" for c, v in zip(columns, values))
+    text = ", ".join(f"{c}={v}" for c, v in zip(columns, values, strict=True))
     return text or "the table"
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")

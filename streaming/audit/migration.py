@@ -26,8 +26,8 @@ from deltalake.exceptions import DeltaError
 
 from schemas.records import PARTITION_COLUMNS, PARTITION_SOURCES
 from schemas.tables import utc_date
-from streaming.audit.properties import writer_properties
 from streaming.audit.errors import MigrationError
+from streaming.audit.properties import writer_properties
 from streaming.audit.queries import arrow_table
 from streaming.audit.storage import StorageOptions, check_commit_safety, storage_options
 from streaming.audit.writer import (
@@ -102,8 +102,7 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None],
         for batch in rows.to_batches(max_chunksize=100_000):
             batch = pa.Table.from_batches([batch]).cast(before)
             batch = batch.append_column(target.field(day), utc_date(batch[source]))
-            for out in batch.to_batches():
-                yield out
+            yield from batch.to_batches()
             step = written[0] // PROGRESS_EVERY_ROWS
             written[0] += batch.num_rows
             if written[0] // PROGRESS_EVERY_ROWS > step:

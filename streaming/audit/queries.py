@@ -46,7 +46,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -58,8 +60,8 @@ from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_UPSERT,
     DELIVERIES,
-    MESSAGES,
     MESSAGE_ID_PATTERN,
+    MESSAGES,
     PARTITION_COLUMNS,
     SUBSCRIPTIONS,
 )
@@ -171,6 +173,7 @@ def read(config: Config, query: AuditQuery, limit: int | None = None) -> Answer:
                                              limit))
     windows = _windows(delta, query, newest_first=limit is not None,
                        footer=lambda file: _footer(config, query.table, file))
+    batches: Iterator[pa.RecordBatch]
     if limit is None:
         batches = (batch for window in windows
                    for batch in _batches(_scan(path, delta, query, columns, output,
@@ -213,7 +216,7 @@ Window = tuple[int | None, int | None]
 
 
 def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
-             footer: Callable[[str], object] | None = None) -> list[Window]:
+             footer: Callable[[str], Any] | None = None) -> list[Window]:
     """The time windows of ``query`` over ``delta``'s files, oldest first (see :func:`read`);
     joined from the newest file back when ``newest_first`` (a ``--limit``, which reads
     from the newest window back).
@@ -238,7 +241,7 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
     until = None if query.until is None else _micros(query.until)
     units = []
     for path, lo, hi, rows in zip(actions["path"].to_pylist(), low.to_pylist(),
-                                  high.to_pylist(), actions["num_records"].to_pylist()):
+                                  high.to_pylist(), actions["num_records"].to_pylist(), strict=True):
         parts = None
         if footer is not None and (rows or 0) > FIRST_WINDOW_ROWS:
             parts = _row_groups(footer, path, time)
@@ -263,12 +266,12 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
             groups.append([lo, hi, rows, 1])
     if newest_first:
         groups.reverse()
-    starts = []  # each window's first group, in reading order
+    starts: list[int] = []  # each window's first group, in reading order
     rows_budget, files_budget = FIRST_WINDOW_ROWS, FIRST_WINDOW_FILES
-    held_rows = held_files = None
+    held_rows = held_files = 0
     for i, (_, _, rows, count) in enumerate(groups):
-        if held_rows is None or held_rows >= rows_budget or held_files >= files_budget:
-            if held_rows is not None:
+        if not starts or held_rows >= rows_budget or held_files >= files_budget:
+            if starts:
                 rows_budget = min(WINDOW_GROWTH * rows_budget, MAX_WINDOW_ROWS)
                 files_budget = min(WINDOW_GROWTH * files_budget, MAX_WINDOW_FILES)
             starts.append(i)
@@ -283,13 +286,13 @@ def _windows(delta: DeltaTable, query: AuditQuery, newest_first: bool,
     # (Spark's) is then never pruned from the window that holds some of its rows.
     bounds = sorted({bound - bound % 1_000 for bound in bounds})
     edges = [None, *bounds, None]
-    return list(zip(edges[:-1], edges[1:]))
+    return list(pairwise(edges))
 
 
 _TIME_UNITS = {"milliseconds": 1_000, "microseconds": 1, "nanoseconds": 0.001}
 
 
-def _row_groups(footer: Callable[[str], object], path: str,
+def _row_groups(footer: Callable[[str], Any], path: str,
                 column: str) -> list[tuple[int, int, int]] | None:
     """(min, max in microseconds, rows) of each row group of the file at ``path`` (relative
     to the table) from its ``column`` statistics; None when they cannot be had (no such
@@ -333,7 +336,7 @@ def _moment(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _scan(path: str, delta: DeltaTable, query: AuditQuery, columns: list[str],
@@ -506,7 +509,7 @@ def _timestamp(moment: datetime) -> str:
 
 def _date(moment: datetime) -> str:
     """The UTC date of an aware datetime as a DataFusion ``DATE`` literal."""
-    return f"DATE '{moment.astimezone(timezone.utc).date().isoformat()}'"
+    return f"DATE '{moment.astimezone(UTC).date().isoformat()}'"
 
 
 def _in_force(changes: pa.Table) -> pa.Table:
@@ -572,4 +575,4 @@ def _json_rows(table: pa.Table) -> list[dict[str, object]]:
         else:
             columns.append(column.to_pylist())
     names = table.column_names
-    return [dict(zip(names, values)) for values in zip(*columns)]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

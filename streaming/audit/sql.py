@@ -30,9 +30,10 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Callable
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -145,8 +146,8 @@ def json_rows(table: pa.Table) -> list[dict[str, object]]:
                                "give each its own name (AS)")
     converters = [_converter(field.type) for field in table.schema]
     columns = [[convert(v) for v in column.to_pylist()]
-               for convert, column in zip(converters, table.columns)]
-    return [dict(zip(names, values)) for values in zip(*columns)]
+               for convert, column in zip(converters, table.columns, strict=True)]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def json_value(value: object) -> object:
@@ -154,7 +155,7 @@ def json_value(value: object) -> object:
     if isinstance(value, datetime):
         if value.tzinfo is None:  # TIMESTAMP_NTZ: no zone to name
             return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):
@@ -166,7 +167,7 @@ def json_value(value: object) -> object:
     return value
 
 
-def _converter(kind: pa.DataType) -> Callable[[object], object]:
+def _converter(kind: pa.DataType) -> Callable[[Any], object]:
     """A function from a ``to_pylist`` value of Arrow type ``kind`` to its JSON value."""
     if pa.types.is_map(kind):
         key, item = _converter(kind.key_type), _converter(kind.item_type)

@@ -48,7 +48,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlparse
 
 from streaming.audit.errors import StorageError
@@ -56,6 +56,7 @@ from streaming.config import DeltaConfig
 from streaming.errors import one_line
 
 if TYPE_CHECKING:
+    from obstore.store import S3Config
     from pyarrow import fs
 
 S3_SCHEMES = ("s3", "s3a")
@@ -175,7 +176,8 @@ def object_store_at(uri: str, options: Mapping[str, str]):
     url = urlparse(uri)
     root = url.path.strip("/")
     if url.scheme.lower() in S3_SCHEMES:
-        config = {_obstore_key(k): v for k, v in options.items()}
+        # delta-rs's keys as obstore names them (_obstore_key), the keys S3Config types.
+        config = cast("S3Config", {_obstore_key(k): v for k, v in options.items()})
         return S3Store(url.netloc, prefix=root, config=config,
                        client_options={"connect_timeout": "5s", "timeout": "30s"})
     return from_url(f"{url.scheme}://{url.netloc}/{root}")

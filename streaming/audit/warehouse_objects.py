@@ -71,14 +71,14 @@ class _StoreObject:
             got = obstore.get(self._store, self._name)
         except (NotFoundError, FileNotFoundError):  # obstore raises the latter
             return None
-        return bytes(got.bytes()), got.meta["e_tag"]
+        return bytes(got.bytes()), _tag(got.meta["e_tag"])
 
     def create(self, data: bytes) -> str:
         import obstore
         from obstore.exceptions import AlreadyExistsError
 
         try:
-            return obstore.put(self._store, self._name, data, mode="create")["e_tag"]
+            return _tag(obstore.put(self._store, self._name, data, mode="create")["e_tag"])
         except AlreadyExistsError:
             raise Conflict from None
 
@@ -87,7 +87,7 @@ class _StoreObject:
         from obstore.exceptions import NotFoundError, PreconditionError
 
         try:
-            return obstore.put(self._store, self._name, data, mode={"e_tag": tag})["e_tag"]
+            return _tag(obstore.put(self._store, self._name, data, mode={"e_tag": tag})["e_tag"])
         except (PreconditionError, NotFoundError, FileNotFoundError):
             raise Conflict from None
 
@@ -123,3 +123,10 @@ class _FileObject:
                 raise Conflict
             write_atomically(self.path, data)
         return hashlib.sha256(data).hexdigest()
+
+
+def _tag(e_tag: str | None) -> str:
+    """An object's ETag, which the compare-and-swaps need (a store without one cannot hold them)."""
+    if e_tag is None:
+        raise OSError("the object store returned no ETag: its conditional writes are unusable")
+    return e_tag

@@ -59,7 +59,7 @@ after it has followed :data:`TABLE_RELOAD_COMMITS` versions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -339,7 +339,7 @@ class AuditTables:
                 continue
             if isinstance(batch, FileBatch):
                 batch_files = batch.table_files(name)
-                if where == "across":
+                if where == "across" and audited is not None:  # "across" a mark there is
                     batch_files = self._files_not_audited(name, batch_files, audited,
                                                           batch.batch_id)
                 files += batch_files
@@ -374,7 +374,7 @@ class AuditTables:
         return mark if mark is not None else AuditedMark(self.topic, self.router_id,
                                                          self.ancestors)
 
-    def _files_not_audited(self, name: str, files: list[AuditFile], audited: dict[int, int],
+    def _files_not_audited(self, name: str, files: list[AuditFile], audited: Mapping[int, int],
                            batch_id: int) -> list[AuditFile]:
         """``files`` of a batch that straddles ``audited``, rewritten without the rows below
         it (only after a restore; the files replaced stay untracked: the vacuum deletes them)."""
@@ -382,7 +382,7 @@ class AuditTables:
         for file in files:
             rows = pq.read_table(f"{self._root}/{name}/{file.path}", filesystem=self._filesystem)
             rows = rows_not_audited(rows, audited)
-            if file.partition_column is not None:
+            if file.partition_column is not None and file.partition_value is not None:
                 day = date.fromisoformat(file.partition_value)
                 rows = rows.append_column(file.partition_column,
                                           pa.array([day] * rows.num_rows, pa.date32()))
@@ -453,12 +453,12 @@ def add_missing_columns(table: DeltaTable, name: str) -> None:
     created it without (``deliveries.retained``, ``deliveries.replayed``,
     ``subscriptions.retain_handling``, ``subscriptions.retain_as_published``); its rows read
     them as null."""
-    from deltalake.schema import Field
+    from deltalake.schema import Field, PrimitiveType
 
     have = {f.name for f in table.schema().fields}
     missing = [f for f in ARROW_SCHEMAS[name] if f.name not in have and f.nullable]
     if missing:
-        types = {pa.bool_(): "boolean", pa.int32(): "integer"}
+        types = {pa.bool_(): PrimitiveType("boolean"), pa.int32(): PrimitiveType("integer")}
         table.alter.add_columns([Field(f.name, types[f.type], nullable=True) for f in missing])
 
 

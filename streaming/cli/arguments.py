@@ -12,7 +12,7 @@ from streaming.config import Config, load, parse_set_flags
 
 
 def config_of(args: argparse.Namespace, extra: dict[str, object] | None = None) -> Config:
-    overrides: dict[str, object] = parse_set_flags(args.set)
+    overrides: dict[str, object] = dict(parse_set_flags(args.set))
     overrides.update({k: v for k, v in (extra or {}).items() if v is not None})
     return load(args.config, overrides)
 

@@ -31,7 +31,7 @@ class _Stderr(logging.StreamHandler):
         super().__init__()
 
     @property
-    def stream(self):  # noqa: D102
+    def stream(self):
         return sys.stderr
 
     @stream.setter
@@ -58,5 +58,7 @@ def quiet_kafka_client_logs(spark: SparkSession) -> None:
     outage itself, once when it starts failing and once when it recovers.
     """
     jvm = spark.sparkContext._jvm
+    if jvm is None:  # a stopped context: no JVM logs to quiet
+        return
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
         "org.apache.kafka", jvm.org.apache.logging.log4j.Level.ERROR)

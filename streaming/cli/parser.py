@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from streaming.cli.verbs import audit as audit_verbs
-from streaming.cli.verbs import inspection, installation, messaging, router
+from streaming.cli.verbs import audit as audit_verbs, inspection, installation, messaging, router
 
 
 def _count(text: str) -> int:

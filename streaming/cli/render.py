@@ -12,8 +12,8 @@ import functools
 import json
 import struct
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # types only: a verb imports no more of the library than it calls
     import pyarrow as pa
@@ -38,7 +38,7 @@ def table(columns: Sequence[str], rows: Sequence[Mapping[str, object]]) -> list[
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+        return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
     return [line(columns), line(["-" * w for w in widths]), *map(line, cells),
             f"({len(rows)} row{'' if len(rows) == 1 else 's'})"]
@@ -75,7 +75,7 @@ def json_lines(batch: pa.RecordBatch) -> bytes:
     if not batch.num_rows:
         return b""
     parts: list[object] = []
-    for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns)):
+    for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns, strict=True)):
         key = json.dumps(name, ensure_ascii=False)
         parts += [_lit("{" + key + ": " if i == 0 else ", " + key + ": "), _json_values(column)]
     parts.append(_lit("}\n"))
@@ -101,14 +101,14 @@ class TableText:
 
         cells = [_cell_values(column) for column in batch.columns]
         widths = [max(w, pc.max(pc.utf8_length(c)).as_py() or 0) if len(c) else w
-                  for w, c in zip(self._widths, cells)]
+                  for w, c in zip(self._widths, cells, strict=True)]
         head = b"" if self.rows or not batch.num_rows else self._head(widths)
         self._widths = widths
         self.rows += batch.num_rows
         if not batch.num_rows:
             return head
         parts: list[object] = []
-        for i, (cell, width) in enumerate(zip(cells, widths)):
+        for i, (cell, width) in enumerate(zip(cells, widths, strict=True)):
             parts += [_lit("  " if i else ""), pc.utf8_rpad(cell, width=width, padding=" ")]
         lines = pc.utf8_rtrim_whitespace(pc.binary_join_element_wise(*parts, _lit("")))
         return head + _joined(pc.binary_join_element_wise(lines, _lit("\n"), _lit("")))
@@ -120,7 +120,7 @@ class TableText:
 
     def _head(self, widths: Sequence[int]) -> bytes:
         def line(values: Sequence[str]) -> str:
-            return "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+            return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
         return (line(self._columns) + "\n" + line(["-" * w for w in widths]) + "\n").encode()
 
@@ -374,9 +374,9 @@ _LIMIT_WORDS = {"max_subscriptions_per_exchange": "subscriptions",
 """How ``bitroute status`` names the use of each limit (``[limits]``): used/limit."""
 
 
-def status_lines(status: Mapping[str, object], now: datetime | None = None) -> list[str]:
-    """:func:`streaming.ops.status.router_status` as aligned ``name: value`` lines."""
-    now = now or datetime.now(timezone.utc)
+def status_lines(status: Mapping[str, Any], now: datetime | None = None) -> list[str]:
+    """:func:`streaming.ops.status.router_status` (a JSON document) as aligned ``name: value`` lines."""
+    now = now or datetime.now(UTC)
     router = status["router"]
     if status.get("stopping"):
         # The watchdog holds the lock until the JVM of an exited driver is gone.
@@ -491,7 +491,7 @@ def status_lines(status: Mapping[str, object], now: datetime | None = None) -> l
     return [f"{name + ':':<{width}} {value}" for name, value in lines]
 
 
-def _lease_text(lease: Mapping[str, object]) -> str:
+def _lease_text(lease: Mapping[str, Any]) -> str:
     """The router lease of the publishes topic and warehouse (streaming.state.lease)."""
     age = lease.get("age_seconds")
     state = (f"released {lease['released_at']}" if lease.get("released_at") else
@@ -500,13 +500,13 @@ def _lease_text(lease: Mapping[str, object]) -> str:
             f"{lease.get('checkpoint_dir')}), epoch {lease.get('epoch')}, {state}")
 
 
-def _lag_text(lag: Mapping[str, object], what: str, since: str) -> str:
+def _lag_text(lag: Mapping[str, Any], what: str, since: str) -> str:
     if lag["records"] is None:
         return f"unknown (Kafka did not answer; {since})"
     return f"{lag['records']} {what} in {lag['topic']} ({since})"
 
 
-def _maintenance_text(report: Mapping[str, object] | None, now: datetime) -> str:
+def _maintenance_text(report: Mapping[str, Any] | None, now: datetime) -> str:
     if not report:
         return "no pass recorded yet"
     finished = report.get("finished_at")
@@ -541,5 +541,5 @@ def _ago(text: object, now: datetime) -> str:
     except ValueError:
         return ""
     if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
+        then = then.replace(tzinfo=UTC)
     return f" ({(now - then).total_seconds():.0f}s ago)"

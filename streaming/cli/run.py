@@ -52,19 +52,18 @@ from pyspark.errors import StreamingQueryException
 from streaming.audit.storage import StorageError
 from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress
 from streaming.config import MODE_REALTIME, Config
-from streaming.errors import one_line
+from streaming.errors import RealtimeBuildError, one_line
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import TopicCreationError
 from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
-from streaming.router.subscriptions.changelog import ChangelogError
-from streaming.errors import RealtimeBuildError
 from streaming.realtime.errors import RealtimeJarMissing, RealtimeSlotsError
 from streaming.router.errors import RouterModeError
-from streaming.state.lock import RouterLock, RouterLockedError
 from streaming.router.service import Router
+from streaming.router.subscriptions.changelog import ChangelogError
 from streaming.router.subscriptions.snapshots import SnapshotStoreError
+from streaming.state.lock import RouterLock, RouterLockedError
 
 ACCESS_RETRY_S = 10.0
 """How long ``bitroute run`` waits before starting a query Kafka refused again."""
@@ -83,8 +82,8 @@ def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool =
     of its progress line, and every other line this prints on stderr, so that stdout
     is only JSON (``bitroute run --json``).
     """
-    from streaming.kafka.broker import BrokerError, EmbeddedBroker
     from streaming.cli.logs import quiet_kafka_client_logs
+    from streaming.kafka.broker import BrokerError, EmbeddedBroker
     from streaming.session import spark_session
     from streaming.state.watchdog import start_watchdog
 
@@ -243,8 +242,11 @@ def _await_realtime(router: Router, stop_requested: threading.Event) -> int | No
     (:mod:`streaming.realtime.supervisor`: Kafka refusing access included, its line naming
     the grant), so this waits for a stop request, or for the end that is no failure (the
     Spark JVM gone, a query stopped from outside): status 1 with its line."""
+    realtime = router.realtime
+    if realtime is None:
+        raise RuntimeError("the router runs no realtime query: start() it in realtime mode")
     while not stop_requested.is_set():
-        ended = router.realtime.ended(1.0)
+        ended = realtime.ended(1.0)
         if ended is not None and not stop_requested.is_set():
             router.stop()
             print(f"bitroute: error: {ended}", file=sys.stderr)
@@ -253,10 +255,13 @@ def _await_realtime(router: Router, stop_requested: threading.Event) -> int | No
 
 
 def _jvm_pid(router: Router) -> int:
-    return int(router.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    jvm = router.spark.sparkContext._jvm
+    if jvm is None:
+        raise RuntimeError("the router's Spark session has no JVM")
+    return int(jvm.java.lang.ProcessHandle.current().pid())
 
 
-def _failure_line(router: Router, failure: object) -> str:
+def _failure_line(router: Router, failure: BaseException) -> str:
     """What failed, on which input if known, and what to do: one line."""
     last = router.reports[-1] if router.reports else None
     after = f"after batch {last.batch_id}" if last is not None else "before its first batch"
@@ -278,6 +283,8 @@ def _announce(router: Router, metrics: RouterMetrics | None, info: TextIO) -> No
     config = router.config
     kafka = config.kafka
     subscriptions = router.subscriptions
+    if subscriptions is None:
+        raise RuntimeError("the router is not open: announced after start()")
     lines = [
         f"reading publishes from {kafka.publishes_topic} and subscriptions from "
         f"{kafka.subscriptions_topic} at {kafka.bootstrap}"

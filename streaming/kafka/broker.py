@@ -61,7 +61,7 @@ class EmbeddedBroker:
     controller_port: int = 9093
 
     @classmethod
-    def from_config(cls, broker: BrokerConfig) -> "EmbeddedBroker":
+    def from_config(cls, broker: BrokerConfig) -> EmbeddedBroker:
         return cls(broker.data_dir.absolute(), broker.host, broker.port, broker.controller_port)
 
     @property

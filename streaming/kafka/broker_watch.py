@@ -89,5 +89,5 @@ class BrokerWatch:
             since, failures = self._down_since, self._failures
             self._down_since, self._failures = None, 0
             self._recovered_at = time.monotonic()
-        _log.info(f"Kafka at {self.bootstrap} answers again after "
-                  f"{time.monotonic() - since:.1f}s ({failures} failed connection attempts)")
+        down = f"{time.monotonic() - since:.1f}s" if since is not None else "an outage"
+        _log.info(f"Kafka at {self.bootstrap} answers again after {down} ({failures} failed connection attempts)")

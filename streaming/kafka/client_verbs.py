@@ -44,6 +44,8 @@ from streaming.kafka.clients import (
     access_failure,
     consumer as kafka_consumer,
     producer as kafka_producer,
+    record_headers,
+    record_position,
 )
 from streaming.kafka.errors import KAFKA_TIMEOUT_S, ClientError, InvalidRequest
 from streaming.kafka.topics import (
@@ -132,7 +134,8 @@ def unsubscribe(config: Config, sub_id: str,
     if not sub_id:
         raise InvalidRequest("the subscription id must not be empty")
     _ensure(config, [config.kafka.subscriptions_topic], COMPACTED)
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode("utf-8"), None, headers)
+    _produce(config, config.kafka.subscriptions_topic, sub_id.encode("utf-8"), None,
+             None if headers is None else list(headers))
 
 
 # --- publishes -------------------------------------------------------------------
@@ -149,7 +152,7 @@ def publish(config: Config, exchange: str, routing_key: str, payload: bytes,
     _ensure(config, [config.kafka.publishes_topic])
     record = _produce(config, config.kafka.publishes_topic, routing_key.encode("utf-8"), payload,
                       [*headers, (EXCHANGE_HEADER, exchange.encode("utf-8"))])
-    return message_id(record.topic(), record.partition(), record.offset(), incarnation)
+    return message_id(*record_position(record), incarnation)
 
 
 # --- deliveries ------------------------------------------------------------------
@@ -178,7 +181,7 @@ class Delivery:
     def from_message(cls, message: Message) -> Delivery:
         headers: dict[str, str | None] = {}
         router: dict[str, str] = {}
-        for name, value in message.headers() or []:
+        for name, value in record_headers(message) or []:
             text = None if value is None else value.decode("utf-8", errors="replace")
             if name in ROUTER_HEADERS:
                 router[name] = text or ""
@@ -301,7 +304,7 @@ def _kafka_call(config: Config, call: Callable[[], object]) -> None:
 
 
 def _produce(config: Config, topic: str, key: bytes, value: bytes | None,
-             headers: list[tuple[str, bytes]] | None = None) -> Message:
+             headers: list[tuple[str, str | bytes | None]] | None = None) -> Message:
     """Produce one record and return it as acknowledged (with its partition and offset)."""
     producer = kafka_producer(config.kafka.client_settings, {
         "acks": "all",

@@ -23,10 +23,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from streaming.kafka.errors import AUTHENTICATION_ERRORS, AUTHORIZATION_ERRORS, KafkaAccessError
@@ -223,12 +223,22 @@ def syslog_level(level: int) -> int:
             else logging.WARNING if level == 4 else logging.INFO if level <= 6 else logging.DEBUG)
 
 
+class _Client(Protocol):
+    """What :class:`_Bounded` uses of the client it is mixed into."""
+
+    errors: ClientErrors
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+    def poll(self, timeout: float = -1) -> Any: ...
+    def _serve(self) -> None: ...
+
+
 class _Bounded:
     """Waits of a client that end early on a recorded access failure (mixed into each kind)."""
 
     errors: ClientErrors
 
-    def topics(self, timeout: float, topic: str | None = None):
+    def topics(self: _Client, timeout: float, topic: str | None = None):
         """``list_topics(topic)`` within ``timeout`` seconds, in steps that raise a recorded
         access failure at once; raises ``KafkaException`` on timeout."""
         deadline = time.monotonic() + timeout
@@ -247,7 +257,7 @@ class _Bounded:
                     self.errors.check()
                     raise
 
-    def _serve(self) -> None:
+    def _serve(self: _Client) -> None:
         """Serve the client's queued events: librdkafka calls ``error_cb`` only from a poll."""
         self.poll(0)
 
@@ -339,6 +349,26 @@ def admin(settings: ClientSettings, props: Mapping[str, object] | None = None,
           on_error: Callable[[KafkaError], None] | None = None) -> BitrouteAdmin:
     errors = ClientErrors(settings, on_error)
     return BitrouteAdmin(_config(settings, props, errors), errors)
+
+
+def record_position(message: Message) -> tuple[str, int, int]:
+    """``(topic, partition, offset)`` of a consumed record. confluent-kafka types each
+    optional, for its error events; a record has all three."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if topic is None or partition is None or offset is None:
+        raise ValueError(f"not a consumed record (topic {topic}, partition {partition}, offset {offset})")
+    return topic, partition, offset
+
+
+def record_headers(message: Message) -> list[tuple[str, bytes | None]] | None:
+    """A consumed record's headers in order (None: it has none). confluent-kafka types
+    them as anything a producer may pass (a dict, str values); a consumer returns this."""
+    headers = message.headers()
+    if headers is None:
+        return None
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    return [(name, value.encode() if isinstance(value, str) else value) for name, value in headers]
 
 
 def produce_when_room(client: Producer, topic: str, value: bytes | None, key: bytes | None,

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import pairwise
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +57,10 @@ HEADER_OVERHEAD = 10
 """Upper bound of one header's framing (two varint lengths)."""
 
 
+@overload
+def header_size(name: str, value_bytes: int = 0) -> int: ...
+@overload
+def header_size(name: str, value_bytes: np.ndarray) -> np.ndarray: ...
 def header_size(name: str, value_bytes: int | np.ndarray = 0) -> int | np.ndarray:
     """The bytes header ``name`` adds to a record whose value is ``value_bytes`` long
     (its framing, its name in UTF-8, its value); vectorised over ``value_bytes``."""
@@ -158,10 +164,10 @@ class PublishColumns:
         if not len(named):
             return exchanges, errors
         last = {}  # row -> index of its last exchange header
-        for row, entry in zip(self._parents[named].tolist(), named.tolist()):
+        for row, entry in zip(self._parents[named].tolist(), named.tolist(), strict=True):
             last[row] = entry
         raw = self._header_values.take(pa.array(list(last.values()))).to_pylist()
-        for row, value in zip(last, raw):
+        for row, value in zip(last, raw, strict=True):
             if value is None:
                 exchanges[row] = None
                 continue
@@ -179,7 +185,7 @@ class PublishColumns:
         if not len(named):
             return [], []
         last = {}  # row -> index of its last header of the name
-        for row, entry in zip(self._parents[named].tolist(), named.tolist()):
+        for row, entry in zip(self._parents[named].tolist(), named.tolist(), strict=True):
             last[row] = entry
         return list(last), self._header_values.take(pa.array(list(last.values()))).to_pylist()
 
@@ -191,8 +197,8 @@ class PublishColumns:
         values = self._header_values.to_pylist()
         offsets = self.headers.offsets.to_numpy()
         offsets = (offsets - offsets[0]).tolist()
-        return [list(zip(names[a:b], values[a:b])) if b > a else None
-                for a, b in zip(offsets[:-1], offsets[1:])]
+        return [list(zip(names[a:b], values[a:b], strict=True)) if b > a else None
+                for a, b in pairwise(offsets)]
 
     def kept_header_columns(self) -> tuple[np.ndarray, pa.Array, pa.Array]:
         """The headers :func:`kept_headers` keeps, as columns: ``(offsets, names, values)``,

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -96,6 +97,7 @@ class Registry:
     def set(self, name: str, value: float, **labels: object) -> None:
         """Set a gauge's sample."""
         metric = self._sample(name, "gauge", labels)
+        assert isinstance(metric, Gauge)  # _sample's kind "gauge"
         with self._lock:
             metric.set(value)
             self._unset.discard(name)
@@ -190,7 +192,7 @@ class MetricsServer:
         self._registry = registry
         self._host = host
         self._port = port
-        self._server = None
+        self._server: WSGIServer | None = None
 
     @property
     def port(self) -> int:

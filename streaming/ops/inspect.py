@@ -37,6 +37,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -60,11 +62,11 @@ from schemas.records import EXPIRY_HEADER
 from streaming.config import Config
 from streaming.errors import one_line
 from streaming.kafka.clients import consumer as kafka_consumer
-from streaming.kafka.records import expiry_error
 from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
+from streaming.kafka.records import expiry_error
 from streaming.ops.errors import InspectError, RejectedPublish
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.subscriptions.snapshots import SnapshotFiles, SnapshotStoreError
+from streaming.state.checkpoint import CheckpointLayout
 
 KAFKA_PROBE_TIMEOUT_S = PROBE_TIMEOUT_S
 """How long to wait for Kafka's metadata before answering from the snapshot alone."""
@@ -104,9 +106,12 @@ def latest_snapshot(config: Config) -> Snapshot | None:
     files = SnapshotFiles(CheckpointLayout.of(config.streaming.checkpoint_dir))
     try:
         latest = files.latest()
-        return None if latest is None else Snapshot.from_bytes(latest.data)
     except SnapshotStoreError as exc:
         raise InspectError(str(exc)) from None
+    if latest is None:
+        return None
+    try:
+        return Snapshot.from_bytes(latest.data)
     except SnapshotFormatError as exc:
         raise InspectError(f"{files.layout.snapshot_file(latest.version)}: {exc}") from None
 
@@ -128,7 +133,7 @@ def load_state(config: Config) -> RoutingState:
         base = snapshot
         index, offsets, applied = _apply_changelog(
             config, lambda: RoutingIndex.from_snapshot(base), base.offsets)
-        if applied:
+        if applied and index is not None:  # the index is made at the first record
             snapshot = index.snapshot(base.version, offsets)
         return RoutingState(snapshot, base.version, applied, None)
     if problem is not None:
@@ -199,7 +204,7 @@ def _apply_changelog(config: Config, make_index: Callable[[], RoutingIndex],
 # --- subscriptions -----------------------------------------------------------------
 
 def subscriptions(state: RoutingState, subscriber: str | None = None, exchange: str | None = None
-                  ) -> list[dict[str, object]]:
+                  ) -> list[dict[str, Any]]:
     """The live subscriptions (of ``subscriber``, of ``exchange`` when given), sorted by
     exchange, subscriber and id; each a dict of :data:`SUBSCRIPTION_COLUMNS`."""
     t = state.snapshot.tables
@@ -237,14 +242,14 @@ def _table(snapshot: Snapshot, slots: np.ndarray) -> pa.Table:
 def _criteria(snapshot: Snapshot) -> dict[int, HeaderCriteria]:
     t = snapshot.tables
     return {int(slot): t.criteria_sets[ref]
-            for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist())}
+            for slot, ref in zip(t.criteria_slots.tolist(), t.criteria_ref.tolist(), strict=True)}
 
 
-def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, object]]:
+def _rows(snapshot: Snapshot, table: pa.Table) -> list[dict[str, Any]]:
     """The rows of a :func:`_table`, as dicts of :data:`SUBSCRIPTION_COLUMNS`."""
     criteria = _criteria(snapshot)
     t = snapshot.tables
-    flags = dict(zip(t.option_slots.tolist(), t.option_flags.tolist()))
+    flags = dict(zip(t.option_slots.tolist(), t.option_flags.tolist(), strict=True))
     rows = []
     for row in table.to_pylist():
         slot = row.pop("slot")
@@ -273,7 +278,7 @@ class Receiver:
 
     subscriber: str
     certain: bool
-    subscriptions: list[dict[str, object]]
+    subscriptions: list[dict[str, Any]]
 
 
 def explain(state: RoutingState, exchange: str, routing_key: str,
@@ -316,7 +321,7 @@ def explain(state: RoutingState, exchange: str, routing_key: str,
     table = table.append_column("shared", pa.array(shared[t.sub_filter[slots]], pa.bool_()))
     table = table.take(pc.sort_indices(table, sort_keys=[("subscriber", "ascending"),
                                                         ("subscription_id", "ascending")]))
-    receivers: dict[str, list[dict[str, object]]] = {}
+    receivers: dict[str, list[dict[str, Any]]] = {}
     for row in _rows(snapshot, table):
         row["shared_group"] = row["filter"] if row.pop("shared") else None
         receivers.setdefault(row["subscriber"], []).append(row)
@@ -331,8 +336,8 @@ def retained_messages(config: Config, state: RoutingState):
     read from ``kafka.retained_topic`` to its end; none when no router created the topic
     yet), or None when Kafka was not reachable for the state (``state.stale``) or the
     topic cannot be read."""
-    from streaming.router.subscriptions.changelog import ChangelogError
     from streaming.router.retained import RetainedMessages
+    from streaming.router.subscriptions.changelog import ChangelogError
 
     if state.stale is not None:
         return None
@@ -367,20 +372,20 @@ def retained_of(config: Config, state: RoutingState, exchange: str,
     """``bitroute explain``'s view of ``topic``'s retained message on an MQTT exchange:
     ``{"message_id", "payload_bytes", "published_at"}`` (ISO-8601, UTC), or None when the
     topic has none (or the retained topic could not be read)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     messages = retained_messages(config, state)
     found = None if messages is None else messages.get(exchange, topic)
     if found is None:
         return None
-    published = datetime.fromtimestamp(found.published_at_ms / 1000, timezone.utc)
+    published = datetime.fromtimestamp(found.published_at_ms / 1000, UTC)
     return {"message_id": found.message_id, "payload_bytes": len(found.value),
             "published_at": published.isoformat(),
             "expiry_remaining": messages.remaining.get((exchange, topic))}
 
 
 def with_retained(config: Config, state: RoutingState,
-                  rows: list[dict[str, object]]) -> list[dict[str, object]]:
+                  rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` of :func:`subscriptions`, each of an MQTT exchange with ``retained``: how many
     retained messages its filter matches now, what it would receive if applied again
     (None for a ``$share/`` subscription, which receives none when applied, or when the

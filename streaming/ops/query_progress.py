@@ -67,14 +67,14 @@ class QueryListener(StreamingQueryListener):
     def __init__(self, metrics: RouterMetrics) -> None:
         self._metrics = metrics
 
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (pyspark's names)
+    def onQueryStarted(self, event: Any) -> None:
         self._metrics.set_query_active(True)
 
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+    def onQueryProgress(self, event: Any) -> None:
         self._metrics.record_progress(event.progress)
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+    def onQueryIdle(self, event: Any) -> None:
         self._metrics.record_idle()
 
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: Any) -> None:
         self._metrics.set_query_active(False)

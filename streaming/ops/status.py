@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -51,16 +51,19 @@ from streaming.errors import BitrouteError, one_line
 from streaming.kafka.clients import access_failure, consumer as kafka_consumer
 from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
 from streaming.ops.errors import KafkaUnavailable
+from streaming.router.subscriptions.limits import usage as limits_usage
 from streaming.state import lock
 from streaming.state.checkpoint import CheckpointLayout
-from streaming.router.subscriptions.limits import usage as limits_usage
 from streaming.state.offsets_log import OffsetLogError, last_committed_batch, read_offsets
+
+if TYPE_CHECKING:
+    from compiler import Snapshot
 
 KAFKA_BUDGET_S = STATUS_BUDGET_S
 """All of status's Kafka requests together get this long (the verb answers in under 2 s)."""
 
 
-def router_status(config: Config) -> dict[str, object]:
+def router_status(config: Config) -> dict[str, Any]:
     """The status as one JSON-ready dict (see the module docstring; ``None`` = unknown).
 
     Keys: ``mode`` (``streaming.mode``), ``running``, ``stopping`` (the lock is held but its driver exited: the
@@ -211,7 +214,7 @@ class _Local(NamedTuple):
     last: dict | None
     committed_batch: int | None
     committed: dict[str, dict[int, int]] | None
-    snapshot: object  # compiler.Snapshot | None (compiler is imported late: it is slow)
+    snapshot: Snapshot | None  # compiler is imported late (it is slow): a name for mypy only
     notes: list[str]
 
 

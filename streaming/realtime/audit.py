@@ -54,12 +54,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.audit.committer import AuditCommitter
-from streaming.audit.writer import PUBLISH_TABLES, FileBatch, PublishBatch
+from streaming.audit.writer import PUBLISH_TABLES, AuditBatch, FileBatch, PublishBatch
 from streaming.config import Config
 from streaming.kafka import clients
 from streaming.realtime.audit_batch import (
@@ -180,7 +180,7 @@ class RoutedAudit:
 
     def _process(self, batch, batch_id: int) -> None:
         started = time.monotonic()
-        routed_at = datetime.now(timezone.utc)
+        routed_at = datetime.now(UTC)
         topic = self._config.kafka.publishes_topic
         if self.in_tasks:
             audit = self._audit_in_task(batch, batch_id, routed_at)
@@ -197,6 +197,7 @@ class RoutedAudit:
                          "in the audit (messages, outcome 'lost')")
         version = int(audit.snapshot_version or 0)
         if audit.publishes or audit.lost:
+            journaled: AuditBatch
             if audit.routed is not None:
                 journaled = PublishBatch(batch_id, version, routed_at, audit.routed,
                                          audit.start, audit.end)

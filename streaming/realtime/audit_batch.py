@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -62,8 +62,8 @@ from streaming.audit.writer import (
 )
 from streaming.config import DeltaConfig
 from streaming.kafka.layout import DeliveryLayout
-from streaming.router.topics.retention import RetentionGap, gap_rows
 from streaming.router.batch.routing import LATENCY_SAMPLE
+from streaming.router.topics.retention import RetentionGap, gap_rows
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 AUDITED_ARROW = pa.schema([*ROUTED_ARROW, pa.field(ROUTED_VERSION_COLUMN, pa.int64())])
@@ -160,7 +160,7 @@ def lost_ranges(partitions: np.ndarray, offsets: np.ndarray, published_ms: np.nd
     starts[1:] = partitions[1:] != partitions[:-1]
     # A partition's first record follows its floor; without one, itself (no gap known).
     previous[starts] = [floor.get(int(p), int(o)) for p, o in zip(partitions[starts],
-                                                                  offsets[starts])]
+                                                                  offsets[starts], strict=True)]
     gaps = np.nonzero(offsets > previous)[0]
     if not len(gaps):
         return []
@@ -255,10 +255,10 @@ class AuditTask:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         s = self.settings
-        batches = [b for b in batches if b.num_rows]
-        if not batches:
+        nonempty = [b for b in batches if b.num_rows]
+        if not nonempty:
             return
-        rows = pa.Table.from_batches(batches)
+        rows = pa.Table.from_batches(nonempty)
         audit, audited = audit_batch(rows, s.floor, lambda _: s.earliest, s.topic,
                                      s.incarnation)
         files = write_audit_files(audited, s) if audited.num_rows else []
@@ -352,4 +352,4 @@ def _latencies(kept: pa.Table, published_ms: np.ndarray) -> list[int]:
 
 
 def _moment(millis: int | None) -> datetime | None:
-    return None if millis is None else datetime.fromtimestamp(millis / 1000, timezone.utc)
+    return None if millis is None else datetime.fromtimestamp(millis / 1000, UTC)

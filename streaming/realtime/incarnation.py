@@ -38,9 +38,9 @@ from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
 from streaming.realtime.restored import commit_journal, realtime_tables
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import RouterModeError
 from streaming.router.subscriptions.snapshots import SnapshotStore
+from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ def _cargo_build(root: Path) -> Path:
     result = subprocess.run(
         ["cargo", "build", "--release", "--manifest-path", str(manifest),
          "--message-format=json-render-diagnostics"],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=root, capture_output=True, text=True)
     if result.returncode != 0:
         raise RealtimeBuildError(f"cargo could not build {manifest}: {_tail(result.stderr)}")
     for line in result.stdout.splitlines():

@@ -83,7 +83,10 @@ def register_route_function(spark: SparkSession, config: Config, incarnation: in
     :class:`RealtimeJarMissing`."""
     from py4j.java_gateway import JavaClass
 
-    udf_class = spark.sparkContext._jvm.io.bitroute.realtime.RouteUdf
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise RuntimeError("the Spark session has no JVM")
+    udf_class = jvm.io.bitroute.realtime.RouteUdf
     if not isinstance(udf_class, JavaClass):  # py4j's JavaPackage: no such class
         raise RealtimeJarMissing(
             f"realtime mode's {UDF_CLASS} is not in the Spark driver's JVM: give it "
@@ -125,5 +128,6 @@ def start_routing_query(spark: SparkSession, config: Config, checkpoint: Path,
             .option("kafka.retry.backoff.ms", str(SINK_RETRY_BACKOFF_MS))
             .option("checkpointLocation", str(checkpoint))
             .outputMode("update")
-            .trigger(realTime=config.streaming.realtime_checkpoint_interval)
+            # pyspark's overloads of trigger() lack realTime, which it takes (Real-Time Mode).
+            .trigger(realTime=config.streaming.realtime_checkpoint_interval)  # type: ignore[call-overload]
             .start())

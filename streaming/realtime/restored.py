@@ -23,8 +23,8 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import AuditTables
 from streaming.config import Config
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.subscriptions.snapshots import SnapshotStore
+from streaming.state.checkpoint import CheckpointLayout
 
 AUDIT_STREAM = "realtime-publishes"
 """The Delta app id stem of realtime mode's audit batches (their ids are the audit query's)."""

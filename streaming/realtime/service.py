@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -40,21 +41,21 @@ from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.config import Config, duration_seconds
 from streaming.errors import RetryAbandoned, one_line
-from streaming.realtime.errors import RealtimeSlotsError
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
+from streaming.realtime.errors import RealtimeSlotsError
 from streaming.realtime.incarnation import PublishesTopicWatch
-from streaming.realtime.restored import realtime_tables
 from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.restored import realtime_tables
 from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
 from streaming.realtime.view import ChangelogWatch, RoutingViewPublisher, ViewFollower
-from streaming.state.checkpoint import CheckpointLayout
-from streaming.state.offsets_log import batch_end, last_committed_batch
 from streaming.router.batch.report import BatchReport, LatencyWindow
 from streaming.router.subscriptions.snapshots import BatchSnapshots, SnapshotStore
 from streaming.router.subscriptions.subscription_sync import SubscriptionSync
+from streaming.state.checkpoint import CheckpointLayout
+from streaming.state.offsets_log import batch_end, last_committed_batch
 
 _log = logging.getLogger(__name__)
 
@@ -159,8 +160,9 @@ class RealtimeRouting:
         _log.info(f"realtime mode: routing {self._config.kafka.publishes_topic} with the "
                   f"routing view at version {self.view.published_version}")
         recovered = recovery_s(duration_seconds(self._config.streaming.realtime_checkpoint_interval))
-        options = {"recovered_after_s": recovered, **(
-            {"describe": self._describe} if self._describe is not None else {})}
+        options: dict[str, Any] = {"recovered_after_s": recovered}
+        if self._describe is not None:
+            options["describe"] = self._describe
         self.supervisors = [
             QuerySupervisor("routing", self.routing_query, self._start_routing, self._stopping,
                             self._queries_lock, on_start=self._routing_started,
@@ -185,6 +187,8 @@ class RealtimeRouting:
                                    past_gap or self._starting_offsets())
 
     def _start_audit(self) -> StreamingQuery:
+        if self.audit is None:
+            raise RuntimeError("the realtime audit is not open: start() opens it")
         return self.audit.start(self._spark, self._layout.realtime_audit)
 
     def _routing_started(self, query: StreamingQuery) -> None:
@@ -282,7 +286,7 @@ class RealtimeRouting:
         partitions = len(metadata.topics[topic].partitions)
         context = self._spark.sparkContext
         slots = task_slots(self._spark)
-        if slots < partitions + 1 and not context.master.startswith("local"):
+        if slots < partitions + 1 and not (context.master or "").startswith("local"):
             window_ms = context._jsc.sc().conf().getTimeAsMs(REGISTRATION_WINDOW, "30s")
             deadline = time.monotonic() + window_ms / 1000
             while slots < partitions + 1 and time.monotonic() < deadline:
@@ -318,7 +322,7 @@ class RealtimeRouting:
     def _current_snapshot(self):
         from compiler import Snapshot
 
-        return Snapshot.from_bytes(self._snapshots.current.data)
+        return Snapshot.from_bytes(self._snapshots.committed().data)
 
     def _starting_offsets(self) -> str:
         """Where a new routing query starts: where the micro-batch query of this state

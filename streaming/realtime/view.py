@@ -34,14 +34,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from compiler import Snapshot
+from compiler import Dialect, Snapshot
 from compiler.grammar import grammar_for
 from schemas.records import CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.config import Config
-from streaming.realtime.errors import ViewError
 from streaming.errors import one_line
 from streaming.kafka import clients as kafka
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
+from streaming.realtime.errors import ViewError
 from streaming.router.subscriptions.changelog import Change
 
 _log = logging.getLogger(__name__)
@@ -61,8 +61,8 @@ def subscription_record(sub_id: str, exchange: str, subscriber: str, filter_: st
     table's MQTT No Local, kernel/core/src/route.rs)."""
     headers = None if header_match is None else {"match": header_match,
                                                  "criteria": dict(header_criteria or {})}
-    value = {"id": sub_id, "exchange": exchange, "subscriber": subscriber, "filter": filter_,
-             "headers": headers}
+    value: dict[str, object] = {"id": sub_id, "exchange": exchange, "subscriber": subscriber,
+                                "filter": filter_, "headers": headers}
     if no_local:
         value["no_local"] = True
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -70,7 +70,7 @@ def subscription_record(sub_id: str, exchange: str, subscriber: str, filter_: st
 
 def exchanges_of(config: Config) -> list[dict[str, object]]:
     """The configured exchanges as the view's mark lists them."""
-    return [{"name": name, "dialect": dialect, "share_prefix": grammar_for(dialect).SHARE_PREFIX}
+    return [{"name": name, "dialect": dialect, "share_prefix": grammar_for(Dialect(dialect)).SHARE_PREFIX}
             for name, dialect in sorted(config.exchanges.dialects.items())]
 
 
@@ -113,7 +113,8 @@ class RoutingViewPublisher:
         """Keep the view records of a committed version's changes (a commit listener)."""
         fields = Change._fields
         for change in changes:
-            row = dict(zip(fields, change))
+            # Not strict: changes persisted before a field existed are shorter (no_local).
+            row = dict(zip(fields, change, strict=False))
             key = (SUB_PREFIX + row["subscription_id"]).encode("utf-8")
             if row["change"] == CHANGE_UPSERT:
                 self._pending.append((key, subscription_record(
@@ -130,7 +131,8 @@ class RoutingViewPublisher:
         live = {row["subscription_id"]: row for row in
                 subscriptions(RoutingState(snapshot, snapshot.version, 0, None))}
         stale = self._keys() - {(SUB_PREFIX + sub_id).encode("utf-8") for sub_id in live}
-        self._pending = [(key, None) for key in sorted(stale)] + [
+        tombstones: list[tuple[bytes, bytes | None]] = [(key, None) for key in sorted(stale)]
+        self._pending = tombstones + [
             ((SUB_PREFIX + sub_id).encode("utf-8"), subscription_record(
                 sub_id, row["exchange"], row["subscriber"], row["filter"], row["header_match"],
                 row["header_criteria"], row["no_local"])) for sub_id, row in live.items()]

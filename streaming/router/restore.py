@@ -54,9 +54,9 @@ from streaming.atomic import write_atomically
 from streaming.audit.audited import AuditedMark
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.writer import AuditTables
+from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
 from streaming.state.checkpoint import CheckpointLayout
 from streaming.state.offsets_log import last_planned_batch
-from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
 
 _log = logging.getLogger(__name__)
 

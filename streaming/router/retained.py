@@ -69,7 +69,8 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +91,10 @@ from schemas.records import (
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.atomic import write_atomically
 from streaming.config import Config
+
+if TYPE_CHECKING:
+    from compiler.headers import HeaderCriteria
+    from compiler.retained_index import RetainedIndex
 
 _log = logging.getLogger(__name__)
 
@@ -151,9 +156,9 @@ def retain_flags(headers: pa.ListArray, n: int) -> np.ndarray:
         return flags
     parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
     last: dict[int, int] = {}
-    for row, entry in zip(parents[named].tolist(), named.tolist()):
+    for row, entry in zip(parents[named].tolist(), named.tolist(), strict=True):
         last[row] = entry
-    for row, value in zip(last, values.take(pa.array(list(last.values()))).to_pylist()):
+    for row, value in zip(last, values.take(pa.array(list(last.values()))).to_pylist(), strict=True):
         flags[row] = value == _RETAIN_TRUE
     return flags
 
@@ -249,7 +254,7 @@ class RetainedMessages:
         self._reader = ChangelogReader(config, on_error, topic=config.kafka.retained_topic)
         self._offsets: dict[int, int] = {}
         self._messages: dict[tuple[str, str], RetainedMessage] = {}
-        self._indexes: dict[str, object] = {}
+        self._indexes: dict[str, RetainedIndex] = {}
         #: The retained messages with an expiry header: the value of their last one.
         self._expiring: dict[tuple[str, str], bytes | None] = {}
         #: As of the last :meth:`expire`: the remaining interval (seconds) of each retained
@@ -310,7 +315,7 @@ class RetainedMessages:
         states = expiry_states([self._expiring[k] for k in keys],
                                [self._messages[k].published_at_ms for k in keys], now_ms)
         gone, remaining = [], {}
-        for (exchange, topic), state in zip(keys, states):
+        for (exchange, topic), state in zip(keys, states, strict=True):
             if isinstance(state, str):  # a record the router did not write: never expires
                 continue
             if state:
@@ -370,8 +375,7 @@ class NewSubscription:
     exchange: str
     subscriber: str
     filter: str
-    criteria: object | None
-    """A :class:`compiler.HeaderCriteria`, or None."""
+    criteria: HeaderCriteria | None
 
 
 def _change_field(change: Sequence, name: str):
@@ -512,7 +516,7 @@ class RetainedDeliveries:
                 found[(message.exchange, message.topic)] = message
                 wanted.setdefault((message.exchange, message.topic, sub.subscriber),
                                   []).append(sub.id)
-        rows = {name: [] for name in _PLAN_SCHEMA.names}
+        rows: dict[str, list] = {name: [] for name in _PLAN_SCHEMA.names}
         for (exchange, topic, subscriber), ids in sorted(wanted.items()):
             message = found[(exchange, topic)]
             rows["message_id"].append(message.message_id)
@@ -580,7 +584,7 @@ class RetainedDeliveries:
             if not os.path.exists(self._applied(version, ".done")):
                 batch_id = int(plan.schema.metadata[b"batch_id"])
                 kept = self._make(plan, version, batch_id,
-                                  lambda rows: self._audit.append_retained_applied(rows, version))
+                                  lambda rows, version=version: self._audit.append_retained_applied(rows, version))
                 write_atomically(self._applied(version, ".done"), b"")
                 if plan.num_rows:
                     _log.info(f"version {version}: {kept} retained messages delivered to new "
@@ -594,7 +598,7 @@ class RetainedDeliveries:
         if not plan.num_rows:
             return 0
         failed = self._produce(plan, version)
-        routed_at = datetime.now(timezone.utc)
+        routed_at = datetime.now(UTC)
         keep = [i for i in range(plan.num_rows) if i not in failed]
         append(self._audit_rows(plan.take(keep), version, batch_id, routed_at))
         return len(keep)
@@ -622,7 +626,7 @@ class RetainedDeliveries:
         offsets = np.zeros(n + 1, np.int32)
         np.cumsum(counts, out=offsets[1:])
         flat_names, flat_values = [], []
-        for own_names, own_values in zip(names.to_pylist(), values.to_pylist()):
+        for own_names, own_values in zip(names.to_pylist(), values.to_pylist(), strict=True):
             flat_names += [*own_names, RETAINED_HEADER]
             flat_values += [*own_values, RETAINED_VALUE]
         ids = [json.dumps(x, ensure_ascii=False) for x in plan["subscription_ids"].to_pylist()]
@@ -654,7 +658,7 @@ class RetainedDeliveries:
 
         deliveries = pa.array([[{"subscriber": s, "subscription_ids": ids}] for s, ids in
                                zip(plan["subscriber"].to_pylist(),
-                                   plan["subscription_ids"].to_pylist())],
+                                   plan["subscription_ids"].to_pylist(), strict=True)],
                               _ROUTED_ARROW.field("deliveries").type)
         published = pa.array(plan["published_at_ms"].to_pylist(), pa.timestamp("ms", tz="UTC"))
         routed = pa.table({

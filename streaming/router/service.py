@@ -30,7 +30,8 @@ b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
    is routed in the driver instead, in one call for the whole batch (one
    flush), on its rows read from Kafka by the driver itself (the offset log's
    range, :mod:`streaming.router.batch.batch_rows`: no Spark job, no Python workers'
-   round trip), and the routed rows are journaled for the committer to write. No record can fail this step (bad records are
+   round trip), and the routed rows are journaled for the committer to write.
+   No record can fail this step (bad records are
    rejected with a reason); a failure that is not about a record (Kafka
    unreachable, a worker lost) is retried with backoff, logged at its first
    failure and then at most every 30 s (:mod:`streaming.retry`), never turned
@@ -75,8 +76,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import TypeVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -101,11 +102,37 @@ from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.topics import admin_client, ensure_router_topics
 from streaming.retry import RetryAbandoned, retry
 from streaming.router.batch.batch_rows import BatchRows
-from streaming.router.subscriptions.changelog import ChangelogError, Subscriptions
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.batch.delivery import DeliveryUnavailable, ProducerSettings
+from streaming.router.batch.report import (
+    ROUTED_IN_DRIVER,
+    ROUTED_IN_EXECUTORS,
+    BatchReport,
+    LatencyWindow,
+    ReportListener,
+    StatusFile,
+)
+from streaming.router.batch.routing import (
+    ROUTED_ARROW,
+    RoutePartitions,
+    RouteSettings,
+    TaskAudit,
+    write_task_audit,
+)
 from streaming.router.errors import PublishesTopicRecreated, RouterModeError, RouterStopping
+from streaming.router.replay.replay import Replays
+from streaming.router.restore import open_audit
+from streaming.router.retained import RetainedDeliveries, RetainSettings
+from streaming.router.subscriptions.changelog import ChangelogError, Subscriptions
+from streaming.router.subscriptions.snapshots import (
+    BatchSnapshot,
+    BatchSnapshots,
+    SnapshotFiles,
+    SnapshotStore,
+)
+from streaming.router.subscriptions.subscription_sync import SubscriptionSync
 from streaming.router.topics.incarnations import IncarnationWatch, follow_incarnation
+from streaming.router.topics.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
+from streaming.state.checkpoint import CheckpointLayout
 from streaming.state.lease import RouterLease
 from streaming.state.lock import RouterLock
 from streaming.state.offsets_log import (
@@ -114,32 +141,9 @@ from streaming.state.offsets_log import (
     last_planned_batch,
     records_between,
 )
-from streaming.router.replay.replay import Replays
-from streaming.router.batch.report import (
-    LatencyWindow,
-    ROUTED_IN_DRIVER,
-    ROUTED_IN_EXECUTORS,
-    BatchReport,
-    ReportListener,
-    StatusFile,
-)
-from streaming.router.restore import open_audit
-from streaming.router.retained import RetainedDeliveries, RetainSettings
-from streaming.router.topics.retention import RetentionGap, RetentionGapError, RetentionWatch, gap_rows
-from streaming.router.batch.routing import (
-    ROUTED_ARROW,
-    RoutePartitions,
-    RouteSettings,
-    TaskAudit,
-    write_task_audit,
-)
-from streaming.router.subscriptions.snapshots import (
-    BatchSnapshot,
-    BatchSnapshots,
-    SnapshotFiles,
-    SnapshotStore,
-)
-from streaming.router.subscriptions.subscription_sync import SubscriptionSync
+
+if TYPE_CHECKING:
+    from streaming.realtime.service import RealtimeRouting
 
 _log = logging.getLogger(__name__)
 
@@ -189,10 +193,13 @@ class Router:
         self._audit: AuditTables | None = None
         self._committer: AuditCommitter | None = None
         self._partitioned: frozenset[str] = frozenset(PUBLISH_TABLES)
-        self.driver_bounds = config.streaming.driver_route_bounds(spark.sparkContext.master)
+        master = spark.sparkContext.master
+        if master is None:  # pyspark types it optional; a started context has one
+            raise RuntimeError("the Spark context has no master")
+        self.driver_bounds = config.streaming.driver_route_bounds(master)
         """(publishes, deliveries): the largest batch routed in the driver, for the master
         Spark runs (:meth:`streaming.config.StreamingConfig.driver_route_bounds`)."""
-        self.task_audit_files = config.streaming.task_audit_files(spark.sparkContext.master)
+        self.task_audit_files = config.streaming.task_audit_files(master)
         """Whether the executors' routing tasks write their audit files themselves, for the
         master Spark runs (:meth:`streaming.config.StreamingConfig.task_audit_files`)."""
         self.maintenance = BackgroundMaintenance(config)
@@ -231,7 +238,7 @@ class Router:
         """The replays of ``subscribe --since`` (:mod:`streaming.router.replay.replay`), once open."""
         self.latency = LatencyWindow()
         """End-to-end latency of the latest publishes, in either mode (status, metrics)."""
-        self.realtime = None
+        self.realtime: RealtimeRouting | None = None
         """Realtime mode's view, routing and audit queries while they run
         (:class:`streaming.realtime.service.RealtimeRouting`), else None."""
 
@@ -345,7 +352,7 @@ class Router:
                   .option("maxOffsetsPerTrigger", str(streaming.max_offsets_per_trigger))
                   .load())
         self.query = (source.writeStream
-                      .foreachBatch(self.process_batch)
+                      .foreachBatch(self._foreach_batch)
                       .trigger(processingTime=streaming.trigger_interval)
                       .option("checkpointLocation", str(self.layout.query))
                       .start())
@@ -458,6 +465,9 @@ class Router:
                 time.sleep(0.1)
         self.stop()
 
+    def _foreach_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self.process_batch(batch, batch_id)
+
     def process_batch(self, batch: DataFrame, batch_id: int) -> BatchReport:
         """The ``foreachBatch`` function: steps a-d of the module docstring."""
         with self._batch_done:
@@ -497,8 +507,8 @@ class Router:
         started = time.monotonic()
         self.lease.check()  # a router whose lease was taken over routes nothing more
         sync, snapshots = self._require_open()
+        retained, committer = self._require_routing()
         attempts = [0]
-        retained = self.retained
         topic = self.config.kafka.publishes_topic
         start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
         with self._pin_lock:
@@ -512,7 +522,7 @@ class Router:
         present = self._topic_present(batch_id, attempts)
         gaps = self._retention_gaps(batch_id, start, end, attempts) if present else []
         caught_up = time.monotonic()
-        routed_at = datetime.now(timezone.utc)
+        routed_at = datetime.now(UTC)
         source = batch.select(*SOURCE_COLUMNS)
         # Batch 0's start is the query's first offsets: its size stays unknown (distributed).
         records = records_between(start, end) if batch_id >= 1 else None
@@ -567,7 +577,7 @@ class Router:
         route_done = time.monotonic()
         if publishes or gaps:
             self._retrying(batch_id, "the audit journal write",
-                           lambda: self._committer.submit(audit), attempts)
+                           lambda: committer.submit(audit), attempts)
         audited = time.monotonic()
         report = BatchReport(batch_id, publishes, deliveries, rejected, snapshot.version,
                              audited - started, snapshot.replayed,
@@ -659,7 +669,7 @@ class Router:
             raise RouterStopping(f"batch {batch_id} left for a replay: the router is "
                                  "stopping") from None
 
-    def failure_line(self, failure: object) -> str:
+    def failure_line(self, failure: BaseException) -> str:
         """One line for ``failure``: Kafka's refusal of the router's principal (the Spark
         Kafka source's included) as what to grant, else the innermost message."""
         refused = java_access_failure(self.config.kafka.client_settings, failure,
@@ -706,8 +716,9 @@ class Router:
             sync, _ = self._require_open()
             version = sync.catch_up()
             planned = last_planned_batch(self.layout)
-            if self.retained.waiting():
-                self.retained.deliver_applied(version, self._next_batch(planned))
+            retained, _ = self._require_routing()
+            if retained.waiting():
+                retained.deliver_applied(version, self._next_batch(planned))
             if not replays.unbounded():
                 return
             topic = self.config.kafka.publishes_topic
@@ -737,6 +748,11 @@ class Router:
         if self.subscription_sync is None or self._snapshots is None:
             raise RuntimeError("the router is not open: call open() or start() first")
         return self.subscription_sync, self._snapshots
+
+    def _require_routing(self) -> tuple[RetainedDeliveries, AuditCommitter]:
+        if self.retained is None or self._committer is None:
+            raise RuntimeError("the router is not open: call open() or start() first")
+        return self.retained, self._committer
 
     def _require_query(self) -> StreamingQuery:
         if self.query is None:

@@ -29,7 +29,8 @@ Every write is a compare-and-swap (:mod:`streaming.audit.warehouse_objects`):
 two routers starting at once cannot both win. While the router runs, a daemon thread renews the
 lease every quarter of the timeout (``heartbeat_at``). A renewal that finds
 the lease changed by someone else, or that has failed for longer than three
-quarters of the timeout (before another router may take it over), marks the lease lost: :meth:`RouterLease.check` then raises
+quarters of the timeout (before another router may take it over), marks the
+lease lost: :meth:`RouterLease.check` then raises
 :class:`LeaseLostError`, which ends the router's next batch before it routes.
 :meth:`RouterLease.release` (the router's stop) records ``released_at`` so that
 the next router need not wait.
@@ -48,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from streaming.audit.storage import StorageError, check_commit_safety
 from streaming.audit.warehouse_objects import Conflict, WarehouseObject, location, warehouse_object
@@ -278,8 +279,8 @@ def _dump(record: dict) -> bytes:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")

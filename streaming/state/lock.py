@@ -24,7 +24,7 @@ import json
 import os
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.process import pid_alive
@@ -104,7 +104,7 @@ class RouterLock:
                 f"{other.get('host', '?')}, since {other.get('started_at', '?')}): stop it "
                 "first, or give this one another streaming.checkpoint_dir") from None
         me = {"pid": os.getpid(), "host": socket.gethostname(),
-              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+              "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         self._fd = fd

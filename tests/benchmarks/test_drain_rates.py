@@ -8,7 +8,7 @@ from benchmarks.e2e.drain import arrival_probes, arrival_rates, drain_rates
 
 def probes(rows: list[int], deliveries: list[int]) -> list[dict]:
     return [{"rows": r, "deliveries": d, "seconds": 1.0, "end": float(i)}
-            for i, (r, d) in enumerate(zip(rows, deliveries))]
+            for i, (r, d) in enumerate(zip(rows, deliveries, strict=True))]
 
 
 def test_idle_seconds_before_and_after_the_drain_do_not_count():

@@ -6,7 +6,7 @@ handed out as fixtures rather than imported.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import pytest
 

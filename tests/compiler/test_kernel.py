@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 from importlib import resources
+from pathlib import Path
 
 import bitroute_kernel
 import numpy as np
+import pyarrow as pa
 import pytest
 from bitroute_kernel import ColumnOverflowError, Kernel, KernelError, TableError
 
@@ -18,12 +20,10 @@ from compiler.grammar import KernelGrammar
 from compiler.output import Delivery
 from compiler.tables import KernelTables
 
-import pyarrow as pa
-
 
 def _tables(**changes) -> KernelTables:
     """Two subscriptions of one subscriber on filters ``a.*`` and ``$share/g/x`` (MQTT-style prefix given)."""
-    names = ["alice"]
+    names: list[str | None] = ["alice"]
     tables = KernelTables(
         delivery_type=Delivery,
         names=names,
@@ -104,6 +104,41 @@ def test_the_stub_ships_with_the_module_and_names_every_public_name():
     declared = {node.name for node in stub.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
     public = {name for name in dir(bitroute_kernel) if not name.startswith("_") and name != "bitroute_kernel"}
     assert public <= declared, public - declared
-    kernel_methods = {node.name for node in next(n for n in stub.body if getattr(n, "name", "") == "Kernel").body
-                      if isinstance(node, ast.FunctionDef)}
+    kernel = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "Kernel")
+    kernel_methods = {node.name for node in kernel.body if isinstance(node, ast.FunctionDef)}
     assert {name for name in dir(Kernel) if not name.startswith("_")} <= kernel_methods
+
+
+def _runtime_parameters(function) -> list[str]:
+    """The parameter names pyo3 gives a function, method or class (``__text_signature__``)."""
+    text = function.__text_signature__
+    names = [p.strip().lstrip("*") for p in text.strip("()").split(",") if p.strip()]
+    return [n for n in names if n not in ("$self", "$type", "/")]
+
+
+def test_the_stub_declares_each_parameter_of_the_module_by_name():
+    """kernel/bitroute_kernel.pyi against the built module: every function's and method's
+    parameters, in order, as kernel/src declares them (mypy checks the callers against it)."""
+    stub = ast.parse((Path(__file__).parents[2] / "kernel" / "bitroute_kernel.pyi").read_text())
+    checked = 0
+    for node in stub.body:
+        if isinstance(node, ast.FunctionDef):
+            declared = [a.arg for a in node.args.args]
+            assert declared == _runtime_parameters(getattr(bitroute_kernel, node.name)), node.name
+            checked += 1
+        elif isinstance(node, ast.ClassDef):
+            runtime = getattr(bitroute_kernel, node.name, None)  # None: a protocol of the stub's
+            if runtime is None or issubclass(runtime, BaseException) or not runtime.__text_signature__:
+                continue
+            for method in node.body:
+                if not isinstance(method, ast.FunctionDef) or any(
+                        isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list):
+                    continue
+                declared = [a.arg for a in method.args.args[1:]]
+                if method.name == "__init__":
+                    assert declared == _runtime_parameters(runtime), node.name
+                elif not method.name.startswith("__"):
+                    assert declared == _runtime_parameters(getattr(runtime, method.name)), \
+                        f"{node.name}.{method.name}"
+                checked += 1
+    assert checked >= 15  # the functions, constructors and methods of the kernel's classes

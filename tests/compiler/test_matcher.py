@@ -75,7 +75,7 @@ def _shared_subs():
 
 def test_shared_group_delivers_each_message_to_exactly_one_member(routing):
     r = routing(_shared_subs())
-    chosen = Counter()
+    chosen: Counter[str] = Counter()
     for n in range(400):
         deliveries = r.matcher.match("mq", "jobs/42", message_id=f"jobs/0/{n}")
         assert deliveries == r.reference.match("mq", "jobs/42", message_id=f"jobs/0/{n}")
@@ -110,16 +110,20 @@ def test_cache_is_bounded_by_bytes_and_evicts_oldest():
     bound = MATCH_CACHE_MAX_ENTRY_FRACTION * (ENTRY_OVERHEAD_BYTES + 100 * per_topic)  # ~8 entries fit
     subs = [Subscription(f"s{i}-{j:02d}", "amq", f"c{j:02d}", f"t{i}.*") for i in range(100) for j in range(per_topic)]
     matcher = _matcher(subs, cache_max_bytes=bound)
-    for round_ in range(2):
+    for _ in range(2):
         for i in range(100):
-            assert matcher.match("amq", f"t{i}.x") == [Delivery(f"c{j:02d}", (f"s{i}-{j:02d}",)) for j in range(per_topic)]
+            assert matcher.match("amq", f"t{i}.x") == [
+                Delivery(f"c{j:02d}", (f"s{i}-{j:02d}",)) for j in range(per_topic)
+            ]
             assert matcher.cache.bytes <= bound
     assert 0 < len(matcher.cache) < 100
     assert matcher.cache.evictions >= 200 - len(matcher.cache)
 
 
 def test_small_results_are_recomputed_not_cached():
-    matcher = _matcher([Subscription("s", "amq", "c", "t.*"), Subscription("h", "amq", "d", "t.*", HeaderCriteria("all", {"k": "v"}))])
+    matcher = _matcher(
+        [Subscription("s", "amq", "c", "t.*"), Subscription("h", "amq", "d", "t.*", HeaderCriteria("all", {"k": "v"}))]
+    )
     for _ in range(2):
         assert matcher.match("amq", "u.x") == []
         assert matcher.match("amq", "t.x") == [Delivery("c", ("s",))]
@@ -139,7 +143,7 @@ def _match_rows(matcher: Matcher, rows, with_headers: bool = True) -> tuple[list
     """``Matcher.match_columns`` (the router's batch path, streaming/router/batch/routing.py) on
     ``(message_id, exchange, routing_key, headers)`` rows: ``(deliveries, errors)`` as lists,
     one entry per row, the deliveries column of ``DELIVERIES_TYPE``."""
-    ids, exchanges, keys, headers = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])
+    ids, exchanges, keys, headers = (list(column) for column in zip(*rows, strict=True)) if rows else ([], [], [], [])
     column, errors = matcher.match_columns(ids, exchanges, keys, headers if with_headers else None)
     assert column.type == DELIVERIES_TYPE and len(column) == len(errors) == len(rows)
     return column.to_pylist(), errors.tolist()
@@ -147,16 +151,19 @@ def _match_rows(matcher: Matcher, rows, with_headers: bool = True) -> tuple[list
 
 def test_match_columns_rejects_bad_rows_without_raising():
     matcher = _matcher([Subscription("s1", "amq", "c", "#"), Subscription("s2", "mq", "d", "#")])
-    deliveries, errors = _match_rows(matcher, [
-        ("m0", "amq", b"a.b", None),
-        ("m1", "amq", b"\xffa", None),
-        ("m2", "nope", b"a", None),
-        ("m3", "amq", None, None),
-        ("m4", None, b"a", None),
-        ("m5", "mq", b"a/+", None),
-        ("m6", "mq", "a/b", None),
-        ("m7", "amq", b"a" * 256, None),
-    ])
+    deliveries, errors = _match_rows(
+        matcher,
+        [
+            ("m0", "amq", b"a.b", None),
+            ("m1", "amq", b"\xffa", None),
+            ("m2", "nope", b"a", None),
+            ("m3", "amq", None, None),
+            ("m4", None, b"a", None),
+            ("m5", "mq", b"a/+", None),
+            ("m6", "mq", "a/b", None),
+            ("m7", "amq", b"a" * 256, None),
+        ],
+    )
     assert errors[0] is None and errors[6] is None
     assert "not valid UTF-8" in errors[1]
     assert errors[2] == "unknown exchange 'nope'"
@@ -175,10 +182,10 @@ def test_match_columns_equals_match_row_by_row_including_shared_choices():
         Subscription("a", "amq", "member2", "x.#"),
     ]
     matcher = _matcher(subs)
-    rows = [(f"jobs/0/{n}", "mq", b"jobs/7", [("k", b"v")] if n % 3 else None) for n in range(30)]
+    rows: list[tuple] = [(f"jobs/0/{n}", "mq", b"jobs/7", [("k", b"v")] if n % 3 else None) for n in range(30)]
     rows += [(f"x/0/{n}", "amq", "x.y", None) for n in range(3)] + [("u", "mq", b"none", None)]
     deliveries, _ = _match_rows(matcher, rows)
-    for (mid, exchange, key, headers), got in zip(rows, deliveries):
+    for (mid, exchange, key, headers), got in zip(rows, deliveries, strict=True):
         topic = key.decode() if isinstance(key, bytes) else key
         expected = matcher.match(exchange, topic, dict(headers or []), mid)
         assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
@@ -207,11 +214,17 @@ def test_match_columns_batch_path_follows_every_rule():
         Subscription("a-star", "amq", "k", "*.*"),
     ] + [Subscription(f"many{i}", "amq", f"m{i % 3}", "a.x.y") for i in range(19)]
     matcher = _matcher(subs)
-    rows = [("m0", "mq", b"$SYS/x", None), ("m1", "mq", b"q/x", None), ("m2", "amq", b"a.x.y", None),
-            ("m3", "amq", b"", None), ("m4", "amq", b"x.y", None), ("m5", "mq", b"r/y", None)]
+    rows = [
+        ("m0", "mq", b"$SYS/x", None),
+        ("m1", "mq", b"q/x", None),
+        ("m2", "amq", b"a.x.y", None),
+        ("m3", "amq", b"", None),
+        ("m4", "amq", b"x.y", None),
+        ("m5", "mq", b"r/y", None),
+    ]
     deliveries, _ = _match_rows(matcher, rows)
     fresh = _matcher(subs)
-    for (mid, exchange, key, _), got in zip(rows, deliveries):
+    for (mid, exchange, key, _), got in zip(rows, deliveries, strict=True):
         expected = fresh.match(exchange, key.decode(), None, mid)
         assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
     ids = [sorted(i for d in row for i in d["subscription_ids"]) for row in deliveries]
@@ -226,8 +239,12 @@ def test_match_columns_of_one_exchange_mixes_kernel_rows_and_python_rows():
     """One exchange without header criteria: the kernel answers the rows it
     can (equal keys once, bytes or str), and hands back the rest (bad keys,
     invalid topics, shared groups) with their rows and messages intact."""
-    subs = [Subscription("all", "mq", "a", "#"), Subscription("x", "mq", "b", "+/x"),
-            Subscription("share1", "mq", "e", "$share/g/s/+"), Subscription("share2", "mq", "f", "$share/g/s/+")]
+    subs = [
+        Subscription("all", "mq", "a", "#"),
+        Subscription("x", "mq", "b", "+/x"),
+        Subscription("share1", "mq", "e", "$share/g/s/+"),
+        Subscription("share2", "mq", "f", "$share/g/s/+"),
+    ]
     matcher = _matcher(subs)
     keys = [b"q/x", None, "q/x", b"\xff", b"s/1", b"a/+", "\udc80", b"q/x", b"", 7, b"z"]
     rows = [(f"m{i}", "mq", key, None) for i, key in enumerate(keys)]
@@ -237,6 +254,12 @@ def test_match_columns_of_one_exchange_mixes_kernel_rows_and_python_rows():
     assert got[10] == ["all"] and errors[10] is None
     assert got[4][0] == "all" and got[4][1] in ("share1", "share2") and errors[4] is None
     assert got[4] == sorted(i for d in matcher.match("mq", "s/1", None, "m4") for i in d.subscription_ids)
-    for bad, reason in ((1, "missing routing key"), (3, "not valid UTF-8"), (5, "wildcards"), (6, "UTF-8"),
-                        (8, "empty"), (9, "bytes or a string")):
+    for bad, reason in (
+        (1, "missing routing key"),
+        (3, "not valid UTF-8"),
+        (5, "wildcards"),
+        (6, "UTF-8"),
+        (8, "empty"),
+        (9, "bytes or a string"),
+    ):
         assert got[bad] == [] and reason in errors[bad], (bad, errors[bad])

@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import offline
 from compiler.grammar import kernel_grammar, parse_dialect
@@ -56,7 +55,8 @@ def _paths(tmp_path: Path, dialect: str, subs: str, topics: str, monkeypatch) ->
     return default, reference
 
 
-@pytest.mark.parametrize("dialect, filters, topics", [("amqp", amqp_filters, amqp_topics), ("mqtt", mqtt_filters, mqtt_topics)])
+@pytest.mark.parametrize("dialect, filters, "
+                         "topics", [("amqp", amqp_filters, amqp_topics), ("mqtt", mqtt_filters, mqtt_topics)])
 def test_default_path_equals_reference_path(dialect, filters, topics, tmp_path, monkeypatch):
     @SETTINGS
     @given(
@@ -78,7 +78,9 @@ def test_default_path_equals_reference_path(dialect, filters, topics, tmp_path, 
 
 
 def test_null_and_invalid_topics(tmp_path, monkeypatch):
-    subs = _lines([{"id": "s1", "filter": "a/+"}, {"id": "s2", "filter": "$share/g/a/b"}, {"id": "s3", "filter": "$share/g/a/b"}])
+    subs = _lines(
+        [{"id": "s1", "filter": "a/+"}, {"id": "s2", "filter": "$share/g/a/b"}, {"id": "s3", "filter": "$share/g/a/b"}]
+    )
     topics = '{"topic": "a/b"}\n{"topic": null}\n{"other": 1}\n{"topic": "a/+"}\n{"topic": "a/b"}\n'
     default, reference = _paths(tmp_path, "mqtt", subs, topics, monkeypatch)
     assert default == reference
@@ -109,43 +111,86 @@ def test_the_kernel_takes_clean_files_and_leaves_those_needing_a_message():
         b'{"id": "a", "filter": "x"}\r\n',  # a line break Python reads otherwise
         b'["a", "x"]\n',  # not an object: the Python path raises InputFileError
         b'{"id": "\\udc80", "filter": "x"}\n',  # a lone surrogate
-        b'\xff\n',
+        b"\xff\n",
     ):
         assert not _kernel_takes("amqp", subs, clean_topics), subs
     for filter_text in ("$share/g/a", "a/#/b", "a+", ""):
         assert not _kernel_takes("mqtt", json.dumps({"id": "a", "filter": filter_text}).encode(), b""), filter_text
-    for topics in (b'{"other": 1}\n', b'{"topic": null}\n', b'{"topic": 3}\n', b'{"topic": "x", "message_id": null}\n',
-                   b'{"topic": "x", "headers": {"h": "1"}}\n', b'{"topic": "' + b"a" * 256 + b'"}\n'):
+    for topics in (
+        b'{"other": 1}\n',
+        b'{"topic": null}\n',
+        b'{"topic": 3}\n',
+        b'{"topic": "x", "message_id": null}\n',
+        b'{"topic": "x", "headers": {"h": "1"}}\n',
+        b'{"topic": "' + b"a" * 256 + b'"}\n',
+    ):
         assert not _kernel_takes("amqp", clean_subs, topics), topics
     assert not _kernel_takes("mqtt", b"", b'{"topic": "a/+"}\n')
 
 
 def test_the_kernel_writes_what_the_reference_path_writes(tmp_path, monkeypatch):
-    subs = "".join(json.dumps(r) + "\n" for r in [
-        {"id": "é\"\\\u0001😀", "filter": "#"}, {"id": -0, "filter": "a.*"}, {"id": 2**62, "filter": "a.b"},
-        {"id": -5, "filter": "#.b"}, {"id": "s", "filter": "a.b", "subscriber": "c1"}, {"id": "t", "filter": "a.b"},
-    ]) + "   \n\t\n" + '  {"id": "indented", "filter": "*.*"}'
-    topics = "".join(json.dumps(r) + "\n" for r in [
-        {"topic": "a.b"}, {"topic": "ü.\"\u007f"}, {"topic": ""}, {"topic": "a..b", "message_id": "x"}, {"topic": "😀.b"},
-    ])
+    subs = (
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"id": 'é"\\\u0001😀', "filter": "#"},
+                {"id": -0, "filter": "a.*"},
+                {"id": 2**62, "filter": "a.b"},
+                {"id": -5, "filter": "#.b"},
+                {"id": "s", "filter": "a.b", "subscriber": "c1"},
+                {"id": "t", "filter": "a.b"},
+            ]
+        )
+        + "   \n\t\n"
+        + '  {"id": "indented", "filter": "*.*"}'
+    )
+    topics = "".join(
+        json.dumps(r) + "\n"
+        for r in [
+            {"topic": "a.b"},
+            {"topic": 'ü."\u007f'},
+            {"topic": ""},
+            {"topic": "a..b", "message_id": "x"},
+            {"topic": "😀.b"},
+        ]
+    )
     assert _kernel_takes("amqp", subs.encode(), topics.encode())
     default, reference = _paths(tmp_path, "amqp", subs, topics, monkeypatch)
     assert default == reference
-    assert json.loads(default[1].splitlines()[0])["subscriptions"] == [-5, 0, 2**62, "indented", "s", "t", "é\"\\\u0001😀"]
+    assert json.loads(default[1].splitlines()[0])["subscriptions"] == [
+        -5,
+        0,
+        2**62,
+        "indented",
+        "s",
+        "t",
+        'é"\\\u0001😀',
+    ]
 
 
-@pytest.mark.parametrize("dialect, filters, topics", [("amqp", amqp_filters, amqp_topics), ("mqtt", mqtt_filters, mqtt_topics)])
+@pytest.mark.parametrize(
+    "dialect, filters, topics", [("amqp", amqp_filters, amqp_topics), ("mqtt", mqtt_filters, mqtt_topics)]
+)
 def test_kernel_path_equals_reference_path_on_files_it_takes(dialect, filters, topics, tmp_path, monkeypatch):
     # Any text but lone surrogates and the line breaks of str.splitlines, written raw (ensure_ascii=False).
-    characters = st.characters(exclude_categories=("Cs",), exclude_characters="\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
-    valid_ids = st.one_of(st.integers(-2**70, 2**70), st.text(characters, min_size=1, max_size=4))
-    plain_filters = filters.filter(lambda f: not f.startswith("$share/") and "a+" not in f and f.count("#") <= 1
-                                   and (dialect == "amqp" or (f and (f.endswith("#") or "#" not in f))))
+    characters = st.characters(exclude_categories=["Cs"], exclude_characters="\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+    valid_ids = st.one_of(st.integers(-(2**70), 2**70), st.text(characters, min_size=1, max_size=4))
+    plain_filters = filters.filter(
+        lambda f: (
+            not f.startswith("$share/")
+            and "a+" not in f
+            and f.count("#") <= 1
+            and (dialect == "amqp" or (f and (f.endswith("#") or "#" not in f)))
+        )
+    )
 
     @SETTINGS
     @given(
-        st.lists(st.builds(lambda i, f: {"id": i, "filter": f}, valid_ids, plain_filters), max_size=20,
-                 unique_by=lambda r: json.dumps(r["id"])),
+        st.lists(
+            st.builds(lambda i, f: {"id": i, "filter": f}, valid_ids, plain_filters),
+            max_size=20,
+            unique_by=lambda r: json.dumps(r["id"]),
+        ),
         st.lists(topics.filter(lambda t: dialect == "amqp" or (t and "+" not in t)), max_size=20),
     )
     def check(subs, topic_list):
@@ -173,12 +218,26 @@ def test_the_kernel_applies_the_grammar_rules_it_is_handed():
 def test_equal_numeric_ids_keep_the_order_of_their_deliveries(tmp_path):
     # Ties of _id_order (1 and 1.0, -0.0 and 0) stay in delivery order (subscriber, then id);
     # a repeated topic answers the same, a bad header or message id is that line's error.
-    subs = _lines([{"id": 1.0, "filter": "#", "subscriber": "b"}, {"id": 1, "filter": "#", "subscriber": "a"},
-                   {"id": 0, "filter": "#", "subscriber": "c"}, {"id": -0.0, "filter": "#", "subscriber": "a"},
-                   {"id": "x", "filter": "#"}, {"id": 2, "filter": "#", "subscriber": "a"},
-                   {"id": 2.0, "filter": "q", "subscriber": "a"}])
-    topics = _lines([{"topic": "q"}, {"topic": "a.b"}, {"topic": "q", "headers": 3}, {"topic": "q", "message_id": 7},
-                     {"topic": "q"}])
+    subs = _lines(
+        [
+            {"id": 1.0, "filter": "#", "subscriber": "b"},
+            {"id": 1, "filter": "#", "subscriber": "a"},
+            {"id": 0, "filter": "#", "subscriber": "c"},
+            {"id": -0.0, "filter": "#", "subscriber": "a"},
+            {"id": "x", "filter": "#"},
+            {"id": 2, "filter": "#", "subscriber": "a"},
+            {"id": 2.0, "filter": "q", "subscriber": "a"},
+        ]
+    )
+    topics = _lines(
+        [
+            {"topic": "q"},
+            {"topic": "a.b"},
+            {"topic": "q", "headers": 3},
+            {"topic": "q", "message_id": 7},
+            {"topic": "q"},
+        ]
+    )
     (tmp_path / "s").write_text(subs)
     (tmp_path / "t").write_text(topics)
     result = offline.match_files("amqp", str(tmp_path / "s"), str(tmp_path / "t"))

@@ -7,11 +7,8 @@ machine of upsert / replace / remove / snapshot-to-bytes / restart steps.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
-from compiler.reference import ReferenceMatcher
 
 from compiler import (
     CompilerError,
@@ -21,6 +18,7 @@ from compiler import (
     Snapshot,
     Subscription,
 )
+from compiler.reference import ReferenceMatcher
 
 EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,7 +72,9 @@ def _check(subs: list[Subscription], exchange: str, topics: list[str], headers, 
         index.upsert(sub)
     matcher = Matcher(Snapshot.from_bytes(index.snapshot(1, {}).to_bytes()))
     for topic in topics:
-        assert matcher.match(exchange, topic, headers, message_id) == reference.match(exchange, topic, headers, message_id)
+        assert matcher.match(exchange, topic, headers, message_id) == reference.match(
+            exchange, topic, headers, message_id
+        )
 
 
 @SETTINGS
@@ -91,7 +91,12 @@ def test_mqtt_index_agrees_with_reference(subs, topics, headers, message_id):
 
 batch_rows = st.lists(
     st.one_of(
-        st.tuples(st.just("mq"), mqtt_topics | st.sampled_from(["a/+", "", "b/#"]), message_headers, st.sampled_from(["m1", "m2", "m3"])),
+        st.tuples(
+            st.just("mq"),
+            mqtt_topics | st.sampled_from(["a/+", "", "b/#"]),
+            message_headers,
+            st.sampled_from(["m1", "m2", "m3"]),
+        ),
         st.tuples(st.just("amq"), amqp_topics, message_headers, st.sampled_from(["m1", "m2"])),
     ),
     max_size=16,
@@ -121,7 +126,7 @@ def test_match_columns_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
         [None if h is None else list(h.items()) for _, _, h, _ in rows],
     )
     fresh = Matcher(index.snapshot(2, {}))
-    for (exchange, topic, headers, mid), got, error in zip(rows, deliveries.to_pylist(), errors.tolist()):
+    for (exchange, topic, headers, mid), got, error in zip(rows, deliveries.to_pylist(), errors.tolist(), strict=True):
         try:
             expected = fresh.match(exchange, topic, headers, mid)
         except CompilerError as exc:
@@ -132,8 +137,20 @@ def test_match_columns_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
 
 
 any_subscription = st.one_of(
-    st.builds(lambda i, s, f, h: Subscription(f"id{i}", "amq", s, f, h), st.integers(0, 12), subscribers, amqp_filters, criteria),
-    st.builds(lambda i, s, f, h: Subscription(f"id{i}", "mq", s, f, h), st.integers(0, 12), subscribers, mqtt_filters, criteria),
+    st.builds(
+        lambda i, s, f, h: Subscription(f"id{i}", "amq", s, f, h),
+        st.integers(0, 12),
+        subscribers,
+        amqp_filters,
+        criteria,
+    ),
+    st.builds(
+        lambda i, s, f, h: Subscription(f"id{i}", "mq", s, f, h),
+        st.integers(0, 12),
+        subscribers,
+        mqtt_filters,
+        criteria,
+    ),
 )
 
 

@@ -4,14 +4,13 @@ word matcher, the ``$`` rule, removals, bad input. No broker."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from compiler import FilterError, TopicError, mqtt
 from compiler.reference import words_match
 from compiler.retained_index import LevelBitmaps, RetainedIndex, TopicTrie
 
-STRUCTURES = [TopicTrie, LevelBitmaps]
+STRUCTURES: list[type[TopicTrie] | type[LevelBitmaps]] = [TopicTrie, LevelBitmaps]
 TOPICS = ["a/b/c", "a/b", "a", "a/x/c", "b/b/c", "a/b/c/d", "/a", "/", "a/", "$SYS/x",
           "$SYS/x/c", "$SYS", "sensors/boiler/temperature", "sensors/attic/temperature",
           "sensors/attic/humidity"]

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import pytest
 from bitroute_kernel import RouteTable, TableError
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import CompilerError, HeaderCriteria, Matcher, RoutingIndex, Subscription
 from compiler.options import SubscriptionOptions
@@ -224,7 +223,7 @@ def test_no_local_in_a_single_match_as_explain_asks():
 # --- Message expiry: RouteTable.route_at against plan_batch -----------------------------
 
 PUBLISHED_MS = 1_735_689_600_000  # arrow_batches.source_batch's timestamp, 2025-01-01 UTC
-EXPIRY_PUBLISHES = [
+EXPIRY_PUBLISHES: list[tuple[bytes | None, list[tuple[str, bytes | None]]]] = [
     (b"orders.eu.paid", [("expiry", b"5")]),
     (b"nothing", [("expiry", b"5")]),
     (b"orders.eu.paid", [("expiry", b"0")]),
@@ -255,7 +254,7 @@ def micro_batch_expiry(matcher: Matcher, publishes, now_ms: int) -> list[tuple]:
     out = []
     for row in range(plan.publishes.n):
         carried = [v for n, v in zip(names[offsets[row]:offsets[row + 1]],
-                                     values[offsets[row]:offsets[row + 1]]) if n == "expiry"]
+                                     values[offsets[row]:offsets[row + 1]], strict=True) if n == "expiry"]
         if plan.reasons[row] is not None:
             out.append((REJECTED, plan.reasons[row], carried))
         elif plan.expiry is not None and plan.expiry.expired[row]:
@@ -276,7 +275,7 @@ def test_both_paths_expire_publishes_alike(waited_ms):
     now_ms = PUBLISHED_MS + waited_ms
     got = micro_batch_expiry(Matcher(index.snapshot(1, {})), EXPIRY_PUBLISHES, now_ms)
     for offset, ((key, headers), (outcome, reason, carried)) in enumerate(
-            zip(EXPIRY_PUBLISHES, got)):
+            zip(EXPIRY_PUBLISHES, got, strict=True)):
         (kind, _, _, table_reason, deliveries), remaining = table.route_at(
             key, headers, f"p/0/{offset}", PUBLISHED_MS, now_ms)
         assert (kind, table_reason) == (outcome, reason), (key, headers)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -24,7 +24,12 @@ def test_invalid_subscriber_names(name):
 
 
 def test_from_changelog_parses_every_field():
-    value = {"exchange": "amq", "subscriber": "svc", "filter": "a.*", "headers": {"match": "any", "criteria": {"k": None}}}
+    value = {
+        "exchange": "amq",
+        "subscriber": "svc",
+        "filter": "a.*",
+        "headers": {"match": "any", "criteria": {"k": None}},
+    }
     sub = Subscription.from_changelog(b"id-1", json.dumps(value).encode())
     assert sub == Subscription("id-1", "amq", "svc", "a.*", HeaderCriteria("any", {"k": None}))
     assert Subscription.from_changelog(*sub.to_changelog()) == sub
@@ -50,7 +55,11 @@ def test_from_changelog_accepts_str_and_null_headers():
         (b"k", b'{"exchange": "e", "subscriber": "s", "filter": 1}', "field 'filter' must be a string"),
         (b"k", b'{"exchange": "e", "subscriber": "s", "filter": "#", "x": 1}', "unknown fields x"),
         (b"k", b'{"exchange": "e", "subscriber": "a/b", "filter": "#"}', "subscriber name"),
-        (b"k", b'{"exchange": "e", "subscriber": "s", "filter": "#", "headers": {"match": "x", "criteria": {}}}', "'all' or 'any'"),
+        (
+            b"k",
+            b'{"exchange": "e", "subscriber": "s", "filter": "#", "headers": {"match": "x", "criteria": {}}}',
+            "'all' or 'any'",
+        ),
     ],
 )
 def test_from_changelog_names_the_problem(key, value, message):
@@ -67,31 +76,54 @@ def test_the_parser_reads_the_changelog_fields_of_the_record_contract():
         value = {k: v for k, v in full.items() if k != name}
         with pytest.raises(SubscriptionError, match=f"missing field '{name}'"):
             Subscription.from_changelog(b"k", json.dumps(value))
-    written = Subscription("k", "e", "s", "#", HeaderCriteria("all", {}),
-                           datetime(2026, 1, 1, tzinfo=timezone.utc),
-                           SubscriptionOptions(1, True, True)).to_changelog()[1]
+    written = Subscription(
+        "k",
+        "e",
+        "s",
+        "#",
+        HeaderCriteria("all", {}),
+        datetime(2026, 1, 1, tzinfo=UTC),
+        SubscriptionOptions(1, True, True),
+    ).to_changelog()[1]
     assert set(json.loads(written)) == set(SUBSCRIPTION_FIELDS)
 
 
 def test_options_are_written_only_when_not_the_default_and_read_back():
     plain = Subscription("k", "e", "s", "#")
-    assert json.loads(plain.to_changelog()[1]) == {"exchange": "e", "subscriber": "s",
-                                                   "filter": "#"}
-    for options in (SubscriptionOptions(1), SubscriptionOptions(2, True),
-                    SubscriptionOptions(0, True), SubscriptionOptions(no_local=True)):
+    assert json.loads(plain.to_changelog()[1]) == {"exchange": "e", "subscriber": "s", "filter": "#"}
+    for options in (
+        SubscriptionOptions(1),
+        SubscriptionOptions(2, True),
+        SubscriptionOptions(0, True),
+        SubscriptionOptions(no_local=True),
+    ):
         sub = Subscription("k", "e", "s", "#", options=options)
         assert Subscription.from_changelog(*sub.to_changelog()) == sub
-    value = {"exchange": "e", "subscriber": "s", "filter": "#", "retain_handling": None,
-             "retain_as_published": None, "no_local": None}
+    value = {
+        "exchange": "e",
+        "subscriber": "s",
+        "filter": "#",
+        "retain_handling": None,
+        "retain_as_published": None,
+        "no_local": None,
+    }
     assert Subscription.from_changelog(b"k", json.dumps(value)).options == (0, False, False)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("retain_handling", 3), ("retain_handling", -1), ("retain_handling", "1"),
-    ("retain_handling", True), ("retain_handling", 1.0),
-    ("retain_as_published", 1), ("retain_as_published", "true"),
-    ("no_local", 0), ("no_local", "false"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("retain_handling", 3),
+        ("retain_handling", -1),
+        ("retain_handling", "1"),
+        ("retain_handling", True),
+        ("retain_handling", 1.0),
+        ("retain_as_published", 1),
+        ("retain_as_published", "true"),
+        ("no_local", 0),
+        ("no_local", "false"),
+    ],
+)
 def test_bad_options_are_refused_naming_the_field(field, value):
     record = {"exchange": "e", "subscriber": "s", "filter": "#", field: value}
     with pytest.raises(SubscriptionError, match=f"subscription 'k': field '{field}' must be"):
@@ -101,16 +133,13 @@ def test_bad_options_are_refused_naming_the_field(field, value):
 def test_options_other_than_the_default_are_refused_on_an_amqp_exchange():
     index = RoutingIndex({"amq": "amqp", "mq": "mqtt"})
     for options in (SubscriptionOptions(1), SubscriptionOptions(0, True)):
-        with pytest.raises(SubscriptionError, match="MQTT subscription options, and exchange "
-                                                    "'amq' is amqp"):
+        with pytest.raises(SubscriptionError, match="MQTT subscription options, and exchange 'amq' is amqp"):
             index.upsert(Subscription("k", "amq", "s", "#", options=options))
     assert "k" not in index
     index.upsert(Subscription("k", "amq", "s", "#", options=SubscriptionOptions(0)))
     index.upsert(Subscription("m", "mq", "s", "#", options=SubscriptionOptions(2, True, True)))
     assert index.get("m").options == (2, True, True)
     with pytest.raises(SubscriptionError, match="no_local on a shared subscription"):
-        index.upsert(Subscription("g", "mq", "s", "$share/g/#", options=SubscriptionOptions(
-            no_local=True)))
+        index.upsert(Subscription("g", "mq", "s", "$share/g/#", options=SubscriptionOptions(no_local=True)))
     with pytest.raises(SubscriptionError, match="no_local: MQTT subscription options"):
-        index.upsert(Subscription("k", "amq", "s", "#", options=SubscriptionOptions(
-            no_local=True)))
+        index.upsert(Subscription("k", "amq", "s", "#", options=SubscriptionOptions(no_local=True)))

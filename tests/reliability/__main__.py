@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             result = Result(name, error="interrupted")
             interrupted = True
-        except Exception as exc:  # a case that could not run is a failed case, reported
+        except Exception as exc:  # noqa: BLE001 - a case that could not run is a failed case, reported
             traceback.print_exc()
             result = Result(name, error=f"{type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - t

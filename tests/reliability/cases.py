@@ -32,15 +32,20 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
 
+from schemas.records import MESSAGE_ID_HEADER, message_id
+from streaming.process import pid_alive
+from streaming.state.checkpoint import CheckpointLayout
 from tests.reliability import fuzz as fuzzing
 from tests.reliability.faulty_router import POINTS, arm
 from tests.reliability.kafka_io import (
-    CampaignError,
     REALTIME,
+    CampaignError,
+    Record,
     committed_offsets,
     create_topic,
     delete_records,
@@ -53,9 +58,6 @@ from tests.reliability.kafka_io import (
 from tests.reliability.ledger import Ledger
 from tests.reliability.stage import Churn, Stage
 from tests.reliability.workload import Workload
-from schemas.records import MESSAGE_ID_HEADER, message_id
-from streaming.state.checkpoint import CheckpointLayout
-from streaming.process import pid_alive
 
 
 @dataclass
@@ -239,7 +241,7 @@ def kills(folder: Path, o: Options) -> Result:
         _log(f"publishing {o.publishes:,} at {rate:,.0f}/s; {len(plan)} kills planned")
         publisher = stage.publish_good(w, ledger, o.publishes, rate, o.seed)
         churn = Churn(stage, w, 1.0, o.seed).start()
-        done_kills = []
+        done_kills: list[dict[str, Any]] = []
         outlived = leftover = stuck = 0
         for number, (point, target) in enumerate(plan, 1):
             time.sleep(rng.uniform(*o.kill_after_s))
@@ -330,14 +332,16 @@ def broker_kills(folder: Path, o: Options, brokers: int = 1) -> Result:
         _log(f"publishing {o.publishes:,} at {rate:,.0f}/s; {times} broker kill(s) planned")
         publisher = stage.publish_good(w, ledger, o.publishes, rate, o.seed)
         outages = []
-        for number in range(times):
+        for _ in range(times):
             time.sleep(rng.uniform(*o.broker_kill_after_s))
             node = rng.randrange(brokers)
             pending = stage.lag()
-            stage.kafka.kill(node)
+            kafka = stage.kafka
+            assert kafka is not None  # a case of its own brokers (Stage without a bootstrap)
+            kafka.kill(node)
             _log(f"broker {node + 1} SIGKILLed ({pending:,} publishes pending); down {o.down_s:.0f}s")
             time.sleep(o.down_s)
-            up = stage.kafka.revive(node)
+            up = kafka.revive(node)
             _log(f"broker {node + 1} back after {up:.0f}s of start-up")
             outages.append({"node": node + 1, "pending": pending, "down_s": o.down_s,
                             "restart_s": round(up, 1)})
@@ -504,7 +508,8 @@ def fuzz(folder: Path, o: Options) -> Result:
         _log(f"{len(good):,} subscriptions and {len(first):,} bad changes on the changelog")
         stage.start_router()
         expected_nonempty = [p for p in w.publishes(2000, o.seed + 3) if w.expected(p)]
-        records, labels = [], []
+        records: list[tuple[Record, tuple[str, ...] | None]] = []
+        labels: list[str] = []
         n_good = int(o.fuzz_publishes * o.good_per_bad)
         goods = iter(w.publishes(n_good, o.seed + 5))
         kinds = ["bad"] * o.fuzz_publishes + ["good"] * n_good
@@ -672,7 +677,8 @@ def soak(folder: Path, o: Options) -> Result:
 _RETENTION = {"pins_files": 16 + 2, "snapshot_files": 3 * (16 + 2),
               "offsets_files": 100 + 5, "commits_files": 100 + 5}
 """Upper bounds of the state folders' file counts: PINS_KEPT pins (and their snapshots,
-three files each: changes, meta, snapshot; plus the latest), and Spark's spark.sql.streaming.minBatchesToRetain (100)."""
+three files each: changes, meta, snapshot; plus the latest), and Spark's
+spark.sql.streaming.minBatchesToRetain (100)."""
 
 
 def _rss(pid: int) -> int:
@@ -707,7 +713,7 @@ def _folders(checkpoint: Path) -> dict:
 
 def _slopes(samples: list[dict]) -> dict:
     """Least-squares slope (per minute) of each numeric series over the second half."""
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     half = samples[len(samples) // 2:]
     if len(half) < 3:
         return out

@@ -101,7 +101,7 @@ class Kafka:
         def start(node: EmbeddedBroker) -> None:
             try:
                 node.start(timeout)
-            except BaseException as exc:  # reported below, after every node had its chance
+            except BaseException as exc:  # noqa: BLE001 - reported below, after every node had its chance
                 errors.append(exc)
 
         threads = [threading.Thread(target=start, args=(n,)) for n in self.nodes]

@@ -63,8 +63,8 @@ def _install(faults: Path) -> None:
     from deltalake.table import DeltaTable, TableOptimizer
 
     from streaming.audit.committer import AuditCommitter
-    from streaming.router.subscriptions.changelog import ChangelogReader
     from streaming.audit.writer import AuditTables
+    from streaming.router.subscriptions.changelog import ChangelogReader
     from streaming.router.subscriptions.snapshots import SnapshotStore
 
     armed = faults / ARMED
@@ -138,13 +138,14 @@ def _install(faults: Path) -> None:
                 timer.cancel()
         return wrapper
 
-    TableOptimizer.compact = killed_within("mid-compaction", TableOptimizer.compact)
-    DeltaTable.vacuum = killed_within("mid-vacuum", DeltaTable.vacuum)
-    ChangelogReader.read_to_end = read_then_kill
-    SnapshotStore.save = save_then_kill
-    AuditCommitter.submit = kill_then_journal
-    AuditTables.append_publishes = commit_then_kill
-    AuditTables._commit_files = commit_then_kill_one
+    # The kill points, patched into the classes (what mypy calls assigning to a method).
+    TableOptimizer.compact = killed_within("mid-compaction", TableOptimizer.compact)  # type: ignore[method-assign]
+    DeltaTable.vacuum = killed_within("mid-vacuum", DeltaTable.vacuum)  # type: ignore[method-assign]
+    ChangelogReader.read_to_end = read_then_kill  # type: ignore[method-assign]
+    SnapshotStore.save = save_then_kill  # type: ignore[method-assign]
+    AuditCommitter.submit = kill_then_journal  # type: ignore[method-assign]
+    AuditTables.append_publishes = commit_then_kill  # type: ignore[method-assign]
+    AuditTables._commit_files = commit_then_kill_one  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> int:

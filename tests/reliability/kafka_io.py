@@ -18,6 +18,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from schemas.records import message_id
 from streaming import kafka
+from streaming.kafka.clients import record_position
 from streaming.kafka.settings import ClientSettings
 from streaming.state.checkpoint import CheckpointLayout
 from streaming.state.offsets_log import OffsetLogError, read_offsets
@@ -68,7 +69,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"publish-{topic}")
 
-    def start(self) -> "Publisher":
+    def start(self) -> Publisher:
         self._thread.start()
         return self
 
@@ -79,7 +80,7 @@ class Publisher:
                 self._on_error(index, str(err))
             else:
                 self.acked += 1
-                self._on_ack(index, message_id(record.topic(), record.partition(), record.offset()))
+                self._on_ack(index, message_id(*record_position(record)))
         return acked
 
     def _run(self) -> None:

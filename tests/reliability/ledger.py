@@ -36,6 +36,11 @@ LOST_RANGE = re.compile(r"offsets (\d+)\.\.(\d+) of partition (\d+)")
 """The range in a ``lost`` row's reason (streaming/router/topics/retention.py, ``gap_rows``)."""
 
 
+def _unsealed() -> np.ndarray:
+    """An array :meth:`Ledger.seal` replaces (empty until then)."""
+    return np.zeros(0, dtype=np.int64)
+
+
 @dataclass
 class Ledger:
     publishes_topic: str
@@ -45,17 +50,17 @@ class Ledger:
     _expected: list = field(default_factory=list)  # publish number -> code (-1 for bad)
     _codes: dict = field(default_factory=dict)  # expected tuple -> code
     _positions: list = field(default_factory=list)  # code -> {subscriber: position}
-    _start: np.ndarray | None = None
-    kafka_pairs: np.ndarray | None = None
-    audit_pairs: np.ndarray | None = None
-    audit_messages: np.ndarray | None = None
-    outcome_ok: np.ndarray | None = None
-    rejected_publish: np.ndarray | None = None
+    _start: np.ndarray = field(default_factory=_unsealed)
+    kafka_pairs: np.ndarray = field(default_factory=_unsealed)
+    audit_pairs: np.ndarray = field(default_factory=_unsealed)
+    audit_messages: np.ndarray = field(default_factory=_unsealed)
+    outcome_ok: np.ndarray = field(default_factory=_unsealed)
+    rejected_publish: np.ndarray = field(default_factory=_unsealed)
     unexpected_kafka: Counter = field(default_factory=Counter)
     unexpected_audit: Counter = field(default_factory=Counter)
     unknown_messages: int = 0
     forged_kept: int = 0  # deliveries carrying more than one message id header
-    lost_reported: np.ndarray | None = None  # publish number -> lost rows covering it
+    lost_reported: np.ndarray = field(default_factory=_unsealed)  # publish number -> lost rows covering it
     lost_rows: int = 0
     lost_rows_wrong: int = 0  # lost rows unreadable, or covering an offset of no lost publish
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
 
-from tests.reliability.kafka_io import headers_of, read_topics, topic_names
-from tests.reliability.ledger import Ledger
 from schemas.records import MESSAGE_ID_HEADER, REASON_HEADER, SOURCE_HEADER, SOURCE_SUBSCRIPTION
 from streaming.config import Config
+from tests.reliability.kafka_io import headers_of, read_topics, topic_names
+from tests.reliability.ledger import Ledger
 
 READ_TIMEOUT_S = 1800.0
 
@@ -70,11 +70,11 @@ def read_audit(config: Config, ledger: Ledger) -> None:
     deliveries = DeltaTable(config.delta.table_path("deliveries")).to_pyarrow_table(
         columns=["message_id", "subscriber"])
     for mid, subscriber in zip(deliveries["message_id"].to_pylist(),
-                               deliveries["subscriber"].to_pylist()):
+                               deliveries["subscriber"].to_pylist(), strict=True):
         ledger.audit_delivery(mid, subscriber)
     messages = DeltaTable(config.delta.table_path("messages")).to_pyarrow_table(
         columns=["message_id", "outcome", "reason", "deliveries"])
-    for mid, outcome, reason, count in zip(*(messages[c].to_pylist() for c in messages.column_names)):
+    for mid, outcome, reason, count in zip(*(messages[c].to_pylist() for c in messages.column_names), strict=True):
         ledger.audit_message(mid, outcome, reason, count)
 
 
@@ -84,7 +84,7 @@ def subscription_rows(config: Config) -> dict[tuple[int, int], list[tuple[str, s
     table = DeltaTable(config.delta.table_path("subscriptions")).to_pyarrow_table(
         columns=["changelog_partition", "changelog_offset", "change", "reason", "subscription_id"])
     out: dict[tuple[int, int], list] = {}
-    for p, o, change, reason, sid in zip(*(table[c].to_pylist() for c in table.column_names)):
+    for p, o, change, reason, sid in zip(*(table[c].to_pylist() for c in table.column_names), strict=True):
         out.setdefault((p, o), []).append((change, reason, sid))
     return out
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import psutil
+
 from tests.reliability import faulty_router
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,8 +76,8 @@ class Router:
         threading.Thread(target=self._read, args=(self.process, log), daemon=True).start()
         deadline = started + timeout
         while not self._ready.wait(0.5):
-            if self.process.poll() is not None:
-                raise RouterExited(f"the router exited with status {self.process.returncode} "
+            if self._process().poll() is not None:
+                raise RouterExited(f"the router exited with status {self._process().returncode} "
                                    f"before routing; see {self.log_path}")
             if time.monotonic() > deadline:
                 self.kill()
@@ -85,7 +86,7 @@ class Router:
         return time.monotonic() - started
 
     def _read(self, process: subprocess.Popen, log) -> None:
-        for line in process.stdout:
+        for line in process.stdout or ():  # started with stdout=PIPE
             log.write(line.encode())
             log.flush()
             line = line.rstrip("\n")
@@ -101,6 +102,11 @@ class Router:
             elif line.startswith("bitroute: error"):
                 self.errors.append(line)
         log.close()
+
+    def _process(self) -> subprocess.Popen:
+        if self.process is None:
+            raise RuntimeError("the router was not started")
+        return self.process
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -124,7 +130,7 @@ class Router:
         """Wait until the armed kill point fired (and the router is gone)."""
         if not self._fault.wait(timeout):
             return False
-        self.process.wait(timeout=60)
+        self._process().wait(timeout=60)
         return True
 
     def kill(self, target: str = "group", wait: float = 90.0) -> bool:
@@ -135,32 +141,32 @@ class Router:
         if not self.alive():
             return True
         if target == "group":
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.killpg(self._process().pid, signal.SIGKILL)
         elif target == "python":
-            os.kill(self.process.pid, signal.SIGKILL)
+            os.kill(self._process().pid, signal.SIGKILL)
         elif target == "jvm":
             jvms = self.pids()["jvm"]
             if not jvms:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(self._process().pid, signal.SIGKILL)
             for pid in jvms:
                 os.kill(pid, signal.SIGKILL)
         else:
             raise ValueError(f"unknown kill target {target!r}")
         try:
-            self.process.wait(timeout=wait)
+            self._process().wait(timeout=wait)
             return True
         except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+            os.killpg(self._process().pid, signal.SIGKILL)
+            self._process().wait(timeout=30)
             return False
 
     def terminate(self, timeout: float = 180.0) -> int:
         """SIGTERM: the router stops after its current batch; return its exit status."""
         if not self.alive():
-            return self.process.returncode if self.process else 0
-        self.process.send_signal(signal.SIGTERM)
+            return self._process().returncode if self.process else 0
+        self._process().send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout=timeout)
+            return self._process().wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             return -9
@@ -170,7 +176,7 @@ class Router:
         return how many processes that was (0 when the group ended with its driver)."""
         if self.process is None:
             return 0
-        group = self.process.pid
+        group = self._process().pid
         left = [p for p in _pids() if _pgid(p) == group]
         for pid in left:
             try:
@@ -184,11 +190,11 @@ class Router:
         if self.process is None:
             return
         try:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.killpg(self._process().pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
-            self.process.wait(timeout=30)
+            self._process().wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
         faulty_router.disarm(self.faults)
@@ -207,7 +213,7 @@ class Router:
         if not self.alive():
             return {"driver": [], "jvm": [], "workers": []}
         commands = {}
-        for kid in psutil.Process(self.process.pid).children(recursive=True):
+        for kid in psutil.Process(self._process().pid).children(recursive=True):
             try:
                 commands[kid.pid] = " ".join(kid.cmdline())
             except psutil.Error:
@@ -215,7 +221,7 @@ class Router:
         jvm = [p for p, c in commands.items() if "java" in c.split(" ")[0]]
         workers = [p for p, c in commands.items()
                    if p not in jvm and "pyspark" in c and "watchdog" not in c]
-        return {"driver": [self.process.pid], "jvm": jvm, "workers": workers}
+        return {"driver": [self._process().pid], "jvm": jvm, "workers": workers}
 
 
 def _pids() -> list[int]:

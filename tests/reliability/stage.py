@@ -16,8 +16,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
+from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 
+from schemas.records import message_id
+from streaming import kafka
+from streaming.config import Config, load
+from streaming.kafka.topics import ensure_router_topics
 from tests.reliability.cluster import Kafka
 from tests.reliability.kafka_io import (
     MICROBATCH,
@@ -41,10 +46,6 @@ from tests.reliability.outputs import (
 )
 from tests.reliability.router import Router
 from tests.reliability.workload import A_VALUES, B_VALUES, EXCHANGES, Publish, Workload
-from schemas.records import message_id
-from streaming import kafka
-from streaming.config import Config, load
-from streaming.kafka.topics import ensure_router_topics
 
 _EXCHANGE_LIST = sorted(EXCHANGES)
 REALTIME_SETTINGS = {
@@ -90,15 +91,29 @@ class Stage:
         self.extra = {**(REALTIME_SETTINGS if mode == REALTIME else {}), **(settings or {})}
         self.log = log or _log
         self.settings: dict[str, str] = {}
-        self.config: Config | None = None
-        self.router: Router | None = None
+        self._config: Config | None = None
+        self._router: Router | None = None
         self.changelog: dict[tuple[int, int], str] = {}  # (partition, offset) -> what
         self.changelog_failures = 0
         self.changelog_errors: list[str] = []
-        self._changelog_producer = None
+        self._changelog_producer: Producer | None = None
         self._producer_lock = threading.Lock()
 
-    def __enter__(self) -> "Stage":
+    @property
+    def config(self) -> Config:
+        """The router's configuration, once :meth:`start`ed."""
+        if self._config is None:
+            raise RuntimeError("the stage is not started")
+        return self._config
+
+    @property
+    def router(self) -> Router:
+        """The router process, once :meth:`start`ed."""
+        if self._router is None:
+            raise RuntimeError("the stage is not started")
+        return self._router
+
+    def __enter__(self) -> Stage:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -106,8 +121,8 @@ class Stage:
 
     def close(self) -> None:
         try:
-            if self.router is not None:
-                self.router.close()
+            if self._router is not None:
+                self._router.close()
         finally:
             if self.kafka is not None:
                 self.kafka.stop()
@@ -122,6 +137,7 @@ class Stage:
                      f"({time.monotonic() - t:.0f}s)")
         else:
             # A shared broker: topics of this run only.
+            assert self.bootstrap is not None  # no Kafka of its own: a bootstrap was given
             bootstrap, tag = self.bootstrap, uuid.uuid4().hex[:10]
             topics = {"kafka.publishes_topic": f"pub-{tag}", "kafka.subscriptions_topic": f"subs-{tag}",
                       "kafka.rejected_topic": f"rej-{tag}",
@@ -146,9 +162,9 @@ class Stage:
             "audit.file_retention": "10 seconds",
             **self.extra,
         }
-        self.config = load(overrides=self.settings, environ={})
-        ensure_router_topics(self.config)
-        self.router = Router(self.settings, self.folder / "router")
+        self._config = load(overrides=self.settings, environ={})
+        ensure_router_topics(self._config)
+        self._router = Router(self.settings, self.folder / "router")
 
     def write_changelog(self, records: Iterable[tuple[str, bytes | None, bytes | None]]) -> int:
         """Produce (what, key, value) changelog records; wait for every ack; return how many."""
@@ -288,14 +304,14 @@ class Churn:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="churn")
 
-    def start(self) -> "Churn":
+    def start(self) -> Churn:
         self._thread.start()
         return self
 
     def _run(self) -> None:
         live: list[str] = []
         while not self._stop.wait(self.interval):
-            records = []
+            records: list[tuple[str, bytes, bytes | None]] = []
             sid, exchange, subscriber, filt, gold = self.rng.choice(self.w.subscriptions)
             from tests.reliability.workload import changelog_value
             records.append(("churn re-upsert", sid.encode(),

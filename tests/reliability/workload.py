@@ -78,7 +78,7 @@ class Workload:
     _expected: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def generate(cls, subscriptions: int = 3000, subscribers: int = 300, seed: int = 1) -> "Workload":
+    def generate(cls, subscriptions: int = 3000, subscribers: int = 300, seed: int = 1) -> Workload:
         rng = random.Random(seed)
         names = [f"s{i:04d}" for i in range(max(1, subscribers - len(ODD_SUBSCRIBERS)))]
         names += list(ODD_SUBSCRIBERS)[:max(0, subscribers - len(names))]
@@ -102,7 +102,7 @@ class Workload:
         return w
 
     def _index(self) -> None:
-        for sid, exchange, subscriber, filt, gold in self.subscriptions:
+        for _, exchange, subscriber, filt, gold in self.subscriptions:
             words = filt.replace("/", ".").split(".")
             if words[0] != "k":
                 continue
@@ -119,7 +119,7 @@ class Workload:
         return [(sid.encode(), changelog_value(exchange, subscriber, filt, gold))
                 for sid, exchange, subscriber, filt, gold in self.subscriptions]
 
-    def publishes(self, n: int, seed: int | None = None) -> "PublishStream":
+    def publishes(self, n: int, seed: int | None = None) -> PublishStream:
         return PublishStream(n, self.seed if seed is None else seed)
 
     def expected(self, p: Publish) -> tuple[str, ...]:
@@ -127,7 +127,7 @@ class Workload:
         known = self._expected.get(p)
         if known is not None:
             return known
-        found = set()
+        found: set[str] = set()
         for entries in (self._exact.get((p.exchange, p.a, p.b), ()),
                         self._a_wide.get((p.exchange, p.a), ()),
                         self._b_wide.get((p.exchange, p.b), ())):

@@ -176,7 +176,9 @@ def test_the_run_json_sample_has_the_batch_report_fields():
 
     text = (ROOT / "docs" / "running.md").read_text()
     section = text.split("\n### Stopping and restarting\n", 1)[1]
-    sample = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    block = re.search(r"```json\n(.*?)```", section, re.S)
+    assert block is not None, "the sample batch line"
+    sample = json.loads(block.group(1))
     fields = [f.name for f in dataclasses.fields(BatchReport)] + ["finished_at"]
     assert sorted(sample) == sorted(fields)
 
@@ -198,9 +200,16 @@ def test_the_audit_page_lists_each_table_s_columns_as_the_schema_has_them(table)
                   _table_rows(section, "| column | type | meaning |")]
     schema = AUDIT_TABLES[table]
     assert [name for name, _ in documented] == schema.fieldNames()
-    for (name, kind), field in zip(documented, schema.fields):
+    for (name, kind), field in zip(documented, schema.fields, strict=True):
         assert kind.split(", nullable")[0] == _TYPE_NAMES[type(field.dataType).__name__], name
         assert ("nullable" in kind) == field.nullable, name
+
+
+def _pin(requirement: str) -> tuple[str, str]:
+    """(name, version) of a pinned requirement, ``name==version``."""
+    found = re.match(r"([A-Za-z0-9_.-]+)==(\S+)$", requirement)
+    assert found is not None, requirement
+    return found.group(1), found.group(2)
 
 
 def _pins() -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -208,8 +217,7 @@ def _pins() -> tuple[dict[str, str], dict[str, list[str]]]:
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    python = dict(re.match(r"([A-Za-z0-9_.-]+)==(\S+)$", d).groups()
-                  for d in project["dependencies"] if "==" in d)
+    python = dict(_pin(d) for d in project["dependencies"] if "==" in d)
     jvm = {group: table["artifacts"]
            for group, table in tomllib.loads((ROOT / "conf" / "jvm.toml").read_text()).items()}
     return python, jvm
@@ -380,7 +388,8 @@ def _words_not_in_the_code(line: str, parts: list[str]) -> list[str]:
         while (at := line.find(part, start)) >= 0:
             covered[at:at + len(part)] = [True] * len(part)
             start = at + 1
-    runs = re.split(r"\x00+", "".join("\x00" if c else ch for ch, c in zip(line, covered)))
+    runs = re.split(r"\x00+", "".join("\x00" if c else ch
+                                           for ch, c in zip(line, covered, strict=True)))
     return [run for run in runs
             if len([word for word in run.split() if re.fullmatch(r"[a-z]{3,}[,;]?", word)]) >= 3]
 
@@ -429,7 +438,7 @@ def test_a_reworded_log_line_is_caught():
 def test_the_readme_s_match_example_prints_what_it_says(tmp_path: Path):
     """README.md's `bitroute match` block, run as written: its files, its command, and
     the output its comments show."""
-    from tests.cli_runner import run_cli
+    from cli_runner import run_cli
 
     readme = (ROOT / "README.md").read_text()
     block = readme.split("`bitroute match` checks routing offline", 1)[1]
@@ -437,7 +446,9 @@ def test_the_readme_s_match_example_prints_what_it_says(tmp_path: Path):
     lines = block.splitlines()
     for line in lines:
         if line.startswith("printf "):
-            records, target = re.fullmatch(r"printf '%s\\n' (.*) > (\S+)", line).groups()
+            printf = re.fullmatch(r"printf '%s\\n' (.*) > (\S+)", line)
+            assert printf is not None, line
+            records, target = printf.groups()
             (tmp_path / target).write_text(
                 "".join(record + "\n" for record in re.findall(r"'([^']*)'", records)))
     [command] = [line for line in lines if line.startswith("bitroute match ")]
@@ -459,14 +470,16 @@ def test_the_kafka_client_keys_the_pages_list_are_the_supported_ones():
     assert documented == set(SUPPORTED)
     for keys, values in rows:
         for key in re.findall(r"`([a-z.]+)`", keys):
-            if SUPPORTED.get(key):
-                assert all(f"`{value}`" in values for value in SUPPORTED[key]), key
+            choices = SUPPORTED.get(key)
+            if choices:
+                assert all(f"`{value}`" in values for value in choices), key
     toml = _flat(ROOT / "conf" / "bitroute.toml")
     comment = toml.split("[kafka.client]", 1)[1].split("any other key is refused", 1)[0]
     named = set(re.findall(r"\b((?:security|sasl|ssl|client)\.[a-z.]*[a-z])\b", comment))
     assert named - {"security.md"} == set(SUPPORTED)
     for key in ("security.protocol", "sasl.mechanism"):
-        assert f"{key} ({', '.join(SUPPORTED[key])})" in comment, key
+        choices = SUPPORTED[key]
+        assert choices is not None and f"{key} ({', '.join(choices)})" in comment, key
 
 
 _REPO_PATH = re.compile(r"(?<![\w/$.<>-])((?:tests|streaming|compiler|schemas|benchmarks|kernel|realtime"
@@ -655,8 +668,10 @@ def test_the_explain_sample_is_what_the_verb_prints():
     assert first == f"amq.topic orders.eu.paid: 1 subscriber: billing ({source})"
     columns = ["subscriber", "subscription_id", "filter", "header_match", "header_criteria",
                "shared_group"]
-    rows = [dict(zip(columns, ("billing", "s1", "orders.*.paid", None, None, None))),
-            dict(zip(columns, ("billing", "s2", "orders.#", "all", {"region": "eu"}, None)))]
+    rows: list[dict[str, object]] = [
+            dict(zip(columns, ("billing", "s1", "orders.*.paid", None, None, None), strict=True)),
+            dict(zip(columns, ("billing", "s2", "orders.#", "all", {"region": "eu"}, None),
+                     strict=True))]
     assert list(table(columns, rows)) == lines
 
 
@@ -686,8 +701,9 @@ def test_the_record_contracts_name_the_schemas_fields_and_outcomes():
 
     design = " ".join((ROOT / "docs" / "design.md").read_text().split())
     contracts = design.split("## Record contracts", 1)[1].split("## Guarantees", 1)[0]
-    value = re.search(r"Value: JSON `\{(.*?)\}`, the", contracts).group(1)
-    members = [m for m in re.findall(r'"([a-z_]+)"', value)
+    value = re.search(r"Value: JSON `\{(.*?)\}`, the", contracts)
+    assert value is not None
+    members = [m for m in re.findall(r'"([a-z_]+)"', value.group(1))
                if m not in ("all", "any", *records.HEADER_CRITERIA_FIELDS)]  # headers' values
     assert members == list(records.SUBSCRIPTION_FIELDS)
     audit = contracts.split("**Audit tables**", 1)[1]

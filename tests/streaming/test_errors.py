@@ -24,7 +24,8 @@ def test_a_python_traceback_wrapped_by_spark_gives_its_raising_line():
             '  File "/x/service.py", line 1, in call\n'
             "pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] terminated\n"
             "streaming.router.subscriptions.changelog.ChangelogError: changelog 'subs' ends at 3\n")
-    assert one_line(RuntimeError(text)) == "streaming.router.subscriptions.changelog.ChangelogError: changelog 'subs' ends at 3"
+    assert one_line(RuntimeError(text)) == ("streaming.router.subscriptions.changelog.ChangelogError: "
+                                            "changelog 'subs' ends at 3")
 
 
 def test_a_kafka_exception_is_its_kafka_error_text():
@@ -53,8 +54,8 @@ def test_every_exception_streaming_raises_is_in_an_errors_module_under_the_one_r
     import pkgutil
 
     import streaming
-    from streaming.state.lock import RouterLockedError
     from streaming.state.errors import RouterLockedError as home
+    from streaming.state.lock import RouterLockedError
 
     misplaced = []
     for info in pkgutil.walk_packages(streaming.__path__, "streaming."):

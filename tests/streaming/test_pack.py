@@ -53,7 +53,9 @@ def test_bitroute_pack_packs_bitroute_its_kernel_and_dependencies_without_pyspar
 
 def tar_text(archive: Path, name: str) -> str:
     with tarfile.open(archive) as tar:
-        return tar.extractfile(name).read().decode()
+        member = tar.extractfile(name)
+        assert member is not None, f"{name} is not a file of {archive}"
+        return member.read().decode()
 
 
 def test_the_archive_is_reused_until_what_goes_in_it_changes(packed_json, tmp_path: Path):

@@ -17,7 +17,8 @@ def test_a_running_process_is_alive_and_an_exited_child_is_not():
     try:
         assert pid_alive(child.pid)
     finally:
-        child.stdin.close()  # the child exits; unreaped, it is a zombie: not alive
+        if child.stdin is not None:  # a PIPE
+            child.stdin.close()  # the child exits; unreaped, it is a zombie: not alive
     wait_until(lambda: not pid_alive(child.pid), timeout=30, what="the exited child seen as gone")
 
 

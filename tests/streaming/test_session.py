@@ -7,7 +7,6 @@ it: read Kafka with headers and run Python over Arrow batches in its workers.
 
 from __future__ import annotations
 
-
 from confluent_kafka import Producer
 
 

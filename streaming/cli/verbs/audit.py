@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from streaming.cli.arguments import config_of
 from streaming.cli.errors import CommandError, UsageError, reported
@@ -65,8 +65,8 @@ def _time(text: str, flag: str) -> datetime:
         raise UsageError(f"{flag}: expected an ISO-8601 timestamp such as "
                          f"2025-01-31T12:00:00Z, got {text!r}") from None
     if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 def _audit_migrate(args: argparse.Namespace) -> int:

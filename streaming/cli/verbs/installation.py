@@ -12,9 +12,9 @@ from streaming.cli.errors import CommandError
 
 
 def version(args: argparse.Namespace) -> int:
-    import pyspark
-
     from importlib import metadata  # 20 ms of imports: only for --version
+
+    import pyspark
 
     print(f"bitroute {metadata.version('bitroute')} (pyspark {pyspark.__version__}, "
           f"python {sys.version.split()[0]})")
@@ -23,7 +23,6 @@ def version(args: argparse.Namespace) -> int:
 
 def jars(args: argparse.Namespace) -> int:
     from streaming import jvm
-
     from streaming.realtime.jar import realtime_jar
 
     for group in (*jvm.GROUPS, "s3a") if args.s3a else jvm.GROUPS:

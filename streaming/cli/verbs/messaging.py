@@ -186,8 +186,8 @@ def _payload(args: argparse.Namespace) -> bytes:
 
 
 def tail(args: argparse.Namespace) -> int:
-    from streaming.kafka import client_verbs
     from streaming.cli.render import delivery_json, delivery_line
+    from streaming.kafka import client_verbs
 
     cfg = config_of(args)
 

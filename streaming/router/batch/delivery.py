@@ -1,8 +1,9 @@
 """Writing deliveries and rejected publishes to Kafka from the routing process (librdkafka).
 
 Each routing process (a Python worker, or the driver for a batch it routes)
-keeps one :class:`DeliveryProducer` per settings (:func:`cached_producer`). A task hands its batch's deliveries over as columns
-(:class:`DeliveryColumns`: Arrow buffers, no Python object per record) to the
+keeps one :class:`DeliveryProducer` per settings (:func:`cached_producer`). A task
+hands its batch's deliveries over as columns (:class:`DeliveryColumns`: Arrow
+buffers, no Python object per record) to the
 kernel's delivery writer (``bitroute_kernel.DeliveryWriter``: librdkafka's C
 API, the GIL released while it produces and flushes); rejected publishes go
 through a confluent-kafka producer, one record at a time. Then
@@ -161,6 +162,10 @@ class BinaryColumn:
             return None
         return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes()
 
+    def text(self, i: int) -> str:
+        """Value ``i`` as UTF-8 text, of a column without nulls (topic and header names)."""
+        return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes().decode()
+
 
 @dataclass(frozen=True)
 class DeliveryColumns:
@@ -206,7 +211,7 @@ class DeliveryColumns:
         byte for byte against it (tests/streaming/router/test_delivery.py)."""
         r = int(self.rows[i])
         names = self.header_names
-        own = [(names.get(h).decode(), self.header_values.get(h))
+        own = [(names.text(h), self.header_values.get(h))
                for h in range(self.header_offsets[r], self.header_offsets[r + 1])]
         if self.routing_key_header is not None:
             own.append((self.routing_key_header, self.routing_keys.get(r)))
@@ -214,7 +219,7 @@ class DeliveryColumns:
         headers = own + [(mid, self.message_ids.get(r)), (ids, self.subscription_ids.get(i)),
                          (version, self.version)]
         key = self.keys.get(i if self.keys_per_delivery else r)
-        return self.topics.get(i).decode(), key, self.values.get(r), headers
+        return self.topics.text(i), key, self.values.get(r), headers
 
     @classmethod
     def of_records(cls, topics: list[str], keys: list[bytes | None],

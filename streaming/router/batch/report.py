@@ -22,7 +22,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.atomic import write_atomically
@@ -106,7 +106,7 @@ class StatusFile:
         self._last: tuple[BatchReport, str] | None = None
 
     def __call__(self, report: BatchReport) -> None:
-        finished_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        finished_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         with self._lock:
             self._last = (report, finished_at)
             self._write(report, finished_at)

@@ -49,12 +49,12 @@ the same message id header).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
 import traceback
 from collections.abc import Iterator
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -74,10 +74,10 @@ from schemas.records import (
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
+    PARTITION_COLUMNS,
     RETAIN_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
-    PARTITION_COLUMNS,
     SUBSCRIPTION_IDS_HEADER,
     message_id,
 )
@@ -196,6 +196,8 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
     """Write the ``messages`` and ``deliveries`` files of a task's routed rows (every
     delivery in them acknowledged by Kafka); return the task's ``ROUTED_TASK_ARROW`` row."""
     audit = settings.audit
+    if audit is None:
+        raise ValueError("write_task_audit: the route settings carry no task audit (settings.audit)")
     filesystem, root = _warehouse(audit.delta)
     label = _task_label(audit.batch_id)
     files: list[AuditFile] = []
@@ -335,7 +337,7 @@ def plan_expiry(publishes: PublishColumns, reasons: list[str | None],
     published_ms = [now_ms if p is None else p for p in published.to_pylist()]
     expired = np.zeros(publishes.n, dtype=bool)
     remaining: dict[int, int] = {}
-    for row, state in zip(rows, expiry_states(values, published_ms, now_ms)):
+    for row, state in zip(rows, expiry_states(values, published_ms, now_ms), strict=True):
         if reasons[row] is not None:
             continue
         if isinstance(state, str):
@@ -357,7 +359,7 @@ def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array
     remaining = plan.expiry.remaining
     at = np.flatnonzero(pc.equal(names, EXPIRY_HEADER).to_numpy(zero_copy_only=False))
     rows = (np.searchsorted(offsets, at, side="right") - 1).tolist()
-    live = [(i, row) for i, row in zip(at.tolist(), rows) if row in remaining]
+    live = [(i, row) for i, row in zip(at.tolist(), rows, strict=True) if row in remaining]
     if not live:
         return offsets, names, values
     mask = np.zeros(len(values), dtype=bool)
@@ -430,7 +432,7 @@ def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumn
     routing_keys, values, message_ids = publishes.keys, publishes.values, publishes.message_ids
     if plan.retain is not None and len(plan.retain.rows):
         rows, header_offsets, header_names, header_values, routing_keys, values, message_ids = \
-            _unretained(plan, rows, header_offsets, header_names, header_values)
+            _unretained(plan, plan.retain, rows, header_offsets, header_names, header_values)
     keys, per_delivery = layout.record_keys(subscribers, routing_keys)
     return DeliveryColumns(
         topic_names=layout.topic_column(subscribers),
@@ -447,7 +449,7 @@ def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumn
         header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
 
 
-def _unretained(plan: BatchPlan, rows: np.ndarray, header_offsets: np.ndarray,
+def _unretained(plan: BatchPlan, retain: RetainPlan, rows: np.ndarray, header_offsets: np.ndarray,
                 header_names: pa.Array, header_values: pa.Array):
     """The delivery columns with each live delivery of a retained publish that none of its
     subscriptions asks Retain As Published of pointed at a copy of its publish's row
@@ -456,7 +458,7 @@ def _unretained(plan: BatchPlan, rows: np.ndarray, header_offsets: np.ndarray,
     header_offsets, header_names, header_values, routing_keys, values, message_ids)``;
     only a batch with retained publishes gets here."""
     publishes = plan.publishes
-    retained = set(plan.retain.rows.tolist())
+    retained = set(retain.rows.tolist())
     ids = plan.entries.flatten()[1]
     copies: dict[int, int] = {}
     rows = rows.copy()
@@ -504,7 +506,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
         acked[plan.send[sorted({failure.tag for failure in failed})]] = False
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
                      plan.message_ids)
-    if plan.retain is not None:
+    if plan.retain is not None and settings.retain is not None:  # both or neither (plan_retained)
         published = pc.cast(pc.cast(plan.publishes.published_at, pa.timestamp("ms", tz="UTC"),
                                     safe=False), pa.int64())
         write_retained(producer, plan.retain, settings.retain, plan.publishes.exchanges, plan.keys,
@@ -596,7 +598,7 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
     final, _ = write_rejected(producer, settings.rejected_topic, [
         BadRecord(keys[row], values[row], kept[row], reasons[row], SOURCE_PUBLISH, message_ids[row])
         for row in rejected], settings.producer.max_record_bytes)
-    for row, reason in zip(rejected, final):
+    for row, reason in zip(rejected, final, strict=True):
         reasons[row] = reason
 
 
@@ -623,7 +625,7 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),
                publishes.published_at]
     return pa.RecordBatch.from_arrays(
-        [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW)], schema=ROUTED_ARROW)
+        [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW, strict=True)], schema=ROUTED_ARROW)
 
 
 def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settings: RouteSettings,

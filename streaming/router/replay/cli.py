@@ -13,7 +13,7 @@ and :func:`retained_start_notice` says so.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from compiler.errors import SubscriptionError
 from compiler.subscription import parse_since, since_text
@@ -26,7 +26,7 @@ _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 def parse_since_argument(text: str, now: datetime | None = None) -> datetime:
     """``--since``'s value as an aware UTC datetime; raises :class:`InvalidRequest` naming
     the problem (not a time or duration, or in the future)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     match = _DURATION.fullmatch(text.strip())
     if text.strip() and match is not None and any(match.groups()):
         days, hours, minutes, seconds = (int(g or 0) for g in match.groups())

@@ -49,8 +49,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -64,10 +65,7 @@ from streaming.config import Config
 from streaming.kafka.clients import consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.records import subscription_ids_json
-from streaming.router.subscriptions.changelog import PendingVersion
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.batch.delivery import BinaryColumn, DeliveryProducer, ProducerSettings
-from streaming.router.replay.requests import ReplayRequest, ms_text
 from streaming.router.batch.routing import (
     RouteSettings,
     _recreated,
@@ -77,6 +75,12 @@ from streaming.router.batch.routing import (
     kept_header_columns,
     plan_batch,
 )
+from streaming.router.replay.requests import ReplayRequest, ms_text
+from streaming.router.subscriptions.changelog import PendingVersion
+from streaming.state.checkpoint import CheckpointLayout
+
+if TYPE_CHECKING:
+    from streaming.audit.writer import AuditTables
 
 _log = logging.getLogger(__name__)
 
@@ -139,11 +143,15 @@ class Replay:
 
     @classmethod
     def from_json(cls, obj: dict) -> Replay:
-        ints = lambda d: {int(k): int(v) for k, v in (d or {}).items()}  # noqa: E731
         return cls(ReplayRequest.from_json(obj["request"]), obj["version"], obj.get("boundary"),
-                   ints(obj.get("start")), ints(obj.get("end")), ints(obj.get("position")),
+                   _int_keys(obj.get("start")), _int_keys(obj.get("end")), _int_keys(obj.get("position")),
                    obj.get("note"), obj.get("delivered", 0), obj.get("started_at"),
                    obj.get("cancelled", False), obj.get("rate"))
+
+
+def _int_keys(offsets: dict | None) -> dict[int, int]:
+    """A JSON object of partition -> offset (keys are strings in JSON) as ints."""
+    return {int(k): int(v) for k, v in (offsets or {}).items()}
 
 
 @dataclass
@@ -208,7 +216,7 @@ class Replays:
         self._thread: threading.Thread | None = None
         self._delivered: set[tuple[str, str]] | None = None
         self._delivered_for: frozenset[str] = frozenset()
-        self._tables = None
+        self._tables: AuditTables | None = None
         self._producer: DeliveryProducer | None = None
         self.failure: str | None = None
         self.pause = threading.Event()
@@ -350,7 +358,7 @@ class Replays:
     def _begin(self, replay: Replay) -> None:
         """Fix where ``replay`` starts (Kafka's ``offsets_for_times``), once the live audit is
         committed up to its boundary; record it."""
-        if not self._audit_committed(replay.boundary - 1):
+        if replay.boundary is None or not self._audit_committed(replay.boundary - 1):
             return
         topic = self.config.kafka.publishes_topic
         request = replay.request
@@ -404,7 +412,7 @@ class Replays:
         delivered = self._deliver(active, rows, chunk) if rows.num_rows else {}
         with self._lock:
             for r in active:
-                for p, (low, high) in windows.items():
+                for p, (_, high) in windows.items():
                     if p in r.position and r.position[p] < r.end.get(p, 0):
                         r.position[p] = max(r.position[p], min(high, r.end[p]))
             seconds = max(time.monotonic() - started, 1e-6)
@@ -453,7 +461,7 @@ class Replays:
         from streaming.audit.storage import storage_options
 
         since = min(r.request.since_ms for r in active)
-        day = datetime.fromtimestamp(since / 1000 - 86_400, timezone.utc).date()
+        day = datetime.fromtimestamp(since / 1000 - 86_400, UTC).date()
         table = DeltaTable(self.config.delta.table_path(DELIVERIES),
                            storage_options=storage_options(self.config.delta))
         dataset = table.to_pyarrow_dataset()
@@ -462,7 +470,7 @@ class Replays:
             condition = condition & (ds.field("routed_date") >= pa.scalar(day, pa.date32()))
         found = dataset.to_table(columns=["message_id", "subscriber"], filter=condition)
         self._delivered = set(zip(found["message_id"].to_pylist(),
-                                  found["subscriber"].to_pylist()))
+                                  found["subscriber"].to_pylist(), strict=True))
         self._delivered_for = subscribers
         return self._delivered
 
@@ -470,6 +478,8 @@ class Replays:
         """Match ``rows`` for ``active``, produce, audit; per subscription id the deliveries."""
         kafka = self.config.kafka
         newest = max(active, key=lambda r: r.version)
+        if newest.boundary is None:
+            raise RuntimeError(f"replay {newest.request.subscription_id}: delivering before its boundary batch")
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,
@@ -506,7 +516,7 @@ class Replays:
                                                      acked)])
         from streaming.audit.writer import deliveries_rows
 
-        audit = deliveries_rows(routed, newest.version, newest.boundary, datetime.now(timezone.utc),
+        audit = deliveries_rows(routed, newest.version, newest.boundary, datetime.now(UTC),
                                 kafka.layout, replayed=True)
         self._audit_tables().append_replayed(audit, chunk)
         ids = pc.list_flatten(audit["subscription_ids"]).to_pylist()
@@ -515,7 +525,7 @@ class Replays:
             counts[sub_id] = counts.get(sub_id, 0) + 1
         delivered = self._delivered
         if delivered is not None:
-            delivered.update(zip(audit["message_id"].to_pylist(), audit["subscriber"].to_pylist()))
+            delivered.update(zip(audit["message_id"].to_pylist(), audit["subscriber"].to_pylist(), strict=True))
         return counts
 
     def _matching_keys_only(self, matcher: Matcher, batch: pa.RecordBatch) -> pa.RecordBatch:

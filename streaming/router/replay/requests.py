@@ -21,7 +21,7 @@ starts at the retained start and says so (its log line, ``bitroute status``).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from compiler import RoutingIndex, Subscription
@@ -75,7 +75,7 @@ def since_ms(when: datetime) -> int:
 
 def ms_text(ms: int) -> str:
     """Epoch milliseconds as the ISO-8601 UTC text ``since`` is written in."""
-    return since_text(datetime.fromtimestamp(ms / 1000, timezone.utc))
+    return since_text(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 def check_request(index: RoutingIndex, sub: Subscription, written_ms: int) -> None:

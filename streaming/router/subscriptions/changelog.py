@@ -62,11 +62,11 @@ from schemas.records import (
     SUBSCRIPTION_REQUIRED_FIELDS,
 )
 from streaming.config import MODE_REALTIME, Config, LimitsConfig
-from streaming.kafka.clients import OnError, access_failure, consumer
+from streaming.kafka.clients import OnError, access_failure, consumer, record_headers, record_position
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.router.errors import ChangelogError
-from streaming.router.subscriptions.limits import check_limits
 from streaming.router.replay.requests import ReplayRequest, check_request, request_of
+from streaming.router.subscriptions.limits import check_limits
 from streaming.router.subscriptions.snapshots import BatchSnapshots, SnapshotVersion
 
 CATCH_UP_TIMEOUT_S = 60.0
@@ -210,7 +210,7 @@ class ChangelogReader:
             ends[partition] = high
         return ends
 
-    def read_to_end(self, offsets: Mapping[int, int], apply: Callable[[Message], None],
+    def read_to_end(self, offsets: Mapping[int, int], apply: Callable[[Message], object],
                     timeout: float = CATCH_UP_TIMEOUT_S,
                     progress: Callable[[int, int], None] | None = None) -> dict[int, int]:
         """Call ``apply`` on each record from ``offsets`` (partition -> next offset;
@@ -262,10 +262,9 @@ class ChangelogReader:
                                 if message.offset() >= ends[partition]:
                                     todo.discard(partition)
                                     position[partition] = ends[partition]
-                            elif access_failure(self._consumer.errors.settings, error, "Read",
-                                                "topic", self._topic) is not None:
-                                raise access_failure(self._consumer.errors.settings, error,
-                                                     "Read", "topic", self._topic)
+                            elif (failure := access_failure(self._consumer.errors.settings, error, "Read",
+                                                            "topic", self._topic)) is not None:
+                                raise failure
                             elif error.fatal():
                                 raise ChangelogError(f"reading changelog {self._topic!r}: {error.str()}")
                             continue
@@ -317,7 +316,7 @@ class PendingVersion:
     def subscribers(self) -> set[str]:
         """The subscribers of its upserts (each one's delivery topic must exist
         before a batch routes with this version)."""
-        return {c.subscriber for c in self.changes if c.change == CHANGE_UPSERT}
+        return {c.subscriber for c in self.changes if c.change == CHANGE_UPSERT and c.subscriber is not None}
 
 
 class Subscriptions:
@@ -369,7 +368,7 @@ class Subscriptions:
     @property
     def version(self) -> int:
         """The current (committed) snapshot version."""
-        return self._snapshots.current.version
+        return self._snapshots.committed().version
 
     @property
     def offsets(self) -> dict[int, int]:
@@ -397,15 +396,16 @@ class Subscriptions:
 
         def apply(message: Message) -> None:
             _, timestamp = message.timestamp()
-            change = apply_record(self._index, message.key(), message.value(), message.partition(),
-                                  message.offset(), timestamp if timestamp > 0 else None,
-                                  applied_at_ms, message.headers(), replays, self._refuse_since,
+            topic, partition, offset = record_position(message)
+            headers = record_headers(message)
+            change = apply_record(self._index, message.key(), message.value(), partition,
+                                  offset, timestamp if timestamp > 0 else None,
+                                  applied_at_ms, headers, replays, self._refuse_since,
                                   self._limits)
             changes.append(change)
             if change.reason is not None:
-                rejected.append(RejectedRecord(message.topic(), message.partition(), message.offset(),
-                                               message.key(), message.value(), message.headers(),
-                                               change.reason))
+                rejected.append(RejectedRecord(topic, partition, offset, message.key(), message.value(),
+                                               headers, change.reason))
 
         try:
             offsets = self._reader.read_to_end(self._offsets, apply, progress=progress)
@@ -442,7 +442,7 @@ class Subscriptions:
         self._reader.close()
 
     def _restore_index(self) -> None:
-        self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._snapshots.current.data))
+        self._index = RoutingIndex.from_snapshot(Snapshot.from_bytes(self._snapshots.committed().data))
 
 
 def _reusable(data: bytes, exchanges: Mapping[str, Dialect]) -> Snapshot | None:
@@ -463,4 +463,8 @@ def _fields_of(value: bytes) -> tuple[str | None, str | None, str | None]:
     if not isinstance(obj, dict):
         obj = {}
     exchange, subscriber, filter_ = (obj.get(name) for name in SUBSCRIPTION_REQUIRED_FIELDS)
-    return tuple(v if isinstance(v, str) else None for v in (exchange, subscriber, filter_))
+    return _text(exchange), _text(subscriber), _text(filter_)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

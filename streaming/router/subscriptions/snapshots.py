@@ -57,8 +57,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streaming.atomic import write_atomically
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import SnapshotStoreError
+from streaming.state.checkpoint import CheckpointLayout
 
 if TYPE_CHECKING:
     from pyspark import Broadcast, SparkContext
@@ -329,6 +329,13 @@ class BatchSnapshots:
             self._current = self._store.latest()
         return self._current
 
+    def committed(self) -> SnapshotVersion:
+        """:attr:`current`, which exists once the router saved its first version (at start)."""
+        current = self.current
+        if current is None:
+            raise RuntimeError("no snapshot version yet: the router saves its first one at start")
+        return current
+
     def changes(self, version: int) -> list[list]:
         """The changes (JSON arrays) that made the persisted ``version``."""
         return self._store.changes(version)
@@ -360,10 +367,12 @@ class BatchSnapshots:
         replayed = version is not None
         if version is None:
             catch_up()
-            version = self.current.version
+        current = self.committed()
+        if version is None:
+            version = current.version
             self._store.pin(batch_id, version)
             self._store.prune()
-        snapshot = self.current if version == self.current.version else self._store.load(version)
+        snapshot = current if version == current.version else self._store.load(version)
         broadcast, key = self._broadcast(snapshot)
         return BatchSnapshot(batch_id, version, snapshot.reads_headers, replayed, broadcast, key)
 

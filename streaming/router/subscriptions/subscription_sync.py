@@ -33,6 +33,8 @@ from streaming.config import Config
 from streaming.kafka.clients import OnError
 from streaming.kafka.records import kept_headers
 from streaming.kafka.topics import admin_client, ensure_delivery_topics
+from streaming.router.batch.delivery import DeliveryUnavailable, ProducerSettings, cached_producer
+from streaming.router.batch.rejected import BadRecord, write_rejected
 from streaming.router.subscriptions.changelog import (
     Change,
     ChangelogError,
@@ -40,8 +42,6 @@ from streaming.router.subscriptions.changelog import (
     RejectedRecord,
     Subscriptions,
 )
-from streaming.router.batch.delivery import DeliveryUnavailable, ProducerSettings, cached_producer
-from streaming.router.batch.rejected import BadRecord, write_rejected
 from streaming.router.subscriptions.snapshots import BatchSnapshots
 
 _log = logging.getLogger(__name__)
@@ -55,8 +55,9 @@ def changes_table(changes: Sequence[Change], version: int) -> pa.Table:
     Columnar, so that the changes of a whole changelog (millions at a
     first start) reach Delta without a Python object per cell.
     """
-    columns = dict(zip(Change._fields, zip(*changes)))
-    for name in Change._fields:  # none at all, or a version persisted before a field existed
+    # Not strict: a version persisted before a field existed has fewer columns (or none).
+    columns = dict(zip(Change._fields, zip(*changes, strict=True), strict=False))
+    for name in Change._fields:
         columns.setdefault(name, (None,) * len(changes))
     arrays = []
     for field in _SUBSCRIPTIONS_ARROW:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException
 
@@ -53,8 +53,8 @@ from streaming.kafka import clients
 from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.errors import PublishesTopicRecreated
+from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class IncarnationRecord:
             if number < len(known) and known[number]["topic_id"] == kafka_topic_id:
                 return number
             known.append({"topic_id": kafka_topic_id, "number": number,
-                          "first_seen": datetime.now(timezone.utc).isoformat(
+                          "first_seen": datetime.now(UTC).isoformat(
                               timespec="milliseconds")})
             data = (json.dumps({"topic": self.topic, "incarnations": known}, indent=1)
                     + "\n").encode()

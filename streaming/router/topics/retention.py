@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, TopicPartition
@@ -44,8 +44,8 @@ from schemas.records import OUTCOME_LOST, message_id
 from streaming.kafka import clients
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
-from streaming.router.errors import RetentionGapError
 from streaming.router.batch.routing import ROUTED_ARROW
+from streaming.router.errors import RetentionGapError
 
 _log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def _timestamp_at(consumer: clients.BitrouteConsumer, topic: str, partition: int
     if message is None or message.error() is not None:
         return None
     kind, millis = message.timestamp()
-    return datetime.fromtimestamp(millis / 1000, timezone.utc) if kind and millis >= 0 else None
+    return datetime.fromtimestamp(millis / 1000, UTC) if kind and millis >= 0 else None
 
 
 def gap_rows(gaps: list[RetentionGap]) -> pa.Table:

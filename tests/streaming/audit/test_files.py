@@ -11,18 +11,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from schemas.records import DELIVERIES, MESSAGES
 from audit_rows import routed_rows as _routed
-from waiting import wait_until
-from streaming.audit import files as audit_files
-from streaming.audit import queries as audit
+from schemas.records import DELIVERIES, MESSAGES
+from streaming.audit import files as audit_files, queries as audit
 from streaming.audit.committer import AuditCommitter
 from streaming.audit.journal import AuditJournal
 from streaming.audit.maintenance import maintain
@@ -31,8 +30,9 @@ from streaming.config import AuditConfig, Config, DeltaConfig, StreamingConfig
 from streaming.kafka.layout import DeliveryLayout
 from streaming.router.batch.delivery import ProducerSettings
 from streaming.router.batch.routing import RouteSettings, TaskAudit, write_task_audit
+from waiting import wait_until
 
-NOW = datetime(2026, 3, 10, 12, 0, 0, 123456, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 10, 12, 0, 0, 123456, tzinfo=UTC)
 
 
 def _config(root: Path) -> Config:
@@ -49,7 +49,7 @@ def _settings(config: Config, batch_id: int) -> RouteSettings:
         audit=TaskAudit(config.delta, batch_id, NOW, frozenset({MESSAGES, DELIVERIES})))
 
 
-def _task(config: Config, batch_id: int, **shape: int) -> FileBatch:
+def _task(config: Config, batch_id: int, **shape: Any) -> FileBatch:
     """What one task attempt of batch ``batch_id`` returns, as the driver journals it."""
     row = write_task_audit(_routed(batch_id, **shape), _settings(config, batch_id))
     files = pa.Table.from_struct_array(row.column("files").flatten())
@@ -65,7 +65,7 @@ def _tables(config: Config) -> AuditTables:
 def _rows(config: Config, table: str) -> Counter:
     columns = ["message_id", "subscriber"] if table == DELIVERIES else ["message_id"]
     data = DeltaTable(config.delta.table_path(table)).to_pyarrow_table(columns=columns)
-    return Counter(zip(*(data[c].to_pylist() for c in columns)))
+    return Counter(zip(*(data[c].to_pylist() for c in columns), strict=True))
 
 
 def _parquet_files(config: Config, table: str) -> set[str]:
@@ -161,7 +161,7 @@ def test_a_query_at_the_edge_of_a_files_time_range_finds_its_rows(tmp_path):
 
 
 def test_delta_statistics_round_timestamps_outward_and_skip_nested_columns():
-    moment = datetime(2026, 3, 10, 23, 59, 59, 999_500, tzinfo=timezone.utc)
+    moment = datetime(2026, 3, 10, 23, 59, 59, 999_500, tzinfo=UTC)
     rows = pa.table({
         "at": pa.array([moment, moment - timedelta(microseconds=1_000)],
                        pa.timestamp("us", tz="UTC")),

@@ -10,28 +10,27 @@ import os
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from audit_rows import routed_rows as _routed
-from waiting import wait_until
 from schemas.records import DELIVERIES, MESSAGES, PARTITION_COLUMNS
-from streaming.audit import queries as audit
-from streaming.audit import migration as audit_migration
-from streaming.audit import writer as delta_sink
+from streaming.audit import migration as audit_migration, queries as audit, writer as delta_sink
 from streaming.audit.committer import AuditCommitter, AuditStopping
 from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import ARROW_SCHEMAS, AuditTables, PublishBatch
 from streaming.cli.main import main
 from streaming.config import Config, DeltaConfig, StreamingConfig
 from streaming.state.lock import RouterLock, RouterLockedError
+from waiting import wait_until
 
 APP = "bitroute-r1-publishes"
-NOW = datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 
 
 def _config(root: Path) -> Config:
@@ -39,7 +38,7 @@ def _config(root: Path) -> Config:
                   streaming=StreamingConfig(checkpoint_dir=root / "checkpoints"))
 
 
-def _batch(batch_id: int, routed_at: datetime = NOW, **shape: int) -> PublishBatch:
+def _batch(batch_id: int, routed_at: datetime = NOW, **shape: Any) -> PublishBatch:
     return PublishBatch(batch_id, 1, routed_at, _routed(batch_id, **shape))
 
 
@@ -56,7 +55,7 @@ def _committer(root: Path, tables: AuditTables, max_pending: int = 100) -> Audit
 def _rows(root: Path, table: str) -> Counter:
     columns = ["message_id", "subscriber"] if table == DELIVERIES else ["message_id"]
     data = DeltaTable(str(root / "delta" / table)).to_pyarrow_table(columns=columns)
-    return Counter(zip(*(data[c].to_pylist() for c in columns)))
+    return Counter(zip(*(data[c].to_pylist() for c in columns), strict=True))
 
 
 def test_a_journaled_batch_survives_a_new_process_and_reads_back_whole(tmp_path):
@@ -68,6 +67,7 @@ def test_a_journaled_batch_survives_a_new_process_and_reads_back_whole(tmp_path)
     assert again.pending() == [7]
     assert [p.name for p in (tmp_path / "j").iterdir()] == ["00000000000000000007.arrow"]
     read = again.read(7)
+    assert isinstance(read, PublishBatch)
     assert (read.batch_id, read.snapshot_version, read.routed_at) == (7, 1, NOW)
     assert read.routed.equals(batch.routed)
     assert (read.start, read.end) == ({0: 10, 1: 4}, {0: 13, 1: 4})  # what the batch read
@@ -160,7 +160,12 @@ def test_a_full_journal_makes_the_audit_stage_wait_until_the_committer_drains_it
     committer.submit(_batch(0))
     committer.submit(_batch(1))
     returned = threading.Event()
-    waiter = threading.Thread(target=lambda: (committer.submit(_batch(2)), returned.set()))
+
+    def submit_third() -> None:
+        committer.submit(_batch(2))
+        returned.set()
+
+    waiter = threading.Thread(target=submit_third)
     waiter.start()
     assert not returned.wait(0.5), "the third batch waits for room"
     assert "audit.max_pending_batches = 2" in caplog.text
@@ -208,14 +213,14 @@ def test_a_failing_commit_is_retried_reported_and_recovers(tmp_path, caplog, mon
 def _write_earlier_layout(root: Path) -> None:
     """messages and deliveries as an earlier version wrote them: no date column, no
     partitions, one commit per batch with its txn version."""
-    for table, make in ((MESSAGES, delta_sink.messages_rows),
-                        (DELIVERIES, delta_sink.deliveries_rows)):
+    for table in (MESSAGES, DELIVERIES):
         path = root / "delta" / table
         schema = ARROW_SCHEMAS[table].remove(len(ARROW_SCHEMAS[table]) - 1)
         DeltaTable.create(path, schema=schema)
         for b in range(3):
             args = (_routed(b), 1, b, NOW - timedelta(days=2 - b))
-            rows = make(*args) if table == MESSAGES else make(*args, Config().kafka.layout)
+            rows = (delta_sink.messages_rows(*args) if table == MESSAGES
+                    else delta_sink.deliveries_rows(*args, Config().kafka.layout))
             write_deltalake(path, rows.drop_columns([PARTITION_COLUMNS[table]]), mode="append",
                             commit_properties=delta_sink.CommitProperties(
                                 app_transactions=[delta_sink.Transaction(APP, b)]))

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,11 +26,10 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from waiting import wait_until
-
 from streaming.audit import queries as audit
 from streaming.audit.maintenance import (
     BackgroundMaintenance,
+    MaintenanceReport,
     maintain,
     read_report,
     small_files_by_partition,
@@ -39,10 +38,11 @@ from streaming.audit.table_stats import table_stats
 from streaming.audit.writer import AuditTables, PublishBatch
 from streaming.config import load
 from streaming.router.batch.routing import ROUTED_ARROW
+from waiting import wait_until
 
 ROUTER = "r1"
 APP = f"bitroute-{ROUTER}-publishes"
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 
 
 def _log_older_than(config, table: str, seconds: float):
@@ -58,7 +58,7 @@ def _files_older_than(folder: Path, seconds: float):
 
 
 def _config(tmp_path: Path, **audit_keys: object):
-    overrides = {"delta.warehouse": str(tmp_path / "delta"),
+    overrides: dict[str, object] = {"delta.warehouse": str(tmp_path / "delta"),
                  "streaming.checkpoint_dir": str(tmp_path / "checkpoints")}
     overrides.update({f"audit.{k}": v for k, v in audit_keys.items()})
     return load(overrides=overrides, environ={})
@@ -82,7 +82,7 @@ def _append(tables: AuditTables, batches: range, routed_at: datetime | None = No
 
 def _append_one(tables: AuditTables, batch_id: int, routed_at: datetime | None = None) -> None:
     """Batch ``batch_id`` committed alone, as the committer commits a group of one."""
-    tables.append_publishes([PublishBatch(batch_id, 1, routed_at or datetime.now(timezone.utc),
+    tables.append_publishes([PublishBatch(batch_id, 1, routed_at or datetime.now(UTC),
                                           _routed(batch_id))])
 
 
@@ -91,7 +91,7 @@ def _exact(config, batches: int, publishes: int = 4, subscribers: int = 3) -> No
     deliveries = DeltaTable(config.delta.table_path("deliveries"))
     messages = DeltaTable(config.delta.table_path("messages"))
     pairs = Counter(zip(*(deliveries.to_pyarrow_table(columns=["message_id", "subscriber"])
-                          .to_pydict().values())))
+                          .to_pydict().values()), strict=True))
     assert len(pairs) == batches * publishes * subscribers
     assert set(pairs.values()) == {1}
     ids = Counter(messages.to_pyarrow_table(columns=["message_id"])["message_id"].to_pylist())
@@ -137,7 +137,8 @@ def test_a_pass_bounds_the_files_of_a_table_of_many_small_appends(tmp_path, tabl
     assert len(small.get((), [])) < m
     _exact(config, 60)
     assert ("deliveries", "compact", "start") in progress
-    assert read_report(config)["tables"][0]["table"] == "deliveries"
+    saved = read_report(config)
+    assert saved is not None and saved["tables"][0]["table"] == "deliveries"
 
     again = maintain(config)  # nothing left to do: no compaction, no new checkpoint
     assert again.ok and all(t.files_compacted == 0 for t in again.tables)
@@ -165,7 +166,7 @@ def test_expired_log_cleanup_keeps_the_log_within_its_bound(tmp_path, tables):
     # Left: the pass's property commit (younger than the retention), the
     # checkpoint, _last_checkpoint: every older commit is gone.
     entries = sorted(os.listdir(log))
-    assert t.log_entries_removed >= 40
+    assert t.log_entries_removed is not None and t.log_entries_removed >= 40
     assert len(entries) <= 4, entries
     assert t.log_entries == len(entries)
     _append(sink, range(40, 45))
@@ -217,7 +218,7 @@ def test_compaction_concurrent_with_appends_keeps_the_audit_exact(tmp_path, tabl
                 if batch_id % 7 == 0:  # a replayed batch adds nothing
                     _append_one(sink, batch_id)
                 batch_id += 1
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - the test asserts the appender failed nowhere
             errors.append(exc)
 
     thread = threading.Thread(target=appender)
@@ -244,7 +245,7 @@ def test_background_maintenance_reports_a_failure_once_and_stops_fast(tmp_path, 
     (Path(config.delta.table_path("messages")) / "_delta_log" / "00000000000000000000.json"
      ).write_text("not json\n")  # a broken table: every pass fails on it
     background = BackgroundMaintenance(config)
-    reports = []
+    reports: list[MaintenanceReport] = []
     background.listeners.append(reports.append)
     background.start()
     wait_until(lambda: len(reports) >= 2, timeout=120)
@@ -257,7 +258,8 @@ def test_background_maintenance_reports_a_failure_once_and_stops_fast(tmp_path, 
     assert all("messages" in line for line in failures), failures
     assert reports and not reports[-1].ok
     assert [t.table for t in reports[-1].tables] == ["deliveries", "messages", "subscriptions"]
-    assert read_report(config)["error"].startswith("messages")
+    saved = read_report(config)
+    assert saved is not None and saved["error"].startswith("messages")
 
 
 def test_the_verb_runs_a_pass_with_progress_and_json(tmp_path, tables):
@@ -310,7 +312,7 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
                                 str(config.streaming.checkpoint_dir)],
                                stdout=subprocess.PIPE, text=True)
     try:
-        for line in process.stdout:
+        for line in process.stdout or ():
             if line.startswith(f"deliveries {step} start"):
                 # Not a wait for an event: the fault's moment, 50 ms into delta-rs's call.
                 time.sleep(0.05)

@@ -35,23 +35,23 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
+
 from docs_session import SPARK_TIMEOUT_S, docs_session_script
 from isolation import isolated_settings
 from router_process import RouterProcess
-from short_jvm import short_jvm_options
-from waiting import wait_until
-
 from schemas.records import EXCHANGE_HEADER, message_id
+from short_jvm import short_jvm_options
 from streaming import jvm
-from streaming.kafka import client_verbs as client
-from streaming.audit import maintenance as audit_maintenance
-from streaming.audit import queries as audit
+from streaming.audit import maintenance as audit_maintenance, queries as audit
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
+from streaming.kafka.clients import record_position
+from waiting import wait_until
 
 PUBLISH_TABLES = ("messages", "deliveries")
 DEADLINE_S = 300.0  # a bound, not an expectation
@@ -137,12 +137,14 @@ class UserSpark:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.process.stdout:
+        for line in self.process.stdout or ():  # a PIPE
             self.lines.put(line.rstrip("\n"))
 
     def tell(self, tag: str) -> None:
-        self.process.stdin.write(tag + "\n")
-        self.process.stdin.flush()
+        stdin = self.process.stdin
+        assert stdin is not None  # a PIPE
+        stdin.write(tag + "\n")
+        stdin.flush()
 
     def expect(self, tag: str, timeout: float = SPARK_TIMEOUT_S):
         def tagged() -> list | None:
@@ -195,7 +197,7 @@ class Publisher:
     def _acked(self, exchange: str, key: str):
         def acked(err, record) -> None:
             assert err is None, err
-            self.sent[message_id(record.topic(), record.partition(), record.offset())] = \
+            self.sent[message_id(*record_position(record))] = \
                 (exchange, key)
         return acked
 
@@ -242,7 +244,7 @@ def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
         user.tell("OPTIMIZE")
         optimized = user.expect("OPTIMIZED")
         user.expect("VACUUMED")
-        user_done = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        user_done = datetime.now(UTC).isoformat(timespec="milliseconds")
         # The router still commits, and its maintenance passes, after the user's commands.
         commits = {t: _router_commits(config, t) for t in PUBLISH_TABLES}
         wait_until(lambda: all(_router_commits(config, t) > commits[t] for t in commits),
@@ -288,7 +290,7 @@ def test_spark_optimize_and_vacuum_on_live_tables_leave_the_audit_exact(
     compacting = load(overrides={**settings, "audit.compact_min_files": "2"}, environ={})
     report = audit_maintenance.maintain(compacting, tables=PUBLISH_TABLES)
     assert report.ok, report.error
-    assert all(t.files_compacted >= 2 for t in report.tables), report.lines()
+    assert all(t.files_compacted >= 2 for t in report.tables), report.to_json()
     _assert_exact(config, sent, before)
 
 

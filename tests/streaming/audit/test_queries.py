@@ -14,7 +14,8 @@ import json
 import re
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,7 +28,7 @@ from streaming.audit import queries as audit
 from streaming.cli.main import main
 from streaming.kafka.broker import free_port
 
-T0 = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 31, 12, 0, tzinfo=UTC)
 BITROUTE = Path(sys.executable).with_name("bitroute")
 
 
@@ -43,7 +44,7 @@ def _iso(minutes: int) -> str:
 # deliveries: m1 -> alice, bob; m2 -> alice. messages: m1, m2 routed, m10 rejected
 # (written before m2, routed at the same time: its place comes from its offset).
 # subscriptions: the first commit adds a1, b1, b2; the second removes b1 and rejects x.
-COMMITS = {
+COMMITS: dict[str, list[list[tuple]]] = {
     "deliveries": [[
         ("p/0/1", "alice", ["a1"], "amq.topic", "a.b", "dlv.alice", 2, 0, _at(0), _at(1)),
         ("p/0/1", "bob", ["b1", "b2"], "amq.topic", "a.b", "dlv.bob", 2, 0, _at(0), _at(1)),
@@ -74,7 +75,7 @@ LATER_COLUMNS = ("retained", "replayed", "retain_handling", "retain_as_published
 
 def _named(schema: pa.Schema, row: tuple) -> dict:
     """A positional row of the lists above as a row of ``schema``."""
-    return dict(zip([n for n in schema.names if n not in LATER_COLUMNS], row))
+    return dict(zip([n for n in schema.names if n not in LATER_COLUMNS], row, strict=True))
 
 
 def _earlier_schema(name: str) -> pa.Schema:
@@ -377,7 +378,7 @@ def test_a_streamed_answer_spans_windows_and_reads_as_one(capsys, many_files, sm
     windows = audit._windows(DeltaTable(str(many_files / "deliveries")), query, False)
     assert len(windows) > 5
     assert windows[0][0] is None and windows[-1][1] is None
-    assert all(a[1] == b[0] for a, b in zip(windows, windows[1:]))
+    assert all(a[1] == b[0] for a, b in pairwise(windows))
     for args, keep in [
         (["deliveries", "--subscriber", "alice"], lambda r: r["subscriber"] == "alice"),
         (["deliveries"], lambda r: True),
@@ -503,7 +504,10 @@ def test_a_compacted_file_is_read_a_row_group_at_a_time(capsys, tmp_path, many_f
     assert len(table.file_uris()) == 3
     config = _config(copy)
     query = audit.AuditQuery("deliveries")
-    footer = lambda path: audit._footer(config, "deliveries", path)  # noqa: E731
+
+    def footer(path: str):
+        return audit._footer(config, "deliveries", path)
+
     assert footer(table.get_add_actions(flatten=True)["path"][0].as_py()).num_row_groups > 3
     assert len(audit._windows(table, query, False, footer)) > 6
     assert len(audit._windows(table, query, True, footer)) > 6

@@ -32,16 +32,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from schemas.tables import AUDIT_TABLES, arrow_schema
-from streaming import jvm
-from streaming.kafka import client_verbs as client
-from streaming.audit import queries as audit
-from streaming.audit.writer import AuditTables
-from streaming.config import Config, load
-
 from docs_session import SPARK_TIMEOUT_S, docs_session_script
 from isolation import isolated_settings
 from router_process import RouterProcess  # the router as a child process
+from schemas.tables import AUDIT_TABLES, arrow_schema
+from streaming import jvm
+from streaming.audit import queries as audit
+from streaming.audit.writer import AuditTables
+from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
 
 ROOT = Path(__file__).resolve().parents[3]
 BITROUTE = Path(sys.executable).with_name("bitroute")

@@ -22,16 +22,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from s3_server import S3Server, running
-from streaming.kafka import client_verbs as client
-from streaming.audit import storage
-from streaming.audit.storage import StorageError, check_commit_safety, storage_options
-from streaming.config import Config, load
-from streaming.kafka.broker import free_port
-from streaming.state import lease as router_lease
 from cli_runner import run_cli
 from isolation import isolated_settings
 from router_process import RouterProcess
+from s3_server import S3Server, running
+from streaming.audit import storage
+from streaming.audit.storage import StorageError, check_commit_safety, storage_options
+from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
+from streaming.kafka.broker import free_port
+from streaming.state import lease as router_lease
 from waiting import wait_until
 
 READY = re.compile(r"Ctrl-C stops after the current batch")
@@ -92,7 +92,7 @@ def test_concurrent_delta_rs_writers_on_s3_lose_no_commit(s3_env: S3Server):
             for i in range(6):
                 write_deltalake(uri, pa.table({"w": pa.array([number * 100 + i], pa.int64())}),
                                 mode="append", storage_options=options)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - the test asserts on every writer's failure
             failures.append(exc)
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
@@ -173,9 +173,9 @@ def test_a_store_that_ignores_conditional_writes_is_refused_unless_allowed(
         proxy.shutdown()
 
 
-def test_an_unreachable_endpoint_or_a_missing_credential_is_one_line(s3_env: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cli):
-    settings = {"delta.warehouse": s3_env.warehouse("nowhere"),
-                "streaming.checkpoint_dir": str(tmp_path / "c")}
+def test_an_unreachable_endpoint_or_a_missing_credential_is_one_line(s3_env: S3Server, monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path, cli):
+    settings = {"delta.warehouse": s3_env.warehouse("nowhere"), "streaming.checkpoint_dir": str(tmp_path / "c")}
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     started = time.monotonic()
     result = cli("audit", "deliveries", settings=settings)
@@ -188,7 +188,8 @@ def test_an_unreachable_endpoint_or_a_missing_credential_is_one_line(s3_env: S3S
     assert result.returncode == 1
     assert result.stderr.strip() == (
         f"bitroute: error: delta.warehouse {settings['delta.warehouse']}: AWS_SECRET_ACCESS_KEY "
-        "is not set (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together)")
+        "is not set (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together)"
+    )
 
 
 def _rows(settings: dict[str, str], table: str) -> list[dict]:
@@ -197,10 +198,14 @@ def _rows(settings: dict[str, str], table: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_their_checkpoint(base_config: Config, s3_env: S3Server, tmp_path: Path, cli):
-    settings = isolated_settings(base_config, tmp_path, **{
-        "delta.warehouse": s3_env.warehouse(f"wh-{tmp_path.name}"),
-        "audit.commit_interval": "500 milliseconds"})
+def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_their_checkpoint(
+    base_config: Config, s3_env: S3Server, tmp_path: Path, cli
+):
+    settings = isolated_settings(
+        base_config,
+        tmp_path,
+        **{"delta.warehouse": s3_env.warehouse(f"wh-{tmp_path.name}"), "audit.commit_interval": "500 milliseconds"},
+    )
     config = load(overrides=settings, environ={})
     client.subscribe(config, "amq.topic", "alpha", "orders.#", sub_id="a1")
     first = RouterProcess(settings, tmp_path / "first.log")
@@ -216,12 +221,13 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
         second = cli("run", settings=other, timeout=300)
         assert second.returncode == 1, second.stderr[-2000:]
         refusal = second.stderr.strip().splitlines()[-1]
-        holder = router_lease.read(config)
+        holder = _lease_record(config)
         assert refusal.startswith(
             f"bitroute: error: cannot start the router: another router routes "
             f"{settings['kafka.publishes_topic']} into {settings['delta.warehouse']}: router "
             f"{holder['router_id']} on {holder['host']} (pid {first.process.pid}, checkpoint "
-            f"{settings['streaming.checkpoint_dir']}, epoch 1), renewed "), refusal
+            f"{settings['streaming.checkpoint_dir']}, epoch 1), renewed "
+        ), refusal
         assert not (tmp_path / "other" / "publishes").exists()  # it routed nothing
 
         client.publish(config, "amq.topic", "orders.us.paid", b"2")
@@ -240,47 +246,70 @@ def test_routers_on_an_s3_warehouse_audit_there_one_per_topic_and_move_with_thei
     # host): the same router id carries on at once and routes what was published meanwhile.
     moved = tmp_path / "moved"
     shutil.move(settings["streaming.checkpoint_dir"], moved)
-    record = router_lease.read(config)
+    record = _lease_record(config)
     blob = router_lease._blob(config)
-    data, tag = blob.read()
+    read = blob.read()
+    assert read is not None
+    data, tag = read
     blob.replace(json.dumps({**record, "host": "old-host"}).encode(), tag)
     client.publish(config, "amq.topic", "orders.asia.paid", b"3")
-    again = RouterProcess({**settings, "streaming.checkpoint_dir": str(moved)},
-                          tmp_path / "moved.log")
+    again = RouterProcess({**settings, "streaming.checkpoint_dir": str(moved)}, tmp_path / "moved.log")
     try:
         again.wait_for(READY)
         wait_until(lambda: len(_rows(settings, "deliveries")) == 3, "3 audit rows", 120)
-        record = router_lease.read(config)
-        assert (record["host"], record["checkpoint_dir"], record["epoch"]) == \
-            (holder["host"], str(moved), 2)
+        record = _lease_record(config)
+        assert (record["host"], record["checkpoint_dir"], record["epoch"]) == (holder["host"], str(moved), 2)
     finally:
         assert again.terminate() == 0
-    assert router_lease.read(config)["released_at"] is not None
+    assert _lease_record(config)["released_at"] is not None
     routed = sorted(r["routing_key"] for r in _rows(settings, "deliveries"))
     assert routed == ["orders.asia.paid", "orders.eu.paid", "orders.us.paid"]
 
 
 def test_bitroute_sql_reads_an_s3_warehouse_through_s3a_and_refuses_to_write_it(s3_env: S3Server, tmp_path: Path, cli):
-    settings = {"delta.warehouse": s3_env.warehouse(f"sql-{tmp_path.name}"),
-                "streaming.checkpoint_dir": str(tmp_path / "c"), "spark.master": "local[1]",
-                "spark.log_level": "ERROR",
-                # One task where Spark and Delta plan 4 and 50 (shuffle, the log's replay):
-                # each task is a round trip to S3, and the tables hold one file.
-                "spark.shuffle_partitions": "1",
-                "spark.options.spark.databricks.delta.snapshotPartitions": "1"}
+    settings = {
+        "delta.warehouse": s3_env.warehouse(f"sql-{tmp_path.name}"),
+        "streaming.checkpoint_dir": str(tmp_path / "c"),
+        "spark.master": "local[1]",
+        "spark.log_level": "ERROR",
+        # One task where Spark and Delta plan 4 and 50 (shuffle, the log's replay):
+        # each task is a round trip to S3, and the tables hold one file.
+        "spark.shuffle_partitions": "1",
+        "spark.options.spark.databricks.delta.snapshotPartitions": "1",
+    }
     config = load(overrides=settings, environ={})
     uri = config.delta.table_path("deliveries")
-    write_deltalake(uri, pa.table({"subscriber": ["alpha", "beta", "alpha"]}),
-                    storage_options=storage_options(config.delta))
-    result = cli("sql", "--json", "SELECT subscriber, count(*) AS n FROM "
-                       "deliveries GROUP BY subscriber ORDER BY subscriber", settings=settings, timeout=900)
+    write_deltalake(
+        uri, pa.table({"subscriber": ["alpha", "beta", "alpha"]}), storage_options=storage_options(config.delta)
+    )
+    result = cli(
+        "sql",
+        "--json",
+        "SELECT subscriber, count(*) AS n FROM deliveries GROUP BY subscriber ORDER BY subscriber",
+        settings=settings,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert [json.loads(line) for line in result.stdout.splitlines()] == \
-        [{"subscriber": "alpha", "n": 2}, {"subscriber": "beta", "n": 1}]
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"subscriber": "alpha", "n": 2},
+        {"subscriber": "beta", "n": 1},
+    ]
     assert s3_env.environ["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
     refused = cli("sql", "OPTIMIZE deliveries", settings=settings, timeout=900)
     assert refused.returncode == 1
-    assert refused.stderr.strip().splitlines()[-1].startswith(
-        f"bitroute: error: bitroute sql does not write to {settings['delta.warehouse']} "
-        "(OptimizeTableCommand): Delta-Spark's commits on S3 are not safe"), refused.stderr[-2000:]
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"bitroute: error: bitroute sql does not write to {settings['delta.warehouse']} "
+            "(OptimizeTableCommand): Delta-Spark's commits on S3 are not safe"
+        )
+    ), refused.stderr[-2000:]
     assert DeltaTable(uri, storage_options=storage_options(config.delta)).version() == 0
+
+
+def _lease_record(config) -> dict:
+    """The lease's record as stored (there is one)."""
+    record = router_lease.read(config)
+    assert record is not None, "no lease record"
+    return record

@@ -5,7 +5,7 @@ Real Delta tables (delta-rs) in a temporary folder, no Spark, no Kafka.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -20,7 +20,7 @@ ROUTED = arrow_schema(ROUTED_PUBLISH)
 
 
 def routed(batch_id: int, publishes: int = 2, subscribers: int = 3) -> pa.Table:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return pa.Table.from_pylist([{
         "message_id": f"bitroute.publishes/0/{batch_id * publishes + i}",
         "exchange": "mqtt", "routing_key": "site1/dev1/temp", "outcome": "routed", "reason": None,
@@ -32,7 +32,7 @@ def routed(batch_id: int, publishes: int = 2, subscribers: int = 3) -> pa.Table:
 
 def append(audit: AuditTables, batch_id: int) -> None:
     """Batch ``batch_id`` committed alone (a group of one, as the committer commits it)."""
-    audit.append_publishes([PublishBatch(batch_id, 1, datetime.now(timezone.utc), routed(batch_id))])
+    audit.append_publishes([PublishBatch(batch_id, 1, datetime.now(UTC), routed(batch_id))])
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_an_earlier_deliveries_table_gains_the_retained_column_and_takes_retaine
     config = load(None, parse_set_flags([f"delta.warehouse={tmp_path / 'delta'}",
                                          f"streaming.checkpoint_dir={tmp_path / 'cp'}"]), environ={})
     old = pa.schema([f for f in delta_sink.ARROW_SCHEMAS["deliveries"] if f.name != "retained"])
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     old_rows = delta_sink.deliveries_rows(routed(0), 1, 0, now, config.kafka.layout)
     DeltaTable.create(config.delta.table_path("deliveries"), schema=old,
                       partition_by=["routed_date"])

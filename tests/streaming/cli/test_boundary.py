@@ -39,7 +39,7 @@ def _library_modules() -> list[str]:
 
 def _imported(path: Path, module: str) -> set[str]:
     """The modules ``path``'s import statements name (relative imports resolved)."""
-    found = set()
+    found: set[str] = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):

@@ -18,8 +18,14 @@ def _write(path: Path, lines: list) -> str:
 
 def _run(tmp_path: Path, dialect: str, subs: list, topics: list) -> tuple[int, list, list]:
     out, err = io.StringIO(), io.StringIO()
-    code = run_match(dialect, _write(tmp_path / "subs.jsonl", subs), _write(tmp_path / "topics.jsonl", topics), out, err)
-    return code, [json.loads(x) for x in out.getvalue().splitlines()], [json.loads(x) for x in err.getvalue().splitlines()]
+    code = run_match(
+        dialect, _write(tmp_path / "subs.jsonl", subs), _write(tmp_path / "topics.jsonl", topics), out, err
+    )
+    return (
+        code,
+        [json.loads(x) for x in out.getvalue().splitlines()],
+        [json.loads(x) for x in err.getvalue().splitlines()],
+    )
 
 
 def test_amqp_contract(tmp_path):

@@ -27,16 +27,16 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
-from schemas.records import MESSAGE_ID_HEADER
-from streaming.kafka import client_verbs as client
-from streaming.config import Config, load
-from streaming.kafka.broker import free_port
-
 import s3_server
 from delivery_order import assert_publish_order_kept, delivery_order
 from isolation import isolated_settings
+from kafka_io import message_id_of
 from router_process import DEADLINE_S, RouterProcess, publish_keys
+from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
+from streaming.kafka.broker import free_port
 from waiting import wait_until
+
 
 def _delivered(config: Config, subscriber: str, expected: set[str],
                timeout: float = DEADLINE_S) -> Counter[str]:
@@ -51,7 +51,7 @@ def _delivered(config: Config, subscriber: str, expected: set[str],
     def all_arrived() -> bool:
         for record in consumer.consume(500, timeout=1.0):
             if record.error() is None:
-                seen[dict(record.headers())[MESSAGE_ID_HEADER].decode()] += 1
+                seen[message_id_of(record)] += 1
         return expected <= set(seen)
 
     try:
@@ -64,7 +64,7 @@ def _delivered(config: Config, subscriber: str, expected: set[str],
 
 def _audit_counts(config: Config, table: str, columns: list[str]) -> Counter:
     rows = DeltaTable(config.delta.table_path(table)).to_pyarrow_table(columns=columns)
-    return Counter(zip(*(rows.column(c).to_pylist() for c in columns)))
+    return Counter(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
 
 
 def test_bitroute_run_routes_prints_progress_and_stops_cleanly_on_sigterm(
@@ -89,7 +89,8 @@ def test_bitroute_run_routes_prints_progress_and_stops_cleanly_on_sigterm(
     assert all(line.startswith(("bitroute: ", "batch ")) for line in router.seen), router.seen
     # The batch outlasted the 100 ms trigger (the first one loads the matcher), for which
     # Spark logs "Current batch is falling behind": silenced (conf/spark-log4j2.properties).
-    assert float(re.search(r", ([0-9.]+)s \(", progress).group(1)) > 0.1, progress
+    took = re.search(r", ([0-9.]+)s \(", progress)
+    assert took is not None and float(took.group(1)) > 0.1, progress
     assert "falling behind" not in (tmp_path / "router.log").read_text()
 
 
@@ -373,7 +374,7 @@ def test_the_router_routes_on_a_standalone_cluster_with_matching_on_executors(
         status = router.terminate()  # kills it if it does not stop
     assert status == 0
     assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
-    assert audited == set(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20))
+    assert audited == set(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20, strict=True))
     batches = [line for line in router.seen if line.startswith("batch ")]
     assert batches and all("routed in the executors" in line for line in batches), batches
     _assert_executors_ran_the_packed_python(work_dirs, earlier)
@@ -504,7 +505,7 @@ def test_realtime_mode_routes_on_a_standalone_cluster_with_its_jar_from_submit_s
     assert set(gamma) == set(ids[:20]) and set(delta) == set(ids[20:40])
     assert messages == Counter({**{(m, "routed"): 1 for m in ids[:40]},
                                 (ids[40], "unroutable"): 1})
-    assert deliveries == Counter(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20))
+    assert deliveries == Counter(zip(ids[:40], ["gamma"] * 20 + ["delta"] * 20, strict=True))
     # The executors (launched by the bare workers) fetched the jar with the application.
     executors = [d for app in _applications(work_dirs) - earlier for d in app.iterdir()
                  if d.is_dir()]

@@ -8,7 +8,6 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 
 from streaming.kafka.broker import free_port
-
 from waiting import wait_until
 
 

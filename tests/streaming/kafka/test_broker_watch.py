@@ -7,11 +7,9 @@ import logging
 from pathlib import Path
 
 from streaming import kafka
-
+from streaming.errors import one_line
 from streaming.kafka.broker import EmbeddedBroker, free_port
 from streaming.kafka.broker_watch import BrokerWatch
-from streaming.errors import one_line
-
 from waiting import wait_until
 
 
@@ -81,9 +79,9 @@ def test_a_spark_failure_is_summed_up_in_its_python_error_line():
     raise e
 pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query [id = 1] terminated
   File "/work/streaming/router/subscriptions/changelog.py", line 200, in read_to_end
-streaming.router.subscriptions.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but the router has read up to 9
+streaming.router.subscriptions.changelog.ChangelogError: changelog 'subs' partition 0 ends at 3 but was read to 9
 """
     assert one_line(text) == ("streaming.router.subscriptions.changelog.ChangelogError: changelog 'subs' partition 0 "
-                                     "ends at 3 but the router has read up to 9")
+                              "ends at 3 but was read to 9")
     assert one_line("just one line\nand more") == "just one line"
     assert one_line("") == "no reason given"

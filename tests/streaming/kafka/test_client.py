@@ -25,7 +25,6 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming.cli.main import main
-
 from waiting import wait_until
 
 DEADLINE_S = 60.0
@@ -285,6 +284,7 @@ def test_tail_starts_from_now_by_default(topics):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # The consumer's assignment is made when it announces itself on stderr.
+        assert process.stderr is not None  # a PIPE
         lines = iter(process.stderr.readline, "")
         assert any("bitroute: tailing" in line for line in lines)
         _deliver(topics, "gina", [("pubs/0/2", b"new", b"new", [], ["s"], 2)])
@@ -305,6 +305,7 @@ def test_tail_right_after_subscribe_reads_the_delivery_within_seconds(topics):
          "--json", "--timeout", str(DEADLINE_S), *_flags(topics)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert process.stderr is not None  # a PIPE
         lines = iter(process.stderr.readline, "")
         assert any("bitroute: tailing" in line for line in lines)
         _deliver(topics, "hana", [("pubs/0/0", b"a.b", b"routed", [], ["s"], 1)])

@@ -8,9 +8,9 @@ import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
+from arrow_batches import source_batch
 from schemas.records import MESSAGE_ID_PATTERN, message_id, message_id_column
 from streaming.kafka.records import (
     HEADER_OVERHEAD,
@@ -21,8 +21,6 @@ from streaming.kafka.records import (
     record_sizes,
     subscription_ids_json,
 )
-
-from arrow_batches import source_batch
 
 
 def test_the_last_exchange_header_wins_and_a_missing_one_means_the_default():
@@ -86,14 +84,15 @@ def test_subscription_ids_json_is_each_list_in_order_even_from_a_sliced_column(i
 def test_a_message_id_is_built_alike_from_values_and_columns_and_parses_back(records):
     """Any topic name (even with ``/``), partition and offset of up to 18 digits: the
     pattern gives them back, to Arrow and to Python alike."""
-    topics, partitions, offsets = zip(*records)
+    topics, partitions, offsets = zip(*records, strict=True)
     ids = message_id_column(pa.array(topics), pa.array(partitions, pa.int32()),
                             pa.array(offsets, pa.int64()))
     assert ids.to_pylist() == [message_id(*r) for r in records]
     parsed = pc.extract_regex(ids, MESSAGE_ID_PATTERN).to_pylist()
     assert [(p["topic"], int(p["partition"]), int(p["offset"])) for p in parsed] == records
-    for text, record in zip(ids.to_pylist(), records):
+    for text, record in zip(ids.to_pylist(), records, strict=True):
         match = re.match(MESSAGE_ID_PATTERN, text)
+        assert match is not None, text
         assert (match["topic"], int(match["partition"]), int(match["offset"])) == record
 
 
@@ -105,5 +104,6 @@ def test_a_recreated_topics_message_ids_carry_its_incarnation_and_parse_back():
     assert ids.to_pylist() == ["t.p~2/0/5", "t.p~2/3/0"] == [message_id("t.p", 0, 5, 2),
                                                            message_id("t.p", 3, 0, 2)]
     assert message_id("t.p", 0, 5, 0) == "t.p/0/5"
-    assert re.match(MESSAGE_ID_PATTERN, "t.p~2/3/0").group("topic", "partition") == ("t.p~2", "3")
+    match = re.match(MESSAGE_ID_PATTERN, "t.p~2/3/0")
+    assert match is not None and match.group("topic", "partition") == ("t.p~2", "3")
     assert "t.p/9/9" < "t.p~1/0/0"

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from waiting import wait_until
 from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker, make_ca
 from streaming import kafka
 from streaming.config import load
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 FAIL_WITHIN_S = 15.0
@@ -262,7 +262,8 @@ def test_a_deleted_delivery_topic_the_router_may_not_create_rejects_only_its_del
         assert _cli(admin_config, admin_env, "publish", "--routing-key", "a.b", "one")[0] == 0
         running.process_all_available()
         admin.delete_topics([prefix + "gus"])[prefix + "gus"].result(30)
-        wait_until(lambda: prefix + "gus" not in admin.list_topics(timeout=30).topics, 30)
+        wait_until(lambda: prefix + "gus" not in admin.list_topics(timeout=30).topics,
+                   f"topic {prefix}gus deleted", timeout=30)
         assert _cli(admin_config, admin_env, "publish", "--routing-key", "a.b", "two")[0] == 0
         running.process_all_available()
         assert running.flush_audit(30)
@@ -309,7 +310,7 @@ def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
                              f"the retry line naming the grant ({expected})", timeout=120)
         assert refusal.startswith("batch ") and refusal.endswith("; retrying"), refusal
         assert "\n" not in refusal and "Exception" not in refusal, refusal
-        assert running.query.isActive, "the router gave up instead of retrying"
+        assert running.query is not None and running.query.isActive, "the router gave up instead of retrying"
 
         broker.grant(router, "topic", publishes, ["Read"])
         running.process_all_available()
@@ -564,8 +565,11 @@ def test_a_realtime_router_delivers_and_audits_on_sasl_ssl_and_tells_no_secret(
         return found or None
 
     try:
-        wait_until(lambda: running() or ("Ctrl-C stops after the current batch"
-                                         in out.read_text()), "the realtime router's start", 240)
+        def started() -> bool:
+            running()
+            return "Ctrl-C stops after the current batch" in out.read_text()
+
+        wait_until(started, "the realtime router's start", 240)
         status, published, perr, _ = _cli(admin_config, admin_env, "publish", "--routing-key",
                                           "a.b", "routed in realtime")
         assert status == 0, perr

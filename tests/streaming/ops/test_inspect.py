@@ -16,14 +16,14 @@ import pytest
 from compiler import RoutingIndex, Subscription
 from compiler.options import SubscriptionOptions
 from compiler.shared import choose_member, group_key
-from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
+from streaming.kafka.clients import record_position
 from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
-
+from streaming.state.checkpoint import CheckpointLayout
 
 DEFAULTS = {"retain_handling": 0, "retain_as_published": False, "no_local": False}
 """The MQTT subscription options of a listed subscription that has none."""
@@ -71,7 +71,7 @@ def _persist_snapshot(cfg: Config, version: int, *extra: Subscription) -> dict[i
     reader = ChangelogReader(cfg)
     try:
         offsets = reader.read_to_end({}, lambda m: apply_record(
-            index, m.key(), m.value(), m.partition(), m.offset(), None, 0))
+            index, m.key(), m.value(), *record_position(m)[1:], None, 0))
     finally:
         reader.close()
     store = SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir))
@@ -249,8 +249,10 @@ def test_explain_and_subscriptions_show_the_retained_messages(capsys, settings, 
                               ("sensors/attic/temperature", None, None),  # cleared
                               ("sensors/cellar/temperature", b"12", "pubs/0/3"),
                               ("$SYS/broker/load", b"1", "pubs/0/4")):
-        headers = [] if mid is None else [("retain", b"true"), (MESSAGE_ID_HEADER, mid.encode()),
-                                          (PUBLISHED_AT_HEADER, b"1795715543443")]
+        headers: list[tuple[str, str | bytes | None]] = []
+        if mid is not None:
+            headers = [("retain", b"true"), (MESSAGE_ID_HEADER, mid.encode()),
+                       (PUBLISHED_AT_HEADER, b"1795715543443")]
         producer.produce(cfg.kafka.retained_topic, key=retained_key("mqtt", topic), value=value,
                          headers=headers)
     assert producer.flush(30) == 0

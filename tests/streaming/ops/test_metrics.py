@@ -18,22 +18,21 @@ import sys
 import threading
 import time
 import urllib.error
-from contextlib import suppress
 import urllib.request
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
-from streaming.kafka import client_verbs as client
+from isolation import isolated_settings
+from router_process import RouterProcess, publish_keys
 from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress, finished_line, progress_line
 from streaming.config import Config, ConfigError, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
 from streaming.ops.exposition import CONTENT_TYPE, Metric, MetricsError, MetricsServer, Registry
 from streaming.ops.metrics import METRICS, STAGES, RouterMetrics
 from streaming.ops.query_progress import input_lag
-
-from isolation import isolated_settings
-from router_process import RouterProcess, publish_keys
 from waiting import wait_until
 
 OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
@@ -436,9 +435,9 @@ def test_a_running_router_serves_every_documented_metric_with_its_counts(
                  + [("mqtt", "door/front")] * 3 + [("nope", "orders.x")])
 
         def routed(s: dict) -> bool:
-            return (s["bitroute_publishes_total"][()] >= 9
-                    and s.get("bitroute_input_lag_records")
-                    and s.get("bitroute_query_duration_seconds"))
+            return bool(s["bitroute_publishes_total"][()] >= 9
+                        and s.get("bitroute_input_lag_records")
+                        and s.get("bitroute_query_duration_seconds"))
 
         text, samples = _scrape_until(router, port, routed, "9 publishes and a progress event")
     finally:

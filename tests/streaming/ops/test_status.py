@@ -21,13 +21,14 @@ import pytest
 from confluent_kafka import Producer
 
 from compiler import RoutingIndex
-from streaming.kafka import client_verbs as client
 from streaming.cli.main import main
 from streaming.config import Config, load
+from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
+from streaming.kafka.clients import record_position
 from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
+from streaming.state.checkpoint import CheckpointLayout
 
 REPO = Path(__file__).resolve().parents[3]
 LAST_BATCH = {
@@ -63,12 +64,13 @@ def router_lock(cfg: Config):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)})
         children.append(child)
-        assert child.stdout.readline() == "locked\n"
+        assert child.stdout is not None and child.stdout.readline() == "locked\n"
         return child
 
     yield hold
     for child in children:
-        child.stdin.close()
+        if child.stdin is not None:  # a PIPE
+            child.stdin.close()
         child.wait(timeout=30)
 
 
@@ -110,7 +112,7 @@ def _persist_snapshot(cfg: Config, version: int) -> None:
     reader = ChangelogReader(cfg)
     try:
         offsets = reader.read_to_end({}, lambda m: apply_record(
-            index, m.key(), m.value(), m.partition(), m.offset(), None, 0))
+            index, m.key(), m.value(), *record_position(m)[1:], None, 0))
     finally:
         reader.close()
     SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir)).save(
@@ -208,7 +210,8 @@ def test_status_after_the_driver_exited_says_stopping_not_running(capsys, settin
     driver = subprocess.run(
         [sys.executable, "-c", "import os, subprocess, sys; from streaming.state.lock import RouterLock; "
          f"lock = RouterLock({str(cfg.streaming.checkpoint_dir)!r}); lock.acquire(); "
-         "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+         "jvm = subprocess.Popen(['sleep', '60'], pass_fds=(lock.fd,), start_new_session=True, "
+         "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
          "lock.note(jvm_pid=jvm.pid); print(jvm.pid, flush=True)"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     jvm = int(driver.stdout.strip())

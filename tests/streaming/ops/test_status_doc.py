@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from streaming.cli.render import status_lines
 from streaming.config import load
@@ -19,7 +20,7 @@ from streaming.kafka.broker import free_port
 from streaming.ops.status import router_status
 
 OPERATIONS_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
-NOW = datetime(2025, 1, 2, 3, 4, 9, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 2, 3, 4, 9, tzinfo=UTC)
 
 
 def _section() -> str:
@@ -30,7 +31,9 @@ def _section() -> str:
 def _documented_json_keys() -> list[str]:
     """The backticked names outside parentheses in the paragraph "The JSON object has the keys"."""
     section = _section() + "\n\n"
-    start = re.search(r"The JSON\s+object has the keys", section).start()
+    found = re.search(r"The JSON\s+object has the keys", section)
+    assert found is not None, "the paragraph of the JSON keys"
+    start = found.start()
     paragraph = section[start:section.index("\n\n", start)]
     keys, depth, in_code, token = [], 0, False, ""
     for char in paragraph:
@@ -161,10 +164,11 @@ def test_the_documented_last_batch_keys_are_what_the_router_writes(tmp_path: Pat
 
     section = " ".join(_section().split())
     listed = re.search(r"`last_batch` \(the router's `status.json` as written: (.*?)\), "
-                       r"`committed_batch`", section).group(1)
-    documented = re.findall(r"`([a-z_]+)`", listed)
+                       r"`committed_batch`", section)
+    assert listed is not None
+    documented = re.findall(r"`([a-z_]+)`", listed.group(1))
     status_file = StatusFile(tmp_path / "status.json", lambda: {"realtime": {}})
-    required = {f.name: 0 for f in dataclasses.fields(BatchReport)
+    required: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(BatchReport)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     status_file(BatchReport(**required))
     written = json.loads((tmp_path / "status.json").read_text())

@@ -41,10 +41,12 @@ def test_the_realtime_audit_is_exact_and_records_a_retention_gap(spark, isolated
                                 "streaming.executor_audit_files": audit_files})
     router = Router(config, spark)
     router.start()
+    realtime = router.realtime
     try:
-        assert router.realtime.audit.in_tasks == (audit_files == "tasks")
+        assert realtime is not None and realtime.audit is not None
+        assert realtime.audit.in_tasks == (audit_files == "tasks")
         subscribe(config, "ann", "g/#")
-        wait_until(lambda: router.realtime.view.published_version, "the subscription", 60)
+        wait_until(lambda: realtime.view.published_version, "the subscription", 60)
         before = publish(config, 0, 3)
         wait_until(lambda: _audited(config, set(before), "ann"), "the first audit",
                    AUDIT_BOUND_S)

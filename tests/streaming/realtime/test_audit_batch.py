@@ -4,7 +4,7 @@ Spark task's one row; on Arrow tables, with Kafka's earliest offsets given."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +40,7 @@ def _records(offsets: list[tuple[int, int]], subscribers: int = 2) -> pa.Table:
         "payload_bytes": pa.array([3] * n, pa.int32()),
         "published_at": pa.array([1_700_000_000_000 + o for _, o in offsets], pa.int64()),
         "snapshot_version": pa.array([7] * n, pa.int64()),
-        "routed_at": pa.array([datetime(2026, 11, 27, tzinfo=timezone.utc)] * n,
+        "routed_at": pa.array([datetime(2026, 11, 27, tzinfo=UTC)] * n,
                               pa.timestamp("us", tz="UTC")),
     })
 
@@ -80,7 +80,7 @@ def test_a_gap_below_kafkas_earliest_offset_is_lost_and_one_still_in_the_log_is_
     [gap] = audit.lost
     assert (gap.partition, gap.first_offset, gap.end_offset, gap.records) == (0, 5, 10, 5)
     assert gap.message_id == message_id(TOPIC, 0, 5, 2)
-    assert gap.lost_before == datetime.fromtimestamp(1_700_000_000_010 / 1000, timezone.utc)
+    assert gap.lost_before == datetime.fromtimestamp(1_700_000_000_010 / 1000, UTC)
     assert audit.start == {0: 5, 1: 3} and audit.end == {0: 12, 1: 6}
     lost = [r for r in rows.to_pylist() if r["outcome"] == OUTCOME_LOST]
     assert len(lost) == 1 and "offsets 5..9 of partition 0 (5 publishes" in lost[0]["reason"]
@@ -102,7 +102,7 @@ def test_the_task_writes_the_files_and_returns_one_row(tmp_path, isolated_config
     config = isolated_config()
     settings = AuditTaskSettings(
         delta=config.delta, layout=config.kafka.layout, batch_id=4,
-        routed_at=datetime(2026, 11, 27, 12, tzinfo=timezone.utc),
+        routed_at=datetime(2026, 11, 27, 12, tzinfo=UTC),
         partitioned=frozenset({"messages", "deliveries"}), floor={0: 5}, earliest={0: 8},
         topic=TOPIC)
     assert list(AuditTask(settings)(iter([]))) == []  # an empty batch: no row
@@ -112,6 +112,7 @@ def test_the_task_writes_the_files_and_returns_one_row(tmp_path, isolated_config
     assert (audit.publishes, audit.deliveries, audit.repeats) == (2, 6, 2)
     assert audit.seen_end == {0: 10} and audit.start == {0: 5} and audit.end == {0: 10}
     assert [(g.first_offset, g.end_offset) for g in audit.lost] == [(5, 8)]
+    assert audit.files is not None
     files = audit.files.to_pylist()
     assert {f["table"] for f in files} == {"messages", "deliveries"}
     assert {f["table"]: f["records"] for f in files} == {"messages": 3, "deliveries": 6}

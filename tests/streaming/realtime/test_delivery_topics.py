@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient
 
-from streaming.realtime.delivery_topics import missing_topics_named, recreate_missing_delivery_topics
-
 from kafka_io import KAFKA_TIMEOUT_S
+from streaming.realtime.delivery_topics import missing_topics_named, recreate_missing_delivery_topics
 
 NOT_IN_METADATA = ("org.apache.spark.SparkException: Job aborted due to stage failure: ... "
                    "org.apache.kafka.common.errors.TimeoutException: Topic "

@@ -4,7 +4,7 @@ Real Delta tables (delta-rs) in a temporary folder, no Spark, no Kafka."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from deltalake import DeltaTable
@@ -14,16 +14,15 @@ from streaming.audit.journal import AuditJournal
 from streaming.audit.writer import PublishBatch
 from streaming.config import load, parse_set_flags
 from streaming.realtime.restored import AUDIT_STREAM, realtime_restored, realtime_tables
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.subscriptions.snapshots import SnapshotStore
-
+from streaming.state.checkpoint import CheckpointLayout
 from tests.streaming.audit.test_writer import routed
 
 pytestmark = pytest.mark.integration  # Delta tables
 
 
 def _batch(batch_id: int) -> PublishBatch:
-    return PublishBatch(batch_id, 1, datetime.now(timezone.utc), routed(batch_id))
+    return PublishBatch(batch_id, 1, datetime.now(UTC), routed(batch_id))
 
 
 def test_a_copy_behind_its_realtime_audit_is_found_after_its_journal_is_committed(tmp_path):

@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafka_io import read_topic
 from schemas.records import (
     MESSAGE_ID_HEADER,
     REASON_HEADER,
@@ -35,12 +36,10 @@ from schemas.records import (
     SOURCE_PUBLISH,
     SUBSCRIPTION_IDS_HEADER,
 )
+from short_jvm import short_jvm_options
 from streaming import jvm
 from streaming.kafka.records import header_size, kept_headers, record_size, rejected_copy
 from streaming.realtime.jar import realtime_jar
-
-from kafka_io import read_topic
-from short_jvm import short_jvm_options
 from waiting import wait_until
 
 MAX_DELIVERY_BYTES = 4096
@@ -128,7 +127,7 @@ def realtime_query(kafka_bootstrap: str, tmp_path: Path):
     def start(settings: dict[str, str], publishes: str) -> subprocess.Popen:
         conf = {"spark.jars": ",".join([*(str(p) for p in jvm.jars("spark")), str(jar)]),
                 "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"}
-        udf_settings = {k: v for k, v in settings.items() if not k.startswith("kafka.")}
+        udf_settings: dict[str, object] = {k: v for k, v in settings.items() if not k.startswith("kafka.")}
         udf_settings["kafka"] = {k[len("kafka."):]: v for k, v in settings.items()
                                  if k.startswith("kafka.")}
         args = {"conf": conf, "settings": udf_settings, "type": ROUTE_TYPE,
@@ -140,13 +139,15 @@ def realtime_query(kafka_bootstrap: str, tmp_path: Path):
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                    text=True, env=env)
         started.append((process, log))
+        assert process.stdout is not None  # a PIPE
         line = process.stdout.readline()
         assert line.strip() == "started", (tmp_path / "query.log").read_text()[-3000:]
         return process
 
     yield start
     for process, log in started:
-        process.stdin.close()
+        if process.stdin is not None:  # a PIPE
+            process.stdin.close()
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -178,10 +179,11 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
                     "routed_topic": routed_topic, "max_delivery_bytes": str(MAX_DELIVERY_BYTES)},
                    publishes)
 
-    paid_headers = [("h1", b"a"), (MESSAGE_ID_HEADER, b"forged"), ("h2", None), ("h1", b"\xff\xfe")]
-    sensor_headers = [("exchange", b"mqtt"), ("unit", b"celsius")]
+    paid_headers: list[tuple[str, bytes | None]] = [
+        ("h1", b"a"), (MESSAGE_ID_HEADER, b"forged"), ("h2", None), ("h1", b"\xff\xfe")]
+    sensor_headers: list[tuple[str, bytes | None]] = [("exchange", b"mqtt"), ("unit", b"celsius")]
     big = b"x" * MAX_DELIVERY_BYTES
-    publishes_written = [
+    publishes_written: list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]] | None]] = [
         (b"orders.eu.paid", b"pay-1", paid_headers),                  # 0: routed to billing
         (b"orders.eu.shipped", b"ship-1", None),                      # 1: unroutable
         (b"orders.eu.paid", b"odd", [("exchange", b"no-such-exchange")]),  # 2: rejected by the kernel
@@ -190,7 +192,7 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
         (b"orders.\xc3(.paid", None, None),                          # 5: a key not UTF-8
     ]
     for key, value, headers in publishes_written:
-        producer.produce(publishes, key=key, value=value, headers=headers)
+        producer.produce(publishes, key=key, value=value, headers=None if headers is None else list(headers))
     producer.flush(30)
     ids = [f"{publishes}/0/{offset}" for offset in range(len(publishes_written))]
 
@@ -236,7 +238,7 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
             + len(ids[3].encode()) + len(b'["s1"]'))
     too_large = (f"a delivery of this publish would be {size:,} bytes, more than "
                  f"kafka.max_delivery_bytes ({MAX_DELIVERY_BYTES:,}): the broker would refuse it")
-    value, copy_headers, reason = rejected_copy(key3, value3, headers3, too_large, SOURCE_PUBLISH,
+    value, copy_headers, reason = rejected_copy(key3, value3, headers3 or [], too_large, SOURCE_PUBLISH,
                                                 ids[3], MAX_DELIVERY_BYTES)
     assert value is None and reason.startswith(too_large)  # the copy too is over the limit
     assert (values[ids[3]]["outcome"], values[ids[3]]["reason"], values[ids[3]]["deliveries"]) == (
@@ -300,7 +302,7 @@ def test_shared_layout_incarnation_and_the_size_limit_to_the_byte(base_config, k
              + len(b"operations"))
     fits, over = b"f" * (limit - empty), b"o" * (limit - empty + 1)
     for value in (fits, over):
-        producer.produce(publishes, key=key, value=value, headers=headers)
+        producer.produce(publishes, key=key, value=value, headers=None if headers is None else list(headers))
     producer.flush(30)
 
     records = wait_until(lambda: (lambda r: r if len(r) == 2 else None)(

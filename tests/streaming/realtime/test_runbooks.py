@@ -17,6 +17,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S
 from router_runs import create_publishes, delivered_ids, publish, subscribe
 from streaming.kafka import clients
 from streaming.kafka.broker import EmbeddedBroker, free_port
@@ -24,9 +26,6 @@ from streaming.kafka.topics import topic_id as admin_topic_id
 from streaming.ops.retire import retire
 from streaming.router.errors import RouterModeError
 from streaming.router.service import Router
-
-from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S
 from waiting import wait_until
 
 DELIVERY_BOUND_S = 90

@@ -14,10 +14,14 @@ import uuid
 
 import pytest
 
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
-    MESSAGES,
     DELIVERIES,
+    EXCHANGE_HEADER,
+    EXPIRY_HEADER,
     MESSAGE_ID_HEADER,
+    MESSAGES,
     OUTCOME_EXPIRED,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
@@ -25,13 +29,9 @@ from schemas.records import (
     REASON_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
-    EXCHANGE_HEADER,
-    EXPIRY_HEADER,
 )
+from streaming.kafka.clients import record_position
 from streaming.router.service import Router
-
-from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from waiting import wait_until
 
 DELIVERY_BOUND_S = 30
@@ -73,12 +73,12 @@ def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]
     assert error is None, error
-    return message_id(record.topic(), record.partition(), record.offset())
+    return message_id(*record_position(record))
 
 
 def _subscribe(config, sub_id: str, exchange: str, subscriber: str, filter_: str,
                headers: dict | None = None) -> None:
-    value = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
+    value: dict[str, object] = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
     if headers is not None:
         value["headers"] = headers
     _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())

@@ -15,7 +15,6 @@ from pyspark.errors import StreamingQueryException
 from streaming.realtime import supervisor as supervision
 from streaming.realtime.supervisor import JVM_GONE, QuerySupervisor
 from streaming.retry import Backoff
-
 from waiting import wait_until
 
 FAST = Backoff(base_s=0.01, cap_s=0.05, report_interval_s=30.0)
@@ -96,7 +95,7 @@ def test_the_jvm_gone_and_a_stop_from_outside_end_the_supervision_with_their_lin
     stopped = FakeQuery()
     supervisor = _supervise(stopped, [])
     stopped.stop()
-    assert "stopped from outside the router" in supervisor.ended(5)
+    assert "stopped from outside the router" in (supervisor.ended(5) or "")
 
 
 def test_a_stopping_router_ends_the_restarts_and_starts_no_query():
@@ -121,8 +120,8 @@ def test_each_failure_is_told_to_on_failure_before_the_start_that_follows_it():
     first, again, running = FakeQuery(), FakeQuery(fails_with=still), FakeQuery()
     told: list[tuple[str, int]] = []
     started = iter([again, running])
-    supervisor = QuerySupervisor(
-        "routing", first, lambda: next(started), threading.Event(), threading.Lock(),
+    supervisor = QuerySupervisor(  # FakeQuery: a stand-in for pyspark's StreamingQuery
+        "routing", first, lambda: next(started), threading.Event(), threading.Lock(),  # type: ignore[arg-type, return-value]
         recovered_after_s=0.2, backoff=FAST,
         on_failure=lambda failure: told.append((str(failure), supervisor.restarts))).start()
     first.fail(deleted)

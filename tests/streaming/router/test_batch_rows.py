@@ -29,7 +29,7 @@ def _spark_rows(spark, bootstrap: str, topic: str, start: dict[int, int],
 def test_the_rows_are_the_spark_sources_rows_of_the_same_range(kafka_bootstrap, new_topic, spark):
     topic = new_topic(partitions=3)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
-    records = [
+    records: list[tuple[int, bytes | None, bytes | None, list[tuple[str, str | bytes | None]] | None]] = [
         (0, b"k", b"v", None),                                   # no headers
         (0, None, b"null key", [("exchange", b"amq.topic")]),
         (1, b"k2", None, [("a", b"1"), ("a", None), ("b", b"")]),  # a null value, repeated names
@@ -53,8 +53,10 @@ def test_the_rows_are_the_spark_sources_rows_of_the_same_range(kafka_bootstrap, 
                 .to_pylist(), name
         # Again: the same consumer, another range; an empty range is an empty batch.
         again = reader.read({0: 7, 1: 6, 2: 4}, {0: 8, 1: 6, 2: 4})
+        empty = reader.read({0: 8}, {0: 8})
+        assert again is not None and empty is not None
         assert again.column("offset").to_pylist() == [7]
-        assert reader.read({0: 8}, {0: 8}).num_rows == 0
+        assert empty.num_rows == 0
         assert reader.read(None, {0: 8}) is None
     finally:
         reader.close()

@@ -10,6 +10,7 @@ import json
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from arrow_batches import source_batch
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
 from schemas.records import (
     MESSAGE_ID_HEADER,
@@ -23,14 +24,13 @@ from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
 from streaming.router.batch.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 from streaming.router.batch.routing import RouteSettings, route_batch
-from arrow_batches import source_batch
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
                  (b"s\"4", "bob", "#")]
 """ann matches a.* twice over (two ids in one delivery), bob everything; one id needs
 escaping in the subscription ids' JSON."""
 
-PUBLISHES = [
+PUBLISHES: list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]]]] = [
     (b"a.b", b"payload", [("h1", b"v1"), (MESSAGE_ID_HEADER, b"forged"), ("h1", b"again"),
                           ("nul", None), ("\u00e9t\u00e9", b"\xff\x00")]),
     (b"a.c", b"", []),
@@ -107,7 +107,7 @@ def test_every_delivery_is_written_byte_for_byte_as_the_contract_says(kafka_boot
                        source_batch(PUBLISHES), settings).to_pylist()
 
     assert [r["outcome"] for r in rows] == [OUTCOME_ROUTED] * 4
-    topics = [layout.shared_topic] if shared else [prefix + "ann", prefix + "bob"]
+    topics = [layout.shared_topic] if layout.shared_topic is not None else [prefix + "ann", prefix + "bob"]
     written = [m for t in topics for m in _read(kafka_bootstrap, t, layout.partitions)]
     got = [(m.topic(), m.key(), m.value(), m.headers()) for m in written]
     assert sorted(got, key=repr) == sorted(_expected(layout), key=repr)
@@ -190,7 +190,7 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     producer.produce_deliveries(columns)
     assert producer.flush() == []
 
-    topics = [layout.shared_topic] if shared else [prefix + "ann", prefix + "bob"]
+    topics = [layout.shared_topic] if layout.shared_topic is not None else [prefix + "ann", prefix + "bob"]
     written = [(m.topic(), m.key(), m.value(), m.headers() or [])
                for t in topics for m in _read(kafka_bootstrap, t, layout.partitions)]
     python_side = [columns.record(i) for i in range(len(columns))]

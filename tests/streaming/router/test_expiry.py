@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     EXPIRY_HEADER,
@@ -27,10 +28,9 @@ from schemas.records import (
     RETAINED_HEADER,
     message_id,
 )
+from streaming.kafka.clients import record_position
 from streaming.router.retained import retained_key
 from streaming.router.service import Router
-
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from waiting import wait_until
 
 
@@ -44,7 +44,7 @@ def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]
     assert error is None, error
-    return message_id(record.topic(), record.partition(), record.offset())
+    return message_id(*record_position(record))
 
 
 def _publish(config, topic: str, expiry: bytes | None = None, ago_s: float = 0,
@@ -79,7 +79,7 @@ def _audit(config, table: str) -> list[dict]:
 def test_expired_publishes_reach_no_one_and_live_ones_carry_the_remaining_interval(
         isolated_config, spark):
     config = isolated_config(**{"streaming.replay_share": "100"})
-    before = datetime.now(timezone.utc) - timedelta(minutes=5)
+    before = datetime.now(UTC) - timedelta(minutes=5)
     _subscribe(config, "a-all", "a", "sensors/#")
     router = Router(config, spark)
     router.start()

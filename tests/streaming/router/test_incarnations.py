@@ -13,10 +13,10 @@ from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
 from router_runs import KAFKA_TIMEOUT_S, create_publishes, delivered_ids, publish, route_all, subscribe
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.config import load as load_config
-from streaming.router.topics.incarnations import IncarnationRecord, publishing_incarnation
 from streaming.router.service import Router
+from streaming.router.topics.incarnations import IncarnationRecord, publishing_incarnation
+from streaming.state.checkpoint import CheckpointLayout
 from waiting import wait_until
 
 

@@ -3,6 +3,8 @@ broadcast, bounded)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from compiler import RoutingIndex, Subscription
@@ -39,7 +41,7 @@ def test_a_broadcast_is_loaded_once_per_worker():
 def test_the_cache_holds_at_most_MATCHERS_CACHED_least_recently_used_first():
     versions = range(matching.MATCHERS_CACHED + 2)
     for version in versions:
-        matching.cached_matcher(f"b{version}", lambda version=version: _snapshot_bytes(version))
+        matching.cached_matcher(f"b{version}", functools.partial(_snapshot_bytes, version))
         matching.cached_matcher("b0", lambda: pytest.fail("b0 is in use and must stay cached"))
     assert len(matching._matchers) == matching.MATCHERS_CACHED
     assert matching.cached_versions() == [versions[-1], 0]

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from short_jvm import short_jvm_options
 
+from short_jvm import short_jvm_options
 from tests.reliability import cases
 from tests.reliability.cases import Options
 

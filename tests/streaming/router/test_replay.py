@@ -14,13 +14,14 @@ one audit row per (message, subscriber).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from kafka_io import headers_of, read_topic
 from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_REMOVE,
@@ -30,16 +31,14 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming.config import Config
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.replay.replay import ReplayLedger, state_path
 from streaming.router.service import Router
-
-from kafka_io import headers_of, read_topic
+from streaming.state.checkpoint import CheckpointLayout
 from waiting import wait_until
 
 
 def _text(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _subscribe(producer: Producer, config: Config, sub_id: str, subscriber: str, filter_: str,
@@ -81,14 +80,16 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
                                 "streaming.replay_chunk_publishes": "60",
                                 "streaming.replay_share": "100"})
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
-    before = datetime.now(timezone.utc) - timedelta(seconds=1)
+    before = datetime.now(UTC) - timedelta(seconds=1)
     _subscribe(producer, config, "ann-live", "ann", "o.#")
     router = Router(config, spark)
     router.start()
+    replays = router.replays
+    assert replays is not None
     try:
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(120)])
         router.process_all_available()
-        router.replays.pause.set()  # the cancelled replay must not start before its removal
+        replays.pause.set()  # the cancelled replay must not start before its removal
         since = _text(before)
         _subscribe(producer, config, "ann-again", "ann", "o.*", since)  # had them all live
         _subscribe(producer, config, "bob-o", "bob", "o.*", since)
@@ -96,7 +97,7 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
         _subscribe(producer, config, "dee-p", "dee", "p.*", since)  # cancelled below
         # Bad records: each rejected with its reason, none replayed.
         _subscribe(producer, config, "bad-future", "eve", "o.*",
-                   _text(datetime.now(timezone.utc) + timedelta(hours=1)))
+                   _text(datetime.now(UTC) + timedelta(hours=1)))
         _subscribe(producer, config, "bad-text", "eve", "o.*", "yesterday")
         _subscribe(producer, config, "ann-live", "ann", "p.#", since)  # exists, other filter
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(120, 200)])
@@ -109,7 +110,7 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
         assert {r.request.subscription_id for r in ledger.replays} == {
             "ann-again", "bob-o", "cy-p"}
         assert all(r.boundary is not None for r in ledger.replays)
-        router.replays.pause.clear()
+        replays.pause.clear()
         # Live publishes go on while the replays run.
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(202, 260)])
         router.process_all_available()

@@ -3,18 +3,18 @@ and the changelog's checks."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from compiler import RoutingIndex, Subscription
 from compiler.errors import SubscriptionError
-from streaming.kafka.errors import InvalidRequest
-from streaming.router.subscriptions.changelog import apply_record
 from schemas.records import CHANGE_REJECTED, CHANGE_REMOVE, CHANGE_UPSERT
+from streaming.kafka.errors import InvalidRequest
 from streaming.router.replay.cli import parse_since_argument
+from streaming.router.subscriptions.changelog import apply_record
 
-NOW = datetime(2026, 11, 26, 18, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 26, 18, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -22,9 +22,9 @@ NOW = datetime(2026, 11, 26, 18, 0, tzinfo=timezone.utc)
     ("1h30m", NOW - timedelta(minutes=90)),
     ("7d", NOW - timedelta(days=7)),
     ("90s", NOW - timedelta(seconds=90)),
-    ("2026-11-26T17:00:00Z", datetime(2026, 11, 26, 17, tzinfo=timezone.utc)),
-    ("2026-11-26T17:00:00", datetime(2026, 11, 26, 17, tzinfo=timezone.utc)),
-    ("2026-11-26T18:00:00+01:00", datetime(2026, 11, 26, 17, tzinfo=timezone.utc)),
+    ("2026-11-26T17:00:00Z", datetime(2026, 11, 26, 17, tzinfo=UTC)),
+    ("2026-11-26T17:00:00", datetime(2026, 11, 26, 17, tzinfo=UTC)),
+    ("2026-11-26T18:00:00+01:00", datetime(2026, 11, 26, 17, tzinfo=UTC)),
 ])
 def test_since_is_a_time_or_a_duration_back_from_now(text, expected):
     assert parse_since_argument(text, NOW) == expected
@@ -60,13 +60,13 @@ def test_the_changelog_applies_a_since_and_rejects_a_bad_one_asking_for_nothing(
     assert (asked[0].changelog_partition, asked[0].changelog_offset) == (0, 5)
     future = apply_record(index, b"b", _value("a.*", "2026-11-26T18:00:01Z"), 0, 6, written,
                           written, None, asked)
-    assert future.change == CHANGE_REJECTED and "in the future" in future.reason
+    assert future.change == CHANGE_REJECTED and "in the future" in (future.reason or "")
     text = apply_record(index, b"c", _value("a.*", "yesterday"), 0, 7, written, written, None,
                         asked)
-    assert text.change == CHANGE_REJECTED and "not an ISO-8601 time" in text.reason
+    assert text.change == CHANGE_REJECTED and "not an ISO-8601 time" in (text.reason or "")
     other = apply_record(index, b"a", _value("b.*", "2026-11-26T17:00:00Z"), 0, 8, written,
                          written, None, asked)
-    assert other.change == CHANGE_REMOVE and "exists with another definition" in other.reason
+    assert other.change == CHANGE_REMOVE and "exists with another definition" in (other.reason or "")
     assert len(asked) == 1 and "b" not in index and "c" not in index
 
 
@@ -85,8 +85,8 @@ def _replays(tmp_path):
     import threading
 
     from streaming.config import load
-    from streaming.state.checkpoint import CheckpointLayout
     from streaming.router.replay.replay import Replays
+    from streaming.state.checkpoint import CheckpointLayout
 
     config = load(overrides={"streaming.checkpoint_dir": str(tmp_path)}, environ={})
     layout = CheckpointLayout.of(tmp_path)
@@ -131,7 +131,7 @@ def test_a_request_keeps_its_options_and_one_recorded_before_them_reads_with_non
     from compiler.options import SubscriptionOptions
     from streaming.router.replay.requests import ReplayRequest, request_of
 
-    sub = Subscription("s", "mqtt", "ann", "chat/#", since=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    sub = Subscription("s", "mqtt", "ann", "chat/#", since=datetime(2026, 1, 1, tzinfo=UTC),
                        options=SubscriptionOptions(no_local=True))
     request = request_of(sub, 0, 7)
     assert ReplayRequest.from_json(request.to_json()).subscription().options.no_local

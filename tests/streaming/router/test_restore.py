@@ -21,6 +21,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
@@ -29,9 +30,8 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 from streaming.router.service import Router
-
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 
 def _publish(config: Config, count: int, tag: str) -> list[str]:
@@ -42,7 +42,7 @@ def _publish(config: Config, count: int, tag: str) -> list[str]:
         producer.produce(config.kafka.publishes_topic, b"x", f"r.{tag}.{i}".encode(),
                          headers=[(EXCHANGE_HEADER, b"amq.topic")],
                          on_delivery=lambda err, m: acked.append(
-                             message_id(m.topic(), m.partition(), m.offset())))
+                             message_id(*record_position(m))))
     assert producer.flush(KAFKA_TIMEOUT_S) == 0 and len(acked) == count
     return acked
 
@@ -63,7 +63,7 @@ def _retain(config: Config, topic: str) -> str:
     producer.produce(config.kafka.publishes_topic, b"21.5", topic.encode(),
                      headers=[(EXCHANGE_HEADER, b"mqtt"), (RETAIN_HEADER, RETAIN_TRUE.encode())],
                      on_delivery=lambda err, m: acked.append(
-                         message_id(m.topic(), m.partition(), m.offset())))
+                         message_id(*record_position(m))))
     assert producer.flush(KAFKA_TIMEOUT_S) == 0 and len(acked) == 1
     return acked[0]
 

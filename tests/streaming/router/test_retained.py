@@ -15,6 +15,8 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
@@ -26,11 +28,9 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 from streaming.router.retained import retained_key
 from streaming.router.service import Router
-
-from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 RETAIN = [(RETAIN_HEADER, b"true")]
 
@@ -44,7 +44,7 @@ def _produce(cfg: Config, topic: str, key: bytes | None, value: bytes | None,
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]
     assert error is None, error
-    return message_id(record.topic(), record.partition(), record.offset())
+    return message_id(*record_position(record))
 
 
 def publish(cfg: Config, topic: str, payload: bytes, exchange: str = "mqtt",

@@ -7,14 +7,23 @@ from __future__ import annotations
 import time
 
 import pytest
+from bitroute_kernel import ColumnOverflowError, TableError
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from bitroute_kernel import ColumnOverflowError, TableError
-
+from arrow_batches import source_batch
 from compiler import Matcher, RoutingIndex, Snapshot, Subscription
-from schemas.records import MESSAGE_ID_HEADER, OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
+from kafka_io import message_id_of
+from router_runs import (
+    KAFKA_TIMEOUT_S,
+    create_publishes,
+    delivered_ids,
+    publish,
+    route_all,
+    subscribe,
+)
+from schemas.records import OUTCOME_REJECTED, OUTCOME_ROUTED, OUTCOME_UNROUTABLE
 from streaming.kafka.errors import KafkaAccessError
 from streaming.kafka.layout import DeliveryLayout
 from streaming.router.batch.delivery import (
@@ -24,15 +33,6 @@ from streaming.router.batch.delivery import (
     ProducerSettings,
 )
 from streaming.router.batch.routing import RouteSettings, route_safely
-from arrow_batches import source_batch
-from router_runs import (
-    KAFKA_TIMEOUT_S,
-    create_publishes,
-    delivered_ids,
-    publish,
-    route_all,
-    subscribe,
-)
 from waiting import wait_until
 
 
@@ -66,11 +66,11 @@ def _message_ids(bootstrap: str, topic: str) -> list[str]:
     try:
         high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
         consumer.assign([TopicPartition(topic, 0, 0)])
-        ids = []
+        ids: list[str] = []
         while len(ids) < high:
             message = consumer.poll(30)
             assert message is not None and message.error() is None
-            ids.append(dict(message.headers())[MESSAGE_ID_HEADER].decode())
+            ids.append(message_id_of(message))
         return ids
     finally:
         consumer.close()
@@ -201,7 +201,8 @@ def test_a_deleted_delivery_topic_is_recreated_and_delivered(isolated_config, sp
     admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap})
     topic = config.kafka.layout.topic("cat")
     admin.delete_topics([topic])[topic].result(KAFKA_TIMEOUT_S)
-    wait_until(lambda: topic not in admin.list_topics(timeout=KAFKA_TIMEOUT_S).topics, KAFKA_TIMEOUT_S)
+    wait_until(lambda: topic not in admin.list_topics(timeout=KAFKA_TIMEOUT_S).topics, f"topic {topic} deleted",
+               timeout=KAFKA_TIMEOUT_S)
 
     later = publish(config, 0, 2)
     route_all(config, spark)

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import uuid
 from collections import namedtuple
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +21,9 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from delivery_order import assert_publish_order_kept, delivery_order
+from isolation import isolated_config
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_REMOVE,
@@ -38,12 +42,9 @@ from schemas.records import (
     message_id,
 )
 from streaming.config import Config
+from streaming.kafka.clients import record_position
 from streaming.router.batch.routing import ROUTED_ARROW
 from streaming.router.service import Router
-
-from delivery_order import assert_publish_order_kept, delivery_order
-from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 
 # --- helpers -----------------------------------------------------------------------
 
@@ -57,7 +58,7 @@ def unique(name: str) -> str:
 
 
 def _produce(config: Config, topic: str, key: bytes | None, value: bytes | None,
-             headers: list[tuple[str, bytes]] | None = None) -> str:
+             headers: list[tuple[str, str | bytes | None]] | None = None) -> str:
     """Produce one record, wait for the ack, return its message id."""
     # Up to the broker's own limit (librdkafka's default stops at 1,000,000 bytes).
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "message.max.bytes": 2_000_000})
@@ -67,7 +68,7 @@ def _produce(config: Config, topic: str, key: bytes | None, value: bytes | None,
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]
     assert error is None, error
-    return message_id(record.topic(), record.partition(), record.offset())
+    return message_id(*record_position(record))
 
 
 def _create_topic(config: Config, name: str, settings: dict[str, str]) -> None:
@@ -79,7 +80,7 @@ def _create_topic(config: Config, name: str, settings: dict[str, str]) -> None:
 
 def subscribe(config: Config, sub_id: str, exchange: str, subscriber: str, filter_: str,
               headers: dict | None = None) -> None:
-    value = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
+    value: dict[str, object] = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
     if headers is not None:
         value["headers"] = headers
     _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
@@ -91,7 +92,7 @@ def unsubscribe(config: Config, sub_id: str) -> None:
 
 def publish(config: Config, routing_key: str | None, payload: bytes = b"payload",
             exchange: str | None = None, headers: list[tuple[str, bytes]] | None = None) -> str:
-    all_headers = list(headers or [])
+    all_headers: list[tuple[str, str | bytes | None]] = list(headers or [])
     if exchange is not None:
         all_headers.append((EXCHANGE_HEADER, exchange.encode()))
     key = None if routing_key is None else routing_key.encode()
@@ -108,10 +109,10 @@ def table(config: Config, name: str) -> list:
     """Every row of an audit table, read with delta-rs as the router wrote it: named
     tuples with the table's columns, maps as dicts."""
     arrow = DeltaTable(config.delta.table_path(name)).to_pyarrow_table()
-    row = namedtuple(f"{name}_row", arrow.column_names)
+    row = namedtuple(f"{name}_row", arrow.column_names)  # type: ignore[misc]  # a name per table
     columns = [[v if v is None or not pa.types.is_map(column.type) else dict(v)
                 for v in column.to_pylist()] for column in arrow.columns]
-    return [row(*values) for values in zip(*columns)]
+    return [row(*values) for values in zip(*columns, strict=True)]
 
 
 def rows_for(config: Config, name: str, column: str, values) -> list:
@@ -131,12 +132,14 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
 
     source = spark.range(0, 10, numPartitions=2)
     assert len(source.toArrow().to_batches()) == 2
-    routed = Router._route_in_driver(lambda: None, source, route)  # rows through Spark
+    # route: a stand-in for RoutePartitions (a mapInArrow function of batches); rows through Spark.
+    routed = Router._route_in_driver(lambda: None, source, route)  # type: ignore[arg-type]
     assert calls == [10]
     assert routed.schema == ROUTED_ARROW and routed.num_rows == 0
     # Rows read from Kafka by the driver (streaming.router.batch.batch_rows) are one batch: no job.
     calls.clear()
-    Router._route_in_driver(lambda: pa.RecordBatch.from_pylist([{"id": 1}] * 3), None, route)
+    # The stand-in again, and no DataFrame: the rows are the driver's.
+    Router._route_in_driver(lambda: pa.RecordBatch.from_pylist([{"id": 1}] * 3), None, route)  # type: ignore[arg-type]
     assert calls == [3]
 
 
@@ -149,7 +152,7 @@ def test_a_batch_routed_in_the_driver_is_one_routing_call(spark):
 # happens-before guarantee at work in every scenario.
 
 @pytest.fixture(scope="module")
-def router(base_config: Config, spark, tmp_path_factory: pytest.TempPathFactory) -> Router:
+def router(base_config: Config, spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
     # Every batch through the Python workers (mapInArrow), each task writing its audit
     # files: a cluster's path. test_shared_layout routes small batches in the driver; the
     # executors' ordering test below has the driver write the files (a local master's).
@@ -180,6 +183,7 @@ class Traffic:
 def traffic(router: Router) -> Traffic:
     cfg = router.config
     router.process_all_available()
+    assert router.subscriptions is not None
     t = Traffic(start_version=router.subscriptions.version)
     reports_before = len(router.reports)  # the query runs: batches may start while we write
     n = t.names
@@ -458,7 +462,7 @@ def test_a_replayed_batch_uses_its_pinned_version_and_adds_no_audit_rows(
         unsubscribe(cfg, "r1")
         subscribe(cfg, "r2", "amq.topic", hal, "replay.*")
         again = router.process_batch(batch, 0)  # a replay: not journaled again
-        assert router._committer.pending_batches == 0
+        assert router._committer is not None and router._committer.pending_batches == 0
         assert again.replayed and again.snapshot_version == first.snapshot_version
         gus_records = read_topic(cfg, cfg.kafka.layout.topic(gus))
         assert len(gus_records) == 2  # at least once: the replay writes Kafka again
@@ -486,7 +490,8 @@ def test_a_restart_resumes_from_the_persisted_snapshot_and_the_changelog_after_i
     try:
         subscribe(cfg, "keep", "mqtt", "ivy", "a/+")
         subscribe(cfg, "drop", "mqtt", "ivy", "b/+")
-        version = first.subscription_sync.catch_up()
+        sync, _ = first._require_open()
+        version = sync.catch_up()
     finally:
         first.stop()
     unsubscribe(cfg, "drop")
@@ -498,6 +503,7 @@ def test_a_restart_resumes_from_the_persisted_snapshot_and_the_changelog_after_i
     second = Router(cfg, spark)
     second.open()
     try:
+        assert second.subscriptions is not None
         assert second.subscriptions.version == version + 1
         assert len(second.subscriptions) == 1
         changes = table(cfg, "subscriptions")

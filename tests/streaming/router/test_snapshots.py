@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from compiler import RoutingIndex, Snapshot, Subscription
-from streaming.state.checkpoint import CheckpointLayout
 from streaming.router.subscriptions.snapshots import (
     PINS_KEPT,
     BatchSnapshots,
@@ -18,6 +17,7 @@ from streaming.router.subscriptions.snapshots import (
     SnapshotStoreError,
     SnapshotVersion,
 )
+from streaming.state.checkpoint import CheckpointLayout
 
 
 def _layout(tmp_path: Path) -> CheckpointLayout:

@@ -14,6 +14,8 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from compiler.options import SubscriptionOptions
+from isolation import isolated_settings
+from kafka_io import headers_of, read_topic
 from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_UPSERT,
@@ -25,9 +27,6 @@ from schemas.records import (
 from streaming.config import load
 from streaming.kafka import client_verbs
 from streaming.router.service import Router
-
-from isolation import isolated_settings
-from kafka_io import headers_of, read_topic
 from waiting import wait_until
 
 RETAIN = [(RETAIN_HEADER, b"true")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,11 +33,11 @@ def test_a_second_router_is_refused_naming_the_first_which_keeps_its_lease(tmp_p
             RouterLease(_config(tmp_path, "two")).acquire(lambda: "router-2")
         assert str(refused.value).startswith(
             f"another router routes pub into {tmp_path / 'wh'}: router router-1 on "
-            f"{first.record['host']} (pid {first.record['pid']}, checkpoint {tmp_path / 'one'}, "
+            f"{_held(first)['host']} (pid {_held(first)['pid']}, checkpoint {tmp_path / 'one'}, "
             "epoch 1), renewed 0s ago; stop it first")
         first.renew()
         first.check()  # still the holder
-        assert router_lease.read(_config(tmp_path, "one"))["router_id"] == "router-1"
+        assert _lease_record(_config(tmp_path, "one"))["router_id"] == "router-1"
         # Another publishes topic on the same warehouse is another stream: its own lease.
         other = RouterLease(_config(tmp_path, "two", topic="pub2"))
         other.acquire(lambda: "router-2")
@@ -51,12 +51,14 @@ def test_the_same_router_id_from_another_host_carries_on_and_the_old_one_stops(t
     old = RouterLease(config)
     old.acquire(lambda: "router-1")
     blob = router_lease._blob(config)
-    data, tag = blob.read()
+    read = blob.read()
+    assert read is not None
+    data, tag = read
     blob.replace(json.dumps({**json.loads(data), "host": "old-host"}).encode(), tag)
     moved = RouterLease(_config(tmp_path, "moved-checkpoint"))
     moved.acquire(lambda: "router-1")  # the checkpoint folder moved: same id
     try:
-        record = router_lease.read(config)
+        record = _lease_record(config)
         assert (record["router_id"], record["epoch"], record["checkpoint_dir"]) == \
             ("router-1", 2, str(tmp_path / "moved-checkpoint"))
         old._stop.set()  # its renewals are ours to drive here
@@ -72,17 +74,17 @@ def test_a_stale_lease_is_taken_over_with_a_warning_and_a_released_one_at_once(
     first = RouterLease(_config(tmp_path, "one"))
     first.acquire(lambda: "router-1")
     first._stop.set()  # a router that died: no more renewals
-    late = datetime.now(timezone.utc) + timedelta(seconds=31)
+    late = datetime.now(UTC) + timedelta(seconds=31)
     with caplog.at_level(logging.WARNING, logger="streaming.state.lease"):
         second = RouterLease(_config(tmp_path, "two"), clock=lambda: late)
         second.acquire(lambda: "router-2")
     assert "taking over the router lease of router router-1" in caplog.text
     assert "not renewed for 31s" in caplog.text
     second.release()
-    assert router_lease.read(_config(tmp_path, "two"))["released_at"] is not None
+    assert _lease_record(_config(tmp_path, "two"))["released_at"] is not None
     third = RouterLease(_config(tmp_path, "three"))
     third.acquire(lambda: "router-3")  # released: no wait
-    assert third.record["epoch"] == 3
+    assert _held(third)["epoch"] == 3
     third.release()
 
 
@@ -100,3 +102,15 @@ def test_audit_migrate_is_refused_while_a_router_of_another_checkpoint_holds_the
     finally:
         running.release()
     assert {m.result for m in migrate(_config(tmp_path, "two"))} == {"missing"}
+
+
+def _lease_record(config) -> dict:
+    """The lease's record as stored (there is one)."""
+    record = router_lease.read(config)
+    assert record is not None, "no lease record"
+    return record
+
+
+def _held(lease: RouterLease) -> dict:
+    assert lease.record is not None, "the lease is not held"
+    return lease.record
