@@ -849,3 +849,14 @@ def test_every_benchmark_a_page_runs_is_a_scenario():
     assert not {(page, name) for page, name in named if name not in SCENARIOS}
     headings = set(re.findall(r"^## (\S+)$", (ROOT / "docs" / "benchmarks.md").read_text(), re.M))
     assert set(SCENARIOS) <= headings, set(SCENARIOS) - headings
+
+
+def test_the_readme_s_lint_paths_are_the_makefile_s():
+    """README.md's `make lint` paragraph names what the Makefile's LINT_PATHS checks."""
+    makefile = (ROOT / "Makefile").read_text()
+    found = re.search(r"^LINT_PATHS := (.*)$", makefile, re.M)
+    assert found is not None
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    paragraph = readme.split("`make lint` runs ruff", 1)[1].split(" as `[tool.ruff]`", 1)[0]
+    named = {path.rstrip("/") for path in re.findall(r"`([\w./]+)`", paragraph)}
+    assert named == set(found.group(1).split())
