@@ -2,6 +2,7 @@
 
     python -m benchmarks replay [--publishes 1000000] [--rate 1000] [--seconds 30]
                                 [--set section.key=value]... [--smoke]
+    python -m benchmarks replay --workers 1,2 [--replays 4] [--publishes 50000] ...
 
 The embedded broker and the real ``bitroute run --json`` (:mod:`benchmarks.harness`).
 Three phases on one router:
@@ -17,13 +18,32 @@ Three phases on one router:
    the backlog (each for a subscriber of its own) replay the backlog one after the other,
    for the whole window: each replay's rate (deliveries per second, from its start to its
    last chunk, from ``router/replays.json``) and the live latency under it, as a ratio to
-   the baseline (the issue's target: p99 within 1.25x).
+   the baseline (target: p99 within 1.25x).
+
+``--workers 1,2`` runs, for each count in turn, on a Spark standalone cluster of that
+many one-core workers (:func:`benchmarks.driver_cost.standalone_cluster`; every live batch
+routed on the executors, ``streaming.driver_route_max_publishes=0``), with CPU sampled
+per role (:class:`benchmarks.driver_cost.CpuTimeline`: the driver's Python and JVM, the
+executors' JVMs and Python workers). The backlog's publishes (``hit/<n>``) all match
+``--replays`` live subscriptions, and the phases are:
+
+1. **live**: the backlog drained (``--replays`` deliveries per publish): the driver's CPU
+   per million live deliveries;
+2. **baseline latency** (as above), then 10 s without publishes: the idle driver's CPU
+   per second, which the phases' rows also subtract (the driver's CPU above idle);
+3. **replay alone**: ``--replays`` new subscriptions ``hit/#`` with ``since`` before the
+   backlog, asked together (they share their reads): their deliveries/s from the first
+   one's start to the last one's end, and the driver's CPU per million replayed
+   deliveries and its share of the router's CPU (driver + executors) over that span;
+4. **replay beside the live load**: rounds of ``--replays`` more while the latency
+   window runs: the live p50/p99 against the baseline's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import threading
 import time
@@ -32,6 +52,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from benchmarks import harness
 from benchmarks.e2e import bitroute_run, kafka_load
 from benchmarks.workload import EXCHANGE, Workload
 from streaming.router.replay.replay import ReplayLedger, state_path
@@ -107,6 +128,148 @@ def _replays(env: bitroute_run.Env, since: datetime, until: float, finished: lis
         k += 1
 
 
+def _replay_round(env: bitroute_run.Env, prefix: str, count: int, since: datetime,
+                  timeout: float = 1800) -> list[dict]:
+    """``count`` replays of the backlog asked together (subscribers ``<prefix>-<k>``): each
+    one's entry of the ledger's finished replays once all are done."""
+    path = state_path(CheckpointLayout.of(env.config.streaming.checkpoint_dir))
+    ids = [f"{prefix}-{k}" for k in range(count)]
+    # One flush for all: the router applies them in one version, so they share one range.
+    producer = Producer({"bootstrap.servers": env.config.kafka.bootstrap})
+    for sub_id in ids:
+        value = {"exchange": EXCHANGE, "subscriber": sub_id, "filter": "hit/#",
+                 "since": since.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+        producer.produce(env.config.kafka.subscriptions_topic, json.dumps(value).encode(),
+                         sub_id.encode())
+    assert producer.flush(30) == 0
+    asked, deadline = time.time(), time.time() + timeout
+    while time.time() < deadline:
+        done = {f["subscription"]: f for f in ReplayLedger.load(path).finished}
+        if all(i in done for i in ids):
+            return [{**done[i], "asked": asked} for i in ids]
+        time.sleep(0.2)
+    raise RuntimeError(f"the replays {prefix}-* did not finish in {timeout:.0f}s")
+
+
+def _span(rounds: list[dict]) -> tuple[float, float, int]:
+    """(first start, last end, deliveries) of replays that ran together."""
+    return (min(f["started_at"] for f in rounds), max(f["finished_at"] for f in rounds),
+            sum(f["delivered"] for f in rounds))
+
+
+def _cpu_line(name: str, cpu: dict, deliveries: int, seconds: float, idle_per_s: float) -> str:
+    """A phase's row: its driver CPU per million deliveries as measured, and above what the
+    idle router's driver spends in as many seconds (``idle_per_s``: the streaming query's
+    triggers, the lease, the watches, whatever it routes)."""
+    driver = cpu["driver Python"] + cpu["driver JVM"]
+    executors = cpu["executor JVMs"] + cpu["executor Python"]
+    per_million = driver / max(deliveries, 1) * 1e6
+    above_idle = max(0.0, driver - idle_per_s * seconds) / max(deliveries, 1) * 1e6
+    share = driver / max(driver + executors, 1e-9)
+    return (f"| {name} | {deliveries:,} | {seconds:.1f} | {deliveries / max(seconds, 1e-9):,.0f} "
+            f"| {cpu['driver Python']:.1f} + {cpu['driver JVM']:.1f} | {executors:.1f} "
+            f"| {per_million:.2f} | {above_idle:.2f} | {share:.0%} |")
+
+
+IDLE_S = 10.0
+"""The quiet span (no publishes, no replay) the driver's idle CPU is measured over."""
+
+
+def cluster_run(args, workers: int) -> str:
+    """One run on a standalone cluster of ``workers`` one-core workers (module docstring)."""
+    from benchmarks.driver_cost import CpuTimeline, router_roles, standalone_cluster
+
+    loads = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="bitroute-replay-") as folder:
+        root = Path(folder)
+        with standalone_cluster(root, str(Path(__file__).resolve().parent.parent),
+                                workers) as cluster:
+            env = bitroute_run.Env(root / "run", [
+                f"spark.master={cluster.url}", "streaming.driver_route_max_publishes=0",
+                "spark.options.spark.executor.memory=512m", "spark.log_level=WARN", *args.set])
+            timeline = None
+            try:
+                env.start_broker()
+                for k in range(args.replays):
+                    _subscribe(env, f"live-{k}", f"live-{k}", "hit/#")
+                _subscribe(env, "lat", "lat", "lat/#")
+                since = datetime.now(UTC) - timedelta(seconds=1)
+                procs, pout, _ = kafka_load.start_publishers(
+                    env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE,
+                    _workload([f"hit/{j}" for j in range(100)]), 0, 3600, 1,
+                    count=args.publishes)
+                pub = kafka_load.join_publishers(procs, pout, timeout=1800)
+                _log(f"{workers} workers: backlog of {pub['sent']:,} publishes")
+                env.start_router()
+                router, broker = env.router, env.broker
+                assert isinstance(router, harness.RouterRun) and broker is not None
+                timeline = CpuTimeline(router_roles(router, cluster, broker), 0.5).start()
+                if not env.router.wait_routed(pub["sent"], timeout=1800):
+                    raise RuntimeError("the backlog was not drained in time")
+                drained = [b for b in env.router.batches if b["rows"]]
+                t0 = _epoch(drained[0]["end"]) - drained[0]["seconds"]
+                t1 = _epoch(drained[-1]["end"])
+                live = (timeline.between(t0, t1), sum(b["deliveries"] for b in drained), t1 - t0)
+                loads.append(os.getloadavg()[0])
+                _log(f"{workers} workers: live drain {live[1]:,} deliveries in {live[2]:.1f}s")
+                base = _latency(env, args.rate, args.seconds)
+                loads.append(os.getloadavg()[0])
+                _log(f"{workers} workers: baseline p99 {base['p99_ms']:.0f} ms")
+                time.sleep(3.0)  # the last latency batches' audit
+                quiet = time.time()
+                time.sleep(IDLE_S)
+                idle = timeline.between(quiet, quiet + IDLE_S)
+                idle_per_s = (idle["driver Python"] + idle["driver JVM"]) / IDLE_S
+                alone = _replay_round(env, "replay-a", args.replays, since)
+                r0, r1, replayed = _span(alone)
+                replay = (timeline.between(r0, r1), replayed, r1 - r0)
+                loads.append(os.getloadavg()[0])
+                _log(f"{workers} workers: replay {replayed:,} deliveries in {r1 - r0:.1f}s")
+                rounds: list[list[dict]] = []
+                stop = threading.Event()
+                until = time.time() + 3.0 + args.seconds
+
+                def beside() -> None:
+                    k = 0
+                    while time.time() < until and not stop.is_set():
+                        rounds.append(_replay_round(env, f"replay-b{k}", args.replays, since))
+                        k += 1
+
+                runner = threading.Thread(target=beside, daemon=True)
+                runner.start()
+                under = _latency(env, args.rate, args.seconds)
+                loads.append(os.getloadavg()[0])
+                runner.join(timeout=1800)
+                stop.set()
+            finally:
+                if timeline is not None:
+                    timeline.stop()
+                env.stop()
+    lines = [f"### {workers} one-core worker(s): --publishes {args.publishes:,} --replays "
+             f"{args.replays} --rate {args.rate:,.0f} --seconds {args.seconds:g}", "",
+             "| phase | deliveries | s | deliveries/s | driver CPU s (Python + JVM) "
+             "| executors CPU s | driver CPU s per million deliveries | the same above idle "
+             "| driver share |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+             _cpu_line("live (backlog drain)", *live, idle_per_s),
+             _cpu_line(f"replay ({args.replays} together, alone)", *replay, idle_per_s), "",
+             f"the idle router's driver: {idle_per_s:.3f} CPU s per second ({IDLE_S:.0f} s "
+             "without publishes)", "",
+             "| live latency at "
+             f"{args.rate:,.0f} publishes/s | p50 ms | p99 ms | deliveries |", "|---|---:|---:|---:|",
+             f"| without a replay | {base['p50_ms']:.1f} | {base['p99_ms']:.1f} | {base['latency_n']:,} |",
+             f"| with replays running ({len(rounds)} rounds) | {under['p50_ms']:.1f} | "
+             f"{under['p99_ms']:.1f} | {under['latency_n']:,} |", "",
+             f"live p99 with / without replays: {under['p99_ms'] / base['p99_ms']:.2f}x; "
+             "load average (1 min) at start, after each phase: "
+             + ", ".join(f"{x:.1f}" for x in loads)]
+    for k, round_ in enumerate(rounds):
+        a, b, n = _span(round_)
+        lines.append(f"- round {k} beside the live load: {n:,} deliveries in {b - a:.1f}s "
+                     f"({n / max(b - a, 1e-9):,.0f}/s)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks replay", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -116,9 +279,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--smoke", action="store_true",
                     help="toy size: 2,000 publishes, 100/s for 4 s")
+    ap.add_argument("--workers", metavar="N[,N...]",
+                    help="on a standalone cluster of N one-core workers, each N in turn, "
+                         "with the driver's CPU (module docstring)")
+    ap.add_argument("--replays", type=int, default=4,
+                    help="--workers: replays asked together (and live subscriptions)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.publishes, args.rate, args.seconds = 2000, 100.0, 4.0
+    if args.workers:
+        for workers in (int(n) for n in args.workers.split(",")):
+            print(cluster_run(args, workers), flush=True)
+        return 0
     with tempfile.TemporaryDirectory(prefix="bitroute-replay-") as folder:
         env = bitroute_run.Env(Path(folder), list(args.set))
         try:
@@ -168,7 +340,7 @@ def report(args, publishes: int, live_pub_s: float, live_dlv_s: float, base: dic
     rates = [f["delivered"] / max(f["at"] - f["started_at"], 1e-6) for f in finished]
     scans = [f["publishes"] / max(f["at"] - f["started_at"], 1e-6) for f in finished]
     latencies = [f["done"] - f["asked"] for f in finished]
-    lines = [f"## replay: {publishes:,} retained publishes, 10% matching "
+    lines = [f"## replay: {publishes:,} publishes Kafka keeps, 10% matching "
              f"(--publishes {args.publishes:,} --rate {args.rate:,.0f} --seconds {args.seconds:g})",
              "", "| | deliveries/s | publishes read/s |", "|---|---:|---:|",
              f"| live (backlog drain) | {live_dlv_s:,.0f} | {live_pub_s:,.0f} |"]

@@ -3,7 +3,7 @@
 A group is identified by (exchange, the full filter string, which names the
 group and the filter). Among the group's members whose subscription matched a
 message (header criteria included), exactly one receives it. The choice must
-be the same on every worker and on every replay of the message, so it is a
+be the same on every worker and on every re-run or replay of the message, so it is a
 pure function of the message id: a CRC-32 (stable across processes and
 Python versions, unlike the salted ``hash()``) of the group and the message id,
 modulo the number of members, indexing the members sorted by name. Including

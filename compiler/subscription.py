@@ -81,8 +81,8 @@ class Subscription:
 
     Construction does not validate; :meth:`compiler.index.RoutingIndex.upsert`
     does, as it knows the exchange's dialect. ``since`` (UTC, from the changelog's
-    optional ``since`` field) asks for a replay of the retained publishes at or
-    after it (``streaming.router.replay.replay``); the index does not keep it. ``options``: the
+    optional ``since`` field) asks for a replay of the publishes Kafka keeps at
+    or after it (``streaming.router.replay.replay``); the index does not keep it. ``options``: the
     MQTT subscription options (:mod:`compiler.options`), which the index keeps.
     """
 

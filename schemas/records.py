@@ -4,7 +4,7 @@ Kafka, publishes (input): key = routing key (UTF-8), value = payload (opaque,
 never parsed), headers = message properties used by header criteria, plus the
 optional :data:`EXCHANGE_HEADER` (default exchange from config), :data:`RETAIN_HEADER` and
 :data:`EXPIRY_HEADER`. The message
-id is ``<topic>/<partition>/<offset>``: unique and stable across replays; for
+id is ``<topic>/<partition>/<offset>``: unique and stable across re-runs and replays; for
 the n-th recreation of the publishes topic (incarnation n >= 1, recorded by
 :mod:`streaming.router.topics.incarnations`) it is ``<topic>~<n>/<partition>/<offset>``
 (``~`` cannot occur in a Kafka topic name). It is built (:func:`message_id`,
@@ -86,6 +86,11 @@ PUBLISHED_AT_HEADER = "bitroute.published_at"
 #: value ``true``; live deliveries do not carry it.
 REPLAYED_HEADER = "bitroute.replayed"
 REPLAYED_VALUE = b"true"
+#: The headers the router puts last on every delivery, in this order (after the publish's
+#: own headers, a feature mark such as :data:`REPLAYED_HEADER`, and the routing key of the
+#: shared layout): the one statement of their order, which the kernel's delivery writer
+#: is handed (streaming.router.batch.delivery.DeliveryColumns).
+DELIVERY_ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER)
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
                   REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER, RETAINED_HEADER,
@@ -103,7 +108,7 @@ SOURCE_SUBSCRIPTION = "subscription"
 #: The fields every changelog value carries, each a string, in this order.
 SUBSCRIPTION_REQUIRED_FIELDS = ("exchange", "subscriber", "filter")
 #: Optional: an ISO-8601 time (UTC when it names no zone). A record that creates the
-#: subscription with it asks for a replay of the retained publishes at or after that
+#: subscription with it asks for a replay of the publishes Kafka keeps at or after that
 #: time (streaming.router.replay.replay); ``bitroute subscribe --since`` writes it.
 SUBSCRIPTION_SINCE_FIELD = "since"
 #: Optional MQTT subscription options (compiler.options; docs/design.md, "Subscription

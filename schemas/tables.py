@@ -71,6 +71,9 @@ ROUTED_TASK = StructType([
     StructField("latency_ms", ArrayType(LongType(), False), True),
     # Its publishes whose lifetime (the expiry header) ended before they were routed.
     StructField("expired", LongType(), True),
+    # A replay's chunk (streaming.router.replay.replay): per subscription id, the deliveries
+    # listing it (null for a live batch's task).
+    StructField("subscriptions", MapType(StringType(), LongType(), False), True),
 ])
 
 #: Delta table ``deliveries``: one row per (message, subscriber). ``retained``: true for a

@@ -199,7 +199,7 @@ class StreamingConfig:
     on_retention_gap: str = "resume"
     """What the router does when publishes it has not read were deleted by Kafka
     (:mod:`streaming.router.topics.retention`): ``resume`` records the gap and routes on from the
-    earliest retained offset; ``stop`` stops the router until a run acknowledges it."""
+    earliest offset Kafka keeps; ``stop`` stops the router until a run acknowledges it."""
     replay_chunk_publishes: int = 20_000
     """Publishes one replay chunk reads at most (``subscribe --since``,
     :mod:`streaming.router.replay.replay`): one Spark job, one flush, one audit commit, one

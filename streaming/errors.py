@@ -38,7 +38,7 @@ class PackError(BitrouteError):
 
 class RetryAbandoned(BitrouteError):
     """A stop was requested while a step waited to be retried (:func:`streaming.retry.retry`;
-    the caller decides what that means: a batch left for a replay, a commit left in the
+    the caller decides what that means: a batch left for a re-run, a commit left in the
     journal)."""
 
 

@@ -41,7 +41,7 @@ def delivery_order(config: Config, subscriber: str) -> dict[int, list[str]]:
 def assert_publish_order_kept(order: dict[int, list[str]]) -> None:
     """The design's ordering guarantee: in each delivery partition, the first copy of each
     delivery comes in the order of its publish's offset within its publishes partition
-    (a replay may repeat deliveries, which the first copies leave out)."""
+    (a re-run or a replay may repeat deliveries, which the first copies leave out)."""
     for partition, ids in order.items():
         first: dict[str, None] = dict.fromkeys(ids)  # first copies, in order
         last_offset: dict[tuple[str, str], int] = {}

@@ -15,7 +15,7 @@ Invariants:
 - A batch is durable (journaled) before ``submit`` returns, so before Spark
   commits it; it leaves the journal only once both tables hold it.
 - Exactly once: a batch id committed to both tables, or already journaled, is
-  not journaled again (a replay); each table skips the batches at or below its
+  not journaled again (a re-run); each table skips the batches at or below its
   committed ``txn`` version, so a crash between the two tables' commits, or
   after both but before the journal removal, adds no row twice.
 - Bounded: while ``audit.max_pending_batches`` batches wait, ``submit`` waits
@@ -104,7 +104,7 @@ class AuditCommitter:
             self._thread.start()
 
     def submit(self, batch: AuditBatch) -> bool:
-        """Journal ``batch`` (durable on return); False when it is a replay (journaled or
+        """Journal ``batch`` (durable on return); False when it is a re-run (journaled or
         committed already). Waits while the journal is full; raises :class:`AuditStopping`
         if the router stops meanwhile."""
         if self._committed_through is not None and batch.batch_id <= self._committed_through:
@@ -156,7 +156,7 @@ class AuditCommitter:
             self._changed.notify_all()
             while len(self.journal) >= self.max_pending:
                 if self._stopping.is_set() or self._done.is_set():
-                    raise AuditStopping(f"batch {batch_id} left for a replay: the router is "
+                    raise AuditStopping(f"batch {batch_id} left for a re-run: the router is "
                                         "stopping while the audit journal is full")
                 self._changed.wait(0.2)
 

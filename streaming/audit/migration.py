@@ -6,8 +6,8 @@ it in place, once, on request: every row read and written again with its date
 column, partitioned by it (:data:`schemas.records.PARTITION_COLUMNS`), in one
 Delta commit (an overwrite that also changes the schema and the partitioning).
 The table's history stays (earlier versions remain readable by time travel
-until the maintenance's retention removes their files) and so do its ``txn``
-application versions, so a batch replayed after the migration still adds no
+until the maintenance's file retention removes their files) and so do its ``txn``
+application versions, so a batch re-run after the migration still adds no
 row. A table in this version's layout is left alone ("already partitioned").
 
 With the router stopped: :func:`migrate` runs under the state folder's router

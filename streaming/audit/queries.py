@@ -7,6 +7,9 @@ filters it and orders it:
 
 - ``subscriber`` (deliveries, subscriptions) and ``message_id`` (deliveries,
   messages) are equality filters;
+- ``replayed`` and ``retained`` (deliveries) keep the deliveries a replay made
+  (``subscribe --since``) and those of retained messages made when a subscription
+  was applied (rows older than the columns, where they are null, are neither);
 - ``since`` (inclusive) and ``until`` (exclusive) bound the table's time
   column: ``routed_at`` for deliveries and messages, ``applied_at`` for
   subscriptions;
@@ -83,6 +86,8 @@ with :data:`schemas.records.MESSAGE_ID_PATTERN`); an id of another shape sorts a
 (id, -1, -1)."""
 _FILTER_TABLES = {"subscriber": ("deliveries", "subscriptions"),
                   "message_id": ("deliveries", "messages")}
+_MARK_FILTERS = ("replayed", "retained")
+"""The deliveries' boolean mark columns a query may keep only the true rows of."""
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 """strftime of Arrow: ``%S`` of a microsecond timestamp prints ``SS.ffffff``."""
 
@@ -98,11 +103,16 @@ class AuditQuery:
     until: datetime | None = None
     as_of_version: int | None = None
     state: bool = False
+    replayed: bool = False
+    retained: bool = False
 
     def __post_init__(self) -> None:
         if self.table not in TIME_COLUMNS:
             raise InvalidQuery(f"unknown audit table {self.table!r}: expected one of "
                                f"{', '.join(TIME_COLUMNS)}")
+        for flag in _MARK_FILTERS:
+            if getattr(self, flag) and self.table != DELIVERIES:
+                raise InvalidQuery(f"--{flag} applies to the deliveries table only")
         for name, tables in _FILTER_TABLES.items():
             if getattr(self, name) is not None and self.table not in tables:
                 flag = "--" + name.replace("_", "-")
@@ -475,7 +485,37 @@ def conditions(query: AuditQuery, partitioned: bool) -> list[str]:
         found.append(f"{_name('message_id')} = {_text(query.message_id)}")
     if query.subscriber is not None and not query.state:
         found.append(f"{_name('subscriber')} = {_text(query.subscriber)}")
+    found += [f"{_name(flag)} = true" for flag in _MARK_FILTERS if getattr(query, flag)]
     return found
+
+
+def delivered(config: Config, subscribers: list[str], since: datetime) -> pa.Table:
+    """``(message_id, subscriber)`` of every ``deliveries`` row of ``subscribers`` routed
+    on ``since``'s UTC day or later (every row, on a table not partitioned by day); empty
+    when the table does not exist yet. A replay's one-delivery-per-(message, subscriber)
+    check (:mod:`streaming.router.replay.replay`). Raises :class:`AuditError` when the table
+    cannot be read."""
+    path = config.delta.table_path(DELIVERIES)
+    storage = storage_options(config.delta)
+    empty = pa.table({"message_id": pa.array([], pa.string()),
+                      "subscriber": pa.array([], pa.string())})
+    if not subscribers:
+        return empty
+    try:
+        if not DeltaTable.is_deltatable(path, storage_options=storage):
+            return empty
+    except OSError as exc:
+        raise AuditError(f"{path}: {one_line(exc)}") from None
+    query = AuditQuery(DELIVERIES)
+    delta = _open(path, query, storage)
+    where = [f"{_name('subscriber')} IN ({', '.join(_text(s) for s in sorted(subscribers))})"]
+    if PARTITION_COLUMNS[DELIVERIES] in delta.metadata().partition_columns:
+        where.append(f"{_name(PARTITION_COLUMNS[DELIVERIES])} >= {_date(since)}")
+    sql = (f"SELECT {_name('message_id')}, {_name('subscriber')} FROM {_name(DELIVERIES)} "
+           f"WHERE {' AND '.join(where)}")
+    with _reading(path, query):
+        table = arrow_table(QueryBuilder().register(DELIVERIES, delta).execute(sql))
+    return table.combine_chunks().cast(empty.schema) if table.num_rows else empty
 
 
 def arrow_table(data: object) -> pa.Table:

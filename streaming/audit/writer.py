@@ -36,8 +36,8 @@ committed together, :meth:`AuditTables.append_publishes`, carries the highest
 id of the group, and each table drops the batches at or below its committed
 version first), the subscriptions table the snapshot version, under app ids
 derived from the router id (:meth:`streaming.router.subscriptions.snapshots.SnapshotStore.router_id`),
-so a replayed batch or a re-applied version adds no row, and a new router (a
-fresh checkpoint folder) is not mistaken for a replay of an old one. The same
+so a re-run batch or a re-applied version adds no row, and a new router (a
+fresh checkpoint folder) is not mistaken for a re-run of an old one. The same
 ``txn`` actions are what Spark's ``txnAppId``/``txnVersion`` wrote in earlier
 versions, so tables written by them continue exactly where they were.
 
@@ -283,6 +283,28 @@ class AuditTables:
         if rows.num_rows:
             self._append(DELIVERIES, rows, self._replay_app, chunk)
 
+    def append_replayed_files(self, files: Sequence[AuditFile], chunk: int) -> None:
+        """Add the replayed ``deliveries`` files of replay chunk ``chunk`` (increasing), which
+        its routing tasks wrote (streaming.router.replay.replay), in one transaction, once: under
+        the replays' app id, versioned by the chunk's number. Files of a chunk already
+        committed are left untracked (the vacuum deletes them)."""
+        if not files:
+            return
+        table = self._table(DELIVERIES)
+        table.update_incremental()
+        committed = table.transaction_version(self._replay_app)
+        if committed is not None and committed >= chunk:
+            return  # the chunk ran again after a crash: its rows are in the table already
+        partitioned = is_partitioned(table, DELIVERIES)
+        table.create_write_transaction(
+            [f.add_action() for f in files], mode="append", schema=table.schema(),
+            partition_by=[PARTITION_COLUMNS[DELIVERIES]] if partitioned else None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(self._replay_app, chunk)]),
+            post_commithook_properties=NO_POST_COMMIT_HOOKS)
+        table.update_incremental()  # the object does not follow its own transaction
+        self._reload_if_grown(DELIVERIES, table)
+
     def publishes_version(self, table: str) -> int | None:
         """The highest batch id committed to publish table ``table`` (None: none yet)."""
         delta = self._table(table)
@@ -327,7 +349,7 @@ class AuditTables:
         table.update_incremental()
         committed = table.transaction_version(self._publishes_app)
         if committed is not None and committed >= txn_version:
-            return  # a replay: these rows are in the table already
+            return  # a re-run: these rows are in the table already
         partitioned = is_partitioned(table, name)
         mark = self.marks.get(name)
         audited = mark.offsets if mark is not None else None
@@ -403,7 +425,7 @@ class AuditTables:
         table.update_incremental()
         committed = table.transaction_version(app_id)
         if committed is not None and committed >= txn_version:
-            return  # a replay: these rows are in the table already
+            return  # a re-run: these rows are in the table already
         partitioned = is_partitioned(table, name)
         if not partitioned:  # an earlier version's table: its own columns
             rows = rows.drop_columns([PARTITION_COLUMNS[name]])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from streaming.cli.times import FORMS
 from streaming.cli.verbs import audit as audit_verbs, inspection, installation, messaging, router
 
 
@@ -146,10 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe.add_argument("--match", choices=("all", "any"), default="all",
                            help="every header criterion must hold (all, default) or one (any)")
     subscribe.add_argument("--since", metavar="T",
-                           help="also replay the retained publishes at or after T that the "
-                                "subscription matches, then the live stream: an ISO-8601 time "
-                                "(UTC when no zone) or a duration back from now (90s, 15m, 2h, "
-                                "7d, 1h30m); docs/design.md, \"Replay\"")
+                           help="also replay the publishes Kafka keeps at or after T "
+                                f"that the subscription matches, then the live stream; T: {FORMS}; "
+                                "docs/design.md, \"Replay\"")
     subscribe.add_argument("--retain-handling", type=int, choices=(0, 1, 2), default=0,
                            help="MQTT exchanges only: when the router applies the subscription, "
                                 "deliver the retained messages it matches (marked "
@@ -246,14 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "(deliveries, subscriptions)")
     audit.add_argument("--message-id", metavar="M", help="rows of message M "
                        "(deliveries, messages)")
-    audit.add_argument("--since", metavar="T", help="rows at or after T (ISO-8601; UTC when "
-                       "no offset is given)")
-    audit.add_argument("--until", metavar="T", help="rows before T (ISO-8601)")
+    audit.add_argument("--since", metavar="T", help=f"rows at or after T; T: {FORMS}")
+    audit.add_argument("--until", metavar="T", help=f"rows before T; T: {FORMS}")
     audit.add_argument("--as-of-version", type=_version_number, metavar="V",
                        help="read the table as it was at Delta version V (time travel)")
     audit.add_argument("--state", action="store_true",
                        help="subscriptions: the subscriptions in force (latest change per id, "
                             "removed ones left out) instead of every change")
+    audit.add_argument("--replayed", action="store_true",
+                       help="deliveries: only those a replay made (subscribe --since)")
+    audit.add_argument("--retained", action="store_true",
+                       help="deliveries: only the retained messages delivered when a "
+                            "subscription was applied")
     audit.add_argument("--json", action="store_true", help="one JSON object per row")
     audit.add_argument("--limit", type=_count, metavar="N",
                        help="only the newest N rows (still oldest first), read from the "

@@ -40,14 +40,21 @@ class BatchLines:
         print(batch_line(report), file=self._stream or sys.stdout, flush=True)
 
 
+DEPRECATED_KEYS = {"replayed": "rerun"}
+"""``bitroute run --json``'s former key -> its key now: the former is still written, with
+the same value, so that programs written against it keep working (docs/operations.md,
+"Deprecated names"); to be removed in a later release."""
+
+
 class BatchJson:
     """A report listener for ``bitroute run --json``: each batch as one JSON object on one
     line of ``stream`` (stdout), flushed at once.
 
     The object is the :class:`~streaming.router.batch.report.BatchReport`'s fields by name
     (``batch_id``, ``rows``, ``deliveries``, ``rejected``, ``snapshot_version``,
-    ``seconds``, ``replayed``, ``stages``, ``attempts``, ``routed_in``, ``lost``) and
-    ``finished_at``, the wall clock (Unix seconds) when the listener was called.
+    ``seconds``, ``rerun``, ``stages``, ``attempts``, ``routed_in``, ``lost``, ``expired``),
+    ``finished_at``, the wall clock (Unix seconds) when the listener was called, and the
+    former names of :data:`DEPRECATED_KEYS` (``replayed``: ``rerun``'s).
     """
 
     def __init__(self, stream: TextIO | None = None,
@@ -58,6 +65,8 @@ class BatchJson:
     def __call__(self, report: BatchReport) -> None:
         record = dataclasses.asdict(report)
         record["finished_at"] = self._clock()
+        for old, new in DEPRECATED_KEYS.items():
+            record[old] = record[new]
         print(json.dumps(record), file=self._stream or sys.stdout, flush=True)
 
 

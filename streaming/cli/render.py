@@ -324,14 +324,14 @@ def state_source(state: RoutingState) -> str:
 
 def batch_line(report: BatchReport) -> str:
     """The line ``bitroute run`` prints on stdout after each batch."""
-    replay = " (replayed with its pinned version)" if report.replayed else ""
+    rerun = " (re-run with its pinned version)" if report.rerun else ""
     split = " ".join(f"{k} {v:.2f}s" for k, v in report.stages.items())
     return (f"batch {report.batch_id}: {report.rows} publishes, {report.deliveries} deliveries, "
             f"{report.rejected} rejected, "
             + (f"{report.lost} lost to retention, " if report.lost else "")
             + (f"{report.expired} expired, " if report.expired else "")
             + f"snapshot v{report.snapshot_version}, "
-            f"{report.seconds:.2f}s ({split}, routed in the {report.routed_in}){replay}")
+            f"{report.seconds:.2f}s ({split}, routed in the {report.routed_in}){rerun}")
 
 
 # --- audit maintain --------------------------------------------------------------------------

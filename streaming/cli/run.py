@@ -13,7 +13,7 @@ and exits:
 
 - 0 after a signal: the batch in progress is finished first; a second signal
   ends the process at once (status 1), as a kill would, and the interrupted
-  batch is replayed at the next start with its pinned version;
+  batch is re-run at the next start with its pinned version;
 - 1 when the router could not start or its query failed, with one line on
   stderr saying what failed and what to do.
 
@@ -176,7 +176,7 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         ended = _await_query(router, query, stop_requested, info)
     except Py4JError:
         print("bitroute: error: the Spark JVM ended unexpectedly; start the router again "
-              "(the unfinished batch is replayed)", file=sys.stderr)
+              "(the unfinished batch is re-run)", file=sys.stderr)
         return 1
     if ended is not None:
         return ended
@@ -209,7 +209,7 @@ def _await_query(router: Router, query, stop_requested: threading.Event,
         except StreamingQueryException as exc:
             if stop_requested.is_set():
                 router.stop()
-                print("bitroute: stopped (the unfinished batch is replayed at the next start)",
+                print("bitroute: stopped (the unfinished batch is re-run at the next start)",
                       file=info, flush=True)
                 return 0
             if router.recreated is not None:
@@ -267,7 +267,7 @@ def _failure_line(router: Router, failure: BaseException) -> str:
     after = f"after batch {last.batch_id}" if last is not None else "before its first batch"
     return (f"{one_line(failure)} ({after}; the checkpoint in "
             f"{router.layout.query} is intact: fix the cause and start the router again, "
-            "the unfinished batch is replayed)")
+            "the unfinished batch is re-run)")
 
 
 def _mode_line(config: Config) -> str:

@@ -131,6 +131,11 @@ def text(values: pa.Array) -> pa.Array:
                          for v in values.to_pylist()], pa.string())
 
 
+SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
+"""The Spark Kafka source's columns a routing task reads (:class:`PublishColumns`): a live
+batch's and a replay's chunk's alike."""
+
+
 class PublishColumns:
     """One Arrow batch of Kafka source rows, read as publishes.
 

@@ -52,12 +52,20 @@ if TYPE_CHECKING:
 STAGES = ("catch_up", "route", "audit")
 """The stages of a batch (``BatchReport.stages``), present at 0 from the start."""
 
+DEPRECATED_ALIASES = {"bitroute_batches_rerun_total": "bitroute_batches_replayed_total"}
+"""Metric -> its former name, still exposed with the same value so that dashboards and
+alerts written against it keep working (docs/operations.md, "Deprecated names"); to be removed
+in a later release."""
+
 METRICS: tuple[Metric, ...] = (
     Metric("bitroute_start_time_seconds", "gauge",
            "When this router process started serving metrics, in Unix seconds."),
     Metric("bitroute_batches_total", "counter", "Micro-batches the router finished."),
+    Metric("bitroute_batches_rerun_total", "counter",
+           "Finished micro-batches that were re-runs after a crash (routed with their pinned "
+           "snapshot version)."),
     Metric("bitroute_batches_replayed_total", "counter",
-           "Finished micro-batches that were replays (routed with their pinned snapshot version)."),
+           "Deprecated: the same value as bitroute_batches_rerun_total, under its former name."),
     Metric("bitroute_batches_routed_total", "counter",
            "Finished micro-batches by where they were routed: in the driver (small batches on a "
            "local master) or on the executors.", ("routed_in",)),
@@ -144,7 +152,8 @@ class RouterMetrics:
         registry = self.registry
         registry.set("bitroute_start_time_seconds", clock())
         registry.set("bitroute_query_active", 0)
-        for name in ("bitroute_batches_total", "bitroute_batches_replayed_total",
+        for name in ("bitroute_batches_total", "bitroute_batches_rerun_total",
+                     DEPRECATED_ALIASES["bitroute_batches_rerun_total"],
                      "bitroute_publishes_total", "bitroute_deliveries_total",
                      "bitroute_rejected_total", "bitroute_lost_total", "bitroute_expired_total",
                      "bitroute_batch_seconds_total"):
@@ -218,8 +227,9 @@ class RouterMetrics:
 
         with self.registry.atomic() as r:
             r.inc("bitroute_batches_total")
-            if report.replayed:
-                r.inc("bitroute_batches_replayed_total")
+            if report.rerun:
+                r.inc("bitroute_batches_rerun_total")
+                r.inc(DEPRECATED_ALIASES["bitroute_batches_rerun_total"])
             r.inc("bitroute_batches_routed_total", routed_in=report.routed_in)
             r.inc("bitroute_publishes_total", report.rows)
             r.inc("bitroute_deliveries_total", report.deliveries)

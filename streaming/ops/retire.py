@@ -20,7 +20,7 @@ deleted, the audit saying why.
 
 The shared delivery layout has no topic of a subscriber's own: its records in
 the shared topic age out with the topic's retention, and ``delete_topic`` is
-refused. A batch replayed after a crash with the snapshot pinned before the
+refused. A batch re-run after a crash with the snapshot pinned before the
 removals may deliver to the subscriber once more, which creates its topic
 again (docs/operations.md, "Retiring a subscriber").
 """

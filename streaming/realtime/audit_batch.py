@@ -9,7 +9,7 @@ do the same work on the same Arrow columns:
 
 1. **Repeats left out** (:func:`select`): per publishes partition, a routed record
    below the audited mark (``floor``: the next offset the audit lacks) or after an
-   earlier record of the same offset is a repeat (a routing epoch replayed).
+   earlier record of the same offset is a repeat (a routing epoch re-run).
 2. **Retention gaps found** (:func:`lost_ranges`): per publishes partition, the
    offsets between the audited mark and the first routed record kept, and between
    two records kept, that Kafka no longer holds (below its earliest offset) were

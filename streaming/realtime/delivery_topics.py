@@ -1,7 +1,7 @@
 """Realtime mode and a deleted delivery topic: the router creates it again, as micro-batch mode does.
 
 In micro-batch mode the routing process finds a delivery refused as an unknown topic
-and creates the topic again as the layout says (:func:`streaming.router.batch.routing._recreated`).
+and creates the topic again as the layout says (:func:`streaming.router.batch.routing.deliver`).
 In realtime mode the deliveries are written by Spark's Kafka sink (a Java producer),
 which cannot be told to: a delivery to a topic the broker does not have fails the
 routing task after the producer's ``max.block.ms`` (``Topic ... not present in

@@ -8,7 +8,7 @@ from streaming.errors import BitrouteError
 
 
 class RouterStopping(BitrouteError):
-    """A stop was requested while a batch was waiting to retry: the batch is left for a replay."""
+    """A stop was requested while a batch was waiting to retry: the batch is left for a re-run."""
 
 
 class DeliveryUnavailable(BitrouteError):
@@ -16,7 +16,7 @@ class DeliveryUnavailable(BitrouteError):
 
 
 class SnapshotStoreError(BitrouteError):
-    """The store is missing something a replay needs, or holds an unreadable file."""
+    """The store is missing something a re-run needs, or holds an unreadable file."""
 
 
 class ChangelogError(BitrouteError):

@@ -23,7 +23,7 @@ Where each part runs, and why that makes it as durable as routing:
    task, after its deliveries were acknowledged, each retained publish of the
    task that was not rejected is produced to the retained topic and the task
    flushes again before it returns; so the write is acknowledged before Spark
-   commits the batch. A replayed batch writes the same value again (same key,
+   commits the batch. A re-run batch writes the same value again (same key,
    same bytes), which compaction makes harmless.
 2. **The state in the driver** (:class:`RetainedMessages`): the retained topic
    read to its end offsets (from the beginning at the first need after a start)
@@ -44,9 +44,9 @@ Where each part runs, and why that makes it as durable as routing:
    app id ``bitroute-<router id>-retained`` with the batch id as version, and
    marks the batch done (``retained/<batch id>.done``). The batch's own
    publishes are then routed live, to the new subscriptions too: no gap, no
-   duplicate at the boundary. A replayed batch id finds its plan (delivered
+   duplicate at the boundary. A re-run batch id finds its plan (delivered
    again: Kafka at least once, the audit's ``txn`` adds nothing) or its done
-   mark (nothing happens); a batch replayed after a crash before its pin
+   mark (nothing happens); a batch re-run after a crash before its pin
    makes its plan again from the noted changes, which a restart reads back from
    the versions not yet pinned.
 4. **The same, idle** (:meth:`RetainedDeliveries.deliver_applied`): with no
@@ -85,12 +85,11 @@ from schemas.records import (
     RETAIN_HEADER,
     RETAIN_TRUE,
     RETAINED_HEADER,
-    SNAPSHOT_VERSION_HEADER,
-    SUBSCRIPTION_IDS_HEADER,
 )
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.atomic import write_atomically
 from streaming.config import Config
+from streaming.kafka.records import subscription_ids_json
 
 if TYPE_CHECKING:
     from compiler.headers import HeaderCriteria
@@ -604,49 +603,28 @@ class RetainedDeliveries:
         return len(keep)
 
     def _produce(self, plan: pa.Table, version: int) -> set[int]:
-        """Produce every delivery of ``plan``; return the rows Kafka refused (logged)."""
+        """Produce every delivery of ``plan`` (a row each, marked ``bitroute.retained:
+        true``) through the routing entry point; return the rows Kafka refused (logged)."""
         from streaming.router.batch.delivery import (
-            BinaryColumn,
-            DeliveryColumns,
             ProducerSettings,
             cached_producer,
+            delivery_records,
         )
+        from streaming.router.batch.routing import deliver
 
         kafka = self._config.kafka
-        layout = kafka.layout
-        n = plan.num_rows
-        subscribers = plan["subscriber"].combine_chunks()
-        routing_keys = plan["topic"].combine_chunks().cast(pa.binary())
-        keys, per_delivery = layout.record_keys(subscribers, routing_keys)
         names = plan["header_names"].combine_chunks()
         values = plan["header_values"].combine_chunks()
-        # Each delivery's own headers, then the retained mark (before the router's three).
-        counts = np.asarray(pc.list_value_length(names).to_numpy(zero_copy_only=False),
-                            np.int64) + 1
-        offsets = np.zeros(n + 1, np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        flat_names, flat_values = [], []
-        for own_names, own_values in zip(names.to_pylist(), values.to_pylist(), strict=True):
-            flat_names += [*own_names, RETAINED_HEADER]
-            flat_values += [*own_values, RETAINED_VALUE]
-        ids = [json.dumps(x, ensure_ascii=False) for x in plan["subscription_ids"].to_pylist()]
-        columns = DeliveryColumns(
-            topic_names=layout.topic_column(subscribers), rows=np.arange(n, dtype=np.int64),
-            keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
-            routing_keys=BinaryColumn.of(routing_keys),
-            routing_key_header=layout.routing_key_header,
-            values=BinaryColumn.of(plan["value"].combine_chunks()),
-            header_offsets=offsets,
-            header_names=BinaryColumn.of(pa.array(flat_names, pa.string())),
-            header_values=BinaryColumn.of(pa.array(flat_values, pa.binary())),
-            message_ids=BinaryColumn.of(plan["message_id"].combine_chunks()),
-            subscription_ids=BinaryColumn.of(pa.array(ids, pa.string())),
-            version=str(version).encode(),
-            header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
-                                 SNAPSHOT_VERSION_HEADER))
+        columns = delivery_records(
+            kafka.layout, plan["subscriber"].combine_chunks(),
+            np.arange(plan.num_rows, dtype=np.int64),
+            plan["topic"].combine_chunks().cast(pa.binary()), plan["value"].combine_chunks(),
+            _from_zero(names.offsets), names.flatten(), values.flatten(),
+            plan["message_id"].combine_chunks(),
+            subscription_ids_json(plan["subscription_ids"].combine_chunks()),
+            str(version).encode(), mark=(RETAINED_HEADER, RETAINED_VALUE))
         producer = cached_producer(ProducerSettings.of(kafka))
-        producer.produce_deliveries(columns)
-        failed = producer.flush()
+        failed = deliver(producer, columns, kafka.layout)
         for failure in failed:
             _log.warning(f"a retained message for a new subscription was not delivered: "
                          f"{failure.topic} refused it ({failure.reason})")
@@ -656,11 +634,13 @@ class RetainedDeliveries:
                     routed_at: datetime) -> pa.Table:
         from streaming.audit.writer import deliveries_rows
 
-        deliveries = pa.array([[{"subscriber": s, "subscription_ids": ids}] for s, ids in
-                               zip(plan["subscriber"].to_pylist(),
-                                   plan["subscription_ids"].to_pylist(), strict=True)],
-                              _ROUTED_ARROW.field("deliveries").type)
-        published = pa.array(plan["published_at_ms"].to_pylist(), pa.timestamp("ms", tz="UTC"))
+        fields = list(_ROUTED_ARROW.field("deliveries").type.value_type)
+        entries = pa.StructArray.from_arrays(
+            [plan[f.name].combine_chunks().cast(f.type) for f in fields], fields=fields)
+        deliveries = pa.ListArray.from_arrays(
+            pa.array(np.arange(plan.num_rows + 1, dtype=np.int32)), entries)
+        published = pc.cast(plan["published_at_ms"].combine_chunks().cast(pa.int64()),
+                            pa.timestamp("ms", tz="UTC"))
         routed = pa.table({
             "message_id": plan["message_id"].cast(pa.string()),
             "exchange": plan["exchange"].cast(pa.string()),
@@ -715,3 +695,8 @@ class RetainedDeliveries:
             if old <= batch_id - PLANS_KEPT:
                 self._remove(old)
 
+
+def _from_zero(offsets: pa.Array) -> np.ndarray:
+    """A list array's offsets as int32, from 0 (the list array may be a slice)."""
+    found = np.asarray(offsets.to_numpy(zero_copy_only=False), np.int64)
+    return (found - found[0]).astype(np.int32)

@@ -7,7 +7,7 @@ a. Pin. The batch's snapshot comes from its one owner,
    seen for the first time catches the subscription changelog up to its end
    offsets (happens-before: a subscription Kafka acknowledged before a
    publish of this batch is applied to it) and records ``batch id -> snapshot
-   version`` durably before anything is written; a replayed batch id (after a
+   version`` durably before anything is written; a re-run batch id (after a
    crash) reuses its pinned version. The version comes back broadcast, with
    whether its matcher reads headers.
 b. Route. One Spark job: ``mapInArrow`` over the Kafka source rows, where
@@ -64,7 +64,7 @@ State: the checkpoint folder (:mod:`streaming.state.checkpoint`): Spark's
 checkpoint of the query, the router's snapshots and pins
 (:mod:`streaming.router.subscriptions.snapshots`), held by one router at a time
 (:mod:`streaming.state.lock`). A router killed at any
-point and restarted on the same folders replays the unfinished batch with its
+point and restarted on the same folders re-runs the unfinished batch with its
 pinned version: no delivery lost, Kafka repeats possible, Delta rows exactly
 once (a journal a crash left is committed at open, before routing starts).
 """
@@ -99,6 +99,7 @@ from streaming.errors import one_line
 from streaming.kafka.broker_watch import BrokerWatch
 from streaming.kafka.clients import java_access_failure
 from streaming.kafka.errors import KafkaAccessError
+from streaming.kafka.records import SOURCE_COLUMNS
 from streaming.kafka.topics import admin_client, ensure_router_topics
 from streaming.retry import RetryAbandoned, retry
 from streaming.router.batch.batch_rows import BatchRows
@@ -162,7 +163,6 @@ IDLE_CATCH_UP_S = 1.0
 """With no batch for this long, the replay thread applies the changelog itself
 (:meth:`Router._idle_catch_up`): a replay asked for on a quiet topic starts at once."""
 T = TypeVar("T")
-SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
 
 class Router:
@@ -391,7 +391,7 @@ class Router:
         self._require_query().processAllAvailable()
 
     def stop(self) -> None:
-        """Stop the query (an unfinished batch is replayed at the next start) and release resources."""
+        """Stop the query (an unfinished batch is re-run at the next start) and release resources."""
         self._stopping.set()
         try:
             if self.realtime is not None:
@@ -444,7 +444,7 @@ class Router:
     def stop_after_current_batch(self) -> None:
         """Wait for the batch in progress, if any, and for Spark to commit it; then stop.
 
-        A batch waiting to retry a failure gives up at once (it is replayed at
+        A batch waiting to retry a failure gives up at once (it is re-run at
         the next start). In realtime mode there is no batch to wait for: the stop lets
         the audit batch in progress end (:meth:`streaming.realtime.service.RealtimeRouting.stop`).
         """
@@ -580,7 +580,7 @@ class Router:
                            lambda: committer.submit(audit), attempts)
         audited = time.monotonic()
         report = BatchReport(batch_id, publishes, deliveries, rejected, snapshot.version,
-                             audited - started, snapshot.replayed,
+                             audited - started, snapshot.rerun,
                              {"catch_up": caught_up - started, "route": route_done - caught_up,
                               "audit": audited - route_done}, attempts[0], routed_in,
                              lost=sum(g.records for g in gaps), expired=expired)
@@ -654,7 +654,7 @@ class Router:
         the cluster, the disk or a lost worker: the batch waits for them, and
         logs so (:func:`streaming.retry.retry`: at its first failure, then at
         most every 30 s, and once it succeeds). A stop request
-        ends the wait with :class:`RouterStopping` (the batch is replayed at
+        ends the wait with :class:`RouterStopping` (the batch is re-run at
         the next start).
         """
         def counted() -> T:
@@ -666,7 +666,7 @@ class Router:
                          log=_log, give_up=self._stopping.is_set, wake=self._stopping,
                          describe=self.failure_line)
         except RetryAbandoned:
-            raise RouterStopping(f"batch {batch_id} left for a replay: the router is "
+            raise RouterStopping(f"batch {batch_id} left for a re-run: the router is "
                                  "stopping") from None
 
     def failure_line(self, failure: BaseException) -> str:

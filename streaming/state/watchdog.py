@@ -5,7 +5,7 @@ killed (SIGKILL, OOM killer), the JVM outlives it: its shutdown hooks wait on
 a streaming query whose Python side is gone, and it keeps its memory and,
 worse, the router's state folder in use. :func:`start_watchdog` starts a small
 process that waits for the driver to end and then kills the JVM with SIGKILL
-(the router's state is made for kills: the unfinished batch is replayed).
+(the router's state is made for kills: the unfinished batch is re-run).
 
 The watchdog also holds a copy of the router lock's descriptor
 (:mod:`streaming.state.lock`) until the JVM is gone, so no second router can start

@@ -768,7 +768,7 @@ def retention_gap(folder: Path, o: Options) -> Result:
         up_s = stage.start_router()
         routed_s = stage.wait_routed(o.timeout_s)
         resume_s = time.monotonic() - restarted
-        _log(f"router back in {up_s:.0f}s, every retained publish routed {resume_s:.0f}s after "
+        _log(f"router back in {up_s:.0f}s, every publish Kafka keeps routed {resume_s:.0f}s after "
              "the restart")
         alive = stage.router.alive()
         status = stage.router.terminate()
@@ -786,7 +786,7 @@ def retention_gap(folder: Path, o: Options) -> Result:
     result.check("deleted publishes in more than one lost row", s["lost_repeated"],
                  s["lost_repeated"] == 0)
     # A row per partition and batch: a batch bounded by max_offsets_per_trigger that ends
-    # before the earliest retained offset records its part of the gap, the next the rest.
+    # before the earliest offset Kafka keeps records its part of the gap, the next the rest.
     result.check("lost rows (one per partition range a batch met) / wrong ones",
                  f"{s['lost_rows']} / {s['lost_rows_wrong']}",
                  s["lost_rows_wrong"] == 0 and s["lost_rows"] > 0)
@@ -796,7 +796,7 @@ def retention_gap(folder: Path, o: Options) -> Result:
     result.check("publishes the load driver could not write", failed, failed == 0)
     _delivery_checks(result, s)
     _changelog_checks(result, stage, rows)
-    result.check("router restart: up (s) / every retained publish routed (s)",
+    result.check("router restart: up (s) / every publish Kafka keeps routed (s)",
                  f"{up_s:.0f} / {resume_s:.0f}", None)
     result.check("router exit status after SIGTERM (stop, end)", f"{stopped}, {status}",
                  stopped == 0 and status == 0 and alive)

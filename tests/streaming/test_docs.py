@@ -172,6 +172,7 @@ def test_the_run_json_sample_has_the_batch_report_fields():
     import dataclasses
     import json
 
+    from streaming.cli.progress import DEPRECATED_KEYS
     from streaming.router.batch.report import BatchReport
 
     text = (ROOT / "docs" / "running.md").read_text()
@@ -179,7 +180,7 @@ def test_the_run_json_sample_has_the_batch_report_fields():
     block = re.search(r"```json\n(.*?)```", section, re.S)
     assert block is not None, "the sample batch line"
     sample = json.loads(block.group(1))
-    fields = [f.name for f in dataclasses.fields(BatchReport)] + ["finished_at"]
+    fields = [f.name for f in dataclasses.fields(BatchReport)] + ["finished_at", *DEPRECATED_KEYS]
     assert sorted(sample) == sorted(fields)
 
 

@@ -7,11 +7,11 @@ import argparse
 import json
 import os
 import sys
-from datetime import UTC, datetime
 
 from streaming.cli.arguments import config_of
 from streaming.cli.errors import CommandError, UsageError, reported
 from streaming.cli.output import print_lines
+from streaming.cli.times import parse_time
 from streaming.config import Config
 
 
@@ -29,9 +29,10 @@ def audit(args: argparse.Namespace) -> int:
     with reported(audit.InvalidQuery, audit.AuditError):
         query = audit.AuditQuery(
             table=args.table, subscriber=args.subscriber, message_id=args.message_id,
-            since=None if args.since is None else _time(args.since, "--since"),
-            until=None if args.until is None else _time(args.until, "--until"),
-            as_of_version=args.as_of_version, state=args.state)
+            since=None if args.since is None else parse_time(args.since, "--since"),
+            until=None if args.until is None else parse_time(args.until, "--until"),
+            as_of_version=args.as_of_version, state=args.state,
+            replayed=args.replayed, retained=args.retained)
         answer = audit.read(cfg, query, args.limit)
         # Each batch is written (and flushed) as it is read: the first rows show at once.
         text = None if args.json else TableText(answer.columns)
@@ -55,18 +56,6 @@ def _write(data: bytes) -> None:
     sys.stdout.flush()
     out.write(data)
     out.flush()
-
-
-def _time(text: str, flag: str) -> datetime:
-    """An ISO-8601 timestamp as an aware UTC datetime; one without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{flag}: expected an ISO-8601 timestamp such as "
-                         f"2025-01-31T12:00:00Z, got {text!r}") from None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
 
 
 def _audit_migrate(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from schemas.records import EXPIRY_HEADER, PUBLISHER_HEADER, RETAIN_HEADER, RETAIN_TRUE
 from streaming.cli.arguments import config_of, message_headers
 from streaming.cli.errors import UsageError, reported
+from streaming.cli.times import parse_time
 from streaming.config import MODE_REALTIME
 
 
@@ -34,12 +35,13 @@ def subscribe(args: argparse.Namespace) -> int:
             from compiler import HeaderCriteria
             from streaming.router.replay import cli as replay_cli
 
-            since = replay_cli.parse_since_argument(args.since)
+            since = parse_time(args.since, "--since")
+            replay_cli.check_since(since, args.since)
             client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,
                                              criteria, args.match, sub_id, since, options)
             replay_cli.check_existing(cfg, args.id, args.exchange, args.subscriber, filter_,
                                       HeaderCriteria(args.match, criteria) if criteria else None)
-            notice = replay_cli.retained_start_notice(cfg, since)
+            notice = replay_cli.retention_start_notice(cfg, since)
             if notice is not None:
                 print(f"bitroute: {notice}", file=sys.stderr, flush=True)
         record = client_verbs.subscription_record(cfg, args.exchange, args.subscriber, filter_,

@@ -14,7 +14,7 @@ router's life, and hands them over in the Spark Kafka source's Arrow layout
 Same records as Spark's source, by construction:
 
 - the range is the offset log's, which Spark wrote before calling the batch, so a
-  replayed batch reads the same range again;
+  re-run batch reads the same range again;
 - ``isolation.level = read_uncommitted``, as Spark's consumer (its end offsets are the
   high watermarks, which a read_committed consumer could not reach past an open
   transaction);

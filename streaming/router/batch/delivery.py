@@ -9,7 +9,7 @@ API, the GIL released while it produces and flushes); rejected publishes go
 through a confluent-kafka producer, one record at a time. Then
 :meth:`DeliveryProducer.flush` waits until Kafka acknowledged every record
 (``acks=all``, idempotent producer), so a task that returns has its records
-written: at least once (a replayed batch writes them again).
+written: at least once (a re-run batch writes them again).
 
 Failures are sorted into two kinds, and only one of them is about a record:
 
@@ -37,7 +37,7 @@ import pyarrow as pa
 from bitroute_kernel import DeliveryWriter
 from confluent_kafka import KafkaError, KafkaException
 
-from schemas.records import MESSAGE_ID_HEADER, SNAPSHOT_VERSION_HEADER, SUBSCRIPTION_IDS_HEADER
+from schemas.records import DELIVERY_ROUTER_HEADERS
 from streaming.config import KafkaConfig
 from streaming.kafka.clients import (
     ClientErrors,
@@ -48,6 +48,7 @@ from streaming.kafka.clients import (
     syslog_level,
 )
 from streaming.kafka.errors import RECORD_ERRORS
+from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.records import Headers
 from streaming.kafka.settings import ClientSettings
 from streaming.router.errors import DeliveryUnavailable
@@ -195,7 +196,7 @@ class DeliveryColumns:
     message_ids: BinaryColumn
     subscription_ids: BinaryColumn
     version: bytes
-    header_names_router: tuple[str, str, str]
+    header_names_router: tuple[str, str, str] = DELIVERY_ROUTER_HEADERS
     topics: BinaryColumn = field(init=False)
 
     def __post_init__(self) -> None:
@@ -237,9 +238,57 @@ class DeliveryColumns:
             header_names=BinaryColumn.of(pa.array([], pa.string())),
             header_values=BinaryColumn.of(pa.array([], pa.binary())),
             message_ids=BinaryColumn.of(pa.array([str(i) for i in range(n)], pa.string())),
-            subscription_ids=BinaryColumn.of(pa.array(["[]"] * n, pa.string())), version=b"0",
-            header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
-                                 SNAPSHOT_VERSION_HEADER))
+            subscription_ids=BinaryColumn.of(pa.array(["[]"] * n, pa.string())), version=b"0")
+
+
+def delivery_records(layout: DeliveryLayout, subscribers: pa.Array, rows: np.ndarray,
+                     routing_keys: pa.Array, values: pa.Array, header_offsets: np.ndarray,
+                     header_names: pa.Array, header_values: pa.Array, message_ids: pa.Array,
+                     subscription_ids: pa.Array, version: bytes,
+                     mark: tuple[str, bytes] | None = None) -> DeliveryColumns:
+    """The one builder of delivery records: live, replayed and retained deliveries alike.
+
+    Delivery ``i`` goes to ``subscribers[i]`` (its topic and record key as ``layout``
+    says) and is a copy of row ``rows[i]`` (its routing key, value, message id, and its
+    own headers: ``header_names``/``header_values`` from ``header_offsets[r]`` to
+    ``header_offsets[r + 1]``); its headers are, in this order, the row's own headers,
+    ``mark`` (a feature mark: ``bitroute.replayed: true``, ``bitroute.retained: true``),
+    the routing key (shared layout), then :data:`schemas.records.DELIVERY_ROUTER_HEADERS`
+    (message id, ``subscription_ids[i]``, ``version``).
+    """
+    if mark is not None:
+        header_offsets, header_names, header_values = _marked(header_offsets, header_names,
+                                                              header_values, mark)
+    keys, per_delivery = layout.record_keys(subscribers, routing_keys)
+    return DeliveryColumns(
+        topic_names=layout.topic_column(subscribers), rows=rows,
+        keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
+        routing_keys=BinaryColumn.of(routing_keys),
+        routing_key_header=layout.routing_key_header,
+        values=BinaryColumn.of(values),
+        header_offsets=header_offsets,
+        header_names=BinaryColumn.of(header_names), header_values=BinaryColumn.of(header_values),
+        message_ids=BinaryColumn.of(message_ids),
+        subscription_ids=BinaryColumn.of(subscription_ids),
+        version=version)
+
+
+def _marked(offsets: np.ndarray, names: pa.Array, values: pa.Array,
+            mark: tuple[str, bytes]) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """The header columns with ``mark`` after each row's own headers (no Python object per
+    header)."""
+    n = len(offsets) - 1
+    total = len(names) + n
+    new_offsets = (np.asarray(offsets, np.int64) + np.arange(n + 1)).astype(np.int32)
+    inserted = np.zeros(total, dtype=bool)
+    inserted[new_offsets[1:] - 1] = True
+    index = np.empty(total, dtype=np.int64)
+    index[~inserted] = np.arange(len(names))
+    index[inserted] = len(names)
+    take = pa.array(index, pa.int64())
+    names = pa.concat_arrays([names.cast(pa.string()), pa.array([mark[0]], pa.string())])
+    values = pa.concat_arrays([values.cast(pa.binary()), pa.array([mark[1]], pa.binary())])
+    return new_offsets, names.take(take), values.take(take)
 
 
 class DeliveryProducer:

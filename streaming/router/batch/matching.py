@@ -21,10 +21,12 @@ from collections.abc import Callable
 
 from compiler import Matcher, Snapshot
 
-MATCHERS_CACHED = 2
+MATCHERS_CACHED = 3
 """Matchers (snapshot versions) a routing process keeps loaded: the current one
-and the previous, so the batch after a version change and a replay of the
-batch before it do not reload. A matcher holds its snapshot and a topic cache
+and the previous, so the batch after a version change and a re-run of the
+batch before it do not reload, and the replayed subscriptions' of a
+``subscribe --since`` (:mod:`streaming.router.replay.replay`), whose chunks the same
+workers route between live batches. A matcher holds its snapshot and a topic cache
 bounded by ``compiler.MATCH_CACHE_MAX_BYTES``."""
 
 _matchers: OrderedDict[str, Matcher] = OrderedDict()

@@ -12,7 +12,7 @@ what a report becomes is the listeners':
   ``bitroute run`` (:mod:`streaming.cli.run`);
 - the Prometheus metrics (:mod:`streaming.ops.metrics`), and benchmarks' probes.
 
-A listener that raises fails the batch like a failed step: Spark replays it.
+A listener that raises fails the batch like a failed step: Spark re-runs it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ class BatchReport:
     rejected: int
     snapshot_version: int
     seconds: float
-    replayed: bool
+    rerun: bool
+    """The batch was pinned before: Spark runs it again after a crash, with its pinned
+    snapshot version (docs/design.md, "Words")."""
     stages: dict[str, float] = field(default_factory=dict)
     attempts: int = 1
     routed_in: str = ROUTED_IN_EXECUTORS

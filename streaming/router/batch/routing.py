@@ -43,7 +43,7 @@ batch with backoff and reports it, and never turns such a failure into
 rejections.
 
 Delivery semantics: a returned task has every listed delivery acknowledged
-by Kafka (at least once: a retried or replayed batch writes them again, with
+by Kafka (at least once: a retried or re-run batch writes them again, with
 the same message id header).
 """
 
@@ -67,18 +67,20 @@ from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
 from schemas.records import (
+    DELIVERIES,
+    DELIVERY_ROUTER_HEADERS,
     EXPIRY_HEADER,
-    MESSAGE_ID_HEADER,
+    MESSAGES,
     OUTCOME_CLEARED,
     OUTCOME_EXPIRED,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
     PARTITION_COLUMNS,
+    REPLAYED_HEADER,
+    REPLAYED_VALUE,
     RETAIN_HEADER,
-    SNAPSHOT_VERSION_HEADER,
     SOURCE_PUBLISH,
-    SUBSCRIPTION_IDS_HEADER,
     message_id,
 )
 from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK, arrow_schema
@@ -99,15 +101,16 @@ from streaming.kafka.records import (
 )
 from streaming.kafka.topics import TopicCreationError, recreate_delivery_topic
 from streaming.router.batch.delivery import (
-    BinaryColumn,
     DeliveryColumns,
     DeliveryProducer,
     FailedRecord,
     ProducerSettings,
     cached_producer,
+    delivery_records,
 )
 from streaming.router.batch.matching import cached_matcher
 from streaming.router.batch.rejected import BadRecord, write_rejected
+from streaming.router.replay.scope import ReplayScope
 from streaming.router.retained import RetainPlan, RetainSettings, plan_retained, write_retained
 
 ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
@@ -115,8 +118,7 @@ ROUTED_ARROW = arrow_schema(ROUTED_PUBLISH)
 ROUTED_TASK_ARROW = arrow_schema(ROUTED_TASK)
 """Arrow schema of the row a task returns when it writes its audit (``RouteSettings.audit``)."""
 
-_ROUTER_HEADERS_SIZE = sum(header_size(n) for n in
-                           (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+_ROUTER_HEADERS_SIZE = sum(header_size(n) for n in DELIVERY_ROUTER_HEADERS)
 """The router's headers' framing and names (their values are counted per delivery)."""
 _log = logging.getLogger(__name__)
 
@@ -133,6 +135,10 @@ class TaskAudit:
     batch_id: int
     routed_at: datetime
     partitioned: frozenset[str]
+    replay_chunk: int | None = None
+    """Set: the task routes this chunk of a replay (``RouteSettings.replay``) and writes
+    only its ``deliveries`` file, rows marked ``replayed`` (``batch_id``: the replays'
+    boundary batch)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,10 @@ class RouteSettings:
     now_ms: int | None = None
     """The routing time (epoch ms) the publishes' expiry is decided at (None: the clock's,
     when the batch is planned)."""
+    replay: ReplayScope | None = None
+    """Set: the rows are a replay's chunk (:mod:`streaming.router.replay.scope`): only the
+    replay's deliveries are made, marked :data:`schemas.records.REPLAYED_HEADER`, nothing is
+    rejected or retained, and only the publishes with deliveries are returned."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -199,14 +209,20 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
     if audit is None:
         raise ValueError("write_task_audit: the route settings carry no task audit (settings.audit)")
     filesystem, root = _warehouse(audit.delta)
-    label = _task_label(audit.batch_id)
+    label = _task_label(audit)
+    replayed = audit.replay_chunk is not None
     files: list[AuditFile] = []
-    for name in PUBLISH_TABLES:
-        if name == "messages":
+    subscriptions = None
+    for name in (DELIVERIES,) if replayed else PUBLISH_TABLES:
+        if name == MESSAGES:
             rows = messages_rows(routed, settings.snapshot_version, audit.batch_id, audit.routed_at)
         else:
             rows = deliveries_rows(routed, settings.snapshot_version, audit.batch_id,
-                                   audit.routed_at, settings.layout)
+                                   audit.routed_at, settings.layout, replayed=replayed)
+            if replayed:
+                counts = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())
+                subscriptions = list(zip(counts.field("values").to_pylist(),
+                                         counts.field("counts").to_pylist(), strict=True))
         partition = PARTITION_COLUMNS[name] if name in audit.partitioned else None
         if partition is None:
             rows = rows.drop_columns([PARTITION_COLUMNS[name]])
@@ -216,8 +232,9 @@ def write_task_audit(routed: pa.Table, settings: RouteSettings) -> pa.RecordBatc
     expired = pc.sum(pc.equal(routed["outcome"], OUTCOME_EXPIRED)).as_py() or 0
     return pa.RecordBatch.from_pylist(
         [{"publishes": routed.num_rows, "deliveries": deliveries, "rejected": rejected,
-          "files": [f.as_row() for f in files], "latency_ms": latency_sample(routed),
-          "expired": expired}],
+          "files": [f.as_row() for f in files],
+          "latency_ms": [] if replayed else latency_sample(routed), "expired": expired,
+          "subscriptions": subscriptions}],
         schema=ROUTED_TASK_ARROW)
 
 
@@ -250,12 +267,15 @@ def _warehouse(delta: DeltaConfig):
     return warehouse_filesystem(delta)
 
 
-def _task_label(batch_id: int) -> str:
-    """``b<batch>-t<partition>-a<attempt>`` in a Spark task; ``b<batch>-driver`` elsewhere."""
+def _task_label(audit: TaskAudit) -> str:
+    """``b<batch>-t<partition>-a<attempt>`` in a Spark task (``r<chunk>-...`` for a replay's
+    chunk); ``b<batch>-driver`` elsewhere."""
+    who = (f"b{audit.batch_id:010d}" if audit.replay_chunk is None
+           else f"r{audit.replay_chunk:010d}")
     task = TaskContext.get()
     if task is None:
-        return f"b{batch_id:010d}-driver"
-    return f"b{batch_id:010d}-t{task.partitionId():05d}-a{task.attemptNumber()}"
+        return f"{who}-driver"
+    return f"{who}-t{task.partitionId():05d}-a{task.attemptNumber()}"
 
 
 def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
@@ -273,6 +293,10 @@ def route_safely(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordB
         raise  # the task fails, the batch is retried and reported
     except Exception as exc:  # noqa: BLE001 - the poison-pill net: any error of a record
         if batch.num_rows <= 1:
+            if settings.replay is not None:  # the live routing rejected it, or delivered it
+                _log.warning("replay: leaving out one publish that failed routing: %s: %s",
+                             type(exc).__name__, exc)
+                return pa.RecordBatch.from_pylist([], schema=ROUTED_ARROW)
             return _unroutable_record(producer, batch, settings, exc)
         half = batch.num_rows // 2
         _log.warning("routing %d publishes raised %s; splitting the batch to find the record",
@@ -411,42 +435,32 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
 
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
     """The records to produce for ``plan.send``, in ``settings.layout``, as columns (no
-    Python object per record: the kernel's delivery writer reads the Arrow buffers).
+    Python object per record: the kernel's delivery writer reads the Arrow buffers), made
+    by the one builder of delivery records (:func:`streaming.router.batch.delivery.delivery_records`).
 
     Record ``i`` is flattened delivery ``plan.send[i]``, of publish ``rows[i]``: its
-    topic and key as the layout says, its publish's payload as value, and its headers
-    in this order: the publish's kept headers (an ``expiry`` header with the remaining
-    interval: :func:`kept_header_columns`), [the routing key (shared layout)],
-    message id, subscription ids, snapshot version.
+    topic and key as the layout says, its publish's payload as value, and its publish's
+    kept headers (an ``expiry`` header with the remaining interval:
+    :func:`kept_header_columns`), marked ``bitroute.replayed: true`` for a replay
+    (``settings.replay``), then the router's headers.
 
     A live delivery of a retained publish keeps its ``retain`` header only when one of
     its subscriptions has Retain As Published (MQTT 5.0, 3.8.3.1): the others are records
     of a copy of the publish's row without it (rows ``n`` and up, see :func:`_unretained`).
     """
-    layout = settings.layout
     publishes = plan.publishes
     send = pa.array(plan.send, pa.int64())
-    subscribers = plan.subscribers.take(send)
     rows = plan.owner[plan.send].astype(np.int64)
     header_offsets, header_names, header_values = kept_header_columns(plan)
     routing_keys, values, message_ids = publishes.keys, publishes.values, publishes.message_ids
     if plan.retain is not None and len(plan.retain.rows):
         rows, header_offsets, header_names, header_values, routing_keys, values, message_ids = \
             _unretained(plan, plan.retain, rows, header_offsets, header_names, header_values)
-    keys, per_delivery = layout.record_keys(subscribers, routing_keys)
-    return DeliveryColumns(
-        topic_names=layout.topic_column(subscribers),
-        rows=rows,
-        keys=BinaryColumn.of(keys), keys_per_delivery=per_delivery,
-        routing_keys=BinaryColumn.of(routing_keys),
-        routing_key_header=layout.routing_key_header,
-        values=BinaryColumn.of(values),
-        header_offsets=header_offsets,
-        header_names=BinaryColumn.of(header_names), header_values=BinaryColumn.of(header_values),
-        message_ids=BinaryColumn.of(message_ids),
-        subscription_ids=BinaryColumn.of(plan.ids_json.take(send)),
-        version=plan.version,
-        header_names_router=(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER))
+    return delivery_records(
+        settings.layout, plan.subscribers.take(send), rows, routing_keys, values,
+        header_offsets, header_names, header_values, message_ids, plan.ids_json.take(send),
+        plan.version,
+        mark=(REPLAYED_HEADER, REPLAYED_VALUE) if settings.replay is not None else None)
 
 
 def _unretained(plan: BatchPlan, retain: RetainPlan, rows: np.ndarray, header_offsets: np.ndarray,
@@ -490,20 +504,35 @@ def _unretained(plan: BatchPlan, retain: RetainPlan, rows: np.ndarray, header_of
 def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBatch,
                 settings: RouteSettings) -> pa.RecordBatch:
     """Route one Arrow batch of Kafka rows, producing with ``producer``; return its
-    ``ROUTED_ARROW`` rows (the deliveries listed are the ones Kafka acknowledged)."""
+    ``ROUTED_ARROW`` rows (the deliveries listed are the ones Kafka acknowledged; for a
+    replay's chunk, ``settings.replay``, only the publishes with deliveries)."""
+    replay = settings.replay
+    if replay is not None:
+        if not settings.with_headers:
+            batch = replay.matching_keys_only(matcher, batch)
+        if not batch.num_rows:
+            return pa.RecordBatch.from_pylist([], schema=ROUTED_ARROW)
     plan = plan_batch(matcher, batch, settings)
+    if replay is not None:
+        plan = replay.narrowed(plan, batch)
     columns = delivery_columns(plan, settings)
-    producer.produce_deliveries(columns)
     reasons, owner = plan.reasons, plan.owner
     acked = plan.ok[owner] if len(owner) else np.zeros(0, dtype=bool)
-    failed = _recreated(producer, settings, _refused(producer, producer.flush(), columns), columns)
+    failed = deliver(producer, columns, settings.layout)
     if failed:
         # Each failure names its record (its index in the columns): reject its publish
-        # with Kafka's reason; a refused publish lists only the deliveries Kafka acknowledged.
+        # with Kafka's reason (a replay rejects nothing: the delivery is left out); a
+        # refused publish lists only the deliveries Kafka acknowledged.
         for failure in failed:
             row = int(owner[plan.send[failure.tag]])
-            reasons[row] = reasons[row] or _why(failure)
+            if replay is not None:
+                _log.warning(f"replay: {_why(failure)} (left out)")
+            else:
+                reasons[row] = reasons[row] or _why(failure)
         acked[plan.send[sorted({failure.tag for failure in failed})]] = False
+    if replay is not None:
+        routed = _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked)
+        return routed.filter(pc.greater(pc.list_value_length(routed.column("deliveries")), 0))
     _report_rejected(producer, settings, reasons, plan.keys, plan.values, plan.kept,
                      plan.message_ids)
     if plan.retain is not None and settings.retain is not None:  # both or neither (plan_retained)
@@ -515,6 +544,21 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     expired = plan.expiry.expired if plan.expiry is not None else None
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked,
                         cleared, expired)
+
+
+def deliver(producer: DeliveryProducer, columns: DeliveryColumns,
+            layout: DeliveryLayout) -> list[FailedRecord]:
+    """Produce ``columns`` and wait for Kafka's verdict: the routing entry point of every
+    delivery (a batch's, a replay's chunk's, the retained messages of new subscriptions).
+
+    A record batch the broker refused for one record in it is written again a record
+    at a time (:func:`_refused`), a deleted delivery topic is created again and its
+    deliveries written once more (:func:`_recreated`); returns the deliveries that still
+    failed for a reason of their own (each naming its index in ``columns``). A failure
+    not about a record raises (:meth:`DeliveryProducer.flush`).
+    """
+    producer.produce_deliveries(columns)
+    return _recreated(producer, layout, _refused(producer, producer.flush(), columns), columns)
 
 
 def _reject_oversize(publishes: PublishColumns, kept: list, owner: np.ndarray,
@@ -552,7 +596,7 @@ def _refused(producer: DeliveryProducer, failed: list[FailedRecord],
     return refused
 
 
-def _recreated(producer: DeliveryProducer, settings: RouteSettings, failed: list[FailedRecord],
+def _recreated(producer: DeliveryProducer, layout: DeliveryLayout, failed: list[FailedRecord],
                columns: DeliveryColumns) -> list[FailedRecord]:
     """Deliveries refused because their topic does not exist (an administrator deleted
     it while subscriptions feed it): the topic is created again, as the layout says, and
@@ -563,12 +607,12 @@ def _recreated(producer: DeliveryProducer, settings: RouteSettings, failed: list
     if not missing:
         return failed
     still = [f for f in failed if f.code not in MISSING_TOPIC_ERRORS]
-    layout, refused = settings.layout, {}
+    refused = {}
     for topic in sorted({f.topic for f in missing}):
         subscriber = layout.subscriber_of(topic)
         whose = f" of subscriber {subscriber}" if subscriber is not None else ""
         try:
-            if recreate_delivery_topic(settings.producer.client, layout, topic):
+            if recreate_delivery_topic(producer.settings.client, layout, topic):
                 _log.warning(f"the delivery topic {topic}{whose} did not exist (deleted while "
                              f"subscriptions feed it): created it again with {layout.partitions} "
                              "partitions")

@@ -1,47 +1,32 @@
 """``bitroute subscribe --since T``: what the command line checks before it writes anything.
 
-``T`` is an ISO-8601 time (UTC when it names no zone) or a duration back from now
-(``90s``, ``15m``, ``2h``, ``7d``, or several, ``1h30m``); the changelog record
-carries the absolute time, so that a record read again later means the same.
+``T`` is read with the command line's one time grammar
+(:func:`streaming.cli.times.parse_time`: an ISO-8601 time or a duration back
+from now); the changelog record carries the absolute time, so that a record
+read again later means the same.
 Refused at once, with nothing written: a time in the future, and an ``--id``
 that exists with another exchange, subscriber, filter or criteria (read from
 the routing state ``bitroute subscriptions`` shows). A time before the oldest
-publish Kafka still holds is taken: the replay starts at the retained start,
-and :func:`retained_start_notice` says so.
+publish Kafka still holds is taken: the replay starts at the retention start
+(the earliest offset Kafka keeps), and :func:`retention_start_notice` says so.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from compiler.errors import SubscriptionError
-from compiler.subscription import parse_since, since_text
+from compiler.subscription import since_text
 from streaming.config import Config
 from streaming.kafka.errors import InvalidRequest
 
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
-
-def parse_since_argument(text: str, now: datetime | None = None) -> datetime:
-    """``--since``'s value as an aware UTC datetime; raises :class:`InvalidRequest` naming
-    the problem (not a time or duration, or in the future)."""
+def check_since(when: datetime, text: str, now: datetime | None = None) -> None:
+    """Refuse ``--since``'s time ``when`` (given as ``text``) when it is in the future:
+    raises :class:`InvalidRequest`."""
     now = now or datetime.now(UTC)
-    match = _DURATION.fullmatch(text.strip())
-    if text.strip() and match is not None and any(match.groups()):
-        days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-        when = now - timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    else:
-        try:
-            when = parse_since(text)
-        except SubscriptionError:
-            raise InvalidRequest(f"--since {text!r}: not an ISO-8601 time "
-                                 "(2026-11-26T17:00:00Z) nor a duration (90s, 15m, 2h, 7d, "
-                                 "1h30m)") from None
     if when > now:
         raise InvalidRequest(f"--since {text!r}: {since_text(when)} is in the future (now is "
                              f"{since_text(now)}): a replay is of publishes already made")
-    return when
 
 
 def check_existing(config: Config, sub_id: str | None, exchange: str, subscriber: str,
@@ -68,8 +53,8 @@ def check_existing(config: Config, sub_id: str | None, exchange: str, subscriber
             f"{existing.filter!r}): a replay (--since) needs a new --id or the same definition")
 
 
-def retained_start_notice(config: Config, since: datetime) -> str | None:
-    """A line saying the replay starts at the retained start, when ``since`` is before the
+def retention_start_notice(config: Config, since: datetime) -> str | None:
+    """A line saying the replay starts at the retention start, when ``since`` is before the
     oldest publish Kafka still holds (some were deleted); None otherwise."""
     from confluent_kafka import TopicPartition
 
@@ -96,6 +81,6 @@ def retained_start_notice(config: Config, since: datetime) -> str | None:
         client.close()
     if not early:
         return None
-    return (f"--since {since_text(since)} is before the retained start of {topic} "
+    return (f"--since {since_text(since)} is before the retention start of {topic} "
             f"(Kafka deleted older publishes; partition/offset {', '.join(early)}): the replay "
-            "starts at the retained start")
+            "starts at the retention start")

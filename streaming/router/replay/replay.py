@@ -1,29 +1,38 @@
-"""Replay: a new subscription's view of the retained past (``bitroute subscribe --since T``).
+"""Replay: a new subscription's view of the past Kafka keeps (``bitroute subscribe --since T``).
 
 A changelog record that creates a subscription with ``since``
-(:mod:`streaming.router.replay.requests`) asks the router for every retained
-publish at or after T that the subscription matches, then the live stream, with
-no gap and no duplicate at the boundary. The boundary is the micro-batch the
+(:mod:`streaming.router.replay.requests`) asks the router for every publish
+Kafka keeps at or after T that the subscription matches, then the live stream,
+with no gap and no duplicate at the boundary. The boundary is the micro-batch the
 subscription was first pinned in (:meth:`Replays.on_batch`, called by the
 router right after the batch's pin): that batch and every later one route the
 subscription live, as always; the publishes before it, from Kafka's
 ``offsets_for_times(T)`` up to the batch's start offsets (Spark's offset log,
 :mod:`streaming.state.offsets_log`), are replayed here.
 
-The replay runs beside live routing in the same Spark application, in one
-driver thread (:class:`Replays`), which never holds a live batch: it reads the
-publishes in bounded chunks (``spark.read.format("kafka")`` with
-``startingOffsets``/``endingOffsets`` per partition, jobs in the Spark
-scheduler pool :data:`SCHEDULER_POOL`), matches each chunk against the
-replayed subscriptions only, produces the deliveries with the routing
-process's producer (the live record contract plus the header
-:data:`schemas.records.REPLAYED_HEADER`), waits for Kafka's acks, then
-appends the chunk's ``deliveries`` audit rows (``replayed = true``) in one
-Delta transaction keyed by ``bitroute-<router id>-replay`` and the chunk's
-number, and only then records its progress (``router/replays.json``, written
-atomically). A router killed at any point resumes the replay at the first
-chunk not recorded: the chunk is produced again (at least once, as for a live
-batch), and its audit rows are added once.
+The replay runs beside live routing in the same Spark application, driven by
+one driver thread (:class:`Replays`), which never holds a live batch and does
+not match, filter or produce a record: each chunk is one Spark job
+(``spark.read.format("kafka")`` with ``startingOffsets``/``endingOffsets`` per
+partition, in the Spark scheduler pool :data:`SCHEDULER_POOL`) whose tasks run
+the live batches' routing function
+(:class:`streaming.router.batch.routing.RoutePartitions`) on the executors,
+against a snapshot of the replayed subscriptions only (broadcast once per set
+of replays) and narrowed to the replays' ranges
+(:class:`streaming.router.replay.scope.ReplayScope`): they match, produce the
+deliveries (the live record contract plus the header
+:data:`schemas.records.REPLAYED_HEADER`), wait for Kafka's acks, and write the
+chunk's ``deliveries`` audit file (``replayed = true``) where the live
+batches' tasks write theirs (``streaming.executor_audit_files``; else they
+return their routed rows and the driver writes it). The driver then adds the
+chunk's audit in one Delta transaction keyed by ``bitroute-<router id>-replay``
+and the chunk's number, and only then records its progress
+(``router/replays.json``, written atomically). A failure (Kafka, Spark, Delta)
+is retried with the router's backoff (:func:`streaming.retry.retry`). A router
+killed at any point resumes the replay at the first chunk not recorded: the
+chunk is produced again (at least once, as for a live batch), and its audit
+rows are added once (files of a chunk already committed stay untracked, and
+the maintenance's vacuum deletes them).
 
 Several replays share their reads: each chunk reads, per partition, from the
 lowest position of the replays still reading it, and each of the chunk's
@@ -32,8 +41,9 @@ publishes is matched only for the replays whose range holds it.
 One delivery per (message, subscriber), live or replayed: a replayed publish
 goes to a subscriber only if the ``deliveries`` audit has no row for that
 message and subscriber (it got it live through another subscription, or from
-an earlier replay); the rows are read once a replay starts, after the live
-audit is committed up to its boundary. Within one chunk a subscriber whose
+an earlier replay); the rows are read (:func:`streaming.audit.queries.delivered`)
+once a replay starts, after the live audit is committed up to its boundary, and
+shipped to the chunk's tasks. Within one chunk a subscriber whose
 several replayed subscriptions match a publish gets it once, listing them all.
 
 A replay is cancelled by removing or replacing its subscription (the next
@@ -42,45 +52,41 @@ chunk leaves it out). ``bitroute status`` shows the replays in progress.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import TopicPartition
+from pyspark import Broadcast
 
-from compiler import Dialect, Matcher, RoutingIndex
-from schemas.records import DELIVERIES, REPLAYED_HEADER, REPLAYED_VALUE
+from compiler import Dialect, RoutingIndex
+from schemas.records import DELIVERIES
+from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
 from streaming.atomic import write_atomically
+from streaming.audit.files import audit_files
+from streaming.audit.writer import AuditTables, deliveries_rows
 from streaming.config import Config
+from streaming.errors import RetryAbandoned, one_line
 from streaming.kafka.clients import consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
-from streaming.kafka.records import subscription_ids_json
-from streaming.router.batch.delivery import BinaryColumn, DeliveryProducer, ProducerSettings
-from streaming.router.batch.routing import (
-    RouteSettings,
-    _recreated,
-    _refused,
-    _routed_rows,
-    delivery_columns,
-    kept_header_columns,
-    plan_batch,
-)
+from streaming.kafka.records import SOURCE_COLUMNS
+from streaming.retry import retry
+from streaming.router.batch.delivery import ProducerSettings
+from streaming.router.batch.routing import RoutePartitions, RouteSettings, TaskAudit
 from streaming.router.replay.requests import ReplayRequest, ms_text
+from streaming.router.replay.scope import ReplayScope, delivered_pairs
+from streaming.router.retained import RetainSettings
 from streaming.router.subscriptions.changelog import PendingVersion
 from streaming.state.checkpoint import CheckpointLayout
-
-if TYPE_CHECKING:
-    from streaming.audit.writer import AuditTables
 
 _log = logging.getLogger(__name__)
 
@@ -92,7 +98,6 @@ TASK_PUBLISHES = 2_000
 this often for the live batches' tasks (a FAIR pool shares slots, it does not preempt)."""
 FINISHED_KEPT = 10
 """Finished replays the ledger remembers (the latest), for ``bitroute status`` and benchmarks."""
-SOURCE_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
 
 
 def state_path(layout: CheckpointLayout) -> Path:
@@ -114,7 +119,7 @@ class Replay:
     end: dict[int, int] = field(default_factory=dict)
     position: dict[int, int] = field(default_factory=dict)
     note: str | None = None
-    """What the replay has to say (``since`` before the retained start)."""
+    """What the replay has to say (``since`` before the retention start)."""
     delivered: int = 0
     started_at: float | None = None
     cancelled: bool = False
@@ -214,10 +219,14 @@ class Replays:
         self._lock = threading.Condition()
         self.ledger = ReplayLedger.load(self.path)
         self._thread: threading.Thread | None = None
-        self._delivered: set[tuple[str, str]] | None = None
+        self._delivered: pa.Array | None = None
+        """The audit's deliveries to the replays' subscribers (:func:`delivered_pairs`)."""
         self._delivered_for: frozenset[str] = frozenset()
         self._tables: AuditTables | None = None
-        self._producer: DeliveryProducer | None = None
+        self._deliveries_partitioned: bool | None = None
+        self._snapshot: tuple[tuple, Broadcast, str] | None = None
+        """(the replays it holds, its broadcast, its key): the replayed subscriptions'
+        snapshot on the executors."""
         self.failure: str | None = None
         self.pause = threading.Event()
         """Set: the serving thread waits before its next chunk (tests: a kill mid-replay)."""
@@ -293,21 +302,30 @@ class Replays:
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", SCHEDULER_POOL)
         self.spark.sparkContext.setJobGroup("bitroute-replay", "bitroute replay (subscribe --since)",
                                             interruptOnCancel=False)
-        failures = 0
-        while not self._stopping.is_set():
-            try:
-                self._idle_catch_up()
-                if not self._step():
+        try:
+            while not self._stopping.is_set():
+                # Any failure here is not about a record (a task's record errors are its
+                # own): Kafka, Spark or Delta unreachable, waited out like a batch's.
+                worked = retry(self._turn, retried=(Exception,), what="replay", log=_log,
+                               give_up=self._stopping.is_set, describe=self._failed)
+                self.failure = None
+                if not worked:
                     with self._lock:
                         self._lock.wait(0.5)
-                failures = 0
-                self.failure = None
-            except Exception as exc:  # noqa: BLE001 - not about a record: retried with backoff
-                failures += 1
-                self.failure = f"{type(exc).__name__}: {exc}"
-                if failures == 1 or failures % 10 == 0:
-                    _log.warning(f"replay: {self.failure} (retrying)", exc_info=failures == 1)
-                self._stopping.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+        except RetryAbandoned:
+            pass  # the router stops
+        finally:
+            self._release_snapshot()
+
+    def _turn(self) -> bool:
+        """One turn of the serving thread: the idle catch-up, then :meth:`_step`."""
+        self._idle_catch_up()
+        return self._step()
+
+    def _failed(self, exc: BaseException) -> str:
+        """``exc`` in one line, kept for ``bitroute status`` until a turn succeeds."""
+        self.failure = one_line(exc, typed=True)
+        return self.failure
 
     def _idle_catch_up(self) -> None:
         """The router's idle catch-up; its failure (the changelog unreadable) is the next
@@ -380,9 +398,9 @@ class Replays:
             client.close()
         note = None
         if early:
-            note = (f"since {ms_text(request.since_ms)} is before the retained start of "
+            note = (f"since {ms_text(request.since_ms)} is before the retention start of "
                     f"{topic} (partition/offset " + ", ".join(f"{p}/{o}" for p, o in early)
-                    + "): replaying from the retained start")
+                    + "): replaying from the retention start")
             _log.warning(f"replay of subscription {request.subscription_id!r}: {note}")
         with self._lock:
             if replay.cancelled or replay not in self.ledger.replays:
@@ -408,8 +426,7 @@ class Replays:
             high = max(r.end[p] for r in readers)
             windows[p] = (low, low + min(high - low, share))
         started = time.monotonic()
-        rows = self._read(windows)
-        delivered = self._deliver(active, rows, chunk) if rows.num_rows else {}
+        delivered = self._deliver(active, windows, chunk) if windows else {}
         with self._lock:
             for r in active:
                 for p, (_, high) in windows.items():
@@ -423,63 +440,93 @@ class Replays:
             self.ledger.next_chunk = chunk + 1
             self.ledger.save(self.path)
 
-    def _read(self, windows: dict[int, tuple[int, int]]) -> pa.Table:
+    def _source(self, windows: dict[int, tuple[int, int]]):
+        """The publishes of ``windows`` (partition: [low, high)) as a Spark DataFrame of the
+        Kafka source's columns, read in short tasks."""
         topic = self.config.kafka.publishes_topic
-        if not windows:
-            return pa.table({})
         kafka = self.config.kafka
-        frame = (self.spark.read.format("kafka")
-                 .options(**kafka.client_settings.spark_options())
-                 .option("assign", json.dumps({topic: sorted(windows)}))
-                 .option("startingOffsets", json.dumps(
-                     {topic: {str(p): low for p, (low, _) in windows.items()}}))
-                 .option("endingOffsets", json.dumps(
-                     {topic: {str(p): high for p, (_, high) in windows.items()}}))
-                 .option("includeHeaders", "true")
-                 .option("failOnDataLoss", "false")
-                 # Short tasks: a live batch's job waits for a free slot at most one of them.
-                 .option("minPartitions", str(max(1, sum(h - low for low, h in windows.values())
-                                                  // TASK_PUBLISHES)))
-                 .load().select(*SOURCE_COLUMNS))
-        return frame.toArrow()
+        return (self.spark.read.format("kafka")
+                .options(**kafka.client_settings.spark_options())
+                .option("assign", json.dumps({topic: sorted(windows)}))
+                .option("startingOffsets", json.dumps(
+                    {topic: {str(p): low for p, (low, _) in windows.items()}}))
+                .option("endingOffsets", json.dumps(
+                    {topic: {str(p): high for p, (_, high) in windows.items()}}))
+                .option("includeHeaders", "true")
+                .option("failOnDataLoss", "false")
+                # Short tasks: a live batch's job waits for a free slot at most one of them.
+                .option("minPartitions", str(max(1, sum(h - low for low, h in windows.values())
+                                                 // TASK_PUBLISHES)))
+                .load().select(*SOURCE_COLUMNS))
 
-    def _matcher(self, active: list[Replay]) -> Matcher:
+    def _broadcast(self, active: list[Replay]) -> tuple[Broadcast, str]:
+        """The broadcast snapshot of ``active``'s subscriptions and its key in the routing
+        processes' matcher cache, made again only when the replays in progress change."""
+        held = tuple(sorted((r.request.subscription_id, r.request.changelog_partition,
+                             r.request.changelog_offset) for r in active))
+        if self._snapshot is not None and self._snapshot[0] == held:
+            return self._snapshot[1], self._snapshot[2]
+        self._release_snapshot()
         exchanges = {name: Dialect(d) for name, d in self.config.exchanges.dialects.items()}
         index = RoutingIndex(exchanges)
         for r in active:
             index.upsert(r.request.subscription())
-        return Matcher(index.snapshot(1, {}))
+        version = max(r.version for r in active)
+        broadcast = self.spark.sparkContext.broadcast(index.snapshot(version, {}).to_bytes())
+        self._snapshot = (held, broadcast, f"replay-{uuid.uuid4().hex}")
+        return broadcast, self._snapshot[2]
 
-    def _already_delivered(self, active: list[Replay]) -> set[tuple[str, str]]:
-        """(message id, subscriber) of the audit's deliveries to ``active``'s subscribers."""
+    def _release_snapshot(self) -> None:
+        if self._snapshot is not None:
+            try:
+                self._snapshot[1].destroy()
+            except Exception as exc:  # noqa: BLE001 - a stopped context took it already
+                _log.debug(f"replay: the snapshot's broadcast: {one_line(exc)}")
+            self._snapshot = None
+
+    def _already_delivered(self, active: list[Replay]) -> pa.Array:
+        """(message id, subscriber) of the audit's deliveries to ``active``'s subscribers
+        (:func:`delivered_pairs`), read once per set of subscribers."""
         subscribers = frozenset(r.request.subscriber for r in active)
         if self._delivered is not None and subscribers <= self._delivered_for:
             return self._delivered
-        import pyarrow.dataset as ds
-        from deltalake import DeltaTable
-
-        from streaming.audit.storage import storage_options
+        from streaming.audit.queries import delivered
 
         since = min(r.request.since_ms for r in active)
-        day = datetime.fromtimestamp(since / 1000 - 86_400, UTC).date()
-        table = DeltaTable(self.config.delta.table_path(DELIVERIES),
-                           storage_options=storage_options(self.config.delta))
-        dataset = table.to_pyarrow_dataset()
-        condition = ds.field("subscriber").isin(sorted(subscribers))
-        if "routed_date" in dataset.schema.names:
-            condition = condition & (ds.field("routed_date") >= pa.scalar(day, pa.date32()))
-        found = dataset.to_table(columns=["message_id", "subscriber"], filter=condition)
-        self._delivered = set(zip(found["message_id"].to_pylist(),
-                                  found["subscriber"].to_pylist(), strict=True))
+        found = delivered(self.config, sorted(subscribers),
+                          datetime.fromtimestamp(since / 1000 - 86_400, UTC))
+        self._delivered = delivered_pairs(found["message_id"].combine_chunks(),
+                                          found["subscriber"].combine_chunks())
         self._delivered_for = subscribers
         return self._delivered
 
-    def _deliver(self, active: list[Replay], rows: pa.Table, chunk: int) -> dict[str, int]:
-        """Match ``rows`` for ``active``, produce, audit; per subscription id the deliveries."""
+    def _scope(self, active: list[Replay]) -> ReplayScope:
+        """What the chunk's tasks deliver for ``active`` (their ranges from their positions)."""
+        size = 1 + max((p for r in active for p in r.start), default=0)
+        low = np.full((len(active), size), 1 << 62, np.int64)
+        high = np.zeros((len(active), size), np.int64)
+        for i, r in enumerate(active):
+            for p, at in r.position.items():
+                low[i, p], high[i, p] = at, r.end.get(p, 0)
+        return ReplayScope(tuple(r.request.subscription_id for r in active), low, high,
+                           self._already_delivered(active),
+                           tuple(self.config.exchanges.dialects))
+
+    def _deliver(self, active: list[Replay], windows: dict[int, tuple[int, int]],
+                 chunk: int) -> dict[str, int]:
+        """Route the chunk ``windows`` for ``active`` on the executors, then audit its
+        deliveries in one transaction; per subscription id the deliveries made.
+
+        Who writes the audit's file follows the live batches
+        (``streaming.executor_audit_files``): each task its own (a cluster), or the driver
+        from the rows the tasks return (a ``local[...]`` master)."""
         kafka = self.config.kafka
         newest = max(active, key=lambda r: r.version)
         if newest.boundary is None:
             raise RuntimeError(f"replay {newest.request.subscription_id}: delivering before its boundary batch")
+        tables = self._audit_tables()
+        routed_at = datetime.now(UTC)
+        in_tasks = self.config.streaming.task_audit_files(self.spark.sparkContext.master)
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,
@@ -487,147 +534,42 @@ class Replays:
                                  with_headers=any(r.request.headers or r.request.subscription()
                                                   .options.no_local for r in active),
                                  producer=ProducerSettings.of(kafka),
-                                 incarnation=self._incarnation())
-        matcher = self._matcher(active)
-        batch = rows.combine_chunks().to_batches()[0]
-        if not settings.with_headers:
-            batch = self._matching_keys_only(matcher, batch)
-            if not batch.num_rows:
-                return {}
-        plan = plan_batch(matcher, batch, settings)
-        plan = self._only_in_range(plan, active, batch)
-        if not len(plan.send):
+                                 audit=TaskAudit(self.config.delta, newest.boundary, routed_at,
+                                                 self._partitioned(tables), chunk)
+                                 if in_tasks else None,
+                                 incarnation=self._incarnation(),
+                                 # Decides what the live routing cleared or rejected; a
+                                 # replay writes no retained message.
+                                 retain=RetainSettings.of(self.config),
+                                 replay=self._scope(active))
+        broadcast, key = self._broadcast(active)
+        source = self._source(windows)
+        route = RoutePartitions(broadcast, key, settings)
+        if in_tasks:
+            tasks = source.mapInArrow(route, ROUTED_TASK).toArrow()
+            tables.append_replayed_files(audit_files(pc.list_flatten(tasks["files"])), chunk)
+            counts: dict[str, int] = {}
+            for entries in tasks["subscriptions"].to_pylist():  # a few per task
+                for sub_id, n in entries or []:
+                    counts[sub_id] = counts.get(sub_id, 0) + n
+            return counts
+        routed = source.mapInArrow(route, ROUTED_PUBLISH).toArrow()
+        if not routed.num_rows:
             return {}
-        if self._producer is None:  # its own: the driver's batches flush theirs meanwhile
-            self._producer = DeliveryProducer(settings.producer)
-        producer = self._producer
-        columns = _replayed(delivery_columns(plan, settings), plan)
-        producer.produce_deliveries(columns)
-        failed = _recreated(producer, settings, _refused(producer, producer.flush(), columns),
-                            columns)
-        acked = np.ones(len(plan.owner), dtype=bool)
-        if failed:
-            for failure in failed:
-                _log.warning(f"replay: Kafka refused a delivery to {failure.topic}: "
-                             f"{failure.reason} (left out)")
-            acked[plan.send[sorted({f.tag for f in failed})]] = False
-        routed = pa.Table.from_batches([_routed_rows(plan.publishes, [None] * plan.publishes.n,
-                                                     plan.deliveries, plan.entries, plan.owner,
-                                                     acked)])
-        from streaming.audit.writer import deliveries_rows
+        rows = deliveries_rows(routed, newest.version, newest.boundary, routed_at, kafka.layout,
+                               replayed=True)
+        tables.append_replayed(rows, chunk)
+        found = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())
+        return dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist(),
+                        strict=True))
 
-        audit = deliveries_rows(routed, newest.version, newest.boundary, datetime.now(UTC),
-                                kafka.layout, replayed=True)
-        self._audit_tables().append_replayed(audit, chunk)
-        ids = pc.list_flatten(audit["subscription_ids"]).to_pylist()
-        counts: dict[str, int] = {}
-        for sub_id in ids:
-            counts[sub_id] = counts.get(sub_id, 0) + 1
-        delivered = self._delivered
-        if delivered is not None:
-            delivered.update(zip(audit["message_id"].to_pylist(), audit["subscriber"].to_pylist(), strict=True))
-        return counts
+    def _partitioned(self, tables: AuditTables) -> frozenset[str]:
+        """``{"deliveries"}`` when the table has day partitions (this version's layout)."""
+        if self._deliveries_partitioned is None:
+            self._deliveries_partitioned = DELIVERIES not in tables.unpartitioned()
+        return frozenset({DELIVERIES}) if self._deliveries_partitioned else frozenset()
 
-    def _matching_keys_only(self, matcher: Matcher, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The rows of ``batch`` whose routing key some replayed subscription's filter matches
-        in some exchange: each distinct key matched once, so that the per-row work of
-        routing (:func:`plan_batch`) is paid by the matching rows only (a replay of a
-        filter matching one publish in ten reads ten). Without header criteria only: a
-        superset of the rows that make deliveries, which :func:`plan_batch` decides."""
-        keys = batch.column(batch.schema.get_field_index("key"))
-        distinct = pc.unique(keys).drop_null()
-        if not len(distinct):
-            return batch.slice(0, 0)
-        listed = distinct.to_pylist()
-        hit = np.zeros(len(listed), dtype=bool)
-        for exchange in self.config.exchanges.dialects:
-            deliveries, _ = matcher.match_columns([""] * len(listed), [exchange] * len(listed),
-                                                  listed)
-            hit |= pc.list_value_length(deliveries).to_numpy(zero_copy_only=False) > 0
-        if hit.all():
-            return batch
-        return batch.filter(pc.is_in(keys, value_set=distinct.filter(pa.array(hit))))
-
-    def _audit_tables(self):
+    def _audit_tables(self) -> AuditTables:
         if self._tables is None:
-            from streaming.audit.writer import AuditTables
-
             self._tables = AuditTables(self.config, self.router_id)
         return self._tables
-
-    def _only_in_range(self, plan, active: list[Replay], batch: pa.RecordBatch):
-        """``plan`` with each delivery's subscription ids cut to the replays whose range holds
-        its publish, deliveries left without one dropped, those of publishes delivered to
-        no one dropped (rejected, clearing a retained message, or expired at the replay's
-        time), and deliveries the subscriber
-        had already (the audit) dropped; every publish's rejection forgotten (a replay
-        rejects nothing: the live routing did)."""
-        entries = plan.entries
-        n = len(entries)
-        if not n:
-            return plan
-        ids_lists = entries.field("subscription_ids")
-        flat = pc.list_flatten(ids_lists)
-        parent = pc.list_parent_indices(ids_lists).to_numpy(zero_copy_only=False)
-        row = plan.owner[parent]
-        partitions = batch.column(batch.schema.get_field_index("partition")).to_numpy(
-            zero_copy_only=False)[row]
-        offsets = batch.column(batch.schema.get_field_index("offset")).to_numpy(
-            zero_copy_only=False)[row]
-        names = [r.request.subscription_id for r in active]
-        which = pc.index_in(flat, pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
-        keep_id = np.zeros(len(flat), dtype=bool)
-        size = int(partitions.max()) + 1 if len(partitions) else 0
-        for i, r in enumerate(active):
-            mine = which == i
-            if not mine.any():
-                continue
-            low, high = np.full(size, 1 << 62, np.int64), np.zeros(size, np.int64)
-            for p, at in r.position.items():
-                if p < size:
-                    low[p], high[p] = at, r.end.get(p, 0)
-            keep_id[mine] = ((offsets[mine] >= low[partitions[mine]])
-                             & (offsets[mine] < high[partitions[mine]]))
-        counts = np.bincount(parent[keep_id], minlength=n)
-        wanted = counts > 0
-        # Delivered to no one: a publish the live routing rejected or that cleared its
-        # retained message, and one whose lifetime ended before the replay reached it.
-        wanted &= plan.ok[plan.owner]
-        delivered = self._already_delivered(active)
-        if delivered:
-            # Only a subscriber with audit rows costs a look-up per delivery.
-            subscribers, message_ids = plan.subscribers.to_pylist(), plan.message_ids
-            for d in np.flatnonzero(wanted).tolist():
-                if (message_ids[plan.owner[d]], subscribers[d]) in delivered:
-                    wanted[d] = False
-        keep = np.flatnonzero(wanted)
-        kept_ids = pa.ListArray.from_arrays(
-            pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)),
-            flat.filter(pa.array(keep_id))).take(pa.array(keep, pa.int64()))
-        subscriber_array = plan.subscribers.take(pa.array(keep, pa.int64()))
-        new_entries = pa.StructArray.from_arrays([subscriber_array, kept_ids],
-                                                 fields=list(entries.type))
-        owner = plan.owner[keep]
-        return dataclasses.replace(
-            plan, entries=new_entries, subscribers=subscriber_array, owner=owner,
-            ids_json=subscription_ids_json(kept_ids), send=np.arange(len(keep), dtype=np.int64),
-            reasons=[None] * plan.publishes.n, ok=np.ones(plan.publishes.n, dtype=bool))
-
-
-def _replayed(columns, plan):
-    """``columns`` with :data:`REPLAYED_HEADER` after each publish's own headers."""
-    offsets, names, values = kept_header_columns(plan)
-    n = len(offsets) - 1
-    total = len(names) + n
-    new_offsets = (offsets + np.arange(n + 1)).astype(np.int32)
-    inserted = np.zeros(total, dtype=bool)
-    inserted[new_offsets[1:] - 1] = True
-    index = np.empty(total, dtype=np.int64)
-    index[~inserted] = np.arange(len(names))
-    index[inserted] = len(names)
-    names = pa.concat_arrays([names.cast(pa.string()), pa.array([REPLAYED_HEADER], pa.string())])
-    values = pa.concat_arrays([values.cast(pa.binary()), pa.array([REPLAYED_VALUE], pa.binary())])
-    take = pa.array(index, pa.int64())
-    return dataclasses.replace(columns, header_offsets=new_offsets,
-                               header_names=BinaryColumn.of(names.take(take)),
-                               header_values=BinaryColumn.of(values.take(take)))

@@ -15,7 +15,8 @@ audit, and asks for nothing):
   subscription and replaying the new one under the old id would mix the two.
 
 ``since`` before the oldest publish Kafka still holds is not refused: the replay
-starts at the retained start and says so (its log line, ``bitroute status``).
+starts at the retention start (the earliest offset Kafka keeps) and says so (its
+log line, ``bitroute status``).
 """
 
 from __future__ import annotations

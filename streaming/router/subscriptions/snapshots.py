@@ -4,7 +4,7 @@
 router's driver. The subscription state (:mod:`streaming.router.subscriptions.changelog`)
 hands it each new version (:meth:`BatchSnapshots.commit`); a micro-batch gets
 its version from it in one call (:meth:`BatchSnapshots.for_batch`): the pinned
-version of a replayed batch, or else the version current after a changelog
+version of a re-run batch, or else the version current after a changelog
 catch-up, pinned; old pins and versions pruned; the version's bytes taken from
 memory or from disk and broadcast to the executors once (one broadcast alive
 at a time). What a batch needs of its version travels in the returned
@@ -36,10 +36,10 @@ Invariants:
   auditing it loses no audit row. A version saved by an earlier build has no
   ``.meta``: what it records is read from the snapshot itself.
 - A pin is written before a batch writes anything and is never rewritten: a
-  replayed batch finds it and uses the same version (deterministic replay).
+  re-run batch finds it and uses the same version (a deterministic re-run).
 - :meth:`SnapshotStore.prune` (at each batch's pin; in realtime mode at each
   commit) keeps the pins of the last :data:`PINS_KEPT` batches, the snapshots
-  they name, and the latest snapshot. Spark replays only the last batch whose commit was not
+  they name, and the latest snapshot. Spark re-runs only the last batch whose commit was not
   written, so that is ample.
 - The current version is the latest persisted one: versions only grow, and a
   version is current once it is on disk.
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 PINS_KEPT = 16
-"""Pins of this many most recent batch ids survive pruning (Spark replays at most the last)."""
+"""Pins of this many most recent batch ids survive pruning (Spark re-runs at most the last)."""
 READ_ATTEMPTS = 5
 """A reader beside a running router lists the latest version again when it was pruned
 between listing and reading (a newer one was saved meanwhile), at most this many times."""
@@ -218,7 +218,7 @@ class SnapshotStore(SnapshotFiles):
         """This router's identity, created at first use and stable across restarts.
 
         A fresh checkpoint folder is a fresh router: its Delta writes are not
-        mistaken for replays of another router's batches.
+        mistaken for re-runs of another router's batches.
         """
         return _stored_id(self.layout.router_id_file, lambda: uuid.uuid4().hex)
 
@@ -255,7 +255,7 @@ class SnapshotStore(SnapshotFiles):
     def forget_batches(self) -> None:
         """Drop every pin and take a new router id: the batch ids of a new
         streaming checkpoint start again at 0 and must not meet old pins, nor
-        be mistaken by Delta for replays of the old batches. The snapshot versions
+        be mistaken by Delta for re-runs of the old batches. The snapshot versions
         stay, and so does the id their audit is keyed by (:meth:`snapshot_audit_id`):
         the latest version's changes are not audited twice."""
         self.snapshot_audit_id()  # fixed before the router id changes (an older folder)
@@ -288,14 +288,14 @@ class BatchSnapshot:
 
     ``broadcast`` holds the version's bytes for the executors and ``key`` names
     that broadcast in the workers' matcher cache
-    (:func:`streaming.router.batch.matching.cached_matcher`); ``replayed``: the batch
+    (:func:`streaming.router.batch.matching.cached_matcher`); ``rerun``: the batch
     was pinned before (Spark runs it again after a crash).
     """
 
     batch_id: int
     version: int
     reads_headers: bool
-    replayed: bool
+    rerun: bool
     broadcast: Broadcast
     key: str
 
@@ -358,13 +358,13 @@ class BatchSnapshots:
     def for_batch(self, batch_id: int, catch_up: Callable[[], object]) -> BatchSnapshot:
         """The version batch ``batch_id`` routes with, broadcast.
 
-        A batch pinned before is a replay and gets its pinned version. Any other
+        A batch pinned before is a re-run and gets its pinned version. Any other
         first calls ``catch_up()``, which brings the changelog up to its end
         offsets and commits a new version when it read changes (happens-before),
         then pins the current version before anything of the batch is written.
         """
         version = self._store.pinned(batch_id)
-        replayed = version is not None
+        rerun = version is not None
         if version is None:
             catch_up()
         current = self.committed()
@@ -374,14 +374,14 @@ class BatchSnapshots:
             self._store.prune()
         snapshot = current if version == current.version else self._store.load(version)
         broadcast, key = self._broadcast(snapshot)
-        return BatchSnapshot(batch_id, version, snapshot.reads_headers, replayed, broadcast, key)
+        return BatchSnapshot(batch_id, version, snapshot.reads_headers, rerun, broadcast, key)
 
     def _broadcast(self, snapshot: SnapshotVersion) -> tuple[Broadcast, str]:
         """The live broadcast of ``snapshot``, made unless it is live already.
 
         The previous one is destroyed (which drops it from the Python workers
         too): the batch that used it is over (batches run one at a time), and a
-        replay broadcasts again.
+        re-run broadcasts again.
         """
         if self._live is None or self._live[0] != snapshot.version:
             if self._context is None:

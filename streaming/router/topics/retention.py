@@ -4,7 +4,7 @@ A batch reads each partition of the publishes topic from where the previous
 batch ended (Spark's offset log, :func:`streaming.state.offsets_log.batch_start`)
 to its own end. When Kafka has deleted the start of that range (retention ran
 while the router was down or behind, or an operator called DeleteRecords),
-the publishes ``[start, earliest retained)`` are gone: no one can route them.
+the publishes ``[start, earliest offset Kafka keeps)`` are gone: no one can route them.
 The router asks Kafka for the partitions' earliest offsets at the start of
 every batch (one ListOffsets request), and for each partition whose earliest
 offset is past the batch's start it has a :class:`RetentionGap`:
@@ -183,9 +183,9 @@ class RetentionWatch:
             raise RetentionGapError(
                 f"{line}. The router stopped (streaming.on_retention_gap = \"stop\"): run "
                 f"`{ACKNOWLEDGE_COMMAND}` to record the gap in the audit and route on from "
-                "the earliest retained offset")
+                "the earliest offset Kafka keeps")
         _log.warning(f"{line}; recorded in the audit (messages, outcome 'lost'), routing on "
-                     "from the earliest retained offset")
+                     "from the earliest offset Kafka keeps")
         return gaps
 
     def close(self) -> None:

@@ -78,7 +78,8 @@ def test_a_task_returns_its_counts_and_files_and_writes_no_row_through_the_drive
     _tables(config).close()
     row = write_task_audit(_routed(1, publishes=4, fanout=3), _settings(config, 1))
     assert row.schema.names == ["publishes", "deliveries", "rejected", "files", "latency_ms",
-                                "expired"]
+                                "expired", "subscriptions"]
+    assert row.column("subscriptions")[0].as_py() is None  # a replay chunk's task's only
     assert len(row.column("latency_ms")[0].as_py()) == 4  # a sample of each publish's latency
     assert row.num_rows == 1
     assert (row.column("publishes")[0].as_py(), row.column("deliveries")[0].as_py(),
@@ -127,7 +128,7 @@ def test_executor_files_and_driver_rows_commit_together_once_and_a_discarded_att
     messages, deliveries = _rows(config, MESSAGES), _rows(config, DELIVERIES)
     assert sum(messages.values()) == 9 and set(messages.values()) == {1}
     assert sum(deliveries.values()) == 12 and set(deliveries.values()) == {1}
-    # A replay of batch 1 (a new attempt after a restart) is refused: its files stay out.
+    # A re-run of batch 1 (a new attempt after a restart) is refused: its files stay out.
     again = _task(config, 1)
     assert not committer.submit(again)
     assert sum(_rows(config, MESSAGES).values()) == 9

@@ -76,7 +76,7 @@ def test_a_journaled_batch_survives_a_new_process_and_reads_back_whole(tmp_path)
     assert again.pending() == [] and again.oldest_age_s() == 0.0
 
 
-def test_pending_batches_are_group_committed_once_and_replays_are_not_journaled(tmp_path):
+def test_pending_batches_are_group_committed_once_and_reruns_are_not_journaled(tmp_path):
     tables = _tables(tmp_path)
     committer = _committer(tmp_path, tables)
     committer.recover()
@@ -148,7 +148,7 @@ def test_a_crash_after_both_commits_before_the_journal_removal_adds_nothing(tmp_
     assert list((tmp_path / "journal").glob("*.arrow")) == []
     assert {t: DeltaTable(tables.path(t)).version() for t in versions} == versions
     assert sum(_rows(tmp_path, DELIVERIES).values()) == 18
-    assert not second.submit(_batch(1))  # Spark's replay of a batch it never committed
+    assert not second.submit(_batch(1))  # Spark's re-run of a batch it never committed
     tables.close()
 
 
@@ -268,7 +268,7 @@ def test_migrate_partitions_in_one_commit_keeping_rows_history_and_txn_versions(
 
     tables = _tables(tmp_path)
     assert tables.unpartitioned() == []
-    tables.append_publishes([_batch(2), _batch(3)])  # batch 2 is a replay: only 3 adds rows
+    tables.append_publishes([_batch(2), _batch(3)])  # batch 2 is a re-run: only 3 adds rows
     assert sum(_rows(tmp_path, MESSAGES).values()) == 12
     assert set(_rows(tmp_path, DELIVERIES).values()) == {1}
     tables.close()

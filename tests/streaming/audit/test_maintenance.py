@@ -215,7 +215,7 @@ def test_compaction_concurrent_with_appends_keeps_the_audit_exact(tmp_path, tabl
             while not done.is_set() or batch_id < 90:
                 _append_one(sink, batch_id)
                 appended.append(batch_id)
-                if batch_id % 7 == 0:  # a replayed batch adds nothing
+                if batch_id % 7 == 0:  # a re-run batch adds nothing
                     _append_one(sink, batch_id)
                 batch_id += 1
         except BaseException as exc:  # noqa: BLE001 - the test asserts the appender failed nowhere

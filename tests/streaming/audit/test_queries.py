@@ -262,6 +262,32 @@ def test_the_verb_names_tables_and_changes_as_the_schemas_do():
         assert schema.names[-1] == day and PARTITION_SOURCES[day] == audit.TIME_COLUMNS[name]
 
 
+def test_replayed_and_retained_keep_the_deliveries_so_marked(capsys, tmp_path):
+    """--replayed: the deliveries a replay made; --retained: the retained messages delivered
+    when a subscription was applied; a live row (false) and a row older than the columns
+    (null) are neither; both flags keep the rows that are both (none)."""
+    schema = arrow_schema(AUDIT_TABLES["deliveries"])
+    DeltaTable.create(tmp_path / "deliveries", schema=schema, partition_by=["routed_date"])
+    marks = {"p/0/1": (False, False), "p/0/2": (None, None), "p/0/3": (False, True),
+             "p/0/4": (True, False), "p/0/5": (False, True)}
+    rows = [{"message_id": m, "subscriber": "ann", "subscription_ids": ["a1"],
+             "exchange": "amq.topic", "routing_key": "a.b", "delivery_topic": "dlv.ann",
+             "snapshot_version": 1, "batch_id": 0, "published_at": _at(0), "retained": retained,
+             "replayed": replayed, "routed_at": _at(i), "routed_date": _at(i).date()}
+            for i, (m, (retained, replayed)) in enumerate(marks.items())]
+    write_deltalake(tmp_path / "deliveries", pa.Table.from_pylist(rows, schema), mode="append",
+                    partition_by=["routed_date"])
+
+    def ids(*flags: str) -> list[str]:
+        return [r["message_id"] for r in _json(capsys, tmp_path, "deliveries", *flags)]
+
+    assert ids() == list(marks)
+    assert ids("--replayed") == ["p/0/3", "p/0/5"]
+    assert ids("--retained") == ["p/0/4"]
+    assert ids("--replayed", "--retained") == []
+    assert ids("--replayed", "--subscriber", "ann", "--limit", "1") == ["p/0/5"]
+
+
 def test_partitioned_tables_answer_without_their_date_column(capsys, checkpointed_warehouse):
     """The verb's columns are the tables' columns before the date partitions."""
     rows = _json(capsys, checkpointed_warehouse, "messages", "--since", T0.isoformat())
@@ -294,8 +320,12 @@ def test_unreachable_storage_is_one_line_error(capsys):
      "subscriptions)"),
     (["subscriptions", "--message-id", "p/0/1"], 2, "--message-id does not apply"),
     (["deliveries", "--state"], 2, "--state applies to the subscriptions table only"),
+    (["messages", "--replayed"], 2, "--replayed applies to the deliveries table only"),
+    (["subscriptions", "--retained"], 2, "--retained applies to the deliveries table only"),
     (["deliveries", "--since", "yesterday"], 2,
-     "--since: expected an ISO-8601 timestamp such as 2025-01-31T12:00:00Z, got 'yesterday'"),
+     "--since 'yesterday': expected an ISO-8601 time (2026-11-26T17:00:00Z, 2026-11-26; UTC "
+     "when it names no zone) or a duration back from now (90s, 15m, 2h, 7d, 1h30m)"),
+    (["deliveries", "--until", "1m2h"], 2, "--until '1m2h': expected an ISO-8601 time"),
 ])
 def test_bad_queries_are_one_line_errors(capsys, warehouse, args, code, message):
     result, out, err = _audit(capsys, warehouse, *args)

@@ -85,7 +85,7 @@ def _versions(config: Config, table: str) -> list[int]:
 
 
 _CHECKS = '''
-# Task counts for a small machine (Delta's default replays a table's log in 50 tasks); the
+# Task counts for a small machine (Delta's default reads a table's log in 50 tasks); the
 # statements below are the user's as they stand.
 spark.conf.set("spark.sql.shuffle.partitions", "2")
 spark.conf.set("spark.databricks.delta.snapshotPartitions", "2")

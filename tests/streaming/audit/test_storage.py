@@ -272,7 +272,7 @@ def test_bitroute_sql_reads_an_s3_warehouse_through_s3a_and_refuses_to_write_it(
         "streaming.checkpoint_dir": str(tmp_path / "c"),
         "spark.master": "local[1]",
         "spark.log_level": "ERROR",
-        # One task where Spark and Delta plan 4 and 50 (shuffle, the log's replay):
+        # One task where Spark and Delta plan 4 and 50 (shuffle, the log's read):
         # each task is a round trip to S3, and the tables hold one file.
         "spark.shuffle_partitions": "1",
         "spark.options.spark.databricks.delta.snapshotPartitions": "1",

@@ -56,7 +56,7 @@ def test_table_objects_are_reloaded_after_the_bound_and_rows_stay_exactly_once(a
     assert seen[2] is None and seen[5] is None
     assert seen[0] is seen[1] and seen[3] is seen[4] and seen[6] is not None
     assert len({id(t) for t in (seen[0], seen[3], seen[6])}) == 3
-    # A replay of a batch committed before the reload is still recognised as one.
+    # A re-run of a batch committed before the reload is still recognised as one.
     append(audit, 5)
     append(audit, 7)
     messages = DeltaTable(audit.path("messages")).to_pyarrow_table()
@@ -66,12 +66,12 @@ def test_table_objects_are_reloaded_after_the_bound_and_rows_stay_exactly_once(a
     assert len(set(messages["message_id"].to_pylist())) == 7 * 2
 
 
-def test_replays_do_not_count_towards_the_bound(audit, monkeypatch):
+def test_reruns_do_not_count_towards_the_bound(audit, monkeypatch):
     monkeypatch.setattr(delta_sink, "TABLE_RELOAD_COMMITS", 2)
     append(audit, 1)
     table = audit._tables["messages"]
     for _ in range(5):
-        append(audit, 1)  # replays: nothing committed
+        append(audit, 1)  # re-runs: nothing committed
     assert audit._tables["messages"] is table
 
 
@@ -96,7 +96,7 @@ def test_an_earlier_deliveries_table_gains_the_retained_column_and_takes_retaine
         rows = delta_sink.deliveries_rows(routed(5, publishes=1, subscribers=1), 2, 5, now,
                                           config.kafka.layout, retained=True)
         tables.append_retained(rows, 5)
-        tables.append_retained(rows, 5)  # a replayed batch: nothing more
+        tables.append_retained(rows, 5)  # a re-run batch: nothing more
         read = DeltaTable(config.delta.table_path("deliveries")).to_pyarrow_table().to_pylist()
         assert sorted((r["batch_id"], r["retained"]) for r in read) == [(0, None)] * 6 + [(5, True)]
     finally:

@@ -297,7 +297,9 @@ def test_router_metrics_count_batch_reports_and_query_events():
         return samples[name][tuple(labels.items())]
 
     assert one("bitroute_start_time_seconds") == 1000.0
-    assert one("bitroute_batches_total") == 2 and one("bitroute_batches_replayed_total") == 1
+    assert one("bitroute_batches_total") == 2 and one("bitroute_batches_rerun_total") == 1
+    # The former name stays, with the same value, until a later release removes it.
+    assert one("bitroute_batches_replayed_total") == one("bitroute_batches_rerun_total")
     assert (one("bitroute_publishes_total"), one("bitroute_deliveries_total"),
             one("bitroute_rejected_total")) == (20, 50, 2)
     assert one("bitroute_batch_seconds_total") == pytest.approx(0.75)
@@ -335,7 +337,7 @@ def test_each_batch_is_one_line_on_stdout():
         "(catch_up 0.10s route 0.30s audit 0.10s, routed in the executors)",
         "batch 7: 10 publishes, 25 deliveries, 1 rejected, snapshot v3, 0.25s "
         "(catch_up 0.00s route 0.20s audit 0.05s, routed in the driver) "
-        "(replayed with its pinned version)",
+        "(re-run with its pinned version)",
     ]
 
 
@@ -348,13 +350,13 @@ def test_with_json_each_batch_is_one_json_object_of_the_report():
     lines(BatchReport(8, 0, 0, 0, 3, 0.25, True, routed_in="driver", attempts=2))
     assert [json.loads(line) for line in out.getvalue().splitlines()] == [
         {"batch_id": 7, "rows": 10, "deliveries": 25, "rejected": 1, "snapshot_version": 3,
-         "seconds": 0.5, "replayed": False, "stages": {"catch_up": 0.1, "route": 0.3},
+         "seconds": 0.5, "rerun": False, "stages": {"catch_up": 0.1, "route": 0.3},
          "attempts": 1, "routed_in": "executors", "lost": 0, "expired": 0,
-             "finished_at": 1700000000.5},
+         "finished_at": 1700000000.5, "replayed": False},
         {"batch_id": 8, "rows": 0, "deliveries": 0, "rejected": 0, "snapshot_version": 3,
-         "seconds": 0.25, "replayed": True, "stages": {}, "attempts": 2,
+         "seconds": 0.25, "rerun": True, "stages": {}, "attempts": 2,
          "routed_in": "driver", "lost": 0, "expired": 0,
-             "finished_at": 1700000000.5},
+         "finished_at": 1700000000.5, "replayed": True},
     ]
 
 # --- catch-up progress lines -----------------------------------------------------------
@@ -451,7 +453,7 @@ def test_a_running_router_serves_every_documented_metric_with_its_counts(
     assert one("bitroute_deliveries_total") == 5 + 3  # beta once per message, for 2 filters
     assert one("bitroute_rejected_total") == 1
     batches = one("bitroute_batches_total")
-    assert 1 <= batches <= 9 and one("bitroute_batches_replayed_total") == 0
+    assert 1 <= batches <= 9 and one("bitroute_batches_rerun_total") == 0
     assert one("bitroute_last_batch_id") == batches - 1
     assert time.time() - 300 < one("bitroute_last_batch_timestamp_seconds") <= time.time()
     stages = {s: one("bitroute_batch_stage_seconds_total", stage=s) for s in STAGES}

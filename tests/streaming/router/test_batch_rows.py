@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
+from streaming.kafka.records import SOURCE_COLUMNS
 from streaming.kafka.settings import ClientSettings
 from streaming.router.batch.batch_rows import SOURCE_ARROW, BatchRows
-from streaming.router.service import SOURCE_COLUMNS
 
 pytestmark = pytest.mark.integration
 

@@ -16,6 +16,7 @@ from schemas.records import (
     MESSAGE_ID_HEADER,
     OUTCOME_REJECTED,
     OUTCOME_ROUTED,
+    REPLAYED_HEADER,
     ROUTING_KEY_HEADER,
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
@@ -170,22 +171,36 @@ def test_the_writer_takes_the_python_sides_properties_and_its_errors_hold_no_sec
     assert "s3cret-pw" not in message and "*****" in message, message
 
 
+@pytest.mark.parametrize("replayed", [False, True], ids=["live", "replayed"])
 @pytest.mark.parametrize("shared", [False, True], ids=["topic-per-subscriber", "shared"])
-def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, new_topic, shared):
+def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, new_topic, shared,
+                                                               replayed):
     """The delivery record's format lives in the kernel's writer (kernel/src/delivery.rs);
     DeliveryColumns.record rebuilds one delivery in Python for the rare record written
     again on its own (a record batch the broker refused whole). Both must write the same
-    topic, key, value and headers, in the same order, for every delivery."""
+    topic, key, value and headers, in the same order, for every delivery, a replay's
+    (marked ``bitroute.replayed: true`` after the publish's headers) as a live one's."""
+    import numpy as np
+    import pyarrow as pa
+
     from streaming.router.batch.routing import delivery_columns, plan_batch
+    from streaming.router.replay.scope import ReplayScope
 
     prefix = f"{new_topic()}."
     layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
     if not shared:
         _create(kafka_bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
+    ids = tuple(sid.decode() for sid, _, _ in SUBSCRIPTIONS)
+    scope = ReplayScope(ids, np.zeros((len(ids), 1), np.int64), np.full((len(ids), 1), 1 << 40),
+                        pa.array([], pa.string()), ("amq.topic",)) if replayed else None
     settings = RouteSettings("amq.topic", layout, new_topic(), 7, False,
-                             ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared))
-    columns = delivery_columns(plan_batch(Matcher(_snapshot()), source_batch(PUBLISHES), settings),
-                               settings)
+                             ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared),
+                             replay=scope)
+    batch = source_batch(PUBLISHES)
+    plan = plan_batch(Matcher(_snapshot()), batch, settings)
+    if scope is not None:
+        plan = scope.narrowed(plan, batch)
+    columns = delivery_columns(plan, settings)
     producer = DeliveryProducer(settings.producer)
     producer.produce_deliveries(columns)
     assert producer.flush() == []
@@ -196,3 +211,10 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     python_side = [columns.record(i) for i in range(len(columns))]
     assert len(python_side) == 7
     assert sorted(written, key=repr) == sorted(python_side, key=repr)
+    for _, _, _, headers in python_side:
+        names = [name for name, _ in headers]
+        router = len(names) - 3 - (1 if shared else 0)  # the routing key, then the router's
+        assert names[router:][-3:] == [MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
+                                       SNAPSHOT_VERSION_HEADER]
+        assert (headers[router - 1] == (REPLAYED_HEADER, b"true")) == replayed
+        assert names.count(REPLAYED_HEADER) == (1 if replayed else 0)

@@ -5,7 +5,7 @@ publish once: replayed before the boundary, live from it on), a subscriber that 
 had the publishes live (the replay adds nothing for it), two replays sharing their
 reads, the bad changelog records (each rejected, nothing replayed), and a replay
 cancelled by unsubscribing. A second test (``bitroute run`` and the command line) has the
-command line refuse each bad ``--since`` at once, replays from the retained start a since
+command line refuse each bad ``--since`` at once, replays from the retention start a since
 older than it (saying so on stderr and in ``bitroute status``), kills the router with
 SIGKILL in the middle of the replay and checks that the restarted router finishes it with
 one audit row per (message, subscriber).
@@ -179,13 +179,13 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     # The command line refuses at once, writing nothing: a time in the future, no time at
     # all, an id that exists with another filter.
     for since, sub_id, problem in (("2999-01-01T00:00:00Z", "new", "in the future"),
-                                   ("soon", "new", "not an ISO-8601 time"),
+                                   ("soon", "new", "expected an ISO-8601 time"),
                                    ("1h", "zed-live", "exists with another definition")):
         done = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "zed", "--filter",
                    "o.*", "--id", sub_id, "--since", since, settings=settings)
         assert done.returncode != 0 and problem in done.stderr and not done.stdout
     # Kafka deleted the oldest publishes (retention): a since before them replays from the
-    # retained start, and says so.
+    # retention start, and says so.
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -198,7 +198,7 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     done = cli("subscribe", "--exchange", "amq.topic", "--subscriber", "kim", "--filter", "o.*",
                "--id", "kim-o", "--since", "1h", settings=settings)
     assert done.returncode == 0 and done.stdout.strip() == "kim-o", done.stderr
-    assert "before the retained start" in done.stderr
+    assert "before the retention start" in done.stderr
 
     def midway():
         replays = _ledger(config).replays
@@ -207,7 +207,7 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     status = json.loads(cli("status", "--json", settings=settings).stdout)
     (shown,) = status["replays"]
     assert shown["subscription"] == "kim-o" and shown["publishes"] == 300 - 10 * len(partitions) and shown["done"] >= 40
-    assert "before the retained start" in shown["note"]
+    assert "before the retention start" in shown["note"]
     first.kill()  # SIGKILL, its JVM too
     left = _ledger(config).replays[0]
     assert left.done < left.total
@@ -222,3 +222,58 @@ def test_a_replay_killed_midway_resumes_with_one_audit_row_per_delivery_and_the_
     assert all(r["replayed"] for r in rows)
     # Kafka has every one, at least once (a chunk cut by the kill is produced again).
     assert {h[MESSAGE_ID_HEADER] for h in _deliveries(config, "kim")} == o_ids
+
+
+def test_a_replays_chunks_are_routed_by_the_executors_routing_task_and_audited_once(
+        isolated_config, spark, monkeypatch, capsys):
+    """The driver does no per-record work for a replay: its chunks are matched, narrowed to
+    the replays' ranges and produced by the live batches' routing task in the Python
+    workers, which write the chunk's audit file (here the driver's own copy of that work
+    raises, and the replay still completes). Each replayed delivery is marked and audited
+    once (the driver adds the tasks' files in one transaction per chunk), and `bitroute
+    audit deliveries --replayed` lists exactly those."""
+    from streaming.cli.main import main
+    from streaming.router.replay.scope import ReplayScope
+
+    def not_in_the_driver(*_args, **_kwargs):
+        raise AssertionError("a replay's records were routed in the driver")
+
+    monkeypatch.setattr(ReplayScope, "narrowed", not_in_the_driver)
+    monkeypatch.setattr(ReplayScope, "matching_keys_only", not_in_the_driver)
+    config = isolated_config(**{"kafka.partitions": "2", "streaming.replay_chunk_publishes": "50",
+                                "streaming.replay_share": "100",
+                                # As on a cluster: each task writes its audit file.
+                                "streaming.executor_audit_files": "tasks"})
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    _subscribe(producer, config, "ann-live", "ann", "o.#")
+    router = Router(config, spark)
+    router.start()
+    try:
+        _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(160)])
+        router.process_all_available()
+        _subscribe(producer, config, "bob-o", "bob", "o.*", _text(before))
+        _publish(producer, config, ["o.160", "p.161"])
+        router.process_all_available()
+        wait_until(lambda: not _ledger(config).replays and _ledger(config).finished,
+                   "the replay to finish", 180)
+        router.flush_audit(60)
+    finally:
+        router.stop()
+    assert router.replays is not None and router.replays.failure is None
+    o_ids = {m for m, key in _published(config).items() if key.startswith("o.")}
+    records = _deliveries(config, "bob")
+    assert Counter(h[MESSAGE_ID_HEADER] for h in records) == Counter(o_ids)  # once each
+    replayed = {h[MESSAGE_ID_HEADER] for h in records if h.get(REPLAYED_HEADER) == "true"}
+    assert len(replayed) == 80 and replayed < o_ids
+    rows = [r for r in _audit(config, "deliveries") if r["subscriber"] == "bob"]
+    assert Counter(r["message_id"] for r in rows) == Counter(o_ids)
+    assert {r["message_id"] for r in rows if r["replayed"]} == replayed
+    assert all(r["subscription_ids"] == ["bob-o"] for r in rows)
+    assert _ledger(config).finished[-1]["delivered"] == 80
+    capsys.readouterr()
+    assert main(["audit", "deliveries", "--replayed", "--json", "--set",
+                 f"delta.warehouse={config.delta.warehouse}"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {(r["message_id"], r["subscriber"]) for r in listed} == {(m, "bob") for m in replayed}
+    assert all(r["replayed"] is True and r["retained"] is False for r in listed)

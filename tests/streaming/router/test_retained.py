@@ -1,7 +1,7 @@
 """MQTT retained messages (streaming/router/retained.py) on a real broker, Spark and Delta.
 
 One router, opened but not started, driven batch by batch with
-:meth:`Router.process_batch` (so that a batch id can be replayed on purpose), then
+:meth:`Router.process_batch` (so that a batch id can be re-run on purpose), then
 stopped and opened again: the retained messages come back from the compacted topic.
 """
 
@@ -134,14 +134,14 @@ def test_retained_messages_reach_new_subscriptions_once_marked_and_survive_a_res
         boiler_now = publish(cfg, "sensors/boiler/temperature", b"72")
         batch = batch_from(spark, cfg, start)
         router.process_batch(batch, 1)
-        router.process_batch(batch, 1)  # a replay of the same batch id
+        router.process_batch(batch, 1)  # a re-run of the same batch id
         assert router.flush_audit(60)
 
         # Once, marked, before the live stream; the cleared topic delivered to no one.
         assert received(cfg, late) == [
             ("sensors/boiler/temperature", boiler, b"71.5", True),
             ("sensors/boiler/temperature", boiler_now, b"72", False),
-            ("sensors/boiler/temperature", boiler_now, b"72", False)]  # the replay: at least once
+            ("sensors/boiler/temperature", boiler_now, b"72", False)]  # the re-run: at least once
         first = [(k, m, r) for k, m, _, r in received(cfg, everything) if r]
         assert sorted(first) == sorted([("sensors/boiler/temperature", boiler, True),
                                         ("sensors/attic/humidity", humidity, True)])  # no $SYS

@@ -2,8 +2,8 @@
 
 Most tests share one running router (module scope) and keep apart by using
 their own subscriber names and routing keys; tests that need a router of
-their own (replay, restart) drive :meth:`Router.process_batch` on one that
-is opened but not started, which is also how a replayed batch id is
+their own (re-run, restart) drive :meth:`Router.process_batch` on one that
+is opened but not started, which is also how a re-run batch id is
 produced deterministically.
 """
 
@@ -445,27 +445,27 @@ def _batch(spark, config: Config):
             .load())
 
 
-def test_a_replayed_batch_uses_its_pinned_version_and_adds_no_audit_rows(
+def test_a_rerun_batch_uses_its_pinned_version_and_adds_no_audit_rows(
         base_config: Config, spark, tmp_path: Path):
     cfg = router_config(base_config, tmp_path)
     router = Router(cfg, spark)
     router.open()
     try:
         gus, hal = unique("gus"), unique("hal")
-        subscribe(cfg, "r1", "amq.topic", gus, "replay.*")
-        sent = publish(cfg, "replay.me")
+        subscribe(cfg, "r1", "amq.topic", gus, "rerun.*")
+        sent = publish(cfg, "rerun.me")
         batch = _batch(spark, cfg)
         first = router.process_batch(batch, 0)
-        assert (first.rows, first.deliveries, first.replayed) == (1, 1, False)
+        assert (first.rows, first.deliveries, first.rerun) == (1, 1, False)
         assert router.flush_audit(60)
 
         unsubscribe(cfg, "r1")
-        subscribe(cfg, "r2", "amq.topic", hal, "replay.*")
-        again = router.process_batch(batch, 0)  # a replay: not journaled again
+        subscribe(cfg, "r2", "amq.topic", hal, "rerun.*")
+        again = router.process_batch(batch, 0)  # a re-run: not journaled again
         assert router._committer is not None and router._committer.pending_batches == 0
-        assert again.replayed and again.snapshot_version == first.snapshot_version
+        assert again.rerun and again.snapshot_version == first.snapshot_version
         gus_records = read_topic(cfg, cfg.kafka.layout.topic(gus))
-        assert len(gus_records) == 2  # at least once: the replay writes Kafka again
+        assert len(gus_records) == 2  # at least once: the re-run writes Kafka again
         assert headers_of(gus_records[0]) == headers_of(gus_records[1])
         assert deliveries_of(cfg, hal) == {}
         assert [(r.subscriber, r.batch_id) for r in
@@ -474,7 +474,7 @@ def test_a_replayed_batch_uses_its_pinned_version_and_adds_no_audit_rows(
 
         later = router.process_batch(batch, 1)
         assert router.flush_audit(60)
-        assert later.snapshot_version > first.snapshot_version and not later.replayed
+        assert later.snapshot_version > first.snapshot_version and not later.rerun
         assert set(deliveries_of(cfg, hal)) == {sent}
         assert sorted((r.subscriber, r.batch_id) for r in
                       rows_for(cfg, "deliveries", "message_id", [sent])) == [(gus, 0), (hal, 1)]

@@ -157,20 +157,20 @@ def test_the_owner_pins_each_batch_once_and_keeps_one_broadcast_alive(tmp_path: 
     catch_ups = []
     try:
         a = snapshots.for_batch(0, lambda: catch_ups.append(0))
-        assert (a.version, a.reads_headers, a.replayed, catch_ups) == (0, True, False, [0])
+        assert (a.version, a.reads_headers, a.rerun, catch_ups) == (0, True, False, [0])
         assert a.broadcast.value == first.data
 
         # A catch-up that reads changes commits the next version; the batch pins it.
         second = SnapshotVersion.of(_compiled(1, with_criteria=False))
         b = snapshots.for_batch(1, lambda: snapshots.commit(second, [["s1", "upsert"]]))
-        assert (b.version, b.reads_headers, b.replayed, snapshots.current) == (1, False, False,
+        assert (b.version, b.reads_headers, b.rerun, snapshots.current) == (1, False, False,
                                                                                second)
         assert b.key != a.key and b.broadcast.value == second.data
         assert SnapshotFiles(layout).pinned(1) == 1
 
-        # A replay of batch 0: its pinned version from disk, no catch-up, facts as recorded.
-        again = snapshots.for_batch(0, lambda: pytest.fail("a replay does not catch up"))
-        assert (again.version, again.reads_headers, again.replayed) == (0, True, True)
+        # A re-run of batch 0: its pinned version from disk, no catch-up, facts as recorded.
+        again = snapshots.for_batch(0, lambda: pytest.fail("a re-run does not catch up"))
+        assert (again.version, again.reads_headers, again.rerun) == (0, True, True)
         assert again.broadcast.value == first.data
         assert snapshots.for_batch(0, lambda: None).key == again.key  # still the live one
     finally:

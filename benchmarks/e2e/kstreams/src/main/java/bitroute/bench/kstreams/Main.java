@@ -121,7 +121,7 @@ public final class Main {
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, "bitroute-kstreams-peer");
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args.bootstrap);
         p.put(StreamsConfig.STATE_DIR_CONFIG, args.stateDir);
-        // At-least-once, bitroute's delivery guarantee (a replay may repeat a delivery, with the
+        // At-least-once, bitroute's delivery guarantee (a re-run may repeat a delivery, with the
         // same message id). exactly_once_v2 would add transactions bitroute does not pay for.
         p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
         // One thread per publishes partition (kafka.partitions = 2): a task is one input
@@ -129,8 +129,8 @@ public final class Main {
         // leaves them room. Each thread has its own producer (at-least-once).
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 2);
         // Commit (flush the producer, then commit input offsets) every second instead of the
-        // at-least-once default of 30 s: a restart replays at most about a second of publishes,
-        // as bitroute replays at most its batch in progress. The flush costs little at 1/s.
+        // at-least-once default of 30 s: a restart re-runs at most about a second of publishes,
+        // as bitroute re-runs at most its batch in progress. The flush costs little at 1/s.
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 1000);
         // Stateless topology: no store, no record cache.
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
