@@ -40,7 +40,7 @@ jars=$("$python" -c "from streaming.session import router_jars; print(','.join(s
 main=$("$python" -c "import streaming.cli.main as cli; print(cli.__file__)")
 # spark-submit's JVM is the driver's: bitroute's logging, and the options of a driver
 # that only plans and schedules (docs/running.md, "Where a batch is routed").
-java_options=$("$python" -c "from streaming.router import session as s; print(f'-Dlog4j2.configurationFile={s.LOG4J2_CONFIG} {s.CLUSTER_DRIVER_JAVA_OPTIONS}')")
+java_options=$("$python" -c "from streaming import session as s; print(f'-Dlog4j2.configurationFile={s.LOG4J2_CONFIG} {s.CLUSTER_DRIVER_JAVA_OPTIONS}')")
 # The session takes the master from spark-submit (BITROUTE_SPARK_MASTER is not needed).
 exec "$submit" \
   --master "$master" \

@@ -233,21 +233,24 @@ class RouteTable:
 
     def route(
         self, key: bytes | None, headers: Sequence[tuple[str, bytes | None]], message_id: str
-    ) -> tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]]]:
-        """``(outcome, exchange, routing_key, reason, deliveries)`` of the publish
+    ) -> tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]],
+               str | None]:
+        """``(outcome, exchange, routing_key, reason, deliveries, alternate)`` of the publish
         with record key ``key``, Kafka headers ``headers`` (in order) and id
         ``message_id`` (``<topic>/<partition>/<offset>``, for shared groups).
         ``outcome``: 0 routed, 1 unroutable, 2 rejected (``reason`` set, no
         deliveries); ``exchange`` None when the exchange header was null or
         not UTF-8; ``routing_key`` None when absent or not UTF-8;
         ``deliveries``: ``(subscriber, ids_header, ids)`` by subscriber, ids in
-        order, ``ids_header`` the ``bitroute.subscription_ids`` header value."""
+        order, ``ids_header`` the ``bitroute.subscription_ids`` header value;
+        ``alternate``: the alternate exchange whose subscriptions took the
+        deliveries, its own exchange routing it to no one (None otherwise)."""
 
     def route_at(
         self, key: bytes | None, headers: Sequence[tuple[str, bytes | None]], message_id: str,
         published_ms: int, now_ms: int,
-    ) -> tuple[tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]]],
-               int | None]:
+    ) -> tuple[tuple[int, str | None, str | None, str | None, list[tuple[str, str, list[str]]],
+                     str | None], int | None]:
         """``(route(...), remaining)`` with the publish's expiry applied (its Kafka
         timestamp ``published_ms``, routed at ``now_ms``, epoch ms): an invalid
         ``expiry`` header rejects it, an expired publish is outcome 3 with no

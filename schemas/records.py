@@ -86,6 +86,9 @@ PUBLISHED_AT_HEADER = "bitroute.published_at"
 #: value ``true``; live deliveries do not carry it.
 REPLAYED_HEADER = "bitroute.replayed"
 REPLAYED_VALUE = b"true"
+#: On a delivery made through an alternate exchange (the publish's own exchange routed it to
+#: no one: ``[exchanges.alternates]``): the alternate's name; other deliveries do not carry it.
+ALTERNATE_EXCHANGE_HEADER = "bitroute.alternate_exchange"
 #: The headers the router puts last on every delivery, in this order (after the publish's
 #: own headers, a feature mark such as :data:`REPLAYED_HEADER`, and the routing key of the
 #: shared layout): the one statement of their order, which the kernel's delivery writer
@@ -94,7 +97,7 @@ DELIVERY_ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_
 #: Headers the router adds; a publish carrying one of them has it replaced.
 ROUTER_HEADERS = (MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER, SNAPSHOT_VERSION_HEADER,
                   REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER, RETAINED_HEADER,
-                  PUBLISHED_AT_HEADER, REPLAYED_HEADER)
+                  PUBLISHED_AT_HEADER, REPLAYED_HEADER, ALTERNATE_EXCHANGE_HEADER)
 
 # --- Delivery topic layouts (kafka.delivery_layout) ---------------------------
 LAYOUT_TOPIC_PER_SUBSCRIBER = "topic-per-subscriber"

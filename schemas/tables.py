@@ -29,7 +29,9 @@ from schemas.records import DELIVERIES, MESSAGES, SUBSCRIPTIONS
 #: Output of the routing tasks (``mapInArrow``, :mod:`streaming.router.batch.routing`): one
 #: row per publish with what became of it. ``deliveries`` lists the deliveries
 #: Kafka acknowledged (empty when unroutable or rejected); ``reason`` is why a
-#: rejected publish was rejected. The audit rows are made from it.
+#: rejected publish was rejected; ``alternate_exchange`` names the alternate exchange whose
+#: subscriptions took the deliveries of a publish its own exchange routed to no one (null
+#: otherwise; a builder may leave the column out: null). The audit rows are made from it.
 ROUTED_PUBLISH = StructType([
     StructField("message_id", StringType(), False),
     StructField("exchange", StringType(), True),
@@ -43,6 +45,7 @@ ROUTED_PUBLISH = StructType([
     StructField("headers", MapType(StringType(), StringType(), True), True),
     StructField("payload_bytes", IntegerType(), True),
     StructField("published_at", TimestampType(), True),
+    StructField("alternate_exchange", StringType(), True),
 ])
 
 #: One audit file a routing task wrote into a table's folder, not yet committed
@@ -81,6 +84,8 @@ ROUTED_TASK = StructType([
 #: (streaming.router.retained); ``replayed``: true for a delivery made by a replay
 #: (``subscribe --since``, streaming.router.replay.replay); both false for a live one, null in rows
 #: written before the column existed (added to an older table when the router opens it).
+#: ``alternate_exchange``: the alternate exchange whose subscription took the delivery, the
+#: publish's own ``exchange`` routing it to no one (null otherwise, and in older rows).
 DELIVERIES_TABLE = StructType([
     StructField("message_id", StringType(), False),
     StructField("subscriber", StringType(), False),
@@ -93,11 +98,14 @@ DELIVERIES_TABLE = StructType([
     StructField("published_at", TimestampType(), True),
     StructField("retained", BooleanType(), True),
     StructField("replayed", BooleanType(), True),
+    StructField("alternate_exchange", StringType(), True),
     StructField("routed_at", TimestampType(), False),
     StructField("routed_date", DateType(), False),
 ])
 
-#: Delta table ``messages``: one row per publish with its outcome.
+#: Delta table ``messages``: one row per publish with its outcome. ``alternate_exchange``: a
+#: routed publish's alternate exchange, when its deliveries came through it (its own
+#: ``exchange`` routed it to no one); null otherwise and in rows written before the column.
 MESSAGES_TABLE = StructType([
     StructField("message_id", StringType(), False),
     StructField("exchange", StringType(), True),
@@ -110,6 +118,7 @@ MESSAGES_TABLE = StructType([
     StructField("snapshot_version", LongType(), False),
     StructField("batch_id", LongType(), False),
     StructField("published_at", TimestampType(), True),
+    StructField("alternate_exchange", StringType(), True),
     StructField("routed_at", TimestampType(), False),
     StructField("routed_date", DateType(), False),
 ])

@@ -107,6 +107,15 @@ class ExchangesConfig:
     dialects: Mapping[str, str] = field(
         default_factory=lambda: {"amq.topic": "amqp", "mqtt": "mqtt"}
     )
+    alternates: Mapping[str, str] = field(default_factory=dict)
+    """``[exchanges.alternates]``: an AMQP exchange's alternate exchange (RabbitMQ's
+    ``alternate-exchange``), another AMQP exchange. A publish its own exchange routes to
+    no one is matched once against the alternate's subscriptions; the alternate's own
+    alternate is not followed (docs/design.md, "Alternate exchanges")."""
+
+    def alternate(self, exchange: str) -> str | None:
+        """The alternate exchange of ``exchange``, None when it names none."""
+        return self.alternates.get(exchange)
 
 
 @dataclass(frozen=True)
@@ -319,8 +328,8 @@ _SECTION_TYPES = {
     "limits": LimitsConfig,
 }
 # Keys whose value is a table of free-form names (not settable from the environment).
-_TABLE_KEYS = {("exchanges", "dialects"), ("spark", "options"), ("kafka", "client"),
-               ("limits", "exchanges")}
+_TABLE_KEYS = {("exchanges", "dialects"), ("exchanges", "alternates"), ("spark", "options"),
+               ("kafka", "client"), ("limits", "exchanges")}
 
 
 class ClientProperties(dict):
@@ -594,6 +603,13 @@ def _validate(config: Config) -> None:
                 "an exchange name of 1..255 characters", name)
     require(exchanges.default in exchanges.dialects, "exchanges.default",
             f"one of the declared exchanges {sorted(exchanges.dialects)}", exchanges.default)
+    for name, alternate in exchanges.alternates.items():
+        key = f'exchanges.alternates."{name}"'
+        require(exchanges.dialects.get(name) == "amqp", key,
+                "a key naming a declared AMQP exchange (an alternate exchange is AMQP's)", name)
+        require(exchanges.dialects.get(alternate) == "amqp", key,
+                "the name of another declared AMQP exchange", alternate)
+        require(alternate != name, key, "an exchange other than itself", alternate)
 
     require(bool(config.delta.warehouse), "delta.warehouse", "a folder or URI",
             config.delta.warehouse)

@@ -1,7 +1,7 @@
 """An in-process router's runs and their Kafka in and out, for tests that drive
 :class:`streaming.router.service.Router` over a real broker: publishes to chosen
-partitions, subscriptions, Kafka's DeleteRecords, a subscriber's deliveries and the
-audit's ``lost`` rows."""
+partitions, subscriptions, Kafka's DeleteRecords, a subscriber's deliveries, the
+audit's ``lost`` rows and a routing snapshot saved as the router saves it."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import DeltaTable
 
+from compiler import RoutingIndex, Subscription
 from kafka_io import message_id_of
 from schemas.records import EXCHANGE_HEADER, OUTCOME_LOST, message_id
 from streaming.config import Config
 from streaming.kafka.clients import record_position
 from streaming.router.service import Router
+from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
+from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
+from streaming.state.checkpoint import CheckpointLayout
 
 KAFKA_TIMEOUT_S = 30.0
 
@@ -93,3 +97,20 @@ def route_all(config: Config, spark, **kwargs) -> Router:
     finally:
         router.stop()
     return router
+
+
+def persist_snapshot(config: Config, version: int, *extra: Subscription) -> dict[int, int]:
+    """Save snapshot ``version`` of the whole subscriptions changelog (plus ``extra``) in
+    the router's checkpoint folder, as the router does; the changelog offsets it covers."""
+    index = RoutingIndex(config.exchanges.dialects)
+    for sub in extra:
+        index.upsert(sub)
+    reader = ChangelogReader(config)
+    try:
+        offsets = reader.read_to_end({}, lambda m: apply_record(
+            index, m.key(), m.value(), *record_position(m)[1:], None, 0))
+    finally:
+        reader.close()
+    store = SnapshotStore(CheckpointLayout.of(config.streaming.checkpoint_dir))
+    store.save(SnapshotVersion.of(index.snapshot(version, offsets)), [])
+    return offsets

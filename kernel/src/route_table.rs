@@ -16,6 +16,17 @@ pub(crate) struct RouteTable {
 /// One delivery as Python sees it: `(subscriber, ids_header, [ids])`.
 type PyDelivery<'t> = (&'t str, String, Vec<&'t str>);
 
+/// An outcome as Python sees it: `(outcome, exchange, routing_key, reason, deliveries,
+/// alternate)`.
+type PyOutcome<'t> = (
+    u8,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Vec<PyDelivery<'t>>,
+    Option<String>,
+);
+
 #[pymethods]
 impl RouteTable {
     /// `RouteTable(table_json)`; raises `TableError` for a table it cannot read.
@@ -37,36 +48,25 @@ impl RouteTable {
     }
 
     /// `route(key, headers, message_id)`: `(outcome, exchange, routing_key,
-    /// reason, deliveries)` with outcome 0 routed, 1 unroutable, 2 rejected
-    /// and deliveries `[(subscriber, ids_header, [ids])]`.
-    #[allow(clippy::type_complexity)]
+    /// reason, deliveries, alternate)` with outcome 0 routed, 1 unroutable, 2
+    /// rejected, deliveries `[(subscriber, ids_header, [ids])]` and alternate
+    /// the alternate exchange that took them (`None`: its own exchange did).
     #[pyo3(signature = (key, headers, message_id))]
     fn route<'t>(
         &'t self,
         key: Option<&Bound<'_, PyBytes>>,
         headers: Vec<(String, Option<Vec<u8>>)>,
         message_id: &str,
-    ) -> (
-        u8,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Vec<PyDelivery<'t>>,
-    ) {
-        let borrowed: Vec<(&str, Option<&[u8]>)> = headers
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_deref()))
-            .collect();
+    ) -> PyOutcome<'t> {
         let outcome = self
             .table
-            .route(key.map(|k| k.as_bytes()), &borrowed, message_id);
+            .route(key.map(|k| k.as_bytes()), &borrowed(&headers), message_id);
         Self::tuple(outcome)
     }
 
     /// `route_at(key, headers, message_id, published_ms, now_ms)`: `route`'s
     /// tuple with the publish's expiry applied (outcome 3: expired), then
     /// the remaining interval its deliveries carry (`None`: no expiry).
-    #[allow(clippy::type_complexity)]
     #[pyo3(signature = (key, headers, message_id, published_ms, now_ms))]
     fn route_at<'t>(
         &'t self,
@@ -75,23 +75,10 @@ impl RouteTable {
         message_id: &str,
         published_ms: i64,
         now_ms: i64,
-    ) -> (
-        (
-            u8,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Vec<PyDelivery<'t>>,
-        ),
-        Option<u32>,
-    ) {
-        let borrowed: Vec<(&str, Option<&[u8]>)> = headers
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_deref()))
-            .collect();
+    ) -> (PyOutcome<'t>, Option<u32>) {
         let outcome = self.table.route_at(
             key.map(|k| k.as_bytes()),
-            &borrowed,
+            &borrowed(&headers),
             message_id,
             published_ms,
             now_ms,
@@ -102,16 +89,7 @@ impl RouteTable {
 }
 
 impl RouteTable {
-    #[allow(clippy::type_complexity)]
-    fn tuple(
-        outcome: bitroute_core::Outcome<'_>,
-    ) -> (
-        u8,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Vec<PyDelivery<'_>>,
-    ) {
+    fn tuple(outcome: bitroute_core::Outcome<'_>) -> PyOutcome<'_> {
         (
             outcome.kind as u8,
             outcome.exchange,
@@ -122,6 +100,15 @@ impl RouteTable {
                 .into_iter()
                 .map(|d| (d.subscriber, d.ids_header, d.ids))
                 .collect(),
+            outcome.alternate,
         )
     }
+}
+
+/// The headers as the core takes them: borrowed names and values, in order.
+fn borrowed(headers: &[(String, Option<Vec<u8>>)]) -> Vec<(&str, Option<&[u8]>)> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_deref()))
+        .collect()
 }

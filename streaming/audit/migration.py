@@ -82,7 +82,11 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None],
     target = ARROW_SCHEMAS[name]
     before = pa.schema([f for f in target if f.name != day])
     found = pa.schema(table.schema().to_arrow())
-    if found.names != before.names or table.metadata().partition_columns:
+    # Nullable columns a later version added (alternate_exchange, ...) may be missing, or
+    # appended at the end by the router's add_missing_columns: read as null, in order.
+    added = [f for f in before if f.nullable and f.name not in found.names]
+    if (sorted(found.names) != sorted(set(before.names) - {f.name for f in added})
+            or table.metadata().partition_columns):
         raise MigrationError(f"{path}: the {name} table has columns {found.names} partitioned "
                              f"by {table.metadata().partition_columns}: not a bitroute layout "
                              "this version can migrate")
@@ -100,7 +104,10 @@ def migrate_table(path: str, name: str, progress: Callable[[str], None],
     def batches() -> Iterator[pa.RecordBatch]:
         source = PARTITION_SOURCES[day]
         for batch in rows.to_batches(max_chunksize=100_000):
-            batch = pa.Table.from_batches([batch]).cast(before)
+            batch = pa.Table.from_batches([batch])
+            for field in added:
+                batch = batch.append_column(field, pa.nulls(batch.num_rows, field.type))
+            batch = batch.select(before.names).cast(before)
             batch = batch.append_column(target.field(day), utc_date(batch[source]))
             yield from batch.to_batches()
             step = written[0] // PROGRESS_EVERY_ROWS

@@ -473,14 +473,16 @@ def _table_rows(batch: AuditBatch, name: str) -> int:
 def add_missing_columns(table: DeltaTable, name: str) -> None:
     """Add to ``table`` the nullable columns of audit table ``name`` that an earlier version
     created it without (``deliveries.retained``, ``deliveries.replayed``,
-    ``subscriptions.retain_handling``, ``subscriptions.retain_as_published``); its rows read
+    ``subscriptions.retain_handling``, ``subscriptions.retain_as_published``,
+    ``messages.alternate_exchange``, ``deliveries.alternate_exchange``); its rows read
     them as null."""
     from deltalake.schema import Field, PrimitiveType
 
     have = {f.name for f in table.schema().fields}
     missing = [f for f in ARROW_SCHEMAS[name] if f.name not in have and f.nullable]
     if missing:
-        types = {pa.bool_(): PrimitiveType("boolean"), pa.int32(): PrimitiveType("integer")}
+        types = {pa.bool_(): PrimitiveType("boolean"), pa.int32(): PrimitiveType("integer"),
+                 pa.string(): PrimitiveType("string")}
         table.alter.add_columns([Field(f.name, types[f.type], nullable=True) for f in missing])
 
 
@@ -503,6 +505,15 @@ ROUTED_VERSION_COLUMN = "snapshot_version"
 """The optional column of ``ROUTED_PUBLISH`` rows giving each publish's snapshot version."""
 
 
+def _alternates(routed: pa.Table, rows: pa.Array | None = None) -> pa.Array:
+    """Each row's ``alternate_exchange`` (null where ``routed`` has no such column: rows
+    that no alternate exchange can route, such as a retained message's)."""
+    if "alternate_exchange" in routed.column_names:
+        column = routed["alternate_exchange"]
+        return column.take(rows) if rows is not None else column
+    return pa.nulls(routed.num_rows if rows is None else len(rows), pa.string())
+
+
 def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: datetime) -> pa.Table:
     """One ``messages`` row per publish of ``routed`` (``ROUTED_PUBLISH`` rows, each routed
     with ``version`` unless they carry a ``snapshot_version`` column)."""
@@ -520,6 +531,7 @@ def messages_rows(routed: pa.Table, version: int, batch_id: int, routed_at: date
         "snapshot_version": _versions(routed, version),
         "batch_id": pa.array([batch_id] * n, pa.int64()),
         "published_at": routed["published_at"],
+        "alternate_exchange": _alternates(routed),
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
     }
     columns["routed_date"] = utc_date(columns["routed_at"])
@@ -550,6 +562,7 @@ def deliveries_rows(routed: pa.Table, version: int, batch_id: int, routed_at: da
         "published_at": routed["published_at"].take(owner),
         "retained": pa.array([retained] * n, pa.bool_()),
         "replayed": pa.array([replayed] * n, pa.bool_()),
+        "alternate_exchange": _alternates(routed, owner),
         "routed_at": pa.array([routed_at] * n, schema.field("routed_at").type),
     }
     columns["routed_date"] = utc_date(columns["routed_at"])

@@ -261,8 +261,9 @@ def _cell_values(column: pa.Array) -> pa.Array:
 
 def delivery_json(delivery: Delivery) -> str:
     """One JSON object: message_id, routing_key, headers, subscription_ids,
-    snapshot_version, payload, payload_encoding (``utf-8`` or ``base64``), and
-    ``"retained": true`` on a retained message delivered when the subscription was applied."""
+    snapshot_version, payload, payload_encoding (``utf-8`` or ``base64``),
+    ``"retained": true`` on a retained message delivered when the subscription was applied,
+    and ``"alternate_exchange"`` on a delivery made through an alternate exchange."""
     payload, encoding = delivery.payload_text()
     fields = {
         "message_id": delivery.message_id,
@@ -275,13 +276,15 @@ def delivery_json(delivery: Delivery) -> str:
     }
     if delivery.retained:
         fields["retained"] = True
+    if delivery.alternate_exchange is not None:
+        fields["alternate_exchange"] = delivery.alternate_exchange
     return json.dumps(fields, ensure_ascii=False)
 
 
 def delivery_line(delivery: Delivery) -> str:
     """One human line: ``<message id> <routing key> subs=<ids> v<version> [retained]
-    [name=value...] <payload>`` (``retained``: a retained message delivered when the
-    subscription was applied).
+    [via=<alternate exchange>] [name=value...] <payload>`` (``retained``: a retained message
+    delivered when the subscription was applied; ``via``: made through an alternate exchange).
 
     Strings with spaces, quotes or control characters are JSON-quoted; a
     payload that is not UTF-8 is shown as ``base64:<data>``.
@@ -294,6 +297,8 @@ def delivery_line(delivery: Delivery) -> str:
                    if delivery.subscription_ids is not None else "-"),
         f"v{delivery.snapshot_version}" if delivery.snapshot_version is not None else "v-",
         *(["retained"] if delivery.retained else []),
+        *([f"via={_show(delivery.alternate_exchange)}"]
+          if delivery.alternate_exchange is not None else []),
         *(f"{_show(n)}={_show(v) if v is not None else ''}" for n, v in delivery.headers.items()),
         _show(payload) if encoding == "utf-8" else f"base64:{payload}",
     ]
@@ -462,6 +467,12 @@ def status_lines(status: Mapping[str, Any], now: datetime | None = None) -> list
         lines.append((f"limits {exchange}", ", ".join(
             f"{_LIMIT_WORDS[name]} {figures['used']:,}/{figures['limit']:,}"
             for name, figures in limits.items())))
+    alternates = status.get("alternate_exchanges")
+    if alternates:
+        lines.append(("alternates", ", ".join(f"{exchange} -> {alternate}"
+                                              for exchange, alternate in alternates.items())
+                      + " (a publish its exchange routes to no one goes to the alternate's "
+                        "subscribers)"))
     unfed = status.get("unfed_delivery_topics")
     if unfed:
         lines.append(("unfed topics", (

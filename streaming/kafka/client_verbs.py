@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from schemas.records import (
+    ALTERNATE_EXCHANGE_HEADER,
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
     RETAINED_HEADER,
@@ -176,6 +177,9 @@ class Delivery:
     retained: bool = False
     """A topic's retained message delivered when the subscription was applied (the
     ``bitroute.retained`` header), not a live publish."""
+    alternate_exchange: str | None = None
+    """The alternate exchange it came through (the ``bitroute.alternate_exchange`` header):
+    the publish's own exchange routed it to no one."""
 
     @classmethod
     def from_message(cls, message: Message) -> Delivery:
@@ -199,6 +203,7 @@ class Delivery:
             snapshot_version=_decimal(router.get(SNAPSHOT_VERSION_HEADER)),
             payload=message.value() or b"",
             retained=router.get(RETAINED_HEADER) == "true",
+            alternate_exchange=router.get(ALTERNATE_EXCHANGE_HEADER),
         )
 
     def payload_text(self) -> tuple[str, str]:

@@ -82,7 +82,8 @@ def router_status(config: Config) -> dict[str, Any]:
     ``{error}``, or None), ``replays`` (the replays of ``subscribe --since`` in progress:
     :func:`_replays`), ``limits`` (per exchange, per limit of ``[limits]``: ``{limit, used}``,
     the largest use in the snapshot: :func:`streaming.router.subscriptions.limits.usage`; None without a
-    snapshot), ``notes`` (why something is missing).
+    snapshot), ``alternate_exchanges`` (exchange -> its alternate exchange, as configured:
+    ``[exchanges.alternates]``), ``notes`` (why something is missing).
     """
     kafka = config.kafka
     # Kafka's round trips and the Delta log reads overlap the local reads (librdkafka
@@ -132,6 +133,7 @@ def router_status(config: Config) -> dict[str, Any]:
         "subscriptions": None if snapshot is None else len(snapshot),
         "subscribers": subscribers,
         "limits": None if snapshot is None else limits_usage(snapshot, config.limits),
+        "alternate_exchanges": dict(sorted(config.exchanges.alternates.items())),
         "unfed_delivery_topics": unfed,
         "kafka_error": kafka_error,
         "audit_tables": audit_tables,

@@ -82,7 +82,7 @@ ROUTED_RECORD_DDL = (
     "outcome STRING, reason STRING, "
     "deliveries ARRAY<STRUCT<subscriber: STRING, subscription_ids: ARRAY<STRING>>>, "
     "headers MAP<STRING, STRING>, payload_bytes INT, published_at BIGINT, "
-    "snapshot_version BIGINT")
+    "snapshot_version BIGINT, alternate_exchange STRING")
 """The routed record's JSON value, as Spark parses it (``from_json``)."""
 
 COMMIT_WAIT_POLL_S = 0.1

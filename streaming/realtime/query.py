@@ -36,6 +36,23 @@ a new subscriber topic's first delivery waits for one (Kafka backs off exponenti
 ``retry.backoff.max.ms`` on failures)."""
 UDF_CLASS = "io.bitroute.realtime.RouteUdf"
 
+SINK_PRODUCER_OPTIONS: dict[str, str] = {
+    # Each record is sent as it is made: the latency is the point of the mode. (A linger
+    # would not spare the producer's sender its scan of every partition it has written per
+    # record: a record that opens a batch wakes it all the same.)
+    "kafka.linger.ms": "0",
+    # The first record to a topic waits in send() for the topic's metadata, and the producer
+    # refreshes metadata at most once per retry.backoff.ms (100 ms by default): a router's
+    # first minute, sending to a thousand subscriber topics for the first time one after
+    # another, waited ~50 s for them.
+    "kafka.retry.backoff.ms": str(SINK_RETRY_BACKOFF_MS),
+}
+"""The Kafka sink's own producer options, beside the connection's. The rest are the Java
+producer's defaults, among them how long a record to a deleted delivery topic waits before
+it fails the routing query (``delivery.timeout.ms``, 120 s, or ``max.block.ms``, 60 s:
+:mod:`streaming.realtime.delivery_topics`); a test that waits for that failure shortens
+them here."""
+
 ROUTE_OUTPUT = ArrayType(StructType([
     StructField("topic", StringType(), False),
     StructField("key", BinaryType(), True),
@@ -117,15 +134,7 @@ def start_routing_query(spark: SparkSession, config: Config, checkpoint: Path,
             .queryName("bitroute-realtime-routing")
             .format("kafka")
             .options(**options)
-            # Each record is sent as it is made: the latency is the point of the mode. (A
-            # linger would not spare the producer's sender its scan of every partition it
-            # has written per record: a record that opens a batch wakes it all the same.)
-            .option("kafka.linger.ms", "0")
-            # The first record to a topic waits in send() for the topic's metadata, and the
-            # producer refreshes metadata at most once per retry.backoff.ms (100 ms by
-            # default): a router's first minute, sending to a thousand subscriber topics for
-            # the first time one after another, waited ~50 s for them.
-            .option("kafka.retry.backoff.ms", str(SINK_RETRY_BACKOFF_MS))
+            .options(**SINK_PRODUCER_OPTIONS)
             .option("checkpointLocation", str(checkpoint))
             .outputMode("update")
             # pyspark's overloads of trigger() lack realTime, which it takes (Real-Time Mode).

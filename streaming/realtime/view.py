@@ -11,7 +11,7 @@ written only here), and every executor JVM follows it
   ``{"id", "exchange", "subscriber", "filter", "headers": {"match", "criteria"} | null}``;
   a tombstone (null value) removes it;
 - key ``mark``: JSON ``{"version", "changelog": {"<partition>": next offset},
-  "default_exchange", "exchanges": [{"name", "dialect", "share_prefix"}],
+  "default_exchange", "exchanges": [{"name", "dialect", "share_prefix", "alternate"}],
   "retained_refused"}``, written
   after the ``sub:`` records of each applied step. Every changelog record below
   ``changelog[p]`` is applied (or was rejected) in the state the mark closes.
@@ -69,8 +69,11 @@ def subscription_record(sub_id: str, exchange: str, subscriber: str, filter_: st
 
 
 def exchanges_of(config: Config) -> list[dict[str, object]]:
-    """The configured exchanges as the view's mark lists them."""
-    return [{"name": name, "dialect": dialect, "share_prefix": grammar_for(Dialect(dialect)).SHARE_PREFIX}
+    """The configured exchanges as the view's mark lists them (``alternate``: the
+    exchange's alternate exchange, None when it names none)."""
+    return [{"name": name, "dialect": dialect,
+             "share_prefix": grammar_for(Dialect(dialect)).SHARE_PREFIX,
+             "alternate": config.exchanges.alternate(name)}
             for name, dialect in sorted(config.exchanges.dialects.items())]
 
 

@@ -497,6 +497,7 @@ class Router:
             incarnation=self.incarnation.number,
             retain=RetainSettings.of(self.config),
             now_ms=int(routed_at.timestamp() * 1000),
+            alternates=dict(self.config.exchanges.alternates),
         ))
 
     def _routes_in_driver(self, publishes: int | None) -> bool:

@@ -36,7 +36,7 @@ class Routing:
         reference and with the RouteTable (the realtime mode's matching)."""
         got = self.matcher.match(exchange, topic, headers, message_id)
         assert got == self.reference.match(exchange, topic, headers, message_id)
-        outcome, _, _, reason, deliveries = self.route_table.route(
+        outcome, _, _, reason, deliveries, _ = self.route_table.route(
             topic.encode(), [("exchange", exchange.encode()), *header_list(headers)], message_id)
         assert (outcome, reason) == ((ROUTED, None) if got else (UNROUTABLE, None))
         assert [(s, tuple(ids)) for s, _, ids in deliveries] == [tuple(d) for d in got]

@@ -21,8 +21,9 @@ EXCHANGES = {"amq": "amqp", "mq": "mqtt"}
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def both(subs, publishes, default="amq", exchanges=EXCHANGES):
-    """Each publish's outcome by the routing table, after checking the micro-batch path agrees."""
+def both(subs, publishes, default="amq", exchanges=EXCHANGES, alternates=None):
+    """Each publish's outcome by the routing table, after checking the micro-batch path agrees
+    (``alternates``: each exchange's alternate exchange)."""
     index = RoutingIndex(exchanges)
     valid = []
     for sub in subs:
@@ -31,8 +32,8 @@ def both(subs, publishes, default="amq", exchanges=EXCHANGES):
         except CompilerError:
             continue
         valid.append(sub)
-    got = realtime(route_table(valid, exchanges, default), publishes)
-    assert got == micro_batch(Matcher(index.snapshot(1, {})), default, publishes)
+    got = realtime(route_table(valid, exchanges, default, alternates), publishes)
+    assert got == micro_batch(Matcher(index.snapshot(1, {})), default, publishes, alternates)
     return got
 
 
@@ -87,16 +88,17 @@ def test_chosen_outcomes():
     got = both(SUBS, [(b"orders.eu.paid", []), (b"x", []), (None, [("exchange", b"\xff")])])
     assert got[0] == (ROUTED, "amq", "orders.eu.paid", None, [
         ("audit", '["a9","q\\"\\\\\\n\\u0001é"]', ["a9", 'q"\\\n\x01é']),
-        ("billing", '["s0","s1"]', ["s0", "s1"])])
-    assert got[1] == (ROUTED, "amq", "x", None, [("audit", '["a9"]', ["a9"])])
+        ("billing", '["s0","s1"]', ["s0", "s1"])], None)
+    assert got[1] == (ROUTED, "amq", "x", None, [("audit", '["a9"]', ["a9"])], None)
     assert got[2] == (REJECTED, None, None,
-                      "the exchange header is not valid UTF-8 (invalid start byte at byte 0): b'\\xff'", [])
+                      "the exchange header is not valid UTF-8 (invalid start byte at byte 0): b'\\xff'", [],
+                      None)
 
 
 def test_a_shared_group_delivers_each_publish_to_one_member():
     publishes = [(b"jobs/x", [("exchange", b"mq")])] * 200
     got = both(SUBS, publishes)
-    chosen = [[s for s, _, ids in deliveries if ids[0].startswith("g")] for *_, deliveries in got]
+    chosen = [[s for s, _, ids in deliveries if ids[0].startswith("g")] for *_, deliveries, _ in got]
     assert all(len(c) == 1 for c in chosen)
     assert {c[0] for c in chosen} == {"w0", "w1", "w2", "w3"}
 
@@ -125,7 +127,7 @@ def test_no_local_is_decided_alike_by_both_paths():
         (b"chat/a", [mq]),
         (b"chat.a", [("publisher", b"ann")]),
     ], default="amq")
-    who = [[(s, ids) for s, _, ids in deliveries] for *_, deliveries in got]
+    who = [[(s, ids) for s, _, ids in deliveries] for *_, deliveries, _ in got]
     assert who[0] == [("ann", ["n2"]), ("bob", ["n3"])]
     assert got[1][0] == ROUTED and who[1] == [("bob", ["n3"])]
     assert who[2] == [("ann", ["n1", "n2"]), ("cy", ["n4"])]
@@ -148,7 +150,7 @@ def test_the_table_json_of_the_contract():
                          "headers": {"match": "all", "criteria": {"unit": "celsius", "x": null}}}]}""")
     assert (table.version, len(table)) == (12, 2)
     assert table.route(b"orders.eu.paid", [], "t/0/1") == (
-        ROUTED, "amq.topic", "orders.eu.paid", None, [("billing", '["s1"]', ["s1"])])
+        ROUTED, "amq.topic", "orders.eu.paid", None, [("billing", '["s1"]', ["s1"])], None)
     headers = [("exchange", b"mqtt"), ("unit", b"celsius")]
     assert table.route(b"sensors/k/temperature", headers, "t/0/2")[0] == UNROUTABLE
     assert table.route(b"sensors/k/temperature", headers + [("x", None)], "t/0/3")[0] == ROUTED
@@ -169,7 +171,8 @@ def test_a_table_it_cannot_read_raises_table_error(data, message):
 
 def test_unknown_default_exchange_is_a_rejection_not_an_error():
     table = RouteTable(table_json([], EXCHANGES, "gone"))
-    assert table.route(b"a", [], "m") == (REJECTED, "gone", "a", "unknown exchange 'gone'", [])
+    assert table.route(b"a", [], "m") == (REJECTED, "gone", "a", "unknown exchange 'gone'", [],
+                                          None)
 
 
 # --- Random subscriptions and publishes against the micro-batch path -------------------
@@ -207,6 +210,79 @@ headers = st.lists(st.one_of(
 @given(subscriptions, st.lists(st.tuples(keys, headers), max_size=12), st.sampled_from(["amq", "mq", "nope"]))
 def test_random_publishes_route_as_the_micro_batch_path(subs, publishes, default):
     both(subs, publishes, default)
+
+
+# --- Alternate exchanges: a publish its exchange routes to no one, tried once on the alternate
+
+ALTERNATE_EXCHANGES = {"amq": "amqp", "ae": "amqp", "last": "amqp", "mq": "mqtt"}
+ALTERNATES = {"amq": "ae", "ae": "last"}
+ALTERNATE_SUBS = [
+    Subscription("o1", "amq", "billing", "orders.#"),
+    Subscription("u1", "ae", "ops", "#", HeaderCriteria("all", {"keep": None})),
+    Subscription("u2", "ae", "dlq", "*.eu"),
+    Subscription("l1", "last", "never", "#"),
+    Subscription("m1", "mq", "mq", "#"),
+]
+
+
+def test_an_unroutable_publish_goes_once_through_its_alternate_in_both_paths():
+    got = both(ALTERNATE_SUBS, [
+        (b"orders.eu", [("keep", b"")]),  # its own exchange routes it: no alternate
+        (b"stock.eu", [("keep", b"")]),  # its own routes it to no one: the alternate's
+        (b"stock.us", []),  # the alternate's neither; "last" (the alternate's) is not tried
+        (b"stock.us", [("exchange", b"ae")]),  # a publish to "ae" goes to its own alternate
+        (b"a/b", [("exchange", b"mq")]),  # an MQTT exchange names no alternate
+        (None, []),  # rejected before any alternate
+    ], alternates=ALTERNATES, exchanges=ALTERNATE_EXCHANGES)
+    assert got[0][0::4] == (ROUTED, [("billing", '["o1"]', ["o1"])])
+    assert got[0][5] is None
+    assert got[1] == (ROUTED, "amq", "stock.eu", None,
+                      [("dlq", '["u2"]', ["u2"]), ("ops", '["u1"]', ["u1"])], "ae")
+    assert got[2] == (UNROUTABLE, "amq", "stock.us", None, [], None)
+    assert got[3][0::5] == (ROUTED, "last")
+    assert got[4] == (ROUTED, "mq", "a/b", None, [("mq", '["m1"]', ["m1"])], None)
+    assert got[5][0] == REJECTED and got[5][5] is None
+
+
+def test_alternates_that_loop_are_each_tried_once():
+    loop = {"amq": "ae", "ae": "amq"}
+    subs = [Subscription("u", "ae", "ops", "x.*"), Subscription("o", "amq", "billing", "*.y")]
+    got = both(subs, [(b"x.y", []), (b"z.y", [("exchange", b"ae")]), (b"q", []),
+                      (b"q", [("exchange", b"ae")])],
+               alternates=loop, exchanges=ALTERNATE_EXCHANGES)
+    assert [(g[0], g[5]) for g in got] == [(ROUTED, None), (ROUTED, "amq"), (UNROUTABLE, None),
+                                           (UNROUTABLE, None)]
+
+
+@pytest.mark.parametrize("exchanges, message", [
+    ('[{"name": "a", "dialect": "amqp", "alternate": "b"}]', 'alternate exchange "b" is not listed'),
+    ('[{"name": "a", "dialect": "amqp", "alternate": "a"}]', "is the exchange itself"),
+    ('[{"name": "a", "dialect": "amqp", "alternate": "m"}, {"name": "m", "dialect": "mqtt"}]',
+     "must both be AMQP exchanges"),
+])
+def test_a_table_with_a_bad_alternate_raises_table_error(exchanges, message):
+    with pytest.raises(TableError, match=message):
+        RouteTable(f'{{"default_exchange": "a", "exchanges": {exchanges}, '
+                   f'"subscriptions": []}}'.encode())
+
+
+alternate_subscriptions = st.lists(
+    st.builds(Subscription, ids, st.sampled_from(["amq", "ae", "last"]),
+              st.sampled_from(["c0", "c1", "c2"]), amqp_filters, criteria),
+    max_size=20, unique_by=lambda sub: sub.id)
+alternate_headers = st.lists(st.one_of(
+    st.tuples(st.just("exchange"), st.sampled_from([b"amq", b"ae", b"last", b"mq", b"nope"])),
+    st.tuples(st.sampled_from(["h1", "h2", "h3"]), header_values)), max_size=4)
+
+
+@SETTINGS
+@given(alternate_subscriptions, st.lists(st.tuples(keys, alternate_headers), max_size=12),
+       st.sampled_from([ALTERNATES, {"amq": "ae", "ae": "amq"}, {"last": "amq"}, {}]))
+def test_random_publishes_through_alternates_route_as_the_micro_batch_path(subs, publishes,
+                                                                          alternates):
+    for outcome, _, _, _, deliveries, alternate in both(
+            subs, publishes, alternates=alternates, exchanges=ALTERNATE_EXCHANGES):
+        assert alternate is None or (outcome == ROUTED and deliveries)
 
 
 def test_no_local_in_a_single_match_as_explain_asks():
@@ -276,7 +352,7 @@ def test_both_paths_expire_publishes_alike(waited_ms):
     got = micro_batch_expiry(Matcher(index.snapshot(1, {})), EXPIRY_PUBLISHES, now_ms)
     for offset, ((key, headers), (outcome, reason, carried)) in enumerate(
             zip(EXPIRY_PUBLISHES, got, strict=True)):
-        (kind, _, _, table_reason, deliveries), remaining = table.route_at(
+        (kind, _, _, table_reason, deliveries, _), remaining = table.route_at(
             key, headers, f"p/0/{offset}", PUBLISHED_MS, now_ms)
         assert (kind, table_reason) == (outcome, reason), (key, headers)
         assert (kind == 3) == (deliveries == [] and outcome == 3)

@@ -6,7 +6,9 @@
 //!
 //! ```json
 //! {"version": 12, "default_exchange": "amq.topic",
-//!  "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null}],
+//!  "exchanges": [{"name": "amq.topic", "dialect": "amqp", "share_prefix": null,
+//!                 "alternate": "amq.unrouted"},
+//!                {"name": "amq.unrouted", "dialect": "amqp", "share_prefix": null}],
 //!  "subscriptions": [{"id": "s1", "exchange": "amq.topic", "subscriber": "billing",
 //!                     "filter": "orders.*.paid",
 //!                     "headers": {"match": "all", "criteria": {"unit": "celsius", "x": null}}}]}
@@ -23,7 +25,12 @@
 //!   name counts, values compared as UTF-8) and, of a shared group, those of
 //!   the member chosen for the message id (`compiler/shared.py`); one
 //!   delivery per subscriber, by subscriber, ids in order; routed with at
-//!   least one delivery, else unroutable.
+//!   least one delivery;
+//! - else, when its exchange names an `alternate` (RabbitMQ's alternate
+//!   exchange: AMQP exchanges only), the deliveries of the same publish on the
+//!   alternate's subscriptions, tried once (the alternate's own alternate is
+//!   not followed): routed through the alternate, which the outcome names;
+//! - else unroutable.
 
 use std::sync::Arc;
 
@@ -88,6 +95,9 @@ pub struct Outcome<'t> {
     pub reason: Option<String>,
     /// By subscriber (empty unless routed).
     pub deliveries: Vec<Delivery<'t>>,
+    /// The alternate exchange whose subscriptions took the deliveries, when
+    /// the publish's own exchange routed it to no one; `None` otherwise.
+    pub alternate: Option<String>,
     /// The remaining expiry interval, seconds, that the deliveries carry in the
     /// `expiry` header ([`RouteTable::route_at`] of a publish that expires).
     pub remaining: Option<u32>,
@@ -124,6 +134,9 @@ struct ExchangeJson {
     dialect: String,
     #[serde(default)]
     share_prefix: Option<String>,
+    /// Its alternate exchange (see the module docs); absent, none.
+    #[serde(default)]
+    alternate: Option<String>,
 }
 
 #[derive(Deserialize, Clone, PartialEq)]
@@ -198,6 +211,8 @@ impl Criteria {
 struct Exchange {
     name: String,
     trie: Trie,
+    /// The number of its alternate exchange.
+    alternate: Option<usize>,
 }
 
 struct Subscription {
@@ -416,6 +431,11 @@ impl RouteTable {
                 share_prefix: exchange.share_prefix.clone(),
             });
         }
+        let alternates = json
+            .exchanges
+            .iter()
+            .map(|exchange| Self::alternate_of(exchange, &exchange_number, &grammars))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut subs = json.subscriptions;
         subs.sort_unstable_by(|a, b| {
             (a.subscriber.as_bytes(), a.id.as_bytes())
@@ -494,10 +514,14 @@ impl RouteTable {
             .iter()
             .zip(&grammars)
             .zip(&per_exchange)
-            .map(|((exchange, grammar), (texts, hits))| Exchange {
-                name: exchange.name.clone(),
-                trie: Trie::build(grammar.dialect, texts, hits),
-            })
+            .zip(alternates)
+            .map(
+                |(((exchange, grammar), (texts, hits)), alternate)| Exchange {
+                    name: exchange.name.clone(),
+                    trie: Trie::build(grammar.dialect, texts, hits),
+                    alternate,
+                },
+            )
             .collect();
         Ok(RouteTable {
             version: json.version,
@@ -513,6 +537,35 @@ impl RouteTable {
             retained_refused: json.retained_refused,
             layer: None,
         })
+    }
+
+    /// The number of `exchange`'s alternate: a listed AMQP exchange other than
+    /// itself, of an AMQP exchange (`streaming.config`'s rule, checked again here).
+    fn alternate_of(
+        exchange: &ExchangeJson,
+        exchange_number: &HashMap<String, usize>,
+        grammars: &[Grammar],
+    ) -> Result<Option<usize>, TableError> {
+        let Some(name) = &exchange.alternate else {
+            return Ok(None);
+        };
+        let refuse = |why: &str| {
+            Err(TableError(format!(
+                "exchange {:?}: alternate exchange {name:?} {why}",
+                exchange.name
+            )))
+        };
+        let Some(&a) = exchange_number.get(name) else {
+            return refuse("is not listed");
+        };
+        if *name == exchange.name {
+            return refuse("is the exchange itself");
+        }
+        let own = grammars[exchange_number[&exchange.name]].dialect;
+        if own != Dialect::Amqp || grammars[a].dialect != Dialect::Amqp {
+            return refuse("and the exchange must both be AMQP exchanges");
+        }
+        Ok(Some(a))
     }
 
     /// The table's `version` (informational).
@@ -558,6 +611,7 @@ impl RouteTable {
             routing_key: routing_key.clone(),
             reason: Some(reason),
             deliveries: Vec::new(),
+            alternate: None,
             remaining: None,
         };
         let exchange = match headers
@@ -624,7 +678,17 @@ impl RouteTable {
                 return rejected(exchange_name, reason.clone());
             }
         }
-        let deliveries = self.deliveries(number, topic, headers, message_id);
+        let mut deliveries = self.deliveries(number, topic, headers, message_id);
+        let mut alternate = None;
+        if deliveries.is_empty() {
+            // Tried once: the alternate's own alternate is not followed (no chains, no loops).
+            if let Some(a) = self.exchanges[number].alternate {
+                deliveries = self.deliveries(a, topic, headers, message_id);
+                if !deliveries.is_empty() {
+                    alternate = Some(self.exchanges[a].name.clone());
+                }
+            }
+        }
         Outcome {
             kind: if deliveries.is_empty() {
                 OutcomeKind::Unroutable
@@ -635,6 +699,7 @@ impl RouteTable {
             routing_key,
             reason: None,
             deliveries,
+            alternate,
             remaining: None,
         }
     }
@@ -662,11 +727,13 @@ impl RouteTable {
             Expiry::Expired => {
                 outcome.kind = OutcomeKind::Expired;
                 outcome.deliveries.clear();
+                outcome.alternate = None;
             }
             Expiry::Invalid(reason) => {
                 outcome.kind = OutcomeKind::Rejected;
                 outcome.reason = Some(reason);
                 outcome.deliveries.clear();
+                outcome.alternate = None;
             }
         }
         outcome
@@ -1070,6 +1137,88 @@ mod tests {
                 "unknown exchange \"b\"",
             ),
         ] {
+            let err = RouteTable::from_json(json.as_bytes()).err().unwrap();
+            assert!(err.0.contains(why), "{err}");
+        }
+    }
+
+    const ALTERNATES: &str = r##"{"default_exchange": "orders",
+      "exchanges": [{"name": "orders", "dialect": "amqp", "alternate": "unrouted"},
+                    {"name": "unrouted", "dialect": "amqp", "alternate": "last"},
+                    {"name": "last", "dialect": "amqp"}],
+      "subscriptions": [
+        {"id": "o1", "exchange": "orders", "subscriber": "billing", "filter": "orders.#"},
+        {"id": "u1", "exchange": "unrouted", "subscriber": "ops", "filter": "#",
+         "headers": {"match": "all", "criteria": {"keep": null}}},
+        {"id": "u2", "exchange": "unrouted", "subscriber": "dlq", "filter": "*.eu"},
+        {"id": "l1", "exchange": "last", "subscriber": "never", "filter": "#"}]}"##;
+
+    #[test]
+    fn an_unroutable_publish_is_matched_once_against_its_alternate() {
+        let t = RouteTable::from_json(ALTERNATES.as_bytes()).unwrap();
+        // Its own exchange routes it: the alternate is not tried.
+        let o = t.route(Some(b"orders.eu"), &[("keep", None)], "p/0/1");
+        assert_eq!(
+            (o.kind, o.alternate.as_deref()),
+            (OutcomeKind::Routed, None)
+        );
+        assert_eq!(summary(&o), vec![("billing".into(), vec!["o1".into()])]);
+        // Routed to no one there: the alternate's subscriptions, header criteria included.
+        let o = t.route(Some(b"stock.eu"), &[("keep", None)], "p/0/2");
+        assert_eq!(
+            (o.kind, o.exchange.as_deref()),
+            (OutcomeKind::Routed, Some("orders"))
+        );
+        assert_eq!(o.alternate.as_deref(), Some("unrouted"));
+        assert_eq!(
+            summary(&o),
+            vec![
+                ("dlq".into(), vec!["u2".into()]),
+                ("ops".into(), vec!["u1".into()])
+            ]
+        );
+        // Tried once: the alternate's own alternate ("last", which takes "#") is not followed.
+        let o = t.route(Some(b"stock.us"), &[], "p/0/3");
+        assert_eq!(
+            (o.kind, o.alternate.as_deref()),
+            (OutcomeKind::Unroutable, None)
+        );
+        // A publish to the alternate itself follows the alternate's alternate, once.
+        let to_unrouted: &[(&str, Option<&[u8]>)] = &[("exchange", Some(b"unrouted"))];
+        let o = t.route(Some(b"stock.us"), to_unrouted, "p/0/4");
+        assert_eq!(
+            (o.kind, o.alternate.as_deref()),
+            (OutcomeKind::Routed, Some("last"))
+        );
+        // An expired publish goes nowhere, through no alternate.
+        let expiring: &[(&str, Option<&[u8]>)] = &[("keep", None), ("expiry", Some(b"1"))];
+        let o = t.route_at(Some(b"stock.eu"), expiring, "p/0/5", 0, 5_000);
+        assert_eq!((o.kind, o.alternate), (OutcomeKind::Expired, None));
+    }
+
+    #[test]
+    fn refuses_bad_alternates() {
+        for (exchanges, why) in [
+            (
+                r#"[{"name": "a", "dialect": "amqp", "alternate": "b"}]"#,
+                "\"b\" is not listed",
+            ),
+            (
+                r#"[{"name": "a", "dialect": "amqp", "alternate": "a"}]"#,
+                "is the exchange itself",
+            ),
+            (
+                r#"[{"name": "a", "dialect": "amqp", "alternate": "m"}, {"name": "m", "dialect": "mqtt"}]"#,
+                "must both be AMQP exchanges",
+            ),
+            (
+                r#"[{"name": "a", "dialect": "amqp"}, {"name": "m", "dialect": "mqtt", "alternate": "a"}]"#,
+                "must both be AMQP exchanges",
+            ),
+        ] {
+            let json = format!(
+                r#"{{"default_exchange": "a", "exchanges": {exchanges}, "subscriptions": []}}"#
+            );
             let err = RouteTable::from_json(json.as_bytes()).err().unwrap();
             assert!(err.0.contains(why), "{err}");
         }

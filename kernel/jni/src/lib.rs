@@ -36,7 +36,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use bitroute_core::{Outcome, OutcomeKind, RouteTable, SubscriptionSet};
-use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString};
+use jni::objects::{JByteArray, JClass, JObjectArray, JString};
 use jni::sys::{jboolean, jbyteArray, jint, jlong, JNI_FALSE, JNI_TRUE};
 use jni::JNIEnv;
 
@@ -109,13 +109,7 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_load<'l>(
     table_json: JByteArray<'l>,
 ) -> jlong {
     guarded(&mut env, 0, |env| {
-        if table_json.is_null() {
-            return Err(Failure::Throw(
-                ILLEGAL_ARGUMENT,
-                "routing table: null".to_owned(),
-            ));
-        }
-        let bytes = env.convert_byte_array(&table_json)?;
+        let bytes = java_bytes(env, &table_json, "routing table")?;
         let table =
             RouteTable::from_json(&bytes).map_err(|e| Failure::Throw(ILLEGAL_ARGUMENT, e.0))?;
         Ok(Box::into_raw(Box::new(table)) as jlong)
@@ -151,24 +145,53 @@ pub extern "system" fn Java_io_bitroute_realtime_NativeRouter_route<'l>(
 ) -> jbyteArray {
     guarded(&mut env, std::ptr::null_mut(), |env| {
         let table = table(handle)?;
-        let key = if key.is_null() {
-            None
-        } else {
-            Some(env.convert_byte_array(&key)?)
-        };
-        let headers = read_headers(env, &header_names, &header_values)?;
-        let message_id: String = if message_id.is_null() {
-            String::new()
-        } else {
-            env.get_string(&message_id)?.into()
-        };
-        let borrowed: Vec<(&str, Option<&[u8]>)> = headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_deref()))
-            .collect();
-        let outcome = table.route_at(key.as_deref(), &borrowed, &message_id, published_ms, now_ms);
+        let publish = Publish::read(env, &key, &header_names, &header_values, &message_id)?;
+        let outcome = table.route_at(
+            publish.key.as_deref(),
+            &publish.borrowed_headers(),
+            &publish.message_id,
+            published_ms,
+            now_ms,
+        );
         Ok(env.byte_array_from_slice(&encode(&outcome))?.into_raw())
     })
+}
+
+/// A publish as `route` receives it, decoded from its Java arguments.
+struct Publish {
+    /// The record's key (a null array: none).
+    key: Option<Vec<u8>>,
+    headers: Headers,
+    /// The publish's message id (a null string: empty).
+    message_id: String,
+}
+
+impl Publish {
+    fn read(
+        env: &mut JNIEnv<'_>,
+        key: &JByteArray<'_>,
+        header_names: &JObjectArray<'_>,
+        header_values: &JObjectArray<'_>,
+        message_id: &JString<'_>,
+    ) -> Result<Self, Failure> {
+        Ok(Publish {
+            key: optional_bytes(env, key)?,
+            headers: read_headers(env, header_names, header_values)?,
+            message_id: if message_id.is_null() {
+                String::new()
+            } else {
+                env.get_string(message_id)?.into()
+            },
+        })
+    }
+
+    /// The headers as the core takes them: borrowed names and values, in order.
+    fn borrowed_headers(&self) -> Vec<(&str, Option<&[u8]>)> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_deref()))
+            .collect()
+    }
 }
 
 fn set<'s>(handle: jlong) -> Result<&'s mut SubscriptionSet, Failure> {
@@ -191,10 +214,15 @@ fn java_string(env: &mut JNIEnv<'_>, s: &JString<'_>, what: &str) -> Result<Stri
 }
 
 fn java_bytes(env: &mut JNIEnv<'_>, b: &JByteArray<'_>, what: &str) -> Result<Vec<u8>, Failure> {
+    optional_bytes(env, b)?.ok_or_else(|| Failure::Throw(ILLEGAL_ARGUMENT, format!("{what}: null")))
+}
+
+/// A byte array's bytes; a null array is `None`.
+fn optional_bytes(env: &mut JNIEnv<'_>, b: &JByteArray<'_>) -> Result<Option<Vec<u8>>, Failure> {
     if b.is_null() {
-        return Err(Failure::Throw(ILLEGAL_ARGUMENT, format!("{what}: null")));
+        return Ok(None);
     }
-    Ok(env.convert_byte_array(b)?)
+    Ok(Some(env.convert_byte_array(b)?))
 }
 
 fn jbool(b: bool) -> jboolean {
@@ -327,15 +355,9 @@ fn read_headers(
         }
         let text: String = env.get_string(&name)?.into();
         env.delete_local_ref(name)?;
-        let value: JObject<'_> = env.get_object_array_element(values, i)?;
-        let bytes = if value.is_null() {
-            None
-        } else {
-            let array = JByteArray::from(value);
-            let bytes = env.convert_byte_array(&array)?;
-            env.delete_local_ref(array)?;
-            Some(bytes)
-        };
+        let value = JByteArray::from(env.get_object_array_element(values, i)?);
+        let bytes = optional_bytes(env, &value)?;
+        env.delete_local_ref(value)?;
         headers.push((text, bytes));
     }
     Ok(headers)
@@ -348,7 +370,8 @@ fn read_headers(
 /// byte outcome (0 routed, 1 unroutable, 2 rejected, 3 expired), string exchange,
 /// string routing_key, rejected: string reason; else: int32 n, per delivery: string
 /// subscriber, string ids_header, int32 n ids, n strings; then int64 the remaining
-/// expiry interval in seconds the deliveries carry (-1: the publish has none)
+/// expiry interval in seconds the deliveries carry (-1: the publish has none), string
+/// the alternate exchange the deliveries came through (null: its own exchange's)
 /// ```
 pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
@@ -370,6 +393,7 @@ pub fn encode(outcome: &Outcome<'_>) -> Vec<u8> {
     }
     let remaining = outcome.remaining.map_or(-1, i64::from);
     out.extend_from_slice(&remaining.to_be_bytes());
+    put_string(&mut out, outcome.alternate.as_deref());
     out
 }
 
@@ -415,6 +439,7 @@ mod tests {
         want.extend_from_slice(&2i32.to_be_bytes());
         want.extend_from_slice(b"s1");
         want.extend_from_slice(&(-1i64).to_be_bytes());
+        want.extend_from_slice(&(-1i32).to_be_bytes());
         assert_eq!(got, want);
     }
 
@@ -425,12 +450,17 @@ mod tests {
         let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 5_000));
         assert_eq!(got[0], 3);
         assert_eq!(
-            got[got.len() - 12..],
-            [&0i32.to_be_bytes()[..], &(-1i64).to_be_bytes()].concat()
+            got[got.len() - 16..],
+            [
+                &0i32.to_be_bytes()[..],
+                &(-1i64).to_be_bytes(),
+                &(-1i32).to_be_bytes()
+            ]
+            .concat()
         );
         let got = encode(&table.route_at(Some(b"orders.a"), headers, "p/0/1", 0, 1_000));
         assert_eq!(
-            (got[0], &got[got.len() - 8..]),
+            (got[0], &got[got.len() - 12..got.len() - 4]),
             (0, &4i64.to_be_bytes()[..])
         );
     }
@@ -445,5 +475,22 @@ mod tests {
         want.extend_from_slice(&16i32.to_be_bytes());
         want.extend_from_slice(b"missing exchange");
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn encodes_the_alternate_exchange_last() {
+        let table = RouteTable::from_json(
+            br##"{"default_exchange": "a", "exchanges": [
+                {"name": "a", "dialect": "amqp", "alternate": "ae"},
+                {"name": "ae", "dialect": "amqp"}],
+              "subscriptions": [{"id": "s", "exchange": "ae", "subscriber": "u", "filter": "#"}]}"##,
+        )
+        .unwrap();
+        let got = encode(&table.route(Some(b"x"), &[], "p/0/1"));
+        assert_eq!(got[0], 0);
+        assert_eq!(
+            &got[got.len() - 6..],
+            &[&2i32.to_be_bytes()[..], &b"ae"[..]].concat()[..]
+        );
     }
 }

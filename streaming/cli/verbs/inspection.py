@@ -35,9 +35,16 @@ def explain(args: argparse.Namespace) -> int:
         headers.append(expiry_header(args.expiry))
     expiry = dict(headers).get(EXPIRY_HEADER)
     exchange = args.exchange or cfg.exchanges.default
+    alternate = cfg.exchanges.alternate(exchange)
     with reported(inspect.RejectedPublish, inspect.InspectError):
         state = inspect.load_state(cfg)
         receivers = inspect.explain(state, exchange, args.routing_key, headers, args.message_id)
+        through = None
+        if not receivers and alternate is not None:
+            # Routed to no one: the router matches it once on the exchange's alternate.
+            receivers = inspect.explain(state, alternate, args.routing_key, headers,
+                                        args.message_id)
+            through = alternate if receivers else None
     mqtt = cfg.exchanges.dialects.get(exchange) == "mqtt"
     retained = inspect.retained_of(cfg, state, exchange, args.routing_key) if mqtt else None
     _warn_stale(state)
@@ -46,6 +53,7 @@ def explain(args: argparse.Namespace) -> int:
             "exchange": exchange, "routing_key": args.routing_key,
             "headers": {name: value.decode("utf-8") for name, value in headers},
             "message_id": args.message_id, **state.json_fields(),
+            "alternate_exchange": through,
             "expiry": None if expiry is None else int(expiry),
             "subscribers": [{"subscriber": r.subscriber, "certain": r.certain,
                              "subscriptions": r.subscriptions} for r in receivers],
@@ -56,8 +64,12 @@ def explain(args: argparse.Namespace) -> int:
 
     names = [r.subscriber + ("" if r.certain else " (if chosen)") for r in receivers]
     print(f"{exchange} {args.routing_key}: "
+          + ("no subscriber; through its alternate exchange "
+             f"{through} (exchanges.alternates): " if through is not None else "")
           + (f"{len(names)} subscriber{'' if len(names) == 1 else 's'}: {', '.join(names)}"
              if names else "no subscriber")
+          + ("" if names or alternate is None else
+             f", nor on its alternate exchange {alternate}")
           + f" ({state_source(state)})")
     if expiry is not None:
         print(f"expiry: {int(expiry)} s; each delivery carries it less the whole seconds the "

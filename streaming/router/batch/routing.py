@@ -7,7 +7,9 @@ a task, in one pass:
 1. reads the publishes: message id, exchange (last ``exchange`` header, else
    the default; not UTF-8 = rejected), routing key, headers;
 2. matches them against the pinned snapshot (``Matcher.match_columns``), which
-   turns every bad field it reads into a reason, never an error;
+   turns every bad field it reads into a reason, never an error; a publish its own
+   exchange routes to no one is matched once against its exchange's alternate, if it
+   names one (:func:`compiler.alternates.match_alternates`; the row names the alternate);
    then decides each publish's expiry at the batch's routing time (``RouteSettings.now_ms``;
    :func:`plan_expiry`, the Rust core's rule): expired publishes are delivered to no one
    (outcome ``expired``), live ones' deliveries carry the interval left
@@ -54,8 +56,8 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -66,7 +68,9 @@ from confluent_kafka import KafkaException
 from pyspark import Broadcast, TaskContext
 
 from compiler import Matcher
+from compiler.alternates import match_alternates
 from schemas.records import (
+    ALTERNATE_EXCHANGE_HEADER,
     DELIVERIES,
     DELIVERY_ROUTER_HEADERS,
     EXPIRY_HEADER,
@@ -171,6 +175,9 @@ class RouteSettings:
     """Set: the rows are a replay's chunk (:mod:`streaming.router.replay.scope`): only the
     replay's deliveries are made, marked :data:`schemas.records.REPLAYED_HEADER`, nothing is
     rejected or retained, and only the publishes with deliveries are returned."""
+    alternates: Mapping[str, str] = field(default_factory=dict)
+    """Each exchange's alternate exchange (``[exchanges.alternates]``): a publish its own
+    exchange routes to no one is matched once on it. Empty (a replay's): none."""
 
     def __post_init__(self) -> None:
         if self.layout.shared and not self.producer.keyed_partitions:
@@ -336,6 +343,9 @@ class BatchPlan:
     """The snapshot's subscriptions with Retain As Published (:mod:`compiler.options`)."""
     expiry: ExpiryPlan | None = None
     """The batch's publishes with an expiry header (``ok`` is False for the expired)."""
+    via: list[str | None] | None = None
+    """Per publish, the alternate exchange whose subscriptions its deliveries are (None:
+    its own exchange's; the list None when no publish of the batch went through one)."""
 
 
 @dataclass(frozen=True)
@@ -373,11 +383,23 @@ def plan_expiry(publishes: PublishColumns, reasons: list[str | None],
     return ExpiryPlan(expired, remaining)
 
 
+def _with_alternate(kept: list, via: list[str | None] | None) -> list:
+    """``kept`` (per publish its kept headers) with :data:`ALTERNATE_EXCHANGE_HEADER` last on
+    each publish routed through an alternate exchange, as its deliveries carry it."""
+    if via is None:
+        return kept
+    return [k if v is None else [*k, (ALTERNATE_EXCHANGE_HEADER, v.encode())]
+            for k, v in zip(kept, via, strict=True)]
+
+
 def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array]:
     """The publishes' kept headers as their deliveries carry them (``PublishColumns.
     kept_header_columns``), each ``expiry`` header of a live publish set to its remaining
-    interval (MQTT 5: the received value minus the time the message waited)."""
+    interval (MQTT 5: the received value minus the time the message waited), and
+    :data:`ALTERNATE_EXCHANGE_HEADER` last on a publish routed through an alternate."""
     offsets, names, values = plan.publishes.kept_header_columns()
+    if plan.via is not None:
+        offsets, names, values = _alternate_header_columns(plan.via, offsets, names, values)
     if plan.expiry is None or not plan.expiry.remaining:
         return offsets, names, values
     remaining = plan.expiry.remaining
@@ -392,15 +414,43 @@ def kept_header_columns(plan: BatchPlan) -> tuple[np.ndarray, pa.Array, pa.Array
     return offsets, names, pc.replace_with_mask(values.cast(pa.binary()), pa.array(mask), new)
 
 
+def _alternate_header_columns(via: list[str | None], offsets: np.ndarray, names: pa.Array,
+                              values: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """Header columns ``(offsets, names, values)`` with one entry more, last, in each row
+    ``r`` that has ``via[r]``: the alternate exchange header."""
+    rows = np.array([r for r, v in enumerate(via) if v is not None], dtype=np.int64)
+    n = len(offsets) - 1
+    added = np.zeros(n, dtype=np.int64)
+    added[rows] = 1
+    own = (offsets[1:] - offsets[:-1]).astype(np.int64)
+    new_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(own + added, out=new_offsets[1:])
+    # Entry i of row r moves by the entries added in the rows before r.
+    before = np.cumsum(added) - added
+    source = np.empty(int(new_offsets[-1]), dtype=np.int64)
+    entries = len(names)
+    source[np.arange(entries) + np.repeat(before, own)] = np.arange(entries)
+    source[new_offsets[rows + 1] - 1] = entries + np.arange(len(rows))
+    take = pa.array(source)
+    extra = [via[r] for r in rows.tolist()]
+    return (new_offsets,
+            pa.concat_arrays([names.cast(pa.string()),
+                              pa.array([ALTERNATE_EXCHANGE_HEADER] * len(rows), pa.string())]
+                             ).take(take),
+            pa.concat_arrays([values.cast(pa.binary()),
+                              pa.array([v.encode() for v in extra], pa.binary())]).take(take))
+
+
 def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings) -> BatchPlan:
     """Match and validate one Arrow batch of Kafka rows: everything decided before writing."""
     publishes = PublishColumns(batch, settings.default_exchange, settings.incarnation)
     n = publishes.n
     header_lists = publishes.header_lists()
     message_ids, keys = publishes.message_ids.to_pylist(), publishes.keys.to_pylist()
-    deliveries, errors = matcher.match_columns(
-        message_ids, publishes.exchanges, keys, header_lists if settings.with_headers else None
-    )
+    headers = header_lists if settings.with_headers else None
+    deliveries, errors = matcher.match_columns(message_ids, publishes.exchanges, keys, headers)
+    deliveries, via = match_alternates(matcher, settings.alternates, message_ids,
+                                       publishes.exchanges, keys, headers, deliveries, errors)
     reasons: list[str | None] = errors.tolist()
     for row, reason in publishes.exchange_errors.items():
         reasons[row] = reason
@@ -418,8 +468,8 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     version = str(settings.snapshot_version).encode()
     per_delivery = (pc.binary_length(ids_json).to_numpy(zero_copy_only=False)
                     + settings.layout.key_bytes(subscribers))
-    _reject_oversize(publishes, kept, owner, per_delivery, len(version), reasons,
-                     settings.producer.max_record_bytes, expired)
+    _reject_oversize(publishes, _with_alternate(kept, via), owner, per_delivery, len(version),
+                     reasons, settings.producer.max_record_bytes, expired)
     ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n)
     if retain is not None:
         ok &= ~retain.cleared
@@ -430,7 +480,7 @@ def plan_batch(matcher: Matcher, batch: pa.RecordBatch, settings: RouteSettings)
     send = np.flatnonzero(ok[owner]) if len(owner) else np.zeros(0, np.int64)
     return BatchPlan(publishes, reasons, deliveries, entries, subscribers, owner, ids_json, ok,
                      send, message_ids, keys, publishes.values.to_pylist(), kept, version, retain,
-                     matcher.retain_as_published, expiry)
+                     matcher.retain_as_published, expiry, via)
 
 
 def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumns:
@@ -440,9 +490,10 @@ def delivery_columns(plan: BatchPlan, settings: RouteSettings) -> DeliveryColumn
 
     Record ``i`` is flattened delivery ``plan.send[i]``, of publish ``rows[i]``: its
     topic and key as the layout says, its publish's payload as value, and its publish's
-    kept headers (an ``expiry`` header with the remaining interval:
-    :func:`kept_header_columns`), marked ``bitroute.replayed: true`` for a replay
-    (``settings.replay``), then the router's headers.
+    kept headers (an ``expiry`` header with the remaining interval, then the alternate
+    exchange's header on a publish routed through one: :func:`kept_header_columns`),
+    marked ``bitroute.replayed: true`` for a replay (``settings.replay``), then the
+    router's headers.
 
     A live delivery of a retained publish keeps its ``retain`` header only when one of
     its subscriptions has Retain As Published (MQTT 5.0, 3.8.3.1): the others are records
@@ -543,7 +594,7 @@ def route_batch(matcher: Matcher, producer: DeliveryProducer, batch: pa.RecordBa
     cleared = plan.retain.cleared if plan.retain is not None else None
     expired = plan.expiry.expired if plan.expiry is not None else None
     return _routed_rows(plan.publishes, reasons, plan.deliveries, plan.entries, owner, acked,
-                        cleared, expired)
+                        cleared, expired, plan.via)
 
 
 def deliver(producer: DeliveryProducer, columns: DeliveryColumns,
@@ -649,7 +700,8 @@ def _report_rejected(producer: DeliveryProducer, settings: RouteSettings, reason
 def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliveries: pa.ListArray,
                  entries: pa.StructArray, owner: np.ndarray, acked: np.ndarray,
                  cleared: np.ndarray | None = None,
-                 expired: np.ndarray | None = None) -> pa.RecordBatch:
+                 expired: np.ndarray | None = None,
+                 via: list[str | None] | None = None) -> pa.RecordBatch:
     n = publishes.n
     keep = np.flatnonzero(acked) if len(owner) else np.zeros(0, np.int64)
     counts = np.bincount(owner[keep], minlength=n) if len(keep) else np.zeros(n, np.int64)
@@ -665,9 +717,14 @@ def _routed_rows(publishes: PublishColumns, reasons: list[str | None], deliverie
     if expired is not None:  # its lifetime ended before it was routed: delivered to no one
         outcome = np.where(expired & (outcome != OUTCOME_REJECTED), OUTCOME_EXPIRED, outcome)
     exchanges = pa.array(publishes.exchanges, pa.string())
+    if via is None:
+        alternate = pa.nulls(n, pa.string())
+    else:  # a publish that is not routed after all (rejected, expired) went through none
+        alternate = pa.array([v if o == OUTCOME_ROUTED else None for v, o in zip(via, outcome, strict=True)],
+                             pa.string())
     columns = [publishes.message_ids, exchanges, text(publishes.keys), pa.array(outcome, pa.string()),
                reason_array, routed, publishes.header_map(), publishes.payload_bytes(),
-               publishes.published_at]
+               publishes.published_at, alternate]
     return pa.RecordBatch.from_arrays(
         [c.cast(f.type) for c, f in zip(columns, ROUTED_ARROW, strict=True)], schema=ROUTED_ARROW)
 
@@ -698,4 +755,5 @@ def _unroutable_record(producer: DeliveryProducer, batch: pa.RecordBatch, settin
         empty, pa.array([None], ROUTED_ARROW.field("headers").type),
         pa.array([len(columns["value"][0].as_py() or b"")], pa.int32()),
         columns["timestamp"].slice(0, 1).cast(ROUTED_ARROW.field("published_at").type),
+        pa.nulls(1, pa.string()),
     ], schema=ROUTED_ARROW)

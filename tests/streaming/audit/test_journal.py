@@ -278,6 +278,30 @@ def test_migrate_partitions_in_one_commit_keeping_rows_history_and_txn_versions(
     assert "messages: already partitioned" in capsys.readouterr().out
 
 
+def test_migrate_reads_a_column_a_later_version_added_as_null(tmp_path):
+    """messages written before alternate_exchange existed (no such column); deliveries
+    given it since by the router (add_missing_columns appends it, after routed_at)."""
+    for table in (MESSAGES, DELIVERIES):
+        path = tmp_path / "delta" / table
+        old = [PARTITION_COLUMNS[table], "alternate_exchange"]
+        schema = pa.schema([f for f in ARROW_SCHEMAS[table] if f.name not in old])
+        DeltaTable.create(path, schema=schema)
+        args = (_routed(0), 1, 0, NOW)
+        rows = (delta_sink.messages_rows(*args) if table == MESSAGES
+                else delta_sink.deliveries_rows(*args, Config().kafka.layout))
+        write_deltalake(path, rows.drop_columns(old), mode="append")
+        if table == DELIVERIES:
+            delta_sink.add_missing_columns(DeltaTable(path), table)
+            assert DeltaTable(path).schema().fields[-1].name == "alternate_exchange"
+    done = {m.table: m for m in audit_migration.migrate(_config(tmp_path))}
+    for table in (MESSAGES, DELIVERIES):
+        assert done[table].result == "migrated" and done[table].rows == sum(
+            _rows(tmp_path, table).values())
+        rows = DeltaTable(str(tmp_path / "delta" / table)).to_pyarrow_table()
+        assert rows.schema.names == ARROW_SCHEMAS[table].names
+        assert rows["alternate_exchange"].null_count == rows.num_rows > 0
+
+
 def test_migrate_refuses_while_a_router_holds_the_state_folder(tmp_path, capsys):
     _write_earlier_layout(tmp_path)
     config = _config(tmp_path)

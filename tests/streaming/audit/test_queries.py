@@ -69,8 +69,9 @@ COMMITS: dict[str, list[list[tuple]]] = {
 
 
 #: Columns added after the rows above were written: null in them (``deliveries``'
-#: marks, ``subscriptions``' MQTT subscription options).
-LATER_COLUMNS = ("retained", "replayed", "retain_handling", "retain_as_published", "no_local")
+#: marks, ``subscriptions``' MQTT subscription options, the publish tables' alternate exchange).
+LATER_COLUMNS = ("retained", "replayed", "retain_handling", "retain_as_published", "no_local",
+                 "alternate_exchange")
 
 
 def _named(schema: pa.Schema, row: tuple) -> dict:
@@ -138,11 +139,11 @@ def test_who_got_message_m(capsys, warehouse):
         {"message_id": "p/0/1", "subscriber": "alice", "subscription_ids": ["a1"],
          "exchange": "amq.topic", "routing_key": "a.b", "delivery_topic": "dlv.alice",
          "snapshot_version": 2, "batch_id": 0, "published_at": _iso(0), "retained": None,
-         "replayed": None, "routed_at": _iso(1)},
+         "replayed": None, "alternate_exchange": None, "routed_at": _iso(1)},
         {"message_id": "p/0/1", "subscriber": "bob", "subscription_ids": ["b1", "b2"],
          "exchange": "amq.topic", "routing_key": "a.b", "delivery_topic": "dlv.bob",
          "snapshot_version": 2, "batch_id": 0, "published_at": _iso(0), "retained": None,
-         "replayed": None, "routed_at": _iso(1)},
+         "replayed": None, "alternate_exchange": None, "routed_at": _iso(1)},
     ]
 
 

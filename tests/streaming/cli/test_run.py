@@ -309,6 +309,12 @@ CLUSTER_SETTINGS = {
 audit files.)"""
 
 
+def _subscribe_gamma_and_delta(config: Config) -> None:
+    """The subscriptions :func:`_route_on` routes to."""
+    client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
+    client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
+
+
 def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter, Counter]:
     """Publish 41 messages (40 matching) through a started router; stop it; return
     the publishes' ids and what gamma and delta received."""
@@ -351,8 +357,7 @@ def test_the_router_routes_on_a_standalone_cluster_with_matching_on_executors(
                                  **CLUSTER_SETTINGS, **{"delta.warehouse": s3.warehouse("cluster"),
                                                         "audit.commit_interval": "500 milliseconds"})
     config = load(overrides=settings, environ={})
-    client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
-    client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
+    _subscribe_gamma_and_delta(config)
     driver_env = {**_driver_environment(), **s3.environ}
     bitroute = str(Path(sys.executable).parent / "bitroute")
     router = RouterProcess(settings, tmp_path / "router.log", command=[bitroute, "run"],
@@ -411,6 +416,19 @@ def _submit_environment(settings: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _submitted(base_config: Config, tmp_path: Path, master: str, **extra: str
+               ) -> tuple[Config, RouterProcess]:
+    """docker/submit.sh started on ``master`` with this test's settings (``extra`` on top)
+    in BITROUTE_* variables, gamma and delta subscribed first: its config and router."""
+    settings = isolated_settings(base_config, tmp_path, **extra)
+    del settings["spark.master"]  # spark-submit's --master rules
+    config = load(overrides=settings, environ={})
+    _subscribe_gamma_and_delta(config)
+    return config, RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
+                                 command=[str(SUBMIT), master],
+                                 env=_submit_environment(settings), cwd=tmp_path)
+
+
 def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
         base_config: Config, tmp_path: Path, s3_cluster):
     """docker/submit.sh as docs/running.md shows it: the settings in BITROUTE_*
@@ -419,14 +437,7 @@ def test_docker_submit_sh_submits_the_router_to_a_standalone_cluster(
     _assert_workers_python_is_bare(tmp_path)
     _, master, work_dirs = s3_cluster
     earlier = _applications(work_dirs)
-    settings = isolated_settings(base_config, tmp_path)
-    del settings["spark.master"]  # spark-submit's --master rules
-    config = load(overrides=settings, environ={})
-    client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
-    client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
-    router = RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
-                           command=[str(SUBMIT), master], env=_submit_environment(settings),
-                           cwd=tmp_path)
+    config, router = _submitted(base_config, tmp_path, master)
     ids, gamma, delta = _route_on(config, router)
     # SIGTERM reaches spark-submit's JVM and the Python driver alike (its
     # process group, as Ctrl-C does): the stop may be abrupt, and safe.
@@ -484,14 +495,7 @@ def test_realtime_mode_routes_on_a_standalone_cluster_with_its_jar_from_submit_s
     _assert_workers_python_is_bare(tmp_path)
     _, master, work_dirs = s3_cluster
     earlier = _applications(work_dirs)
-    settings = isolated_settings(base_config, tmp_path, **REALTIME_SETTINGS)
-    del settings["spark.master"]  # spark-submit's --master rules
-    config = load(overrides=settings, environ={})
-    client.subscribe(config, "amq.topic", "gamma", "stock.*.nyse", sub_id="g1")
-    client.subscribe(config, "mqtt", "delta", "sensors/+/temp", sub_id="d1")
-    router = RouterProcess(CLUSTER_SETTINGS, tmp_path / "router.log",
-                           command=[str(SUBMIT), master], env=_submit_environment(settings),
-                           cwd=tmp_path)
+    config, router = _submitted(base_config, tmp_path, master, **REALTIME_SETTINGS)
     try:
         ids, gamma, delta = _route_on(config, router)
         messages = wait_until(lambda: _complete(_audit_counts(

@@ -93,6 +93,18 @@ def _as(broker: SecuredBroker, tmp_path: Path, names: dict[str, str], user: str)
     return _config_file(tmp_path, broker.sasl_bootstrap, names, broker.sasl_properties(user))
 
 
+def _tail_as(broker: SecuredBroker, config, user: str, subscriber: str, records: int
+             ) -> list[bytes]:
+    """The payloads of ``subscriber``'s first ``records`` deliveries, read by ``bitroute
+    tail``'s code as SASL ``user`` with ``config``'s other settings."""
+    from streaming.kafka import client_verbs as client
+
+    reader = dataclasses.replace(config, kafka=dataclasses.replace(
+        config.kafka, client=broker.sasl_properties(user)))
+    return [d.payload for d in client.tail(reader, subscriber, from_beginning=True,
+                                           max_records=records, timeout_s=60)]
+
+
 def _deliver(broker: SecuredBroker, topic: str, payload: bytes) -> None:
     producer = kafka.producer(broker.settings("admin"))
     producer.produce(topic, payload, b"a.b")
@@ -209,12 +221,7 @@ def test_the_router_routes_with_only_kafka_client_settings(broker, tmp_path, nam
         running.process_all_available()
     finally:
         running.stop()
-    erin_config = dataclasses.replace(config, kafka=dataclasses.replace(
-        config.kafka, client=broker.sasl_properties("alice")))
-    from streaming.kafka import client_verbs as client
-
-    got = list(client.tail(erin_config, "erin", from_beginning=True, max_records=1, timeout_s=60))
-    assert [d.payload for d in got] == [b"routed securely"]
+    assert _tail_as(broker, config, "alice", "erin", 1) == [b"routed securely"]
 
     out, err = capfd.readouterr()
     _no_secret(out + err + caplog.text)
@@ -275,12 +282,7 @@ def test_a_deleted_delivery_topic_the_router_may_not_create_rejects_only_its_del
     reason = rows[1]["reason"]
     assert f"the delivery topic {prefix}gus of subscriber gus does not exist" in reason, reason
     assert "--operation Create" in reason and "User:router" in reason, reason
-    hal = dataclasses.replace(config, kafka=dataclasses.replace(
-        config.kafka, client=broker.sasl_properties("admin")))
-    from streaming.kafka import client_verbs as client
-
-    got = list(client.tail(hal, "hal", from_beginning=True, max_records=2, timeout_s=60))
-    assert [d.payload for d in got] == [b"one", b"two"]
+    assert _tail_as(broker, config, "admin", "hal", 2) == [b"one", b"two"]
 
 
 def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
@@ -316,12 +318,7 @@ def test_a_publishes_topic_the_router_may_not_read_is_retried_naming_the_grant(
         running.process_all_available()
     finally:
         running.stop()
-    reader = dataclasses.replace(config, kafka=dataclasses.replace(
-        config.kafka, client=broker.sasl_properties("admin")))
-    from streaming.kafka import client_verbs as client
-
-    got = list(client.tail(reader, "gail", from_beginning=True, max_records=1, timeout_s=60))
-    assert [d.payload for d in got] == [b"held"]
+    assert _tail_as(broker, config, "admin", "gail", 1) == [b"held"]
     _no_secret(caplog.text)
 
 

@@ -13,17 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from compiler import RoutingIndex, Subscription
+from compiler import Subscription
 from compiler.options import SubscriptionOptions
 from compiler.shared import choose_member, group_key
+from router_runs import persist_snapshot
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
-from streaming.kafka.clients import record_position
-from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
-from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
-from streaming.state.checkpoint import CheckpointLayout
 
 DEFAULTS = {"retain_handling": 0, "retain_as_published": False, "no_local": False}
 """The MQTT subscription options of a listed subscription that has none."""
@@ -62,23 +59,6 @@ def _receivers(answer: dict) -> dict[str, list[str]]:
             for r in answer["subscribers"]}
 
 
-def _persist_snapshot(cfg: Config, version: int, *extra: Subscription) -> dict[int, int]:
-    """Save snapshot ``version`` of the whole changelog (plus ``extra``) as the router
-    does, and return the offsets it covers."""
-    index = RoutingIndex(cfg.exchanges.dialects)
-    for sub in extra:
-        index.upsert(sub)
-    reader = ChangelogReader(cfg)
-    try:
-        offsets = reader.read_to_end({}, lambda m: apply_record(
-            index, m.key(), m.value(), *record_position(m)[1:], None, 0))
-    finally:
-        reader.close()
-    store = SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir))
-    store.save(SnapshotVersion.of(index.snapshot(version, offsets)), [])
-    return offsets
-
-
 def test_explain_without_a_router_rebuilds_from_the_changelog_and_writes_nothing(
         capsys, settings, cfg, workdir):
     client.subscribe(cfg, "amq.topic", "billing", "orders.*.paid", sub_id="s1")
@@ -107,12 +87,41 @@ def test_explain_without_a_router_rebuilds_from_the_changelog_and_writes_nothing
     assert list(workdir.iterdir()) == []  # no checkpoint folder, no snapshot written
 
 
+def test_explain_shows_a_publish_its_exchange_routes_to_no_one_going_to_the_alternate(
+        capsys, settings):
+    settings = {**settings, "exchanges.dialects.unrouted": "amqp",
+                "exchanges.alternates.amq.topic": "unrouted"}
+    cfg = load(overrides=settings, environ={})
+    client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="own")
+    client.subscribe(cfg, "unrouted", "dlq", "*.eu", sub_id="catch")
+
+    own = _explain(capsys, settings, "--routing-key", "orders.eu")
+    assert (_receivers(own), own["alternate_exchange"]) == ({"billing": ["own"]}, None)
+    through = _explain(capsys, settings, "--routing-key", "stock.eu")
+    assert (_receivers(through), through["alternate_exchange"]) == ({"dlq": ["catch"]},
+                                                                    "unrouted")
+    nowhere = _explain(capsys, settings, "--routing-key", "stock.us")
+    assert (nowhere["subscribers"], nowhere["alternate_exchange"]) == ([], None)
+
+    status, out, err = _cli(capsys, settings, "explain", "--routing-key", "stock.eu")
+    assert status == 0, err
+    assert out.splitlines()[0].startswith(
+        "amq.topic stock.eu: no subscriber; through its alternate exchange unrouted "
+        "(exchanges.alternates): 1 subscriber: dlq (")
+    status, out, err = _cli(capsys, settings, "explain", "--routing-key", "stock.us")
+    assert out.splitlines()[0].startswith(
+        "amq.topic stock.us: no subscriber, nor on its alternate exchange unrouted (")
+    # The status names the configured alternates.
+    status, out, err = _cli(capsys, settings, "status", "--json")
+    assert json.loads(out)["alternate_exchanges"] == {"amq.topic": "unrouted"}
+
+
 def test_explain_answers_from_the_latest_snapshot_plus_the_newer_changes(capsys, settings, cfg):
     client.subscribe(cfg, "mqtt", "ops", "sensors/+/temperature", sub_id="s1")
     client.subscribe(cfg, "mqtt", "ops", "sensors/#", sub_id="s2")
-    _persist_snapshot(cfg, 3)
+    persist_snapshot(cfg, 3)
     # Only in the snapshot: proves the answer starts from it, not from the changelog.
-    _persist_snapshot(cfg, 4, Subscription("snap-only", "mqtt", "archive", "sensors/#"))
+    persist_snapshot(cfg, 4, Subscription("snap-only", "mqtt", "archive", "sensors/#"))
     client.subscribe(cfg, "mqtt", "boiler", "sensors/boiler/+", {"unit": None}, sub_id="s3")
     client.unsubscribe(cfg, "s1")
 
@@ -209,7 +218,7 @@ def test_subscriptions_lists_the_live_subscriptions(capsys, settings, cfg):
 
 def test_a_snapshot_answers_when_kafka_does_not(capsys, settings, cfg):
     client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="s1")
-    _persist_snapshot(cfg, 2)
+    persist_snapshot(cfg, 2)
     down = {**settings, "kafka.bootstrap": f"127.0.0.1:{free_port()}"}
 
     answer = _explain(capsys, down, "--routing-key", "orders.1")

@@ -20,15 +20,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from compiler import RoutingIndex
+from router_runs import persist_snapshot
 from streaming.cli.main import main
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
-from streaming.kafka.clients import record_position
-from streaming.router.subscriptions.changelog import ChangelogReader, apply_record
-from streaming.router.subscriptions.snapshots import SnapshotStore, SnapshotVersion
-from streaming.state.checkpoint import CheckpointLayout
 
 REPO = Path(__file__).resolve().parents[3]
 LAST_BATCH = {
@@ -107,23 +103,11 @@ def _publish(cfg: Config, partition: int, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def _persist_snapshot(cfg: Config, version: int) -> None:
-    index = RoutingIndex(cfg.exchanges.dialects)
-    reader = ChangelogReader(cfg)
-    try:
-        offsets = reader.read_to_end({}, lambda m: apply_record(
-            index, m.key(), m.value(), *record_position(m)[1:], None, 0))
-    finally:
-        reader.close()
-    SnapshotStore(CheckpointLayout.of(cfg.streaming.checkpoint_dir)).save(
-        SnapshotVersion.of(index.snapshot(version, offsets)), [])
-
-
 def test_status_of_a_running_router(capsys, settings, cfg, router_lock):
     client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="s1")
     client.subscribe(cfg, "amq.topic", "billing", "invoices.#", sub_id="s2")
     client.subscribe(cfg, "mqtt", "ops", "sensors/#", sub_id="s3")
-    _persist_snapshot(cfg, 3)
+    persist_snapshot(cfg, 3)
     client.unsubscribe(cfg, "s2")  # after the snapshot: one change of changelog lag
     _publish(cfg, 0, 5)
     _publish(cfg, 1, 4)
@@ -186,7 +170,7 @@ def test_status_says_when_no_router_runs(capsys, settings, cfg, router_lock):
 
 def test_status_answers_fast_when_kafka_does_not(capsys, settings, cfg, router_lock):
     client.subscribe(cfg, "amq.topic", "billing", "orders.#", sub_id="s1")
-    _persist_snapshot(cfg, 1)
+    persist_snapshot(cfg, 1)
     router_lock()
     down = {**settings, "kafka.bootstrap": f"127.0.0.1:{free_port()}"}
 

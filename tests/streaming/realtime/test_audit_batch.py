@@ -40,6 +40,7 @@ def _records(offsets: list[tuple[int, int]], subscribers: int = 2) -> pa.Table:
         "payload_bytes": pa.array([3] * n, pa.int32()),
         "published_at": pa.array([1_700_000_000_000 + o for _, o in offsets], pa.int64()),
         "snapshot_version": pa.array([7] * n, pa.int64()),
+        "alternate_exchange": pa.array(["ae"] + [None] * (n - 1), pa.string()),
         "routed_at": pa.array([datetime(2026, 11, 27, tzinfo=UTC)] * n,
                               pa.timestamp("us", tz="UTC")),
     })
@@ -63,6 +64,7 @@ def test_consecutive_offsets_ask_kafka_nothing():
     assert audit.seen_end == {0: 7, 1: 1} and audit.start == {0: 5, 1: 0}
     assert audit.end == {0: 7, 1: 1} and not audit.lost
     assert rows.num_rows == 3 and rows["snapshot_version"].to_pylist() == [7, 7, 7]
+    assert rows["alternate_exchange"].to_pylist() == ["ae", None, None]
 
 
 def test_a_gap_below_kafkas_earliest_offset_is_lost_and_one_still_in_the_log_is_not():

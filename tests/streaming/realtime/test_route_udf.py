@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_io import read_topic
 from schemas.records import (
+    ALTERNATE_EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
     REASON_HEADER,
     ROUTING_KEY_HEADER,
@@ -43,8 +44,10 @@ from streaming.realtime.jar import realtime_jar
 from waiting import wait_until
 
 MAX_DELIVERY_BYTES = 4096
-EXCHANGES = [{"name": "amq.topic", "dialect": "amqp", "share_prefix": None},
-             {"name": "mqtt", "dialect": "mqtt", "share_prefix": "$share/"}]
+EXCHANGES = [{"name": "amq.topic", "dialect": "amqp", "share_prefix": None,
+              "alternate": "unrouted"},
+             {"name": "mqtt", "dialect": "mqtt", "share_prefix": "$share/"},
+             {"name": "unrouted", "dialect": "amqp", "share_prefix": None}]
 ROUTE_TYPE = ("array<struct<topic:string, key:binary, value:binary, "
               "headers:array<struct<key:string, value:binary>>>>")
 
@@ -161,8 +164,10 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
     run = uuid.uuid4().hex[:8]
     publishes, view, changelog = f"rt-{run}.publishes", f"rt-{run}.view", f"rt-{run}.subscriptions"
     routed_topic, rejected_topic, prefix = f"rt-{run}.routed", f"rt-{run}.rejected", f"rt-{run}.deliveries."
-    billing, ops, late = prefix + "billing", prefix + "ops", prefix + "late"
-    _create(kafka_bootstrap, publishes, view, changelog, routed_topic, rejected_topic, billing, ops, late)
+    billing, ops, late, dlq = (prefix + "billing", prefix + "ops", prefix + "late",
+                               prefix + "dlq")
+    _create(kafka_bootstrap, publishes, view, changelog, routed_topic, rejected_topic, billing, ops,
+            late, dlq)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
 
     # The driver's state 1: two subscriptions, covering changelog offset 0.
@@ -172,6 +177,8 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
     _produce(producer, view, b"sub:s2", json.dumps(_sub(
         "s2", "mqtt", "ops", "sensors/+/temperature",
         {"match": "all", "criteria": {"unit": "celsius"}})).encode())
+    _produce(producer, view, b"sub:u1",
+             json.dumps(_sub("u1", "unrouted", "dlq", "stock.#")).encode())
     _produce(producer, view, b"mark", _mark(1, 1))
     realtime_query({"kafka.bootstrap.servers": kafka_bootstrap, "view_topic": view,
                     "changelog_topic": changelog, "publishes_topic": publishes,
@@ -190,6 +197,7 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
         (b"orders.us.paid", big, [("h", b"v")]),                      # 3: over max_delivery_bytes
         (b"sensors/kitchen/temperature", b"21.5", sensor_headers),    # 4: routed to ops (mqtt)
         (b"orders.\xc3(.paid", None, None),                          # 5: a key not UTF-8
+        (b"stock.eu", b"s-1", None),                                  # 6: through the alternate
     ]
     for key, value, headers in publishes_written:
         producer.produce(publishes, key=key, value=value, headers=None if headers is None else list(headers))
@@ -214,7 +222,7 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
         "routing_key": "orders.eu.paid", "outcome": "routed", "reason": None,
         "deliveries": [{"subscriber": "billing", "subscription_ids": ["s1"]}],
         "headers": _header_map(paid_headers), "payload_bytes": 5,
-        "published_at": published_at[0], "snapshot_version": 1}
+        "published_at": published_at[0], "snapshot_version": 1, "alternate_exchange": None}
     assert values[ids[0]]["headers"]["h1"] == "\\xff\\xfe"
 
     # 1: unroutable: only its routed record.
@@ -258,6 +266,15 @@ def test_route_udf_writes_what_the_micro_batch_path_writes(base_config, kafka_bo
     # a null payload's size null.
     assert values[ids[5]]["routing_key"] == "orders.\\xc3(.paid"
     assert (values[ids[5]]["payload_bytes"], values[ids[5]]["headers"]) == (None, {})
+
+    # 6: amq.topic routes it to no one: its alternate "unrouted" does, and its record says so.
+    [through] = read_topic(base_config, dlq)
+    assert (through.key(), through.value()) == (b"stock.eu", b"s-1")
+    assert through.headers() == [(ALTERNATE_EXCHANGE_HEADER, b"unrouted"),
+                                 *_delivery_headers([], ids[6], ["u1"], 1)]
+    assert [values[ids[6]][k] for k in ("outcome", "exchange", "alternate_exchange")] == [
+        "routed", "amq.topic", "unrouted"]
+    assert values[ids[1]]["alternate_exchange"] is None  # "unrouted" takes no orders.#
 
     # Happens-before: a subscription's changelog record, then a publish it matches; the view
     # has not seen it yet, so the gate holds the publish (nothing routed) until the mark.

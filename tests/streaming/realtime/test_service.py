@@ -3,8 +3,7 @@ the router of ``streaming.mode = "realtime"`` delivers with the micro-batch cont
 keeps happens-before, rejects bad input with its reason, and audits each publish and
 each (message, subscriber) exactly once.
 
-One router serves the module (its publishes topic has one partition: Real-Time Mode
-holds a slot per partition, and the session's local[2] keeps the other for the audit).
+One router serves the module (the ``router`` fixture of this folder's conftest.py).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import uuid
 
 import pytest
 
-from isolation import isolated_config
 from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
 from schemas.records import (
     DELIVERIES,
@@ -39,21 +37,6 @@ DELIVERY_BOUND_S = 30
 AUDIT_BOUND_S = 60
 """The longest a publish's audit rows may take here: a checkpoint interval (5 s), a
 commit interval, and Spark's first jobs on a busy 2-core machine."""
-
-
-@pytest.fixture(scope="module")
-def router(spark, base_config, tmp_path_factory):
-    config = isolated_config(base_config, tmp_path_factory.mktemp("realtime"), **{
-        "streaming.mode": "realtime",
-        "kafka.partitions": "1",
-        "audit.commit_interval": "1 second",
-    })
-    router = Router(config, spark)
-    router.start()
-    try:
-        yield router
-    finally:
-        router.stop()
 
 
 def _unique(name: str) -> str:
@@ -155,6 +138,24 @@ def test_no_local_keeps_a_subscribers_own_publish_from_it_as_in_micro_batch_mode
     # One publishes partition: had ann's own publish reached ann, it would come first.
     assert [headers_of(r)[MESSAGE_ID_HEADER] for r in _deliveries(config, ann, 1)] == [from_bob]
     assert [headers_of(r)[MESSAGE_ID_HEADER] for r in _deliveries(config, bob, 1)] == [from_ann]
+
+
+def test_a_publish_its_exchange_routes_to_no_one_goes_to_the_alternate_as_in_micro_batch_mode(
+        router):
+    # The routing view's mark carries each exchange's alternate to the executors' RouteTable.
+    config = router.config
+    catcher, tag = _unique("catch"), _unique("ae")
+    _subscribe(config, catcher, "unrouted", catcher, f"{tag}.#")
+    through = _publish(config, f"{tag}.x", b"p", "amq.topic")
+    [delivery] = _deliveries(config, catcher, 1)
+    assert headers_of(delivery)[MESSAGE_ID_HEADER] == through
+    [message] = wait_until(lambda: _rows_for(config, MESSAGES, {through}, 1),
+                           "the messages row of the publish", AUDIT_BOUND_S)
+    assert [message[k] for k in ("outcome", "exchange", "alternate_exchange")] == [
+        OUTCOME_ROUTED, "amq.topic", "unrouted"]
+    [row] = wait_until(lambda: _rows_for(config, DELIVERIES, {through}, 1),
+                       "the deliveries row of the publish", AUDIT_BOUND_S)
+    assert (row["subscriber"], row["alternate_exchange"]) == (catcher, "unrouted")
 
 
 def test_bad_input_is_rejected_with_its_reason_and_audited(router):

@@ -25,6 +25,7 @@ from streaming.kafka.layout import DeliveryLayout
 from streaming.kafka.partitioner import default_partition
 from streaming.router.batch.delivery import DeliveryProducer, DeliveryUnavailable, ProducerSettings
 from streaming.router.batch.routing import RouteSettings, route_batch
+from streaming.router.replay.scope import ReplayScope
 
 SUBSCRIPTIONS = [(b"s1", "ann", "a.*"), (b"s2", "ann", "a.#"), (b"s3", "bob", "a.b"),
                  (b"s\"4", "bob", "#")]
@@ -56,6 +57,27 @@ def _create(bootstrap: str, topics: dict[str, dict[str, str]]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, 1, 1, config=c) for t, c in topics.items()]).values():
         future.result(30)
+
+
+def _contract_settings(bootstrap: str, new_topic, shared: bool,
+                       replay: ReplayScope | None = None) -> RouteSettings:
+    """Fresh topics for the contract's deliveries to ann and bob: a topic each, or the
+    shared topic of 4 partitions (keyed); the settings that route into them (a replay's
+    when ``replay`` is given)."""
+    prefix = f"{new_topic()}."
+    layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
+    if not shared:
+        _create(bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
+    return RouteSettings("amq.topic", layout, new_topic(), 7, False,
+                         ProducerSettings(bootstrap, 1_048_576, keyed_partitions=shared),
+                         replay=replay)
+
+
+def _written(bootstrap: str, layout: DeliveryLayout) -> list:
+    """Every record in the contract's delivery topics (ann's and bob's, or the shared one)."""
+    shared = layout.shared_topic
+    topics = [shared] if shared is not None else [layout.topic("ann"), layout.topic("bob")]
+    return [m for t in topics for m in _read(bootstrap, t, layout.partitions)]
 
 
 def _read(bootstrap: str, topic: str, partitions: int = 1) -> list:
@@ -98,18 +120,13 @@ def _expected(layout: DeliveryLayout) -> list[tuple]:
 @pytest.mark.parametrize("shared", [False, True], ids=["topic-per-subscriber", "shared"])
 def test_every_delivery_is_written_byte_for_byte_as_the_contract_says(kafka_bootstrap, new_topic,
                                                                       shared):
-    prefix = f"{new_topic()}."
-    layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
-    if not shared:
-        _create(kafka_bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
-    settings = RouteSettings("amq.topic", layout, new_topic(), 7, False,
-                             ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared))
+    settings = _contract_settings(kafka_bootstrap, new_topic, shared)
     rows = route_batch(Matcher(_snapshot()), DeliveryProducer(settings.producer),
                        source_batch(PUBLISHES), settings).to_pylist()
 
     assert [r["outcome"] for r in rows] == [OUTCOME_ROUTED] * 4
-    topics = [layout.shared_topic] if layout.shared_topic is not None else [prefix + "ann", prefix + "bob"]
-    written = [m for t in topics for m in _read(kafka_bootstrap, t, layout.partitions)]
+    layout = settings.layout
+    written = _written(kafka_bootstrap, layout)
     got = [(m.topic(), m.key(), m.value(), m.headers()) for m in written]
     assert sorted(got, key=repr) == sorted(_expected(layout), key=repr)
     if shared:  # Kafka's default partitioner placed them: all of a subscriber's in its partition
@@ -184,18 +201,11 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     import pyarrow as pa
 
     from streaming.router.batch.routing import delivery_columns, plan_batch
-    from streaming.router.replay.scope import ReplayScope
 
-    prefix = f"{new_topic()}."
-    layout = DeliveryLayout(prefix, new_topic(4) if shared else None, 4 if shared else 1)
-    if not shared:
-        _create(kafka_bootstrap, {prefix + "ann": {}, prefix + "bob": {}})
     ids = tuple(sid.decode() for sid, _, _ in SUBSCRIPTIONS)
     scope = ReplayScope(ids, np.zeros((len(ids), 1), np.int64), np.full((len(ids), 1), 1 << 40),
                         pa.array([], pa.string()), ("amq.topic",)) if replayed else None
-    settings = RouteSettings("amq.topic", layout, new_topic(), 7, False,
-                             ProducerSettings(kafka_bootstrap, 1_048_576, keyed_partitions=shared),
-                             replay=scope)
+    settings = _contract_settings(kafka_bootstrap, new_topic, shared, replay=scope)
     batch = source_batch(PUBLISHES)
     plan = plan_batch(Matcher(_snapshot()), batch, settings)
     if scope is not None:
@@ -205,9 +215,8 @@ def test_the_python_sides_record_is_the_kernels_byte_for_byte(kafka_bootstrap, n
     producer.produce_deliveries(columns)
     assert producer.flush() == []
 
-    topics = [layout.shared_topic] if layout.shared_topic is not None else [prefix + "ann", prefix + "bob"]
     written = [(m.topic(), m.key(), m.value(), m.headers() or [])
-               for t in topics for m in _read(kafka_bootstrap, t, layout.partitions)]
+               for m in _written(kafka_bootstrap, settings.layout)]
     python_side = [columns.record(i) for i in range(len(columns))]
     assert len(python_side) == 7
     assert sorted(written, key=repr) == sorted(python_side, key=repr)

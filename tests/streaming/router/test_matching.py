@@ -44,4 +44,5 @@ def test_the_cache_holds_at_most_MATCHERS_CACHED_least_recently_used_first():
         matching.cached_matcher(f"b{version}", functools.partial(_snapshot_bytes, version))
         matching.cached_matcher("b0", lambda: pytest.fail("b0 is in use and must stay cached"))
     assert len(matching._matchers) == matching.MATCHERS_CACHED
-    assert matching.cached_versions() == [versions[-1], 0]
+    # The newest MATCHERS_CACHED - 1 loaded, least recently used first, then b0 (used last).
+    assert matching.cached_versions() == [*versions[-(matching.MATCHERS_CACHED - 1):], 0]

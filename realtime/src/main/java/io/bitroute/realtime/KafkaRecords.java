@@ -24,7 +24,8 @@ final class KafkaRecords {
     /** {@code schemas.records.ROUTER_HEADERS}: a publish carrying one has it replaced. */
     static final Set<String> ROUTER_HEADERS = Set.of(MESSAGE_ID_HEADER, SUBSCRIPTION_IDS_HEADER,
             SNAPSHOT_VERSION_HEADER, REASON_HEADER, SOURCE_HEADER, ROUTING_KEY_HEADER,
-            "bitroute.retained", "bitroute.published_at", "bitroute.replayed");
+            "bitroute.retained", "bitroute.published_at", "bitroute.replayed",
+            RouteOutcome.ALTERNATE_EXCHANGE_HEADER);
     static final String SOURCE_PUBLISH = "publish";
 
     static final int RECORD_BATCH_OVERHEAD = 61;

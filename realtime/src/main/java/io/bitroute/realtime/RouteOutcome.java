@@ -18,14 +18,19 @@ import java.util.List;
  * @param deliveries one per subscriber, in the micro-batch path's order (empty unless routed)
  * @param remaining  the remaining expiry interval in seconds its deliveries carry in the
  *                   {@code expiry} header (-1: the publish has no expiry)
+ * @param alternate  the alternate exchange whose subscriptions took the deliveries, its own
+ *                   exchange having none (null: routed by its own exchange, or not routed)
  */
 public record RouteOutcome(int outcome, String exchange, String routingKey, String reason,
-                           List<Delivery> deliveries, long remaining) {
+                           List<Delivery> deliveries, long remaining, String alternate) {
     public static final int ROUTED = 0;
     public static final int UNROUTABLE = 1;
     public static final int REJECTED = 2;
     /** Its lifetime (the {@code expiry} header) ended before it was routed: no deliveries. */
     public static final int EXPIRED = 3;
+    /** {@code schemas.records.ALTERNATE_EXCHANGE_HEADER}: on a delivery made through the
+     *  alternate exchange, its name. */
+    public static final String ALTERNATE_EXCHANGE_HEADER = "bitroute.alternate_exchange";
 
     /**
      * One subscriber's delivery.
@@ -44,7 +49,8 @@ public record RouteOutcome(int outcome, String exchange, String routingKey, Stri
             String exchange = string(in);
             String routingKey = string(in);
             if (outcome == REJECTED) {
-                return new RouteOutcome(outcome, exchange, routingKey, string(in), List.of(), -1);
+                return new RouteOutcome(outcome, exchange, routingKey, string(in), List.of(), -1,
+                        null);
             }
             if (outcome != ROUTED && outcome != UNROUTABLE && outcome != EXPIRED) {
                 throw new IllegalArgumentException("unknown outcome byte " + outcome);
@@ -62,8 +68,9 @@ public record RouteOutcome(int outcome, String exchange, String routingKey, Stri
                 deliveries.add(new Delivery(subscriber, idsHeader, List.copyOf(ids)));
             }
             long remaining = in.readLong();
+            String alternate = string(in);
             return new RouteOutcome(outcome, exchange, routingKey, null, List.copyOf(deliveries),
-                    remaining);
+                    remaining, alternate);
         } catch (IOException e) { // EOFException: a truncated outcome
             throw new IllegalArgumentException("a truncated route outcome (" + encoded.length
                     + " bytes): " + e, e);

@@ -30,7 +30,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *       delivery layout says, the payload, the publish's kept headers in order, then
  *       [{@code bitroute.routing_key} (shared layout)], {@code bitroute.message_id},
  *       {@code bitroute.subscription_ids}, {@code bitroute.snapshot_version}; a publish's
- *       {@code expiry} headers carry the remaining interval (none for an expired one);</li>
+ *       {@code expiry} headers carry the remaining interval (none for an expired one); a
+ *       delivery made through the alternate exchange has {@code bitroute.alternate_exchange}
+ *       after the publish's headers;</li>
  *   <li>for a rejected publish (by the kernel, or because a delivery would exceed
  *       {@code max_delivery_bytes}: {@code _reject_oversize}) its rejected topic copy
  *       ({@code rejected_copy}) instead;</li>
@@ -92,11 +94,17 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
                 publishedAt == null ? now : publishedAt, now);
         String version = Long.toString(lease.version());
         List<Header> kept = KafkaRecords.keptHeaders(all);
+        List<Header> sent = kept; // what a delivery carries of the publish's own, and more
+        if (outcome.alternate() != null) {
+            sent = new ArrayList<>(kept);
+            sent.add(new Header(RouteOutcome.ALTERNATE_EXCHANGE_HEADER,
+                    KafkaRecords.utf8(outcome.alternate())));
+        }
         List<Delivery> deliveries = outcome.deliveries();
         String reason = outcome.reason();
         boolean expired = outcome.outcome() == RouteOutcome.EXPIRED;
         if (reason == null && !expired) { // an expired publish is delivered to no one
-            reason = oversize(settings, key, value, kept, messageId, version, deliveries);
+            reason = oversize(settings, key, value, sent, messageId, version, deliveries);
         }
         if (reason != null) {
             RejectedCopy copy = KafkaRecords.rejectedCopy(key, value, kept, reason,
@@ -105,15 +113,16 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
             deliveries = List.of();
             rows.add(row(settings.rejectedTopic(), key, copy.value(), copy.headers()));
         }
-        List<Header> delivered = outcome.remaining() < 0 ? kept
-                : KafkaRecords.withRemainingExpiry(kept, outcome.remaining());
+        List<Header> delivered = outcome.remaining() < 0 ? sent
+                : KafkaRecords.withRemainingExpiry(sent, outcome.remaining());
         for (Delivery delivery : deliveries) {
             rows.add(delivery(settings, delivery, key, value, delivered, messageId, version));
         }
         String outcomeName = reason != null ? "rejected" : expired ? "expired"
                 : deliveries.isEmpty() ? "unroutable" : "routed";
+        String alternate = deliveries.isEmpty() ? null : outcome.alternate();
         byte[] routed = routedJson(messageId, partition, offset, outcome.exchange(), key, outcomeName,
-                reason, deliveries, all, value, publishedAt, lease.version());
+                reason, deliveries, all, value, publishedAt, lease.version(), alternate);
         rows.add(row(settings.routedTopic(), KafkaRecords.utf8(messageId), routed, List.of()));
     }
 
@@ -180,7 +189,7 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
     private static byte[] routedJson(String messageId, int partition, long offset, String exchange,
                                      byte[] key, String outcome, String reason,
                                      List<Delivery> deliveries, List<Header> all, byte[] value,
-                                     Long publishedAt, long version) {
+                                     Long publishedAt, long version, String alternate) {
         ObjectNode routed = JSON.createObjectNode();
         routed.put("message_id", messageId);
         routed.put("partition", partition);
@@ -204,6 +213,7 @@ public final class RouteUdf implements UDF6<Integer, Long, byte[], byte[], Seq<R
         routed.put("payload_bytes", value == null ? null : value.length);
         routed.put("published_at", publishedAt);
         routed.put("snapshot_version", version);
+        routed.put("alternate_exchange", alternate);
         try {
             return JSON.writeValueAsBytes(routed);
         } catch (JsonProcessingException e) {
