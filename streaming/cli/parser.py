@@ -110,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--json", action="store_true", help="one JSON object")
 
     broker = verb("broker", installation.broker,
-                  "start, stop or query the embedded Kafka broker")
+                  "start, stop or query the embedded Kafka broker",
+                  {0: "done (status: the broker is up)",
+                   3: "status: the broker is down"})
     broker.add_argument("action", choices=("start", "stop", "status"))
     broker.add_argument("--port", type=int, help="listener port (default: broker.port)")
 

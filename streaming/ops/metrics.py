@@ -94,7 +94,8 @@ METRICS: tuple[Metric, ...] = (
            "1 for the mode the router runs in (streaming.mode), 0 for the other.", ("mode",)),
     Metric("bitroute_latency_seconds", "gauge",
            "End-to-end latency of the latest publishes: the publish's timestamp to its "
-           "deliveries' acknowledgement (micro-batch: a batch routed in the driver; realtime: "
+           "deliveries' acknowledgement (micro-batch: every publish whose routed rows reach the "
+           "driver, a sample of 64 per routing task that writes its own audit files; realtime: "
            "its routed record, written with its deliveries), as a quantile (0.5, 0.99, 1: max).",
            ("quantile",)),
     Metric("bitroute_subscriptions", "gauge",

@@ -11,9 +11,9 @@ gone:
   host that cannot be checked: held = running); stopping = held, driver exited.
 - ``<checkpoint_dir>/router/status.json``: the router's last batch, replaced
   atomically after each one (``query_id``, ``run_id``, ``batch_id``,
-  ``publishes``, ``deliveries``, ``rejected``, ``lost``, ``snapshot_version``,
+  ``publishes``, ``deliveries``, ``rejected``, ``lost``, ``expired``, ``snapshot_version``,
   ``seconds``, ``stages``, ``routed_in``, ``finished_at``, ``subscriptions``,
-  ``audit_pending_batches``, ``audit_lag_seconds``, ``lost_total``, ``mode``,
+  ``audit_pending_batches``, ``audit_lag_seconds``, ``lost_total``, ``expired_total``, ``mode``,
   ``latency_ms``, and ``realtime`` in realtime mode: :mod:`streaming.router.batch.report`).
 - the audit tables (:func:`streaming.audit.table_stats.table_stats`): each
   one's live data files, bytes, ``_delta_log`` entries and Delta version, read

@@ -8,7 +8,7 @@ this:
 
 1. the routing view (:mod:`streaming.realtime.view`): the current subscriptions
    written whole, then every catch-up's changes, kept current by a driver thread
-   every 20 ms;
+   woken by a changelog change, at least every 100 ms;
 2. the routing query (:mod:`streaming.realtime.query`): Spark's Real-Time Mode, one
    long task per publishes partition, matching in the JVM on the Rust kernel;
 3. the audit query (:mod:`streaming.realtime.audit`) over the routed records, with

@@ -569,7 +569,7 @@ class Router:
         audit: PublishBatch | FileBatch | None
         if self._routes_in_driver(records):
             # A small batch: the same routing function, run in this process on
-            # the collected rows, skips the Python workers' round trip.
+            # the rows it reads from Kafka itself, skips the Python workers' round trip.
             routed_in = ROUTED_IN_DRIVER
             route = self._route_function(snapshot, routed_at)
             routed = self._retrying(batch_id, "routing", lambda: self._route_in_driver(

@@ -12,6 +12,7 @@ import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from streaming.cli.render import status_lines
 from streaming.config import load
@@ -100,6 +101,7 @@ def _full_status() -> dict:
             "stages": {"catch_up": 0.01, "route": 0.84, "audit": 0.40}, "routed_in": "executors",
             "finished_at": "2025-01-02T03:04:05+00:00", "subscriptions": 3,
             "audit_pending_batches": 1, "audit_lag_seconds": 2.5, "lost_total": 40,
+            "expired_total": 3,
             "mode": "microbatch", "latency_ms": {"p50": 310.0, "p99": 1240.0, "max": 1710.0},
             "realtime": {"view_version": 3, "audited_publishes": 5000}},
         "committed_batch": 7,
@@ -108,6 +110,8 @@ def _full_status() -> dict:
                           "partitions": {"0": 1}},
         "retention_gap": {"topic": "bitroute.publishes", "records": 40, "partitions": {"0": 40}},
         "snapshot_version": 3, "subscriptions": 3, "subscribers": 2,
+        "limits": {"amq.topic": {"max_subscriptions_per_subscriber": {"limit": 10_000, "used": 2},
+                                 "max_filter_levels": {"limit": 128, "used": 3}}},
         "unfed_delivery_topics": ["bitroute.deliveries.old"],
         "alternate_exchanges": {"amq.topic": "amq.unrouted"},
         "kafka_error": "Kafka at node-1:9092 did not answer",
@@ -128,7 +132,9 @@ def _full_status() -> dict:
 
 
 def test_every_status_line_is_in_the_table():
-    names = [line.split(":", 1)[0] for line in status_lines(_full_status(), NOW)]
+    # One `limits <exchange>` line per exchange: the table's row is named so.
+    names = [re.sub(r"^limits .*", "limits <exchange>", line.split(":", 1)[0])
+             for line in status_lines(_full_status(), NOW)]
     missing = sorted(set(names) - _table_names())
     assert not missing, f"docs/operations.md's status table lacks the lines {missing}"
 
@@ -138,9 +144,9 @@ def test_the_sample_is_what_the_renderer_prints():
     status = _full_status()
     for key in ("retention_gap", "unfed_delivery_topics", "kafka_error", "alternate_exchanges"):
         status[key] = None
-    status["replays"], status["notes"] = [], []
+    status["replays"], status["notes"], status["limits"] = [], [], None
     del status["last_batch"]["realtime"]
-    status["last_batch"]["lost_total"] = 0
+    status["last_batch"]["lost_total"] = status["last_batch"]["expired_total"] = 0
     rendered = status_lines(status, NOW)
     assert [name for name, _ in sample] == [line.split(":", 1)[0] for line in rendered]
     # The lines whose figures the sample and the status above share, word for word.
@@ -148,3 +154,23 @@ def test_the_sample_is_what_the_renderer_prints():
     for name in ("router", "mode", "query", "last batch", "input lag", "changelog lag",
                  "subscriptions", "audit"):
         assert dict(sample)[name] == expected[name], name
+
+
+def test_the_documented_last_batch_keys_are_what_the_router_writes(tmp_path: Path):
+    """The keys the page gives `last_batch` (status.json as written) against StatusFile's."""
+    import dataclasses
+    import json
+
+    from streaming.router.batch.report import BatchReport, StatusFile
+
+    section = " ".join(_section().split())
+    listed = re.search(r"`last_batch` \(the router's `status.json` as written: (.*?)\), "
+                       r"`committed_batch`", section)
+    assert listed is not None
+    documented = re.findall(r"`([a-z_]+)`", listed.group(1))
+    status_file = StatusFile(tmp_path / "status.json", lambda: {"realtime": {}})
+    required: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(BatchReport)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    status_file(BatchReport(**required))
+    written = json.loads((tmp_path / "status.json").read_text())
+    assert sorted(documented) == sorted(written)
