@@ -81,6 +81,7 @@ def build(warehouse: Path, rows: int, files: int) -> int:
                 "payload_bytes": pa.array([120] * n, pa.int32()),
                 "published_at": pa.array([routed_at - timedelta(milliseconds=5)] * n,
                                          ROUTED_ARROW.field("published_at").type),
+                "alternate_exchange": pa.nulls(n, pa.string()),
             }, schema=ROUTED_ARROW)
             tables.append_publishes([PublishBatch(batch_id, 1, routed_at, routed)])
             written += n
