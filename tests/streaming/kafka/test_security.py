@@ -692,3 +692,20 @@ def test_every_kafka_verb_fails_in_seconds_with_one_line_naming_the_cause(broker
         assert line.startswith("bitroute: error: "), (case, line)
         assert _edge_cause(case, bootstrap, line), (case, line)
         assert took < FAIL_WITHIN_S, (case, took, line)
+
+
+def test_status_still_answers_naming_the_kafka_cause(broker, tmp_path, names):
+    """`status` never fails for Kafka (it must answer while Kafka is down): with each
+    failure it answers within its budget, no router running (status 3), its
+    ``kafka_error`` naming the cause in the words of the other verbs' lines."""
+    for case, (bootstrap, client) in _edge_cases(broker).items():
+        folder = tmp_path / case.replace(" ", "-")
+        folder.mkdir()
+        config, env = _config_file(folder, bootstrap, names, client)
+        status, out, err, took = _cli(config, env, "status", "--json", "--set",
+                                      f"streaming.checkpoint_dir={folder / 'state'}", "--set",
+                                      f"delta.warehouse={folder / 'delta'}")
+        assert (status, err) == (3, ""), (case, status, err)
+        cause = json.loads(out)["kafka_error"]
+        assert _edge_cause(case, bootstrap, cause), (case, cause)
+        assert took < FAIL_WITHIN_S, (case, took)
