@@ -29,7 +29,9 @@ hooks (each does nothing by default):
   missing, the retention gaps to record as ``lost`` rows);
 - :meth:`BatchFeature.idle`, while no batch runs: the router applied the changelog
   itself (holding the pin lock, :class:`IdleCatchUp`: the version and the next batch
-  it bounds), so that what a new subscription asks for starts without a publish;
+  it bounds), so that what a new subscription asks for starts without a publish. It
+  runs in the thread of the feature that asks for it
+  (:attr:`RouterContext.idle_catch_up`: the replays' thread), never during a batch;
 - :attr:`BatchFeature.stop_reason`: a feature that stops the query raises from
   its step after setting it, a :class:`StopReason` whose kind says what the
   caller does (``bitroute run``: follow a recreated publishes topic, or exit with
