@@ -1,8 +1,8 @@
 """The router's features, in the order its batch loop runs them (:mod:`streaming.router.feature`).
 
 Each entry is a factory that makes a feature from the router's first open
-(:class:`~streaming.router.feature.RouterContext`), or leaves it out (None: replays
-in realtime mode). The order is every hook's order (closes run backwards), and it
+(:class:`~streaming.router.feature.RouterContext`), or leaves it out (None: retained messages and
+replays in realtime mode). The order is every hook's order (closes run backwards), and it
 is the order the loop had when these were wired by hand:
 
 1. retained messages (:mod:`streaming.router.retained`): a batch's plan made before

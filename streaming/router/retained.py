@@ -91,7 +91,7 @@ from schemas.records import (
 )
 from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.atomic import write_atomically
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.kafka.records import subscription_ids_json
 from streaming.router.feature import BatchFeature, BatchPin, BatchStep, IdleCatchUp, RouterContext
 
@@ -722,8 +722,10 @@ class RetainedFeature(BatchFeature):
         """The deliveries to new subscriptions while the router is open."""
 
     @classmethod
-    def of(cls, router: RouterContext) -> RetainedFeature:
-        return cls()
+    def of(cls, router: RouterContext) -> RetainedFeature | None:
+        """The feature, in micro-batch mode: realtime mode keeps no retained messages (it
+        rejects a retained publish), so noting its new subscriptions would only grow."""
+        return None if router.config.streaming.mode == MODE_REALTIME else cls()
 
     def open(self, router: RouterContext) -> None:
         self.deliveries = RetainedDeliveries(router.config, router.layout.retained, router.audit,
