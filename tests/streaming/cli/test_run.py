@@ -27,11 +27,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
-import s3_server
 from delivery_order import assert_publish_order_kept, delivery_order
 from isolation import isolated_settings
 from kafka_io import message_id_of
 from router_process import DEADLINE_S, RouterProcess, publish_keys
+from s3_server import S3Server
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
@@ -332,14 +332,14 @@ def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter
 
 
 @pytest.fixture(scope="module")
-def s3_cluster(tmp_path_factory: pytest.TempPathFactory
-               ) -> Iterator[tuple[s3_server.S3Server, str, list[Path]]]:
-    """One S3 server and one standalone cluster (its hosts with the server's credentials)
-    for this module's cluster tests: their start is paid once. Each test's application
-    ends with the test (its router stopped or killed), freeing the workers' cores."""
+def s3_cluster(tmp_path_factory: pytest.TempPathFactory, s3: S3Server
+               ) -> Iterator[tuple[S3Server, str, list[Path]]]:
+    """The session's S3 server and one standalone cluster (its hosts with the server's
+    credentials) for this module's cluster tests: the cluster's start is paid once. Each
+    test's application ends with the test (its router stopped or killed), freeing the
+    workers' cores."""
     root = tmp_path_factory.mktemp("cluster")
-    with s3_server.running(root / "s3.log") as s3, \
-            standalone_cluster(root, environ=s3.environ) as (master, work_dirs):
+    with standalone_cluster(root, environ=s3.environ) as (master, work_dirs):
         yield s3, master, work_dirs
 
 
