@@ -32,6 +32,7 @@ from isolation import isolated_settings
 from kafka_io import message_id_of
 from router_process import DEADLINE_S, RouterProcess, publish_keys
 from s3_server import S3Server
+from short_jvm import short_jvm_env
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
@@ -211,8 +212,10 @@ def standalone_cluster(root: Path, workers: int = 2, environ: dict[str, str] | N
     """
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     # environ: what else the hosts have, such as an object store's credentials.
-    env = dict(_bare_environment(), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(root / "logs"),
-               **(environ or {}))
+    # The master's, the workers' and (inheriting the workers') the executors' JVMs live
+    # the module's tests: short_jvm's options, as the routers'.
+    env = short_jvm_env(dict(_bare_environment(), SPARK_LOCAL_IP="127.0.0.1",
+                             SPARK_LOG_DIR=str(root / "logs"), **(environ or {})))
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = (root / "cluster.log").open("a")
