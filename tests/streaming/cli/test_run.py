@@ -263,10 +263,11 @@ def _bare_environment() -> dict[str, str]:
 
 def _driver_environment() -> dict[str, str]:
     """The router host's: bitroute's environment activated (its bin first on PATH),
-    PYSPARK_PYTHON unset, as docs/running.md has it."""
+    PYSPARK_PYTHON unset, as docs/running.md has it; its driver's JVM with short_jvm's
+    options."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    return short_jvm_env(env)
 
 
 def _assert_workers_python_is_bare(tmp_path: Path) -> None:
