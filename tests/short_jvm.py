@@ -18,8 +18,11 @@ SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def short_jvm_options(environ: Mapping[str, str] = os.environ) -> str:
-    """``JAVA_TOOL_OPTIONS`` with :data:`SHORT_JVM` after whatever ``environ`` has."""
-    return " ".join(o for o in (environ.get("JAVA_TOOL_OPTIONS"), SHORT_JVM) if o)
+    """``JAVA_TOOL_OPTIONS`` with :data:`SHORT_JVM` after whatever ``environ`` has (once)."""
+    present = environ.get("JAVA_TOOL_OPTIONS")
+    if present and SHORT_JVM in present:
+        return present
+    return " ".join(o for o in (present, SHORT_JVM) if o)
 
 
 def short_jvm_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
