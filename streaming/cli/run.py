@@ -15,7 +15,10 @@ and exits:
   ends the process at once (status 1), as a kill would, and the interrupted
   batch is re-run at the next start with its pinned version;
 - 1 when the router could not start or its query failed, with one line on
-  stderr saying what failed and what to do.
+  stderr saying what failed and what to do. Kafka refusing the router's
+  credentials, or not reachable, is found before Spark starts (a refused start
+  costs no JVM) and told as every command tells it
+  (:func:`streaming.kafka.clients.failure`).
 
 Kafka refusing the publishes topic to the router's principal (an ACL or a
 credential the Spark Kafka source is refused) does not end the process: the
@@ -53,8 +56,9 @@ from streaming.audit.storage import StorageError
 from streaming.cli.progress import BatchJson, BatchLines, CatchUpProgress
 from streaming.config import MODE_REALTIME, Config
 from streaming.errors import RealtimeBuildError, one_line
+from streaming.kafka import clients
 from streaming.kafka.clients import java_access_failure
-from streaming.kafka.errors import KafkaAccessError
+from streaming.kafka.errors import KAFKA_TIMEOUT_S, ClientError, KafkaAccessError
 from streaming.kafka.topics import TopicCreationError
 from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
@@ -69,8 +73,8 @@ from streaming.state.lock import RouterLock, RouterLockedError
 ACCESS_RETRY_S = 10.0
 """How long ``bitroute run`` waits before starting a query Kafka refused again."""
 _STARTUP_ERRORS = (TopicCreationError, ChangelogError, SnapshotStoreError, KafkaException,
-                   KafkaAccessError, RouterLockedError, StorageError, RouterModeError,
-                   RealtimeSlotsError, RealtimeBuildError, RealtimeJarMissing)
+                   TimeoutError, KafkaAccessError, RouterLockedError, StorageError,
+                   RouterModeError, RealtimeSlotsError, RealtimeBuildError, RealtimeJarMissing)
 
 
 def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool = False) -> int:
@@ -132,6 +136,10 @@ def serve(config: Config, json_lines: bool = False, accept_retention_gap: bool =
             except MetricsError as exc:
                 print(f"bitroute: error: {exc} (metrics.port)", file=sys.stderr)
                 return 1
+        refused = _kafka_refusal(config)
+        if refused is not None:
+            print(f"bitroute: error: cannot start the router: {refused}", file=sys.stderr)
+            return 1
         spark = spark_session(config)
         quiet_kafka_client_logs(spark)
         # After the session: creating a SparkContext installs pyspark's own SIGINT
@@ -168,7 +176,9 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         query = router.start()
     except _STARTUP_ERRORS as exc:
         router.stop()
-        print(f"bitroute: error: cannot start the router: {one_line(exc)}", file=sys.stderr)
+        said = (clients.failure(router.config.kafka.client_settings, exc)
+                if isinstance(exc, (KafkaException, TimeoutError, TopicCreationError)) else exc)
+        print(f"bitroute: error: cannot start the router: {one_line(said)}", file=sys.stderr)
         return 1
     if metrics is not None:
         metrics.router_started(router)
@@ -252,6 +262,28 @@ def _await_realtime(router: Router, stop_requested: threading.Event) -> int | No
             router.stop()
             print(f"bitroute: error: {ended}", file=sys.stderr)
             return 1
+    return None
+
+
+def _kafka_refusal(config: Config) -> str | None:
+    """Why Kafka refuses the router (its credentials, the publishes topic not even to be
+    described, the cluster unreachable: one line, :func:`streaming.kafka.clients.failure`),
+    or None. One metadata request of the publishes topic, by a consumer (whose request
+    never creates the topic); a missing topic is the router's to create."""
+    settings, topic = config.kafka.client_settings, config.kafka.publishes_topic
+    try:
+        with clients.edge(settings, "Describe", "topic", topic):
+            consumer = clients.consumer(settings, "bitroute-run-probe")
+            try:
+                found = consumer.topics(KAFKA_TIMEOUT_S, topic).topics.get(topic)
+            finally:
+                consumer.close()
+            if found is not None and found.error is not None:
+                refused = clients.access_failure(settings, found.error, "Describe", "topic", topic)
+                if refused is not None:
+                    return str(refused)
+    except (KafkaAccessError, ClientError) as exc:
+        return str(exc)
     return None
 
 

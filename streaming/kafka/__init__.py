@@ -4,8 +4,8 @@
   ``[kafka.client]`` properties: TLS, SASL) as librdkafka configuration and as
   the Spark Kafka source's ``kafka.*`` options;
 - :mod:`streaming.kafka.clients`: the producer, consumer and admin factories,
-  Kafka's log, authentication and authorization failures as one line each, the
-  "local queue full, wait for room" loop;
+  Kafka's log, every Kafka failure as one line naming its cause (:func:`failure`,
+  applied at a command's edge by :func:`edge`), the "local queue full, wait for room" loop;
 - :mod:`streaming.kafka.errors`: the package's exceptions, Kafka's error classes (what a
   failure means) and the timeouts of blocking calls to Kafka;
 - :mod:`streaming.kafka.records`: the rules of the records bitroute reads and writes;
@@ -25,7 +25,7 @@ import importlib
 from typing import Any
 
 _CLIENT_NAMES = ("KAFKA_LOG", "ClientErrors", "KafkaAccessError", "access_failure", "admin",
-                 "consumer", "denied", "produce_when_room", "producer")
+                 "consumer", "denied", "edge", "failure", "produce_when_room", "producer")
 __all__ = [*_CLIENT_NAMES, "ClientSettings"]
 
 

@@ -13,7 +13,8 @@ Errors are :class:`ClientError` (Kafka failed or timed out) and its subclass
 :class:`InvalidRequest` (the arguments are wrong; nothing was written), and
 :class:`streaming.errors.KafkaAccessError` (credentials refused, or an
 operation not granted: which principal, which resource, what to grant),
-raised within seconds. Every client comes from :mod:`streaming.kafka`.
+raised within seconds, each one line naming its cause
+(:func:`streaming.kafka.clients.failure`). Every client comes from :mod:`streaming.kafka`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from streaming.kafka.clients import (
     BitrouteConsumer,
     access_failure,
     consumer as kafka_consumer,
+    edge,
+    failure,
     producer as kafka_producer,
     record_headers,
     record_position,
@@ -51,7 +54,6 @@ from streaming.kafka.clients import (
 from streaming.kafka.errors import KAFKA_TIMEOUT_S, ClientError, InvalidRequest
 from streaming.kafka.topics import (
     COMPACTED,
-    TopicCreationError,
     admin_client,
     ensure_delivery_topics,
     ensure_topics,
@@ -280,10 +282,9 @@ def tail(config: Config, subscriber: str, from_beginning: bool = False,
             last = time.monotonic()
             count += 1
             yield Delivery.from_message(message)
-    except KafkaException as exc:
-        _raise_access(consumer, exc.args[0], "Read", topic)
-        raise ClientError(f"reading {topic} from {kafka.bootstrap}: "
-                          f"{one_line(exc)}") from None
+    except (KafkaException, TimeoutError) as exc:
+        consumer.errors.check()
+        raise failure(kafka.client_settings, exc, "Read", "topic", topic) from None
     finally:
         consumer.close()
 
@@ -295,17 +296,9 @@ def _ensure(config: Config, names: list[str], settings: dict[str, str] | None = 
 
 
 def _kafka_call(config: Config, call: Callable[[], object]) -> None:
-    """``call()``, its topic or connection failure turned into a one-line :class:`ClientError`."""
-    try:
+    """``call()``, its failure told in one line (:func:`streaming.kafka.clients.edge`)."""
+    with edge(config.kafka.client_settings):
         call()
-    except TopicCreationError as exc:
-        raise ClientError(str(exc)) from None
-    except KafkaException as exc:
-        failure = access_failure(config.kafka.client_settings, exc.args[0], "Describe", "cluster",
-                                 "kafka-cluster")
-        if failure is not None:
-            raise failure from None
-        raise ClientError(f"cannot reach Kafka at {config.kafka.bootstrap}: {one_line(exc)}") from None
 
 
 def _produce(config: Config, topic: str, key: bytes, value: bytes | None,

@@ -13,6 +13,14 @@ and keeps retrying, so a blocking call would wait its whole timeout:
 the clients' ``topics``, ``flush_within`` and ``result`` wait in short steps
 and raise the recorded failure at once (within about :data:`CHECK_EVERY_S`).
 
+:func:`failure` is the one classifier of a Kafka failure (a ``KafkaException``, a
+future's timeout, a refused topic creation) as one line: authentication,
+authorization (the grant), the cluster unreachable (the bootstrap servers and the
+time waited), a missing topic, else Kafka's own words. :func:`edge` applies it to
+a command's Kafka work (``bitroute``'s verbs, ``run``'s start), and makes the
+clients made inside fail within :data:`UNREACHABLE_S` when they cannot reach the
+cluster at all (docs/security.md, "When a command cannot use Kafka").
+
 :func:`produce_when_room` is the "local queue full, wait for room" loop.
 """
 
@@ -22,14 +30,28 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from streaming.kafka.errors import AUTHENTICATION_ERRORS, AUTHORIZATION_ERRORS, KafkaAccessError
+from streaming.errors import BitrouteError, one_line
+from streaming.kafka.errors import (
+    AUTHENTICATION_ERRORS,
+    AUTHORIZATION_ERRORS,
+    KAFKA_TIMEOUT_S,
+    MISSING_TOPIC_ERRORS,
+    OUTAGE_ERRORS,
+    TIMEOUT_ERRORS,
+    UNREACHABLE_S,
+    ClientError,
+    KafkaAccessError,
+    TopicCreationError,
+)
 from streaming.kafka.settings import ClientSettings
 
 KAFKA_LOG = logging.getLogger("bitroute.kafka")
@@ -47,6 +69,9 @@ QUEUE_FULL_WAIT_S = 0.05
 _VERIFY_FAILED = "certificate verify failed"
 """OpenSSL's words, in librdkafka's handshake error, for a peer certificate not verified."""
 _SUPPRESSED = re.compile(r"\s*\(after \d+ms in state [A-Z_]+(?:, \d+ identical error\(s\) suppressed)?\)")
+_UNREACHABLE_AFTER: ContextVar[float | None] = ContextVar("bitroute_kafka_unreachable_after",
+                                                          default=None)
+"""Set inside :func:`edge`: the clients made there fail this long after a refused connection."""
 
 
 def is_access_error(error: KafkaError) -> bool:
@@ -141,6 +166,64 @@ def java_access_failure(settings: ClientSettings, failure: object,
     return None
 
 
+def unreachable(settings: ClientSettings, waited_s: float, reason: str) -> ClientError:
+    """The one line for a cluster that did not answer within ``waited_s`` seconds."""
+    return ClientError(
+        f"cannot reach Kafka at {settings.bootstrap} ({settings.describe()}) within "
+        f"{waited_s:g}s: {reason}; check that kafka.bootstrap names brokers that run and are "
+        "reachable from here, and that [kafka.client] security.protocol is their listener's")
+
+
+def failure(settings: ClientSettings, exc: BaseException, operation: str = "Describe",
+            kind: str = "cluster", name: str = "kafka-cluster",
+            waited_s: float = KAFKA_TIMEOUT_S) -> BitrouteError:
+    """``exc``, a failure of Kafka work, as the one-line error that names its cause:
+
+    - refused credentials or permissions: :class:`KafkaAccessError` (:func:`access_failure`;
+      ``operation`` on ``kind`` ``name`` is what was asked, for the grant);
+    - the cluster unreachable, or no answer within ``waited_s`` (a future's
+      ``TimeoutError``, librdkafka's timeouts): :func:`unreachable`;
+    - a topic that does not exist (``kind`` ``"topic"``): :class:`ClientError` naming it;
+    - a refused topic creation, any other Kafka error: :class:`ClientError` with Kafka's words.
+
+    A :class:`BitrouteError` (already one line) is returned as it is, but a
+    :class:`TopicCreationError` becomes a :class:`ClientError`.
+    """
+    if isinstance(exc, TopicCreationError):
+        return ClientError(str(exc))
+    if isinstance(exc, BitrouteError):
+        return exc
+    if isinstance(exc, TimeoutError):  # concurrent.futures.TimeoutError too
+        return unreachable(settings, waited_s, "no answer")
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    if not isinstance(error, KafkaError):
+        return ClientError(f"Kafka at {settings.bootstrap}: {one_line(exc, typed=True)}")
+    refused = access_failure(settings, error, operation, kind, name)
+    if refused is not None:
+        return refused
+    if error.code() in MISSING_TOPIC_ERRORS and kind == "topic":
+        return ClientError(f"the topic {name} does not exist on Kafka at {settings.bootstrap}")
+    if error.code() in OUTAGE_ERRORS or error.code() in TIMEOUT_ERRORS:
+        return unreachable(settings, waited_s, _SUPPRESSED.sub("", error.str()))
+    return ClientError(f"Kafka at {settings.bootstrap} failed: {_SUPPRESSED.sub('', error.str())}")
+
+
+@contextmanager
+def edge(settings: ClientSettings, operation: str = "Describe", kind: str = "cluster",
+         name: str = "kafka-cluster", unreachable_after_s: float = UNREACHABLE_S) -> Iterator[None]:
+    """A command's Kafka work: what escapes it (``KafkaException``, a future's
+    ``TimeoutError``, :class:`TopicCreationError`) is raised as :func:`failure`'s one line,
+    and every client made inside that has not reached the cluster yet fails
+    ``unreachable_after_s`` seconds after a refused connection (:class:`ClientErrors`)."""
+    token = _UNREACHABLE_AFTER.set(unreachable_after_s)
+    try:
+        yield
+    except (KafkaException, TimeoutError, TopicCreationError) as exc:
+        raise failure(settings, exc, operation, kind, name) from None
+    finally:
+        _UNREACHABLE_AFTER.reset(token)
+
+
 OnError = Callable[[KafkaError], None]
 """A client's handler of the errors that are not about access (e.g. the router's outage watch)."""
 
@@ -150,6 +233,10 @@ class ClientErrors:
 
     ``then`` (e.g. :meth:`streaming.kafka.broker_watch.BrokerWatch.on_error`) gets
     every error that is not about access. Thread-safe.
+
+    A client made inside :func:`edge` also records the first refused connection
+    (:data:`OUTAGE_ERRORS`) until it reaches the cluster (:meth:`reached`): past
+    :data:`UNREACHABLE_S` of it, :meth:`check` raises :func:`unreachable`.
     """
 
     def __init__(self, settings: ClientSettings,
@@ -158,6 +245,8 @@ class ClientErrors:
         self._then = then
         self._lock = threading.Lock()
         self.failure: KafkaAccessError | None = None
+        self._unreachable_after = _UNREACHABLE_AFTER.get()
+        self._refused: tuple[float, KafkaError] | None = None
 
     def __call__(self, error: KafkaError) -> None:
         if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
@@ -167,8 +256,18 @@ class ClientErrors:
                 if self.failure is None:
                     self.failure = authentication_failure(self.settings, error)
             return
+        if self._unreachable_after is not None and error.code() in OUTAGE_ERRORS:
+            with self._lock:
+                if self._refused is None:
+                    self._refused = (time.monotonic(), error)
         if self._then is not None:
             self._then(error)
+
+    def reached(self) -> None:
+        """The client had an answer from the cluster: an outage from now on is waited out."""
+        with self._lock:
+            self._unreachable_after = None
+            self._refused = None
 
     def log(self, level: int, fmt: str, *args: object) -> None:
         """librdkafka's ``logger``: forwards to :data:`KAFKA_LOG`, and takes a plaintext
@@ -186,11 +285,15 @@ class ClientErrors:
 
     def check(self) -> None:
         """Raise the access failure recorded since the last check, if any (once: a client
-        that keeps failing records it again, one that recovered does not)."""
+        that keeps failing records it again, one that recovered does not); else, inside
+        :func:`edge`, the cluster unreachable for :data:`UNREACHABLE_S` before any answer."""
         with self._lock:
             failure, self.failure = self.failure, None
+            refused, after = self._refused, self._unreachable_after
         if failure is not None:
             raise failure
+        if refused is not None and after is not None and time.monotonic() - refused[0] >= after:
+            raise unreachable(self.settings, after, _SUPPRESSED.sub("", refused[1].str()))
 
 
 def _own(settings: ClientSettings, props: Mapping[str, object] | None) -> dict[str, object]:
@@ -201,9 +304,17 @@ def _own(settings: ClientSettings, props: Mapping[str, object] | None) -> dict[s
     return own
 
 
+_CONNECT_TIMEOUT = "socket.connection.setup.timeout.ms"
+
+
 def _config(settings: ClientSettings, props: Mapping[str, object] | None,
             errors: ClientErrors) -> dict[str, object]:
-    return {**settings.librdkafka(), "logger": errors, **_own(settings, props), "error_cb": errors}
+    config = {**settings.librdkafka(), "logger": errors, **_own(settings, props), "error_cb": errors}
+    after = _UNREACHABLE_AFTER.get()
+    if after is not None and _CONNECT_TIMEOUT not in config:
+        # Inside edge(): a broker that drops packets is given as long as one that refuses.
+        config[_CONNECT_TIMEOUT] = int(after * 1000)
+    return config
 
 
 def native_config(settings: ClientSettings,
@@ -248,8 +359,10 @@ class _Bounded:
             self.errors.check()
             try:
                 # Growing steps: an answer slower than a step is never waited out.
-                return self.list_topics(topic, timeout=min(step, max(deadline - time.monotonic(),
-                                                                     0.001)))
+                answer = self.list_topics(topic, timeout=min(step, max(deadline - time.monotonic(),
+                                                                       0.001)))
+                self.errors.reached()
+                return answer
             except KafkaException:
                 step = min(step * 2, MAX_STEP_S)
                 if time.monotonic() >= deadline:
@@ -273,7 +386,10 @@ class BitrouteProducer(Producer, _Bounded):
         while True:
             self.errors.check()
             left = self.flush(min(CHECK_EVERY_S, max(deadline - time.monotonic(), 0)))
-            if not left or time.monotonic() >= deadline:
+            if not left:
+                self.errors.reached()
+                return left
+            if time.monotonic() >= deadline:
                 return left
 
 
@@ -322,11 +438,14 @@ class BitrouteAdmin(AdminClient, _Bounded):
             self._serve()
             self.errors.check()
             try:
-                return future.result(timeout=min(CHECK_EVERY_S,
-                                                 max(deadline - time.monotonic(), 0)))
+                answer = future.result(timeout=min(CHECK_EVERY_S,
+                                                   max(deadline - time.monotonic(), 0)))
             except FutureTimeout:
                 if time.monotonic() >= deadline:
                     raise
+                continue
+            self.errors.reached()
+            return answer
 
 
 def producer(settings: ClientSettings, props: Mapping[str, object] | None = None,

@@ -14,8 +14,8 @@ The one home of:
   broker gives every record of a refused record batch), :data:`MISSING_TOPIC_ERRORS`
   (the record errors of a topic that does not exist: a deleted delivery topic is
   created again, :mod:`streaming.router.batch.routing`), :data:`OUTAGE_ERRORS`
-  (the cluster unreachable: waited out, reported once per outage); any other
-  code is a cluster failure that the batch retries;
+  (the cluster unreachable: waited out, reported once per outage), :data:`TIMEOUT_ERRORS`
+  (no answer in time); any other code is a cluster failure that the batch retries;
 - the **timeouts** of blocking calls to Kafka: :data:`KAFKA_TIMEOUT_S` and
   the few that differ, each saying why.
 
@@ -31,7 +31,8 @@ from streaming.errors import BitrouteError
 
 __all__ = [
     "AUTHENTICATION_ERRORS", "AUTHORIZATION_ERRORS", "BATCH_ERRORS", "RECORD_ERRORS",
-    "MISSING_TOPIC_ERRORS", "OUTAGE_ERRORS", "KAFKA_TIMEOUT_S", "PROBE_TIMEOUT_S", "STATUS_BUDGET_S", "BrokerError",
+    "MISSING_TOPIC_ERRORS", "OUTAGE_ERRORS", "TIMEOUT_ERRORS", "KAFKA_TIMEOUT_S", "PROBE_TIMEOUT_S",
+    "STATUS_BUDGET_S", "UNREACHABLE_S", "BrokerError",
     "ClientError", "ClientSettingsError", "InvalidRequest", "KafkaAccessError",
     "TopicCreationError",
 ]
@@ -75,6 +76,12 @@ PROBE_TIMEOUT_S = 2.0
 """``bitroute inspect``'s look at Kafka: it answers from the snapshot alone past this."""
 STATUS_BUDGET_S = 1.0
 """``bitroute status``'s whole budget for Kafka (it must answer while Kafka is down)."""
+UNREACHABLE_S = 5.0
+"""How long a command's Kafka client that has not reached the cluster yet waits once it was
+refused a connection (connection refused, no broker up, a name that does not resolve)
+before the command fails saying so (:func:`streaming.kafka.clients.edge`): a command is
+asked for now, so it says the cluster is unreachable instead of waiting out
+:data:`KAFKA_TIMEOUT_S`; a client that reached the cluster waits an outage out."""
 
 # --- error classes (librdkafka error codes; loaded on first use) ---------------------------
 
@@ -85,6 +92,7 @@ if TYPE_CHECKING:
     RECORD_ERRORS: frozenset[int]
     MISSING_TOPIC_ERRORS: frozenset[int]
     OUTAGE_ERRORS: frozenset[int]
+    TIMEOUT_ERRORS: frozenset[int]
 
 _CLASSES: dict[str, frozenset[int]] = {}
 
@@ -113,12 +121,13 @@ def _error_classes() -> dict[str, frozenset[int]]:
             MISSING_TOPIC_ERRORS=frozenset({E.UNKNOWN_TOPIC_OR_PART, E._UNKNOWN_TOPIC,
                                             E._UNKNOWN_PARTITION}),
             OUTAGE_ERRORS=frozenset({E._ALL_BROKERS_DOWN, E._TRANSPORT, E._RESOLVE}),
+            TIMEOUT_ERRORS=frozenset({E._TIMED_OUT, E._TIMED_OUT_QUEUE, E.REQUEST_TIMED_OUT}),
         )
     return _CLASSES
 
 
 def __getattr__(name: str) -> Any:
     if name in ("AUTHENTICATION_ERRORS", "AUTHORIZATION_ERRORS", "BATCH_ERRORS", "RECORD_ERRORS",
-                "MISSING_TOPIC_ERRORS", "OUTAGE_ERRORS"):
+                "MISSING_TOPIC_ERRORS", "OUTAGE_ERRORS", "TIMEOUT_ERRORS"):
         return _error_classes()[name]
     raise AttributeError(f"module 'streaming.kafka.errors' has no attribute {name!r}")

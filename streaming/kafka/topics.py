@@ -174,8 +174,12 @@ _URL_SAFE = str.maketrans("+/", "-_")
 
 def topic_id(admin: BitrouteAdmin, topic: str) -> str | None:
     """Kafka's id of ``topic`` (a new one each time a topic of that name is created, as
-    Kafka's tools print it: URL-safe base64), None
-    when the topic does not exist. Kafka's other errors raise (``KafkaException``)."""
+    Kafka's tools print it: URL-safe base64), None when the topic does not exist.
+
+    Raises :class:`streaming.kafka.KafkaAccessError` when the credentials are refused or
+    may not describe the topic (the grant named), ``KafkaException`` for Kafka's other
+    errors and ``TimeoutError`` past :data:`KAFKA_TIMEOUT_S` (the caller's to retry, or
+    :func:`streaming.kafka.clients.edge`'s to tell)."""
     future = admin.describe_topics(TopicCollection([topic]), request_timeout=KAFKA_TIMEOUT_S)[topic]
     try:
         # Kafka writes a topic id in URL-safe base64 (Uuid.toString); librdkafka in the
@@ -184,4 +188,8 @@ def topic_id(admin: BitrouteAdmin, topic: str) -> str | None:
     except KafkaException as exc:
         if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return None
+        refused = kafka.access_failure(admin.errors.settings, exc.args[0], "Describe", "topic",
+                                       topic) if exc.args else None
+        if refused is not None:
+            raise refused from None
         raise

@@ -61,7 +61,7 @@ from compiler.shared import shared_filters
 from schemas.records import EXPIRY_HEADER
 from streaming.config import Config
 from streaming.errors import one_line
-from streaming.kafka.clients import consumer as kafka_consumer
+from streaming.kafka.clients import access_failure, consumer as kafka_consumer, failure
 from streaming.kafka.errors import PROBE_TIMEOUT_S, KafkaAccessError
 from streaming.kafka.records import expiry_error
 from streaming.ops.errors import InspectError, RejectedPublish
@@ -159,11 +159,16 @@ def _changelog_problem(config: Config) -> str | None:
     except KafkaAccessError as exc:
         return str(exc)
     except KafkaException as exc:
-        return (f"Kafka at {config.kafka.bootstrap} did not answer within "
-                f"{KAFKA_PROBE_TIMEOUT_S:g}s ({one_line(exc)})")
+        return str(failure(config.kafka.client_settings, exc, "Read", "topic", topic,
+                           KAFKA_PROBE_TIMEOUT_S))
     finally:
         consumer.close()
     found = metadata.topics.get(topic)
+    if found is not None and found.error is not None:
+        # Kafka answers a topic the principal may not describe as if it did not exist.
+        refused = access_failure(config.kafka.client_settings, found.error, "Read", "topic", topic)
+        if refused is not None:
+            return str(refused)
     if found is None or found.error is not None:
         return f"the changelog topic {topic!r} does not exist on {config.kafka.bootstrap}"
     return None

@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from confluent_kafka import KafkaException, TopicPartition
 
 from streaming.config import MODE_REALTIME, Config
-from streaming.errors import BitrouteError, one_line
-from streaming.kafka.clients import access_failure, consumer as kafka_consumer
+from streaming.errors import BitrouteError
+from streaming.kafka.clients import access_failure, consumer as kafka_consumer, failure
 from streaming.kafka.errors import STATUS_BUDGET_S, KafkaAccessError
 from streaming.ops.errors import KafkaUnavailable
 from streaming.router.subscriptions.limits import usage as limits_usage
@@ -297,9 +297,8 @@ def _watermarks(config: Config, topics: list[str]) -> dict[str, dict[int, tuple[
     except KafkaAccessError as exc:
         raise KafkaUnavailable(str(exc)) from None
     except KafkaException as exc:
-        reason = one_line(exc)
-        raise KafkaUnavailable(f"Kafka at {config.kafka.bootstrap} did not answer within "
-                               f"{KAFKA_BUDGET_S:g}s: {reason}") from None
+        raise KafkaUnavailable(str(failure(config.kafka.client_settings, exc,
+                                           waited_s=KAFKA_BUDGET_S))) from None
     finally:
         consumer.close()
 
@@ -312,7 +311,8 @@ def _delivery_topics(config: Config) -> set[str]:
     try:
         topics = consumer.topics(KAFKA_BUDGET_S).topics
     except (KafkaException, KafkaAccessError) as exc:
-        raise KafkaUnavailable(str(exc)) from None
+        raise KafkaUnavailable(str(failure(config.kafka.client_settings, exc,
+                                           waited_s=KAFKA_BUDGET_S))) from None
     finally:
         consumer.close()
     prefix = config.kafka.deliveries_topic_prefix

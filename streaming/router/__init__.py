@@ -2,6 +2,8 @@
 
 - :mod:`~streaming.router.service`: :class:`Router`, which opens the query and
   coordinates each batch's steps (snapshot, route, deliver, audit, report);
+- :mod:`~streaming.router.feature`: the interface a feature plugs into the batch loop
+  through, and :mod:`~streaming.router.features`: the router's features, in order;
 - :mod:`~streaming.router.restore`: the audit reopened where the state folder says;
 - :mod:`~streaming.router.retained`: MQTT retained messages;
 - :mod:`~streaming.router.batch`: the batch pipeline (rows, matching, routing,

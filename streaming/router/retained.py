@@ -56,6 +56,9 @@ Where each part runs, and why that makes it as durable as routing:
    audited under ``bitroute-<router id>-retained-applied``. Which upserts receive
    them is their Retain Handling (:mod:`compiler.options`): 0 every one, 1 only
    one that created its id, 2 none.
+5. **In the router** (:class:`RetainedFeature`): 3 and 4 as a feature of the batch loop
+   (:mod:`streaming.router.feature`: its open, its part of a new batch's catch-up before
+   the pin, its step, its idle hook); the router names none of it.
 
 Memory: the driver keeps every retained message of the MQTT exchanges (topic,
 payload, headers): bounded by the retained topics, not by time.
@@ -90,6 +93,7 @@ from schemas.tables import ROUTED_PUBLISH, arrow_schema
 from streaming.atomic import write_atomically
 from streaming.config import Config
 from streaming.kafka.records import subscription_ids_json
+from streaming.router.feature import BatchFeature, BatchPin, BatchStep, IdleCatchUp, RouterContext
 
 if TYPE_CHECKING:
     from compiler.headers import HeaderCriteria
@@ -700,3 +704,52 @@ def _from_zero(offsets: pa.Array) -> np.ndarray:
     """A list array's offsets as int32, from 0 (the list array may be a slice)."""
     found = np.asarray(offsets.to_numpy(zero_copy_only=False), np.int64)
     return (found - found[0]).astype(np.int32)
+
+
+# --- 5. as a feature of the router's batch loop ------------------------------------------
+
+class RetainedFeature(BatchFeature):
+    """Retained messages as a feature of the batch loop (:mod:`streaming.router.feature`):
+    at each open, the deliveries' state made and seeded and its note of every version's
+    changes registered; before a batch's first pin its plan (:meth:`RetainedDeliveries.prepare`,
+    inside the catch-up's retry); at its step the plan delivered (through the batch's retry);
+    idle, the noted subscriptions served at once (:meth:`RetainedDeliveries.deliver_applied`)."""
+
+    name = "retained"
+
+    def __init__(self) -> None:
+        self.deliveries: RetainedDeliveries | None = None
+        """The deliveries to new subscriptions while the router is open."""
+
+    @classmethod
+    def of(cls, router: RouterContext) -> RetainedFeature:
+        return cls()
+
+    def open(self, router: RouterContext) -> None:
+        self.deliveries = RetainedDeliveries(router.config, router.layout.retained, router.audit,
+                                             router.on_error)
+        self.deliveries.seed(router.store)
+        router.snapshots.commit_listeners.append(self.deliveries.note)
+
+    def prepare(self, pin: BatchPin) -> None:
+        self._open().prepare(pin.batch_id, pin.version)
+
+    def step(self, batch: BatchStep) -> None:
+        deliveries = self._open()
+        batch.retrying("the retained messages of new subscriptions",
+                       lambda: deliveries.deliver(batch.batch_id))
+
+    def idle(self, idle: IdleCatchUp) -> None:
+        deliveries = self._open()
+        if deliveries.waiting():
+            deliveries.deliver_applied(idle.version, idle.next_batch)
+
+    def close(self) -> None:
+        if self.deliveries is not None:
+            self.deliveries.close()
+            self.deliveries = None
+
+    def _open(self) -> RetainedDeliveries:
+        if self.deliveries is None:
+            raise RuntimeError("the router is not open: call open() or start() first")
+        return self.deliveries

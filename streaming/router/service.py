@@ -46,15 +46,20 @@ c. Audit. The batch's audit written durably to the audit journal
    critical path. Files a task wrote whose result Spark discarded (a failed or
    speculative attempt) or a batch the driver never journaled (a crash) are
    never committed; the maintenance's vacuum deletes them.
-Between a and b, the batch passes through the router's features
-(:attr:`Router.features`, each a :class:`~streaming.router.feature.BatchFeature`,
-in order): the publishes topic's check (:mod:`streaming.router.topics.incarnations`:
-a recreated topic stops the query, which follows the new one), then its start checked
-against the earliest offsets Kafka still holds
-(:mod:`streaming.router.topics.retention`): publishes deleted before the
+Around a and between a and b, the batch passes through the router's features
+(:attr:`Router.features`, each a :class:`~streaming.router.feature.BatchFeature`, in
+the order :mod:`streaming.router.features` lists them; the loop names none of them):
+at the pin, MQTT retained messages planned for the new subscriptions
+(:mod:`streaming.router.retained`) and replays bounded (:mod:`streaming.router.replay`);
+then the retained messages delivered, the publishes topic's check
+(:mod:`streaming.router.topics.incarnations`: a recreated topic stops the query, which
+follows the new one), and its start checked against the earliest offsets Kafka still
+holds (:mod:`streaming.router.topics.retention`): publishes deleted before the
 router read them are said in one line, recorded as ``lost`` rows in the
 audit's ``messages`` with the batch, and counted in its report; or, under
-``streaming.on_retention_gap = "stop"``, they stop the router.
+``streaming.on_retention_gap = "stop"``, they stop the router. While no batch
+comes, the router applies the changelog itself and hands the features the version
+(:meth:`Router._idle_catch_up`).
 
 d. Report. A :class:`~streaming.router.batch.report.BatchReport` to every registered
    listener (:attr:`Router.report_listeners`): ``status.json`` for ``bitroute
@@ -79,7 +84,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -128,31 +133,24 @@ from streaming.router.feature import (
     STOP_RECREATED,
     STOP_RETENTION_GAP,
     BatchFeature,
+    BatchPin,
     BatchStep,
+    IdleCatchUp,
+    RouterContext,
     StopReason,
 )
-from streaming.router.replay.replay import Replays
+from streaming.router.features import FEATURES, FeatureFactory
 from streaming.router.restore import open_audit
-from streaming.router.retained import RetainedDeliveries, RetainSettings
+from streaming.router.retained import RetainSettings
 from streaming.router.subscriptions.changelog import ChangelogError, Subscriptions
-from streaming.router.subscriptions.snapshots import (
-    BatchSnapshot,
-    BatchSnapshots,
-    SnapshotFiles,
-    SnapshotStore,
-)
+from streaming.router.subscriptions.snapshots import BatchSnapshot, BatchSnapshots, SnapshotStore
 from streaming.router.subscriptions.subscription_sync import SubscriptionSync
-from streaming.router.topics.incarnations import IncarnationFeature, IncarnationWatch, follow_incarnation
-from streaming.router.topics.retention import RetentionFeature, RetentionWatch, gap_rows
+from streaming.router.topics.incarnations import IncarnationWatch, follow_incarnation
+from streaming.router.topics.retention import gap_rows
 from streaming.state.checkpoint import CheckpointLayout
 from streaming.state.lease import RouterLease
 from streaming.state.lock import RouterLock
-from streaming.state.offsets_log import (
-    batch_end,
-    batch_start,
-    last_planned_batch,
-    records_between,
-)
+from streaming.state.offsets_log import batch_end, batch_start, last_planned_batch, records_between
 
 if TYPE_CHECKING:
     from streaming.realtime.service import RealtimeRouting
@@ -171,9 +169,10 @@ RETRIED_ERRORS = (PySparkException, Py4JError, ChangelogError, DeliveryUnavailab
 """Failures of a batch's steps that are retried (none of them is about a record), with
 :func:`streaming.retry.retry`'s backoff and reporting."""
 IDLE_CATCH_UP_S = 1.0
-"""With no batch for this long, the replay thread applies the changelog itself
-(:meth:`Router._idle_catch_up`): a replay asked for on a quiet topic starts at once."""
+"""With no batch for this long, the router applies the changelog itself when a feature's
+thread asks (:meth:`Router._idle_catch_up`): a replay asked for on a quiet topic starts at once."""
 T = TypeVar("T")
+F = TypeVar("F", bound=BatchFeature)
 
 
 class Router:
@@ -185,10 +184,14 @@ class Router:
     the query: topics, audit tables, the rebuilt subscription index; tests
     drive :meth:`process_batch` directly after it. The router releases the
     lock at :meth:`stop`.
+
+    ``features``: the factories of its features, in order (:mod:`streaming.router.features`,
+    the default; a test may add its own).
     """
 
     def __init__(self, config: Config, spark: SparkSession, lock: RouterLock | None = None,
-                 accept_retention_gap: bool = False) -> None:
+                 accept_retention_gap: bool = False,
+                 features: Sequence[FeatureFactory] = FEATURES) -> None:
         self.config = config
         self.spark = spark
         self.layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
@@ -199,8 +202,6 @@ class Router:
         self.query: StreamingQuery | None = None
         self.subscription_sync: SubscriptionSync | None = None
         self._snapshots: BatchSnapshots | None = None
-        self.retained: RetainedDeliveries | None = None
-        """MQTT retained messages delivered to new subscriptions (:mod:`streaming.router.retained`)."""
         self._audit: AuditTables | None = None
         self._committer: AuditCommitter | None = None
         self._partitioned: frozenset[str] = frozenset(PUBLISH_TABLES)
@@ -233,24 +234,17 @@ class Router:
                                             config.kafka.publishes_topic)
         """The publishes topic's incarnation the router reads
         (:mod:`streaming.router.topics.incarnations`)."""
-        self.features: list[BatchFeature] = [
-            IncarnationFeature(self.incarnation),
-            RetentionFeature(RetentionWatch(config.kafka.client_settings,
-                                            config.kafka.publishes_topic,
-                                            config.streaming.on_retention_gap,
-                                            accept_retention_gap),
-                             lambda: self.incarnation.number),
-        ]
-        """What each batch passes through before its routing, in this order
-        (:mod:`streaming.router.feature`): the publishes topic's check, then its retention."""
+        self._accept_retention_gap = accept_retention_gap
+        self._feature_factories = tuple(features)
+        self.features: list[BatchFeature] = []
+        """The router's features, in order (:mod:`streaming.router.feature`), made at its
+        first open by the factories it was given and kept while it lives."""
         self.batch_rows = BatchRows(config.kafka.client_settings, config.kafka.publishes_topic)
         """Reads a driver batch's publishes from Kafka (:mod:`streaming.router.batch.batch_rows`)."""
         self.lost_total = 0
         """Publishes recorded lost to retention since this router started."""
         self.expired_total = 0
         """Publishes expired before routing since this router started."""
-        self.replays: Replays | None = None
-        """The replays of ``subscribe --since`` (:mod:`streaming.router.replay.replay`), once open."""
         self.latency = LatencyWindow()
         """End-to-end latency of the latest publishes, in either mode (status, metrics)."""
         self.realtime: RealtimeRouting | None = None
@@ -310,22 +304,25 @@ class Router:
         self._committer.start()
         self._snapshots = BatchSnapshots(store, self.spark.sparkContext,
                                          prune_at_commit=self.config.streaming.mode == MODE_REALTIME)
-        self.retained = RetainedDeliveries(self.config, self.layout.retained, self._audit,
-                                           self.broker_watch.on_error)
-        self.retained.seed(store)
-        self._snapshots.commit_listeners.append(self.retained.note)
         self.subscription_sync = SubscriptionSync.open(self.config, self._snapshots, self._audit,
                                                        self.broker_watch.on_error)
         self._store = store
-        if self.config.streaming.mode != MODE_REALTIME:
-            self.replays = Replays(self.config, self.spark, self.layout, store.router_id(),
-                                   self._audit_committed, self._stopping, self._idle_catch_up,
-                                   lambda: self.incarnation.number)
-            self.subscription_sync.on_version = self.replays.requested
+        context = RouterContext(
+            config=self.config, spark=self.spark, layout=self.layout, store=store,
+            router_id=store.router_id(), snapshots=self._snapshots,
+            subscription_sync=self.subscription_sync, audit=self._audit,
+            incarnation=self.incarnation, accept_retention_gap=self._accept_retention_gap,
+            stopping=self._stopping, on_error=self.broker_watch.on_error,
+            audit_committed=self._audit_committed, idle_catch_up=self._idle_catch_up)
+        if not self.features:
+            made = (factory(context) for factory in self._feature_factories)
+            self.features = [feature for feature in made if feature is not None]
+        for feature in self.features:
+            feature.open(context)
         self.subscription_sync.catch_up(self._catch_up_progress())
         self.maintenance.start()
-        if self.replays is not None:
-            self.replays.start()
+        for feature in self.features:
+            feature.start()
 
     def _realtime_restored(self, store: SnapshotStore) -> Callable[[], list[str]]:
         """Realtime mode's signs of a restored state folder (:mod:`streaming.realtime.restored`)."""
@@ -396,6 +393,14 @@ class Router:
         router's query now."""
         self.query = query
 
+    def feature(self, kind: type[F]) -> F:
+        """The router's feature of class ``kind`` (made at its first open); LookupError
+        when it has none."""
+        for feature in self.features:
+            if isinstance(feature, kind):
+                return feature
+        raise LookupError(f"the router has no {kind.__name__} (streaming.router.features)")
+
     @property
     def stop_reason(self) -> StopReason | None:
         """Why a feature stopped the query, when one did (:mod:`streaming.router.feature`)."""
@@ -441,8 +446,8 @@ class Router:
     def _close_state(self) -> None:
         """Undo :meth:`_open_state` (the lock and lease stay)."""
         self.maintenance.stop()
-        if self.replays is not None:
-            self.replays.stop()
+        for feature in reversed(self.features):  # their threads end before what they use closes
+            feature.close()
         if self._snapshots is not None:
             self._snapshots.close()
             self._snapshots = None
@@ -454,11 +459,6 @@ class Router:
         if self.subscription_sync is not None:
             self.subscription_sync.close()
             self.subscription_sync = None
-        if self.retained is not None:
-            self.retained.close()
-            self.retained = None
-        for feature in self.features:
-            feature.close()
         self.batch_rows.close()
 
     def follow_recreated_topic(self) -> StreamingQuery:
@@ -544,18 +544,17 @@ class Router:
         started = time.monotonic()
         self.lease.check()  # a router whose lease was taken over routes nothing more
         sync, snapshots = self._require_open()
-        retained, committer = self._require_routing()
+        committer = self._require_committer()
         attempts = [0]
         topic = self.config.kafka.publishes_topic
         start, end = batch_start(self.layout, batch_id, topic), batch_end(self.layout, batch_id, topic)
         with self._pin_lock:
             snapshot = snapshots.for_batch(batch_id, lambda: self._retrying(
-                batch_id, "the changelog catch-up", lambda: retained.prepare(
-                    batch_id, sync.catch_up(self._catch_up_progress())), attempts))
-            if self.replays is not None:  # the boundary of the replays this version applied
-                self.replays.on_batch(batch_id, snapshot.version, start)
-        self._retrying(batch_id, "the retained messages of new subscriptions",
-                       lambda: retained.deliver(batch_id), attempts)
+                batch_id, "the changelog catch-up",
+                lambda: self._catch_up_before_pin(sync, batch_id, start), attempts))
+            pin = BatchPin(batch_id, snapshot.version, start)
+            for feature in self.features:
+                feature.pinned(pin)
         step = BatchStep(batch_id, start, end,
                          lambda stage, work: self._retrying(batch_id, stage, work, attempts))
         for feature in self.features:
@@ -627,6 +626,14 @@ class Router:
         self._last_batch_at = time.monotonic()
         self._report(report)
         return report
+
+    def _catch_up_before_pin(self, sync: SubscriptionSync, batch_id: int,
+                             start: dict[int, int] | None) -> None:
+        """A new batch's changelog catch-up, then each feature's part of it before the pin
+        (:meth:`BatchFeature.prepare`): retried as one."""
+        pin = BatchPin(batch_id, sync.catch_up(self._catch_up_progress()), start)
+        for feature in self.features:
+            feature.prepare(pin)
 
     def _report(self, report: BatchReport) -> None:
         """Keep ``report`` (and count its lost and expired publishes) and hand it to every listener
@@ -711,14 +718,14 @@ class Router:
         }
 
     def _idle_catch_up(self) -> None:
-        """While no batch runs (no publishes arrive), apply the changelog, so that a
-        new MQTT subscription gets its retained messages and a subscription asking for a
-        replay is applied and its replay bounded without waiting for the next publish.
-        Their boundary is the next batch: the latest batch Spark planned if it is not
-        pinned yet (it waits on :attr:`_pin_lock`), else the one after it, which starts at
-        that one's end offsets."""
-        query, replays = self.query, self.replays
-        if (query is None or replays is None or self._stopping.is_set()
+        """While no batch runs (no publishes arrive), apply the changelog and hand the
+        version to each feature (:meth:`BatchFeature.idle`), so that a new MQTT
+        subscription gets its retained messages and a subscription asking for a replay is
+        applied and its replay bounded without waiting for the next publish. The pin lock
+        is held throughout: their boundary is the next batch
+        (:attr:`IdleCatchUp.next_batch`), which waits for it. Called by a feature's thread
+        (the replays'); does nothing while the router is not idle."""
+        if (self.query is None or self.realtime is not None or self._stopping.is_set()
                 or time.monotonic() - self._last_batch_at < IDLE_CATCH_UP_S):
             return
         if not self._pin_lock.acquire(blocking=False):
@@ -727,30 +734,12 @@ class Router:
             if self._in_batch:
                 return
             sync, _ = self._require_open()
-            version = sync.catch_up()
-            planned = last_planned_batch(self.layout)
-            retained, _ = self._require_routing()
-            if retained.waiting():
-                retained.deliver_applied(version, self._next_batch(planned))
-            if not replays.unbounded():
-                return
-            topic = self.config.kafka.publishes_topic
-            if planned is None:
-                return  # the query has planned no batch: its first one bounds the replay
-            if SnapshotFiles(self.layout).pinned(planned) is None:
-                boundary, start = planned, batch_start(self.layout, planned, topic)
-            else:
-                boundary, start = planned + 1, batch_end(self.layout, planned, topic)
-            if start is not None:
-                replays.on_batch(boundary, version, start)
+            idle = IdleCatchUp(sync.catch_up(), self.layout, self.config.kafka.publishes_topic,
+                               last_planned_batch(self.layout))
+            for feature in self.features:
+                feature.idle(idle)
         finally:
             self._pin_lock.release()
-
-    def _next_batch(self, planned: int | None) -> int:
-        """The id of the next batch to pin, given the latest batch Spark planned."""
-        if planned is None:
-            return 0
-        return planned if SnapshotFiles(self.layout).pinned(planned) is None else planned + 1
 
     def _audit_committed(self, batch_id: int) -> bool:
         """Whether every batch up to ``batch_id`` that has audit rows is in Delta."""
@@ -762,10 +751,10 @@ class Router:
             raise RuntimeError("the router is not open: call open() or start() first")
         return self.subscription_sync, self._snapshots
 
-    def _require_routing(self) -> tuple[RetainedDeliveries, AuditCommitter]:
-        if self.retained is None or self._committer is None:
+    def _require_committer(self) -> AuditCommitter:
+        if self._committer is None:
             raise RuntimeError("the router is not open: call open() or start() first")
-        return self.retained, self._committer
+        return self._committer
 
     def _require_query(self) -> StreamingQuery:
         if self.query is None:

@@ -36,7 +36,7 @@ def explain(args: argparse.Namespace) -> int:
     expiry = dict(headers).get(EXPIRY_HEADER)
     exchange = args.exchange or cfg.exchanges.default
     alternate = cfg.exchanges.alternate(exchange)
-    with reported(inspect.RejectedPublish, inspect.InspectError):
+    with reported(inspect.RejectedPublish, inspect.InspectError, cfg.kafka.client_settings):
         state = inspect.load_state(cfg)
         receivers = inspect.explain(state, exchange, args.routing_key, headers, args.message_id)
         through = None
@@ -91,7 +91,7 @@ def subscriptions(args: argparse.Namespace) -> int:
     from streaming.ops import inspect
 
     cfg = config_of(args)
-    with reported(inspect.RejectedPublish, inspect.InspectError):
+    with reported(inspect.RejectedPublish, inspect.InspectError, cfg.kafka.client_settings):
         state = inspect.load_state(cfg)
     rows = inspect.with_retained(cfg, state,
                                  inspect.subscriptions(state, args.subscriber, args.exchange))

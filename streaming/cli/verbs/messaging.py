@@ -26,7 +26,8 @@ def subscribe(args: argparse.Namespace) -> int:
     filter_ = "#" if args.filter is None else args.filter
     options = _options(args)
     sub_id = args.id if args.id is not None else uuid.uuid4().hex
-    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError,
+                  cfg.kafka.client_settings):
         since = None
         if args.since is not None and cfg.streaming.mode == MODE_REALTIME:
             raise UsageError('--since (a replay) is served by streaming.mode = "microbatch"; '
@@ -83,7 +84,8 @@ def unsubscribe(args: argparse.Namespace) -> int:
     from streaming.kafka import client_verbs
 
     cfg = config_of(args)
-    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError,
+                  cfg.kafka.client_settings):
         client_verbs.unsubscribe(cfg, args.id)
     print(args.id)
     return 0
@@ -94,7 +96,8 @@ def retire(args: argparse.Namespace) -> int:
     from streaming.ops.retire import retire as retire_subscriber
 
     cfg = config_of(args)
-    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError,
+                  cfg.kafka.client_settings):
         done = retire_subscriber(cfg, args.subscriber, args.delete_topic, args.wait,
                                  lambda line: print(f"bitroute: {line}", file=sys.stderr,
                                                     flush=True))
@@ -124,7 +127,8 @@ def publish(args: argparse.Namespace) -> int:
         headers.append((PUBLISHER_HEADER, _publisher(args.publisher).encode()))
     if args.expiry is not None:
         headers.append(expiry_header(args.expiry))
-    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError,
+                  cfg.kafka.client_settings):
         incarnation = publishing_incarnation(cfg)
         print(client_verbs.publish(cfg, exchange, args.routing_key, payload, headers,
                                    incarnation))
@@ -197,7 +201,8 @@ def tail(args: argparse.Namespace) -> int:
         when = "the beginning" if args.from_beginning else "now"
         print(f"bitroute: tailing {where} from {when}", file=sys.stderr, flush=True)
 
-    with reported(client_verbs.InvalidRequest, client_verbs.ClientError):
+    with reported(client_verbs.InvalidRequest, client_verbs.ClientError,
+                  cfg.kafka.client_settings):
         for delivery in client_verbs.tail(cfg, args.subscriber, args.from_beginning, args.max,
                                     args.timeout, started):
             print(delivery_json(delivery) if args.json else delivery_line(delivery), flush=True)

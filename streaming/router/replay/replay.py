@@ -4,8 +4,8 @@ A changelog record that creates a subscription with ``since``
 (:mod:`streaming.router.replay.requests`) asks the router for every publish
 Kafka keeps at or after T that the subscription matches, then the live stream,
 with no gap and no duplicate at the boundary. The boundary is the micro-batch the
-subscription was first pinned in (:meth:`Replays.on_batch`, called by the
-router right after the batch's pin): that batch and every later one route the
+subscription was first pinned in (:meth:`Replays.on_batch`, called right
+after the batch's pin): that batch and every later one route the
 subscription live, as always; the publishes before it, from Kafka's
 ``offsets_for_times(T)`` up to the batch's start offsets (Spark's offset log,
 :mod:`streaming.state.offsets_log`), are replayed here.
@@ -48,6 +48,11 @@ several replayed subscriptions match a publish gets it once, listing them all.
 
 A replay is cancelled by removing or replacing its subscription (the next
 chunk leaves it out). ``bitroute status`` shows the replays in progress.
+
+The router reaches the replays only as a feature of its batch loop
+(:class:`ReplayFeature`, :mod:`streaming.router.feature`): their record of each
+pending version's requests, their boundary at a batch's pin or at an idle catch-up
+(which their serving thread runs for the router), their thread's start and stop.
 """
 
 from __future__ import annotations
@@ -74,13 +79,14 @@ from schemas.tables import ROUTED_PUBLISH, ROUTED_TASK
 from streaming.atomic import write_atomically
 from streaming.audit.files import audit_files
 from streaming.audit.writer import AuditTables, deliveries_rows
-from streaming.config import Config
+from streaming.config import MODE_REALTIME, Config
 from streaming.errors import one_line
 from streaming.kafka.clients import consumer
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.records import SOURCE_COLUMNS
 from streaming.router.batch.delivery import ProducerSettings
 from streaming.router.batch.routing import RoutePartitions, RouteSettings, TaskAudit
+from streaming.router.feature import BatchFeature, BatchPin, IdleCatchUp, RouterContext
 from streaming.router.replay.requests import ReplayRequest, ms_text
 from streaming.router.replay.scope import ReplayScope, delivered_pairs
 from streaming.router.retained import RetainSettings
@@ -569,3 +575,53 @@ class Replays:
         if self._tables is None:
             self._tables = AuditTables(self.config, self.router_id)
         return self._tables
+
+
+class ReplayFeature(BatchFeature):
+    """Replays as a feature of the batch loop (:mod:`streaming.router.feature`; micro-batch
+    mode only): at each open, the replays read from their ledger and their durable record of
+    each pending version's requests registered (:meth:`Replays.requested`); their serving
+    thread started once the open caught the changelog up (it runs the router's idle
+    catch-up); each batch's pin bounds the replays its version applied
+    (:meth:`Replays.on_batch`), and so does an idle catch-up, at the next batch."""
+
+    name = "replay"
+
+    def __init__(self) -> None:
+        self.replays: Replays | None = None
+        """The router's replays while it is open."""
+
+    @classmethod
+    def of(cls, router: RouterContext) -> ReplayFeature | None:
+        """The feature, in micro-batch mode (realtime mode serves no replay)."""
+        return None if router.config.streaming.mode == MODE_REALTIME else cls()
+
+    def open(self, router: RouterContext) -> None:
+        incarnation = router.incarnation
+        self.replays = Replays(router.config, router.spark, router.layout, router.router_id,
+                               router.audit_committed, router.stopping, router.idle_catch_up,
+                               lambda: incarnation.number)
+        router.subscription_sync.on_version = self.replays.requested
+
+    def start(self) -> None:
+        self._open().start()
+
+    def pinned(self, pin: BatchPin) -> None:
+        self._open().on_batch(pin.batch_id, pin.version, pin.start)
+
+    def idle(self, idle: IdleCatchUp) -> None:
+        replays = self._open()
+        if not replays.unbounded():
+            return
+        start = idle.next_start
+        if start is not None:  # None: no batch planned yet, whose first one bounds them
+            replays.on_batch(idle.next_batch, idle.version, start)
+
+    def close(self) -> None:
+        if self.replays is not None:
+            self.replays.stop()
+
+    def _open(self) -> Replays:
+        if self.replays is None:
+            raise RuntimeError("the router is not open: call open() or start() first")
+        return self.replays

@@ -54,7 +54,13 @@ from streaming.kafka.clients import BitrouteAdmin
 from streaming.kafka.settings import ClientSettings
 from streaming.kafka.topics import topic_id
 from streaming.router.errors import PublishesTopicRecreated
-from streaming.router.feature import STOP_RECREATED, BatchFeature, BatchStep, StopReason
+from streaming.router.feature import (
+    STOP_RECREATED,
+    BatchFeature,
+    BatchStep,
+    RouterContext,
+    StopReason,
+)
 from streaming.state.checkpoint import CheckpointLayout
 
 _log = logging.getLogger(__name__)
@@ -208,6 +214,11 @@ class IncarnationFeature(BatchFeature):
 
     def __init__(self, watch: IncarnationWatch) -> None:
         self.watch = watch
+
+    @classmethod
+    def of(cls, router: RouterContext) -> IncarnationFeature:
+        """The feature of the incarnation the router reads (:mod:`streaming.router.features`)."""
+        return cls(router.incarnation)
 
     def step(self, batch: BatchStep) -> None:
         try:

@@ -47,7 +47,13 @@ from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
 from streaming.router.batch.routing import ROUTED_ARROW
 from streaming.router.errors import RetentionGapError
-from streaming.router.feature import STOP_RETENTION_GAP, BatchFeature, BatchStep, StopReason
+from streaming.router.feature import (
+    STOP_RETENTION_GAP,
+    BatchFeature,
+    BatchStep,
+    RouterContext,
+    StopReason,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -209,6 +215,16 @@ class RetentionFeature(BatchFeature):
     def __init__(self, watch: RetentionWatch, incarnation: Callable[[], int]) -> None:
         self.watch = watch
         self._incarnation = incarnation
+
+    @classmethod
+    def of(cls, router: RouterContext) -> RetentionFeature:
+        """The feature of the router's publishes topic, under ``streaming.on_retention_gap``
+        (:mod:`streaming.router.features`)."""
+        config = router.config
+        incarnation = router.incarnation
+        return cls(RetentionWatch(config.kafka.client_settings, config.kafka.publishes_topic,
+                                  config.streaming.on_retention_gap, router.accept_retention_gap),
+                   lambda: incarnation.number)
 
     def step(self, batch: BatchStep) -> None:
         if not batch.topic_present or not batch.start:

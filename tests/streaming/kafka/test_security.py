@@ -25,6 +25,7 @@ import pytest
 from secured_broker import PLAIN_USERS, SCRAM_USERS, SecuredBroker, make_ca
 from streaming import kafka
 from streaming.config import load
+from streaming.kafka.broker import free_port
 from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
@@ -606,3 +607,106 @@ def test_a_realtime_router_delivers_and_audits_on_sasl_ssl_and_tells_no_secret(
     described = routing._jdf.queryExecution().toString()
     assert UDF_NAME in described, described[:2000]
     _no_secret(described)
+
+
+# --- one policy at the edge: every Kafka verb fails in one line naming the cause ----------
+
+EDGE_VERBS = {
+    "subscribe": ["subscribe", "--exchange", "amq.topic", "--subscriber", "zed", "--filter", "a.#"],
+    "unsubscribe": ["unsubscribe", "some-id"],
+    "retire": ["retire", "zed"],
+    "publish": ["publish", "--routing-key", "a.b", "x"],
+    "tail": ["tail", "zed", "--timeout", "30"],
+    "explain": ["explain", "--routing-key", "a.b"],
+    "subscriptions": ["subscriptions"],
+    "run": ["run", "--set", "broker.embedded=false"],
+}
+
+
+def _edge_cases(broker: SecuredBroker) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each failure's (bootstrap, [kafka.client]): no credentials (plaintext against the
+    SASL_SSL listener), a wrong password, a principal without any ACL (alice), and a
+    closed port."""
+    return {
+        "no credentials": (broker.sasl_bootstrap, {}),
+        "wrong password": (broker.sasl_bootstrap, {**broker.sasl_properties("alice"),
+                                                   "sasl.password": "not-the-password"}),
+        "no ACL": (broker.sasl_bootstrap, broker.sasl_properties("alice")),
+        "unreachable": (f"127.0.0.1:{free_port()}", broker.sasl_properties("alice")),
+    }
+
+
+def _edge_cause(case: str, bootstrap: str, line: str) -> bool:
+    """Whether ``line`` names ``case``'s cause as docs/security.md says it does."""
+    if case == "no credentials":  # not "cannot reach": the line says what was refused
+        return "security.protocol" in line and "cannot reach" not in line
+    if case == "wrong password":
+        return "User:alice" in line and "authentication" in line.lower()
+    if case == "no ACL":
+        return ("does not allow User:alice to " in line
+                and "kafka-acls.sh --add --allow-principal User:alice --operation" in line)
+    return f"cannot reach Kafka at {bootstrap}" in line and "within" in line
+
+
+@pytest.mark.parametrize("case", ["no credentials", "wrong password", "no ACL", "unreachable"])
+def test_every_kafka_verb_fails_in_seconds_with_one_line_naming_the_cause(broker, tmp_path,
+                                                                           names, case):
+    """Each verb against the secured broker with one failure (the verbs as processes, run
+    together, so the closed port's wait is paid once): exit status 1, one line on stderr
+    naming the cause, nothing on stdout, no secret, within FAIL_WITHIN_S. publish has an
+    incarnation record, so it looks the publishes topic's id up first (the admin lookup
+    whose timeout once escaped)."""
+    from streaming.router.topics.incarnations import IncarnationRecord
+
+    bootstrap, client = _edge_cases(broker)[case]
+    running = {}
+    for verb, words in EDGE_VERBS.items():
+        folder = tmp_path / verb
+        folder.mkdir()
+        config, env = _config_file(folder, bootstrap, names, client)
+        state = ["--set", f"streaming.checkpoint_dir={folder / 'state'}",
+                 "--set", f"delta.warehouse={folder / 'delta'}"]
+        if verb == "publish":
+            IncarnationRecord(load(config, overrides={"delta.warehouse": str(folder / "delta")},
+                                   environ=env)).number_of("an-earlier-topic-id")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streaming.cli.main", *words, *state,
+             "--config", str(config)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **env, "PYTHONPATH": str(REPO)}, start_new_session=True)
+        running[verb] = (process, time.monotonic())
+    results = {}
+    try:
+        for verb, (process, started) in running.items():
+            out, err = process.communicate(timeout=120)
+            results[verb] = (process.returncode, out, err, time.monotonic() - started)
+    finally:
+        for process, _ in running.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
+    for verb, (status, out, err, took) in results.items():
+        _no_secret(out + err)
+        assert "not-the-password" not in out + err, (verb, err)
+        assert status == 1 and out == "", (verb, status, out, err)
+        line = _one_line(err)
+        assert line.startswith("bitroute: error: "), (verb, line)
+        assert _edge_cause(case, bootstrap, line), (verb, line)
+        assert took < FAIL_WITHIN_S, (verb, took, line)
+
+
+def test_status_still_answers_naming_the_kafka_cause(broker, tmp_path, names):
+    """`status` never fails for Kafka (it must answer while Kafka is down): with each
+    failure it answers within its budget, no router running (status 3), its
+    ``kafka_error`` naming the cause in the words of the other verbs' lines."""
+    for case, (bootstrap, client) in _edge_cases(broker).items():
+        folder = tmp_path / case.replace(" ", "-")
+        folder.mkdir()
+        config, env = _config_file(folder, bootstrap, names, client)
+        status, out, err, took = _cli(config, env, "status", "--json", "--set",
+                                      f"streaming.checkpoint_dir={folder / 'state'}", "--set",
+                                      f"delta.warehouse={folder / 'delta'}")
+        assert (status, err) == (3, ""), (case, status, err)
+        cause = json.loads(out)["kafka_error"]
+        assert _edge_cause(case, bootstrap, cause), (case, cause)
+        assert took < FAIL_WITHIN_S, (case, took)

@@ -31,7 +31,7 @@ from schemas.records import (
     SUBSCRIPTION_IDS_HEADER,
 )
 from streaming.config import Config
-from streaming.router.replay.replay import ReplayLedger, state_path
+from streaming.router.replay.replay import ReplayFeature, ReplayLedger, state_path
 from streaming.router.service import Router
 from streaming.state.checkpoint import CheckpointLayout
 from waiting import wait_until
@@ -91,7 +91,7 @@ def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_record
                                 "streaming.replay_chunk_publishes": "60",
                                 "streaming.replay_share": "100"})
     producer, before, router = _started(config, spark)
-    replays = router.replays
+    replays = router.feature(ReplayFeature).replays
     assert replays is not None
     try:
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(120)])
@@ -263,7 +263,8 @@ def test_a_replays_chunks_are_routed_by_the_executors_routing_task_and_audited_o
         router.flush_audit(60)
     finally:
         router.stop()
-    assert router.replays is not None and router.replays.failure is None
+    replays = router.feature(ReplayFeature).replays
+    assert replays is not None and replays.failure is None
     o_ids = {m for m, key in _published(config).items() if key.startswith("o.")}
     records = _deliveries(config, "bob")
     assert Counter(h[MESSAGE_ID_HEADER] for h in records) == Counter(o_ids)  # once each
