@@ -313,7 +313,7 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
         maintain(config, tables=["deliveries"])
         wait_until(_log_older_than(config, "deliveries", config.audit.file_retention_s))
     version = DeltaTable(path).version()
-    files = _data_files(Path(path))
+    written = _data_files(Path(path))
     process = subprocess.Popen([sys.executable, "-c", KILLED_PASS, config.delta.warehouse,
                                 str(config.streaming.checkpoint_dir)],
                                stdout=subprocess.PIPE, text=True)
@@ -323,8 +323,8 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
                 # The fault's moment: delta-rs has begun to write (compact) or delete
                 # (vacuum) the table's data files.
                 wait_until(lambda: process.poll() is not None or (
-                    _data_files(Path(path)) - files if step == "compact"
-                    else files - _data_files(Path(path))), f"the {step} under way", 60, poll=0.005)
+                    _data_files(Path(path)) - written if step == "compact"
+                    else written - _data_files(Path(path))), f"the {step} under way", 60, poll=0.005)
                 process.send_signal(signal.SIGKILL)
                 break
         assert process.wait(60) == -signal.SIGKILL, f"the pass ended before its {step} was killed"
