@@ -78,13 +78,14 @@ def _workload(topics: list[str]) -> Workload:
     return Workload("replay", 0, 0, [], topics, "replay benchmark")
 
 
-def _latency(env: bitroute_run.Env, rate: float, seconds: float) -> dict:
-    """``rate`` publishes/s to ``lat/<n>`` for ``seconds``: the latency to subscriber lat."""
+def _latency(env: bitroute_run.Env, rate: float, seconds: float, idle: float = 5.0) -> dict:
+    """``rate`` publishes/s to ``lat/<n>`` for ``seconds``: the latency to subscriber lat
+    (its consumer ends ``idle`` seconds after the last delivery)."""
     start_at = time.time() + 3.0
     window = (start_at + 1.0, start_at + seconds)
     consumers, cout = kafka_load.start_consumers(
         env.config.kafka.client_settings, [env.config.kafka.layout.topic("lat")],
-        env.delivery_partitions(), window, start_at + seconds + 120, 1, idle=5)
+        env.delivery_partitions(), window, start_at + seconds + 120, 1, idle=idle)
     procs, pout, _ = kafka_load.start_publishers(
         env.config.kafka.client_settings, env.config.kafka.publishes_topic, EXCHANGE,
         _workload([f"lat/{i}" for i in range(10)]), rate, seconds, 1, start_at=start_at)
@@ -278,15 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="each latency window")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--smoke", action="store_true",
-                    help="toy size: 2,000 publishes, 100/s for 4 s")
+                    help="toy size: 2,000 publishes, 100/s for 2 s")
     ap.add_argument("--workers", metavar="N[,N...]",
                     help="on a standalone cluster of N one-core workers, each N in turn, "
                          "with the driver's CPU (module docstring)")
     ap.add_argument("--replays", type=int, default=4,
                     help="--workers: replays asked together (and live subscriptions)")
     args = ap.parse_args(argv)
+    idle = 5.0  # the latency consumers' end, after the last delivery
     if args.smoke:
-        args.publishes, args.rate, args.seconds = 2000, 100.0, 4.0
+        args.publishes, args.rate, args.seconds, idle = 2000, 100.0, 2.0, 2.0
     if args.workers:
         for workers in (int(n) for n in args.workers.split(",")):
             print(cluster_run(args, workers), flush=True)
@@ -314,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"live: {live_pub_s:,.0f} publishes/s, {live_dlv_s:,.0f} deliveries/s over "
                  f"{len(drained)} batches")
             t0 = time.time()
-            base = _latency(env, args.rate, args.seconds)
+            base = _latency(env, args.rate, args.seconds, idle)
             base["stages"] = _batches_between(env, t0 + 4, t0 + 3 + args.seconds)
             _log(f"baseline latency: p50 {base['p50_ms']:.1f} ms, p99 {base['p99_ms']:.1f} ms "
                  f"({base['latency_n']:,} deliveries)")
@@ -325,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                                       daemon=True)
             runner.start()
             t0 = time.time()
-            under = _latency(env, args.rate, args.seconds)
+            under = _latency(env, args.rate, args.seconds, idle)
             under["stages"] = _batches_between(env, t0 + 4, t0 + 3 + args.seconds)
             runner.join(timeout=600)
             stop.set()

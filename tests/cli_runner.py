@@ -6,10 +6,13 @@ conftest.py's ``cli`` fixture is this function; module-scope fixtures call it di
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from short_jvm import short_jvm_env
 
 CLI_TIMEOUT_S = 120.0  # a bound, not an expectation
 
@@ -24,7 +27,8 @@ def run_cli(*args: str, settings: Mapping[str, str] | None = None,
             timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
     """Run ``bitroute ARGS`` (``settings`` as ``--set`` flags after them) and return the
     finished process, ``stdout`` and ``stderr`` as text. ``env`` replaces the
-    environment when given."""
+    environment when given; either way a JVM the verb starts (``bitroute sql``) gets
+    ``short_jvm.SHORT_JVM``."""
     command = [sys.executable, "-m", "streaming.cli.main", *args, *set_flags(settings or {})]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env=None if env is None else dict(env), cwd=cwd)
+                          env=short_jvm_env(os.environ if env is None else env), cwd=cwd)

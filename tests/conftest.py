@@ -4,7 +4,8 @@ factories tests build their own corner from.
 ``kafka_bootstrap`` starts the embedded broker on free loopback ports in a
 temporary folder (or uses ``BITROUTE_KAFKA_BOOTSTRAP`` when set) and stops it
 at the end. ``spark`` builds the session through the product's own factory,
-configured for a small machine. Factories: ``new_topic`` (a fresh topic),
+configured for a small machine. ``s3`` is an S3-compatible server (moto) for the
+session. Factories: ``new_topic`` (a fresh topic),
 ``isolated_settings`` / ``isolated_config`` (a test's own topics and folders on
 the shared broker), ``cli`` (``bitroute`` as a child process), ``router_process``
 (``bitroute run`` as a child process, killed at the end of the test).
@@ -28,6 +29,7 @@ import pytest
 from cli_runner import run_cli
 from isolation import isolated_config as _isolated_config, isolated_settings as _isolated_settings
 from router_process import RouterProcess
+from s3_server import S3Server, running as s3_running
 from streaming import config as bitroute_config
 from streaming.kafka.broker import EmbeddedBroker, free_port
 
@@ -113,6 +115,14 @@ def spark(base_config: bitroute_config.Config):
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One S3-compatible server (moto, tests/s3_server.py) for the session: its start is
+    paid once. Tests share its bucket, each under a warehouse prefix of its own."""
+    with s3_running(tmp_path_factory.mktemp("s3") / "moto.log") as server:
+        yield server
 
 
 _topic_numbers = itertools.count()

@@ -1,13 +1,13 @@
-"""Reading a topic back in tests: every record up to the end offsets of now, and headers
-as text."""
+"""Kafka in and out in tests: one record produced and acknowledged, a topic read back up
+to the end offsets of now, a subscriber's deliveries by message id, headers as text."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from schemas.records import MESSAGE_ID_HEADER
+from schemas.records import MESSAGE_ID_HEADER, message_id
 from streaming.config import Config
-from streaming.kafka.clients import record_headers
+from streaming.kafka.clients import record_headers, record_position
 
 KAFKA_TIMEOUT_S = 30.0
 
@@ -52,3 +52,24 @@ def message_id_of(record: Message) -> str:
     value = dict(record_headers(record) or ())[MESSAGE_ID_HEADER]
     assert value is not None, "a null message id header"
     return value.decode()
+
+
+def produce_one(config: Config, topic: str, key: bytes | None, value: bytes | None, headers=(),
+                timestamp_ms: int | None = None) -> str:
+    """Produce one record (at ``timestamp_ms``, else now) and wait for Kafka's
+    acknowledgement; its message id."""
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
+    acked: list = []
+    producer.produce(topic, key=key, value=value, headers=list(headers), timestamp=timestamp_ms or 0,
+                     on_delivery=lambda err, msg: acked.append((err, msg)))
+    assert producer.flush(KAFKA_TIMEOUT_S) == 0
+    error, record = acked[0]
+    assert error is None, error
+    return message_id(*record_position(record))
+
+
+def deliveries_by_id(config: Config, subscriber: str) -> dict[str, dict[str, str]]:
+    """message id -> headers of each delivery to ``subscriber`` (its delivery topic up to
+    its end offsets now)."""
+    return {headers_of(r)[MESSAGE_ID_HEADER]: headers_of(r)
+            for r in read_topic(config, config.kafka.layout.topic(subscriber))}

@@ -24,7 +24,7 @@ from typing import IO
 from confluent_kafka import Producer
 
 from schemas.records import EXCHANGE_HEADER, message_id
-from short_jvm import short_jvm_options
+from short_jvm import short_jvm_env
 from streaming.config import Config
 from streaming.kafka.clients import record_position
 from waiting import wait_until
@@ -42,8 +42,7 @@ class RouterProcess:
         ``--set`` flags after it; ``env`` (default: this process's) gets
         ``JAVA_TOOL_OPTIONS`` with ``short_jvm.SHORT_JVM``."""
         flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
-        env = dict(os.environ if env is None else env)
-        env["JAVA_TOOL_OPTIONS"] = short_jvm_options(env)
+        env = short_jvm_env(os.environ if env is None else env)
         self._log = log.open("a")
         self.process = subprocess.Popen(
             [*(command or [sys.executable, "-m", "streaming.cli.main", "run"]), *flags],

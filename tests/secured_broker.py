@@ -38,6 +38,7 @@ from confluent_kafka.admin import (
 )
 
 import conf
+from short_jvm import short_jvm_env
 from streaming import jvm, kafka
 from streaming.kafka.broker import SINGLE_NODE_SETTINGS, free_port
 from streaming.kafka.settings import ClientSettings
@@ -147,13 +148,14 @@ class SecuredBroker:
                  for arg in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
         subprocess.run(["java", "-Xmx256m", "-cp", classpath, "kafka.tools.StorageTool", "format",
                         "-t", cluster_id, "-c", str(properties), *scram],
-                       check=True, capture_output=True, text=True, timeout=180)
+                       check=True, capture_output=True, text=True, timeout=180, env=short_jvm_env())
         log = (self.folder / "broker.log").open("ab")
         self.process = subprocess.Popen(
             ["java", "-Xms256m", "-Xmx768m",
              f"-Dlog4j2.configurationFile={conf.path('broker-log4j2.xml')}",
              "-cp", classpath, "kafka.Kafka", str(properties)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=short_jvm_env())  # it lives one test module: short_jvm's options
         admin = kafka.admin(self.settings("admin"))
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

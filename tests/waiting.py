@@ -11,9 +11,10 @@ POLL_S = 0.05
 
 
 def wait_until(condition: Callable[[], T | None], what: str = "the condition",
-               timeout: float = 60.0) -> T:
-    """Poll ``condition`` until it returns a true value and return that value; fail the
-    test with ``what`` once ``timeout`` seconds have passed."""
+               timeout: float = 60.0, poll: float = POLL_S) -> T:
+    """Poll ``condition`` every ``poll`` seconds until it returns a true value and return
+    that value; fail the test with ``what`` once ``timeout`` seconds have passed. A
+    ``poll`` longer than the default is for a condition costly to evaluate."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -21,4 +22,4 @@ def wait_until(condition: Callable[[], T | None], what: str = "the condition",
             return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {timeout:g}s: {what}")
-        time.sleep(POLL_S)  # the polling interval, not a wait for the event itself
+        time.sleep(poll)  # the polling interval, not a wait for the event itself

@@ -44,10 +44,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 SNAPSHOT_SUFFIX = ".snapshot"
 CHANGES_SUFFIX = ".changes"
 META_SUFFIX = ".meta"
+
+
+class _Under:
+    """A path of the layout: ``name`` under the layout's path ``parent`` (the name of
+    another attribute), read like a property."""
+
+    def __init__(self, parent: str, name: str, doc: str | None = None) -> None:
+        self.parent, self.name, self.__doc__ = parent, name, doc
+
+    @overload
+    def __get__(self, layout: None, owner: type) -> _Under: ...
+
+    @overload
+    def __get__(self, layout: CheckpointLayout, owner: type | None = None) -> Path: ...
+
+    def __get__(self, layout: CheckpointLayout | None, owner: type | None = None) -> Path | _Under:
+        if layout is None:  # looked up on the class (documentation, introspection)
+            return self
+        parent: Path = getattr(layout, self.parent)
+        return parent / self.name
 
 
 @dataclass(frozen=True)
@@ -61,19 +82,14 @@ class CheckpointLayout:
         return cls(Path(checkpoint_dir).absolute())
 
     # --- the checkpoint folder --------------------------------------------------------
-    @property
-    def lock_file(self) -> Path:
-        return self.root / "router.lock"
-
-    @property
-    def query(self) -> Path:
-        """Spark's checkpoint of the streaming query (its ``checkpointLocation``)."""
-        return self.root / "publishes"
-
-    @property
-    def offsets(self) -> Path:
-        """Spark's offset log of the query (absent until its first batch)."""
-        return self.query / "offsets"
+    lock_file = _Under("root", "router.lock")
+    query = _Under("root", "publishes",
+                   "Spark's checkpoint of the streaming query (its ``checkpointLocation``).")
+    offsets = _Under("query", "offsets",
+                     "Spark's offset log of the query (absent until its first batch).")
+    commits = _Under("query", "commits")
+    jvm = _Under("root", "spark",
+                 "The working folder of a JVM bitroute launches (Spark's warehouse goes in it).")
 
     def offsets_file(self, batch_id: int) -> Path:
         return self.offsets / str(batch_id)
@@ -88,39 +104,20 @@ class CheckpointLayout:
         moved once that incarnation is deleted."""
         return self.root / f"publishes.{topic_id}"
 
-    @property
-    def commits(self) -> Path:
-        return self.query / "commits"
-
-    @property
-    def jvm(self) -> Path:
-        """The working folder of a JVM bitroute launches (Spark's warehouse goes in it)."""
-        return self.root / "spark"
-
     # --- the router's state -----------------------------------------------------------
-    @property
-    def state(self) -> Path:
-        return self.root / "router"
-
-    @property
-    def router_id_file(self) -> Path:
-        return self.state / "router-id"
-
-    @property
-    def lineage_file(self) -> Path:
-        return self.state / "lineage"
-
-    @property
-    def snapshot_audit_id_file(self) -> Path:
-        return self.state / "snapshot-audit-id"
-
-    @property
-    def publishes_topic_id_file(self) -> Path:
-        return self.state / "publishes-topic-id"
-
-    @property
-    def snapshots(self) -> Path:
-        return self.state / "snapshots"
+    state = _Under("root", "router")
+    router_id_file = _Under("state", "router-id")
+    lineage_file = _Under("state", "lineage")
+    snapshot_audit_id_file = _Under("state", "snapshot-audit-id")
+    publishes_topic_id_file = _Under("state", "publishes-topic-id")
+    snapshots = _Under("state", "snapshots")
+    pins = _Under("state", "pins")
+    audit_journal = _Under("state", "audit-journal")
+    retained = _Under("state", "retained")
+    status_file = _Under("state", "status.json")
+    maintenance_file = _Under("state", "maintenance.json")
+    replays_file = _Under("state", "replays.json", "The replays in progress (``subscribe --since``, "
+                          ":mod:`streaming.router.replay.replay`).")
 
     def snapshot_file(self, version: int) -> Path:
         return self.snapshots / f"{version}{SNAPSHOT_SUFFIX}"
@@ -137,49 +134,12 @@ class CheckpointLayout:
         stem = name[:-len(SNAPSHOT_SUFFIX)] if name.endswith(SNAPSHOT_SUFFIX) else ""
         return int(stem) if stem.isdigit() else None
 
-    @property
-    def pins(self) -> Path:
-        return self.state / "pins"
-
     def pin_file(self, batch_id: int) -> Path:
         return self.pins / str(batch_id)
 
-    @property
-    def audit_journal(self) -> Path:
-        return self.state / "audit-journal"
-
-    @property
-    def retained(self) -> Path:
-        return self.state / "retained"
-
-    @property
-    def status_file(self) -> Path:
-        return self.state / "status.json"
-
-    @property
-    def maintenance_file(self) -> Path:
-        return self.state / "maintenance.json"
-
-    @property
-    def realtime(self) -> Path:
-        """Realtime mode's folder (:mod:`streaming.realtime`)."""
-        return self.root / "realtime"
-
-    @property
-    def realtime_routing(self) -> Path:
-        """Spark's checkpoint of realtime mode's routing query."""
-        return self.realtime / "routing"
-
-    @property
-    def realtime_audit(self) -> Path:
-        """Spark's checkpoint of realtime mode's audit query."""
-        return self.realtime / "audit"
-
-    @property
-    def realtime_audit_journal(self) -> Path:
-        return self.realtime / "audit-journal"
-
-    @property
-    def replays_file(self) -> Path:
-        """The replays in progress (``subscribe --since``, :mod:`streaming.router.replay.replay`)."""
-        return self.state / "replays.json"
+    # --- realtime mode ----------------------------------------------------------------
+    realtime = _Under("root", "realtime", "Realtime mode's folder (:mod:`streaming.realtime`).")
+    realtime_routing = _Under("realtime", "routing",
+                              "Spark's checkpoint of realtime mode's routing query.")
+    realtime_audit = _Under("realtime", "audit", "Spark's checkpoint of realtime mode's audit query.")
+    realtime_audit_journal = _Under("realtime", "audit-journal")

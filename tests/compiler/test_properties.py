@@ -47,13 +47,14 @@ message_headers = st.none() | st.dictionaries(
 subscribers = st.sampled_from(["c0", "c1", "c2", "c3"])
 
 
+def subscription(exchange: str, filters: st.SearchStrategy[str], ids: int) -> st.SearchStrategy[Subscription]:
+    """A subscription on ``exchange`` with one of ``filters``, its id one of ``ids + 1``."""
+    return st.builds(lambda i, s, f, h: Subscription(f"id{i}", exchange, s, f, h),
+                     st.integers(0, ids), subscribers, filters, criteria)
+
+
 def subscriptions(exchange: str, filters: st.SearchStrategy[str]) -> st.SearchStrategy[list[Subscription]]:
-    return st.lists(
-        st.builds(lambda i, s, f, h: Subscription(f"id{i}", exchange, s, f, h),
-                  st.integers(0, 30), subscribers, filters, criteria),
-        max_size=25,
-        unique_by=lambda sub: sub.id,
-    )
+    return st.lists(subscription(exchange, filters, 30), max_size=25, unique_by=lambda sub: sub.id)
 
 
 def _check(subs: list[Subscription], exchange: str, topics: list[str], headers, message_id: str) -> None:
@@ -136,22 +137,7 @@ def test_match_columns_agrees_with_match(mqtt_subs, amqp_subs, rows, warm):
         assert [(d["subscriber"], tuple(d["subscription_ids"])) for d in got] == [tuple(d) for d in expected]
 
 
-any_subscription = st.one_of(
-    st.builds(
-        lambda i, s, f, h: Subscription(f"id{i}", "amq", s, f, h),
-        st.integers(0, 12),
-        subscribers,
-        amqp_filters,
-        criteria,
-    ),
-    st.builds(
-        lambda i, s, f, h: Subscription(f"id{i}", "mq", s, f, h),
-        st.integers(0, 12),
-        subscribers,
-        mqtt_filters,
-        criteria,
-    ),
-)
+any_subscription = st.one_of(subscription("amq", amqp_filters, 12), subscription("mq", mqtt_filters, 12))
 
 
 class IndexMachine(RuleBasedStateMachine):

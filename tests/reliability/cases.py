@@ -30,6 +30,7 @@ import random
 import shutil
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ from tests.reliability.kafka_io import (
     topic_partitions,
 )
 from tests.reliability.ledger import Ledger
+from tests.reliability.outputs import Rejections
 from tests.reliability.stage import Churn, Stage
 from tests.reliability.workload import Workload
 
@@ -183,6 +185,37 @@ def _changelog_checks(result: Result, stage: Stage, rows: dict) -> None:
     result.figures["changelog"] = c
 
 
+@dataclass
+class Ending:
+    """A case's router stopped and its outputs read (:func:`_stop_and_read`)."""
+
+    alive: bool  # the router was running when the case came to stop it
+    starts: int  # how many times the router was started
+    status: int  # its exit status after SIGTERM
+    rejected: Rejections
+    rows: dict  # the ``subscriptions`` rows by changelog position
+    summary: dict  # the ledger's figures (Ledger.summary)
+
+
+def _stop_and_read(stage: Stage, ledger: Ledger,
+                   delivered: Iterable[tuple[str, str]] = ()) -> Ending:
+    """Stop the router with SIGTERM, read every output into ``ledger``, count the
+    (message id, subscriber) pairs of ``delivered`` (deliveries the case read itself)
+    delivered too, and summarise the ledger."""
+    alive, starts = stage.router.alive(), stage.router.starts
+    status = stage.router.terminate()
+    rejected, rows = stage.read_outputs(ledger)
+    for mid, subscriber in delivered:
+        ledger.delivered(mid, subscriber)
+    return Ending(alive, starts, status, rejected, rows, ledger.summary())
+
+
+def _ran_through(result: Result, end: Ending) -> None:
+    """The check of the cases whose router must ride the fault out alone."""
+    result.check("router stopped or restarted", f"alive={end.alive}, starts={end.starts}",
+                 end.alive and end.starts == 1)
+
+
 def _workload(o: Options) -> Workload:
     w = Workload.generate(o.subscriptions, o.subscribers, o.seed)
     wrong = w.check_oracle(200)
@@ -277,9 +310,8 @@ def kills(folder: Path, o: Options) -> Result:
         churn.stop()
         routed_s = stage.wait_routed(o.timeout_s)
         _log(f"all publishes routed {routed_s:.0f}s after the last kill's restart and publish")
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger)
+    s = end.summary
     result.check("kills (point, target)", ", ".join(f"{k['point']}/{k['target']}" for k in done_kills),
                  len(done_kills) == len(plan))
     result.check("kill points reached", sorted({k['point'] for k in done_kills} & set(POINTS)),
@@ -293,9 +325,9 @@ def kills(folder: Path, o: Options) -> Result:
                  None)
     result.check("publishes the load driver could not write", publisher.failed, None)
     _delivery_checks(result, s)
-    _changelog_checks(result, stage, rows)
+    _changelog_checks(result, stage, end.rows)
     result.check("churn changes during the run", churn.count, None)
-    result.check("router exit status after SIGTERM", status, status == 0)
+    result.check("router exit status after SIGTERM", end.status, end.status == 0)
     result.figures.update({"summary": s, "kills": done_kills, "rate": rate,
                            "router_starts": stage.router.starts})
     return result
@@ -348,26 +380,24 @@ def broker_kills(folder: Path, o: Options, brokers: int = 1) -> Result:
         publisher.join(o.timeout_s)
         routed_s = stage.wait_routed(o.timeout_s)
         _log(f"all publishes routed {routed_s:.0f}s after the last publish")
-        alive = stage.router.alive()
         replication = stage.replication() if brokers > 1 else None
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger)
+    s = end.summary
     result.check("broker SIGKILLs (node: seconds down + restart)",
                  ", ".join(f"{x['node']}: {x['down_s']:.0f}+{x['restart_s']:.0f}s" for x in outages),
                  len(outages) == times)
-    result.check("router restarts (operator actions)", stage.router.starts - 1,
-                 stage.router.starts == 1 and alive)
+    result.check("router restarts (operator actions)", end.starts - 1,
+                 end.starts == 1 and end.alive)
     result.check("publishes the load driver could not write", publisher.failed,
                  publisher.failed == 0)
     _delivery_checks(result, s)
-    _changelog_checks(result, stage, rows)
+    _changelog_checks(result, stage, end.rows)
     if replication is not None:
         result.check("router topics: least replicas / min.insync.replicas",
                      f"{replication['min_replicas']} / {replication['min_insync']} "
                      f"({replication['topics']} topics)",
                      replication["min_replicas"] == 3 and replication["min_insync"] == 2)
-    result.check("router exit status after SIGTERM", status, status == 0)
+    result.check("router exit status after SIGTERM", end.status, end.status == 0)
     result.figures.update({"summary": s, "outages": outages, "rate": rate,
                            "replication": replication})
     return result
@@ -428,11 +458,9 @@ def restore(folder: Path, o: Options) -> Result:
         caught_up_s = time.monotonic() - restarted
         _log(f"restored router up in {up_s:.0f}s, every publish routed {caught_up_s:.0f}s "
              "after its start")
-        alive = stage.router.alive()
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger)
         lines = _lines(stage.router.log_path, RESTORED_LINE)
+    s = end.summary
     result.check("publishes: before the copy / routed on after it / after the restore",
                  f"{first:,} / {during:,} / {o.publishes - first - during:,}", None)
     result.check("state copy while routing: seconds, files vanished meanwhile",
@@ -443,12 +471,12 @@ def restore(folder: Path, o: Options) -> Result:
     result.check("publishes the load driver could not write", publisher.failed + after.failed,
                  publisher.failed + after.failed == 0)
     _delivery_checks(result, s)
-    _changelog_checks(result, stage, rows)
+    _changelog_checks(result, stage, end.rows)
     result.check("churn changes during the run (after the copy)", churn.count, None)
     result.check("restored router: up (s) / every publish routed (s)",
                  f"{up_s:.0f} / {caught_up_s:.0f}", None)
-    result.check("router exit status after SIGTERM (stop, end)", f"{stopped}, {status}",
-                 stopped == 0 and status == 0 and alive)
+    result.check("router exit status after SIGTERM (stop, end)", f"{stopped}, {end.status}",
+                 stopped == 0 and end.status == 0 and end.alive)
     result.figures.update({"summary": s, "copy_s": round(copy_s, 2), "vanished": vanished,
                            "batches_after_copy": ran_on, "restore_lines": lines,
                            "restart_up_s": round(up_s, 1), "caught_up_s": round(caught_up_s, 1),
@@ -536,12 +564,10 @@ def fuzz(folder: Path, o: Options) -> Result:
         publisher.join(o.timeout_s)
         routed_s = stage.wait_routed(o.timeout_s)
         _log(f"all publishes routed {routed_s:.0f}s after the last publish")
-        alive, starts = stage.router.alive(), stage.router.starts
         after = topic_names(stage.config.kafka.client_settings)
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger)
         changelog = dict(stage.changelog)
+    s, rejected, rows = end.summary, end.rejected, end.rows
     prefix = stage.config.kafka.deliveries_topic_prefix
     # Kafka's own internal topics (__consumer_offsets, created at the first consumer
     # group lookup) are the broker's, not the router's.
@@ -582,10 +608,9 @@ def fuzz(folder: Path, o: Options) -> Result:
     result.check("deliveries still carrying a forged bitroute.message_id",
                  s["kafka_forged_headers_kept"], s["kafka_forged_headers_kept"] == 0)
     _delivery_checks(result, s)
-    result.check("router stopped or restarted", f"alive={alive}, starts={starts}",
-                 alive and starts == 1)
+    _ran_through(result, end)
     result.check("topics created outside the delivery namespace", outside[:5] or 0, not outside)
-    result.check("router exit status after SIGTERM", status, status == 0)
+    result.check("router exit status after SIGTERM", end.status, end.status == 0)
     publish_categories = _by_category(categories, ledger, rejected)
     result.figures.update({"summary": s, "bad_changes_by_category": per_category,
                            "publishes_by_category": publish_categories,
@@ -639,9 +664,8 @@ def soak(folder: Path, o: Options) -> Result:
             publisher.done.wait(10)
         publisher.join(o.timeout_s)
         stage.wait_routed(o.timeout_s)
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger)
+    s = end.summary
     result.check("sustained rate (publishes/s), soak rate", f"{sustained or 0:,.0f}, {rate:,.0f}", None)
     result.check("soak duration (min), publishes", f"{o.soak_minutes:g}, {n:,}", None)
     slopes = _slopes(samples)
@@ -668,7 +692,7 @@ def soak(folder: Path, o: Options) -> Result:
         result.check("checkpoint folder MB: second half first -> last",
                      f"{half[0]:.1f} -> {half[-1]:.1f}", half[-1] - half[0] <= 5.0)
     _delivery_checks(result, s)
-    result.check("router exit status after SIGTERM", status, status == 0)
+    result.check("router exit status after SIGTERM", end.status, end.status == 0)
     result.figures.update({"summary": s, "samples": samples, "slopes": slopes, "rate": rate,
                            "sustained": sustained})
     return result
@@ -770,12 +794,10 @@ def retention_gap(folder: Path, o: Options) -> Result:
         resume_s = time.monotonic() - restarted
         _log(f"router back in {up_s:.0f}s, every publish Kafka keeps routed {resume_s:.0f}s after "
              "the restart")
-        alive = stage.router.alive()
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger)
         gap_lines = stage.router.log_lines("were deleted by Kafka (retention or DeleteRecords)")
         reported_in_batches = stage.router.lost
+    s = end.summary
     failed = down.failed + after.failed
     result.check("publishes deleted unread (DeleteRecords while the router was down)",
                  f"{s['lost']:,}", s["lost"] == deleted > 0)
@@ -795,11 +817,11 @@ def retention_gap(folder: Path, o: Options) -> Result:
     result.check("gap lines in the router's log", gap_lines, gap_lines >= 1)
     result.check("publishes the load driver could not write", failed, failed == 0)
     _delivery_checks(result, s)
-    _changelog_checks(result, stage, rows)
+    _changelog_checks(result, stage, end.rows)
     result.check("router restart: up (s) / every publish Kafka keeps routed (s)",
                  f"{up_s:.0f} / {resume_s:.0f}", None)
-    result.check("router exit status after SIGTERM (stop, end)", f"{stopped}, {status}",
-                 stopped == 0 and status == 0 and alive)
+    result.check("router exit status after SIGTERM (stop, end)", f"{stopped}, {end.status}",
+                 stopped == 0 and end.status == 0 and end.alive)
     result.figures.update({"summary": s, "deleted_before": cut, "read_to": read_to,
                            "deleted": deleted, "restart_up_s": round(up_s, 1),
                            "resume_s": round(resume_s, 1), "routed_after_restart_s": round(routed_s, 1),
@@ -886,13 +908,9 @@ def deleted_topic(folder: Path, o: Options) -> Result:
         publisher.join(o.timeout_s)
         stage.wait_routed(o.timeout_s)
         partitions = topic_partitions(k.client_settings, topic)
-        alive, starts = stage.router.alive(), stage.router.starts
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        for mid in copy:
-            ledger.delivered(mid, victim)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger, ((mid, victim) for mid in copy))
         recreated_lines = stage.router.log_lines(RECREATED_LINE)
+    s = end.summary
     missing = ledger.missing(victim)
     in_window = [m for m in missing
                  if committed.get(_offset(m)[0], 0) <= _offset(m)[1]
@@ -912,12 +930,11 @@ def deleted_topic(folder: Path, o: Options) -> Result:
     result.check("recreation lines in the router's log", recreated_lines, recreated_lines >= 1)
     result.check("publishes the load driver could not write", publisher.failed,
                  publisher.failed == 0)
-    result.check("publishes rejected", f"{len(rejected.publishes):,}", not rejected.publishes)
+    result.check("publishes rejected", f"{len(end.rejected.publishes):,}", not end.rejected.publishes)
     _delivery_checks(result, s, gone=len(in_window))
-    _changelog_checks(result, stage, rows)
-    result.check("router stopped or restarted", f"alive={alive}, starts={starts}",
-                 alive and starts == 1)
-    result.check("router exit status after SIGTERM", status, status == 0)
+    _changelog_checks(result, stage, end.rows)
+    _ran_through(result, end)
+    result.check("router exit status after SIGTERM", end.status, end.status == 0)
     result.figures.update({"summary": s, "victim": victim, "copy": len(copy),
                            "gone_with_topic": len(in_window), "lost_by_router":
                            len(missing) - len(in_window), "recovery_s": round(recovery_s, 1),
@@ -969,23 +986,20 @@ def recreated_topic(folder: Path, o: Options) -> Result:
         follow_s = time.monotonic() - t
         _log(f"the new topic's {o.recreate_after:,} publishes routed {follow_s:.0f}s after the "
              "recreation")
-        alive, starts = stage.router.alive(), stage.router.starts
-        status = stage.router.terminate()
-        rejected, rows = stage.read_outputs(ledger)
-        s = ledger.summary()
+        end = _stop_and_read(stage, ledger)
         lines = stage.router.log_lines(RECREATED_TOPIC_LINE)
+    s = end.summary
     result.check("publishes of the first topic / of the new one (distinct ids)",
                  f"{o.recreate_before:,} / {o.recreate_after:,}",
                  s["publishes"] == o.recreate_before + o.recreate_after)
     result.check("recreation lines in the router's log", lines, lines >= 1)
     result.check("recreation to every new publish routed (s)", f"{follow_s:.0f}", None)
     result.check("publishes the load driver could not write", after.failed, after.failed == 0)
-    result.check("publishes rejected", f"{len(rejected.publishes):,}", not rejected.publishes)
+    result.check("publishes rejected", f"{len(end.rejected.publishes):,}", not end.rejected.publishes)
     _delivery_checks(result, s)
-    _changelog_checks(result, stage, rows)
-    result.check("router stopped or restarted", f"alive={alive}, starts={starts}",
-                 alive and starts == 1)
-    result.check("router exit status after SIGTERM", status, status == 0)
+    _changelog_checks(result, stage, end.rows)
+    _ran_through(result, end)
+    result.check("router exit status after SIGTERM", end.status, end.status == 0)
     result.figures.update({"summary": s, "recreate_s": round(recreate_s, 1),
                            "follow_s": round(follow_s, 1), "partitions": partitions,
                            "recreated_lines": lines})

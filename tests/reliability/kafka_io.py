@@ -205,23 +205,38 @@ def committed_offsets(checkpoint_dir: Path, mode: str = MICROBATCH) -> dict[int,
     return out
 
 
+PROGRESS_POLL_S = 0.2
+"""How often a wait below reads the router's progress (a few small checkpoint files)."""
+
+
+def _wait_committed(ends: dict[int, int], committed: Callable[[], dict[int, int]], timeout: float,
+                    alive: Callable[[], bool], query: str, records: str, exited: str) -> float:
+    """Wait until ``committed()`` (partition -> next offset) reaches ``ends`` in every
+    partition, with a deadline of ``timeout`` seconds; return the seconds it took. Raises
+    CampaignError on timeout (``query`` did not commit so many ``records``) or, saying
+    ``exited``, when ``alive()`` turns false."""
+    started = time.monotonic()
+    while True:
+        done = committed()
+        if all(done.get(p, 0) >= o for p, o in ends.items()):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            lag = sum(o - done.get(p, 0) for p, o in ends.items())
+            raise CampaignError(f"{query} did not commit {lag:,} {records} within {timeout:.0f}s")
+        if not alive():
+            raise CampaignError(exited)
+        time.sleep(PROGRESS_POLL_S)
+
+
 def wait_routed(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path, timeout: float,
                 alive: Callable[[], bool] = lambda: True, mode: str = MICROBATCH) -> float:
     """Wait until the router's query has committed every publish in ``topic`` now;
     return the seconds it took. Raises CampaignError on timeout or when ``alive()``
     turns false."""
-    started = time.monotonic()
     ends = {p: o for (t, p), o in end_offsets(bootstrap, [topic]).items()}
-    while True:
-        done = committed_offsets(checkpoint_dir, mode)
-        if all(done.get(p, 0) >= o for p, o in ends.items()):
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            lag = sum(o - done.get(p, 0) for p, o in ends.items())
-            raise CampaignError(f"the router did not commit {lag:,} publishes within {timeout:.0f}s")
-        if not alive():
-            raise CampaignError("the router exited before it had routed every publish")
-        time.sleep(1.0)
+    return _wait_committed(ends, lambda: committed_offsets(checkpoint_dir, mode), timeout, alive,
+                           "the router", "publishes",
+                           "the router exited before it had routed every publish")
 
 
 def wait_audited(bootstrap: str | ClientSettings, routed_topic: str, checkpoint_dir: Path,
@@ -229,20 +244,11 @@ def wait_audited(bootstrap: str | ClientSettings, routed_topic: str, checkpoint_
     """Realtime mode: wait until the audit query has committed every routed record in
     ``routed_topic`` now (its batches are journaled by then, and a stopping router
     commits its journal); return the seconds it took."""
-    started = time.monotonic()
     ends = {p: o for (t, p), o in end_offsets(bootstrap, [routed_topic]).items()}
     audit = CheckpointLayout.of(checkpoint_dir).realtime_audit
-    while True:
-        done = spark_committed(audit).get(routed_topic, {})
-        if all(done.get(p, 0) >= o for p, o in ends.items()):
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            lag = sum(o - done.get(p, 0) for p, o in ends.items())
-            raise CampaignError(f"the audit query did not commit {lag:,} routed records "
-                                f"within {timeout:.0f}s")
-        if not alive():
-            raise CampaignError("the router exited before it had audited every publish")
-        time.sleep(1.0)
+    return _wait_committed(ends, lambda: spark_committed(audit).get(routed_topic, {}), timeout,
+                           alive, "the audit query", "routed records",
+                           "the router exited before it had audited every publish")
 
 
 def lag(bootstrap: str | ClientSettings, topic: str, checkpoint_dir: Path,

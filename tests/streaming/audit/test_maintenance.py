@@ -57,6 +57,11 @@ def _files_older_than(folder: Path, seconds: float):
                                      if p.is_file()) > seconds
 
 
+def _data_files(table: Path) -> set[Path]:
+    """Every file of ``table`` outside its log (a file being written among them)."""
+    return {p for p in table.rglob("*") if p.is_file() and "_delta_log" not in p.parts}
+
+
 def _config(tmp_path: Path, **audit_keys: object):
     overrides: dict[str, object] = {"delta.warehouse": str(tmp_path / "delta"),
                  "streaming.checkpoint_dir": str(tmp_path / "checkpoints")}
@@ -308,17 +313,21 @@ def test_sigkill_mid_pass_leaves_the_table_readable_and_exact(tmp_path, tables, 
         maintain(config, tables=["deliveries"])
         wait_until(_log_older_than(config, "deliveries", config.audit.file_retention_s))
     version = DeltaTable(path).version()
+    written = _data_files(Path(path))
     process = subprocess.Popen([sys.executable, "-c", KILLED_PASS, config.delta.warehouse,
                                 str(config.streaming.checkpoint_dir)],
                                stdout=subprocess.PIPE, text=True)
     try:
         for line in process.stdout or ():
             if line.startswith(f"deliveries {step} start"):
-                # Not a wait for an event: the fault's moment, 50 ms into delta-rs's call.
-                time.sleep(0.05)
+                # The fault's moment: delta-rs has begun to write (compact) or delete
+                # (vacuum) the table's data files.
+                wait_until(lambda: process.poll() is not None or (
+                    _data_files(Path(path)) - written if step == "compact"
+                    else written - _data_files(Path(path))), f"the {step} under way", 60, poll=0.005)
                 process.send_signal(signal.SIGKILL)
                 break
-        assert process.wait(60) == -signal.SIGKILL
+        assert process.wait(60) == -signal.SIGKILL, f"the pass ended before its {step} was killed"
     finally:
         process.kill()
         process.wait()

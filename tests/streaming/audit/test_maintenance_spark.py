@@ -45,7 +45,7 @@ from docs_session import SPARK_TIMEOUT_S, docs_session_script
 from isolation import isolated_settings
 from router_process import RouterProcess
 from schemas.records import EXCHANGE_HEADER, message_id
-from short_jvm import short_jvm_options
+from short_jvm import short_jvm_env
 from streaming import jvm
 from streaming.audit import maintenance as audit_maintenance, queries as audit
 from streaming.config import Config, load
@@ -132,7 +132,7 @@ class UserSpark:
         self.process = subprocess.Popen([sys.executable, "user.py"], cwd=workdir, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self._log, start_new_session=True,
-                                        env=dict(os.environ, JAVA_TOOL_OPTIONS=short_jvm_options()))
+                                        env=short_jvm_env())
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 

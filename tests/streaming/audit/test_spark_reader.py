@@ -36,6 +36,7 @@ from docs_session import SPARK_TIMEOUT_S, docs_session_script
 from isolation import isolated_settings
 from router_process import RouterProcess  # the router as a child process
 from schemas.tables import AUDIT_TABLES, arrow_schema
+from short_jvm import short_jvm_env
 from streaming import jvm
 from streaming.audit import queries as audit
 from streaming.audit.writer import AuditTables
@@ -118,7 +119,7 @@ def test_a_users_own_session_configured_as_the_docs_say_reads_every_audit_table(
     script = docs_session_script(jvm.jars("delta")[0].parent, warehouse) + _CHECKS
     (tmp_path / "reader.py").write_text(script)
     done = subprocess.run([sys.executable, "reader.py"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=SPARK_TIMEOUT_S)
+                          text=True, timeout=SPARK_TIMEOUT_S, env=short_jvm_env())
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = [line for line in done.stdout.splitlines() if line.startswith("ANSWERS ")]
     answers = json.loads(line.removeprefix("ANSWERS "))
@@ -140,7 +141,8 @@ def _sql(config: Config, statement: str, *flags: str) -> subprocess.CompletedPro
                            "--set", "spark.master=local[2]", "--set", "spark.log_level=ERROR",
                            "--set", "spark.shuffle_partitions=2",  # tasks for a small machine
                            "--set", "spark.options.spark.databricks.delta.snapshotPartitions=2"],
-                          capture_output=True, text=True, timeout=SPARK_TIMEOUT_S)
+                          capture_output=True, text=True, timeout=SPARK_TIMEOUT_S,
+                          env=short_jvm_env())
 
 
 def _setting(config: Config, key: str) -> str:

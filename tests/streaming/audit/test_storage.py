@@ -15,7 +15,6 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +24,7 @@ from deltalake import DeltaTable, write_deltalake
 from cli_runner import run_cli
 from isolation import isolated_settings
 from router_process import RouterProcess
-from s3_server import S3Server, running
+from s3_server import S3Server
 from streaming.audit import storage
 from streaming.audit.storage import StorageError, check_commit_safety, storage_options
 from streaming.config import Config, load
@@ -35,12 +34,6 @@ from streaming.state import lease as router_lease
 from waiting import wait_until
 
 READY = re.compile(r"Ctrl-C stops after the current batch")
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with running(tmp_path_factory.mktemp("s3") / "moto.log") as server:
-        yield server
 
 
 @pytest.fixture

@@ -27,11 +27,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
-import s3_server
 from delivery_order import assert_publish_order_kept, delivery_order
 from isolation import isolated_settings
 from kafka_io import message_id_of
 from router_process import DEADLINE_S, RouterProcess, publish_keys
+from s3_server import S3Server
+from short_jvm import short_jvm_env
 from streaming.config import Config, load
 from streaming.kafka import client_verbs as client
 from streaming.kafka.broker import free_port
@@ -211,8 +212,10 @@ def standalone_cluster(root: Path, workers: int = 2, environ: dict[str, str] | N
     """
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     # environ: what else the hosts have, such as an object store's credentials.
-    env = dict(_bare_environment(), SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(root / "logs"),
-               **(environ or {}))
+    # The master's, the workers' and (inheriting the workers') the executors' JVMs live
+    # the module's tests: short_jvm's options, as the routers'.
+    env = short_jvm_env(dict(_bare_environment(), SPARK_LOCAL_IP="127.0.0.1",
+                             SPARK_LOG_DIR=str(root / "logs"), **(environ or {})))
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = (root / "cluster.log").open("a")
@@ -260,10 +263,11 @@ def _bare_environment() -> dict[str, str]:
 
 def _driver_environment() -> dict[str, str]:
     """The router host's: bitroute's environment activated (its bin first on PATH),
-    PYSPARK_PYTHON unset, as docs/running.md has it."""
+    PYSPARK_PYTHON unset, as docs/running.md has it; its driver's JVM with short_jvm's
+    options."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    return short_jvm_env(env)
 
 
 def _assert_workers_python_is_bare(tmp_path: Path) -> None:
@@ -332,14 +336,14 @@ def _route_on(config: Config, router: RouterProcess) -> tuple[list[str], Counter
 
 
 @pytest.fixture(scope="module")
-def s3_cluster(tmp_path_factory: pytest.TempPathFactory
-               ) -> Iterator[tuple[s3_server.S3Server, str, list[Path]]]:
-    """One S3 server and one standalone cluster (its hosts with the server's credentials)
-    for this module's cluster tests: their start is paid once. Each test's application
-    ends with the test (its router stopped or killed), freeing the workers' cores."""
+def s3_cluster(tmp_path_factory: pytest.TempPathFactory, s3: S3Server
+               ) -> Iterator[tuple[S3Server, str, list[Path]]]:
+    """The session's S3 server and one standalone cluster (its hosts with the server's
+    credentials) for this module's cluster tests: the cluster's start is paid once. Each
+    test's application ends with the test (its router stopped or killed), freeing the
+    workers' cores."""
     root = tmp_path_factory.mktemp("cluster")
-    with s3_server.running(root / "s3.log") as s3, \
-            standalone_cluster(root, environ=s3.environ) as (master, work_dirs):
+    with standalone_cluster(root, environ=s3.environ) as (master, work_dirs):
         yield s3, master, work_dirs
 
 

@@ -555,7 +555,6 @@ def test_a_realtime_router_delivers_and_audits_on_sasl_ssl_and_tells_no_secret(
 
     def rows(table: str) -> list[dict] | None:
         running()
-        time.sleep(0.5)  # a table read per poll, not one per 50 ms
         try:
             found = DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
         except Exception:  # noqa: BLE001 - not created yet
@@ -577,8 +576,9 @@ def test_a_realtime_router_delivers_and_audits_on_sasl_ssl_and_tells_no_secret(
 
         got = list(client.tail(reader, "ivy", from_beginning=True, max_records=1, timeout_s=120))
         assert [d.payload for d in got] == [b"routed in realtime"]
-        [message] = wait_until(lambda: rows(MESSAGES), "the publish's messages row", 120)
-        [delivery] = wait_until(lambda: rows(DELIVERIES), "its deliveries row", 60)
+        # A table read per poll every half second, not every 50 ms.
+        [message] = wait_until(lambda: rows(MESSAGES), "the publish's messages row", 120, poll=0.5)
+        [delivery] = wait_until(lambda: rows(DELIVERIES), "its deliveries row", 60, poll=0.5)
         assert message["outcome"] == "routed" and delivery["subscriber"] == "ivy"
         assert delivery["message_id"] == message["message_id"] == got[0].message_id
         process.send_signal(signal.SIGINT)

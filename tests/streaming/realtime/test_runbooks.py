@@ -33,9 +33,10 @@ DELIVERY_BOUND_S = 90
 """A delivery to a deleted topic may take the routing query's failure and restart."""
 NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 """What a topic created a moment ago may answer a read of its offsets."""
-PRODUCER_GIVES_UP_MS = 15_000
+PRODUCER_GIVES_UP_MS = 8_000
 """The routing query's producer's timeouts where a test waits for it to give up on a
-deleted topic (``delivery.timeout.ms`` may not be below ``request.timeout.ms``)."""
+deleted topic (``delivery.timeout.ms`` may not be below ``request.timeout.ms``): seconds
+longer than any answer of the test's own idle broker takes, the wait the test pays."""
 
 
 def test_a_restored_state_folder_goes_on_under_a_new_router_id_and_audits_once(

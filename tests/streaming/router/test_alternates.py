@@ -14,23 +14,19 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
 from deltalake import DeltaTable
 from hypothesis import given, settings, strategies as st
 
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
+from kafka_io import deliveries_by_id, produce_one
 from schemas.records import (
     ALTERNATE_EXCHANGE_HEADER,
     EXCHANGE_HEADER,
-    MESSAGE_ID_HEADER,
     OUTCOME_ROUTED,
     OUTCOME_UNROUTABLE,
-    message_id,
 )
 from streaming.cli.render import delivery_json, delivery_line
 from streaming.config import ConfigError, load
 from streaming.kafka.client_verbs import tail
-from streaming.kafka.clients import record_position
 from streaming.router.batch.routing import _alternate_header_columns
 from streaming.router.service import Router
 
@@ -42,36 +38,19 @@ ALTERNATES = {
 }
 
 
-def _produce(config, topic: str, key: bytes, value: bytes, headers=()) -> str:
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
-    acked = []
-    producer.produce(topic, key=key, value=value, headers=list(headers),
-                     on_delivery=lambda err, msg: acked.append((err, msg)))
-    assert producer.flush(KAFKA_TIMEOUT_S) == 0
-    error, record = acked[0]
-    assert error is None, error
-    return message_id(*record_position(record))
-
-
 def _subscribe(config, sub_id: str, subscriber: str, filter_: str, exchange: str) -> None:
     value = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode(),
+    produce_one(config, config.kafka.subscriptions_topic, sub_id.encode(),
              json.dumps(value).encode())
 
 
 def _publish(config, key: str, exchange: str | None = None, headers=()) -> str:
     headers = [*headers, *([] if exchange is None else [(EXCHANGE_HEADER, exchange.encode())])]
-    return _produce(config, config.kafka.publishes_topic, key.encode(), b"x", headers)
+    return produce_one(config, config.kafka.publishes_topic, key.encode(), b"x", headers)
 
 
 def _received(config, subscriber: str) -> set[str]:
-    return set(_headers(config, subscriber))
-
-
-def _headers(config, subscriber: str) -> dict[str, dict[str, str]]:
-    """message id -> headers of each delivery to ``subscriber``."""
-    return {headers_of(r)[MESSAGE_ID_HEADER]: headers_of(r)
-            for r in read_topic(config, config.kafka.layout.topic(subscriber))}
+    return set(deliveries_by_id(config, subscriber))
 
 
 def _audit(config, table: str) -> list[dict]:
@@ -102,10 +81,10 @@ def test_an_unroutable_publish_reaches_its_alternate_s_subscribers_and_the_audit
     assert _received(config, "ops") == {through}
     assert _received(config, "never") == set()  # the alternate's alternate is not followed
     # A delivery made through the alternate names it in a header; the others do not.
-    assert _headers(config, "dlq")[through][ALTERNATE_EXCHANGE_HEADER] == "unrouted"
-    assert _headers(config, "ops")[through][ALTERNATE_EXCHANGE_HEADER] == "unrouted"
-    assert ALTERNATE_EXCHANGE_HEADER not in _headers(config, "dlq")[direct]
-    assert ALTERNATE_EXCHANGE_HEADER not in _headers(config, "billing")[routed]
+    assert deliveries_by_id(config, "dlq")[through][ALTERNATE_EXCHANGE_HEADER] == "unrouted"
+    assert deliveries_by_id(config, "ops")[through][ALTERNATE_EXCHANGE_HEADER] == "unrouted"
+    assert ALTERNATE_EXCHANGE_HEADER not in deliveries_by_id(config, "dlq")[direct]
+    assert ALTERNATE_EXCHANGE_HEADER not in deliveries_by_id(config, "billing")[routed]
     # bitroute tail names it too.
     tailed = {d.message_id: d for d in tail(config, "dlq", from_beginning=True, max_records=2,
                                              timeout_s=30)}

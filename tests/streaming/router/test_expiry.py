@@ -12,10 +12,9 @@ import json
 import time
 from datetime import UTC, datetime, timedelta
 
-from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
+from kafka_io import deliveries_by_id, headers_of, produce_one, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     EXPIRY_HEADER,
@@ -26,9 +25,7 @@ from schemas.records import (
     REPLAYED_HEADER,
     RETAIN_HEADER,
     RETAINED_HEADER,
-    message_id,
 )
-from streaming.kafka.clients import record_position
 from streaming.router.retained import retained_key
 from streaming.router.service import Router
 from waiting import wait_until
@@ -36,19 +33,6 @@ from waiting import wait_until
 SHORT_S = 25
 """The lifetime of the publishes that expire during the test: long enough for the batch
 that routes them alive on a loaded machine, and the test waits it out."""
-
-
-def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers=(),
-             timestamp_ms: int | None = None) -> str:
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
-    acked = []
-    producer.produce(topic, key=key, value=value, headers=list(headers),
-                     timestamp=timestamp_ms or 0,
-                     on_delivery=lambda err, msg: acked.append((err, msg)))
-    assert producer.flush(KAFKA_TIMEOUT_S) == 0
-    error, record = acked[0]
-    assert error is None, error
-    return message_id(*record_position(record))
 
 
 def _publish(config, topic: str, expiry: bytes | None = None, ago_s: float = 0,
@@ -59,7 +43,7 @@ def _publish(config, topic: str, expiry: bytes | None = None, ago_s: float = 0,
     if retain:
         headers.append((RETAIN_HEADER, b"true"))
     stamp = int((time.time() - ago_s) * 1000)
-    return _produce(config, config.kafka.publishes_topic, topic.encode(), b"x", headers, stamp)
+    return produce_one(config, config.kafka.publishes_topic, topic.encode(), b"x", headers, stamp)
 
 
 def _subscribe(config, sub_id: str, subscriber: str, filter_: str, exchange: str = "mqtt",
@@ -67,13 +51,7 @@ def _subscribe(config, sub_id: str, subscriber: str, filter_: str, exchange: str
     value = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
     if since is not None:
         value["since"] = since
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
-
-
-def _received(config, subscriber: str) -> dict[str, dict[str, str]]:
-    """message id -> headers of each delivery to ``subscriber``."""
-    return {headers_of(r)[MESSAGE_ID_HEADER]: headers_of(r)
-            for r in read_topic(config, config.kafka.layout.topic(subscriber))}
+    produce_one(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
 
 
 def _audit(config, table: str) -> list[dict]:
@@ -103,7 +81,7 @@ def test_expired_publishes_reach_no_one_and_live_ones_carry_the_remaining_interv
         short = _publish(config, "sensors/short", str(SHORT_S).encode(), retain=True)
         r_short = _publish(config, "o.short", str(SHORT_S).encode(), exchange="amq.topic")
         router.process_all_available()
-        a = _received(config, "a")
+        a = deliveries_by_id(config, "a")
         assert set(a) == {live, plain, short, long_}
         assert 3300 <= int(a[live][EXPIRY_HEADER]) <= 3590  # waited 10 s and more
         assert EXPIRY_HEADER not in a[plain]
@@ -120,15 +98,15 @@ def test_expired_publishes_reach_no_one_and_live_ones_carry_the_remaining_interv
                    since=before.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
         trigger = _publish(config, "trigger")
         router.process_all_available()
-        wait_until(lambda: len(_received(config, "c")) >= 2, "the replay's deliveries", 120)
+        wait_until(lambda: len(deliveries_by_id(config, "c")) >= 2, "the replay's deliveries", 120)
         assert router.flush_audit(60)
-        b = _received(config, "b")
+        b = deliveries_by_id(config, "b")
         assert set(b) == {long_}
         assert b[long_][RETAINED_HEADER] == "true"
         assert 3300 <= int(b[long_][EXPIRY_HEADER]) <= 3600 - 10 - SHORT_S  # waited that long
         retained = {r.key(): r.value() for r in read_topic(config, config.kafka.retained_topic)}
         assert retained[retained_key("mqtt", "sensors/short")] is None  # left the state
-        c = _received(config, "c")
+        c = deliveries_by_id(config, "c")
         assert set(c) == {r_long, r_none}  # r_short expired when replayed, r_bad rejected
         assert r_short not in c and r_bad not in c
         assert all(h[REPLAYED_HEADER] == "true" for h in c.values())

@@ -74,16 +74,23 @@ def _ledger(config: Config) -> ReplayLedger:
     return ReplayLedger.load(state_path(CheckpointLayout.of(config.streaming.checkpoint_dir)))
 
 
-def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_records(
-        isolated_config, spark):
-    config = isolated_config(**{"kafka.partitions": "2", "streaming.max_offsets_per_trigger": "40",
-                                "streaming.replay_chunk_publishes": "60",
-                                "streaming.replay_share": "100"})
+def _started(config: Config, spark) -> tuple[Producer, datetime, Router]:
+    """A producer, a time just before ann's live subscription to ``o.#`` (a since every
+    publish is after), and a router started after that subscription."""
     producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
     before = datetime.now(UTC) - timedelta(seconds=1)
     _subscribe(producer, config, "ann-live", "ann", "o.#")
     router = Router(config, spark)
     router.start()
+    return producer, before, router
+
+
+def test_a_replay_meets_the_live_stream_once_shares_reads_and_refuses_bad_records(
+        isolated_config, spark):
+    config = isolated_config(**{"kafka.partitions": "2", "streaming.max_offsets_per_trigger": "40",
+                                "streaming.replay_chunk_publishes": "60",
+                                "streaming.replay_share": "100"})
+    producer, before, router = _started(config, spark)
     replays = router.feature(ReplayFeature).replays
     assert replays is not None
     try:
@@ -244,11 +251,7 @@ def test_a_replays_chunks_are_routed_by_the_executors_routing_task_and_audited_o
                                 "streaming.replay_share": "100",
                                 # As on a cluster: each task writes its audit file.
                                 "streaming.executor_audit_files": "tasks"})
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 5})
-    before = datetime.now(UTC) - timedelta(seconds=1)
-    _subscribe(producer, config, "ann-live", "ann", "o.#")
-    router = Router(config, spark)
-    router.start()
+    producer, before, router = _started(config, spark)
     try:
         _publish(producer, config, [f"{'op'[i % 2]}.{i}" for i in range(160)])
         router.process_all_available()

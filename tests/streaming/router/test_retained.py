@@ -12,11 +12,11 @@ import uuid
 from pathlib import Path
 
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 
 from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, produce_one, read_topic
 from schemas.records import (
     EXCHANGE_HEADER,
     MESSAGE_ID_HEADER,
@@ -25,37 +25,23 @@ from schemas.records import (
     RETAIN_HEADER,
     RETAINED_HEADER,
     SUBSCRIPTION_IDS_HEADER,
-    message_id,
 )
 from streaming.config import Config
-from streaming.kafka.clients import record_position
 from streaming.router.retained import retained_key
 from streaming.router.service import Router
 
 RETAIN = [(RETAIN_HEADER, b"true")]
 
 
-def _produce(cfg: Config, topic: str, key: bytes | None, value: bytes | None,
-             headers=()) -> str:
-    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap})
-    acked = []
-    producer.produce(topic, key=key, value=value, headers=list(headers),
-                     on_delivery=lambda err, msg: acked.append((err, msg)))
-    assert producer.flush(KAFKA_TIMEOUT_S) == 0
-    error, record = acked[0]
-    assert error is None, error
-    return message_id(*record_position(record))
-
-
 def publish(cfg: Config, topic: str, payload: bytes, exchange: str = "mqtt",
             retain: bool = True) -> str:
     headers = [*(RETAIN if retain else []), (EXCHANGE_HEADER, exchange.encode())]
-    return _produce(cfg, cfg.kafka.publishes_topic, topic.encode(), payload, headers)
+    return produce_one(cfg, cfg.kafka.publishes_topic, topic.encode(), payload, headers)
 
 
 def subscribe(cfg: Config, sub_id: str, subscriber: str, filter_: str) -> None:
     value = {"exchange": "mqtt", "subscriber": subscriber, "filter": filter_}
-    _produce(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
+    produce_one(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
 
 
 def end_offsets(cfg: Config) -> dict[int, int]:
