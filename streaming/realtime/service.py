@@ -16,7 +16,7 @@ this:
 4. a supervisor per query (:mod:`streaming.realtime.supervisor`): a query that fails
    (Real-Time Mode does not retry a task: one failed task fails the routing query)
    is started again from its checkpoint with backoff, while the view thread retries
-   on its own.
+   on its own (both background workers: :mod:`streaming.worker`).
 
 The state folder keeps the mode it was last routed in: a folder routed in micro-batch
 mode starts its realtime routing query where the micro-batch query committed; a
@@ -230,7 +230,7 @@ class RealtimeRouting:
         """Stop both queries and the view thread, then commit what the audit journaled."""
         self._stopping.set()
         for supervisor in self.supervisors:
-            supervisor.join(SUPERVISOR_STOP_WAIT_S)
+            supervisor.stop(SUPERVISOR_STOP_WAIT_S)
         self.topic_watch.stop(SUPERVISOR_STOP_WAIT_S)
         with self._queries_lock:  # no restart from here on
             for query in (self.routing_query, self.audit_query):
