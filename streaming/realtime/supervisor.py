@@ -25,9 +25,10 @@ same outage, not a recovery.
 Every failure of a query is restarted, Kafka refusing access included: its line
 names what to grant (:meth:`streaming.router.service.Router.failure_line`), and the
 router routes again once the grant lands, as micro-batch mode's ``bitroute run``
-does. Two ends are not restarts, and :meth:`QuerySupervisor.ended` says them: the
-Spark JVM gone (nothing left to restart in), and a query stopped from outside the
-router (someone meant it).
+does. Three ends are not restarts, and :meth:`QuerySupervisor.ended` says them: the
+Spark JVM gone (nothing left to restart in), a query stopped from outside the
+router (someone meant it), and a retention gap met by a restart under
+``streaming.on_retention_gap = "stop"`` (:mod:`streaming.realtime.retention`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming.errors import RetryAbandoned, one_line
 from streaming.retry import BACKOFF, Backoff
+from streaming.router.errors import RetentionGapError
 from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
@@ -185,6 +187,9 @@ class QuerySupervisor:
             return None
         except RetryAbandoned:  # no start any more (the publishes topic recreated)
             self._quit()
+            return None
+        except RetentionGapError as exc:  # on_retention_gap = "stop": the router stops
+            self._finish(str(exc))
             return None
         self._failed = None
         return WATCH_INTERVAL_S
