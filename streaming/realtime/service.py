@@ -46,7 +46,11 @@ from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
 from streaming.realtime.errors import RealtimeSlotsError
 from streaming.realtime.incarnation import PublishesTopicWatch
-from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.query import (
+    cancel_noise_quieted,
+    register_route_function,
+    start_routing_query,
+)
 from streaming.realtime.restored import realtime_tables
 from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
@@ -235,7 +239,13 @@ class RealtimeRouting:
             time.sleep(min(left, ENDED_POLL_S))
 
     def stop(self) -> None:
-        """Stop both queries and the view thread, then commit what the audit journaled."""
+        """Stop both queries and the view thread, then commit what the audit journaled;
+        Spark's lines of the tasks it cancels are quieted meanwhile
+        (:func:`~streaming.realtime.query.cancel_noise_quieted`)."""
+        with cancel_noise_quieted(self._spark):
+            self._stop()
+
+    def _stop(self) -> None:
         self._stopping.set()
         for supervisor in self.supervisors:
             supervisor.stop(SUPERVISOR_STOP_WAIT_S)
