@@ -75,9 +75,18 @@ MYPY_TARGETS := -p streaming -p compiler -p schemas -p benchmarks -m bitroute_ke
 	$(patsubst tests/%/,-p tests.%,$(sort $(dir $(wildcard tests/*/*.py)))) \
 	$(patsubst tests/%.py,-m %,$(wildcard tests/*.py))
 
+# Then rustfmt over the kernel's three crates (one workspace: kernel/, core/, jni/).
+# rustup's default profile has it; Debian's cargo-web and cargo do not (rustfmt-web
+# and rustfmt are packages of their own), so lint installs it where it is missing.
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/mypy $(MYPY_TARGETS)
+	@cargo fmt --version >/dev/null 2>&1 || { \
+	  echo "installing rustfmt (cargo fmt), the kernel's formatter"; \
+	  if command -v rustup >/dev/null; then rustup component add rustfmt; \
+	  elif dpkg -s cargo-web >/dev/null 2>&1; then apt-get update -qq && apt-get install -y -qq rustfmt-web >/dev/null; \
+	  else apt-get update -qq && apt-get install -y -qq rustfmt >/dev/null; fi; }
+	cargo fmt --all --check --manifest-path kernel/Cargo.toml
 
 clean:
 	-$(BIN)/bitroute broker stop

@@ -48,6 +48,9 @@ CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 plans and schedules (the executors route), and the C2 compiler and a parallel collector
 were most of its CPU per batch: 0.68 -> 0.42 s per batch of 300,000 deliveries
 (docs/benchmarks-history.md, "Driver cost on a cluster")."""
+FAIR_SCHEDULER_POOLS = Path(conf.__file__).parent / "fairscheduler.xml"
+"""The FAIR scheduler's pools (``spark.scheduler.allocation.file``): the replay's,
+:data:`streaming.router.replay.replay.SCHEDULER_POOL`, with its weight and minShare."""
 LOCAL_DRIVER_MEMORY = "4g"
 """Heap of the JVM bitroute launches for a ``local[...]`` master (``spark.options`` may override)."""
 
@@ -67,6 +70,7 @@ def session_settings(config: Config) -> dict[str, str]:
         # Replays (subscribe --since) read in their own pool beside the live batches'
         # jobs, which a FIFO scheduler would queue behind them (streaming.router.replay.replay).
         "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(FAIR_SCHEDULER_POOLS),
         # The Kafka source's kafka.sasl.jaas.config, keys and passwords ([kafka.client])
         # are shown redacted in Spark's logs, UI and plan descriptions.
         "spark.redaction.regex": SPARK_REDACTION_REGEX,

@@ -5,7 +5,9 @@ The audit committer (:mod:`streaming.audit.committer`), the audit maintenance
 (:mod:`streaming.audit.maintenance`), the lease renewer (:mod:`streaming.state.lease`),
 the replays (:mod:`streaming.router.replay.replay`), the broker watch's prober
 (:mod:`streaming.kafka.broker_watch`) and realtime mode's publishes-topic watch
-(:mod:`streaming.realtime.incarnation`) are each a :class:`Worker`:
+(:mod:`streaming.realtime.incarnation`), routing-view follower
+(:mod:`streaming.realtime.view`) and query supervisors
+(:mod:`streaming.realtime.supervisor`) are each a :class:`Worker`:
 
 - start: :meth:`Worker.start` runs ``turn()`` in a daemon thread named
   ``bitroute-<name>``, after ``first_wait_s``; a second start while it runs does

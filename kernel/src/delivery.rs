@@ -101,7 +101,9 @@ fn c_text(raw: *const c_char) -> String {
     if raw.is_null() {
         String::new()
     } else {
-        unsafe { CStr::from_ptr(raw) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(raw) }
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -118,7 +120,9 @@ unsafe extern "C" fn on_delivery(
     if message.err as i32 != 0 {
         if let Some(events) = events_of(opaque) {
             let mut events = events.lock().unwrap_or_else(|e| e.into_inner());
-            events.failed.push((message._private as u64, message.err as i32));
+            events
+                .failed
+                .push((message._private as u64, message.err as i32));
         }
     }
 }
@@ -165,7 +169,8 @@ fn new_producer(config: &[(String, String)], secrets: &[String]) -> PyResult<Sha
                     redact(why, secrets)
                 ))
             };
-            let (Ok(c_name), Ok(c_value)) = (CString::new(name.as_str()), CString::new(value.as_str()))
+            let (Ok(c_name), Ok(c_value)) =
+                (CString::new(name.as_str()), CString::new(value.as_str()))
             else {
                 rd::rd_kafka_conf_destroy(conf);
                 return Err(refused("a NUL byte in the name or value"));
@@ -248,8 +253,8 @@ fn slice_of<'b, T: pyo3::buffer::Element>(py: Python<'_>, buffer: &'b PyBuffer<T
 }
 
 fn buffer<T: pyo3::buffer::Element>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyBuffer<T>> {
-    let buffer = PyBuffer::<T>::get(obj)
-        .map_err(|e| KernelError::new_err(format!("{what}: {e}")))?;
+    let buffer =
+        PyBuffer::<T>::get(obj).map_err(|e| KernelError::new_err(format!("{what}: {e}")))?;
     if !buffer.is_c_contiguous() {
         return Err(KernelError::new_err(format!("{what}: not contiguous")));
     }
@@ -329,12 +334,19 @@ impl DeliveryWriter {
     #[new]
     fn new(config: Vec<(String, String)>, shards: usize, secrets: Vec<String>) -> PyResult<Self> {
         if shards == 0 {
-            return Err(KernelError::new_err("a delivery writer needs at least one shard"));
+            return Err(KernelError::new_err(
+                "a delivery writer needs at least one shard",
+            ));
         }
         let shards = (0..shards)
             .map(|_| new_producer(&config, &secrets))
             .collect::<PyResult<Vec<_>>>()?;
-        Ok(DeliveryWriter { topics: HashMap::new(), shards, epoch: 0, refused: Vec::new() })
+        Ok(DeliveryWriter {
+            topics: HashMap::new(),
+            shards,
+            epoch: 0,
+            refused: Vec::new(),
+        })
     }
 
     /// Queue one record per delivery of `columns`; returns this call's epoch
@@ -358,7 +370,11 @@ impl DeliveryWriter {
         let keys = checked(
             py,
             &held[1],
-            if columns.keys_per_delivery { n } else { publishes },
+            if columns.keys_per_delivery {
+                n
+            } else {
+                publishes
+            },
             "keys",
         )?;
         let routing_keys = checked(py, &held[2], publishes, "routing keys")?;
@@ -372,9 +388,13 @@ impl DeliveryWriter {
         let subscription_ids = checked(py, &held[7], n, "subscription ids")?;
         if header_offsets.len() != publishes + 1
             || header_offsets.windows(2).any(|w| w[0] > w[1] || w[0] < 0)
-            || header_offsets.last().is_some_and(|&o| o as usize > n_headers)
+            || header_offsets
+                .last()
+                .is_some_and(|&o| o as usize > n_headers)
         {
-            return Err(KernelError::new_err("header offsets: expected one more than the publishes"));
+            return Err(KernelError::new_err(
+                "header offsets: expected one more than the publishes",
+            ));
         }
         if rows.iter().any(|&r| r < 0 || r as usize >= publishes) {
             return Err(KernelError::new_err("rows: a publish row out of range"));
@@ -385,7 +405,9 @@ impl DeliveryWriter {
         let keys_per_delivery = columns.keys_per_delivery;
 
         if n as u64 >= 1 << INDEX_BITS {
-            return Err(KernelError::new_err("too many deliveries for one produce call"));
+            return Err(KernelError::new_err(
+                "too many deliveries for one produce call",
+            ));
         }
         self.epoch = (self.epoch + 1) % EPOCHS;
         let epoch = self.epoch;
@@ -399,10 +421,15 @@ impl DeliveryWriter {
                 };
                 let tag = (epoch << INDEX_BITS) | i as u64;
                 let headers = unsafe {
-                    let (first, last) = (header_offsets[r] as usize, header_offsets[r + 1] as usize);
+                    let (first, last) =
+                        (header_offsets[r] as usize, header_offsets[r + 1] as usize);
                     let hdrs = rd::rd_kafka_headers_new(last - first + 4);
                     for h in first..last {
-                        add_header(hdrs, header_names.get(h).unwrap_or(&[]), header_values.get(h));
+                        add_header(
+                            hdrs,
+                            header_names.get(h).unwrap_or(&[]),
+                            header_values.get(h),
+                        );
                     }
                     if let Some(name) = routing_key_header {
                         add_header(hdrs, name.as_bytes(), routing_keys.get(r));
@@ -437,7 +464,10 @@ impl DeliveryWriter {
                     }
                 }),
             }
-            self.shards.iter().map(|s| unsafe { rd::rd_kafka_outq_len(s.rk) }.max(0) as usize).sum()
+            self.shards
+                .iter()
+                .map(|s| unsafe { rd::rd_kafka_outq_len(s.rk) }.max(0) as usize)
+                .sum()
         })
     }
 
@@ -446,18 +476,34 @@ impl DeliveryWriter {
     #[allow(clippy::type_complexity)]
     fn take_events(
         &mut self,
-    ) -> (Vec<(u64, u64, i32)>, Vec<(i32, String)>, Vec<(i32, String, String)>) {
+    ) -> (
+        Vec<(u64, u64, i32)>,
+        Vec<(i32, String)>,
+        Vec<(i32, String, String)>,
+    ) {
         let mask = (1u64 << INDEX_BITS) - 1;
-        let mut failed: Vec<(u64, u64, i32)> =
-            self.refused.drain(..).map(|(tag, code)| (tag >> INDEX_BITS, tag & mask, code)).collect();
+        let mut failed: Vec<(u64, u64, i32)> = self
+            .refused
+            .drain(..)
+            .map(|(tag, code)| (tag >> INDEX_BITS, tag & mask, code))
+            .collect();
         let (mut errors, mut logs) = (Vec::new(), Vec::new());
         for shard in &self.shards {
             let mut events = shard.events.lock().unwrap_or_else(|e| e.into_inner());
-            failed.extend(events.failed.drain(..).map(|(tag, code)| (tag >> INDEX_BITS, tag & mask, code)));
+            failed.extend(
+                events
+                    .failed
+                    .drain(..)
+                    .map(|(tag, code)| (tag >> INDEX_BITS, tag & mask, code)),
+            );
             errors.append(&mut events.errors);
             logs.append(&mut events.logs);
             if events.logs_dropped > 0 {
-                logs.push((7, "BITROUTE".into(), format!("{} more log lines dropped", events.logs_dropped)));
+                logs.push((
+                    7,
+                    "BITROUTE".into(),
+                    format!("{} more log lines dropped", events.logs_dropped),
+                ));
                 events.logs_dropped = 0;
             }
         }
@@ -471,7 +517,13 @@ unsafe fn add_header(hdrs: *mut rd::rd_kafka_headers_t, name: &[u8], value: Opti
         Some(v) => (v.as_ptr() as *const c_void, v.len() as isize),
         None => (ptr::null(), 0),
     };
-    rd::rd_kafka_header_add(hdrs, name.as_ptr() as *const c_char, name.len() as isize, ptr, len);
+    rd::rd_kafka_header_add(
+        hdrs,
+        name.as_ptr() as *const c_char,
+        name.len() as isize,
+        ptr,
+        len,
+    );
 }
 
 impl DeliveryWriter {
@@ -481,8 +533,11 @@ impl DeliveryWriter {
             return Ok((*shard, handle.0));
         }
         let shard = shard_of(topic, self.shards.len());
-        let name = CString::new(topic).map_err(|_| rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__INVALID_ARG as i32)?;
-        let handle = unsafe { rd::rd_kafka_topic_new(self.shards[shard].rk, name.as_ptr(), ptr::null_mut()) };
+        let name = CString::new(topic)
+            .map_err(|_| rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__INVALID_ARG as i32)?;
+        let handle = unsafe {
+            rd::rd_kafka_topic_new(self.shards[shard].rk, name.as_ptr(), ptr::null_mut())
+        };
         if handle.is_null() {
             return Err(unsafe { rd::rd_kafka_last_error() } as i32);
         }
@@ -502,19 +557,45 @@ impl DeliveryWriter {
         };
         let rk = self.shards[shard].rk;
         let bytes = |v: Option<&[u8]>| match v {
-            Some(v) => rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 { ptr: v.as_ptr() as *mut c_void, size: v.len() },
-            None => rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 { ptr: ptr::null_mut(), size: 0 },
+            Some(v) => rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                ptr: v.as_ptr() as *mut c_void,
+                size: v.len(),
+            },
+            None => rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                ptr: ptr::null_mut(),
+                size: 0,
+            },
         };
         let vu = |vtype, u| rd::rd_kafka_vu_t { vtype, u };
         use rd::rd_kafka_vu_s__bindgen_ty_1 as U;
         let args = [
             vu(vt::RD_KAFKA_VTYPE_RKT, U { rkt }),
             vu(vt::RD_KAFKA_VTYPE_PARTITION, U { i32_: -1 }), // RD_KAFKA_PARTITION_UA
-            vu(vt::RD_KAFKA_VTYPE_MSGFLAGS, U { i: rd::RD_KAFKA_MSG_F_COPY }),
-            vu(vt::RD_KAFKA_VTYPE_VALUE, U { mem: bytes(record.value) }),
-            vu(vt::RD_KAFKA_VTYPE_KEY, U { mem: bytes(record.key) }),
+            vu(
+                vt::RD_KAFKA_VTYPE_MSGFLAGS,
+                U {
+                    i: rd::RD_KAFKA_MSG_F_COPY,
+                },
+            ),
+            vu(
+                vt::RD_KAFKA_VTYPE_VALUE,
+                U {
+                    mem: bytes(record.value),
+                },
+            ),
+            vu(
+                vt::RD_KAFKA_VTYPE_KEY,
+                U {
+                    mem: bytes(record.key),
+                },
+            ),
             vu(vt::RD_KAFKA_VTYPE_HEADERS, U { headers }),
-            vu(vt::RD_KAFKA_VTYPE_OPAQUE, U { ptr: tag as *mut c_void }),
+            vu(
+                vt::RD_KAFKA_VTYPE_OPAQUE,
+                U {
+                    ptr: tag as *mut c_void,
+                },
+            ),
         ];
         loop {
             let error = unsafe { rd::rd_kafka_produceva(rk, args.as_ptr(), args.len()) };

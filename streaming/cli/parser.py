@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "line; every other line on stderr")
     run.add_argument("--accept-retention-gap", action="store_true",
                      help="record the publishes Kafka deleted before the router read them, met "
-                          "by this run's first batch, and route on (streaming.on_retention_gap "
-                          "= \"stop\" stopped the router on them)")
+                          "by this run's first batch (realtime mode: its routing query's first "
+                          "start), and route on (streaming.on_retention_gap = \"stop\" stopped "
+                          "the router on them)")
     verb("version", installation.version,
          "print the versions of bitroute, pyspark and python")
     jars = verb("jars", installation.jars,

@@ -63,7 +63,7 @@ from streaming.kafka.topics import TopicCreationError
 from streaming.ops.exposition import MetricsError
 from streaming.ops.metrics import RouterMetrics
 from streaming.realtime.errors import RealtimeJarMissing, RealtimeSlotsError
-from streaming.router.errors import RouterModeError
+from streaming.router.errors import RetentionGapError, RouterModeError
 from streaming.router.feature import STOP_RECREATED
 from streaming.router.service import Router
 from streaming.router.subscriptions.changelog import ChangelogError
@@ -179,6 +179,10 @@ def _route_until_stopped(router: Router, stop_requested: threading.Event, start_
         said = (clients.failure(router.config.kafka.client_settings, exc)
                 if isinstance(exc, (KafkaException, TimeoutError, TopicCreationError)) else exc)
         print(f"bitroute: error: cannot start the router: {one_line(said)}", file=sys.stderr)
+        return 1
+    except RetentionGapError as exc:  # realtime mode's, at its start: on_retention_gap = "stop"
+        router.stop()
+        print(f"bitroute: error: {exc}", file=sys.stderr)
         return 1
     if metrics is not None:
         metrics.router_started(router)

@@ -43,8 +43,9 @@ publishes partition, where the offsets audited jump past the next offset the aud
 lacks and Kafka's earliest offset lies past the jump, and recorded as ``lost`` rows
 of ``messages`` as micro-batch mode records them (:mod:`streaming.router.topics.retention`),
 logged in one line and counted in the batch's report (``lost``, ``lost_total``).
-Realtime mode records them and goes on whatever ``streaming.on_retention_gap`` says
-(``"stop"`` is micro-batch mode's).
+Under ``streaming.on_retention_gap = "stop"`` the routing query does not move past a
+gap (the router stops: :mod:`streaming.realtime.retention`) unless the run acknowledged
+it, so a gap found here is one the router was told to pass.
 """
 
 

@@ -20,6 +20,8 @@ Rust kernel over JNI (``kernel/jni``), against the routing view
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -140,3 +142,37 @@ def start_routing_query(spark: SparkSession, config: Config, checkpoint: Path,
             # pyspark's overloads of trigger() lack realTime, which it takes (Real-Time Mode).
             .trigger(realTime=config.streaming.realtime_checkpoint_interval)  # type: ignore[call-overload]
             .start())
+
+
+CANCEL_NOISE_LOGGERS = (
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+)
+"""Spark's loggers of a cancelled write task: a Real-Time Mode task reads for ever, and
+the query's stop interrupts it, which Spark logs as errors (``Aborting task``, with
+the Kafka consumer's ``InterruptedException`` and its stack; the write's and its
+partition's abort). Spark's own noise at a stop the router asked for."""
+
+
+@contextmanager
+def cancel_noise_quieted(spark: SparkSession) -> Iterator[None]:
+    """Within: :data:`CANCEL_NOISE_LOGGERS` off in the driver's JVM (a ``local[...]``
+    master's tasks log there; a cluster's executors log in their own JVMs, not on the
+    router's stderr); their levels restored after, so that a task failing later in the
+    same JVM is told as before."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:  # a stopped context: nothing logs
+        yield
+        return
+    log4j = jvm.org.apache.logging.log4j
+    configurator = log4j.core.config.Configurator
+    previous = {name: log4j.LogManager.getLogger(name).getLevel()
+                for name in CANCEL_NOISE_LOGGERS}
+    for name in CANCEL_NOISE_LOGGERS:
+        configurator.setLevel(name, log4j.Level.OFF)
+    try:
+        yield
+    finally:
+        for name, level in previous.items():
+            configurator.setLevel(name, level)

@@ -13,6 +13,13 @@ position, each partition raised to its earliest offset: what micro-batch mode's
 Kafka source does by itself. The publishes skipped are recorded as ``lost`` rows
 by the audit (:mod:`streaming.realtime.audit_batch`), which finds the jump in the
 routed records' offsets.
+
+Under ``streaming.on_retention_gap = "stop"`` the gap stops the router instead, as it
+does a micro-batch router (:mod:`streaming.router.topics.retention`): the routing query
+is not started, the checkpoint stays where it is, and :class:`RetentionGapError`'s one
+line names the gap and the command that acknowledges it (``bitroute run
+--accept-retention-gap``, whose first start of the routing query moves past the gap as
+``"resume"`` does).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from confluent_kafka.admin import OffsetSpec
 from streaming.kafka import clients
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.kafka.settings import ClientSettings
+from streaming.router.errors import RetentionGapError
+from streaming.router.topics.retention import ACKNOWLEDGE_COMMAND
 from streaming.state.offsets_log import read_offsets
 
 _log = logging.getLogger(__name__)
@@ -61,10 +70,13 @@ def earliest_offsets(admin: clients.BitrouteAdmin, topic: str,
             for tp, future in futures.items()}
 
 
-def skip_deleted(settings: ClientSettings, topic: str, checkpoint: Path) -> str | None:
+def skip_deleted(settings: ClientSettings, topic: str, checkpoint: Path,
+                 stop: bool = False) -> str | None:
     """The starting offsets (Spark's JSON) of a new routing query past a retention gap,
     the old ``checkpoint`` moved aside; None when the checkpoint's committed position is
-    within what Kafka holds (or there is none): the query resumes from it."""
+    within what Kafka holds (or there is none): the query resumes from it. With ``stop``
+    (``streaming.on_retention_gap = "stop"``, not acknowledged) a gap raises
+    :class:`RetentionGapError` instead, the checkpoint left in place."""
     committed = committed_offsets(checkpoint, topic)
     if not committed:
         return None
@@ -73,15 +85,21 @@ def skip_deleted(settings: ClientSettings, topic: str, checkpoint: Path) -> str 
     behind = {p: o for p, o in committed.items() if o < earliest.get(p, 0)}
     if not behind:
         return None
+    deleted = ", ".join(f"{topic} partition {p} offsets {o}..{earliest[p] - 1}"
+                        for p, o in sorted(behind.items()))
+    if stop:
+        raise RetentionGapError(
+            f"realtime mode: Kafka deleted publishes the routing query had not read ({deleted})."
+            " The router stopped (streaming.on_retention_gap = \"stop\"): run "
+            f"`{ACKNOWLEDGE_COMMAND}` to record the gap in the audit and route on from the "
+            "earliest offset Kafka keeps")
     start = {p: max(o, earliest.get(p, 0)) for p, o in committed.items()}
     aside = _aside(checkpoint)
     checkpoint.rename(aside)
     _log.warning(
-        "realtime mode: Kafka deleted publishes the routing query had not read ("
-        + ", ".join(f"{topic} partition {p} offsets {o}..{earliest[p] - 1}"
-                    for p, o in sorted(behind.items()))
-        + f"); the routing query starts again past them from a new checkpoint (the old one "
-          f"kept as {aside.name}); the audit records them as lost")
+        f"realtime mode: Kafka deleted publishes the routing query had not read ({deleted}); "
+        f"the routing query starts again past them from a new checkpoint (the old one "
+        f"kept as {aside.name}); the audit records them as lost")
     return starting_json(topic, start)
 
 

@@ -16,7 +16,7 @@ this:
 4. a supervisor per query (:mod:`streaming.realtime.supervisor`): a query that fails
    (Real-Time Mode does not retry a task: one failed task fails the routing query)
    is started again from its checkpoint with backoff, while the view thread retries
-   on its own.
+   on its own (both background workers: :mod:`streaming.worker`).
 
 The state folder keeps the mode it was last routed in: a folder routed in micro-batch
 mode starts its realtime routing query where the micro-batch query committed; a
@@ -46,7 +46,11 @@ from streaming.realtime.audit import RoutedAudit
 from streaming.realtime.delivery_topics import recreate_missing_delivery_topics
 from streaming.realtime.errors import RealtimeSlotsError
 from streaming.realtime.incarnation import PublishesTopicWatch
-from streaming.realtime.query import register_route_function, start_routing_query
+from streaming.realtime.query import (
+    cancel_noise_quieted,
+    register_route_function,
+    start_routing_query,
+)
 from streaming.realtime.restored import realtime_tables
 from streaming.realtime.retention import skip_deleted
 from streaming.realtime.supervisor import QuerySupervisor, recovery_s
@@ -91,7 +95,9 @@ class RealtimeRouting:
     ``describe`` tells a query's failure in one line (Kafka's refusal as what to grant);
     ``on_routing_query`` is told each routing query started (the first and each restart);
     ``topic_id`` is the publishes topic's Kafka id the router opened: another one found
-    while running ends the routing (:mod:`streaming.realtime.incarnation`).
+    while running ends the routing (:mod:`streaming.realtime.incarnation`);
+    ``accept_retention_gap``: the first start of the routing query moves past a retention
+    gap even under ``streaming.on_retention_gap = "stop"`` (:mod:`streaming.realtime.retention`).
     """
 
     def __init__(self, config: Config, spark: SparkSession, layout: CheckpointLayout,
@@ -102,7 +108,7 @@ class RealtimeRouting:
                  latency: LatencyWindow | None = None,
                  describe: Callable[[BaseException], str] | None = None,
                  on_routing_query: Callable[[StreamingQuery], None] | None = None,
-                 topic_id: str | None = None) -> None:
+                 topic_id: str | None = None, accept_retention_gap: bool = False) -> None:
         self._config = config
         self._spark = spark
         self._layout = layout
@@ -126,6 +132,7 @@ class RealtimeRouting:
         self.audit_query: StreamingQuery | None = None
         self._describe = describe
         self._on_routing_query = on_routing_query
+        self._accept_retention_gap = accept_retention_gap
         self._queries_lock = threading.Lock()
         """Held around each query's start and while :meth:`stop` stops them."""
         self.supervisors: list[QuerySupervisor] = []
@@ -177,12 +184,17 @@ class RealtimeRouting:
     def _start_routing(self) -> StreamingQuery:
         """Start the routing query: it resumes from its checkpoint, or starts where
         :meth:`_starting_offsets` says, or past a retention gap below its checkpoint
-        (:mod:`streaming.realtime.retention`). Not once the publishes topic was recreated."""
+        (:mod:`streaming.realtime.retention`; under ``on_retention_gap = "stop"`` the gap
+        raises :class:`~streaming.router.errors.RetentionGapError`, unless this first start
+        acknowledges it). Not once the publishes topic was recreated."""
         if self.topic_watch.end is not None:
             raise RetryAbandoned(self.topic_watch.end)
         kafka = self._config.kafka
+        accept, self._accept_retention_gap = self._accept_retention_gap, False
         past_gap = skip_deleted(kafka.client_settings, kafka.publishes_topic,
-                                self._layout.realtime_routing)
+                                self._layout.realtime_routing,
+                                stop=self._config.streaming.on_retention_gap == "stop"
+                                and not accept)
         return start_routing_query(self._spark, self._config, self._layout.realtime_routing,
                                    past_gap or self._starting_offsets())
 
@@ -227,10 +239,16 @@ class RealtimeRouting:
             time.sleep(min(left, ENDED_POLL_S))
 
     def stop(self) -> None:
-        """Stop both queries and the view thread, then commit what the audit journaled."""
+        """Stop both queries and the view thread, then commit what the audit journaled;
+        Spark's lines of the tasks it cancels are quieted meanwhile
+        (:func:`~streaming.realtime.query.cancel_noise_quieted`)."""
+        with cancel_noise_quieted(self._spark):
+            self._stop()
+
+    def _stop(self) -> None:
         self._stopping.set()
         for supervisor in self.supervisors:
-            supervisor.join(SUPERVISOR_STOP_WAIT_S)
+            supervisor.stop(SUPERVISOR_STOP_WAIT_S)
         self.topic_watch.stop(SUPERVISOR_STOP_WAIT_S)
         with self._queries_lock:  # no restart from here on
             for query in (self.routing_query, self.audit_query):

@@ -38,11 +38,12 @@ from compiler import Dialect, Snapshot
 from compiler.grammar import grammar_for
 from schemas.records import CHANGE_REMOVE, CHANGE_UPSERT
 from streaming.config import Config
-from streaming.errors import one_line
 from streaming.kafka import clients as kafka
 from streaming.kafka.errors import KAFKA_TIMEOUT_S
 from streaming.realtime.errors import ViewError
+from streaming.retry import Backoff
 from streaming.router.subscriptions.changelog import Change
+from streaming.worker import Worker
 
 _log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ MARK_KEY = b"mark"
 FOLLOW_INTERVAL_S = 0.1
 """The longest the driver goes without a changelog catch-up in realtime mode; a change
 wakes it at once (:class:`ChangelogWatch`)."""
+VIEW_BACKOFF = Backoff(base_s=FOLLOW_INTERVAL_S, cap_s=2.0)
+"""The view thread's delays after a failed step: short (a publish waits for a view that
+covers the changelog's end), reported as every worker's failures are (every 30 s)."""
 
 
 def subscription_record(sub_id: str, exchange: str, subscriber: str, filter_: str,
@@ -229,46 +233,40 @@ class ChangelogWatch:
 
 
 class ViewFollower:
-    """The driver's thread that keeps the routing view current in realtime mode: it calls
-    ``step`` (a changelog catch-up that publishes what it applied) as soon as ``watch``
-    sees a change, and at least every :data:`FOLLOW_INTERVAL_S`; a failure is logged (at
-    most one line per 30 s) and retried next round."""
+    """The driver's thread that keeps the routing view current in realtime mode, a
+    :class:`~streaming.worker.Worker`: it calls ``step`` (a changelog catch-up that publishes
+    what it applied) as soon as ``watch`` sees a change, and at least every
+    :data:`FOLLOW_INTERVAL_S`. A failure is retried after :data:`VIEW_BACKOFF`'s delay,
+    with the worker policy's lines (``updating the routing view failed ...; retrying``, then
+    ``... succeeded at attempt n``). It ends once ``stopping`` (the router's) is set, or
+    at :meth:`stop`."""
 
     def __init__(self, step: Callable[[], None], stopping: threading.Event,
                  watch: Callable[[float], None] | None = None) -> None:
         self._step = step
         self._stopping = stopping
         self._watch = watch
-        self._thread = threading.Thread(target=self._run, name="bitroute-routing-view",
-                                        daemon=True)
-        self.failure: str | None = None
-        """The latest step's failure, as one line (None once a step succeeds)."""
+        self._worker = Worker("routing-view", self._turn, what="updating the routing view",
+                              log=_log, backoff=VIEW_BACKOFF)
+
+    @property
+    def failure(self) -> str | None:
+        """The latest step's failure, as one line, while the steps fail (else None)."""
+        return self._worker.failure
 
     def start(self) -> None:
-        self._thread.start()
+        self._worker.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._worker.stop(timeout)
 
-    def _run(self) -> None:
-        import time
-
-        reported = 0.0
-        while not self._stopping.is_set():
-            try:
-                if self._watch is not None:
-                    self._watch(FOLLOW_INTERVAL_S)
-                elif self._stopping.wait(FOLLOW_INTERVAL_S):
-                    break
-                self._step()
-                if self.failure is not None:
-                    _log.warning(f"the routing view is current again (after: {self.failure})")
-                self.failure = None
-            except Exception as exc:  # noqa: BLE001 - any failure: retried next round
-                self.failure = one_line(exc)
-                if time.monotonic() - reported >= 30:
-                    reported = time.monotonic()
-                    _log.warning(f"could not update the routing view (retrying): {self.failure}")
-                self._stopping.wait(FOLLOW_INTERVAL_S)
+    def _turn(self) -> float | None:
+        if self._stopping.is_set():
+            return None
+        if self._watch is not None:
+            self._watch(FOLLOW_INTERVAL_S)
+        if self._stopping.is_set():
+            return None
+        self._step()
+        return 0.0 if self._watch is not None else FOLLOW_INTERVAL_S

@@ -197,6 +197,9 @@ class Router:
         self.layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
         self.lock = lock if lock is not None else RouterLock(self.layout.root)
         self.lease = RouterLease(config)
+        self._accept_retention_gap = accept_retention_gap
+        """``bitroute run --accept-retention-gap`` (realtime mode's; micro-batch's is its
+        :class:`RetentionWatch`'s)."""
         """One router per publishes topic and warehouse (:mod:`streaming.state.lease`)."""
         self.reports: deque[BatchReport] = deque(maxlen=REPORTS_KEPT)
         self.query: StreamingQuery | None = None
@@ -379,7 +382,8 @@ class Router:
                                         on_commit=self._status.refresh, on_report=self._report,
                                         latency=self.latency, describe=self.failure_line,
                                         on_routing_query=self._routing_query_started,
-                                        topic_id=self.incarnation.topic_id)
+                                        topic_id=self.incarnation.topic_id,
+                                        accept_retention_gap=self._accept_retention_gap)
         try:
             self.query = self.realtime.start()
         except BaseException:

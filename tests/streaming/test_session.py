@@ -61,3 +61,21 @@ def test_spark_works_in_the_state_folder_not_the_current_one(spark, base_config,
         assert (state / "warehouse" / "bitroute_session_test.db").is_dir()
     finally:
         spark.sql("DROP DATABASE bitroute_session_test")
+
+
+def test_the_replays_scheduler_pool_is_configured_before_any_replay(spark):
+    """The replay's pool (streaming.router.replay.replay.SCHEDULER_POOL) comes from
+    conf/fairscheduler.xml with weight 1 and minShare 0, as the live batches' default pool:
+    Spark knows it before a job asks for it (an unknown pool is made up at the first job,
+    with the warning "which has not been configured")."""
+    from streaming.router.replay.replay import SCHEDULER_POOL
+    from streaming.session import FAIR_SCHEDULER_POOLS
+
+    assert spark.sparkContext.getConf().get("spark.scheduler.allocation.file") == str(
+        FAIR_SCHEDULER_POOLS)
+    scheduler = spark.sparkContext._jsc.sc()
+    assert scheduler.getSchedulingMode().toString() == "FAIR"
+    found = scheduler.getPoolForName(SCHEDULER_POOL)
+    assert found.isDefined(), f"Spark has no pool {SCHEDULER_POOL!r}"
+    pool = found.get()
+    assert (pool.weight(), pool.minShare(), pool.schedulingMode().toString()) == (1, 0, "FIFO")

@@ -981,18 +981,33 @@ mod tests {
         let t = table();
         let live: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"10"))];
         let o = t.route_at(Some(b"orders.eu.paid"), live, "p/0/1", 1_000, 3_500);
-        assert_eq!((o.kind, o.remaining, summary(&o).len()), (OutcomeKind::Routed, Some(8), 2));
+        assert_eq!(
+            (o.kind, o.remaining, summary(&o).len()),
+            (OutcomeKind::Routed, Some(8), 2)
+        );
         let o = t.route_at(Some(b"orders.eu.paid"), live, "p/0/1", 1_000, 11_000);
-        assert_eq!((o.kind, o.remaining, o.deliveries.len()), (OutcomeKind::Expired, None, 0));
+        assert_eq!(
+            (o.kind, o.remaining, o.deliveries.len()),
+            (OutcomeKind::Expired, None, 0)
+        );
         // Unroutable publishes expire too; a bad key is rejected first.
-        assert_eq!(t.route_at(Some(b"x"), live, "m", 0, 10_000).kind, OutcomeKind::Expired);
-        assert_eq!(t.route_at(None, live, "m", 0, 10_000).reason.as_deref(),
-                   Some("missing routing key"));
+        assert_eq!(
+            t.route_at(Some(b"x"), live, "m", 0, 10_000).kind,
+            OutcomeKind::Expired
+        );
+        assert_eq!(
+            t.route_at(None, live, "m", 0, 10_000).reason.as_deref(),
+            Some("missing routing key")
+        );
         let bad: &[(&str, Option<&[u8]>)] = &[("expiry", Some(b"soon"))];
         let o = t.route_at(Some(b"orders.eu.paid"), bad, "m", 0, 0);
         assert_eq!((o.kind, o.deliveries.len()), (OutcomeKind::Rejected, 0));
         assert!(o.reason.unwrap().ends_with("not b'soon'"));
-        assert_eq!(t.route_at(Some(b"orders.eu.paid"), &[], "m", 0, 1 << 40).remaining, None);
+        assert_eq!(
+            t.route_at(Some(b"orders.eu.paid"), &[], "m", 0, 1 << 40)
+                .remaining,
+            None
+        );
     }
 
     #[test]

@@ -43,7 +43,7 @@ goes to a subscriber only if the ``deliveries`` audit has no row for that
 message and subscriber (it got it live through another subscription, or from
 an earlier replay); the rows are read (:func:`streaming.audit.queries.delivered`)
 once a replay starts, after the live audit is committed up to its boundary, and
-shipped to the chunk's tasks. Within one chunk a subscriber whose
+broadcast to each chunk's tasks (released after the chunk). Within one chunk a subscriber whose
 several replayed subscriptions match a publish gets it once, listing them all.
 
 A replay is cancelled by removing or replacing its subscription (the next
@@ -529,6 +529,7 @@ class Replays:
         tables = self._audit_tables()
         routed_at = datetime.now(UTC)
         in_tasks = self.config.streaming.task_audit_files(self.spark.sparkContext.master)
+        scope = self._scope(active).shipped(self.spark.sparkContext)
         settings = RouteSettings(default_exchange=self.config.exchanges.default,
                                  layout=kafka.layout, rejected_topic=kafka.rejected_topic,
                                  snapshot_version=newest.version,
@@ -543,10 +544,21 @@ class Replays:
                                  # Decides what the live routing cleared or rejected; a
                                  # replay writes no retained message.
                                  retain=RetainSettings.of(self.config),
-                                 replay=self._scope(active))
+                                 replay=scope)
         broadcast, key = self._broadcast(active)
         source = self._source(windows)
         route = RoutePartitions(broadcast, key, settings)
+        try:
+            return self._route(source, route, tables, (newest.version, newest.boundary),
+                               routed_at, chunk, in_tasks)
+        finally:
+            scope.release()  # the audit's pairs, on the executors for this chunk's job only
+
+    def _route(self, source, route: RoutePartitions, tables: AuditTables,
+               version_boundary: tuple[int, int], routed_at: datetime, chunk: int,
+               in_tasks: bool) -> dict[str, int]:
+        """Run the chunk's job and add its audit (:meth:`_deliver`); per subscription id the
+        deliveries made."""
         if in_tasks:
             tasks = source.mapInArrow(route, ROUTED_TASK).toArrow()
             tables.append_replayed_files(audit_files(pc.list_flatten(tasks["files"])), chunk)
@@ -558,7 +570,7 @@ class Replays:
         routed = source.mapInArrow(route, ROUTED_PUBLISH).toArrow()
         if not routed.num_rows:
             return {}
-        rows = deliveries_rows(routed, newest.version, newest.boundary, routed_at, kafka.layout,
+        rows = deliveries_rows(routed, *version_boundary, routed_at, self.config.kafka.layout,
                                replayed=True)
         tables.append_replayed(rows, chunk)
         found = pc.value_counts(pc.list_flatten(rows["subscription_ids"]).combine_chunks())

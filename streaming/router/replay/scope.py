@@ -16,7 +16,10 @@ the task's plan delivers (:meth:`ReplayScope.narrowed`):
 - nothing rejected: the live routing rejected what was bad.
 
 Picklable, and built in the driver once per chunk; the per-record work is the
-task's.
+task's. The audit's pairs (tens of MB for a busy subscriber) reach the tasks as a
+broadcast (:meth:`ReplayScope.shipped`: fetched once per executor, not copied into
+every task's closure), which the driver releases once the chunk's job is done
+(:meth:`ReplayScope.release`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import Broadcast, SparkContext
 
 from compiler import Matcher
 from streaming.kafka.records import subscription_ids_json
@@ -42,15 +46,38 @@ class ReplayScope:
     ``low[i][p]``/``high[i][p]``: the offsets of publishes partition ``p`` replay
     ``subscription_ids[i]`` still delivers (``low <= offset < high``; a partition it does
     not read has ``low > high``). ``delivered``: ``message id + PAIR_SEPARATOR +
-    subscriber`` of the deliveries the audit holds for the replays' subscribers.
+    subscriber`` of the deliveries the audit holds for the replays' subscribers, the
+    array itself as built, a broadcast of it once :meth:`shipped`.
     ``exchanges``: every exchange, for :meth:`matching_keys_only`.
     """
 
     subscription_ids: tuple[str, ...]
     low: np.ndarray
     high: np.ndarray
-    delivered: pa.Array
+    delivered: pa.Array | Broadcast[pa.Array]
     exchanges: tuple[str, ...]
+
+    def shipped(self, context: SparkContext) -> ReplayScope:
+        """This scope as the chunk's tasks get it: ``delivered`` broadcast (a task's closure
+        holds its id only), unless it is empty. The caller calls :meth:`release` on it once
+        the chunk's job is done."""
+        if isinstance(self.delivered, Broadcast) or not len(self.delivered):
+            return self
+        return dataclasses.replace(self, delivered=context.broadcast(self.delivered))
+
+    def release(self) -> None:
+        """Free the broadcast of :meth:`shipped` on the executors and the driver (nothing for
+        an unshipped scope). Best effort: a stopped context freed it already."""
+        if isinstance(self.delivered, Broadcast):
+            try:
+                self.delivered.destroy()
+            except Exception:  # noqa: BLE001 - the context is gone, and the broadcast with it
+                pass
+
+    def delivered_pairs(self) -> pa.Array:
+        """The audit's (message id, subscriber) pairs: on an executor, the broadcast's value."""
+        delivered = self.delivered
+        return delivered.value if isinstance(delivered, Broadcast) else delivered
 
     def matching_keys_only(self, matcher: Matcher, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The rows of ``batch`` whose routing key some replayed subscription's filter matches
@@ -102,11 +129,12 @@ class ReplayScope:
         counts = np.bincount(parent[keep_id], minlength=n)
         wanted = counts > 0
         wanted &= plan.ok[plan.owner]  # delivered to no one live, or expired now
-        if len(self.delivered) and wanted.any():
+        delivered = self.delivered_pairs() if wanted.any() else None
+        if delivered is not None and len(delivered):
             pairs = pc.binary_join_element_wise(
                 plan.publishes.message_ids.cast(pa.string()).take(pa.array(plan.owner)),
                 plan.subscribers.cast(pa.string()), PAIR_SEPARATOR)
-            wanted &= ~pc.is_in(pairs, value_set=self.delivered).to_numpy(zero_copy_only=False)
+            wanted &= ~pc.is_in(pairs, value_set=delivered).to_numpy(zero_copy_only=False)
         keep = np.flatnonzero(wanted)
         take = pa.array(keep, pa.int64())
         kept_ids = pa.ListArray.from_arrays(

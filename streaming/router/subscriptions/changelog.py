@@ -397,14 +397,20 @@ class Subscriptions:
         def apply(message: Message) -> None:
             _, timestamp = message.timestamp()
             topic, partition, offset = record_position(message)
-            headers = record_headers(message)
-            change = apply_record(self._index, message.key(), message.value(), partition,
+            value = message.value()
+            # The headers are copied out of the record only where they are read: a
+            # tombstone's reason, a rejected record's copy (not per upsert of a first
+            # catch-up over millions of records).
+            headers = record_headers(message) if value is None else None
+            change = apply_record(self._index, message.key(), value, partition,
                                   offset, timestamp if timestamp > 0 else None,
                                   applied_at_ms, headers, replays, self._refuse_since,
                                   self._limits)
             changes.append(change)
             if change.reason is not None:
-                rejected.append(RejectedRecord(topic, partition, offset, message.key(), message.value(),
+                if value is not None:
+                    headers = record_headers(message)
+                rejected.append(RejectedRecord(topic, partition, offset, message.key(), value,
                                                headers, change.reason))
 
         try:

@@ -80,7 +80,7 @@ def test_a_failed_query_is_started_again_until_a_start_keeps_running(caplog):
     assert sum("failed (attempt" in m for m in lines) == 1, "one line per 30 s, not per attempt"
     assert supervisor.restarts == 2 and supervisor.ended(0) is None
     stopping.set()
-    supervisor.join(5)
+    supervisor.stop(5)
 
 
 def test_a_restart_that_fails_is_told_in_status_until_it_recovers():
@@ -106,7 +106,7 @@ def test_a_stopping_router_ends_the_restarts_and_starts_no_query():
     first.fail(StreamingQueryException(message="down"))
     wait_until(lambda: supervisor.restarts >= 2, "restarts", 5)
     stopping.set()
-    supervisor.join(5)
+    supervisor.stop(5)
     restarts = supervisor.restarts
     # Joined: its thread is gone, so no restart can follow.
     assert not supervisor.is_alive()
@@ -127,3 +127,23 @@ def test_each_failure_is_told_to_on_failure_before_the_start_that_follows_it():
     first.fail(deleted)
     wait_until(lambda: supervisor.query is running and supervisor.failure is None, "the recovery", 10)
     assert told == [(str(deleted), 0), (str(still), 1)]
+
+
+def test_a_retention_gap_met_by_a_restart_under_stop_ends_the_supervision_with_its_line():
+    """streaming.on_retention_gap = "stop": the routing query's start raises the gap's line
+    (streaming.realtime.retention), which is the router's end, not a failure to restart."""
+    from streaming.router.errors import RetentionGapError
+
+    gap = RetentionGapError("realtime mode: Kafka deleted publishes the routing query had "
+                            "not read (p partition 0 offsets 3..22). The router stopped")
+
+    def start():
+        raise gap
+
+    first = FakeQuery()
+    supervisor = QuerySupervisor("routing", first, start, threading.Event(),  # type: ignore[arg-type]
+                                 threading.Lock(), recovered_after_s=0.2, backoff=FAST).start()
+    first.fail(StreamingQueryException(message="Kafka is down"))
+    assert supervisor.ended(10) == str(gap)
+    assert supervisor.restarts == 0
+    wait_until(lambda: not supervisor.is_alive(), "the supervisor's end", 5)

@@ -235,3 +235,48 @@ def test_a_catch_up_stays_pending_until_committed_and_a_rollback_reads_it_again(
         assert resumed == again.changes
     finally:
         reopened.close()
+
+
+def test_a_catch_up_copies_the_headers_of_only_the_records_that_read_them(
+        base_config, new_topic, tmp_path, monkeypatch):
+    """A first catch-up applies millions of upserts: their headers are not copied out of
+    each record; a tombstone's (its removal's reason) and a rejected record's (kept with
+    it) are."""
+    from confluent_kafka import Producer
+
+    from schemas.records import REASON_HEADER
+    from streaming.router.subscriptions import changelog
+    from streaming.router.subscriptions.snapshots import BatchSnapshots, SnapshotStore
+    from streaming.state.checkpoint import CheckpointLayout
+
+    config = _changelog(base_config, new_topic, 0)
+    topic = config.kafka.subscriptions_topic
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
+    for i in range(50):
+        producer.produce(topic, key=f"s{i}".encode(), partition=0, headers=[("h", b"up")],
+                         value=_value(exchange="amq.topic", subscriber="bob", filter=f"a.{i}"))
+    producer.produce(topic, key=b"s0", value=None, partition=0,
+                     headers=[("h", b"gone"), (REASON_HEADER, b"retired")])
+    producer.produce(topic, key=b"bad", value=b"{not json", partition=0, headers=[("h", b"1")])
+    assert producer.flush(30) == 0
+    copied: list[int] = []
+    copy = changelog.record_headers
+
+    def record_headers(message):
+        copied.append(message.offset())
+        return copy(message)
+
+    monkeypatch.setattr(changelog, "record_headers", record_headers)
+    state, _ = changelog.Subscriptions.open(config, BatchSnapshots(
+        SnapshotStore(CheckpointLayout.of(tmp_path))))
+    try:
+        pending = state.catch_up()
+        assert pending is not None and len(pending.changes) == 52
+        assert sorted(copied) == [50, 51]
+        removed = pending.changes[50]
+        assert (removed.change, removed.reason) == (CHANGE_REMOVE, "retired")
+        # A change with a reason keeps its record, headers included (the tombstone's once).
+        assert {r.offset: r.headers for r in pending.rejected} == {
+            50: [("h", b"gone"), (REASON_HEADER, b"retired")], 51: [("h", b"1")]}
+    finally:
+        state.close()

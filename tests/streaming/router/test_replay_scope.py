@@ -1,13 +1,17 @@
 """What a replay's routing task delivers (ReplayScope): the plan of a chunk narrowed to the
 replays' ranges, without what the audit holds already, what expired, or what was rejected
-live. No Spark, no Kafka: the task's planning functions on an Arrow batch."""
+live. No Kafka: the task's planning functions on an Arrow batch; Spark for the broadcast that
+carries the audit's pairs to the tasks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from arrow_batches import source_batch
 from compiler import Matcher, RoutingIndex, Subscription
@@ -62,3 +66,26 @@ def test_a_chunk_delivers_only_in_range_not_yet_delivered_and_alive():
     assert list(plan.send) == list(range(4))
     assert plan.reasons == [None] * 6 and plan.ok.all() and plan.retain is None
     assert [json.loads(t) for t in plan.ids_json.to_pylist()] == list(made.values())
+
+
+def test_the_audits_pairs_reach_the_tasks_as_a_broadcast_released_after_the_chunk(spark):
+    """A busy subscriber's audited deliveries (tens of MB) are not copied into every task's
+    closure: the shipped scope pickles to the broadcast's id, the tasks read the pairs from
+    the broadcast, and once released the broadcast is gone from the application."""
+    n = 200_000
+    pairs = delivered_pairs(pa.array([message_id("p", 0, i) for i in range(n)], pa.string()),
+                            pa.array(["ann"] * n))
+    scope = ReplayScope(("ann-a",), np.zeros((1, 1), np.int64), np.ones((1, 1), np.int64),
+                        pairs, ("amq.topic",))
+    shipped = scope.shipped(spark.sparkContext)
+    assert len(pickle.dumps(scope)) > pairs.nbytes  # what each task's closure carried
+    assert len(pickle.dumps(shipped)) < 10_000
+    assert shipped.delivered_pairs().equals(pairs)
+    context = spark.sparkContext
+    counted = context.parallelize(range(2), 2).map(lambda _: len(shipped.delivered_pairs()))
+    assert counted.collect() == [n, n]
+    shipped.release()
+    with pytest.raises(Exception, match="destroyed"):
+        context.parallelize([0], 1).map(lambda _: len(shipped.delivered_pairs())).collect()
+    empty = dataclasses.replace(scope, delivered=pairs.slice(0, 0))
+    assert empty.shipped(context) is empty  # nothing to broadcast
