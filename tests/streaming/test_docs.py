@@ -253,7 +253,7 @@ def test_where_state_lives_names_every_path_of_the_checkpoint_folder():
 
     layout = CheckpointLayout.of("/c")
     defined = {str(value.relative_to("/c")) for name in dir(CheckpointLayout)
-               if isinstance(getattr(CheckpointLayout, name), property)
+               if not name.startswith("_")
                and isinstance(value := getattr(layout, name), Path) and value != layout.root}
     text = (ROOT / "docs" / "operations.md").read_text()
     section = text.split("\n## Where state lives\n", 1)[1].split("\n## ", 1)[0]
