@@ -123,7 +123,10 @@ def access_failure(settings: ClientSettings, error: KafkaError, operation: str, 
         if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
             return denied(settings, "Read", "group", name if kind == "group" else "<group>", error)
         if error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-            return denied(settings, operation, "cluster", "kafka-cluster", error)
+            # A producer refused the cluster: its idempotent producer id (InitProducerId
+            # needs IdempotentWrite on the cluster, or Write on some topic).
+            cluster_operation = "IdempotentWrite" if operation == "Write" else operation
+            return denied(settings, cluster_operation, "cluster", "kafka-cluster", error)
         return denied(settings, operation, kind, name, error)
     if is_access_error(error):
         return authentication_failure(settings, error)

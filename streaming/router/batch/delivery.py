@@ -317,6 +317,8 @@ class DeliveryProducer:
         self._producer = producer(client, settings.librdkafka())
         self._failed: list[FailedRecord] = []
         self._other: list[str] = []
+        self.broken = False
+        """True once a fatal error failed this producer: :func:`cached_producer` replaces it."""
 
     def produce_deliveries(self, columns: DeliveryColumns) -> None:
         """Queue every delivery of ``columns`` (a failure's tag is the delivery's index)."""
@@ -353,7 +355,10 @@ class DeliveryProducer:
             if not left:
                 break
         if len(self._producer):
-            _flush(self._producer)
+            try:
+                _flush(self._producer)
+            except KafkaException as exc:  # a fatal error: no record of it goes through again
+                self._report(exc.args[0], "<any delivery topic>", -1)
         failed, other = self._failed, self._other
         self._failed, self._other = [], []
         if other:
@@ -372,6 +377,10 @@ class DeliveryProducer:
                 self._report(KafkaError(code), topics[index].as_py(), index)
 
     def _report(self, error: KafkaError, topic: str, tag: int) -> None:
+        if error.fatal() or error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            # librdkafka's idempotent producer refused its producer id is fatal: it fails
+            # every record from then on, so the next batch gets a new producer.
+            self.broken = True
         if error.code() in RECORD_ERRORS:
             self._failed.append(FailedRecord(topic, f"{error.name()}: {error.str()}", tag,
                                              error.code()))
@@ -391,8 +400,9 @@ _producers: dict[ProducerSettings, DeliveryProducer] = {}
 
 
 def cached_producer(settings: ProducerSettings) -> DeliveryProducer:
-    """This routing process's producer for ``settings`` (one connection set per process)."""
+    """This routing process's producer for ``settings`` (one connection set per process; a
+    new one once a fatal error broke the last, so a grant given later is used)."""
     producer = _producers.get(settings)
-    if producer is None:
+    if producer is None or producer.broken:
         producer = _producers[settings] = DeliveryProducer(settings)
     return producer

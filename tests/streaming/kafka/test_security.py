@@ -386,6 +386,9 @@ def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(brok
 
     prefix = names["kafka.deliveries_topic_prefix"]
     _subscribe_as_admin(broker, tmp_path, names, "fred")
+    # Write on some topic, as a router has on its rejected topic: its idempotent producer
+    # gets its producer id, and only the delivery topic is refused.
+    broker.grant("User:alice", "topic", prefix + "alice-own", ["Write"])
     producer = DeliveryProducer(ProducerSettings(broker.settings("alice"), 1_048_576,
                                                  message_timeout_ms=10_000))
     started = time.monotonic()
@@ -396,7 +399,52 @@ def test_a_refused_delivery_write_is_a_retried_failure_naming_what_to_grant(brok
     message = str(raised.value)
     assert f"does not allow User:alice to Write topic {prefix}fred" in message, message
     assert "--operation Write" in message
+    assert not producer.broken
     _no_secret(message)
+
+
+def test_a_producer_refused_its_producer_id_names_the_grant_and_is_replaced(broker, tmp_path,
+                                                                          names):
+    """A principal with Write on no topic (bob: no test grants it one before this) is refused
+    the idempotent producer id, which breaks librdkafka's producer for good: the batch fails
+    with the cluster grant (never a raw KafkaException), and once the grant is given the
+    routing process's next producer writes."""
+    from streaming.router.batch.delivery import (
+        DeliveryColumns,
+        DeliveryUnavailable,
+        ProducerSettings,
+        cached_producer,
+    )
+
+    topic = names["kafka.deliveries_topic_prefix"] + "bob"
+    _subscribe_as_admin(broker, tmp_path, names, "bob")
+    settings = ProducerSettings(broker.settings("bob"), 1_048_576, message_timeout_ms=10_000)
+    producer = cached_producer(settings)
+    columns = DeliveryColumns.of_records([topic], [b"a.b"], [b"x"])
+    lines = []
+    deadline = time.monotonic() + 30
+    while not producer.broken and time.monotonic() < deadline:
+        producer.produce_deliveries(columns)
+        with pytest.raises(DeliveryUnavailable) as raised:
+            producer.flush()
+        lines.append(str(raised.value))
+        time.sleep(1)
+    assert producer.broken, lines
+    assert ("does not allow User:bob to IdempotentWrite cluster kafka-cluster" in lines[-1]
+            and "--operation IdempotentWrite --cluster" in lines[-1]), lines
+    _no_secret("\n".join(lines))
+
+    broker.grant("User:bob", "topic", topic, ["Write", "Describe"])
+    replaced = cached_producer(settings)
+    assert replaced is not producer and cached_producer(settings) is replaced
+
+    def written() -> bool:
+        replaced.produce_deliveries(columns)
+        try:
+            return replaced.flush() == []
+        except DeliveryUnavailable:
+            return False  # the ACL reaches every broker shortly after it is created
+    wait_until(written, "a delivery written once bob may write", 30)
 
 
 @pytest.mark.parametrize("user", ["router", "alice", "pat"])
