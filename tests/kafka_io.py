@@ -56,11 +56,13 @@ def message_id_of(record: Message) -> str:
 
 def produce_one(config: Config, topic: str, key: bytes | None, value: bytes | None, headers=(),
                 timestamp_ms: int | None = None) -> str:
-    """Produce one record (at ``timestamp_ms``, else now) and wait for Kafka's
-    acknowledgement; its message id."""
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
+    """Produce one record (at ``timestamp_ms``, else now; ``headers`` a list of pairs or
+    None) and wait for Kafka's acknowledgement; its message id."""
+    # Up to the test broker's own limit (librdkafka's default stops at 1,000,000 bytes).
+    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "message.max.bytes": 2_000_000})
     acked: list = []
-    producer.produce(topic, key=key, value=value, headers=list(headers), timestamp=timestamp_ms or 0,
+    producer.produce(topic, key=key, value=value, headers=list(headers or ()),
+                     timestamp=timestamp_ms or 0,
                      on_delivery=lambda err, msg: acked.append((err, msg)))
     assert producer.flush(KAFKA_TIMEOUT_S) == 0
     error, record = acked[0]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
+from kafka_io import produce_one
 from schemas.records import CHANGE_REMOVE, EXCHANGE_HEADER
 from streaming.cli.render import status_lines
 from streaming.config import Config
@@ -23,19 +23,13 @@ pytestmark = pytest.mark.integration
 TIMEOUT_S = 30.0
 
 
-def _produce(config: Config, topic: str, key: bytes, value: bytes | None, headers=()) -> None:
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap})
-    producer.produce(topic, value, key, headers=list(headers))
-    assert producer.flush(TIMEOUT_S) == 0
-
-
 def _subscribe(config: Config, sub_id: str, subscriber: str) -> None:
     value = {"exchange": "mqtt", "subscriber": subscriber, "filter": "r/#"}
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
+    produce_one(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
 
 
 def _publish(config: Config) -> None:
-    _produce(config, config.kafka.publishes_topic, b"r/1", b"x", [(EXCHANGE_HEADER, b"mqtt")])
+    produce_one(config, config.kafka.publishes_topic, b"r/1", b"x", [(EXCHANGE_HEADER, b"mqtt")])
 
 
 def _deliveries(config: Config) -> dict[str, int]:

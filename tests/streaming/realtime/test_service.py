@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
+from kafka_io import headers_of, produce_one, read_topic
 from schemas.records import (
     DELIVERIES,
     EXCHANGE_HEADER,
@@ -28,7 +28,6 @@ from schemas.records import (
     SNAPSHOT_VERSION_HEADER,
     SUBSCRIPTION_IDS_HEADER,
 )
-from streaming.kafka.clients import record_position
 from streaming.router.service import Router
 from waiting import wait_until
 
@@ -43,33 +42,17 @@ def _unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def _produce(config, topic: str, key: bytes | None, value: bytes | None, headers=(),
-             timestamp_ms: int = 0) -> str:
-    from confluent_kafka import Producer
-
-    from schemas.records import message_id
-
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "linger.ms": 0})
-    acked = []
-    producer.produce(topic, key=key, value=value, headers=list(headers), timestamp=timestamp_ms,
-                     on_delivery=lambda error, record: acked.append((error, record)))
-    assert producer.flush(KAFKA_TIMEOUT_S) == 0
-    error, record = acked[0]
-    assert error is None, error
-    return message_id(*record_position(record))
-
-
 def _subscribe(config, sub_id: str, exchange: str, subscriber: str, filter_: str,
                headers: dict | None = None) -> None:
     value: dict[str, object] = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
     if headers is not None:
         value["headers"] = headers
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
+    produce_one(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
 
 
 def _publish(config, routing_key: str, payload: bytes, exchange: str, headers=()) -> str:
-    return _produce(config, config.kafka.publishes_topic, routing_key.encode(), payload,
-                    [*headers, (EXCHANGE_HEADER, exchange.encode())])
+    return produce_one(config, config.kafka.publishes_topic, routing_key.encode(), payload,
+                       [*headers, (EXCHANGE_HEADER, exchange.encode())])
 
 
 def _deliveries(config, subscriber: str, count: int) -> list:
@@ -131,8 +114,8 @@ def test_no_local_keeps_a_subscribers_own_publish_from_it_as_in_micro_batch_mode
     for subscriber in (ann, bob):
         value = {"exchange": "mqtt", "subscriber": subscriber, "filter": f"{room}/#",
                  "no_local": True}
-        _produce(config, config.kafka.subscriptions_topic, subscriber.encode(),
-                 json.dumps(value).encode())
+        produce_one(config, config.kafka.subscriptions_topic, subscriber.encode(),
+                    json.dumps(value).encode())
     from_ann = _publish(config, f"{room}/x", b"a", "mqtt", [("publisher", ann.encode())])
     from_bob = _publish(config, f"{room}/x", b"b", "mqtt", [("publisher", bob.encode())])
     # One publishes partition: had ann's own publish reached ann, it would come first.
@@ -160,7 +143,7 @@ def test_a_publish_its_exchange_routes_to_no_one_goes_to_the_alternate_as_in_mic
 
 def test_bad_input_is_rejected_with_its_reason_and_audited(router):
     config = router.config
-    bad = _produce(config, config.kafka.publishes_topic, None, b"?")  # no routing key
+    bad = produce_one(config, config.kafka.publishes_topic, None, b"?")  # no routing key
     unknown = _publish(config, "a.b", b"?", "no-such-exchange")
     records = wait_until(lambda: _at_least(read_topic(config, config.kafka.rejected_topic), 2),
                          "2 rejected records", DELIVERY_BOUND_S)
@@ -203,12 +186,12 @@ def test_an_expired_publish_reaches_no_one_and_a_live_one_carries_the_interval_l
     _subscribe(config, subscriber, "amq.topic", subscriber, "expiry.#")
     now_ms = int(time.time() * 1000)
     headers = [(EXCHANGE_HEADER, b"amq.topic")]
-    expired = _produce(config, config.kafka.publishes_topic, b"expiry.old", b"x",
-                       [*headers, (EXPIRY_HEADER, b"5")], now_ms - 60_000)
-    bad = _produce(config, config.kafka.publishes_topic, b"expiry.bad", b"x",
-                   [*headers, (EXPIRY_HEADER, b"4294967296")])
-    live = _produce(config, config.kafka.publishes_topic, b"expiry.live", b"x",
-                    [*headers, (EXPIRY_HEADER, b"3600"), ("trace", b"t")], now_ms - 10_000)
+    expired = produce_one(config, config.kafka.publishes_topic, b"expiry.old", b"x",
+                          [*headers, (EXPIRY_HEADER, b"5")], now_ms - 60_000)
+    bad = produce_one(config, config.kafka.publishes_topic, b"expiry.bad", b"x",
+                      [*headers, (EXPIRY_HEADER, b"4294967296")])
+    live = produce_one(config, config.kafka.publishes_topic, b"expiry.live", b"x",
+                       [*headers, (EXPIRY_HEADER, b"3600"), ("trace", b"t")], now_ms - 10_000)
     [delivery] = _deliveries(config, subscriber, 1)
     headers_out = headers_of(delivery)
     assert headers_out[MESSAGE_ID_HEADER] == live

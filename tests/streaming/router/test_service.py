@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from delivery_order import assert_publish_order_kept, delivery_order
 from isolation import isolated_config
-from kafka_io import KAFKA_TIMEOUT_S, headers_of, read_topic
+from kafka_io import KAFKA_TIMEOUT_S, headers_of, produce_one, read_topic
 from schemas.records import (
     CHANGE_REJECTED,
     CHANGE_REMOVE,
@@ -40,10 +40,8 @@ from schemas.records import (
     SOURCE_PUBLISH,
     SOURCE_SUBSCRIPTION,
     SUBSCRIPTION_IDS_HEADER,
-    message_id,
 )
 from streaming.config import Config
-from streaming.kafka.clients import record_position
 from streaming.router.batch.routing import ROUTED_ARROW
 from streaming.router.service import Router
 
@@ -58,20 +56,6 @@ def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def _produce(config: Config, topic: str, key: bytes | None, value: bytes | None,
-             headers: list[tuple[str, str | bytes | None]] | None = None) -> str:
-    """Produce one record, wait for the ack, return its message id."""
-    # Up to the broker's own limit (librdkafka's default stops at 1,000,000 bytes).
-    producer = Producer({"bootstrap.servers": config.kafka.bootstrap, "message.max.bytes": 2_000_000})
-    acked = []
-    producer.produce(topic, key=key, value=value, headers=headers or [],
-                     on_delivery=lambda err, msg: acked.append((err, msg)))
-    assert producer.flush(KAFKA_TIMEOUT_S) == 0
-    error, record = acked[0]
-    assert error is None, error
-    return message_id(*record_position(record))
-
-
 def _create_topic(config: Config, name: str, settings: dict[str, str]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -84,11 +68,11 @@ def subscribe(config: Config, sub_id: str, exchange: str, subscriber: str, filte
     value: dict[str, object] = {"exchange": exchange, "subscriber": subscriber, "filter": filter_}
     if headers is not None:
         value["headers"] = headers
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
+    produce_one(config, config.kafka.subscriptions_topic, sub_id.encode(), json.dumps(value).encode())
 
 
 def unsubscribe(config: Config, sub_id: str) -> None:
-    _produce(config, config.kafka.subscriptions_topic, sub_id.encode(), None)
+    produce_one(config, config.kafka.subscriptions_topic, sub_id.encode(), None)
 
 
 def publish(config: Config, routing_key: str | None, payload: bytes = b"payload",
@@ -97,7 +81,7 @@ def publish(config: Config, routing_key: str | None, payload: bytes = b"payload"
     if exchange is not None:
         all_headers.append((EXCHANGE_HEADER, exchange.encode()))
     key = None if routing_key is None else routing_key.encode()
-    return _produce(config, config.kafka.publishes_topic, key, payload, all_headers)
+    return produce_one(config, config.kafka.publishes_topic, key, payload, all_headers)
 
 
 def deliveries_of(config: Config, subscriber: str) -> dict[str, dict[str, str]]:
@@ -221,7 +205,7 @@ def traffic(router: Router) -> Traffic:
         unique("bad-huge"): b"{" + b"x" * 1_048_400,
     }
     for sub_id, value in t.bad_changes.items():
-        _produce(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), value)
+        produce_one(cfg, cfg.kafka.subscriptions_topic, sub_id.encode(), value)
         t.subscription_ids.append(sub_id)
     sub(f"{n['fay']}-ok", "amq.topic", n["fay"], "good.key")
     # Poison pills: a delivery topic whose broker limit is smaller than a publish.
@@ -246,8 +230,8 @@ def traffic(router: Router) -> Traffic:
     s["null_key"] = publish(cfg, None, exchange="amq.topic")
     s["good"] = publish(cfg, "good.key")
     # Poison pills, each of which once stopped the router for good.
-    s["exchange_not_utf8"] = _produce(cfg, cfg.kafka.publishes_topic, b"good.key", b"payload",
-                                      [(EXCHANGE_HEADER, b"\xff\xfe")])
+    s["exchange_not_utf8"] = produce_one(cfg, cfg.kafka.publishes_topic, b"good.key", b"payload",
+                                         [(EXCHANGE_HEADER, b"\xff\xfe")])
     s["oversize"] = publish(cfg, "good.key", b"x" * 1_048_480)
     s["binary_header"] = publish(cfg, "good.key", headers=[("blob", b"\xff\x00ok")])
     s["after_pills"] = publish(cfg, "good.key")
@@ -504,8 +488,8 @@ def test_a_restart_resumes_from_the_persisted_snapshot_and_the_changelog_after_i
             if t.name.startswith("bitroute-") and t.is_alive()] == []
     unsubscribe(cfg, "drop")
     # An invalid value for a live id removes it, as a rebuild after compaction would.
-    _produce(cfg, cfg.kafka.subscriptions_topic, b"keep",
-             json.dumps({"exchange": "mqtt", "subscriber": "ivy", "filter": "a/#/b"}).encode())
+    produce_one(cfg, cfg.kafka.subscriptions_topic, b"keep",
+                json.dumps({"exchange": "mqtt", "subscriber": "ivy", "filter": "a/#/b"}).encode())
     subscribe(cfg, "new", "mqtt", "jay", "c/#")
 
     second = Router(cfg, spark)
