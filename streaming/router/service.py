@@ -197,10 +197,10 @@ class Router:
         self.layout = CheckpointLayout.of(config.streaming.checkpoint_dir)
         self.lock = lock if lock is not None else RouterLock(self.layout.root)
         self.lease = RouterLease(config)
+        """One router per publishes topic and warehouse (:mod:`streaming.state.lease`)."""
         self._accept_retention_gap = accept_retention_gap
         """``bitroute run --accept-retention-gap`` (realtime mode's; micro-batch's is its
         :class:`RetentionWatch`'s)."""
-        """One router per publishes topic and warehouse (:mod:`streaming.state.lease`)."""
         self.reports: deque[BatchReport] = deque(maxlen=REPORTS_KEPT)
         self.query: StreamingQuery | None = None
         self.subscription_sync: SubscriptionSync | None = None
@@ -237,7 +237,6 @@ class Router:
                                             config.kafka.publishes_topic)
         """The publishes topic's incarnation the router reads
         (:mod:`streaming.router.topics.incarnations`)."""
-        self._accept_retention_gap = accept_retention_gap
         self._feature_factories = tuple(features)
         self.features: list[BatchFeature] = []
         """The router's features, in order (:mod:`streaming.router.feature`), made at its

@@ -12,6 +12,7 @@ scenario starts runs with ``short_jvm.SHORT_JVM`` (docs/benchmarks.md, the smoke
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,10 @@ def test_each_scenario_runs_at_toy_size(scenario: str, tmp_path: Path, kafka_boo
     assert done.returncode == 0, f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
     assert "machine before: loadavg" in done.stdout and "machine after: loadavg" in done.stdout
     assert FIGURE[scenario] in done.stdout, done.stdout[-4000:]
+    if scenario == "passthrough":  # both copies measured: a row of no delivery is a failure
+        rows = re.findall(r"^\| Spark copy, (\w+) \| ([\d,]+) \|", done.stdout, re.M)
+        assert sorted(mode for mode, _ in rows) == ["microbatch", "realtime"], done.stdout[-4000:]
+        assert all(int(n.replace(",", "")) > 0 for _, n in rows), done.stdout[-4000:]
     # On the shared broker, the scenario's topics (bench-<pid>-<time>.*) are gone after it.
     admin = kafka.admin(kafka.ClientSettings.of(kafka_bootstrap))
     wait_until(lambda: not [t for t in admin.list_topics(timeout=30).topics
