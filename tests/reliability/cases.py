@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -84,6 +85,8 @@ class Options:
     timeout_s: float = 7200.0
     kill_plan: tuple[tuple[str, str], ...] = ()  # (point, target) in order; () = KILL_PLAN shuffled
     kill_after_s: tuple[float, float] = (3.0, 15.0)  # random wait before each router kill
+    publish_through_kills: bool = False  # kills: publish (at most `publishes`) until the last
+    # kill is done, so every kill point meets publishes in flight however long restarts take
     broker_kill_after_s: tuple[float, float] = (10.0, 25.0)  # random wait before a broker kill
     bootstrap: str | None = None  # an existing Kafka (kills and fuzz only); None = start one
     executors: bool = False  # kills: every batch routed on the executors (their audit files;
@@ -272,7 +275,8 @@ def kills(folder: Path, o: Options) -> Result:
         ledger = Ledger(stage.config.kafka.publishes_topic, stage.config.kafka.deliveries_topic_prefix)
         rate = o.rate or max(500.0, o.publishes / max(1, len(plan) * 30))
         _log(f"publishing {o.publishes:,} at {rate:,.0f}/s; {len(plan)} kills planned")
-        publisher = stage.publish_good(w, ledger, o.publishes, rate, o.seed)
+        kills_done = threading.Event() if o.publish_through_kills else None
+        publisher = stage.publish_good(w, ledger, o.publishes, rate, o.seed, until=kills_done)
         churn = Churn(stage, w, 1.0, o.seed).start()
         done_kills: list[dict[str, Any]] = []
         outlived = leftover = stuck = 0
@@ -306,6 +310,8 @@ def kills(folder: Path, o: Options) -> Result:
             done_kills.append({"point": fired, "target": target, "pending": pending,
                                "at": time.time()})
             stage.start_router()
+        if kills_done is not None:
+            kills_done.set()
         publisher.join(o.timeout_s)
         churn.stop()
         routed_s = stage.wait_routed(o.timeout_s)

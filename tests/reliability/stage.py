@@ -198,14 +198,17 @@ class Stage:
 
     # --- traffic -------------------------------------------------------------------------
     def publish_good(self, w: Workload, ledger: Ledger, n: int, rate: float, seed: int,
-                     incarnation: int = 0) -> Publisher:
+                     incarnation: int = 0, until: threading.Event | None = None) -> Publisher:
         """Start publishing ``n`` good publishes of ``w`` at ``rate``/s into ``ledger``
-        (under the message ids of the publishes topic's ``incarnation``)."""
+        (under the message ids of the publishes topic's ``incarnation``); fewer if ``until``
+        is set first."""
         codes = np.fromiter((encode(p) for p in w.publishes(n, seed)), dtype=np.int32, count=n)
         failures: list[str] = []
 
         def records():
             for code in codes.tolist():
+                if until is not None and until.is_set():
+                    return
                 p = decode(code)
                 yield p.key().encode(), b"x" * 16, p.headers()
 

@@ -56,12 +56,12 @@ def test_router_sigkilled_at_its_kill_points_loses_nothing_and_audits_once(
     after the journal write but before Spark's commit, (the driver alone, its watchdog
     killing the JVM) right after a changelog catch-up persisted a snapshot version, and
     in the background committer between the two tables' commits: every pair is in Kafka,
-    audited exactly once. The catch-up comes last: subscription churn reaches it after the
-    publishes end, the other points need publishes still flowing (15 s of them)."""
+    audited exactly once. Publishes flow until the last kill (at most 30 s of them), so
+    every point meets some."""
     result = cases.kills(tmp_path, Options(
-        publishes=3000, subscriptions=1000, subscribers=50, rate=200.0, max_offsets=200,
+        publishes=9000, subscriptions=1000, subscribers=50, rate=300.0, max_offsets=200,
         kill_plan=(("audit", "group"), ("journaled", "group"), ("mid-audit", "group"),
-                   ("catch-up", "python")), kill_after_s=(1.0, 2.0),
+                   ("catch-up", "python")), kill_after_s=(1.0, 2.0), publish_through_kills=True,
         bootstrap=kafka_bootstrap, timeout_s=100))
     assert result.passed, result.failures()
     assert result.value("kills (point, target)") == \
@@ -75,12 +75,13 @@ def test_batches_routed_on_the_executors_lose_nothing_and_audit_once_through_the
     Python worker SIGKILLed after its files were written (the batch routed again, the
     files never committed), the router killed after the tasks wrote and acked but before
     the batch was journaled, after it was journaled, and between the two tables' commits
-    of executor-written files: every pair is in Kafka, audited exactly once (15 s of
-    publishes, so the last point still has some to route)."""
+    of executor-written files: every pair is in Kafka, audited exactly once (publishes
+    flow until the last kill, at most 30 s of them)."""
     result = cases.kills(tmp_path, Options(
-        publishes=3000, subscriptions=1000, subscribers=50, rate=200.0, max_offsets=200,
+        publishes=9000, subscriptions=1000, subscribers=50, rate=300.0, max_offsets=200,
         kill_plan=(("task-files", "worker"), ("audit", "group"), ("journaled", "group"),
                    ("mid-audit", "group")), kill_after_s=(1.0, 2.0), executors=True,
+        publish_through_kills=True,
         bootstrap=kafka_bootstrap, timeout_s=100))
     assert result.passed, result.failures()
     assert result.value("kills (point, target)") == \
