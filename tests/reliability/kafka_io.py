@@ -129,7 +129,8 @@ def end_offsets(bootstrap: str | ClientSettings, topics: Sequence[str]) -> dict[
 
 def read_topics(bootstrap: str | ClientSettings, topics: Sequence[str], on_record: Callable, timeout: float) -> int:
     """Call ``on_record(message)`` on every record of ``topics`` from the start up to the
-    end offsets fetched now; return how many were read. Raises CampaignError on timeout."""
+    end offsets fetched now (a transaction marker among them is no record); return how many
+    were read. Raises CampaignError on timeout."""
     ends = {tp: end for tp, end in end_offsets(bootstrap, topics).items() if end > 0}
     if not ends:
         return 0
@@ -155,6 +156,11 @@ def read_topics(bootstrap: str | ClientSettings, topics: Sequence[str], on_recor
                 read += 1
                 if message.offset() + 1 >= end:
                     del todo[tp]
+            # A partition whose last offsets are transaction markers delivers no record at
+            # them: its consumer's position passing the end offset says it was read.
+            for position in consumer.position([TopicPartition(t, p) for t, p in todo]):
+                if position.offset >= todo[(position.topic, position.partition)]:
+                    del todo[(position.topic, position.partition)]
     finally:
         consumer.close()
     return read

@@ -13,6 +13,7 @@ start is most of each test's time.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,29 @@ def test_the_ledger_accounts_each_deleted_publish_by_one_lost_row_of_the_routers
     assert (none["lost_unreported"], none["lost_rows"]) == (2, 0)
     twice = ledger([RetentionGap("t", 0, 2, 4, None), RetentionGap("t", 0, 3, 4, None)])
     assert twice["lost_repeated"] == 1
+
+
+def test_the_campaign_reader_reads_to_an_end_behind_a_transaction_marker(kafka_bootstrap: str):
+    """A partition whose last offset is a transaction's commit marker (no record is delivered
+    at it) is read to its end at once, not waited on until the timeout."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    from streaming import kafka
+    from streaming.kafka.topics import create_topics
+    from tests.reliability.kafka_io import read_topics
+
+    topic = f"marker-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka.admin(kafka.ClientSettings.of(kafka_bootstrap)), [topic], 1, 1, {})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=str(i).encode())
+    producer.commit_transaction(30)  # offsets 0-2 the records, 3 the marker: the end is 4
+    values: list[bytes] = []
+    started = time.monotonic()
+    assert read_topics(kafka_bootstrap, [topic], lambda m: values.append(m.value()), 20) == 3
+    assert values == [b"0", b"1", b"2"]
+    assert time.monotonic() - started < 10
