@@ -421,15 +421,16 @@ def test_a_producer_refused_its_producer_id_names_the_grant_and_is_replaced(brok
     settings = ProducerSettings(broker.settings("bob"), 1_048_576, message_timeout_ms=10_000)
     producer = cached_producer(settings)
     columns = DeliveryColumns.of_records([topic], [b"a.b"], [b"x"])
-    lines = []
-    deadline = time.monotonic() + 30
-    while not producer.broken and time.monotonic() < deadline:
+    lines: list[str] = []
+
+    def refused_its_id() -> bool:  # each batch fails in one line until the id is refused
         producer.produce_deliveries(columns)
         with pytest.raises(DeliveryUnavailable) as raised:
             producer.flush()
         lines.append(str(raised.value))
-        time.sleep(1)
-    assert producer.broken, lines
+        return producer.broken
+    wait_until(refused_its_id, "the producer id refused (the producer marked broken)", 30,
+               poll=1.0)
     assert ("does not allow User:bob to IdempotentWrite cluster kafka-cluster" in lines[-1]
             and "--operation IdempotentWrite --cluster" in lines[-1]), lines
     _no_secret("\n".join(lines))
